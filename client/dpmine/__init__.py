@@ -1,0 +1,49 @@
+"""dpmine: the analyst client of a differentially private data-mining server.
+
+>>> import dpmine
+>>> conn = dpmine.connect("http://127.0.0.1:8000", api_key="dpm_...")  # doctest: +SKIP
+>>> mammals = conn.dataset("mammals")  # doctest: +SKIP
+>>> mammals.count("[Alces alces]", epsilon=0.1).count  # doctest: +SKIP
+"""
+
+from dpmine.connection import AdminClient, Connection, DatasetHandle, connect
+from dpmine.errors import (
+    AuthenticationError,
+    BudgetExhaustedError,
+    ConflictError,
+    DPMineError,
+    IdempotencyConflictError,
+    InvalidRequestError,
+    NotFoundError,
+    OperationFailedError,
+    PermissionDeniedError,
+    RequestInProgressError,
+    ServerError,
+    TransportError,
+)
+from dpmine.queries import format_query, format_redescription, parse_query, parse_redescription
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AdminClient",
+    "AuthenticationError",
+    "BudgetExhaustedError",
+    "ConflictError",
+    "Connection",
+    "DPMineError",
+    "DatasetHandle",
+    "IdempotencyConflictError",
+    "InvalidRequestError",
+    "NotFoundError",
+    "OperationFailedError",
+    "PermissionDeniedError",
+    "RequestInProgressError",
+    "ServerError",
+    "TransportError",
+    "connect",
+    "format_query",
+    "format_redescription",
+    "parse_query",
+    "parse_redescription",
+]

@@ -1,0 +1,395 @@
+"""The typed connection to a dpmine server (``dpmine.connect``).
+
+Every operation request carries an ``Idempotency-Key``; retries after a dropped connection or a
+"still running" answer reuse the key, so the server returns the stored release instead of
+charging again. The underlying ``httpx.Client`` can be injected (tests hand in one bound to the
+app in-process, or to a live server).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel, TypeAdapter
+
+from dpmine.errors import DPMineError, RequestInProgressError, TransportError, error_from_response
+from dpmine.queries import parse_query
+from dpmine.wire import (
+    AuditEventInfo,
+    BudgetStatus,
+    ComputeQualityRequest,
+    ComputeQualityResponse,
+    CreateDatasetRequest,
+    DatasetInfo,
+    DatasetMetadata,
+    EstimateRequest,
+    EstimateResponse,
+    Expr,
+    GrantInfo,
+    GrantRequest,
+    JobInfo,
+    LedgerEntryInfo,
+    NoisyCountRequest,
+    NoisyCountResponse,
+    PlannedCall,
+    PrincipalCreated,
+    PrincipalCreateRequest,
+    PrincipalInfo,
+    QualityMode,
+    Redescription,
+    Role,
+)
+
+__all__ = ["AdminClient", "Connection", "DatasetHandle", "connect"]
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+_RETRY_STATUS = {502, 503, 504}
+
+
+def connect(
+    url: str,
+    api_key: str,
+    *,
+    http: httpx.Client | None = None,
+    timeout: float = 60.0,
+    retries: int = 3,
+) -> Connection:
+    """Connect to the server at ``url`` (e.g. ``http://127.0.0.1:8000``) with an API key."""
+    return Connection(url, api_key, http=http, timeout=timeout, retries=retries)
+
+
+def as_expr(query: Expr | str) -> Expr:
+    """A query given as text (``"[A] & [B = x]"``) or as a wire expression."""
+    return parse_query(query) if isinstance(query, str) else query
+
+
+class Connection:
+    """A session with one server and one API key."""
+
+    def __init__(
+        self,
+        url: str,
+        api_key: str,
+        *,
+        http: httpx.Client | None = None,
+        timeout: float = 60.0,
+        retries: int = 3,
+    ) -> None:
+        if retries < 0:
+            raise ValueError("retries must be >= 0")
+        self._owns_http = http is None
+        self._http = http or httpx.Client(base_url=url, timeout=timeout)
+        self._headers = {"Authorization": f"Bearer {api_key}"}
+        self._retries = retries
+        self.admin = AdminClient(self)
+
+    def close(self) -> None:
+        """Close the HTTP client if this connection created it."""
+        if self._owns_http:
+            self._http.close()
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:  # never show the key
+        return f"Connection({str(self._http.base_url)!r})"
+
+    # -- transport -----------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        files: Any = None,
+        data: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> httpx.Response:
+        """Send a request, retrying transport failures and "in progress" answers with the same
+        Idempotency-Key; raise the mapped error for an error answer."""
+        headers = dict(self._headers)
+        if idempotency_key is not None:
+            headers["Idempotency-Key"] = idempotency_key
+        retriable = method == "GET" or idempotency_key is not None
+        attempt = 0
+        while True:
+            try:
+                response = self._http.request(
+                    method,
+                    path,
+                    json=json,
+                    params=params,
+                    files=files,
+                    data=data,
+                    headers=headers,
+                )
+            except httpx.TransportError as error:
+                if not retriable or attempt >= self._retries:
+                    raise TransportError(f"{method} {path}: {error}") from error
+            else:
+                if response.status_code < 400:
+                    return response
+                failure = error_from_response(response)
+                again = response.status_code in _RETRY_STATUS or isinstance(
+                    failure, RequestInProgressError
+                )
+                if not (retriable and again) or attempt >= self._retries:
+                    raise failure
+            attempt += 1
+            time.sleep(min(0.25 * 2**attempt, 5.0))
+
+    def _get(self, path: str, model: type[ModelT]) -> ModelT:
+        return model.model_validate(self.request("GET", path).json())
+
+    def _get_list(self, path: str, model: type[ModelT], **params: Any) -> list[ModelT]:
+        adapter = TypeAdapter(list[model])  # type: ignore[valid-type]
+        result: list[ModelT] = adapter.validate_python(self.request("GET", path, params=params).json())
+        return result
+
+    def call(
+        self, path: str, body: BaseModel, model: type[ModelT], *, idempotency_key: str | None = None
+    ) -> ModelT:
+        """POST an operation with a fresh (or given) Idempotency-Key and parse the answer."""
+        response = self.request(
+            "POST",
+            path,
+            json=body.model_dump(mode="json"),
+            idempotency_key=idempotency_key or str(uuid.uuid4()),
+        )
+        return model.model_validate(response.json())
+
+    # -- analyst API ---------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        """The server's health answer."""
+        result: dict[str, Any] = self.request("GET", "/v1/health").json()
+        return result
+
+    def datasets(self) -> list[DatasetInfo]:
+        """Datasets this key can query (owners: all)."""
+        return self._get_list("/v1/datasets", DatasetInfo)
+
+    def dataset(self, dataset_id: str) -> DatasetHandle:
+        """A handle on one dataset (fetches its public metadata)."""
+        return DatasetHandle(self, self._get(f"/v1/datasets/{dataset_id}", DatasetInfo))
+
+    def job(self, job_id: str) -> JobInfo:
+        """The state of one of your background jobs."""
+        return self._get(f"/v1/jobs/{job_id}", JobInfo)
+
+    def wait_for_job(
+        self,
+        job_id: str,
+        *,
+        poll_seconds: float = 0.2,
+        on_progress: Callable[[JobInfo], None] | None = None,
+        timeout: float | None = None,
+    ) -> JobInfo:
+        """Poll a job until it is done or failed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            info = self.job(job_id)
+            if on_progress is not None:
+                on_progress(info)
+            if info.status in {"done", "failed"}:
+                return info
+            if deadline is not None and time.monotonic() > deadline:
+                raise DPMineError(f"job {job_id} still {info.status} after {timeout} s")
+            time.sleep(poll_seconds)
+
+
+class DatasetHandle:
+    """One dataset: its public schema, your budget, and the generic private operations."""
+
+    def __init__(self, connection: Connection, info: DatasetInfo) -> None:
+        self.connection = connection
+        self.info = info
+
+    @property
+    def id(self) -> str:
+        """The dataset id."""
+        return self.info.id
+
+    @property
+    def schema(self) -> DatasetMetadata:
+        """The public metadata declared by the owner."""
+        return self.info.metadata
+
+    def __repr__(self) -> str:
+        return f"DatasetHandle({self.id!r}, kind={self.schema.kind!r})"
+
+    def budget(self) -> BudgetStatus:
+        """Your grant and what is left of it (and of the dataset cap)."""
+        return self.connection._get(f"/v1/datasets/{self.id}/budget", BudgetStatus)
+
+    def estimate(self, calls: Sequence[PlannedCall | tuple[str, BaseModel]]) -> EstimateResponse:
+        """Exact cost of planned calls and whether they fit; free."""
+        planned = [
+            call
+            if isinstance(call, PlannedCall)
+            else PlannedCall(operation=call[0], request=call[1].model_dump(mode="json"))
+            for call in calls
+        ]
+        response = self.connection.request(
+            "POST",
+            f"/v1/datasets/{self.id}/estimate",
+            json=EstimateRequest(calls=planned).model_dump(mode="json"),
+        )
+        return EstimateResponse.model_validate(response.json())
+
+    def count(
+        self,
+        predicate: Expr | str | None = None,
+        *,
+        epsilon: float,
+        idempotency_key: str | None = None,
+    ) -> NoisyCountResponse:
+        """Noisy number of rows satisfying ``predicate`` (all rows if None); costs ``epsilon``."""
+        body = NoisyCountRequest(
+            predicate=None if predicate is None else as_expr(predicate), epsilon=epsilon
+        )
+        return self.connection.call(
+            f"/v1/datasets/{self.id}/counts",
+            body,
+            NoisyCountResponse,
+            idempotency_key=idempotency_key,
+        )
+
+    def quality(
+        self,
+        left: Expr | str,
+        right: Expr | str,
+        *,
+        epsilon: float,
+        mode: QualityMode = "cells",
+        idempotency_key: str | None = None,
+    ) -> ComputeQualityResponse:
+        """Noisy support cells, Jaccard and p-value of (left, right); costs ``epsilon``."""
+        body = ComputeQualityRequest(
+            redescription=Redescription(left=as_expr(left), right=as_expr(right)),
+            epsilon=epsilon,
+            mode=mode,
+        )
+        return self.connection.call(
+            f"/v1/datasets/{self.id}/redescriptions/quality",
+            body,
+            ComputeQualityResponse,
+            idempotency_key=idempotency_key,
+        )
+
+    def submit(
+        self, operation: str, request: BaseModel, *, idempotency_key: str | None = None
+    ) -> JobInfo:
+        """Run an operation as a background job (charged now); poll with ``wait_for_job``."""
+        response = self.connection.request(
+            "POST",
+            f"/v1/datasets/{self.id}/jobs",
+            json={"operation": operation, "request": request.model_dump(mode="json")},
+            idempotency_key=idempotency_key or str(uuid.uuid4()),
+        )
+        return JobInfo.model_validate(response.json())
+
+
+class AdminClient:
+    """Owner operations (need an owner's key)."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+
+    def add_principal(self, name: str, role: Role) -> PrincipalCreated:
+        """Create an owner or analyst; the answer holds the new key (shown once)."""
+        response = self._connection.request(
+            "POST",
+            "/v1/admin/principals",
+            json=PrincipalCreateRequest(name=name, role=role).model_dump(),
+        )
+        return PrincipalCreated.model_validate(response.json())
+
+    def principals(self) -> list[PrincipalInfo]:
+        """Every principal."""
+        return self._connection._get_list("/v1/admin/principals", PrincipalInfo)
+
+    def rotate_key(self, name: str) -> PrincipalCreated:
+        """A new key for ``name``; the old key stops working."""
+        response = self._connection.request("POST", f"/v1/admin/principals/{name}/rotate-key")
+        return PrincipalCreated.model_validate(response.json())
+
+    def disable(self, name: str) -> PrincipalInfo:
+        """Disable a principal."""
+        response = self._connection.request("POST", f"/v1/admin/principals/{name}/disable")
+        return PrincipalInfo.model_validate(response.json())
+
+    def upload_dataset(
+        self, request: CreateDatasetRequest, files: dict[str, Path]
+    ) -> dict[str, Any]:
+        """Register a dataset from local files; ``files`` maps source fields to paths."""
+        handles = {field: path.open("rb") for field, path in files.items()}
+        try:
+            response = self._connection.request(
+                "POST",
+                "/v1/admin/datasets/upload",
+                data={"request": request.model_dump_json()},
+                files={field: (files[field].name, handle) for field, handle in handles.items()},
+            )
+        finally:
+            for handle in handles.values():
+                handle.close()
+        result: dict[str, Any] = response.json()
+        return result
+
+    def register_dataset(self, request: CreateDatasetRequest) -> dict[str, Any]:
+        """Register a dataset whose source needs no upload (SQL)."""
+        response = self._connection.request(
+            "POST", "/v1/admin/datasets", json=request.model_dump(mode="json")
+        )
+        result: dict[str, Any] = response.json()
+        return result
+
+    def retire_dataset(self, dataset_id: str) -> DatasetInfo:
+        """Stop all further queries on a dataset."""
+        response = self._connection.request("DELETE", f"/v1/admin/datasets/{dataset_id}")
+        return DatasetInfo.model_validate(response.json())
+
+    def grant(self, dataset_id: str, analyst: str, epsilon: float) -> GrantInfo:
+        """Set an analyst's allotment on a dataset."""
+        response = self._connection.request(
+            "PUT",
+            f"/v1/admin/datasets/{dataset_id}/grants",
+            json=GrantRequest(analyst=analyst, epsilon=epsilon).model_dump(),
+        )
+        return GrantInfo.model_validate(response.json())
+
+    def grants(self, dataset_id: str) -> list[GrantInfo]:
+        """All grants on a dataset."""
+        return self._connection._get_list(f"/v1/admin/datasets/{dataset_id}/grants", GrantInfo)
+
+    def ledger(self, dataset_id: str | None = None) -> list[LedgerEntryInfo]:
+        """Ledger entries (optionally of one dataset)."""
+        params = {} if dataset_id is None else {"dataset_id": dataset_id}
+        return self._connection._get_list("/v1/admin/ledger", LedgerEntryInfo, **params)
+
+    def ledger_csv(self, dataset_id: str | None = None) -> str:
+        """The ledger as CSV text."""
+        params: dict[str, Any] = {"format": "csv"}
+        if dataset_id is not None:
+            params["dataset_id"] = dataset_id
+        return self._connection.request("GET", "/v1/admin/ledger", params=params).text
+
+    def verify_ledger(self) -> dict[str, Any]:
+        """The ledger consistency check."""
+        result: dict[str, Any] = self._connection.request("GET", "/v1/admin/ledger/verify").json()
+        return result
+
+    def audit(self) -> list[AuditEventInfo]:
+        """The audit log, newest first."""
+        return self._connection._get_list("/v1/admin/audit", AuditEventInfo)

@@ -1,0 +1,10 @@
+"""The HTTP contract shared by client and server. Imports only pydantic and the standard library."""
+
+from dpmine.wire.admin import *  # noqa: F403
+from dpmine.wire.budget import *  # noqa: F403
+from dpmine.wire.common import *  # noqa: F403
+from dpmine.wire.counts import *  # noqa: F403
+from dpmine.wire.datasets import *  # noqa: F403
+from dpmine.wire.jobs import *  # noqa: F403
+from dpmine.wire.queries import *  # noqa: F403
+from dpmine.wire.redescriptions import *  # noqa: F403

@@ -1,0 +1,75 @@
+"""Shared wire types: the base model, budgets, receipts and the error body (DESIGN.md "Errors")."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "MAX_EPSILON_PER_CALL",
+    "BudgetStatus",
+    "Epsilon",
+    "ErrorBody",
+    "Guarantee",
+    "Receipt",
+    "WireModel",
+]
+
+#: Largest epsilon a single call may request; larger values are almost surely a typo.
+MAX_EPSILON_PER_CALL = 1000.0
+
+Epsilon = Annotated[
+    float,
+    Field(
+        gt=0,
+        le=MAX_EPSILON_PER_CALL,
+        allow_inf_nan=False,
+        description="Privacy cost of the call (pure epsilon-DP), charged before data is read.",
+    ),
+]
+
+#: "pure": the release is epsilon-DP exactly; "approximate": DP only at MCMC convergence.
+Guarantee = Literal["pure", "approximate"]
+
+
+class WireModel(BaseModel):
+    """Base of every HTTP model: immutable and strict about unknown fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ErrorBody(WireModel):
+    """The one JSON shape of every error response."""
+
+    error: str = Field(description="Class name of the error, e.g. BudgetExhausted.")
+    detail: str = Field(description="What was wrong and what to do about it.")
+
+
+class Receipt(WireModel):
+    """Proof of the charge behind a release: the ledger entry and what is left afterwards."""
+
+    ledger_entry_id: int
+    dataset_id: str
+    operation: str
+    epsilon: float = Field(description="Charged epsilon (exact decimal rounded to a float).")
+    epsilon_exact: str = Field(description="Charged epsilon as an exact decimal string.")
+    guarantee: Guarantee
+    remaining_epsilon: float = Field(
+        description="What this analyst can still spend on the dataset after this call."
+    )
+    replayed: bool = Field(
+        default=False, description="True when an Idempotency-Key retry returned the stored release."
+    )
+    created_at: datetime
+
+
+class BudgetStatus(WireModel):
+    """An analyst's view of the budget of one dataset."""
+
+    dataset_id: str
+    grant_epsilon: float = Field(description="The analyst's allotment on this dataset.")
+    grant_spent: float
+    dataset_remaining: float = Field(description="What is left of the dataset cap for everyone.")
+    remaining_epsilon: float = Field(description="min(grant left, dataset cap left).")

@@ -1,0 +1,32 @@
+"""Generic noisy count (`count.noisy`, ALGORITHMS.md §0.6)."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from dpmine.wire.common import Epsilon, Receipt, WireModel
+from dpmine.wire.queries import Expr, check_query_limits
+
+__all__ = ["NoisyCountRequest", "NoisyCountResponse"]
+
+
+class NoisyCountRequest(WireModel):
+    """Count the rows satisfying ``predicate`` (all rows when it is null), plus Laplace noise."""
+
+    predicate: Expr | None = Field(
+        default=None, description="A query over any attributes; null counts every row."
+    )
+    epsilon: Epsilon
+
+    @model_validator(mode="after")
+    def _within_limits(self) -> NoisyCountRequest:
+        if self.predicate is not None:
+            check_query_limits(self.predicate, side="predicate")
+        return self
+
+
+class NoisyCountResponse(WireModel):
+    """``count`` = true count + discrete Laplace(1/epsilon); may be negative (do not clamp here)."""
+
+    count: int
+    receipt: Receipt

@@ -1,0 +1,241 @@
+"""Dataset wire models: public metadata declared by the owner (DESIGN.md contract item 2).
+
+Nothing here is derived from the data at query time. In particular no model carries the row
+count: n is private, only the owner's public upper bound ``n_max`` is known.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import Discriminator, Field, model_validator
+
+from dpmine.wire.common import WireModel
+
+__all__ = [
+    "DEFAULT_MISSING_VALUES",
+    "AnyAttribute",
+    "BooleanAttribute",
+    "CategoricalAttribute",
+    "CsvPairSource",
+    "CsvSource",
+    "DatasetId",
+    "DatasetInfo",
+    "DatasetKind",
+    "DatasetMetadata",
+    "DatasetSource",
+    "FimiSource",
+    "LabelSpec",
+    "NumericAttribute",
+    "SqlSource",
+    "View",
+]
+
+View = Literal["left", "right"]
+DatasetKind = Literal["views", "table", "transactions"]
+DatasetId = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=64,
+        pattern=r"^[a-z0-9][a-z0-9_\-]*$",
+        description="Lower-case letters, digits, '_' and '-'.",
+    ),
+]
+Name = Annotated[str, Field(min_length=1, max_length=200)]
+
+DEFAULT_MISSING_VALUES: tuple[str, ...] = ("", "?", "NA", "N/A", "nan", "NaN", "null")
+
+#: Largest public row bound accepted (sensitivities are computed from it).
+MAX_N_MAX = 1_000_000_000
+
+
+class BooleanAttribute(WireModel):
+    """A 0/1 attribute. CSV cells may read 1/0, true/false, t/f, yes/no (any case)."""
+
+    type: Literal["boolean"] = "boolean"
+    name: Name
+    view: View | None = None
+
+
+class CategoricalAttribute(WireModel):
+    """An attribute with a full public list of categories."""
+
+    type: Literal["categorical"] = "categorical"
+    name: Name
+    view: View | None = None
+    categories: list[Annotated[str, Field(max_length=200)]] = Field(min_length=1, max_length=10_000)
+
+    @model_validator(mode="after")
+    def _unique_categories(self) -> CategoricalAttribute:
+        seen: set[str] = set()
+        for category in self.categories:
+            if category in seen:
+                raise ValueError(f"attribute {self.name!r} lists category {category!r} twice")
+            seen.add(category)
+        return self
+
+
+class NumericAttribute(WireModel):
+    """A real-valued attribute with a public range [lo, hi]; values are clipped to it."""
+
+    type: Literal["numeric"] = "numeric"
+    name: Name
+    view: View | None = None
+    lo: float = Field(allow_inf_nan=False)
+    hi: float = Field(allow_inf_nan=False)
+    grid: list[float] | None = Field(
+        default=None,
+        max_length=10_000,
+        description="Optional public threshold grid (ALGORITHMS.md §1.4 grid mode).",
+    )
+
+    @model_validator(mode="after")
+    def _range_is_proper(self) -> NumericAttribute:
+        if not self.lo < self.hi:
+            raise ValueError(
+                f"attribute {self.name!r}: public range needs lo < hi, got [{self.lo}, {self.hi}]"
+            )
+        if self.grid is not None:
+            for value in self.grid:
+                if not math.isfinite(value) or not self.lo <= value <= self.hi:
+                    raise ValueError(
+                        f"attribute {self.name!r}: grid value {value} is outside "
+                        f"[{self.lo}, {self.hi}]"
+                    )
+            if sorted(set(self.grid)) != self.grid:
+                raise ValueError(f"attribute {self.name!r}: grid must be strictly increasing")
+        return self
+
+
+AnyAttribute = Annotated[
+    BooleanAttribute | CategoricalAttribute | NumericAttribute, Discriminator("type")
+]
+
+
+class LabelSpec(WireModel):
+    """The label column of classification data and its positive value."""
+
+    attribute: Name
+    positive: str = Field(max_length=200)
+
+
+class DatasetMetadata(WireModel):
+    """Everything public about a dataset, declared by its owner (ALGORITHMS.md §0.2)."""
+
+    kind: DatasetKind
+    n_max: int = Field(ge=1, le=MAX_N_MAX, description="Public upper bound on the row count.")
+    attributes: list[AnyAttribute] = Field(default_factory=list, max_length=100_000)
+    items: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
+        default_factory=list,
+        max_length=1_000_000,
+        description="Item universe of transaction data.",
+    )
+    label: LabelSpec | None = None
+    missing_values: list[str] = Field(default_factory=lambda: list(DEFAULT_MISSING_VALUES))
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DatasetMetadata:
+        names = [attribute.name for attribute in self.attributes]
+        duplicated = sorted({name for name in names if names.count(name) > 1})
+        if duplicated:
+            raise ValueError(f"attribute names must be unique; repeated: {duplicated}")
+        if self.kind == "transactions":
+            if self.attributes:
+                raise ValueError("transaction datasets declare 'items', not 'attributes'")
+            if not self.items:
+                raise ValueError("transaction datasets need a non-empty public item universe")
+            if len(set(self.items)) != len(self.items):
+                raise ValueError("the item universe lists an item twice")
+            if self.label is not None:
+                raise ValueError("transaction datasets have no label column")
+            return self
+        if self.items:
+            raise ValueError(f"'items' is only for transaction datasets, not kind {self.kind!r}")
+        if not self.attributes:
+            raise ValueError(f"a {self.kind!r} dataset needs at least one attribute")
+        if self.kind == "views":
+            missing_view = [a.name for a in self.attributes if a.view is None]
+            if missing_view:
+                raise ValueError(f"every attribute of a two-view dataset needs a view: {missing_view}")
+            for view in ("left", "right"):
+                if not any(a.view == view for a in self.attributes):
+                    raise ValueError(f"the {view} view has no attribute")
+        if self.label is not None:
+            label = next((a for a in self.attributes if a.name == self.label.attribute), None)
+            if label is None:
+                raise ValueError(f"label attribute {self.label.attribute!r} is not declared")
+            if isinstance(label, NumericAttribute):
+                raise ValueError(f"label attribute {label.name!r} must be Boolean or categorical")
+            if isinstance(label, CategoricalAttribute) and self.label.positive not in label.categories:
+                raise ValueError(
+                    f"positive label {self.label.positive!r} is not a category of {label.name!r}"
+                )
+        return self
+
+    def attribute(self, name: str) -> BooleanAttribute | CategoricalAttribute | NumericAttribute:
+        """The declared attribute called ``name`` (KeyError if there is none)."""
+        for attribute in self.attributes:
+            if attribute.name == name:
+                return attribute
+        raise KeyError(name)
+
+
+class CsvSource(WireModel):
+    """One CSV file (optionally gzip); columns map to views through the metadata."""
+
+    format: Literal["csv"] = "csv"
+    path: str = Field(min_length=1, description="Server-side path of the stored file.")
+
+
+class CsvPairSource(WireModel):
+    """Two CSV files with the same rows in the same order, one per view."""
+
+    format: Literal["csv_pair"] = "csv_pair"
+    left: str = Field(min_length=1)
+    right: str = Field(min_length=1)
+    id_column: str | None = Field(
+        default=None, description="Row id column present in both files; checked equal, then dropped."
+    )
+
+
+class FimiSource(WireModel):
+    """A FIMI ``.dat`` file (optionally gzip): one transaction of item tokens per line."""
+
+    format: Literal["fimi"] = "fimi"
+    path: str = Field(min_length=1)
+
+
+class SqlSource(WireModel):
+    """A table or query in an existing SQL database reachable with a SQLAlchemy URL."""
+
+    format: Literal["sql"] = "sql"
+    url: str = Field(min_length=1)
+    table: str | None = None
+    query: str | None = None
+
+    @model_validator(mode="after")
+    def _table_or_query(self) -> SqlSource:
+        if (self.table is None) == (self.query is None):
+            raise ValueError("an SQL source needs exactly one of 'table' or 'query'")
+        return self
+
+
+DatasetSource = Annotated[
+    CsvSource | CsvPairSource | FimiSource | SqlSource, Discriminator("format")
+]
+
+
+class DatasetInfo(WireModel):
+    """What an analyst (or the owner) sees of a dataset: public metadata, never rows or n."""
+
+    id: DatasetId
+    name: str
+    description: str = ""
+    attribution: str = ""
+    version: int
+    status: Literal["active", "retired"]
+    metadata: DatasetMetadata
+    created_at: datetime

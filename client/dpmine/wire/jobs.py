@@ -1,0 +1,28 @@
+"""Background jobs: long operations that report progress and keep their charged result."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import Field
+
+from dpmine.wire.common import WireModel
+
+__all__ = ["JobInfo", "JobStatus"]
+
+JobStatus = Literal["queued", "running", "done", "failed"]
+
+
+class JobInfo(WireModel):
+    """State of a background job. ``result`` is the operation's response body once done."""
+
+    id: str
+    dataset_id: str
+    operation: str
+    status: JobStatus
+    progress: float = Field(ge=0.0, le=1.0, description="Fraction of public work steps done.")
+    message: str = ""
+    result: dict[str, Any] | None = None
+    created_at: datetime
+    updated_at: datetime

@@ -1,0 +1,110 @@
+"""Typed dependencies of the routes (``Annotated`` aliases, one place)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Header, Request
+from sqlalchemy.orm import Session
+
+from dpmine_server.db.models import Principal
+from dpmine_server.errors import Forbidden, InvalidRequest, Unauthorized
+from dpmine_server.services import audit
+from dpmine_server.services.container import Services
+from dpmine_server.services.principals import authenticate
+
+__all__ = [
+    "AnalystDep",
+    "IdempotencyKeyDep",
+    "OwnerDep",
+    "PrincipalDep",
+    "ServicesDep",
+    "SessionDep",
+]
+
+
+def get_services(request: Request) -> Services:
+    """The app's services."""
+    services: Services = request.app.state.services
+    return services
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+
+
+def get_session(services: ServicesDep) -> Iterator[Session]:
+    """A session that commits on success and rolls back on error (never used by the ledger)."""
+    with services.sessions() as session:
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+
+
+SessionDep = Annotated[Session, Depends(get_session)]
+
+
+def _bearer_key(authorization: str | None, x_api_key: str | None) -> str:
+    if x_api_key:
+        return x_api_key.strip()
+    if authorization:
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            return token.strip()
+    raise Unauthorized("send your API key as 'Authorization: Bearer <key>'")
+
+
+def get_principal(
+    services: ServicesDep,
+    authorization: Annotated[str | None, Header()] = None,
+    x_api_key: Annotated[str | None, Header()] = None,
+) -> Principal:
+    """The principal holding the presented key (401 otherwise; the key is never logged)."""
+    key = _bearer_key(authorization, x_api_key)
+    with services.sessions() as session:
+        principal = authenticate(session, key, secret=services.settings.secret_key)
+        if principal is None:
+            with session.begin():
+                audit.record(session, action="auth_failed", details={"key_prefix": key[:10]})
+            raise Unauthorized("unknown or disabled API key; ask the data owner for a valid key")
+        session.expunge(principal)
+        return principal
+
+
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+def require_owner(principal: PrincipalDep) -> Principal:
+    """Owners only."""
+    if principal.role != "owner":
+        raise Forbidden("this needs an owner's key")
+    return principal
+
+
+def require_analyst(principal: PrincipalDep) -> Principal:
+    """Analysts only (owners manage, analysts query)."""
+    if principal.role != "analyst":
+        raise Forbidden("owners manage datasets; query them with an analyst's key")
+    return principal
+
+
+OwnerDep = Annotated[Principal, Depends(require_owner)]
+AnalystDep = Annotated[Principal, Depends(require_analyst)]
+
+
+def get_idempotency_key(
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+) -> str | None:
+    """The client's Idempotency-Key (1–200 printable characters), if any."""
+    if idempotency_key is None:
+        return None
+    key = idempotency_key.strip()
+    if not 1 <= len(key) <= 200 or not key.isprintable():
+        raise InvalidRequest("Idempotency-Key must be 1 to 200 printable characters (a UUID)")
+    return key
+
+
+IdempotencyKeyDep = Annotated[str | None, Depends(get_idempotency_key)]

@@ -1,0 +1,13 @@
+"""Every route module, mounted under /v1 (one line each)."""
+
+from fastapi import APIRouter
+
+from dpmine_server.api.routes import admin, counts, datasets, health, jobs, redescriptions
+
+api_router = APIRouter(prefix="/v1")
+api_router.include_router(health.router)
+api_router.include_router(datasets.router)
+api_router.include_router(counts.router)
+api_router.include_router(redescriptions.router)
+api_router.include_router(jobs.router)
+api_router.include_router(admin.router)

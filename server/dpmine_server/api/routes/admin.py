@@ -1,0 +1,285 @@
+"""Owner endpoints: principals, datasets, grants, ledger and audit exports."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import asdict
+import io
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, File, Form, Query, UploadFile, status
+from fastapi.responses import PlainTextResponse
+from pydantic import Field, TypeAdapter, ValidationError
+
+from dpmine.wire import (
+    AuditEventInfo,
+    CreateDatasetRequest,
+    DatasetInfo,
+    DatasetKind,
+    DatasetMetadata,
+    DatasetSource,
+    GrantInfo,
+    GrantRequest,
+    LedgerEntryInfo,
+    PrincipalCreated,
+    PrincipalCreateRequest,
+    PrincipalInfo,
+    WireModel,
+)
+from dpmine_server.api.common import ERRORS
+from dpmine_server.api.deps import OwnerDep, ServicesDep, SessionDep
+from dpmine_server.data.loaders import DataValidationError
+from dpmine_server.data.propose import propose_metadata
+from dpmine_server.errors import InvalidRequest
+from dpmine_server.services import audit
+from dpmine_server.services.datasets import StoredFile
+from dpmine_server.services.exports import ledger_entries
+from dpmine_server.services.principals import create_principal, rotate_key, set_disabled
+
+router = APIRouter(prefix="/admin", tags=["owner"], responses=ERRORS)
+
+
+class RegisteredDataset(WireModel):
+    """A new dataset and what loading it found (clipped values, ignored columns)."""
+
+    dataset: DatasetInfo
+    report: dict[str, Any]
+
+
+class LedgerCheck(WireModel):
+    """Result of the ledger consistency check."""
+
+    consistent: bool
+    problems: list[str] = Field(default_factory=list)
+
+
+# -- principals ------------------------------------------------------------------------------
+
+
+@router.post("/principals", response_model=PrincipalCreated, status_code=status.HTTP_201_CREATED)
+def add_principal(
+    body: PrincipalCreateRequest, owner: OwnerDep, services: ServicesDep, session: SessionDep
+) -> PrincipalCreated:
+    """Create an owner or analyst; the response holds its API key, shown only once."""
+    created = create_principal(
+        session, name=body.name, role=body.role, secret=services.settings.secret_key
+    )
+    audit.record(session, action="principal_created", principal=owner, target=body.name)
+    return created
+
+
+@router.get("/principals", response_model=list[PrincipalInfo])
+def list_principals(_owner: OwnerDep, session: SessionDep) -> list[PrincipalInfo]:
+    """Every principal (keys are never shown)."""
+    from sqlalchemy import select
+
+    from dpmine_server.db.models import Principal
+    from dpmine_server.services.principals import principal_info
+
+    return [principal_info(p) for p in session.scalars(select(Principal).order_by(Principal.id))]
+
+
+@router.post("/principals/{name}/rotate-key", response_model=PrincipalCreated)
+def rotate_principal_key(
+    name: str, owner: OwnerDep, services: ServicesDep, session: SessionDep
+) -> PrincipalCreated:
+    """Issue a new key; the old one stops working at once."""
+    rotated = rotate_key(session, name, secret=services.settings.secret_key)
+    audit.record(session, action="key_rotated", principal=owner, target=name)
+    return rotated
+
+
+@router.post("/principals/{name}/disable", response_model=PrincipalInfo)
+def disable_principal(name: str, owner: OwnerDep, session: SessionDep) -> PrincipalInfo:
+    """Disable a principal (its key stops working)."""
+    info = set_disabled(session, name, disabled=True)
+    audit.record(session, action="principal_disabled", principal=owner, target=name)
+    return info
+
+
+# -- datasets --------------------------------------------------------------------------------
+
+
+@router.post("/datasets", response_model=RegisteredDataset, status_code=status.HTTP_201_CREATED)
+def register_dataset(
+    body: CreateDatasetRequest, owner: OwnerDep, services: ServicesDep, session: SessionDep
+) -> RegisteredDataset:
+    """Register a dataset from an SQL source (files: use the upload endpoint)."""
+    info, report = services.datasets.register(session, body)
+    audit.record(session, action="dataset_registered", principal=owner, target=body.id)
+    return RegisteredDataset(dataset=info, report=asdict(report))
+
+
+def _parse_json_field(raw: str, adapter: TypeAdapter[Any], field: str) -> Any:
+    try:
+        return adapter.validate_json(raw)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or field}: {e['msg']}" for e in error.errors()[:10]
+        )
+        raise InvalidRequest(f"form field {field!r}: {problems}") from error
+
+
+def _save_uploads(uploads: dict[str, UploadFile | None], folder: Path) -> dict[str, StoredFile]:
+    files: dict[str, StoredFile] = {}
+    for field, upload in uploads.items():
+        if upload is None:
+            continue
+        target = folder / field
+        with target.open("wb") as handle:
+            shutil.copyfileobj(upload.file, handle)
+        files[field] = StoredFile(path=target, name=upload.filename or field)
+    return files
+
+
+@router.post(
+    "/datasets/upload", response_model=RegisteredDataset, status_code=status.HTTP_201_CREATED
+)
+def upload_dataset(
+    owner: OwnerDep,
+    services: ServicesDep,
+    session: SessionDep,
+    request: Annotated[str, Form(description="CreateDatasetRequest as JSON")],
+    path: Annotated[UploadFile | None, File(description="CSV or FIMI file")] = None,
+    left: Annotated[UploadFile | None, File(description="left-view CSV")] = None,
+    right: Annotated[UploadFile | None, File(description="right-view CSV")] = None,
+) -> RegisteredDataset:
+    """Register a dataset from uploaded files (field names match the source's path fields)."""
+    body = _parse_json_field(request, TypeAdapter(CreateDatasetRequest), "request")
+    with tempfile.TemporaryDirectory() as folder:
+        files = _save_uploads({"path": path, "left": left, "right": right}, Path(folder))
+        info, report = services.datasets.register(session, body, files=files)
+    audit.record(session, action="dataset_registered", principal=owner, target=body.id)
+    return RegisteredDataset(dataset=info, report=asdict(report))
+
+
+@router.post("/datasets/propose-metadata", response_model=DatasetMetadata)
+def propose(
+    _owner: OwnerDep,
+    source: Annotated[str, Form(description="DatasetSource as JSON (paths are the field names)")],
+    kind: Annotated[DatasetKind, Form()],
+    label: Annotated[str | None, Form()] = None,
+    views: Annotated[str | None, Form(description="JSON object column → 'left'/'right'")] = None,
+    path: Annotated[UploadFile | None, File()] = None,
+    left: Annotated[UploadFile | None, File()] = None,
+    right: Annotated[UploadFile | None, File()] = None,
+) -> DatasetMetadata:
+    """Suggest public metadata from the data, for the owner to review and confirm."""
+    parsed_source = _parse_json_field(source, TypeAdapter(DatasetSource), "source")
+    view_map = (
+        _parse_json_field(views, TypeAdapter(dict[str, Literal["left", "right"]]), "views")
+        if views
+        else None
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        files = _save_uploads({"path": path, "left": left, "right": right}, Path(folder))
+        updates = {field: stored.path.name for field, stored in files.items()}
+        try:
+            return propose_metadata(
+                parsed_source.model_copy(update=updates),
+                kind=kind,
+                base_dir=Path(folder),
+                label=label,
+                views=view_map,
+            )
+        except DataValidationError as error:
+            raise InvalidRequest(str(error)) from error
+
+
+@router.delete("/datasets/{dataset_id}", response_model=DatasetInfo)
+def retire_dataset(
+    dataset_id: str, owner: OwnerDep, services: ServicesDep, session: SessionDep
+) -> DatasetInfo:
+    """Retire a dataset: no further queries; its ledger is kept."""
+    info = services.datasets.retire(session, dataset_id)
+    audit.record(session, action="dataset_retired", principal=owner, target=dataset_id)
+    return info
+
+
+# -- grants ----------------------------------------------------------------------------------
+
+
+@router.put("/datasets/{dataset_id}/grants", response_model=GrantInfo)
+def set_grant(
+    dataset_id: str,
+    body: GrantRequest,
+    owner: OwnerDep,
+    services: ServicesDep,
+    session: SessionDep,
+) -> GrantInfo:
+    """Create or change an analyst's allotment on a dataset."""
+    grant = services.datasets.set_grant(session, dataset_id, body.analyst, body.epsilon)
+    audit.record(
+        session,
+        action="grant_set",
+        principal=owner,
+        target=f"{dataset_id}/{body.analyst}",
+        details={"epsilon": body.epsilon},
+    )
+    return grant
+
+
+@router.get("/datasets/{dataset_id}/grants", response_model=list[GrantInfo])
+def list_grants(
+    dataset_id: str, _owner: OwnerDep, services: ServicesDep, session: SessionDep
+) -> list[GrantInfo]:
+    """All grants on a dataset."""
+    services.datasets.get(session, dataset_id)
+    return services.datasets.list_grants(session, dataset_id)
+
+
+# -- ledger and audit ------------------------------------------------------------------------
+
+_EXPORT_COLUMNS = (
+    "id",
+    "dataset_id",
+    "principal",
+    "operation",
+    "epsilon_exact",
+    "guarantee",
+    "status",
+    "idempotency_key",
+    "created_at",
+    "completed_at",
+    "parameters",
+    "release",
+)
+
+
+@router.get("/ledger", response_model=list[LedgerEntryInfo])
+def export_ledger(
+    _owner: OwnerDep,
+    session: SessionDep,
+    dataset_id: str | None = None,
+    export_format: Annotated[Literal["json", "csv"], Query(alias="format")] = "json",
+) -> Any:
+    """Every ledger entry (optionally of one dataset), as JSON or CSV."""
+    entries = ledger_entries(session, dataset_id=dataset_id)
+    if export_format == "json":
+        return entries
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(_EXPORT_COLUMNS)
+    for entry in entries:
+        row = entry.model_dump(mode="json")
+        writer.writerow(
+            json.dumps(row[c]) if c in {"parameters", "release"} else row[c] for c in _EXPORT_COLUMNS
+        )
+    return PlainTextResponse(buffer.getvalue(), media_type="text/csv")
+
+
+@router.get("/ledger/verify", response_model=LedgerCheck)
+def verify_ledger(_owner: OwnerDep, services: ServicesDep) -> LedgerCheck:
+    """Check that every spent total equals the sum of its entries."""
+    problems = services.ledger.verify()
+    return LedgerCheck(consistent=not problems, problems=problems)
+
+
+@router.get("/audit", response_model=list[AuditEventInfo])
+def export_audit(_owner: OwnerDep, session: SessionDep) -> list[AuditEventInfo]:
+    """The audit log, newest first."""
+    return audit.list_events(session)

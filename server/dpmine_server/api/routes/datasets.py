@@ -1,0 +1,79 @@
+"""Analyst views of datasets: public schema, budget, dry-run estimates."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from dpmine.wire import BudgetStatus, DatasetInfo, DatasetMetadata, EstimateRequest, EstimateResponse, PlannedCallCost
+from dpmine_server.api.common import ERRORS
+from dpmine_server.api.deps import PrincipalDep, ServicesDep, SessionDep
+from dpmine_server.dp.budget import Epsilon
+from dpmine_server.errors import InvalidRequest
+
+router = APIRouter(tags=["datasets"])
+
+
+@router.get("/datasets", response_model=list[DatasetInfo], responses=ERRORS)
+def list_datasets(principal: PrincipalDep, services: ServicesDep, session: SessionDep) -> list[DatasetInfo]:
+    """Datasets you can query (owners: all datasets)."""
+    if principal.role == "owner":
+        return services.datasets.list_all(session)
+    return services.datasets.list_for_analyst(session, principal)
+
+
+@router.get("/datasets/{dataset_id}", response_model=DatasetInfo, responses=ERRORS)
+def show_dataset(
+    dataset_id: str, principal: PrincipalDep, services: ServicesDep, session: SessionDep
+) -> DatasetInfo:
+    """Public metadata of one dataset."""
+    from dpmine_server.services.datasets import dataset_info
+
+    if principal.role == "owner":
+        return dataset_info(services.datasets.get(session, dataset_id))
+    return dataset_info(services.datasets.get_for_analyst(session, dataset_id, principal))
+
+
+@router.get("/datasets/{dataset_id}/budget", response_model=BudgetStatus, responses=ERRORS)
+def budget(dataset_id: str, principal: PrincipalDep, services: ServicesDep, session: SessionDep) -> BudgetStatus:
+    """Your grant on the dataset and what is left of it and of the dataset cap."""
+    services.datasets.get_for_analyst(session, dataset_id, principal)
+    return services.ledger.budget_status(principal, dataset_id)
+
+
+@router.post("/datasets/{dataset_id}/estimate", response_model=EstimateResponse, responses=ERRORS)
+def estimate(
+    dataset_id: str,
+    body: EstimateRequest,
+    principal: PrincipalDep,
+    services: ServicesDep,
+    session: SessionDep,
+) -> EstimateResponse:
+    """Exact cost of a list of calls and whether your remaining budget covers it. Free."""
+    dataset = services.datasets.get_for_analyst(session, dataset_id, principal)
+    metadata = DatasetMetadata.model_validate(dataset.metadata_json)
+    costs: list[PlannedCallCost] = []
+    total = Epsilon.zero()
+    for index, call in enumerate(body.calls):
+        try:
+            priced = services.executor.price(
+                services.executor.spec(call.operation), call.request, metadata
+            )
+        except InvalidRequest as error:
+            raise InvalidRequest(f"call {index} ({call.operation}): {error.message}") from error
+        total = total + priced.cost
+        costs.append(
+            PlannedCallCost(
+                operation=call.operation,
+                epsilon=priced.cost.display(),
+                epsilon_exact=priced.cost.exact_str(),
+                guarantee="pure" if priced.guarantee == "pure" else "approximate",
+            )
+        )
+    remaining = services.ledger.remaining(principal.id, dataset_id)
+    return EstimateResponse(
+        calls=costs,
+        total_epsilon=total.display(),
+        total_epsilon_exact=total.exact_str(),
+        remaining_epsilon=remaining.display(),
+        fits=total <= remaining,
+    )

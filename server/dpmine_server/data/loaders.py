@@ -1,0 +1,414 @@
+"""Build a :class:`ColumnStore` from the owner's source and public metadata (DESIGN.md "Services").
+
+Sources are the wire models of :mod:`dpmine.wire.datasets`: one CSV file, a pair of CSV files
+(one per view), a FIMI ``.dat`` file, or an SQL table/query. Cells are read as strings, then
+converted to the declared types (ALGORITHMS.md §0.2): numeric values are clipped to [lo, hi].
+
+The owner is trusted: :class:`DataValidationError` messages and the :class:`LoadReport` may
+mention data values, file lines and the row count. They are for the owner only and must never be
+sent to an analyst.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import sqlalchemy
+
+from dpmine.wire.datasets import (
+    AnyAttribute,
+    BooleanAttribute,
+    CategoricalAttribute,
+    CsvPairSource,
+    CsvSource,
+    DatasetMetadata,
+    DatasetSource,
+    FimiSource,
+    SqlSource,
+)
+from dpmine_server.data.columns import (
+    BooleanColumn,
+    CategoricalColumn,
+    Column,
+    ColumnStore,
+    ItemColumns,
+    NumericColumn,
+)
+
+__all__ = [
+    "BOOLEAN_FALSE",
+    "BOOLEAN_TRUE",
+    "MAX_PROBLEMS",
+    "DataValidationError",
+    "LoadReport",
+    "load_store",
+    "read_csv_strings",
+    "read_fimi_lines",
+    "read_sql_strings",
+    "resolve_path",
+]
+
+BOOLEAN_TRUE = frozenset({"1", "1.0", "true", "t", "yes"})
+BOOLEAN_FALSE = frozenset({"0", "0.0", "false", "f", "no"})
+#: Problems collected before loading stops and reports them together.
+MAX_PROBLEMS = 10
+_MAX_SHOWN = 20
+
+Locate = Callable[[int], str]
+BoolArray = npt.NDArray[np.bool_]
+
+
+class DataValidationError(ValueError):
+    """The source does not match the declared metadata; the message (owner only) says where."""
+
+
+@dataclass
+class LoadReport:
+    """What the owner should know about a load. PRIVATE: owner only (holds the row count)."""
+
+    source: str
+    n_rows: int = 0
+    clipped: dict[str, int] = field(default_factory=dict)
+    missing: dict[str, int] = field(default_factory=dict)
+    ignored_columns: list[str] = field(default_factory=list)
+    duplicate_items: int = 0
+
+
+class _Problems:
+    """Collects up to MAX_PROBLEMS messages, then raises them as one error."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def add(self, message: str) -> None:
+        if len(self.messages) < MAX_PROBLEMS:
+            self.messages.append(message)
+
+    @property
+    def full(self) -> bool:
+        return len(self.messages) >= MAX_PROBLEMS
+
+    def raise_if_any(self, source: str) -> None:
+        if self.messages:
+            shown = "\n".join(f"  - {message}" for message in self.messages)
+            more = " (stopped at the first problems)" if self.full else ""
+            raise DataValidationError(f"cannot load {source}{more}:\n{shown}")
+
+
+def _listing(values: list[str]) -> str:
+    more = len(values) - _MAX_SHOWN
+    return repr(values[:_MAX_SHOWN])[:-1] + (f", ... {more} more]" if more > 0 else "]")
+
+
+def resolve_path(path: str, base_dir: Path) -> Path:
+    """A source path: absolute as given, relative under ``base_dir``."""
+    candidate = Path(path)
+    return candidate if candidate.is_absolute() else base_dir / candidate
+
+
+def read_csv_strings(path: Path) -> pd.DataFrame:
+    """Every cell of a CSV (gzip by extension) as a stripped string; short rows give ''."""
+    try:
+        frame = pd.read_csv(
+            path, dtype=str, keep_default_na=False, na_filter=False, skipinitialspace=True
+        )
+    except FileNotFoundError:
+        raise DataValidationError(f"file '{path}' does not exist") from None
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+        raise DataValidationError(f"file '{path}' is not a readable CSV file: {err}") from None
+    return pd.DataFrame(
+        {str(name): frame[name].fillna("").astype(str).str.strip() for name in frame.columns}
+    )
+
+
+def _sql_strings(column: pd.Series) -> pd.Series:
+    null = column.isna().to_numpy()
+    if pd.api.types.is_bool_dtype(column.dtype):
+        text = column.map({True: "true", False: "false"}).astype(str)
+    elif pd.api.types.is_float_dtype(column.dtype):
+        values = column.to_numpy(dtype=np.float64, na_value=0.0)
+        integral = bool(np.all(np.isfinite(values) & (values == np.round(values))))
+        text = pd.Series(values.astype(np.int64) if integral else values).astype(str)
+    else:
+        text = column.astype(str)
+    return text.where(~null, "").str.strip().reset_index(drop=True)
+
+
+def read_sql_strings(source: SqlSource) -> pd.DataFrame:
+    """An SQL table or query's rows as stripped strings (NULL gives ''); never echoes the URL."""
+    what = f"SQL table {source.table!r}" if source.table is not None else "SQL query"
+    engine = sqlalchemy.create_engine(source.url)
+    try:
+        with engine.connect() as connection:
+            if source.table is not None:
+                schema, _, name = source.table.rpartition(".")
+                try:
+                    table = sqlalchemy.Table(
+                        source.table, sqlalchemy.MetaData(), autoload_with=connection
+                    )
+                except sqlalchemy.exc.NoSuchTableError:
+                    if not schema:
+                        raise
+                    table = sqlalchemy.Table(
+                        name, sqlalchemy.MetaData(), schema=schema, autoload_with=connection
+                    )
+                frame = pd.read_sql(sqlalchemy.select(table), connection)
+            else:
+                frame = pd.read_sql(sqlalchemy.text(source.query or ""), connection)
+    except sqlalchemy.exc.NoSuchTableError:
+        raise DataValidationError(f"{what} does not exist in the database") from None
+    except sqlalchemy.exc.SQLAlchemyError as err:
+        raise DataValidationError(f"cannot read {what}: {type(err).__name__}: {err}") from None
+    finally:
+        engine.dispose()
+    return pd.DataFrame({str(name): _sql_strings(frame[name]) for name in frame.columns})
+
+
+def read_fimi_lines(path: Path) -> list[str]:
+    """The lines of a FIMI file (gzip by extension); a final newline does not add a line."""
+    try:
+        if path.suffix == ".gz":
+            with gzip.open(path, "rt", encoding="utf-8") as handle:
+                text = handle.read()
+        else:
+            text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DataValidationError(f"file '{path}' does not exist") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataValidationError(f"file '{path}' is not a readable text file: {err}") from None
+    lines = text.replace("\r\n", "\n").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+# -- typed conversion -------------------------------------------------------------------------
+
+
+def _report_bad(
+    problems: _Problems, where: str, locate: Locate, raw: pd.Series, *, bad: BoolArray, why: str
+) -> None:
+    positions = np.flatnonzero(bad)
+    if positions.size == 0:
+        return
+    first = int(positions[0])
+    more = f" ({positions.size - 1} more such cells in this column)" if positions.size > 1 else ""
+    problems.add(f"{where}, {locate(first)}: value {raw.iloc[first]!r} {why}{more}")
+
+
+def _convert(
+    attribute: AnyAttribute,
+    raw: pd.Series,
+    *,
+    missing_tokens: list[str],
+    where: str,
+    locate: Locate,
+    problems: _Problems,
+    report: LoadReport,
+) -> Column | None:
+    """One typed column from string cells, or None after recording the problems."""
+    missing = raw.isin(missing_tokens).to_numpy()
+    name = attribute.name
+    if isinstance(attribute, BooleanAttribute):
+        lowered = raw.str.lower()
+        true = lowered.isin(BOOLEAN_TRUE).to_numpy() & ~missing
+        false = lowered.isin(BOOLEAN_FALSE).to_numpy() & ~missing
+        bad = ~(true | false | missing)
+        why = "is not a Boolean (use 1/0, true/false, t/f or yes/no, or a missing-value token)"
+        _report_bad(problems, where, locate, raw, bad=bad, why=why)
+        report.missing[name] = int(missing.sum())
+        return None if bad.any() else BooleanColumn.from_arrays(name, true, ~missing)
+    if isinstance(attribute, CategoricalAttribute):
+        codes = pd.Index(attribute.categories).get_indexer(pd.Index(raw)).astype(np.int32)
+        bad = (codes < 0) & ~missing
+        why = (
+            f"is not one of the declared categories {_listing(attribute.categories)}; "
+            "add it to the metadata or clean the data"
+        )
+        _report_bad(problems, where, locate, raw, bad=bad, why=why)
+        report.missing[name] = int((codes < 0).sum())
+        return None if bad.any() else CategoricalColumn(name, tuple(attribute.categories), codes)
+    values = pd.to_numeric(raw.mask(missing), errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(values) & ~missing
+    _report_bad(problems, where, locate, raw, bad=bad, why="is not a finite number")
+    report.missing[name] = int(missing.sum())
+    if bad.any():
+        return None
+    report.clipped[name] = int(((values < attribute.lo) | (values > attribute.hi)).sum())
+    return NumericColumn.from_values(name, values, lo=attribute.lo, hi=attribute.hi)
+
+
+def _csv_line(position: int) -> str:
+    return f"line {position + 2}"
+
+
+def _sql_row(position: int) -> str:
+    return f"row {position + 1}"
+
+
+def _check_n_max(n_rows: int, metadata: DatasetMetadata, problems: _Problems, what: str) -> None:
+    if n_rows > metadata.n_max:
+        problems.add(
+            f"{what} has {n_rows} rows, more than the declared n_max={metadata.n_max}; raise "
+            "n_max in the metadata (it must be a public upper bound on the row count)"
+        )
+
+
+def _missing_columns(
+    frame: pd.DataFrame, attributes: list[AnyAttribute], what: str, problems: _Problems
+) -> None:
+    for attribute in attributes:
+        if attribute.name not in frame.columns:
+            problems.add(
+                f"{what} has no column {attribute.name!r} for the declared attribute; its columns "
+                f"are {_listing([str(c) for c in frame.columns])}"
+            )
+
+
+def _table_store(
+    metadata: DatasetMetadata,
+    parts: list[tuple[pd.DataFrame, list[AnyAttribute], str, Locate]],
+    n_rows: int,
+    problems: _Problems,
+    report: LoadReport,
+) -> tuple[ColumnStore, LoadReport]:
+    """Convert every attribute of each (frame, attributes, description, locate) part."""
+    columns: dict[str, Column] = {}
+    for frame, attributes, what, locate in parts:
+        for attribute in attributes:
+            if problems.full:
+                break
+            column = _convert(
+                attribute,
+                frame[attribute.name],
+                missing_tokens=metadata.missing_values,
+                where=f"{what}, column {attribute.name!r}",
+                locate=locate,
+                problems=problems,
+                report=report,
+            )
+            if column is not None:
+                columns[attribute.name] = column
+    problems.raise_if_any(report.source)
+    report.n_rows = n_rows
+    return ColumnStore(metadata, n_rows=n_rows, columns=columns), report
+
+
+def _load_single(
+    metadata: DatasetMetadata, frame: pd.DataFrame, what: str, locate: Locate
+) -> tuple[ColumnStore, LoadReport]:
+    report = LoadReport(source=what)
+    problems = _Problems()
+    if metadata.kind == "transactions":
+        problems.add("transaction datasets load from a FIMI source, not from a table")
+    declared = {attribute.name for attribute in metadata.attributes}
+    report.ignored_columns = [str(c) for c in frame.columns if c not in declared]
+    _missing_columns(frame, metadata.attributes, what, problems)
+    _check_n_max(len(frame), metadata, problems, what)
+    problems.raise_if_any(what)
+    return _table_store(
+        metadata, [(frame, metadata.attributes, what, locate)], len(frame), problems, report
+    )
+
+
+def _load_pair(
+    metadata: DatasetMetadata, source: CsvPairSource, base_dir: Path
+) -> tuple[ColumnStore, LoadReport]:
+    what = f"CSV pair {source.left!r} / {source.right!r}"
+    report = LoadReport(source=what)
+    problems = _Problems()
+    if metadata.kind != "views":
+        problems.add(
+            f"a CSV pair holds two views, but the metadata declares kind {metadata.kind!r}"
+        )
+        problems.raise_if_any(what)
+    left = read_csv_strings(resolve_path(source.left, base_dir))
+    right = read_csv_strings(resolve_path(source.right, base_dir))
+    if len(left) != len(right):
+        problems.add(f"the left file has {len(left)} rows but the right file has {len(right)}")
+    by_view = {
+        view: [a for a in metadata.attributes if a.view == view] for view in ("left", "right")
+    }
+    id_column = source.id_column
+    if id_column is not None:
+        if id_column in {a.name for a in metadata.attributes}:
+            problems.add(
+                f"id column {id_column!r} is also a declared attribute; rename one of them"
+            )
+        for side, frame in (("left", left), ("right", right)):
+            if id_column not in frame.columns:
+                problems.add(
+                    f"the {side} file {getattr(source, side)!r} has no id column {id_column!r}"
+                )
+        if not problems.messages:
+            differs = np.flatnonzero(left[id_column].to_numpy() != right[id_column].to_numpy())
+            if differs.size:
+                first = int(differs[0])
+                problems.add(
+                    f"id column {id_column!r} differs at {_csv_line(first)}: left "
+                    f"{left[id_column].iloc[first]!r}, right {right[id_column].iloc[first]!r} "
+                    f"({differs.size} rows differ); both files must list the same rows in order"
+                )
+    parts: list[tuple[pd.DataFrame, list[AnyAttribute], str, Locate]] = []
+    for side, frame, path in (("left", left, source.left), ("right", right, source.right)):
+        file_what = f"{side} file {path!r}"
+        _missing_columns(frame, by_view[side], file_what, problems)
+        declared = {a.name for a in by_view[side]} | {id_column}
+        report.ignored_columns += [f"{side}:{c}" for c in frame.columns if c not in declared]
+        parts.append((frame, by_view[side], file_what, _csv_line))
+    _check_n_max(len(left), metadata, problems, what)
+    problems.raise_if_any(what)
+    return _table_store(metadata, parts, len(left), problems, report)
+
+
+def _load_fimi(
+    metadata: DatasetMetadata, source: FimiSource, base_dir: Path
+) -> tuple[ColumnStore, LoadReport]:
+    what = f"FIMI file {source.path!r}"
+    report = LoadReport(source=what)
+    problems = _Problems()
+    if metadata.kind != "transactions":
+        problems.add(f"a FIMI file holds transactions, but the metadata declares {metadata.kind!r}")
+        problems.raise_if_any(what)
+    lines = read_fimi_lines(resolve_path(source.path, base_dir))
+    tokens_per_line = [line.split() for line in lines]
+    lengths = np.fromiter((len(t) for t in tokens_per_line), dtype=np.int64, count=len(lines))
+    tokens = [token for line_tokens in tokens_per_line for token in line_tokens]
+    item_ids = pd.Index(metadata.items).get_indexer(pd.Index(tokens, dtype=object)).astype(np.int64)
+    rows = np.repeat(np.arange(len(lines), dtype=np.int64), lengths)
+    for position in np.flatnonzero(item_ids < 0)[:MAX_PROBLEMS]:
+        problems.add(
+            f"{what}, line {int(rows[position]) + 1}: item {tokens[position]!r} is not in the "
+            "declared item universe; add it to metadata.items or clean the data"
+        )
+    _check_n_max(len(lines), metadata, problems, what)
+    problems.raise_if_any(what)
+    items = ItemColumns.from_pairs(metadata.items, rows, item_ids, len(lines))
+    report.n_rows = len(lines)
+    report.duplicate_items = len(tokens) - int(items.indices.shape[0])
+    return ColumnStore(metadata, n_rows=len(lines), items=items), report
+
+
+def load_store(
+    metadata: DatasetMetadata, source: DatasetSource, *, base_dir: Path
+) -> tuple[ColumnStore, LoadReport]:
+    """Load ``source`` as declared by ``metadata``; relative paths are resolved under ``base_dir``.
+
+    Raises :class:`DataValidationError` (owner-only message) listing up to MAX_PROBLEMS problems.
+    """
+    if isinstance(source, CsvSource):
+        frame = read_csv_strings(resolve_path(source.path, base_dir))
+        return _load_single(metadata, frame, f"file {source.path!r}", _csv_line)
+    if isinstance(source, CsvPairSource):
+        return _load_pair(metadata, source, base_dir)
+    if isinstance(source, FimiSource):
+        return _load_fimi(metadata, source, base_dir)
+    frame = read_sql_strings(source)
+    what = f"SQL table {source.table!r}" if source.table is not None else "SQL query"
+    return _load_single(metadata, frame, what, _sql_row)

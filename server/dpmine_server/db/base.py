@@ -1,0 +1,62 @@
+"""Engine and session factory for the engine's own database (SQLite by default, PostgreSQL).
+
+SQLite runs in WAL mode with a busy timeout; a connection whose execution options carry
+``sqlite_begin="IMMEDIATE"`` starts its transaction with ``BEGIN IMMEDIATE`` so that the ledger's
+check-and-charge holds the write lock from the first read (DP-ENGINES.md R2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import DeclarativeBase, sessionmaker
+from sqlalchemy.pool import ConnectionPoolEntry
+
+__all__ = ["Base", "SessionFactory", "is_sqlite", "make_engine", "make_session_factory"]
+
+SessionFactory = sessionmaker
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every table."""
+
+
+def is_sqlite(engine: Engine) -> bool:
+    """True when the engine talks to SQLite."""
+    return engine.dialect.name == "sqlite"
+
+
+def make_engine(url: str, **kwargs: Any) -> Engine:
+    """An engine for ``url`` with the pragmas and transaction handling the ledger relies on."""
+    if url.startswith("sqlite"):
+        engine = create_engine(
+            url, connect_args={"check_same_thread": False, "timeout": 60}, **kwargs
+        )
+        _configure_sqlite(engine)
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=20, max_overflow=40, **kwargs)
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+        # Let SQLAlchemy, not the driver, emit BEGIN (pysqlite otherwise defers it).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=60000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        mode = connection.get_execution_options().get("sqlite_begin", "DEFERRED")
+        connection.exec_driver_sql(f"BEGIN {mode}")
+
+
+def make_session_factory(engine: Engine) -> sessionmaker[Any]:
+    """Sessions that keep loaded attributes after commit (routes read them afterwards)."""
+    return sessionmaker(bind=engine, expire_on_commit=False)

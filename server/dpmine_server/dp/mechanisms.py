@@ -1,0 +1,173 @@
+"""The DP mechanisms. Every release of the engine goes through one of these functions.
+
+* :func:`discrete_laplace`: integer counts + two-sided geometric noise from OpenDP's exact sampler
+  (CKS20 over exact rationals, randomness from OpenSSL's ``RAND_priv_bytes``), ALGORITHMS.md §0.3.
+* :func:`exponential_mechanism`: one draw over discrete candidates with an optional
+  data-independent base measure, by the Gumbel-max trick in log space (§0.3, §1.5).
+* :func:`uniform_in_cell`: the threshold reported inside a chosen continuous cell (§1.4).
+* :func:`noisy_top_k`: K-fold peeling exponential mechanism as one-shot Gumbel top-K (§4.2).
+
+Selections draw from the injected ``numpy.random.Generator`` (randomgen AES counter mode, see
+:mod:`dpmine_server.dp.rng`). Floating-point caveat: the Gumbel transforms are float inverse-CDF
+transforms; they only choose among candidates (nothing numeric is released from them), which is
+the setting DP-ENGINES.md §3 accepts. Released numbers are integers from the exact sampler.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import opendp.prelude as dp
+
+__all__ = [
+    "discrete_laplace",
+    "exponential_mechanism",
+    "gumbel_scores",
+    "laplace_scale",
+    "noisy_top_k",
+    "uniform_in_cell",
+]
+
+dp.enable_features("contrib")
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+def _check_epsilon(epsilon: float) -> None:
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"epsilon must be a positive finite number, got {epsilon!r}")
+
+
+@lru_cache(maxsize=1024)
+def laplace_scale(*, epsilon: float, sensitivity: int) -> float:
+    """The smallest float scale b ≥ sensitivity/epsilon whose OpenDP privacy map is ≤ epsilon."""
+    _check_epsilon(epsilon)
+    if sensitivity < 1:
+        raise ValueError(f"sensitivity must be a positive integer, got {sensitivity}")
+    scale = sensitivity / epsilon
+    while _vector_laplace(scale).map(sensitivity) > epsilon:
+        scale = math.nextafter(scale, math.inf)
+    return scale
+
+
+@lru_cache(maxsize=256)
+def _vector_laplace(scale: float) -> Any:
+    return dp.m.make_laplace(
+        dp.vector_domain(dp.atom_domain(T=dp.i64)),
+        dp.l1_distance(T=dp.i64),
+        scale=scale,
+    )
+
+
+def discrete_laplace(
+    values: npt.ArrayLike, *, epsilon: float, sensitivity: int = 1
+) -> IntArray:
+    """Release integer ``values`` + discrete Laplace noise; ε-DP for L1 sensitivity ``sensitivity``.
+
+    ``sensitivity`` is the L1 sensitivity of the whole vector (1 for the cells of a partition of
+    the rows, §0.3). The scale is ``sensitivity/epsilon`` rounded up until OpenDP's own privacy
+    map confirms ``map(sensitivity) <= epsilon``. Randomness is OpenDP's (OpenSSL CSPRNG), so no
+    generator argument: these draws can never be seeded by anyone.
+    """
+    counts = np.atleast_1d(np.asarray(values, dtype=np.int64))
+    if counts.ndim != 1:
+        raise ValueError("discrete_laplace releases a vector of counts")
+    measurement = _vector_laplace(laplace_scale(epsilon=epsilon, sensitivity=sensitivity))
+    return np.asarray(measurement(counts), dtype=np.int64)
+
+
+def gumbel_scores(
+    log_weights: npt.ArrayLike, *, rng: np.random.Generator
+) -> FloatArray:
+    """``log_weights + Gumbel(0, 1)``; the argmax is an exact draw ∝ exp(log_weights) (§1.5)."""
+    weights = np.asarray(log_weights, dtype=np.float64)
+    return weights + rng.gumbel(0.0, 1.0, size=weights.shape)
+
+
+def _log_weights(
+    quality: npt.ArrayLike,
+    *,
+    epsilon: float,
+    sensitivity: float,
+    log_base_measure: npt.ArrayLike | None,
+) -> FloatArray:
+    _check_epsilon(epsilon)
+    if not (math.isfinite(sensitivity) and sensitivity > 0):
+        raise ValueError(f"sensitivity must be a positive finite number, got {sensitivity!r}")
+    scores = np.asarray(quality, dtype=np.float64)
+    if scores.ndim != 1 or scores.size == 0:
+        raise ValueError("the exponential mechanism needs a non-empty vector of qualities")
+    if not np.all(np.isfinite(scores)):
+        raise ValueError("qualities must be finite")
+    log_weights = (epsilon / (2.0 * sensitivity)) * scores
+    if log_base_measure is not None:
+        base = np.asarray(log_base_measure, dtype=np.float64)
+        if base.shape != scores.shape:
+            raise ValueError("log_base_measure must have one entry per candidate")
+        if np.any(np.isnan(base)) or np.any(base == np.inf):
+            raise ValueError("log_base_measure must be finite or -inf (mass 0)")
+        if not np.any(np.isfinite(base)):
+            raise ValueError("the base measure gives no candidate positive mass")
+        log_weights = log_weights + base
+    return log_weights
+
+
+def exponential_mechanism(
+    quality: npt.ArrayLike,
+    *,
+    epsilon: float,
+    sensitivity: float,
+    rng: np.random.Generator,
+    log_base_measure: npt.ArrayLike | None = None,
+) -> int:
+    """One exponential-mechanism draw; ε-DP when ``quality`` has sensitivity ``sensitivity``.
+
+    P(c) ∝ μ(c)·exp(ε·q(c)/(2Δq)) (§0.3), computed as the argmax of log-weights plus Gumbel noise,
+    so no weight is ever exponentiated. ``log_base_measure`` is log μ(c) of a data-independent
+    base measure (−inf for mass 0); for continuous threshold cells pass log(cell length) and
+    report :func:`uniform_in_cell` of the chosen cell (§1.4). Returns the chosen index.
+    """
+    log_weights = _log_weights(
+        quality, epsilon=epsilon, sensitivity=sensitivity, log_base_measure=log_base_measure
+    )
+    return int(np.argmax(gumbel_scores(log_weights, rng=rng)))
+
+
+def noisy_top_k(
+    quality: npt.ArrayLike,
+    *,
+    k: int,
+    epsilon: float,
+    sensitivity: float,
+    rng: np.random.Generator,
+    log_base_measure: npt.ArrayLike | None = None,
+) -> IntArray:
+    """K candidates without replacement, in selection order; ε-DP in total.
+
+    Equivalent to K rounds of the exponential mechanism with ε/K each, peeling the winner
+    (§4.2: "K-fold peeling EM = Gumbel top-K"): one Gumbel perturbation of the log-weights at
+    ε/K, then the K largest in decreasing order.
+    """
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    log_weights = _log_weights(
+        quality, epsilon=epsilon / k, sensitivity=sensitivity, log_base_measure=log_base_measure
+    )
+    positive = int(np.count_nonzero(np.isfinite(log_weights)))
+    if k > positive:
+        raise ValueError(f"k = {k} exceeds the {positive} candidates with positive base mass")
+    keys = gumbel_scores(log_weights, rng=rng)
+    top = np.argpartition(-keys, k - 1)[:k]
+    return np.asarray(top[np.argsort(-keys[top], kind="stable")], dtype=np.int64)
+
+
+def uniform_in_cell(lower: float, upper: float, *, rng: np.random.Generator) -> float:
+    """A threshold uniform on the cell [lower, upper] (the released value of §1.4)."""
+    if not (math.isfinite(lower) and math.isfinite(upper) and lower <= upper):
+        raise ValueError(f"not a finite cell: [{lower}, {upper}]")
+    return float(lower + (upper - lower) * rng.random())

@@ -1,0 +1,138 @@
+"""Server errors: one base class carrying its status code, one JSON shape for all of them.
+
+Messages say what was wrong and what to do, and never anything about the data (DESIGN.md
+"Errors"). Every error raised before the ledger reservation costs nothing.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from dpmine.wire import ErrorBody
+
+__all__ = [
+    "BudgetExhausted",
+    "Forbidden",
+    "IdempotencyConflict",
+    "InternalError",
+    "InvalidRequest",
+    "NotFound",
+    "OperationFailed",
+    "RequestInProgress",
+    "ServerError",
+    "Unauthorized",
+    "add_exception_handlers",
+]
+
+
+class ServerError(Exception):
+    """Base of every error the API reports on purpose."""
+
+    status_code = 500
+    headers: dict[str, str] | None = None
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidRequest(ServerError):
+    """The request is malformed or out of range; nothing was charged."""
+
+    status_code = 422
+
+
+class Unauthorized(ServerError):
+    """Missing, unknown or disabled API key."""
+
+    status_code = 401
+    headers = {"WWW-Authenticate": "Bearer"}  # noqa: RUF012  (class constant, never mutated)
+
+
+class Forbidden(ServerError):
+    """The principal may not do this."""
+
+    status_code = 403
+
+
+class NotFound(ServerError):
+    """Unknown dataset, principal, job or session (or not granted to this analyst)."""
+
+    status_code = 404
+
+
+class Conflict(ServerError):
+    """The request conflicts with the current state (e.g. a dataset id already in use)."""
+
+    status_code = 409
+
+
+class BudgetExhausted(ServerError):
+    """The cost does not fit the dataset cap or the analyst's grant; nothing was charged."""
+
+    status_code = 409
+
+
+class RequestInProgress(ServerError):
+    """A request with this Idempotency-Key is still running; retry later for its result."""
+
+    status_code = 409
+    headers = {"Retry-After": "1"}  # noqa: RUF012  (class constant, never mutated)
+
+
+class IdempotencyConflict(ServerError):
+    """The Idempotency-Key was used before for a different request."""
+
+    status_code = 422
+
+
+class OperationFailed(ServerError):
+    """The operation failed after its charge; the charge stands and nothing was released."""
+
+    status_code = 500
+
+
+class InternalError(AssertionError):
+    """A bug in the engine (never a user mistake)."""
+
+
+def _body(error: str, detail: str) -> dict[str, str]:
+    return ErrorBody(error=error, detail=detail).model_dump()
+
+
+def _validation_detail(error: RequestValidationError) -> str:
+    parts = []
+    for item in error.errors()[:10]:
+        location = ".".join(str(part) for part in item.get("loc", ()) if part != "body")
+        parts.append(f"{location or 'body'}: {item.get('msg', 'invalid')}")
+    return "; ".join(parts) + " (fix these fields and send the request again)"
+
+
+def add_exception_handlers(app: FastAPI) -> None:
+    """Serialise every error as ``{"error": ..., "detail": ...}``."""
+
+    @app.exception_handler(ServerError)
+    async def _server_error(_request: Request, exc: ServerError) -> JSONResponse:
+        return JSONResponse(
+            _body(type(exc).__name__, exc.message), exc.status_code, headers=exc.headers
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse(_body("InvalidRequest", _validation_detail(exc)), 422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        names = {404: "NotFound", 405: "MethodNotAllowed", 401: "Unauthorized"}
+        name = names.get(exc.status_code, "HTTPError")
+        return JSONResponse(_body(name, str(exc.detail)), exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request: Request, _exc: Exception) -> JSONResponse:
+        return JSONResponse(
+            _body("InternalError", "the server hit an internal error; the owner can see the log"),
+            500,
+        )

@@ -1,0 +1,60 @@
+"""Generic noisy count, ``count.noisy`` (ALGORITHMS.md §0.6)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dpmine.wire import DatasetMetadata, Expr, Guarantee, NoisyCountRequest, NoisyCountResponse
+from dpmine_server.data.columns import ColumnStore
+from dpmine_server.data.validation import validate_expr
+from dpmine_server.dp.budget import Epsilon
+from dpmine_server.dp.mechanisms import discrete_laplace
+from dpmine_server.operations.base import OperationSpec, Progress
+
+__all__ = ["OPERATIONS", "noisy_count"]
+
+
+def noisy_count(columns: ColumnStore, *, predicate: Expr | None, epsilon: float) -> int:
+    """|{rows satisfying predicate}| + discrete Laplace(1/ε); ε-DP.
+
+    Sensitivity 1 under add/remove-one-row (one row changes the count by at most 1). The whole
+    ε goes to the one count. Returns an integer that may be negative.
+    """
+    support = columns.all_rows() if predicate is None else columns.evaluate(predicate)
+    return int(discrete_laplace([support.count()], epsilon=epsilon, sensitivity=1)[0])
+
+
+def _validate(request: NoisyCountRequest, metadata: DatasetMetadata) -> None:
+    if request.predicate is not None:
+        validate_expr(request.predicate, metadata, side="predicate")
+
+
+def _cost(request: NoisyCountRequest) -> tuple[Epsilon, Guarantee]:
+    return Epsilon.charge(request.epsilon), "pure"
+
+
+def _run(
+    columns: ColumnStore,
+    request: NoisyCountRequest,
+    epsilon: Epsilon,
+    _rng: np.random.Generator,
+    _progress: Progress,
+) -> dict[str, Any]:
+    return {"count": noisy_count(columns, predicate=request.predicate, epsilon=epsilon.for_mechanism())}
+
+
+OPERATIONS = [
+    OperationSpec(
+        name="count.noisy",
+        path="counts",
+        summary="Noisy count of the rows satisfying a predicate (or of all rows).",
+        request_model=NoisyCountRequest,
+        response_model=NoisyCountResponse,
+        dataset_kinds=frozenset({"views", "table", "transactions"}),
+        validate=_validate,
+        cost=_cost,
+        run=_run,
+    )
+]

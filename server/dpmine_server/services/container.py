@@ -1,0 +1,111 @@
+"""The server's long-lived services, built once per app from the settings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from dpmine_server.db.base import make_engine, make_session_factory
+from dpmine_server.db.migrate import upgrade_to_head
+from dpmine_server.db.models import Principal, utcnow
+from dpmine_server.dp.rng import secure_generator, seeded_generator
+from dpmine_server.services import audit
+from dpmine_server.services.datasets import DatasetService
+from dpmine_server.services.executor import Executor
+from dpmine_server.services.jobs import JobRunner
+from dpmine_server.services.ledger import Ledger
+from dpmine_server.services.principals import create_principal
+from dpmine_server.settings import Settings
+
+__all__ = ["Services", "build_services"]
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """Everything a request handler needs, injected through ``api.deps``."""
+
+    settings: Settings
+    engine: Engine
+    sessions: sessionmaker[Session]
+    ledger: Ledger
+    datasets: DatasetService
+    executor: Executor
+    jobs: JobRunner
+
+    def close(self) -> None:
+        """Finish jobs and release connections."""
+        self.jobs.shutdown()
+        self.engine.dispose()
+
+
+def _rng_factory(settings: Settings) -> Callable[[], np.random.Generator]:
+    if settings.test_seed is None:
+        return secure_generator
+    # Test mode only (Settings refuses a seed elsewhere): reproducible but distinct per request.
+    counter = iter(range(1 << 62))
+    seed = settings.test_seed
+
+    def next_generator() -> np.random.Generator:
+        return seeded_generator(seed * 1_000_003 + next(counter))
+
+    return next_generator
+
+
+def build_services(settings: Settings, *, migrate: bool = True, recover: bool = True) -> Services:
+    """Connect, migrate, bootstrap the first owner and recover from a crash."""
+    engine = make_engine(settings.database_url)
+    if migrate:
+        upgrade_to_head(engine)
+    sessions = make_session_factory(engine)
+    ledger = Ledger(engine, sessions)
+    datasets = DatasetService(
+        data_dir=settings.data_dir,
+        sessions=sessions,
+        allow_sql=settings.allow_sql_sources,
+        max_cached=settings.max_cached_datasets,
+    )
+    executor = Executor(
+        sessions=sessions, ledger=ledger, datasets=datasets, rng_factory=_rng_factory(settings)
+    )
+    jobs = JobRunner(sessions=sessions, executor=executor, workers=settings.job_workers)
+    services = Services(
+        settings=settings,
+        engine=engine,
+        sessions=sessions,
+        ledger=ledger,
+        datasets=datasets,
+        executor=executor,
+        jobs=jobs,
+    )
+    _bootstrap_owner(services)
+    if recover:
+        interrupted = ledger.interrupt_reserved(before=utcnow())
+        failed_jobs = jobs.interrupt_unfinished()
+        if interrupted or failed_jobs:
+            with sessions() as session, session.begin():
+                audit.record(
+                    session,
+                    action="recovery",
+                    details={"interrupted_entries": interrupted, "failed_jobs": failed_jobs},
+                )
+    return services
+
+
+def _bootstrap_owner(services: Services) -> None:
+    key = services.settings.bootstrap_owner_key
+    if key is None:
+        return
+    with services.sessions() as session, session.begin():
+        has_owner = session.scalar(select(Principal.id).where(Principal.role == "owner").limit(1))
+        if has_owner is None:
+            create_principal(
+                session, name="admin", role="owner", secret=services.settings.secret_key, api_key=key
+            )
+            audit.record(session, action="bootstrap_owner", target="admin")
+
+

@@ -1,0 +1,289 @@
+"""Datasets: registration from files or SQL, public metadata, grants, and the in-memory cache.
+
+Files are copied under ``data_dir/datasets/<id>/v<version>/`` at registration, so a dataset
+version never changes under the ledger. Contents are loaded into a columnar
+:class:`~dpmine_server.data.columns.ColumnStore` on first use, keyed by (id, version).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import select
+from pydantic import TypeAdapter
+from sqlalchemy.orm import Session, sessionmaker
+
+from dpmine.wire import (
+    CreateDatasetRequest,
+    CsvPairSource,
+    CsvSource,
+    DatasetInfo,
+    DatasetMetadata,
+    DatasetSource,
+    FimiSource,
+    GrantInfo,
+    SqlSource,
+)
+from dpmine_server.data.cache import DatasetCache
+from dpmine_server.data.columns import ColumnStore
+from dpmine_server.data.loaders import DataValidationError, LoadReport, load_store
+from dpmine_server.db.models import Dataset, Grant, Principal, utcnow
+from dpmine_server.dp.budget import BudgetError, Epsilon
+from dpmine_server.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from dpmine_server.services.principals import get_principal
+
+_SOURCE_ADAPTER: TypeAdapter[DatasetSource] = TypeAdapter(DatasetSource)
+
+__all__ = [
+    "DatasetService",
+    "StoredFile",
+    "dataset_info",
+    "grant_info",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredFile:
+    """A file handed in for registration: where it is now and the name to keep it under."""
+
+    path: Path
+    name: str
+
+
+def dataset_info(dataset: Dataset) -> DatasetInfo:
+    """Wire view of a dataset: public metadata only."""
+    return DatasetInfo(
+        id=dataset.id,
+        name=dataset.name,
+        description=dataset.description,
+        attribution=dataset.attribution,
+        version=dataset.version,
+        status="retired" if dataset.status == "retired" else "active",
+        metadata=DatasetMetadata.model_validate(dataset.metadata_json),
+        created_at=dataset.created_at,
+    )
+
+
+def grant_info(grant: Grant, analyst_name: str) -> GrantInfo:
+    """Wire view of a grant."""
+    return GrantInfo(
+        analyst=analyst_name,
+        dataset_id=grant.dataset_id,
+        epsilon=Epsilon(grant.limit_units).display(),
+        spent=Epsilon(grant.spent_units).display(),
+        remaining=Epsilon(grant.limit_units - grant.spent_units).display(),
+    )
+
+
+class DatasetService:
+    """Registration, lookup and loading of datasets."""
+
+    def __init__(
+        self,
+        *,
+        data_dir: Path,
+        sessions: sessionmaker[Session],
+        allow_sql: bool,
+        max_cached: int = 16,
+    ) -> None:
+        self._data_dir = data_dir
+        self._sessions = sessions
+        self._allow_sql = allow_sql
+        self._cache = DatasetCache(self._load_version, max_entries=max_cached)
+
+    # -- registration --------------------------------------------------------------------------
+
+    def register(
+        self,
+        session: Session,
+        request: CreateDatasetRequest,
+        *,
+        files: dict[str, StoredFile] | None = None,
+    ) -> tuple[DatasetInfo, LoadReport]:
+        """Validate the source against the metadata, keep the files, create version 1.
+
+        ``files`` maps the source's path fields ("path", "left", "right") to files on this
+        machine; they are copied into the dataset's folder and the source is rewritten to the
+        copies. Without ``files`` a file source must already name files inside the data folder.
+        """
+        if session.get(Dataset, request.id) is not None:
+            raise Conflict(f"dataset id {request.id!r} is taken; choose another id")
+        try:
+            cap = Epsilon.cap(request.epsilon_cap)
+        except BudgetError as error:
+            raise InvalidRequest(f"epsilon_cap: {error}") from error
+        if isinstance(request.source, SqlSource) and not self._allow_sql:
+            raise Forbidden("this server does not accept SQL sources (DPMINE_ALLOW_SQL_SOURCES)")
+        version_dir = self._version_dir(request.id, 1)
+        source = self._store_files(request.source, files or {}, version_dir)
+        try:
+            store, report = load_store(request.metadata, source, base_dir=version_dir)
+        except DataValidationError as error:
+            shutil.rmtree(version_dir, ignore_errors=True)
+            raise InvalidRequest(str(error)) from error
+        except BaseException:
+            shutil.rmtree(version_dir, ignore_errors=True)
+            raise
+        dataset = Dataset(
+            id=request.id,
+            name=request.name,
+            description=request.description,
+            attribution=request.attribution,
+            kind=request.metadata.kind,
+            metadata_json=request.metadata.model_dump(mode="json"),
+            source_json=source.model_dump(mode="json"),
+            version=1,
+            status="active",
+            cap_units=cap.units,
+            spent_units=0,
+            created_at=utcnow(),
+        )
+        session.add(dataset)
+        session.flush()
+        del store  # validated; loaded again (and cached) on first use
+        return dataset_info(dataset), report
+
+    def _version_dir(self, dataset_id: str, version: int) -> Path:
+        return (self._data_dir / "datasets" / dataset_id / f"v{version}").resolve()
+
+    def _store_files(
+        self, source: DatasetSource, files: dict[str, StoredFile], version_dir: Path
+    ) -> DatasetSource:
+        if isinstance(source, SqlSource):
+            if files:
+                raise InvalidRequest("an SQL source takes no uploaded files")
+            return source
+        fields = {
+            CsvSource: ("path",),
+            FimiSource: ("path",),
+            CsvPairSource: ("left", "right"),
+        }[type(source)]
+        updates: dict[str, str] = {}
+        for field in fields:
+            stored = files.get(field)
+            if stored is None:
+                path = (version_dir / getattr(source, field)).resolve()
+                if not path.is_relative_to(self._data_dir.resolve()) or not path.is_file():
+                    raise InvalidRequest(
+                        f"source field {field!r}: upload the file (no stored file "
+                        f"{getattr(source, field)!r} for this dataset)"
+                    )
+                continue
+            name = Path(stored.name).name
+            if not name or name.startswith("."):
+                raise InvalidRequest(f"file for {field!r} needs a plain file name")
+            version_dir.mkdir(parents=True, exist_ok=True)
+            target = version_dir / f"{field}-{name}"
+            shutil.copyfile(stored.path, target)
+            updates[field] = target.name
+        return source.model_copy(update=updates)
+
+    # -- lookup --------------------------------------------------------------------------------
+
+    @staticmethod
+    def get(session: Session, dataset_id: str) -> Dataset:
+        """The dataset row (owners see retired ones too)."""
+        dataset = session.get(Dataset, dataset_id)
+        if dataset is None:
+            raise NotFound(f"no dataset {dataset_id!r}; list datasets to see the ids")
+        return dataset
+
+    @staticmethod
+    def get_for_analyst(session: Session, dataset_id: str, analyst: Principal) -> Dataset:
+        """An active dataset the analyst holds a grant on (else NotFound, same message)."""
+        dataset = session.get(Dataset, dataset_id)
+        granted = dataset is not None and session.scalar(
+            select(Grant.id).where(Grant.dataset_id == dataset_id, Grant.analyst_id == analyst.id)
+        )
+        if dataset is None or not granted or dataset.status != "active":
+            raise NotFound(
+                f"dataset {dataset_id!r} does not exist or is not granted to you; "
+                "list datasets to see yours"
+            )
+        return dataset
+
+    @staticmethod
+    def list_all(session: Session) -> list[DatasetInfo]:
+        """Every dataset, for owners."""
+        return [dataset_info(d) for d in session.scalars(select(Dataset).order_by(Dataset.id))]
+
+    @staticmethod
+    def list_for_analyst(session: Session, analyst: Principal) -> list[DatasetInfo]:
+        """Active datasets the analyst holds a grant on."""
+        rows = session.scalars(
+            select(Dataset)
+            .join(Grant, Grant.dataset_id == Dataset.id)
+            .where(Grant.analyst_id == analyst.id, Dataset.status == "active")
+            .order_by(Dataset.id)
+        )
+        return [dataset_info(d) for d in rows]
+
+    def retire(self, session: Session, dataset_id: str) -> DatasetInfo:
+        """Stop all further queries on a dataset (its ledger stays)."""
+        dataset = self.get(session, dataset_id)
+        dataset.status = "retired"
+        session.flush()
+        self._cache.evict(dataset_id)
+        return dataset_info(dataset)
+
+    def columns(self, dataset_id: str, version: int) -> ColumnStore:
+        """The loaded columns of a dataset version (loaded once, then cached)."""
+        return self._cache.get(dataset_id, version)
+
+    def _load_version(self, dataset_id: str, version: int) -> ColumnStore:
+        with self._sessions() as session:
+            dataset = self.get(session, dataset_id)
+            metadata = DatasetMetadata.model_validate(dataset.metadata_json)
+            source = _SOURCE_ADAPTER.validate_python(dataset.source_json)
+        store, _report = load_store(metadata, source, base_dir=self._version_dir(dataset_id, version))
+        return store
+
+    # -- grants --------------------------------------------------------------------------------
+
+    def set_grant(
+        self, session: Session, dataset_id: str, analyst_name: str, epsilon: float
+    ) -> GrantInfo:
+        """Create or change an analyst's allotment; it cannot drop below what was spent."""
+        dataset = self.get(session, dataset_id)
+        analyst = get_principal(session, analyst_name)
+        if analyst.role != "analyst":
+            raise InvalidRequest(f"{analyst_name!r} is an owner; grants are for analysts")
+        try:
+            limit = Epsilon.cap(epsilon)
+        except BudgetError as error:
+            raise InvalidRequest(f"epsilon: {error}") from error
+        grant = session.scalar(
+            select(Grant).where(Grant.dataset_id == dataset.id, Grant.analyst_id == analyst.id)
+        )
+        if grant is None:
+            grant = Grant(
+                dataset_id=dataset.id,
+                analyst_id=analyst.id,
+                limit_units=limit.units,
+                spent_units=0,
+                updated_at=utcnow(),
+            )
+            session.add(grant)
+        else:
+            if limit.units < grant.spent_units:
+                raise InvalidRequest(
+                    f"{analyst_name!r} already spent {Epsilon(grant.spent_units).exact_str()} "
+                    "on this dataset; a grant cannot be set below that"
+                )
+            grant.limit_units = limit.units
+            grant.updated_at = utcnow()
+        session.flush()
+        return grant_info(grant, analyst.name)
+
+    @staticmethod
+    def list_grants(session: Session, dataset_id: str) -> list[GrantInfo]:
+        """All grants on a dataset."""
+        rows = session.execute(
+            select(Grant, Principal.name)
+            .join(Principal, Principal.id == Grant.analyst_id)
+            .where(Grant.dataset_id == dataset_id)
+            .order_by(Principal.name)
+        ).tuples()
+        return [grant_info(grant, name) for grant, name in rows]

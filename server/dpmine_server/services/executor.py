@@ -1,0 +1,212 @@
+"""Runs a private operation the one permitted way (DESIGN.md "Architecture", contract item 3).
+
+validate (public metadata only) → price → charge the ledger (committed) → load the columns → run
+the kernel with the server's generator → store the release in the ledger entry → return it.
+Anything that fails before the charge costs nothing; anything after it keeps the charge and
+releases nothing (the error message is generic, never data-dependent).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ValidationError
+from sqlalchemy.orm import Session, sessionmaker
+
+from dpmine.wire import DatasetMetadata, Receipt
+from dpmine_server.db.models import Principal
+from dpmine_server.dp.budget import BudgetError, Epsilon
+from dpmine_server.errors import Forbidden, InvalidRequest, OperationFailed
+from dpmine_server.operations import CATALOG, OperationSpec
+from dpmine_server.operations.base import Progress, no_progress
+from dpmine_server.services.datasets import DatasetService
+from dpmine_server.services.ledger import Ledger, Reservation, request_fingerprint
+
+__all__ = ["Executor", "Pending", "PricedCall", "Release"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class PricedCall:
+    """A validated request and its exact cost."""
+
+    spec: OperationSpec
+    request: BaseModel
+    cost: Epsilon
+    guarantee: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A charged request whose release is still to be computed."""
+
+    priced: PricedCall
+    dataset_id: str
+    reservation: Reservation
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """The response body of an operation and whether it was replayed from the ledger."""
+
+    body: dict[str, Any]
+    replayed: bool
+    entry_id: int
+
+
+class Executor:
+    """Prices and executes operations for analysts."""
+
+    def __init__(
+        self,
+        *,
+        sessions: sessionmaker[Session],
+        ledger: Ledger,
+        datasets: DatasetService,
+        rng_factory: Callable[[], np.random.Generator],
+    ) -> None:
+        self._sessions = sessions
+        self._ledger = ledger
+        self._datasets = datasets
+        self._rng_factory = rng_factory
+
+    def spec(self, operation: str) -> OperationSpec:
+        """The operation called ``operation``."""
+        spec = CATALOG.get(operation)
+        if spec is None:
+            raise InvalidRequest(
+                f"unknown operation {operation!r}; known: {', '.join(sorted(CATALOG))}"
+            )
+        return spec
+
+    def price(
+        self, spec: OperationSpec, request: BaseModel | dict[str, Any], metadata: DatasetMetadata
+    ) -> PricedCall:
+        """Validate a request against public metadata and compute its exact cost (free)."""
+        if metadata.kind not in spec.dataset_kinds:
+            raise InvalidRequest(
+                f"{spec.name} does not apply to a {metadata.kind!r} dataset; it needs one of "
+                f"{sorted(spec.dataset_kinds)}"
+            )
+        try:
+            model = (
+                request
+                if isinstance(request, spec.request_model)
+                else spec.request_model.model_validate(request)
+            )
+            spec.validate(model, metadata)
+            cost, guarantee = spec.cost(model)
+        except ValidationError as error:
+            raise InvalidRequest(_first_errors(error)) from error
+        except (ValueError, BudgetError) as error:
+            raise InvalidRequest(str(error)) from error
+        return PricedCall(spec=spec, request=model, cost=cost, guarantee=guarantee)
+
+    def begin(
+        self,
+        *,
+        principal: Principal,
+        dataset_id: str,
+        spec: OperationSpec,
+        request: BaseModel | dict[str, Any],
+        idempotency_key: str | None,
+    ) -> Release | Pending:
+        """Validate and charge (committed), or return the stored release of a retry."""
+        if principal.role != "analyst":
+            raise Forbidden("owners manage datasets; query them with an analyst's key")
+        with self._sessions() as session:
+            dataset = self._datasets.get_for_analyst(session, dataset_id, principal)
+            metadata = DatasetMetadata.model_validate(dataset.metadata_json)
+        priced = self.price(spec, request, metadata)
+        parameters = priced.request.model_dump(mode="json")
+        reservation = self._ledger.reserve(
+            principal=principal,
+            dataset_id=dataset_id,
+            operation=spec.name,
+            parameters=parameters,
+            cost=priced.cost,
+            guarantee="pure" if priced.guarantee == "pure" else "approximate",
+            idempotency_key=idempotency_key,
+            request_hash=request_fingerprint(spec.name, dataset_id, parameters),
+        )
+        if reservation.replayed_release is not None:
+            body = dict(reservation.replayed_release)
+            body["receipt"] = {**body["receipt"], "replayed": True}
+            return Release(body=body, replayed=True, entry_id=reservation.entry_id)
+        return Pending(priced=priced, dataset_id=dataset_id, reservation=reservation)
+
+    def finish(self, pending: Pending, progress: Progress = no_progress) -> Release:
+        """Compute a charged request and store its release before anyone sees it."""
+        # The charge is committed: from here on nothing is refunded.
+        entry_id = pending.reservation.entry_id
+        try:
+            body = self._compute(pending.priced, pending.dataset_id, pending.reservation, progress)
+        except Exception:
+            logger.exception("operation %s failed after its charge (entry %s)",
+                             pending.priced.spec.name, entry_id)
+            self._ledger.fail(entry_id)
+            raise OperationFailed(
+                f"{pending.priced.spec.name} failed after its charge; nothing was released and "
+                "the charge stands. The owner can see the server log."
+            ) from None
+        self._ledger.complete(entry_id, body)
+        return Release(body=body, replayed=False, entry_id=entry_id)
+
+    def execute(
+        self,
+        *,
+        principal: Principal,
+        dataset_id: str,
+        spec: OperationSpec,
+        request: BaseModel | dict[str, Any],
+        idempotency_key: str | None,
+        progress: Progress = no_progress,
+    ) -> Release:
+        """:meth:`begin` then :meth:`finish` in the caller's thread."""
+        started = self.begin(
+            principal=principal,
+            dataset_id=dataset_id,
+            spec=spec,
+            request=request,
+            idempotency_key=idempotency_key,
+        )
+        if isinstance(started, Release):
+            return started
+        return self.finish(started, progress)
+
+    def _compute(
+        self,
+        priced: PricedCall,
+        dataset_id: str,
+        reservation: Reservation,
+        progress: Progress,
+    ) -> dict[str, Any]:
+        columns = self._datasets.columns(dataset_id, reservation.dataset_version)
+        fields = priced.spec.run(
+            columns, priced.request, reservation.cost, self._rng_factory(), progress
+        )
+        receipt = Receipt(
+            ledger_entry_id=reservation.entry_id,
+            dataset_id=dataset_id,
+            operation=priced.spec.name,
+            epsilon=reservation.cost.display(),
+            epsilon_exact=reservation.cost.exact_str(),
+            guarantee="pure" if reservation.guarantee == "pure" else "approximate",
+            remaining_epsilon=reservation.remaining_after.display(),
+            created_at=reservation.created_at,
+        )
+        response = priced.spec.response_model.model_validate({**fields, "receipt": receipt})
+        return response.model_dump(mode="json")
+
+
+def _first_errors(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors()[:10]:
+        location = ".".join(str(part) for part in item.get("loc", ()))
+        parts.append(f"{location or 'request'}: {item.get('msg', 'invalid')}")
+    return "; ".join(parts)

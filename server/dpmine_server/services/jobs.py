@@ -1,0 +1,155 @@
+"""Background jobs: a charged operation computed in a worker thread, progress in the database.
+
+The charge is taken synchronously when the job is submitted (so a budget refusal is an immediate
+409 and costs nothing); the release is stored in the ledger entry, so any server process can
+report a job's progress and result, and a client that disconnects loses nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from dpmine.wire import JobInfo
+from dpmine_server.db.models import Job, LedgerEntry, Principal, utcnow
+from dpmine_server.errors import NotFound, ServerError
+from dpmine_server.services.executor import Executor, Pending, Release
+
+__all__ = ["JobRunner"]
+
+logger = logging.getLogger(__name__)
+_PROGRESS_INTERVAL_SECONDS = 0.5
+
+
+class JobRunner:
+    """Submits charged operations to a thread pool and reports their state."""
+
+    def __init__(self, *, sessions: sessionmaker[Session], executor: Executor, workers: int) -> None:
+        self._sessions = sessions
+        self._executor = executor
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dpmine-job")
+        self._lock = threading.Lock()
+
+    def submit(
+        self,
+        *,
+        principal: Principal,
+        dataset_id: str,
+        operation: str,
+        request: dict[str, Any],
+        idempotency_key: str | None,
+    ) -> JobInfo:
+        """Charge now, compute in the background; a retry with the same key returns the job."""
+        key = idempotency_key or f"job-{uuid.uuid4()}"
+        with self._sessions() as session:
+            existing = session.scalar(
+                select(Job).where(Job.principal_id == principal.id, Job.idempotency_key == key)
+            )
+            if existing is not None:
+                return self._info(session, existing)
+        spec = self._executor.spec(operation)
+        started = self._executor.begin(
+            principal=principal,
+            dataset_id=dataset_id,
+            spec=spec,
+            request=request,
+            idempotency_key=key,
+        )
+        job = Job(
+            id=str(uuid.uuid4()),
+            principal_id=principal.id,
+            dataset_id=dataset_id,
+            operation=spec.name,
+            status="done" if isinstance(started, Release) else "queued",
+            progress=1.0 if isinstance(started, Release) else 0.0,
+            request=request,
+            idempotency_key=key,
+            ledger_entry_id=started.entry_id
+            if isinstance(started, Release)
+            else started.reservation.entry_id,
+            created_at=utcnow(),
+            updated_at=utcnow(),
+        )
+        with self._sessions() as session, session.begin():
+            session.add(job)
+        if isinstance(started, Pending):
+            self._pool.submit(self._run, job.id, started)
+        with self._sessions() as session:
+            return self._info(session, session.get_one(Job, job.id))
+
+    def _run(self, job_id: str, pending: Pending) -> None:
+        self._set(job_id, status="running")
+        last = 0.0
+
+        def report(fraction: float, message: str = "") -> None:
+            nonlocal last
+            now = time.monotonic()
+            if now - last >= _PROGRESS_INTERVAL_SECONDS:
+                last = now
+                self._set(job_id, progress=min(max(fraction, 0.0), 1.0), message=message)
+
+        try:
+            self._executor.finish(pending, report)
+        except ServerError as error:
+            self._set(job_id, status="failed", message=error.message)
+        except Exception:
+            logger.exception("job %s failed", job_id)
+            self._set(job_id, status="failed", message="internal error; the charge stands")
+        else:
+            self._set(job_id, status="done", progress=1.0, message="")
+
+    def _set(self, job_id: str, **values: Any) -> None:
+        with self._sessions() as session, session.begin():
+            session.execute(update(Job).where(Job.id == job_id).values(updated_at=utcnow(), **values))
+
+    def get(self, principal: Principal, job_id: str) -> JobInfo:
+        """A job of this principal (others' jobs are not found)."""
+        with self._sessions() as session:
+            job = session.get(Job, job_id)
+            if job is None or job.principal_id != principal.id:
+                raise NotFound(f"no job {job_id!r} of yours")
+            return self._info(session, job)
+
+    @staticmethod
+    def _info(session: Session, job: Job) -> JobInfo:
+        result = None
+        if job.status == "done" and job.ledger_entry_id is not None:
+            entry = session.get(LedgerEntry, job.ledger_entry_id)
+            result = entry.release if entry is not None else None
+        return JobInfo(
+            id=job.id,
+            dataset_id=job.dataset_id,
+            operation=job.operation,
+            status="queued" if job.status not in {"running", "done", "failed"} else job.status,  # type: ignore[arg-type]
+            progress=job.progress,
+            message=job.message,
+            result=result,
+            created_at=job.created_at,
+            updated_at=job.updated_at,
+        )
+
+    def interrupt_unfinished(self) -> int:
+        """At start-up: jobs a dead process left queued or running are failed (charge kept)."""
+        with self._sessions() as session, session.begin():
+            result = session.execute(
+                update(Job)
+                .where(Job.status.in_(("queued", "running")))
+                .values(
+                    status="failed",
+                    message="interrupted by a server restart; the charge stands, nothing was "
+                    "released; submit again with a new Idempotency-Key",
+                    updated_at=utcnow(),
+                )
+            )
+            return int(result.rowcount)
+
+    def shutdown(self) -> None:
+        """Wait for running jobs to finish."""
+        self._pool.shutdown(wait=True)

@@ -1,0 +1,109 @@
+"""Server settings from the environment (prefix ``DPMINE_``) and an optional TOML file.
+
+Safe defaults for a laptop (embedded SQLite under ``./var``); a production configuration refuses
+test-mode seeding and the development secret (DESIGN.md contract item 6).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+__all__ = ["DEVELOPMENT_SECRET", "Settings", "UnsafeSettingsError", "get_settings"]
+
+#: The secret used when none is configured. Fine on a laptop, refused in production.
+DEVELOPMENT_SECRET = "dpmine-development-secret-change-me"
+_CONFIG_FILE_ENV = "DPMINE_CONFIG_FILE"
+
+
+class UnsafeSettingsError(ValueError):
+    """A setting that would break the privacy contract in production."""
+
+
+class Settings(BaseSettings):
+    """Everything the server reads from its environment."""
+
+    model_config = SettingsConfigDict(env_prefix="DPMINE_", extra="forbid", frozen=True)
+
+    environment: Literal["development", "test", "production"] = "development"
+    database_url: str = Field(
+        default="sqlite:///var/dpmine.sqlite3",
+        description="SQLAlchemy URL of the engine's own database (SQLite file or PostgreSQL).",
+    )
+    data_dir: Path = Field(default=Path("var/data"), description="Where uploaded files are kept.")
+    secret_key: str = Field(
+        default=DEVELOPMENT_SECRET,
+        min_length=16,
+        description="Pepper for API-key hashes (HMAC-SHA256). Set a long random value.",
+    )
+    test_seed: int | None = Field(
+        default=None, description="Seed for reproducible noise. Only allowed in test mode."
+    )
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    job_workers: int = Field(default=2, ge=1, le=64, description="Threads for background jobs.")
+    max_cached_datasets: int = Field(
+        default=16, ge=1, description="Dataset versions kept loaded in memory."
+    )
+    max_upload_bytes: int = Field(default=2 * 1024**3, ge=1)
+    bootstrap_owner_key: str | None = Field(
+        default=None,
+        min_length=24,
+        description="If set and no owner exists, create owner 'admin' with this API key at start.",
+    )
+    allow_sql_sources: bool = Field(
+        default=True, description="Owners may register tables of other SQL databases."
+    )
+
+    @model_validator(mode="after")
+    def _refuse_unsafe(self) -> Settings:
+        if self.test_seed is not None and self.environment != "test":
+            raise UnsafeSettingsError(
+                "DPMINE_TEST_SEED makes the noise reproducible and is allowed only with "
+                "DPMINE_ENVIRONMENT=test; unset it"
+            )
+        if self.environment == "production":
+            if self.secret_key == DEVELOPMENT_SECRET:
+                raise UnsafeSettingsError(
+                    "production needs its own DPMINE_SECRET_KEY (a long random string); "
+                    "the development default is public"
+                )
+            if len(self.secret_key) < 32:
+                raise UnsafeSettingsError("DPMINE_SECRET_KEY must be at least 32 characters")
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Explicit arguments, then the environment, then the TOML file named by
+        ``DPMINE_CONFIG_FILE`` (if any)."""
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config_file = os.environ.get(_CONFIG_FILE_ENV)
+        if config_file:
+            path = Path(config_file)
+            if not path.is_file():
+                raise UnsafeSettingsError(f"{_CONFIG_FILE_ENV}={config_file} is not a file")
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+        return tuple(sources)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings (read once)."""
+    return Settings()
