@@ -153,7 +153,9 @@ class Connection:
 
     def _get_list(self, path: str, model: type[ModelT], **params: Any) -> list[ModelT]:
         adapter = TypeAdapter(list[model])  # type: ignore[valid-type]
-        result: list[ModelT] = adapter.validate_python(self.request("GET", path, params=params).json())
+        result: list[ModelT] = adapter.validate_python(
+            self.request("GET", path, params=params).json()
+        )
         return result
 
     def call(

@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -65,6 +65,11 @@ class Settings(BaseSettings):
         default=True, description="Owners may register tables of other SQL databases."
     )
 
+    @field_validator("bootstrap_owner_key", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if value == "" else value
+
     @model_validator(mode="after")
     def _refuse_unsafe(self) -> Settings:
         if self.test_seed is not None and self.environment != "test":
@@ -92,7 +97,8 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """Explicit arguments, then the environment, then the TOML file named by
-        ``DPMINE_CONFIG_FILE`` (if any)."""
+        ``DPMINE_CONFIG_FILE`` (if any); no .env or secrets-directory sources."""
+        del dotenv_settings, file_secret_settings
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         config_file = os.environ.get(_CONFIG_FILE_ENV)
         if config_file:

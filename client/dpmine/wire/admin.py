@@ -17,8 +17,8 @@ __all__ = [
     "GrantRequest",
     "LedgerEntryInfo",
     "LedgerStatus",
-    "PrincipalCreated",
     "PrincipalCreateRequest",
+    "PrincipalCreated",
     "PrincipalInfo",
     "Role",
 ]

@@ -143,37 +143,46 @@ class DatasetMetadata(WireModel):
         if duplicated:
             raise ValueError(f"attribute names must be unique; repeated: {duplicated}")
         if self.kind == "transactions":
-            if self.attributes:
-                raise ValueError("transaction datasets declare 'items', not 'attributes'")
-            if not self.items:
-                raise ValueError("transaction datasets need a non-empty public item universe")
-            if len(set(self.items)) != len(self.items):
-                raise ValueError("the item universe lists an item twice")
-            if self.label is not None:
-                raise ValueError("transaction datasets have no label column")
+            self._check_transactions()
             return self
         if self.items:
             raise ValueError(f"'items' is only for transaction datasets, not kind {self.kind!r}")
         if not self.attributes:
             raise ValueError(f"a {self.kind!r} dataset needs at least one attribute")
         if self.kind == "views":
-            missing_view = [a.name for a in self.attributes if a.view is None]
-            if missing_view:
-                raise ValueError(f"every attribute of a two-view dataset needs a view: {missing_view}")
-            for view in ("left", "right"):
-                if not any(a.view == view for a in self.attributes):
-                    raise ValueError(f"the {view} view has no attribute")
+            self._check_views()
         if self.label is not None:
-            label = next((a for a in self.attributes if a.name == self.label.attribute), None)
-            if label is None:
-                raise ValueError(f"label attribute {self.label.attribute!r} is not declared")
-            if isinstance(label, NumericAttribute):
-                raise ValueError(f"label attribute {label.name!r} must be Boolean or categorical")
-            if isinstance(label, CategoricalAttribute) and self.label.positive not in label.categories:
-                raise ValueError(
-                    f"positive label {self.label.positive!r} is not a category of {label.name!r}"
-                )
+            self._check_label(self.label)
         return self
+
+    def _check_transactions(self) -> None:
+        if self.attributes:
+            raise ValueError("transaction datasets declare 'items', not 'attributes'")
+        if not self.items:
+            raise ValueError("transaction datasets need a non-empty public item universe")
+        if len(set(self.items)) != len(self.items):
+            raise ValueError("the item universe lists an item twice")
+        if self.label is not None:
+            raise ValueError("transaction datasets have no label column")
+
+    def _check_views(self) -> None:
+        missing_view = [a.name for a in self.attributes if a.view is None]
+        if missing_view:
+            raise ValueError(f"every attribute of a two-view dataset needs a view: {missing_view}")
+        for view in ("left", "right"):
+            if not any(a.view == view for a in self.attributes):
+                raise ValueError(f"the {view} view has no attribute")
+
+    def _check_label(self, label_spec: LabelSpec) -> None:
+        label = next((a for a in self.attributes if a.name == label_spec.attribute), None)
+        if label is None:
+            raise ValueError(f"label attribute {label_spec.attribute!r} is not declared")
+        if isinstance(label, NumericAttribute):
+            raise ValueError(f"label attribute {label.name!r} must be Boolean or categorical")
+        if isinstance(label, CategoricalAttribute) and label_spec.positive not in label.categories:
+            raise ValueError(
+                f"positive label {label_spec.positive!r} is not a category of {label.name!r}"
+            )
 
     def attribute(self, name: str) -> BooleanAttribute | CategoricalAttribute | NumericAttribute:
         """The declared attribute called ``name`` (KeyError if there is none)."""
@@ -197,7 +206,8 @@ class CsvPairSource(WireModel):
     left: str = Field(min_length=1)
     right: str = Field(min_length=1)
     id_column: str | None = Field(
-        default=None, description="Row id column present in both files; checked equal, then dropped."
+        default=None,
+        description="Row id column present in both files; checked equal, then dropped.",
     )
 
 

@@ -9,7 +9,6 @@ from fastapi import Response
 from pydantic import BaseModel
 
 from dpmine.wire import ErrorBody
-
 from dpmine_server.db.models import Principal
 from dpmine_server.services.container import Services
 

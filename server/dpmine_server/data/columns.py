@@ -94,13 +94,21 @@ class BooleanColumn:
         """``[A]``, or ``![A]`` = present and false (§1.1)."""
         return self.present - self.true if negated else self.true
 
-    def nbytes(self) -> int:
-        return self.true.nbytes + self.present.nbytes
+    def array_bytes(self) -> int:
+        """Memory of the arrays that are not bitsets."""
+        return 0
+
+    def bitsets(self) -> list[Bitset]:
+        """Every bitset held, cached ones included."""
+        return [self.true, self.present]
 
 
 @dataclass(frozen=True, eq=False)
 class CategoricalColumn:
-    """A categorical attribute as codes into the public category list (-1 = missing)."""
+    """A categorical attribute as codes into the public category list (-1 = missing).
+
+    The codes array is taken over and made read-only.
+    """
 
     name: str
     categories: tuple[str, ...]
@@ -149,9 +157,11 @@ class CategoricalColumn:
         rows = self.category_bitset(category)
         return self.present - rows if negated else rows
 
-    def nbytes(self) -> int:
-        cached = sum(bitset.nbytes for bitset in list(self._bitsets.values()))
-        return int(self.codes.nbytes) + cached + self.present.nbytes
+    def array_bytes(self) -> int:
+        return int(self.codes.nbytes)
+
+    def bitsets(self) -> list[Bitset]:
+        return [self.present, *list(self._bitsets.values())]
 
 
 @dataclass(frozen=True, eq=False)
@@ -159,7 +169,8 @@ class NumericColumn:
     """A numeric attribute clipped to its public range [lo, hi]; NaN marks missing values.
 
     ``sorted_order`` holds the rows of the present values, sorted by value (stable), for the
-    operations that sweep thresholds (ALGORITHMS.md §1.4).
+    operations that sweep thresholds (ALGORITHMS.md §1.4). Arrays are made read-only; build with
+    :meth:`from_values`, which clips and derives ``present`` and ``sorted_order``.
     """
 
     name: str
@@ -212,8 +223,11 @@ class NumericColumn:
         rows = self.range_bitset(lower, upper)
         return self.present - rows if negated else rows
 
-    def nbytes(self) -> int:
-        return int(self.values.nbytes + self.sorted_order.nbytes) + self.present.nbytes
+    def array_bytes(self) -> int:
+        return int(self.values.nbytes + self.sorted_order.nbytes)
+
+    def bitsets(self) -> list[Bitset]:
+        return [self.present]
 
 
 Column = BooleanColumn | CategoricalColumn | NumericColumn
@@ -283,9 +297,16 @@ class ItemColumns:
         except KeyError:
             raise QueryError(f"unknown item {item!r}") from None
 
+    def _position(self, item: str | int) -> int:
+        if isinstance(item, str):
+            return self.index_of(item)
+        if not 0 <= item < len(self._items):
+            raise IndexError("item position out of range")
+        return item
+
     def tidlist(self, item: str | int) -> Int32Array:
-        """Sorted rows containing the item (read-only view)."""
-        position = self.index_of(item) if isinstance(item, str) else item
+        """Sorted rows containing the item (read-only view); ``item`` is a name or a position."""
+        position = self._position(item)
         return self._indices[self._indptr[position] : self._indptr[position + 1]]
 
     def supports(self) -> IntArray:
@@ -294,14 +315,16 @@ class ItemColumns:
 
     def item_bitset(self, item: str | int) -> Bitset:
         """Rows containing the item, as a bitset (LRU-cached)."""
-        position = self.index_of(item) if isinstance(item, str) else item
+        position = self._position(item)
         return self._bitsets.get_or_compute(
             position, lambda: Bitset.from_indices(self.tidlist(position), self._n_rows)
         )
 
-    def nbytes(self) -> int:
-        cached = sum(bitset.nbytes for bitset in self._bitsets.values())
-        return int(self._indptr.nbytes + self._indices.nbytes) + cached
+    def array_bytes(self) -> int:
+        return int(self._indptr.nbytes + self._indices.nbytes)
+
+    def bitsets(self) -> list[Bitset]:
+        return self._bitsets.values()
 
 
 class ColumnStore:
@@ -413,9 +436,10 @@ class ColumnStore:
         return self.literal_bitset(expr)
 
     def memory_bytes(self) -> int:
-        """Approximate memory held by columns, items and cached bitsets."""
-        total = sum(column.nbytes() for column in self._columns.values())
+        """Memory held by the arrays and bitsets (cached ones included, shared ones once)."""
+        holders: list[Column | ItemColumns] = list(self._columns.values())
         if self._items is not None:
-            total += self._items.nbytes()
-        total += sum(bitset.nbytes for bitset in self._literals.values())
-        return total + self._all_rows.nbytes
+            holders.append(self._items)
+        bitsets = {id(b): b.nbytes for h in holders for b in h.bitsets()}
+        bitsets |= {id(b): b.nbytes for b in [*self._literals.values(), self._all_rows]}
+        return sum(h.array_bytes() for h in holders) + sum(bitsets.values())

@@ -115,15 +115,21 @@ def resolve_path(path: str, base_dir: Path) -> Path:
 def read_csv_strings(path: Path) -> pd.DataFrame:
     """Every cell of a CSV (gzip by extension) as a stripped string; short rows give ''."""
     try:
-        frame = pd.read_csv(
-            path, dtype=str, keep_default_na=False, na_filter=False, skipinitialspace=True
-        )
+        frame = pd.read_csv(path, header=None, dtype=str, keep_default_na=False, na_filter=False)
     except FileNotFoundError:
         raise DataValidationError(f"file '{path}' does not exist") from None
     except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
         raise DataValidationError(f"file '{path}' is not a readable CSV file: {err}") from None
+    # The header is read as a row so that repeated names are seen (pandas would rename them).
+    names = [str(name).strip() for name in frame.iloc[0]] if len(frame) else []
+    if len(set(names)) != len(names):
+        raise DataValidationError(f"file '{path}' repeats a column name in its header: {names}")
+    body = frame.iloc[1:].reset_index(drop=True)
     return pd.DataFrame(
-        {str(name): frame[name].fillna("").astype(str).str.strip() for name in frame.columns}
+        {
+            name: body[column].fillna("").astype(str).str.strip()
+            for name, column in zip(names, body.columns, strict=True)
+        }
     )
 
 
@@ -140,30 +146,37 @@ def _sql_strings(column: pd.Series) -> pd.Series:
     return text.where(~null, "").str.strip().reset_index(drop=True)
 
 
+def _read_sql_frame(source: SqlSource, connection: sqlalchemy.Connection) -> pd.DataFrame:
+    if source.table is None:
+        return pd.read_sql(sqlalchemy.text(source.query or ""), connection)
+    schema, _, name = source.table.rpartition(".")
+    try:
+        table = sqlalchemy.Table(source.table, sqlalchemy.MetaData(), autoload_with=connection)
+    except sqlalchemy.exc.NoSuchTableError:
+        if not schema:
+            raise
+        table = sqlalchemy.Table(
+            name, sqlalchemy.MetaData(), schema=schema, autoload_with=connection
+        )
+    return pd.read_sql(sqlalchemy.select(table), connection)
+
+
 def read_sql_strings(source: SqlSource) -> pd.DataFrame:
     """An SQL table or query's rows as stripped strings (NULL gives ''); never echoes the URL."""
     what = f"SQL table {source.table!r}" if source.table is not None else "SQL query"
-    engine = sqlalchemy.create_engine(source.url)
+    try:
+        engine = sqlalchemy.create_engine(source.url)
+    except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError):
+        # The message of a bad URL repeats the URL, which may hold a password: do not echo it.
+        raise DataValidationError(
+            "the SQL URL is not valid or its database driver is not installed"
+        ) from None
     try:
         with engine.connect() as connection:
-            if source.table is not None:
-                schema, _, name = source.table.rpartition(".")
-                try:
-                    table = sqlalchemy.Table(
-                        source.table, sqlalchemy.MetaData(), autoload_with=connection
-                    )
-                except sqlalchemy.exc.NoSuchTableError:
-                    if not schema:
-                        raise
-                    table = sqlalchemy.Table(
-                        name, sqlalchemy.MetaData(), schema=schema, autoload_with=connection
-                    )
-                frame = pd.read_sql(sqlalchemy.select(table), connection)
-            else:
-                frame = pd.read_sql(sqlalchemy.text(source.query or ""), connection)
+            frame = _read_sql_frame(source, connection)
     except sqlalchemy.exc.NoSuchTableError:
         raise DataValidationError(f"{what} does not exist in the database") from None
-    except sqlalchemy.exc.SQLAlchemyError as err:
+    except (sqlalchemy.exc.SQLAlchemyError, pd.errors.DatabaseError) as err:
         raise DataValidationError(f"cannot read {what}: {type(err).__name__}: {err}") from None
     finally:
         engine.dispose()

@@ -39,7 +39,7 @@ from dpmine_server.data.loaders import (
     resolve_path,
 )
 
-__all__ = ["MAX_INTEGER_CATEGORIES", "nice_ceil", "nice_range", "propose_metadata"]
+__all__ = ["MAX_INTEGER_CATEGORIES", "nice_ceil", "nice_range", "parse_label", "propose_metadata"]
 
 #: Integer-valued columns with at most this many distinct values are proposed as categorical.
 MAX_INTEGER_CATEGORIES = 12
@@ -209,3 +209,11 @@ def propose_metadata(
     return DatasetMetadata(
         kind=kind, n_max=_n_max(n_rows, headroom), attributes=attributes, label=label
     )
+
+
+def parse_label(text: str) -> LabelSpec:
+    """``"column=positive"`` → :class:`LabelSpec` (the CLI's and the form's label syntax)."""
+    column, separator, positive = text.partition("=")
+    if not separator or not column.strip() or not positive.strip():
+        raise ValueError(f"label {text!r} must read 'column=positive value', e.g. 'class=p'")
+    return LabelSpec(attribute=column.strip(), positive=positive.strip())

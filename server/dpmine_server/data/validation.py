@@ -79,11 +79,12 @@ def _check_kind(lit: LiteralModel, attribute: Attribute, side: str) -> None:
     expected = _KIND_BY_TYPE[attribute.type]
     if lit.kind == expected:
         return
-    hint = {
-        "bool": f"[{attribute.name}]",
-        "cat": f"[{attribute.name} = <category>]",
-        "num": f"[lo <= {attribute.name} <= hi]",
-    }[expected]
+    if isinstance(attribute, NumericAttribute):
+        hint = f"[a <= {attribute.name} <= b] with bounds in [{attribute.lo}, {attribute.hi}]"
+    elif isinstance(attribute, CategoricalAttribute):
+        hint = f"[{attribute.name} = <category>]"
+    else:
+        hint = f"[{attribute.name}]"
     raise QueryError(
         f"{side}: attribute {attribute.name!r} is {attribute.type}, so it needs a {expected!r} "
         f"literal such as {hint}, not a {lit.kind!r} literal"

@@ -10,11 +10,18 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, CursorResult, Result
 from sqlalchemy.orm import DeclarativeBase, sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry
 
-__all__ = ["Base", "SessionFactory", "is_sqlite", "make_engine", "make_session_factory"]
+__all__ = [
+    "Base",
+    "SessionFactory",
+    "is_sqlite",
+    "make_engine",
+    "make_session_factory",
+    "rows_affected",
+]
 
 SessionFactory = sessionmaker
 
@@ -60,3 +67,10 @@ def _configure_sqlite(engine: Engine) -> None:
 def make_session_factory(engine: Engine) -> sessionmaker[Any]:
     """Sessions that keep loaded attributes after commit (routes read them afterwards)."""
     return sessionmaker(bind=engine, expire_on_commit=False)
+
+
+def rows_affected(result: Result[Any]) -> int:
+    """Rows matched by an UPDATE or DELETE."""
+    if not isinstance(result, CursorResult):
+        raise TypeError("rows_affected needs the result of an UPDATE or DELETE")
+    return int(result.rowcount)

@@ -64,9 +64,7 @@ def _vector_laplace(scale: float) -> Any:
     )
 
 
-def discrete_laplace(
-    values: npt.ArrayLike, *, epsilon: float, sensitivity: int = 1
-) -> IntArray:
+def discrete_laplace(values: npt.ArrayLike, *, epsilon: float, sensitivity: int = 1) -> IntArray:
     """Release integer ``values`` + discrete Laplace noise; ε-DP for L1 sensitivity ``sensitivity``.
 
     ``sensitivity`` is the L1 sensitivity of the whole vector (1 for the cells of a partition of
@@ -81,9 +79,7 @@ def discrete_laplace(
     return np.asarray(measurement(counts), dtype=np.int64)
 
 
-def gumbel_scores(
-    log_weights: npt.ArrayLike, *, rng: np.random.Generator
-) -> FloatArray:
+def gumbel_scores(log_weights: npt.ArrayLike, *, rng: np.random.Generator) -> FloatArray:
     """``log_weights + Gumbel(0, 1)``; the argmax is an exact draw ∝ exp(log_weights) (§1.5)."""
     weights = np.asarray(log_weights, dtype=np.float64)
     return weights + rng.gumbel(0.0, 1.0, size=weights.shape)

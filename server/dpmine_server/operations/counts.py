@@ -42,7 +42,9 @@ def _run(
     _rng: np.random.Generator,
     _progress: Progress,
 ) -> dict[str, Any]:
-    return {"count": noisy_count(columns, predicate=request.predicate, epsilon=epsilon.for_mechanism())}
+    return {
+        "count": noisy_count(columns, predicate=request.predicate, epsilon=epsilon.for_mechanism())
+    }
 
 
 OPERATIONS = [

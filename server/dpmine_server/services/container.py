@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from sqlalchemy import Engine, select
@@ -104,8 +103,10 @@ def _bootstrap_owner(services: Services) -> None:
         has_owner = session.scalar(select(Principal.id).where(Principal.role == "owner").limit(1))
         if has_owner is None:
             create_principal(
-                session, name="admin", role="owner", secret=services.settings.secret_key, api_key=key
+                session,
+                name="admin",
+                role="owner",
+                secret=services.settings.secret_key,
+                api_key=key,
             )
             audit.record(session, action="bootstrap_owner", target="admin")
-
-

@@ -11,8 +11,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import select
 from pydantic import TypeAdapter
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from dpmine.wire import (
@@ -237,7 +237,9 @@ class DatasetService:
             dataset = self.get(session, dataset_id)
             metadata = DatasetMetadata.model_validate(dataset.metadata_json)
             source = _SOURCE_ADAPTER.validate_python(dataset.source_json)
-        store, _report = load_store(metadata, source, base_dir=self._version_dir(dataset_id, version))
+        store, _report = load_store(
+            metadata, source, base_dir=self._version_dir(dataset_id, version)
+        )
         return store
 
     # -- grants --------------------------------------------------------------------------------

@@ -147,8 +147,11 @@ class Executor:
         try:
             body = self._compute(pending.priced, pending.dataset_id, pending.reservation, progress)
         except Exception:
-            logger.exception("operation %s failed after its charge (entry %s)",
-                             pending.priced.spec.name, entry_id)
+            logger.exception(
+                "operation %s failed after its charge (entry %s)",
+                pending.priced.spec.name,
+                entry_id,
+            )
             self._ledger.fail(entry_id)
             raise OperationFailed(
                 f"{pending.priced.spec.name} failed after its charge; nothing was released and "

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pydantic import TypeAdapter
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from dpmine.wire import LedgerEntryInfo
+from dpmine.wire import LedgerEntryInfo, LedgerStatus
 from dpmine_server.db.models import LedgerEntry, Principal
 from dpmine_server.dp.budget import Epsilon
+
+_LEDGERSTATUS: TypeAdapter[LedgerStatus] = TypeAdapter(LedgerStatus)
 
 __all__ = ["ledger_entries"]
 
@@ -30,7 +33,7 @@ def ledger_entries(session: Session, *, dataset_id: str | None = None) -> list[L
             epsilon=Epsilon(entry.epsilon_units).display(),
             epsilon_exact=Epsilon(entry.epsilon_units).exact_str(),
             guarantee="pure" if entry.guarantee == "pure" else "approximate",
-            status=entry.status,  # type: ignore[arg-type]
+            status=_LEDGERSTATUS.validate_python(entry.status),
             parameters=entry.parameters,
             release=entry.release,
             idempotency_key=entry.idempotency_key,

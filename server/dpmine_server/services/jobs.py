@@ -14,13 +14,17 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from pydantic import TypeAdapter
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from dpmine.wire import JobInfo
+from dpmine.wire import JobInfo, JobStatus
+from dpmine_server.db.base import rows_affected
 from dpmine_server.db.models import Job, LedgerEntry, Principal, utcnow
 from dpmine_server.errors import NotFound, ServerError
 from dpmine_server.services.executor import Executor, Pending, Release
+
+_JOBSTATUS: TypeAdapter[JobStatus] = TypeAdapter(JobStatus)
 
 __all__ = ["JobRunner"]
 
@@ -31,7 +35,9 @@ _PROGRESS_INTERVAL_SECONDS = 0.5
 class JobRunner:
     """Submits charged operations to a thread pool and reports their state."""
 
-    def __init__(self, *, sessions: sessionmaker[Session], executor: Executor, workers: int) -> None:
+    def __init__(
+        self, *, sessions: sessionmaker[Session], executor: Executor, workers: int
+    ) -> None:
         self._sessions = sessions
         self._executor = executor
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dpmine-job")
@@ -107,7 +113,9 @@ class JobRunner:
 
     def _set(self, job_id: str, **values: Any) -> None:
         with self._sessions() as session, session.begin():
-            session.execute(update(Job).where(Job.id == job_id).values(updated_at=utcnow(), **values))
+            session.execute(
+                update(Job).where(Job.id == job_id).values(updated_at=utcnow(), **values)
+            )
 
     def get(self, principal: Principal, job_id: str) -> JobInfo:
         """A job of this principal (others' jobs are not found)."""
@@ -127,7 +135,7 @@ class JobRunner:
             id=job.id,
             dataset_id=job.dataset_id,
             operation=job.operation,
-            status="queued" if job.status not in {"running", "done", "failed"} else job.status,  # type: ignore[arg-type]
+            status=_JOBSTATUS.validate_python(job.status),
             progress=job.progress,
             message=job.message,
             result=result,
@@ -148,7 +156,7 @@ class JobRunner:
                     updated_at=utcnow(),
                 )
             )
-            return int(result.rowcount)
+            return rows_affected(result)
 
     def shutdown(self) -> None:
         """Wait for running jobs to finish."""

@@ -22,6 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dpmine.wire import BudgetStatus, Guarantee
+from dpmine_server.db.base import rows_affected
 from dpmine_server.db.models import Dataset, Grant, LedgerEntry, Principal, utcnow
 from dpmine_server.dp.budget import Epsilon
 from dpmine_server.errors import (
@@ -134,13 +135,17 @@ class Ledger:
                 )
         raise RequestInProgress("the same Idempotency-Key is being used concurrently; retry")
 
-    def _charge_caps(self, session: Session, dataset_id: str, analyst_id: int, cost: Epsilon) -> None:
-        charged_dataset = session.execute(
-            update(Dataset)
-            .where(Dataset.id == dataset_id)
-            .where(Dataset.spent_units + cost.units <= Dataset.cap_units)
-            .values(spent_units=Dataset.spent_units + cost.units)
-        ).rowcount
+    def _charge_caps(
+        self, session: Session, dataset_id: str, analyst_id: int, cost: Epsilon
+    ) -> None:
+        charged_dataset = rows_affected(
+            session.execute(
+                update(Dataset)
+                .where(Dataset.id == dataset_id)
+                .where(Dataset.spent_units + cost.units <= Dataset.cap_units)
+                .values(spent_units=Dataset.spent_units + cost.units)
+            )
+        )
         if charged_dataset != 1:
             left = self._dataset_left(session, dataset_id)
             session.rollback()
@@ -149,12 +154,14 @@ class Ledger:
                 f"{cost.exact_str()}, remaining on the dataset={left.exact_str()}; "
                 "ask the data owner or request less"
             )
-        charged_grant = session.execute(
-            update(Grant)
-            .where(Grant.dataset_id == dataset_id, Grant.analyst_id == analyst_id)
-            .where(Grant.spent_units + cost.units <= Grant.limit_units)
-            .values(spent_units=Grant.spent_units + cost.units, updated_at=utcnow())
-        ).rowcount
+        charged_grant = rows_affected(
+            session.execute(
+                update(Grant)
+                .where(Grant.dataset_id == dataset_id, Grant.analyst_id == analyst_id)
+                .where(Grant.spent_units + cost.units <= Grant.limit_units)
+                .values(spent_units=Grant.spent_units + cost.units, updated_at=utcnow())
+            )
+        )
         if charged_grant != 1:
             grant = self._grant(session, dataset_id, analyst_id)
             session.rollback()
@@ -201,11 +208,13 @@ class Ledger:
 
     def _transition(self, entry_id: int, status: str, release: dict[str, Any] | None) -> None:
         with self._sessions() as session, session.begin():
-            changed = session.execute(
-                update(LedgerEntry)
-                .where(LedgerEntry.id == entry_id, LedgerEntry.status == "reserved")
-                .values(status=status, release=release, completed_at=utcnow())
-            ).rowcount
+            changed = rows_affected(
+                session.execute(
+                    update(LedgerEntry)
+                    .where(LedgerEntry.id == entry_id, LedgerEntry.status == "reserved")
+                    .values(status=status, release=release, completed_at=utcnow())
+                )
+            )
             if changed != 1:
                 raise InternalError(f"ledger entry {entry_id} is not reserved")
 
@@ -217,7 +226,7 @@ class Ledger:
                 .where(LedgerEntry.status == "reserved", LedgerEntry.created_at < before)
                 .values(status="interrupted", completed_at=utcnow())
             )
-            return int(result.rowcount)
+            return rows_affected(result)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -259,8 +268,8 @@ class Ledger:
                         f"dataset {dataset.id}: spent {dataset.spent_units} units but entries "
                         f"sum to {entries}"
                     )
-            grant_totals = dict(
-                ((row[0], row[1]), int(row[2]))
+            grant_totals = {
+                (row[0], row[1]): int(row[2])
                 for row in session.execute(
                     select(
                         LedgerEntry.dataset_id,
@@ -268,7 +277,7 @@ class Ledger:
                         func.sum(LedgerEntry.epsilon_units),
                     ).group_by(LedgerEntry.dataset_id, LedgerEntry.principal_id)
                 ).all()
-            )
+            }
             for grant in session.scalars(select(Grant)):
                 entries = grant_totals.get((grant.dataset_id, grant.analyst_id), 0)
                 if entries != grant.spent_units:

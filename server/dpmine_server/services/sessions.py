@@ -7,12 +7,13 @@ analyst and one dataset, expires, and is never sent to a client.
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
+from dpmine_server.db.base import rows_affected
 from dpmine_server.db.models import MiningSession, Principal, utcnow
 
 __all__ = ["DEFAULT_LIFETIME", "create", "delete_expired", "load_state", "save_state"]
@@ -87,11 +88,9 @@ def save_state(
 def delete_expired(session: Session) -> int:
     """Remove expired sessions; returns how many."""
     result = session.execute(delete(MiningSession).where(MiningSession.expires_at <= utcnow()))
-    return int(result.rowcount)
+    return rows_affected(result)
 
 
-def _aware(moment: Any) -> Any:
+def _aware(moment: datetime) -> datetime:
     # SQLite returns naive datetimes for timezone-aware columns; they were stored in UTC.
-    from datetime import UTC
-
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import csv
-from dataclasses import asdict
 import io
 import json
 import shutil
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, File, Form, Query, UploadFile, status
 from fastapi.responses import PlainTextResponse
 from pydantic import Field, TypeAdapter, ValidationError
+from sqlalchemy import select
 
 from dpmine.wire import (
     AuditEventInfo,
@@ -32,13 +33,18 @@ from dpmine.wire import (
 )
 from dpmine_server.api.common import ERRORS
 from dpmine_server.api.deps import OwnerDep, ServicesDep, SessionDep
-from dpmine_server.data.loaders import DataValidationError
-from dpmine_server.data.propose import propose_metadata
+from dpmine_server.data.propose import parse_label, propose_metadata
+from dpmine_server.db.models import Principal
 from dpmine_server.errors import InvalidRequest
 from dpmine_server.services import audit
 from dpmine_server.services.datasets import StoredFile
 from dpmine_server.services.exports import ledger_entries
-from dpmine_server.services.principals import create_principal, rotate_key, set_disabled
+from dpmine_server.services.principals import (
+    create_principal,
+    principal_info,
+    rotate_key,
+    set_disabled,
+)
 
 router = APIRouter(prefix="/admin", tags=["owner"], responses=ERRORS)
 
@@ -75,11 +81,6 @@ def add_principal(
 @router.get("/principals", response_model=list[PrincipalInfo])
 def list_principals(_owner: OwnerDep, session: SessionDep) -> list[PrincipalInfo]:
     """Every principal (keys are never shown)."""
-    from sqlalchemy import select
-
-    from dpmine_server.db.models import Principal
-    from dpmine_server.services.principals import principal_info
-
     return [principal_info(p) for p in session.scalars(select(Principal).order_by(Principal.id))]
 
 
@@ -119,7 +120,8 @@ def _parse_json_field(raw: str, adapter: TypeAdapter[Any], field: str) -> Any:
         return adapter.validate_json(raw)
     except ValidationError as error:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or field}: {e['msg']}" for e in error.errors()[:10]
+            f"{'.'.join(str(p) for p in e['loc']) or field}: {e['msg']}"
+            for e in error.errors()[:10]
         )
         raise InvalidRequest(f"form field {field!r}: {problems}") from error
 
@@ -162,7 +164,9 @@ def propose(
     _owner: OwnerDep,
     source: Annotated[str, Form(description="DatasetSource as JSON (paths are the field names)")],
     kind: Annotated[DatasetKind, Form()],
-    label: Annotated[str | None, Form()] = None,
+    label: Annotated[
+        str | None, Form(description="label column and positive value: 'class=p'")
+    ] = None,
     views: Annotated[str | None, Form(description="JSON object column → 'left'/'right'")] = None,
     path: Annotated[UploadFile | None, File()] = None,
     left: Annotated[UploadFile | None, File()] = None,
@@ -183,10 +187,10 @@ def propose(
                 parsed_source.model_copy(update=updates),
                 kind=kind,
                 base_dir=Path(folder),
-                label=label,
+                label=parse_label(label) if label else None,
                 views=view_map,
             )
-        except DataValidationError as error:
+        except ValueError as error:
             raise InvalidRequest(str(error)) from error
 
 
@@ -267,7 +271,8 @@ def export_ledger(
     for entry in entries:
         row = entry.model_dump(mode="json")
         writer.writerow(
-            json.dumps(row[c]) if c in {"parameters", "release"} else row[c] for c in _EXPORT_COLUMNS
+            json.dumps(row[c]) if c in {"parameters", "release"} else row[c]
+            for c in _EXPORT_COLUMNS
         )
     return PlainTextResponse(buffer.getvalue(), media_type="text/csv")
 

@@ -4,17 +4,27 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from dpmine.wire import BudgetStatus, DatasetInfo, DatasetMetadata, EstimateRequest, EstimateResponse, PlannedCallCost
+from dpmine.wire import (
+    BudgetStatus,
+    DatasetInfo,
+    DatasetMetadata,
+    EstimateRequest,
+    EstimateResponse,
+    PlannedCallCost,
+)
 from dpmine_server.api.common import ERRORS
 from dpmine_server.api.deps import PrincipalDep, ServicesDep, SessionDep
 from dpmine_server.dp.budget import Epsilon
 from dpmine_server.errors import InvalidRequest
+from dpmine_server.services.datasets import dataset_info
 
 router = APIRouter(tags=["datasets"])
 
 
 @router.get("/datasets", response_model=list[DatasetInfo], responses=ERRORS)
-def list_datasets(principal: PrincipalDep, services: ServicesDep, session: SessionDep) -> list[DatasetInfo]:
+def list_datasets(
+    principal: PrincipalDep, services: ServicesDep, session: SessionDep
+) -> list[DatasetInfo]:
     """Datasets you can query (owners: all datasets)."""
     if principal.role == "owner":
         return services.datasets.list_all(session)
@@ -26,15 +36,15 @@ def show_dataset(
     dataset_id: str, principal: PrincipalDep, services: ServicesDep, session: SessionDep
 ) -> DatasetInfo:
     """Public metadata of one dataset."""
-    from dpmine_server.services.datasets import dataset_info
-
     if principal.role == "owner":
         return dataset_info(services.datasets.get(session, dataset_id))
     return dataset_info(services.datasets.get_for_analyst(session, dataset_id, principal))
 
 
 @router.get("/datasets/{dataset_id}/budget", response_model=BudgetStatus, responses=ERRORS)
-def budget(dataset_id: str, principal: PrincipalDep, services: ServicesDep, session: SessionDep) -> BudgetStatus:
+def budget(
+    dataset_id: str, principal: PrincipalDep, services: ServicesDep, session: SessionDep
+) -> BudgetStatus:
     """Your grant on the dataset and what is left of it and of the dataset cap."""
     services.datasets.get_for_analyst(session, dataset_id, principal)
     return services.ledger.budget_status(principal, dataset_id)

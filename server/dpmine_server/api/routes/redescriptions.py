@@ -7,8 +7,8 @@ from typing import Any
 from fastapi import APIRouter, Response
 
 from dpmine.wire import ComputeQualityRequest, ComputeQualityResponse
-from dpmine_server.api.deps import AnalystDep, IdempotencyKeyDep, ServicesDep
 from dpmine_server.api.common import ERRORS, run_operation
+from dpmine_server.api.deps import AnalystDep, IdempotencyKeyDep, ServicesDep
 
 router = APIRouter(tags=["operations"])
 

@@ -1,4 +1,4 @@
-"""Alembic environment: runs migrations on the connection handed over by dpmine_server.db.migrate."""
+"""Alembic environment: migrates the connection handed over by dpmine_server.db.migrate."""
 
 from __future__ import annotations
 

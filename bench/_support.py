@@ -1,0 +1,536 @@
+"""Shared helpers of the dpmine benchmarks: real servers, throwaway PostgreSQL, registration.
+
+Everything here drives the real components: a uvicorn subprocess running
+``dpmine_server.app:create_app`` on a free localhost port, a PostgreSQL 15 cluster in a temporary
+directory (run as a non-root OS user when we are root; unix socket only), and dataset
+registration through the analyst/owner client ``dpmine`` (multipart upload). Every context
+manager stops what it started in a ``finally`` block, by process id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.metadata
+import os
+import platform
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import httpx
+import numpy as np
+import psycopg
+
+import dpmine
+from dpmine.wire import (
+    CreateDatasetRequest,
+    CsvPairSource,
+    CsvSource,
+    DatasetMetadata,
+    DatasetSource,
+    FimiSource,
+)
+
+__all__ = [
+    "OWNER_KEY",
+    "PG_BIN_DIR",
+    "REPO_ROOT",
+    "Backend",
+    "PostgresCluster",
+    "ServerHandle",
+    "add_analysts",
+    "free_port",
+    "machine_info",
+    "median",
+    "percentile",
+    "postgres_cluster",
+    "register_files",
+    "running_server",
+    "server_for_backend",
+    "time_calls",
+]
+
+Backend = Literal["sqlite", "postgres"]
+T = TypeVar("T")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PG_BIN_DIR = Path("/usr/lib/postgresql/15/bin")
+#: Owner key the benchmark servers bootstrap with (a throwaway server; >= 24 characters).
+OWNER_KEY = "bench-owner-key-" + "0123456789abcdef"
+_STARTUP_TIMEOUT_S = 60.0
+_STOP_TIMEOUT_S = 20.0
+_LOG_TAIL_CHARS = 4000
+
+
+# -- processes -----------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _log_tail(path: Path) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return text[-_LOG_TAIL_CHARS:]
+
+
+def _stop_process(process: subprocess.Popen[bytes], stop_signal: int = signal.SIGTERM) -> None:
+    """Signal one process we started, wait, and kill it if it does not exit in time."""
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(stop_signal)
+    try:
+        process.wait(timeout=_STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        process.wait(timeout=_STOP_TIMEOUT_S)
+
+
+def _clean_environment() -> dict[str, str]:
+    """Our environment without any ``DPMINE_*`` setting (a stray config must not leak in)."""
+    return {key: value for key, value in os.environ.items() if not key.startswith("DPMINE_")}
+
+
+# -- PostgreSQL ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PostgresCluster:
+    """A running throwaway cluster: unix socket in ``socket_dir``, superuser ``user``."""
+
+    socket_dir: Path
+    port: int
+    user: str
+    version: str
+
+    def create_database(self, name: str) -> str:
+        """Create database ``name``; returns its SQLAlchemy URL (psycopg 3, unix socket)."""
+        with psycopg.connect(
+            host=str(self.socket_dir),
+            port=self.port,
+            user=self.user,
+            dbname="postgres",
+            autocommit=True,
+        ) as connection:
+            connection.execute(f'CREATE DATABASE "{name}"'.encode())
+        return self.url(name)
+
+    def url(self, database: str) -> str:
+        """SQLAlchemy URL of ``database`` on this cluster."""
+        return (
+            f"postgresql+psycopg://{self.user}@/{database}?host={self.socket_dir}&port={self.port}"
+        )
+
+
+def _as_os_user(os_user: str | None) -> dict[str, Any]:
+    """``subprocess`` keywords that run a child as ``os_user`` (only meaningful as root)."""
+    if os_user is None:
+        return {}
+    entry = pwd.getpwnam(os_user)
+    return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+
+
+def _wait_for_postgres(
+    process: subprocess.Popen[bytes], cluster: PostgresCluster, log: Path
+) -> None:
+    deadline = time.monotonic() + _STARTUP_TIMEOUT_S
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"PostgreSQL exited at start-up:\n{_log_tail(log)}")
+        try:
+            with psycopg.connect(
+                host=str(cluster.socket_dir),
+                port=cluster.port,
+                user=cluster.user,
+                dbname="postgres",
+                connect_timeout=2,
+            ):
+                return
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"PostgreSQL did not accept connections:\n{_log_tail(log)}"
+                ) from None
+            time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def postgres_cluster(
+    *,
+    bin_dir: Path = PG_BIN_DIR,
+    os_user: str = "postgres",
+    superuser: str = "bench",
+    settings: Mapping[str, str] | None = None,
+) -> Iterator[PostgresCluster]:
+    """A fresh PostgreSQL cluster in a temporary directory, removed afterwards.
+
+    As root, the cluster runs as ``os_user`` (PostgreSQL refuses to run as root); otherwise as
+    the current user. It listens only on a unix socket in its own directory; local connections
+    are trusted. ``settings`` are extra ``-c name=value`` server settings.
+    """
+    for tool in ("initdb", "postgres"):
+        if not (bin_dir / tool).is_file():
+            raise RuntimeError(
+                f"PostgreSQL 15 is needed: {bin_dir / tool} not found (install postgresql-15 "
+                "or run with --backends sqlite)"
+            )
+    run_as = os_user if os.geteuid() == 0 else None
+    base = Path(tempfile.mkdtemp(prefix="dpmine-pg-"))
+    process: subprocess.Popen[bytes] | None = None
+    try:
+        data_dir, socket_dir, log = base / "data", base / "sock", base / "postgres.log"
+        socket_dir.mkdir()
+        if run_as is not None:
+            entry = pwd.getpwnam(run_as)
+            for path in (base, socket_dir):
+                os.chown(path, entry.pw_uid, entry.pw_gid)
+        child_env = {"PATH": os.environ.get("PATH", ""), "HOME": str(base), "LC_ALL": "C"}
+        subprocess.run(
+            [
+                str(bin_dir / "initdb"),
+                "-D",
+                str(data_dir),
+                "-U",
+                superuser,
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+            check=True,
+            cwd=base,
+            env=child_env,
+            capture_output=True,
+            **_as_os_user(run_as),
+        )
+        version = subprocess.run(
+            [str(bin_dir / "postgres"), "--version"], check=True, capture_output=True, text=True
+        ).stdout.strip()
+        port = free_port()
+        options = {"listen_addresses": "", "max_connections": "200", **(settings or {})}
+        command = [
+            str(bin_dir / "postgres"),
+            "-D",
+            str(data_dir),
+            "-p",
+            str(port),
+            "-k",
+            str(socket_dir),
+        ]
+        for name, value in options.items():
+            command += ["-c", f"{name}={value}"]
+        with log.open("wb") as log_handle:
+            process = subprocess.Popen(
+                command,
+                cwd=base,
+                env=child_env,
+                stdout=log_handle,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                **_as_os_user(run_as),
+            )
+        cluster = PostgresCluster(socket_dir=socket_dir, port=port, user=superuser, version=version)
+        _wait_for_postgres(process, cluster, log)
+        yield cluster
+    finally:
+        if process is not None:
+            _stop_process(process, signal.SIGINT)  # SIGINT = PostgreSQL's "fast" shutdown
+        shutil.rmtree(base, ignore_errors=True)
+
+
+# -- the dpmine server ---------------------------------------------------------------------------
+
+
+@dataclass
+class ServerHandle:
+    """A running dpmine server: its URL, the bootstrap owner's key, where it keeps files."""
+
+    url: str
+    owner_key: str
+    database_url: str
+    data_dir: Path
+    log: Path
+    process: subprocess.Popen[bytes] = field(repr=False)
+
+    def connect(self, api_key: str | None = None, *, timeout: float = 120.0) -> dpmine.Connection:
+        """A new client connection (its own ``httpx.Client``), as the owner by default."""
+        return dpmine.connect(self.url, api_key or self.owner_key, timeout=timeout)
+
+    def log_tail(self) -> str:
+        """The end of the server's log (for error reports)."""
+        return _log_tail(self.log)
+
+
+def _wait_for_server(process: subprocess.Popen[bytes], url: str, log: Path) -> None:
+    deadline = time.monotonic() + _STARTUP_TIMEOUT_S
+    with httpx.Client(base_url=url, timeout=5.0) as client:
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"the dpmine server exited at start-up:\n{_log_tail(log)}")
+            try:
+                if client.get("/v1/health").status_code == httpx.codes.OK:
+                    return
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the dpmine server did not become healthy:\n{_log_tail(log)}")
+            time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def running_server(
+    database_url: str,
+    work_dir: Path,
+    *,
+    owner_key: str = OWNER_KEY,
+    extra_env: Mapping[str, str] | None = None,
+    uvicorn_args: Sequence[str] = (),
+) -> Iterator[ServerHandle]:
+    """A real uvicorn server (one process) on a free 127.0.0.1 port, stopped afterwards.
+
+    Files go under ``work_dir/data``, the log to ``work_dir/server.log``. Access logging is off
+    so that it does not weigh on the timings.
+    """
+    data_dir = work_dir / "data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log = work_dir / "server.log"
+    port = free_port()
+    env = _clean_environment() | {
+        "DPMINE_DATABASE_URL": database_url,
+        "DPMINE_DATA_DIR": str(data_dir),
+        "DPMINE_BOOTSTRAP_OWNER_KEY": owner_key,
+        "DPMINE_ENVIRONMENT": "development",
+        "DPMINE_SECRET_KEY": secrets.token_urlsafe(32),
+        **(extra_env or {}),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--factory",
+        "dpmine_server.app:create_app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+        "--no-access-log",
+        *uvicorn_args,
+    ]
+    url = f"http://127.0.0.1:{port}"
+    with log.open("wb") as log_handle:
+        process = subprocess.Popen(
+            command,
+            cwd=work_dir,
+            env=env,
+            stdout=log_handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        _wait_for_server(process, url, log)
+        yield ServerHandle(
+            url=url,
+            owner_key=owner_key,
+            database_url=database_url,
+            data_dir=data_dir,
+            log=log,
+            process=process,
+        )
+    finally:
+        _stop_process(process)
+
+
+@contextlib.contextmanager
+def server_for_backend(backend: Backend, work_dir: Path) -> Iterator[ServerHandle]:
+    """A dpmine server on a fresh SQLite file or a fresh throwaway PostgreSQL cluster."""
+    if backend == "sqlite":
+        with running_server(f"sqlite:///{work_dir / 'dpmine.sqlite3'}", work_dir) as server:
+            yield server
+        return
+    with postgres_cluster() as cluster:
+        url = cluster.create_database("dpmine")
+        with running_server(url, work_dir) as server:
+            yield server
+
+
+# -- datasets and principals ---------------------------------------------------------------------
+
+
+def register_files(
+    owner: dpmine.Connection,
+    *,
+    dataset_id: str,
+    metadata: DatasetMetadata,
+    source: DatasetSource,
+    files: Mapping[str, Path],
+    name: str | None = None,
+    epsilon_cap: float = 1_000_000.0,
+    attribution: str = "",
+) -> dict[str, Any]:
+    """Register a file dataset through the client's multipart upload.
+
+    ``files`` maps the source's path fields ("path" for CSV/FIMI, "left"/"right" for a CSV
+    pair) to local files; the server stores copies and rewrites the source to them.
+    """
+    expected = {"left", "right"} if isinstance(source, CsvPairSource) else {"path"}
+    if set(files) != expected or not isinstance(source, CsvPairSource | CsvSource | FimiSource):
+        raise ValueError(f"a {source.format!r} source needs files for {sorted(expected)}")
+    request = CreateDatasetRequest(
+        id=dataset_id,
+        name=name or dataset_id,
+        attribution=attribution,
+        epsilon_cap=epsilon_cap,
+        metadata=metadata,
+        source=source,
+    )
+    return owner.admin.upload_dataset(request, dict(files))
+
+
+def add_analysts(
+    owner: dpmine.Connection, names: Sequence[str], grants: Mapping[str, float]
+) -> dict[str, str]:
+    """Create analysts and grant each ``grants[dataset_id]`` epsilon; returns name -> key."""
+    keys: dict[str, str] = {}
+    for name in names:
+        keys[name] = owner.admin.add_principal(name, "analyst").api_key
+        for dataset_id, epsilon in grants.items():
+            _until_visible(functools.partial(owner.admin.grant, dataset_id, name, epsilon))
+    return keys
+
+
+def _until_visible(call: Callable[[], T], *, timeout: float = 10.0) -> T:
+    """Retry ``call`` while it fails with NotFound, for at most ``timeout`` seconds.
+
+    Work-around: the server's request session (``api.deps.get_session``) commits in the exit
+    code of a ``yield`` dependency, which FastAPI runs *after* the response is sent, so an
+    owner's next request can arrive before the principal or dataset it just created is
+    committed (seen on PostgreSQL). Remove once the server commits before answering.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call()
+        except dpmine.NotFoundError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+# -- measurement ---------------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100, linear interpolation) of ``values``."""
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q))
+
+
+def time_calls(
+    call: Callable[[], object], *, repeats: int, inner: int = 1, warmup: int = 1
+) -> list[float]:
+    """Seconds per call of ``call``: ``repeats`` samples, each the mean over ``inner`` calls."""
+    for _ in range(warmup):
+        call()
+    samples: list[float] = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(inner):
+            call()
+        samples.append((time.perf_counter() - start) / inner)
+    return samples
+
+
+def machine_info() -> dict[str, Any]:
+    """Where the numbers come from: CPUs, Python and library versions, the git commit."""
+    info: dict[str, Any] = {
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu_count": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "sqlite": sqlite3.sqlite_version,
+        "dpmine": dpmine.__version__,
+        "git_commit": _git_commit(),
+    }
+    for module in ("uvicorn", "fastapi", "sqlalchemy", "psycopg", "opendp", "httpx"):
+        info[module] = _module_version(module)
+    try:
+        info["postgres"] = subprocess.run(
+            [str(PG_BIN_DIR / "postgres"), "--version"], check=True, capture_output=True, text=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        info["postgres"] = None
+    total_memory = _total_memory_gib()
+    if total_memory is not None:
+        info["memory_gib"] = total_memory
+    return info
+
+
+def _module_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        return None
+    return None
+
+
+def _total_memory_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 1024**2, 1)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _git_commit() -> str | None:
+    try:
+        result = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return result.stdout.strip() or None
+
+
+def median(values: Sequence[float]) -> float:
+    """The median of ``values``."""
+    return float(statistics.median(values))

@@ -1,0 +1,231 @@
+"""``dpmine``: the analyst's command line (datasets, schema, budget, counts, quality).
+
+The server URL and API key come from ``--url``/``--api-key`` or ``DPMINE_URL``/``DPMINE_API_KEY``.
+``--json`` prints machine-readable output instead of tables.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import typer
+from pydantic import BaseModel
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from dpmine.connection import Connection, connect
+from dpmine.errors import DPMineError
+from dpmine.queries import QuerySyntaxError, format_query, parse_query
+from dpmine.wire import (
+    BooleanAttribute,
+    CategoricalAttribute,
+    ComputeQualityResponse,
+    DatasetMetadata,
+    NumericAttribute,
+    Receipt,
+)
+
+app = typer.Typer(help="Query a dpmine server: every data-touching call is charged to your budget.")
+console = Console()
+
+
+@dataclass
+class _Options:
+    url: str
+    api_key: str
+    as_json: bool
+
+
+def _options(ctx: typer.Context) -> _Options:
+    options: _Options = ctx.obj
+    return options
+
+
+@app.callback()
+def main_options(
+    ctx: typer.Context,
+    url: Annotated[
+        str, typer.Option(envvar="DPMINE_URL", help="Server URL")
+    ] = "http://127.0.0.1:8000",
+    api_key: Annotated[
+        str, typer.Option(envvar="DPMINE_API_KEY", help="Your API key", show_default=False)
+    ] = "",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables")] = False,
+) -> None:
+    """Global options."""
+    ctx.obj = _Options(url=url, api_key=api_key, as_json=as_json)
+
+
+def _connect(options: _Options) -> Connection:
+    if not options.api_key:
+        raise _fail("no API key: pass --api-key or set DPMINE_API_KEY")
+    return connect(options.url, options.api_key)
+
+
+def _fail(message: str) -> typer.Exit:
+    Console(stderr=True).print(f"[bold red]error:[/] {escape(message)}")
+    return typer.Exit(code=2)
+
+
+def _emit(options: _Options, value: BaseModel | list[Any] | dict[str, Any], table: Table) -> None:
+    if options.as_json:
+        if isinstance(value, BaseModel):
+            typer.echo(value.model_dump_json(indent=2))
+        else:
+            typer.echo(json.dumps(value, indent=2, default=str))
+    else:
+        console.print(table)
+
+
+def _receipt_line(receipt: Receipt) -> str:
+    replay = " (replayed, not charged again)" if receipt.replayed else ""
+    return (
+        f"charged ε={receipt.epsilon_exact} ({receipt.guarantee}) · ledger entry "
+        f"{receipt.ledger_entry_id} · remaining ε={receipt.remaining_epsilon:g}{replay}"
+    )
+
+
+def _run(options: _Options, action: Any) -> Any:
+    try:
+        with _connect(options) as connection:
+            return action(connection)
+    except QuerySyntaxError as error:
+        raise _fail(str(error)) from error
+    except DPMineError as error:
+        raise _fail(str(error)) from error
+
+
+@app.command()
+def datasets(ctx: typer.Context) -> None:
+    """Datasets you can query."""
+    options = _options(ctx)
+    rows = _run(options, lambda c: c.datasets())
+    table = Table("id", "name", "kind", "attributes / items", "version", title="datasets")
+    for info in rows:
+        size = (
+            len(info.metadata.items)
+            if info.metadata.kind == "transactions"
+            else len(info.metadata.attributes)
+        )
+        table.add_row(info.id, escape(info.name), info.metadata.kind, str(size), str(info.version))
+    _emit(options, [r.model_dump(mode="json") for r in rows], table)
+
+
+def _schema_table(metadata: DatasetMetadata) -> Table:
+    table = Table("attribute", "view", "type", "public domain", title=f"{metadata.kind} schema")
+    for attribute in metadata.attributes:
+        if isinstance(attribute, NumericAttribute):
+            domain = f"[{attribute.lo:g}, {attribute.hi:g}]"
+        elif isinstance(attribute, CategoricalAttribute):
+            shown = ", ".join(attribute.categories[:8])
+            domain = shown + (" …" if len(attribute.categories) > 8 else "")
+        else:
+            assert isinstance(attribute, BooleanAttribute)
+            domain = "true/false"
+        table.add_row(escape(attribute.name), attribute.view or "-", attribute.type, escape(domain))
+    if metadata.kind == "transactions":
+        shown = ", ".join(metadata.items[:20])
+        items = shown + (" …" if len(metadata.items) > 20 else "")
+        table.add_row("(items)", "-", "item", escape(items))
+    table.caption = f"public row bound n_max = {metadata.n_max}"
+    return table
+
+
+@app.command()
+def schema(
+    ctx: typer.Context, dataset_id: Annotated[str, typer.Argument(metavar="DATASET")]
+) -> None:
+    """Public schema of a dataset (declared by its owner; free)."""
+    options = _options(ctx)
+    handle = _run(options, lambda c: c.dataset(dataset_id))
+    _emit(options, handle.info, _schema_table(handle.schema))
+
+
+@app.command()
+def budget(
+    ctx: typer.Context, dataset_id: Annotated[str, typer.Argument(metavar="DATASET")]
+) -> None:
+    """Your grant on a dataset and what is left (free)."""
+    options = _options(ctx)
+    status = _run(options, lambda c: c.dataset(dataset_id).budget())
+    table = Table("grant ε", "spent ε", "remaining ε", "dataset cap left ε", title=dataset_id)
+    table.add_row(
+        f"{status.grant_epsilon:g}",
+        f"{status.grant_spent:g}",
+        f"{status.remaining_epsilon:g}",
+        f"{status.dataset_remaining:g}",
+    )
+    _emit(options, status, table)
+
+
+EpsilonOption = Annotated[float, typer.Option(help="Privacy cost of this call", min=0.0)]
+
+
+@app.command()
+def count(
+    ctx: typer.Context,
+    dataset_id: Annotated[str, typer.Argument(metavar="DATASET")],
+    epsilon: EpsilonOption,
+    where: Annotated[
+        str | None, typer.Option(help='Predicate, e.g. "[odor = n] & [bruises]"')
+    ] = None,
+) -> None:
+    """Noisy count of rows (satisfying --where); costs --epsilon."""
+    options = _options(ctx)
+    predicate = parse_query(where) if where else None
+
+    def action(connection: Connection) -> Any:
+        return connection.dataset(dataset_id).count(predicate, epsilon=epsilon)
+
+    result = _run(options, action)
+    table = Table("predicate", "noisy count", title=dataset_id)
+    table.add_row(escape(format_query(predicate)) if predicate else "(all rows)", str(result.count))
+    table.caption = _receipt_line(result.receipt)
+    _emit(options, result, table)
+
+
+def _quality_table(result: ComputeQualityResponse, left: str, right: str) -> Table:
+    stats = result.statistics
+    table = Table("left", "right", "support", "union", "Jaccard", "p-value", title="noisy quality")
+    p_value = "-" if stats.p_value is None else f"{stats.p_value:.3g}"
+    table.add_row(
+        escape(left),
+        escape(right),
+        str(stats.support),
+        str(stats.union),
+        f"{stats.jaccard:.3f}",
+        p_value,
+    )
+    table.caption = _receipt_line(result.receipt)
+    return table
+
+
+@app.command()
+def quality(
+    ctx: typer.Context,
+    dataset_id: Annotated[str, typer.Argument(metavar="DATASET")],
+    left: Annotated[str, typer.Option(help="Left query")],
+    right: Annotated[str, typer.Option(help="Right query")],
+    epsilon: EpsilonOption,
+    mode: Annotated[str, typer.Option(help="cells (default) or paper")] = "cells",
+) -> None:
+    """Noisy support cells, Jaccard and p-value of a redescription; costs --epsilon."""
+    options = _options(ctx)
+    if mode not in {"cells", "paper"}:
+        raise _fail("--mode must be 'cells' or 'paper'")
+
+    def action(connection: Connection) -> Any:
+        return connection.dataset(dataset_id).quality(
+            left, right, epsilon=epsilon, mode="paper" if mode == "paper" else "cells"
+        )
+
+    result = _run(options, action)
+    _emit(options, result, _quality_table(result, left, right))
+
+
+def main() -> None:
+    """Entry point of ``dpmine``."""
+    app()
