@@ -412,14 +412,22 @@ def register_files(
 
 
 def add_analysts(
-    owner: dpmine.Connection, names: Sequence[str], grants: Mapping[str, float]
+    server: ServerHandle, names: Sequence[str], grants: Mapping[str, float]
 ) -> dict[str, str]:
-    """Create analysts and grant each ``grants[dataset_id]`` epsilon; returns name -> key."""
+    """Create analysts and grant each ``grants[dataset_id]`` epsilon; returns name -> key.
+
+    Returns only once every analyst sees every granted dataset.
+    """
     keys: dict[str, str] = {}
-    for name in names:
-        keys[name] = owner.admin.add_principal(name, "analyst").api_key
-        for dataset_id, epsilon in grants.items():
-            _until_visible(functools.partial(owner.admin.grant, dataset_id, name, epsilon))
+    with server.connect() as owner:
+        for name in names:
+            keys[name] = owner.admin.add_principal(name, "analyst").api_key
+            for dataset_id, epsilon in grants.items():
+                _until_visible(functools.partial(owner.admin.grant, dataset_id, name, epsilon))
+    for key in keys.values():
+        with server.connect(key) as analyst:
+            for dataset_id in grants:
+                _until_visible(functools.partial(analyst.dataset, dataset_id))
     return keys
 
 

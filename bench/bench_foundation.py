@@ -360,10 +360,9 @@ def bench_backend(
                     files={"path": bits_csv},
                     epsilon_cap=DATASET_CAP,
                 )
-                names = [f"analyst-{i:02d}" for i in range(max(CONCURRENCY))]
-                keys = add_analysts(
-                    owner, names, {MAMMALS_ID: GRANT_EPSILON, BITS_ID: GRANT_EPSILON}
-                )
+            names = [f"analyst-{i:02d}" for i in range(max(CONCURRENCY))]
+            grants = {MAMMALS_ID: GRANT_EPSILON, BITS_ID: GRANT_EPSILON}
+            keys = add_analysts(server, names, grants)
             key_list = [keys[name] for name in names]
             results: list[QualityResult] = []
             for clients in CONCURRENCY:
@@ -515,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
         bits_csv = Path(scratch) / "bits1m.csv.gz"
         write_bits_csv(columns, bits_csv)
         for backend in config.backends:
-            print(f"[{backend}] server up, registering datasets ...", flush=True)
+            print(f"[{backend}] starting the server, registering datasets ...", flush=True)
             results, engine = bench_backend(backend, config, mammals, queries, bits_csv)
             quality += results
             engines.append(engine)

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -33,13 +34,17 @@ import httpx
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+import dpmine
+
 __all__ = [
     "POSTGRES_URL_ENV",
+    "Account",
     "ExternalPostgres",
     "LiveServer",
     "PostgresCluster",
     "PostgresDatabases",
     "ServerStartError",
+    "add_analyst",
     "find_postgres_bin_dir",
     "free_port",
     "open_postgres",
@@ -244,6 +249,23 @@ class LiveServer:
         return f"LiveServer({self.url!r}, backend={self.backend!r}, pid={self.pid})"
 
 
+@dataclass(frozen=True)
+class Account:
+    """A principal created for a test: its name, its API key and a connection with that key."""
+
+    name: str
+    api_key: str
+    connection: dpmine.Connection
+
+
+def add_analyst(server: LiveServer, owner: dpmine.Connection, *, retries: int = 0) -> Account:
+    """Create an analyst with a fresh name on ``server`` and connect with its key."""
+    name = f"analyst-{secrets.token_hex(4)}"
+    created = owner.admin.add_principal(name, "analyst")
+    connection = dpmine.connect(server.url, created.api_key, retries=retries)
+    return Account(name=name, api_key=created.api_key, connection=connection)
+
+
 # -- PostgreSQL ----------------------------------------------------------------------------------
 
 
@@ -365,10 +387,13 @@ class PostgresCluster(PostgresDatabases):
     def _run(self, *args: str, timeout: float = 120.0) -> None:
         command = [str(self.bin_dir / args[0]), *args[1:]]
         if self.user is None:
-            completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+            completed = subprocess.run(
+                command, check=False, capture_output=True, text=True, timeout=timeout
+            )
         else:
             completed = subprocess.run(
                 command,
+                check=False,
                 capture_output=True,
                 text=True,
                 timeout=timeout,
@@ -410,8 +435,7 @@ class PostgresCluster(PostgresDatabases):
             ]
         )
         self._run(
-            "pg_ctl", "-D", str(self.data), "-l", str(self.log_path), "-o", options, "-w", "-t",
-            "60", "start",
+            "pg_ctl", "-D", str(self.data), "-l", str(self.log_path), "-o", options, "-w", "start"
         )
 
     def close(self) -> None:

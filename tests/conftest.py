@@ -1,0 +1,108 @@
+"""Shared fixtures: live dpmine servers on SQLite and PostgreSQL (DESIGN.md "Testing").
+
+* ``postgres`` (session): one throwaway PostgreSQL cluster for the whole run (or the server
+  named by ``DPMINE_TEST_POSTGRES_URL``); skipped when neither exists, except under CI (``CI``
+  set), where a missing PostgreSQL is an error.
+* ``sqlite_server`` / ``postgres_server`` (module): a real uvicorn server per test module, on a
+  temp SQLite file or on a fresh database of the session cluster.
+* ``any_server`` (module, parametrised ``sqlite``/``postgres``): for tests that must pass on both
+  backends. Tests on PostgreSQL get the ``postgres`` marker automatically.
+* ``owner`` / ``analyst``: the bootstrap owner's connection to ``any_server`` and a fresh analyst
+  (an :class:`~support.servers.Account`, with its name and key) for each test.
+
+These fixtures are only built when a test asks for them; other test folders are unaffected.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+import dpmine
+from support.servers import Account, LiveServer, PostgresDatabases, add_analyst, open_postgres
+
+BACKENDS = [
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+]
+_POSTGRES_FIXTURES = frozenset({"postgres", "postgres_server"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that runs against PostgreSQL with ``postgres``."""
+    for item in items:
+        if _POSTGRES_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.postgres)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresDatabases]:
+    """A PostgreSQL server for the session (one cluster; a database per module)."""
+    databases, reason = open_postgres()
+    if databases is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL is required under CI: {reason}")
+        pytest.skip(reason)
+    try:
+        yield databases
+    finally:
+        databases.close()
+
+
+@pytest.fixture(scope="module")
+def sqlite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """A live server on a fresh SQLite file (one per test module)."""
+    workdir = tmp_path_factory.mktemp("sqlite-server")
+    server = LiveServer(
+        database_url=f"sqlite:///{workdir / 'dpmine.sqlite3'}", workdir=workdir, name="sqlite"
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def postgres_server(
+    postgres: PostgresDatabases, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LiveServer]:
+    """A live server on a fresh PostgreSQL database (one per test module)."""
+    database_url = postgres.create_database()
+    workdir = tmp_path_factory.mktemp("postgres-server")
+    server = LiveServer(database_url=database_url, workdir=workdir, name="postgres")
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        postgres.drop_database(database_url)
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def any_server(request: pytest.FixtureRequest) -> LiveServer:
+    """The module's live server on each backend in turn."""
+    name = "sqlite_server" if request.param == "sqlite" else "postgres_server"
+    server: LiveServer = request.getfixturevalue(name)
+    return server
+
+
+@pytest.fixture
+def owner(any_server: LiveServer) -> Iterator[dpmine.Connection]:
+    """The bootstrap owner's connection (no retries: tests want the first answer)."""
+    if not any_server.is_running():  # a previous test of the module stopped it
+        any_server.start()
+    with dpmine.connect(any_server.url, any_server.owner_key, retries=0) as connection:
+        yield connection
+
+
+@pytest.fixture
+def analyst(any_server: LiveServer, owner: dpmine.Connection) -> Iterator[Account]:
+    """A fresh analyst on ``any_server`` (no grants yet)."""
+    account = add_analyst(any_server, owner)
+    try:
+        yield account
+    finally:
+        account.connection.close()
