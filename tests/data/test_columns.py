@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -273,15 +270,17 @@ def test_random_expressions_match_reference() -> None:
         np.testing.assert_array_equal(store.evaluate(expr).to_bool_array(), _reference(expr, data))
 
 
-def test_million_row_queries_are_fast() -> None:
+def test_million_row_conjunction_matches_numpy() -> None:
     rng = np.random.default_rng(5)
     n = 1_000_000
     present = rng.random(n) > 0.05
     values = rng.normal(5.0, 2.0, n)
     values[~present] = NAN
+    flags = rng.random(n) < 0.5
+    codes = rng.integers(-1, 3, n).astype(np.int32)
     columns: dict[str, Column] = {
-        "flag": BooleanColumn.from_arrays("flag", rng.random(n) < 0.5, present),
-        "colour": CategoricalColumn("colour", COLOURS, rng.integers(-1, 3, n).astype(np.int32)),
+        "flag": BooleanColumn.from_arrays("flag", flags, present),
+        "colour": CategoricalColumn("colour", COLOURS, codes),
         "size": NumericColumn.from_values("size", values, lo=0.0, hi=10.0),
     }
     store = ColumnStore(METADATA, n_rows=n, columns=columns)
@@ -292,21 +291,15 @@ def test_million_row_queries_are_fast() -> None:
             NumLiteral(attribute="size", lower=3.0, upper=7.5),
         ]
     )
-    cold = time.perf_counter()
-    expected = store.evaluate(query).count()
-    cold = time.perf_counter() - cold
-    warm = min(_timed(lambda: store.evaluate(query).count()) for _ in range(5))
-    size = store.column("size")
-    assert isinstance(size, NumericColumn)
-    literal = min(_timed(lambda: size.range_bitset(2.0, 4.0)) for _ in range(5))
-    assert expected > 0
-    # Generous bounds (shared CI machines); typical: cold ~5 ms, warm ~0.1 ms, literal ~1 ms.
-    assert cold < 0.25
-    assert warm < 0.02
-    assert literal < 0.05
-
-
-def _timed(action: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    action()
-    return time.perf_counter() - start
+    green = COLOURS.index("green")
+    clipped = np.clip(values, 0.0, 10.0)
+    expected = (
+        flags
+        & present
+        & (codes >= 0)
+        & (codes != green)
+        & present
+        & (clipped >= 3.0)
+        & (clipped <= 7.5)
+    )
+    assert store.evaluate(query).count() == int(expected.sum())

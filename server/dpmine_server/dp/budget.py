@@ -51,6 +51,8 @@ class Epsilon:
         decimal = _to_decimal(value)
         if decimal <= 0:
             raise BudgetError(f"a privacy cost must be positive, got {value!r}")
+        if decimal.adjusted() < -13:
+            return cls(1)  # below one unit: round up without building 10**huge
         units = math.ceil(Fraction(decimal) * EPSILON_UNITS_PER_ONE)
         return cls(units)
 
@@ -60,6 +62,8 @@ class Epsilon:
         decimal = _to_decimal(value)
         if decimal <= 0:
             raise BudgetError(f"a budget must be positive, got {value!r}")
+        if decimal.adjusted() < -12:
+            return cls(0)  # below one unit: round down without building 10**huge
         return cls(math.floor(Fraction(decimal) * EPSILON_UNITS_PER_ONE))
 
     def __add__(self, other: Epsilon) -> Epsilon:
@@ -107,7 +111,7 @@ def _to_decimal(value: float | int | str | Decimal) -> Decimal:
     if isinstance(value, float):
         if not math.isfinite(value):
             raise BudgetError(f"a privacy amount must be finite, got {value!r}")
-        decimal = Decimal(repr(value))
+        decimal = Decimal(repr(float(value)))  # float(): numpy floats repr as np.float64(...)
     else:
         try:
             decimal = Decimal(value)

@@ -72,9 +72,12 @@ def discrete_laplace(values: npt.ArrayLike, *, epsilon: float, sensitivity: int 
     map confirms ``map(sensitivity) <= epsilon``. Randomness is OpenDP's (OpenSSL CSPRNG), so no
     generator argument: these draws can never be seeded by anyone.
     """
-    counts = np.atleast_1d(np.asarray(values, dtype=np.int64))
-    if counts.ndim != 1:
-        raise ValueError("discrete_laplace releases a vector of counts")
+    raw = np.atleast_1d(np.asarray(values))
+    if raw.ndim != 1 or not np.issubdtype(raw.dtype, np.integer):
+        raise ValueError("discrete_laplace releases a vector of integer counts")
+    if isinstance(sensitivity, bool) or not isinstance(sensitivity, int | np.integer):
+        raise ValueError(f"sensitivity must be an integer, got {sensitivity!r}")
+    counts = raw.astype(np.int64)
     measurement = _vector_laplace(laplace_scale(epsilon=epsilon, sensitivity=sensitivity))
     return np.asarray(measurement(counts), dtype=np.int64)
 
@@ -101,6 +104,8 @@ def _log_weights(
     if not np.all(np.isfinite(scores)):
         raise ValueError("qualities must be finite")
     log_weights = (epsilon / (2.0 * sensitivity)) * scores
+    if not np.all(np.isfinite(log_weights)):
+        raise ValueError("epsilon·quality/(2·sensitivity) overflows; check the inputs")
     if log_base_measure is not None:
         base = np.asarray(log_base_measure, dtype=np.float64)
         if base.shape != scores.shape:
@@ -166,4 +171,6 @@ def uniform_in_cell(lower: float, upper: float, *, rng: np.random.Generator) -> 
     """A threshold uniform on the cell [lower, upper] (the released value of §1.4)."""
     if not (math.isfinite(lower) and math.isfinite(upper) and lower <= upper):
         raise ValueError(f"not a finite cell: [{lower}, {upper}]")
-    return float(lower + (upper - lower) * rng.random())
+    # Halved width: upper − lower may overflow for cells spanning most of the float range.
+    value = lower + 2.0 * (upper / 2.0 - lower / 2.0) * rng.random()
+    return float(min(max(value, lower), upper))

@@ -110,10 +110,7 @@ class DatasetService:
         """
         if session.get(Dataset, request.id) is not None:
             raise Conflict(f"dataset id {request.id!r} is taken; choose another id")
-        try:
-            cap = Epsilon.cap(request.epsilon_cap)
-        except BudgetError as error:
-            raise InvalidRequest(f"epsilon_cap: {error}") from error
+        cap = _budget(request.epsilon_cap, "epsilon_cap")
         if isinstance(request.source, SqlSource) and not self._allow_sql:
             raise Forbidden("this server does not accept SQL sources (DPMINE_ALLOW_SQL_SOURCES)")
         version_dir = self._version_dir(request.id, 1)
@@ -252,10 +249,7 @@ class DatasetService:
         analyst = get_principal(session, analyst_name)
         if analyst.role != "analyst":
             raise InvalidRequest(f"{analyst_name!r} is an owner; grants are for analysts")
-        try:
-            limit = Epsilon.cap(epsilon)
-        except BudgetError as error:
-            raise InvalidRequest(f"epsilon: {error}") from error
+        limit = _budget(epsilon, "epsilon")
         grant = session.scalar(
             select(Grant).where(Grant.dataset_id == dataset.id, Grant.analyst_id == analyst.id)
         )
@@ -289,3 +283,13 @@ class DatasetService:
             .order_by(Principal.name)
         ).tuples()
         return [grant_info(grant, name) for grant, name in rows]
+
+
+def _budget(value: float, field: str) -> Epsilon:
+    try:
+        amount = Epsilon.cap(value)
+    except BudgetError as error:
+        raise InvalidRequest(f"{field}: {error}") from error
+    if amount.units == 0:
+        raise InvalidRequest(f"{field}: {value} is below the ledger's unit of 1e-12")
+    return amount
