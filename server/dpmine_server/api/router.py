@@ -2,12 +2,21 @@
 
 from fastapi import APIRouter
 
-from dpmine_server.api.routes import admin, counts, datasets, health, jobs, redescriptions
+from dpmine_server.api.routes import (
+    admin,
+    counts,
+    datasets,
+    health,
+    itemsets,
+    jobs,
+    redescriptions,
+)
 
 api_router = APIRouter(prefix="/v1")
 api_router.include_router(health.router)
 api_router.include_router(datasets.router)
 api_router.include_router(counts.router)
 api_router.include_router(redescriptions.router)
+api_router.include_router(itemsets.router)
 api_router.include_router(jobs.router)
 api_router.include_router(admin.router)

@@ -1,0 +1,14 @@
+"""Client-side miners: orchestration only (no data, no mechanisms), one module per family."""
+
+from dpmine.miners._base import BaseMiner, NotMinedError, Plan
+from dpmine.miners.itemsets import AssociationRule, MinedItemset, TopKItemsets, association_rules
+
+__all__ = [
+    "AssociationRule",
+    "BaseMiner",
+    "MinedItemset",
+    "NotMinedError",
+    "Plan",
+    "TopKItemsets",
+    "association_rules",
+]

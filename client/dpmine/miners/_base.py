@@ -1,0 +1,78 @@
+"""What every client miner shares (DESIGN.md "Client miners": scikit-learn conventions).
+
+Constructor parameters are keyword-only and stored unchanged; ``plan(dataset)`` prices the exact
+calls of a run on the server (free, nothing read); ``mine(dataset)`` refuses to start when the
+remaining budget cannot cover the plan, runs it, and returns ``self``. Results end in ``_``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dpmine.connection import DatasetHandle
+from dpmine.errors import BudgetExhaustedError, DPMineError
+from dpmine.wire import EstimateResponse, PlannedCall, Receipt
+
+__all__ = ["BaseMiner", "NotMinedError", "Plan"]
+
+
+class NotMinedError(DPMineError):
+    """A result was read before ``mine()`` ran."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The exact calls of a run and their total cost, as priced by the server."""
+
+    calls: list[PlannedCall]
+    estimate: EstimateResponse
+
+    @property
+    def total_epsilon(self) -> float:
+        """Total ε of the run."""
+        return self.estimate.total_epsilon
+
+    @property
+    def fits(self) -> bool:
+        """Whether your remaining budget covers the run."""
+        return self.estimate.fits
+
+
+@dataclass
+class _Spent:
+    receipts: list[Receipt] = field(default_factory=list)
+
+
+class BaseMiner:
+    """Shared plan/mine plumbing; subclasses implement ``_calls`` and ``_run``."""
+
+    def _calls(self, dataset: DatasetHandle) -> list[PlannedCall]:
+        raise NotImplementedError
+
+    def plan(self, dataset: DatasetHandle) -> Plan:
+        """Price the run on the server; nothing is charged and no data is read."""
+        calls = self._calls(dataset)
+        return Plan(calls=calls, estimate=dataset.estimate(calls))
+
+    def _check_budget(self, dataset: DatasetHandle) -> Plan:
+        plan = self.plan(dataset)
+        if not plan.fits:
+            raise BudgetExhaustedError(
+                "BudgetExhausted",
+                f"this run costs ε={plan.estimate.total_epsilon_exact} but only "
+                f"ε={plan.estimate.remaining_epsilon:g} remains; nothing was spent",
+            )
+        return plan
+
+    @property
+    def budget_spent_(self) -> float:
+        """Total ε charged by the last ``mine()`` (from its receipts)."""
+        return sum(float(r.epsilon_exact) for r in self.receipts_)
+
+    @property
+    def receipts_(self) -> list[Receipt]:
+        """Receipts of every charged call of the last ``mine()``."""
+        spent: _Spent | None = getattr(self, "_spent", None)
+        if spent is None:
+            raise NotMinedError(f"{type(self).__name__} has not mined yet; call mine() first")
+        return spent.receipts

@@ -1,0 +1,210 @@
+"""``TopKItemsets``: private top-K frequent itemsets (ALGORITHMS.md §4), and association rules
+derived from the released itemsets by post-processing.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import asdict, dataclass
+from itertools import combinations
+from pathlib import Path
+from typing import Literal
+
+from dpmine.connection import DatasetHandle
+from dpmine.miners._base import BaseMiner, NotMinedError, _Spent
+from dpmine.wire import (
+    NoisyCountRequest,
+    NoisyCountResponse,
+    PlannedCall,
+    TopKItemsetsRequest,
+    TopKItemsetsResponse,
+)
+
+__all__ = ["AssociationRule", "MinedItemset", "TopKItemsets", "association_rules"]
+
+
+@dataclass(frozen=True)
+class MinedItemset:
+    """A released itemset: items, noisy count (if asked) and noisy frequency (if asked)."""
+
+    rank: int
+    items: tuple[str, ...]
+    noisy_count: int | None
+    noisy_frequency: float | None
+
+
+@dataclass(frozen=True)
+class AssociationRule:
+    """X → Y from released noisy counts only (post-processing; no budget, no data)."""
+
+    antecedent: tuple[str, ...]
+    consequent: tuple[str, ...]
+    noisy_support: int
+    confidence: float
+    lift: float | None
+
+
+class TopKItemsets(BaseMiner):
+    """The K most frequent itemsets of length ``length`` (or ``(min, max)``), privately.
+
+    ``method="em"`` (Bhaskar et al. Algorithm 1) or ``"laplace"`` (Algorithm 2); ``epsilon`` is
+    the cost of the selection (+ counts when ``with_counts``). ``frequency_epsilon`` > 0 buys a
+    separate noisy row count to turn counts into frequencies.
+    """
+
+    def __init__(
+        self,
+        *,
+        k: int = 10,
+        length: int | tuple[int, int] = 3,
+        epsilon: float = 1.4,
+        method: Literal["em", "laplace"] = "em",
+        rho: float = 0.1,
+        with_counts: bool = True,
+        count_share: float = 0.5,
+        frequency_epsilon: float = 0.0,
+    ) -> None:
+        self.k = k
+        self.length = length
+        self.epsilon = epsilon
+        self.method = method
+        self.rho = rho
+        self.with_counts = with_counts
+        self.count_share = count_share
+        self.frequency_epsilon = frequency_epsilon
+
+    def _request(self) -> TopKItemsetsRequest:
+        low, high = self.length if isinstance(self.length, tuple) else (self.length, self.length)
+        return TopKItemsetsRequest(
+            k=self.k,
+            min_length=low,
+            max_length=high,
+            epsilon=self.epsilon,
+            rho=self.rho,
+            with_counts=self.with_counts,
+            count_share=self.count_share,
+        )
+
+    def _operation(self) -> str:
+        if self.method not in {"em", "laplace"}:
+            raise ValueError(f"method must be 'em' or 'laplace', got {self.method!r}")
+        return f"fim.topk_{self.method}"
+
+    def _calls(self, dataset: DatasetHandle) -> list[PlannedCall]:
+        del dataset
+        calls = [
+            PlannedCall(
+                operation=self._operation(), request=self._request().model_dump(mode="json")
+            )
+        ]
+        if self.frequency_epsilon > 0:
+            count = NoisyCountRequest(epsilon=self.frequency_epsilon)
+            calls.append(
+                PlannedCall(operation="count.noisy", request=count.model_dump(mode="json"))
+            )
+        return calls
+
+    def mine(self, dataset: DatasetHandle) -> TopKItemsets:
+        """Run the plan (refused up front if the budget cannot cover it)."""
+        self._check_budget(dataset)
+        spent = _Spent()
+        path = f"/v1/datasets/{dataset.id}/itemsets/top-k-{self.method}"
+        released = dataset.connection.call(path, self._request(), TopKItemsetsResponse)
+        spent.receipts.append(released.receipt)
+        n_hat: int | None = None
+        if self.frequency_epsilon > 0:
+            count: NoisyCountResponse = dataset.count(epsilon=self.frequency_epsilon)
+            spent.receipts.append(count.receipt)
+            n_hat = max(count.count, 1)
+        self.itemsets_ = [
+            MinedItemset(
+                rank=rank,
+                items=tuple(entry.items),
+                noisy_count=entry.noisy_count,
+                noisy_frequency=None
+                if entry.noisy_count is None or n_hat is None
+                else max(entry.noisy_count, 0) / n_hat,
+            )
+            for rank, entry in enumerate(released.itemsets, start=1)
+        ]
+        self.noisy_row_count_ = n_hat
+        self._spent = spent
+        return self
+
+    def _mined(self) -> list[MinedItemset]:
+        itemsets: list[MinedItemset] | None = getattr(self, "itemsets_", None)
+        if itemsets is None:
+            raise NotMinedError("TopKItemsets has not mined yet; call mine() first")
+        return itemsets
+
+    def rules(self, *, min_confidence: float = 0.5) -> list[AssociationRule]:
+        """Association rules among the released itemsets (post-processing of noisy counts)."""
+        return association_rules(
+            self._mined(), min_confidence=min_confidence, n_rows=self.noisy_row_count_
+        )
+
+    def to_json(self, path: Path) -> None:
+        """Write the itemsets and the receipts as JSON."""
+        payload = {
+            "itemsets": [asdict(itemset) for itemset in self._mined()],
+            "receipts": [receipt.model_dump(mode="json") for receipt in self.receipts_],
+        }
+        path.write_text(json.dumps(payload, indent=2) + "\n")
+
+    def to_csv(self, path: Path) -> None:
+        """Write the itemsets as CSV (items joined with ' & ')."""
+        with path.open("w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["rank", "items", "noisy_count", "noisy_frequency"])
+            for itemset in self._mined():
+                writer.writerow(
+                    [
+                        itemset.rank,
+                        " & ".join(itemset.items),
+                        "" if itemset.noisy_count is None else itemset.noisy_count,
+                        "" if itemset.noisy_frequency is None else f"{itemset.noisy_frequency:.6g}",
+                    ]
+                )
+
+
+def association_rules(
+    itemsets: list[MinedItemset], *, min_confidence: float = 0.5, n_rows: int | None = None
+) -> list[AssociationRule]:
+    """Rules X → Z - X for released itemsets Z and released proper subsets X, with
+    confidence ĉ(Z)/ĉ(X) and, when Z - X and a noisy row count are released, lift.
+
+    Only released noisy values are used (clamped at 0), so this costs no budget; the figures are
+    as noisy as the counts they come from.
+    """
+    counts = {
+        frozenset(s.items): max(s.noisy_count, 0) for s in itemsets if s.noisy_count is not None
+    }
+    rules: list[AssociationRule] = []
+    for whole, support in counts.items():
+        for size in range(1, len(whole)):
+            for antecedent in combinations(sorted(whole), size):
+                base = counts.get(frozenset(antecedent))
+                if not base:
+                    continue
+                confidence = min(support / base, 1.0)
+                if confidence < min_confidence:
+                    continue
+                consequent = tuple(sorted(whole - set(antecedent)))
+                consequent_count = counts.get(frozenset(consequent))
+                lift = (
+                    confidence / (consequent_count / n_rows)
+                    if consequent_count and n_rows
+                    else None
+                )
+                rules.append(
+                    AssociationRule(
+                        antecedent=antecedent,
+                        consequent=consequent,
+                        noisy_support=support,
+                        confidence=confidence,
+                        lift=lift,
+                    )
+                )
+    rules.sort(key=lambda rule: (-rule.confidence, -rule.noisy_support))
+    return rules

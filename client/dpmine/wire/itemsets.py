@@ -1,0 +1,70 @@
+"""Top-K frequent itemsets (Bhaskar et al.; ALGORITHMS.md §4): `fim.topk_em`, `fim.topk_laplace`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from dpmine.wire.common import Epsilon, Receipt, WireModel
+
+__all__ = [
+    "MAX_ITEMSET_LENGTH",
+    "MAX_TOP_K",
+    "ReleasedItemset",
+    "TopKItemsetsRequest",
+    "TopKItemsetsResponse",
+    "TopKMethod",
+]
+
+#: Public resource limits, checked before any data is read (§4.1).
+MAX_TOP_K = 1000
+MAX_ITEMSET_LENGTH = 6
+
+TopKMethod = Literal["em", "laplace"]
+
+
+class TopKItemsetsRequest(WireModel):
+    """The K most frequent itemsets of a length (or length range), privately.
+
+    Without counts the whole ε goes to the selection; with counts ``count_share`` of it pays
+    for the noisy counts of the K released itemsets (the paper's split is ½, §4.1).
+    """
+
+    k: int = Field(ge=1, le=MAX_TOP_K, description="How many itemsets to release.")
+    min_length: int = Field(ge=1, le=MAX_ITEMSET_LENGTH, description="ℓ, or the shortest length")
+    max_length: int | None = Field(
+        default=None, ge=1, le=MAX_ITEMSET_LENGTH, description="Longest length (default ℓ)."
+    )
+    epsilon: Epsilon
+    rho: float = Field(default=0.1, gt=0, lt=1, description="Failure probability of the truncation")
+    with_counts: bool = True
+    count_share: float = Field(default=0.5, gt=0, lt=1, description="Share of ε for the counts.")
+
+    @model_validator(mode="after")
+    def _lengths(self) -> TopKItemsetsRequest:
+        if self.max_length is not None and self.max_length < self.min_length:
+            raise ValueError(f"max_length {self.max_length} is below min_length {self.min_length}")
+        return self
+
+    @property
+    def lengths(self) -> list[int]:
+        """The itemset lengths asked for."""
+        return list(range(self.min_length, (self.max_length or self.min_length) + 1))
+
+
+class ReleasedItemset(WireModel):
+    """One selected itemset (item names) and, if asked, its noisy count (may be negative)."""
+
+    items: list[str]
+    noisy_count: int | None = None
+
+
+class TopKItemsetsResponse(WireModel):
+    """The K itemsets in selection order (most frequent first, noisily)."""
+
+    method: TopKMethod
+    itemsets: list[ReleasedItemset]
+    epsilon_selection: float
+    epsilon_counts: float
+    receipt: Receipt

@@ -1,0 +1,191 @@
+"""Itemsets over a dataset: the public item universe and the private counting index (§4.1).
+
+* :class:`ItemCatalog` is public (built from metadata only): the item names and their *groups*.
+  Transaction data: every item is its own group. Attribute data: items are the Boolean
+  attributes (``A``) and the attribute=value pairs of categorical attributes (``A=c``), and the
+  items of one attribute form a group; an itemset holds at most one item per group, so the
+  universe of ℓ-itemsets has size e_ℓ(group sizes) (elementary symmetric polynomial), which is
+  C(m, ℓ) for transactions.
+* :class:`TransactionIndex` is private: exact counts of itemsets (bitset intersections) and
+  frequent-itemset mining above a count threshold with Borgelt's Eclat (PyPI ``pyfim``, C code).
+  Nothing it returns may be released.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import fim
+import numpy as np
+
+from dpmine.wire import (
+    AnyLiteral,
+    BooleanAttribute,
+    BoolLiteral,
+    CategoricalAttribute,
+    CatLiteral,
+    DatasetMetadata,
+)
+from dpmine_server.data.bitsets import Bitset
+from dpmine_server.data.columns import ColumnStore
+
+__all__ = ["ItemCatalog", "Itemset", "TransactionIndex", "item_catalog", "transaction_index"]
+
+#: An itemset as sorted item positions in the catalog.
+Itemset = tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ItemCatalog:
+    """The public item universe of a dataset."""
+
+    names: tuple[str, ...]
+    literals: tuple[AnyLiteral, ...]
+    groups: tuple[tuple[int, ...], ...]
+
+    @property
+    def group_of(self) -> tuple[int, ...]:
+        """Group index of every item."""
+        owner = [0] * len(self.names)
+        for group_index, group in enumerate(self.groups):
+            for item in group:
+                owner[item] = group_index
+        return tuple(owner)
+
+    def universe_size(self, lengths: Sequence[int]) -> int:
+        """Exact number of valid itemsets with a length in ``lengths`` (≤ one item per group)."""
+        polynomial = _elementary_symmetric([len(group) for group in self.groups], max(lengths))
+        return sum(polynomial[length] for length in set(lengths))
+
+    def position(self, name: str) -> int:
+        """Position of the item called ``name``."""
+        return self.names.index(name)
+
+
+def _elementary_symmetric(sizes: Sequence[int], degree: int) -> list[int]:
+    """[e_0, …, e_degree] of ``sizes`` (exact integers)."""
+    coefficients = [1] + [0] * degree
+    for size in sizes:
+        for order in range(degree, 0, -1):
+            coefficients[order] += coefficients[order - 1] * size
+    return coefficients
+
+
+def item_catalog(metadata: DatasetMetadata) -> ItemCatalog:
+    """The item universe declared by the metadata (numeric attributes contribute no items)."""
+    if metadata.kind == "transactions":
+        literals = tuple(BoolLiteral(attribute=item) for item in metadata.items)
+        return ItemCatalog(
+            names=tuple(metadata.items),
+            literals=literals,
+            groups=tuple((index,) for index in range(len(metadata.items))),
+        )
+    names: list[str] = []
+    item_literals: list[AnyLiteral] = []
+    groups: list[tuple[int, ...]] = []
+    for attribute in metadata.attributes:
+        start = len(names)
+        if isinstance(attribute, BooleanAttribute):
+            names.append(attribute.name)
+            item_literals.append(BoolLiteral(attribute=attribute.name))
+        elif isinstance(attribute, CategoricalAttribute):
+            for category in attribute.categories:
+                names.append(f"{attribute.name}={category}")
+                item_literals.append(CatLiteral(attribute=attribute.name, category=category))
+        else:
+            continue
+        groups.append(tuple(range(start, len(names))))
+    return ItemCatalog(names=tuple(names), literals=tuple(item_literals), groups=tuple(groups))
+
+
+class TransactionIndex:
+    """Exact itemset counts and frequent-itemset mining over one loaded dataset. PRIVATE."""
+
+    def __init__(self, store: ColumnStore, catalog: ItemCatalog) -> None:
+        self._store = store
+        self._catalog = catalog
+        self._lock = threading.Lock()
+        self._transactions: list[list[int]] | None = None
+
+    @property
+    def catalog(self) -> ItemCatalog:
+        """The public item universe."""
+        return self._catalog
+
+    def item_rows(self, item: int) -> Bitset:
+        """Rows holding item ``item``."""
+        return self._store.literal_bitset(self._catalog.literals[item])
+
+    def count(self, itemset: Itemset) -> int:
+        """Exact number of rows holding every item of ``itemset``."""
+        return Bitset.intersection(self.item_rows(item) for item in itemset).count()
+
+    def transactions(self) -> list[list[int]]:
+        """Rows as lists of item positions (built once; the input of the C miner)."""
+        with self._lock:
+            if self._transactions is None:
+                self._transactions = self._build_transactions()
+            return self._transactions
+
+    def _build_transactions(self) -> list[list[int]]:
+        n_rows = self._store.n_rows
+        row_parts: list[np.ndarray] = []
+        item_parts: list[np.ndarray] = []
+        for item in range(len(self._catalog.names)):
+            rows = self.item_rows(item).to_indices()
+            row_parts.append(rows)
+            item_parts.append(np.full(rows.size, item, dtype=np.int64))
+        rows_all = np.concatenate(row_parts) if row_parts else np.zeros(0, dtype=np.int64)
+        items_all = np.concatenate(item_parts) if item_parts else np.zeros(0, dtype=np.int64)
+        order = np.lexsort((items_all, rows_all))
+        rows_sorted, items_sorted = rows_all[order], items_all[order]
+        bounds = np.searchsorted(rows_sorted, np.arange(n_rows + 1))
+        item_list = items_sorted.tolist()
+        return [item_list[bounds[row] : bounds[row + 1]] for row in range(n_rows)]
+
+    def spectrum(self, min_count: int, lengths: Sequence[int]) -> dict[int, int]:
+        """Number of valid itemsets per exact count, for counts ≥ ``min_count``."""
+        raw = fim.eclat(
+            self.transactions(),
+            target="s",
+            supp=-max(int(min_count), 1),
+            zmin=min(lengths),
+            zmax=max(lengths),
+            report="#",
+        )
+        wanted = set(lengths)
+        counts: dict[int, int] = {}
+        for (size, support), number in raw.items():
+            if size in wanted:
+                counts[int(support)] = counts.get(int(support), 0) + int(number)
+        return counts
+
+    def mine(self, min_count: int, lengths: Sequence[int]) -> dict[Itemset, int]:
+        """Every valid itemset with a length in ``lengths`` and count ≥ ``min_count``."""
+        found = fim.eclat(
+            self.transactions(),
+            target="s",
+            supp=-max(int(min_count), 1),
+            zmin=min(lengths),
+            zmax=max(lengths),
+            report="a",
+        )
+        wanted = set(lengths)
+        return {
+            tuple(sorted(int(item) for item in itemset)): int(count)
+            for itemset, count in found
+            if len(itemset) in wanted
+        }
+
+    def max_item_count(self) -> int:
+        """The largest single-item count."""
+        return max((self.item_rows(i).count() for i in range(len(self._catalog.names))), default=0)
+
+
+@lru_cache(maxsize=8)
+def transaction_index(store: ColumnStore) -> TransactionIndex:
+    """The (cached) index of a loaded store."""
+    return TransactionIndex(store, item_catalog(store.metadata))
