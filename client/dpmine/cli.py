@@ -7,7 +7,8 @@ The server URL and API key come from ``--url``/``--api-key`` or ``DPMINE_URL``/`
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -18,6 +19,7 @@ from rich.table import Table
 
 from dpmine.connection import Connection, connect
 from dpmine.errors import DPMineError
+from dpmine.miners import Plan, TopKItemsets
 from dpmine.queries import QuerySyntaxError, format_query, parse_query
 from dpmine.wire import (
     BooleanAttribute,
@@ -224,6 +226,108 @@ def quality(
 
     result = _run(options, action)
     _emit(options, result, _quality_table(result, left, right))
+
+
+mine_app = typer.Typer(help="Run a private miner (plan first with --plan-only; free).")
+app.add_typer(mine_app, name="mine")
+
+
+def _parse_length(text: str) -> int | tuple[int, int]:
+    low, separator, high = text.partition("-")
+    try:
+        return (int(low), int(high)) if separator else int(low)
+    except ValueError:
+        raise _fail(f"--length must be a number or a range like 1-3, got {text!r}") from None
+
+
+@mine_app.command("itemsets")
+def mine_itemsets(
+    ctx: typer.Context,
+    dataset_id: Annotated[str, typer.Argument(metavar="DATASET")],
+    epsilon: EpsilonOption,
+    k: Annotated[int, typer.Option("--k", help="How many itemsets")] = 10,
+    length: Annotated[str, typer.Option(help="Itemset length or range, e.g. 3 or 1-3")] = "3",
+    method: Annotated[str, typer.Option(help="em (Algorithm 1) or laplace (Algorithm 2)")] = "em",
+    rho: Annotated[float, typer.Option(help="Truncation failure probability")] = 0.1,
+    counts: Annotated[bool, typer.Option(help="Also release noisy counts")] = True,
+    count_share: Annotated[float, typer.Option(help="Share of ε for the counts")] = 0.5,
+    frequency_epsilon: Annotated[
+        float, typer.Option(help="ε for a noisy row count (frequencies); 0 = none")
+    ] = 0.0,
+    rules: Annotated[
+        float | None, typer.Option(help="Show association rules with this minimum confidence")
+    ] = None,
+    output: Annotated[Path | None, typer.Option(help="Write results to .json or .csv")] = None,
+    plan_only: Annotated[bool, typer.Option(help="Only price the run (free)")] = False,
+) -> None:
+    """Private top-K frequent itemsets (Bhaskar et al.); costs --epsilon (+ --frequency-epsilon)."""
+    options = _options(ctx)
+    if method not in {"em", "laplace"}:
+        raise _fail("--method must be 'em' or 'laplace'")
+    miner = TopKItemsets(
+        k=k,
+        length=_parse_length(length),
+        epsilon=epsilon,
+        method="em" if method == "em" else "laplace",
+        rho=rho,
+        with_counts=counts,
+        count_share=count_share,
+        frequency_epsilon=frequency_epsilon,
+    )
+
+    def action(connection: Connection) -> Any:
+        dataset = connection.dataset(dataset_id)
+        if plan_only:
+            return miner.plan(dataset)
+        with console.status("mining itemsets on the server…"):
+            return miner.mine(dataset)
+
+    result = _run(options, action)
+    if isinstance(result, Plan):
+        table = Table("operation", "ε", "guarantee", title=f"plan on {dataset_id}")
+        for call in result.estimate.calls:
+            table.add_row(call.operation, call.epsilon_exact, call.guarantee)
+        table.caption = (
+            f"total ε={result.estimate.total_epsilon_exact}; remaining "
+            f"ε={result.estimate.remaining_epsilon:g}; fits: {result.fits}"
+        )
+        _emit(options, result.estimate, table)
+        return
+    if output is not None:
+        (miner.to_csv if output.suffix == ".csv" else miner.to_json)(output)
+    table = Table("rank", "itemset", "noisy count", "noisy frequency", title=f"top-{k} itemsets")
+    for itemset in miner.itemsets_:
+        table.add_row(
+            str(itemset.rank),
+            escape(" & ".join(itemset.items)),
+            "-" if itemset.noisy_count is None else str(itemset.noisy_count),
+            "-" if itemset.noisy_frequency is None else f"{itemset.noisy_frequency:.4f}",
+        )
+    table.caption = " | ".join(_receipt_line(receipt) for receipt in miner.receipts_)
+    payload: dict[str, Any] = {
+        "itemsets": [asdict(itemset) for itemset in miner.itemsets_],
+        "receipts": [receipt.model_dump(mode="json") for receipt in miner.receipts_],
+    }
+    _emit(options, payload, table)
+    if rules is not None:
+        found = miner.rules(min_confidence=rules)
+        rule_table = Table(
+            "antecedent",
+            "consequent",
+            "noisy support",
+            "confidence",
+            "lift",
+            title="association rules (post-processing of the noisy counts)",
+        )
+        for rule in found:
+            rule_table.add_row(
+                escape(" & ".join(rule.antecedent)),
+                escape(" & ".join(rule.consequent)),
+                str(rule.noisy_support),
+                f"{rule.confidence:.3f}",
+                "-" if rule.lift is None else f"{rule.lift:.3f}",
+            )
+        _emit(options, [asdict(rule) for rule in found], rule_table)
 
 
 def main() -> None:
