@@ -4,9 +4,10 @@
 2. as the data owner: registers the bundled UCI Mushroom data as a two-view dataset with its
    confirmed public metadata (``config/demo/mushroom.metadata.json``), creates an analyst and
    grants it ε = 1;
-3. as the analyst, through the ``dpmine`` client over HTTP: a noisy row count, then the noisy
-   quality (support cells, Jaccard, p-value) of every redescription "[odor = c] ⟺ [class = p]"
-   over the public odor categories, ranked by noisy Jaccard;
+3. as the analyst, through the ``dpmine`` client over HTTP: a private top-10 frequent itemset
+   run (Bhaskar et al.'s exponential mechanism, with noisy counts, frequencies from a noisy row
+   count, and association rules derived from them), then the noisy quality (support cells,
+   Jaccard, p-value) of the redescriptions "[odor = c] ⟺ [class = p]" for three odors;
 4. prints the results and the budget receipts, shows the owner's ledger check, stops the server.
 """
 
@@ -29,7 +30,8 @@ from rich.progress import track
 from rich.table import Table
 
 import dpmine
-from dpmine.wire import CreateDatasetRequest, CsvSource, DatasetMetadata, NumericAttribute, Receipt
+from dpmine.miners import TopKItemsets
+from dpmine.wire import CreateDatasetRequest, CsvSource, DatasetMetadata, Receipt
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "var" / "demo"
@@ -99,27 +101,42 @@ def owner_setup(url: str, owner_key: str) -> str:
     return analyst.api_key
 
 
-def analyse(url: str, analyst_key: str) -> list[Receipt]:
-    """The analyst's private run over HTTP; returns the receipts of every charged call."""
-    receipts: list[Receipt] = []
-    with dpmine.connect(url, analyst_key) as connection:
-        mushroom = connection.dataset("mushroom")
-        console.print(
-            f"[bold]analyst[/]: budget before: ε = {mushroom.budget().remaining_epsilon:g}"
+def mine_itemsets(mushroom: dpmine.DatasetHandle) -> list[Receipt]:
+    """Top-10 itemsets of length 1-3 (ε = 0.5 + 0.1 for the row count) and their rules."""
+    miner = TopKItemsets(k=10, length=(1, 3), epsilon=0.5, frequency_epsilon=0.1)
+    plan = miner.plan(mushroom)
+    console.print(f"plan: {len(plan.calls)} calls, ε = {plan.estimate.total_epsilon_exact}")
+    with console.status("mining the top-10 itemsets on the server"):
+        miner.mine(mushroom)
+    table = Table("rank", "itemset", "noisy count", "noisy frequency")
+    table.title = "top-10 frequent itemsets (exponential mechanism)"
+    for itemset in miner.itemsets_:
+        frequency = itemset.noisy_frequency
+        table.add_row(
+            str(itemset.rank),
+            escape(" & ".join(itemset.items)),
+            str(itemset.noisy_count),
+            "-" if frequency is None else f"{frequency:.3f}",
         )
-        n_hat = mushroom.count(epsilon=0.1)
-        receipts.append(n_hat.receipt)
-        console.print(f"noisy number of mushrooms: {n_hat.count}")
-        odor = mushroom.schema.attribute("odor")
-        assert not isinstance(odor, NumericAttribute)
-        categories = getattr(odor, "categories", [])
-        share = 0.9 / len(categories)
-        rows = []
-        for category in track(categories, description="noisy quality per odor", console=console):
-            left, right = f"[odor = {category}]", "[class = p]"
-            result = mushroom.quality(left, right, epsilon=share)
-            receipts.append(result.receipt)
-            rows.append((left, right, result))
+    console.print(table)
+    rules = miner.rules(min_confidence=0.95)[:5]
+    for rule in rules:
+        console.print(
+            f"  rule {escape(' & '.join(rule.antecedent))} → {escape(' & '.join(rule.consequent))}"
+            f"  confidence {rule.confidence:.3f} (from noisy counts)"
+        )
+    return miner.receipts_
+
+
+def redescriptions(mushroom: dpmine.DatasetHandle) -> list[Receipt]:
+    """Noisy quality of "[odor = c] ⟺ [class = p]" for three odors (ε = 0.1 each)."""
+    receipts: list[Receipt] = []
+    rows = []
+    for odor in track(("f", "n", "a"), description="noisy quality", console=console):
+        left, right = f"[odor = {odor}]", "[class = p]"
+        result = mushroom.quality(left, right, epsilon=0.1)
+        receipts.append(result.receipt)
+        rows.append((left, right, result))
     rows.sort(key=lambda row: row[2].statistics.jaccard, reverse=True)
     table = Table("left query", "right query", "noisy |I|", "noisy |U|", "noisy J", "p-value")
     table.title = "redescriptions 'odor ⟺ poisonous', ranked by noisy Jaccard"
@@ -135,6 +152,18 @@ def analyse(url: str, analyst_key: str) -> list[Receipt]:
             p_value,
         )
     console.print(table)
+    return receipts
+
+
+def analyse(url: str, analyst_key: str) -> list[Receipt]:
+    """The analyst's private run over HTTP; returns the receipts of every charged call."""
+    with dpmine.connect(url, analyst_key) as connection:
+        mushroom = connection.dataset("mushroom")
+        console.print(
+            f"[bold]analyst[/]: budget before: ε = {mushroom.budget().remaining_epsilon:g}"
+        )
+        receipts = mine_itemsets(mushroom)
+        receipts += redescriptions(mushroom)
     return receipts
 
 
