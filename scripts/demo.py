@@ -88,7 +88,7 @@ def owner_setup(url: str, owner_key: str) -> str:
         request = CreateDatasetRequest(
             id="mushroom",
             name="UCI Mushroom (two views: cap and gills | stalk, ring, spores, class)",
-            description="8,124 mushrooms of 23 species described by 22 categorical attributes.",
+            description="Mushrooms of 23 species described by 22 categorical attributes and their edibility.",
             attribution=ATTRIBUTION,
             epsilon_cap=5.0,
             metadata=DatasetMetadata.model_validate_json(METADATA.read_text()),

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -98,6 +98,10 @@ def _run(options: _Options, action: Any) -> Any:
         raise _fail(str(error)) from error
     except DPMineError as error:
         raise _fail(str(error)) from error
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise _fail(f"invalid request: {where}: {first['msg']}") from error
 
 
 @app.command()
@@ -177,7 +181,10 @@ def count(
 ) -> None:
     """Noisy count of rows (satisfying --where); costs --epsilon."""
     options = _options(ctx)
-    predicate = parse_query(where) if where else None
+    try:
+        predicate = parse_query(where) if where else None
+    except QuerySyntaxError as error:
+        raise _fail(str(error)) from error
 
     def action(connection: Connection) -> Any:
         return connection.dataset(dataset_id).count(predicate, epsilon=epsilon)

@@ -67,8 +67,8 @@ def get_principal(
     with services.sessions() as session:
         principal = authenticate(session, key, secret=services.settings.secret_key)
         if principal is None:
-            with session.begin():
-                audit.record(session, action="auth_failed", details={"key_prefix": key[:10]})
+            audit.record(session, action="auth_failed", details={"key_prefix": key[:10]})
+            session.commit()
             raise Unauthorized("unknown or disabled API key; ask the data owner for a valid key")
         session.expunge(principal)
         return principal

@@ -158,7 +158,7 @@ class TransactionIndex:
         )
         wanted = set(lengths)
         counts: dict[int, int] = {}
-        for (size, support), number in raw.items():
+        for (size, support), number in dict(raw).items():
             if size in wanted:
                 counts[int(support)] = counts.get(int(support), 0) + int(number)
         return counts

@@ -42,6 +42,7 @@ def _run(
     _rng: np.random.Generator,
     _progress: Progress,
 ) -> dict[str, Any]:
+    """Kernel of ``count.noisy`` (ALGORITHMS.md §0.6): pure ε-DP."""
     return {
         "count": noisy_count(columns, predicate=request.predicate, epsilon=epsilon.for_mechanism())
     }

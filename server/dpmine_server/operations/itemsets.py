@@ -238,6 +238,7 @@ def _runner(method: Method) -> Any:
         rng: np.random.Generator,
         progress: Progress,
     ) -> dict[str, Any]:
+        """Kernel of fim.topk_em / fim.topk_laplace (ALGORITHMS.md §4.2, §4.3): pure ε-DP."""
         index = transaction_index(columns)
         selection, counts = _split(request, epsilon)
         progress(0.1, "selecting itemsets")

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from dpmine.queries import attributes
 from dpmine.stats import jaccard, statistics_from_cells
 from dpmine.wire import (
     ComputeQualityRequest,
@@ -24,7 +25,7 @@ from dpmine_server.dp.budget import Epsilon
 from dpmine_server.dp.mechanisms import discrete_laplace
 from dpmine_server.operations.base import OperationSpec, Progress
 
-__all__ = ["OPERATIONS", "noisy_quality", "support_cells"]
+__all__ = ["OPERATIONS", "noisy_quality", "support_cells", "validate_redescription"]
 
 
 def support_cells(columns: ColumnStore, redescription: Redescription) -> tuple[int, int, int, int]:
@@ -79,10 +80,23 @@ def noisy_quality(
 
 
 def _validate(request: ComputeQualityRequest, metadata: DatasetMetadata) -> None:
-    views = {"left"} if metadata.kind == "views" else None
-    validate_expr(request.redescription.left, metadata, side="left query", views=views)
-    views = {"right"} if metadata.kind == "views" else None
-    validate_expr(request.redescription.right, metadata, side="right query", views=views)
+    validate_redescription(request.redescription, metadata)
+
+
+def validate_redescription(redescription: Redescription, metadata: DatasetMetadata) -> None:
+    """Left query on the left view, right query on the right view; on a single table no
+    attribute may appear in both queries (§1.1). Raises ValueError saying what to fix."""
+    two_views = metadata.kind == "views"
+    left, right = redescription.left, redescription.right
+    validate_expr(left, metadata, side="left query", views={"left"} if two_views else None)
+    validate_expr(right, metadata, side="right query", views={"right"} if two_views else None)
+    if not two_views:
+        shared = sorted(attributes(left) & attributes(right))
+        if shared:
+            raise ValueError(
+                f"attributes {shared} appear in both queries; on a single table each attribute "
+                "may be used on one side only"
+            )
 
 
 def _cost(request: ComputeQualityRequest) -> tuple[Epsilon, Guarantee]:
@@ -96,6 +110,7 @@ def _run(
     _rng: np.random.Generator,
     _progress: Progress,
 ) -> dict[str, Any]:
+    """Kernel of ``red.compute_quality`` (ALGORITHMS.md §1.6): pure ε-DP."""
     return noisy_quality(
         columns,
         redescription=request.redescription,

@@ -35,7 +35,7 @@ def record(
 
 def list_events(session: Session, *, limit: int = 10_000) -> list[AuditEventInfo]:
     """The newest events first."""
-    names = dict(session.execute(select(Principal.id, Principal.name)).tuples().all())
+    names = dict(session.execute(select(Principal.id, Principal.name)).all())
     events = session.scalars(select(AuditEvent).order_by(AuditEvent.id.desc()).limit(limit))
     return [
         AuditEventInfo(

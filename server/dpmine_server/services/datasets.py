@@ -281,7 +281,7 @@ class DatasetService:
             .join(Principal, Principal.id == Grant.analyst_id)
             .where(Grant.dataset_id == dataset_id)
             .order_by(Principal.name)
-        ).tuples()
+        ).all()
         return [grant_info(grant, name) for grant, name in rows]
 
 

@@ -40,5 +40,5 @@ def ledger_entries(session: Session, *, dataset_id: str | None = None) -> list[L
             created_at=entry.created_at,
             completed_at=entry.completed_at,
         )
-        for entry, name in session.execute(statement).tuples()
+        for entry, name in session.execute(statement).all()
     ]

@@ -1,0 +1,570 @@
+"""The two command lines against a real server (DESIGN.md "Testing").
+
+* ``dpmine`` (analyst, :mod:`dpmine.cli`) runs through ``typer.testing.CliRunner`` against a live
+  uvicorn server on SQLite (the ``sqlite_server`` fixture of ``tests/conftest.py``), on the UCI
+  Mushroom data registered through the client.
+* ``dpmine-server`` (owner, :mod:`dpmine_server.cli`) runs through ``CliRunner`` on the same
+  SQLite database, data folder and secret as that server (``DPMINE_*`` settings in the
+  environment), so a principal, dataset and grant made with the owner CLI are used by the analyst
+  CLI, and the owner CLI's ledger export shows exactly what the analyst was released.
+
+Commands are written as shell lines (split with :func:`shlex.split`). Noisy values are checked
+against the exact counts of the file with bands far in the discrete Laplace tail (at scale b,
+P(|noise| > 30·b) < 1e-13).
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import re
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner, Result
+
+import dpmine
+from dpmine.cli import app as analyst_app
+from dpmine.wire import (
+    AuditEventInfo,
+    BudgetStatus,
+    ComputeQualityResponse,
+    DatasetInfo,
+    DatasetMetadata,
+    LedgerEntryInfo,
+    NoisyCountResponse,
+    PrincipalCreated,
+    PrincipalInfo,
+)
+from dpmine_server.cli import app as owner_app
+from support.datasets import MUSHROOM_PATH, MUSHROOM_ROWS, register_mushroom, unique_id
+from support.servers import Account, LiveServer, add_analyst
+
+RUNNER = CliRunner()
+#: A wide terminal so that rich does not wrap table cells (rich reads COLUMNS on every print);
+#: the DPMINE_URL / DPMINE_API_KEY of the caller's environment must not leak in.
+ANALYST_ENV = {"COLUMNS": "250", "DPMINE_URL": "", "DPMINE_API_KEY": ""}
+GRANT = 1.0
+MUSHROOM = str(MUSHROOM_PATH)
+
+
+def _flat(text: str) -> str:
+    """Whitespace collapsed, so that assertions do not depend on rich's line wrapping."""
+    return " ".join(text.split())
+
+
+def _mushroom_rows() -> list[dict[str, str]]:
+    with gzip.open(MUSHROOM_PATH, "rt", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+ROWS = _mushroom_rows()
+EDIBLE = sum(row["class"] == "e" for row in ROWS)
+
+
+def _cells(left: tuple[str, str], right: tuple[str, str]) -> tuple[int, int, int, int]:
+    """Exact (E11, E10, E01, E00) of [A = a] <=> [B = b] on the file (owner-side truth)."""
+    e11 = e10 = e01 = e00 = 0
+    for row in ROWS:
+        in_left, in_right = row[left[0]] == left[1], row[right[0]] == right[1]
+        e11 += in_left and in_right
+        e10 += in_left and not in_right
+        e01 += in_right and not in_left
+        e00 += not (in_left or in_right)
+    return e11, e10, e01, e00
+
+
+GILL_CLASS = _cells(("gill-size", "b"), ("class", "e"))
+QUALITY = "--left '[gill-size = b]' --right '[class = e]'"
+
+
+# --------------------------------------------------------------------------------------------
+# Running the command lines
+
+
+def dpmine_cli(server: LiveServer, api_key: str, command: str) -> Result:
+    """``dpmine --url URL --api-key KEY <command>``."""
+    args = ["--url", server.url, "--api-key", api_key, *shlex.split(command)]
+    return RUNNER.invoke(analyst_app, args, env=ANALYST_ENV)
+
+
+def owner_cli(server: LiveServer, command: str) -> Result:
+    """``dpmine-server <command>`` on the live server's database, data folder and secret."""
+    env = {
+        "DPMINE_ENVIRONMENT": "test",
+        "DPMINE_DATABASE_URL": server.database_url,
+        "DPMINE_DATA_DIR": str(server.data_dir),
+        "DPMINE_SECRET_KEY": server.secret_key,
+        "DPMINE_BOOTSTRAP_OWNER_KEY": "",
+    }
+    return RUNNER.invoke(owner_app, shlex.split(command), env=env)
+
+
+def _ok(result: Result) -> str:
+    """The stdout of a command that must have succeeded."""
+    assert result.exit_code == 0, (result.exit_code, result.output, repr(result.exception))
+    return result.stdout
+
+
+def _json(result: Result) -> Any:
+    """The parsed JSON stdout of a command that must have succeeded."""
+    return json.loads(_ok(result))
+
+
+def _error(result: Result) -> str:
+    """The flattened error text of a failed command: a clean exit 2 with one 'error:' line."""
+    assert result.exit_code == 2, (result.exit_code, result.output, repr(result.exception))
+    assert isinstance(result.exception, SystemExit), repr(result.exception)
+    text = _flat(result.stderr)
+    assert text.startswith("error:"), text
+    return text
+
+
+# --------------------------------------------------------------------------------------------
+# Fixtures
+
+
+@pytest.fixture(scope="module")
+def server(sqlite_server: LiveServer) -> LiveServer:
+    return sqlite_server
+
+
+@pytest.fixture(scope="module")
+def owner_connection(server: LiveServer) -> Iterator[dpmine.Connection]:
+    with dpmine.connect(server.url, server.owner_key, retries=0) as connection:
+        yield connection
+
+
+@pytest.fixture(scope="module")
+def mushroom(owner_connection: dpmine.Connection) -> DatasetInfo:
+    return register_mushroom(owner_connection, epsilon_cap=100.0)
+
+
+@pytest.fixture
+def account(
+    server: LiveServer, owner_connection: dpmine.Connection, mushroom: DatasetInfo
+) -> Iterator[Account]:
+    """A fresh analyst with GRANT epsilon on the mushroom dataset."""
+    created = add_analyst(server, owner_connection)
+    owner_connection.admin.grant(mushroom.id, created.name, GRANT)
+    try:
+        yield created
+    finally:
+        created.connection.close()
+
+
+def _budget(server: LiveServer, account: Account, dataset_id: str) -> BudgetStatus:
+    return BudgetStatus.model_validate(
+        _json(dpmine_cli(server, account.api_key, f"--json budget {dataset_id}"))
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# dpmine: public information (free)
+
+
+def test_datasets_lists_the_dataset_without_private_counts(
+    server: LiveServer, account: Account, mushroom: DatasetInfo
+) -> None:
+    table = _ok(dpmine_cli(server, account.api_key, "datasets"))
+    assert re.search(rf"{re.escape(mushroom.id)}\s*│.*│\s*views\s*│\s*23\s*│\s*1\s*│", table)
+    listed = _json(dpmine_cli(server, account.api_key, "--json datasets"))
+    infos = [DatasetInfo.model_validate(entry) for entry in listed]
+    assert [info.id for info in infos] == [mushroom.id]  # only the dataset granted to this key
+    assert infos[0].metadata == mushroom.metadata
+    # n is private: only the public bound n_max is shown (the owner's free-text description of
+    # this test dataset happens to state the size, so it is left out here).
+    assert str(MUSHROOM_ROWS) not in table
+    assert str(MUSHROOM_ROWS) not in json.dumps([entry["metadata"] for entry in listed])
+
+
+def test_schema_shows_the_public_metadata(
+    server: LiveServer, account: Account, mushroom: DatasetInfo
+) -> None:
+    table = _ok(dpmine_cli(server, account.api_key, f"schema {mushroom.id}"))
+    assert "views schema" in table
+    assert re.search(r"gill-size\s*│\s*left\s*│\s*categorical\s*│\s*b, n\s*│", table)
+    assert re.search(r"class\s*│\s*right\s*│\s*categorical\s*│\s*e, p\s*│", table)
+    assert "public row bound n_max = 10000" in _flat(table)
+    schema = _json(dpmine_cli(server, account.api_key, f"--json schema {mushroom.id}"))
+    info = DatasetInfo.model_validate(schema)
+    assert info.metadata == mushroom.metadata
+    assert len(info.metadata.attributes) == 23
+
+
+def test_budget_shows_the_grant(
+    server: LiveServer, account: Account, mushroom: DatasetInfo
+) -> None:
+    table = _ok(dpmine_cli(server, account.api_key, f"budget {mushroom.id}"))
+    assert re.search(r"│\s*1\s*│\s*0\s*│\s*1\s*│\s*100\s*│", table), table
+    status = _budget(server, account, mushroom.id)
+    assert (status.grant_epsilon, status.grant_spent, status.remaining_epsilon) == (1.0, 0.0, 1.0)
+
+
+# --------------------------------------------------------------------------------------------
+# dpmine: private operations (charged)
+
+
+def test_count_prints_a_noisy_integer_and_its_receipt(
+    server: LiveServer, account: Account, mushroom: DatasetInfo
+) -> None:
+    table = _ok(dpmine_cli(server, account.api_key, f"count {mushroom.id} --epsilon 0.1"))
+    match = re.search(r"│\s*\(all rows\)\s*│\s*(-?\d+)\s*│", table)
+    assert match is not None, table
+    assert abs(int(match.group(1)) - MUSHROOM_ROWS) < 300  # scale 10
+    receipt = r"charged ε=0\.1 \(pure\) · ledger entry \d+ · remaining ε=0\.9"
+    assert re.search(receipt, _flat(table)), table
+
+    command = f"--json count {mushroom.id} --epsilon 0.2 --where '[class = e]'"
+    response = NoisyCountResponse.model_validate_json(
+        _ok(dpmine_cli(server, account.api_key, command))
+    )
+    assert abs(response.count - EDIBLE) < 150  # scale 5
+    assert response.receipt.operation == "count.noisy"
+    assert response.receipt.dataset_id == mushroom.id
+    assert response.receipt.epsilon_exact == "0.2"
+    assert response.receipt.guarantee == "pure"
+    assert response.receipt.remaining_epsilon == pytest.approx(0.7)
+    assert not response.receipt.replayed
+
+
+def test_count_table_shows_the_canonical_predicate(
+    server: LiveServer, account: Account, mushroom: DatasetInfo
+) -> None:
+    command = f"count {mushroom.id} --epsilon 0.1 --where '[class=e]&![odor=n]'"
+    table = _ok(dpmine_cli(server, account.api_key, command))
+    match = re.search(r"│\s*\[class = e\] & !\[odor = n\]\s*│\s*(-?\d+)\s*│", table)
+    assert match is not None, table
+    truth = sum(row["class"] == "e" and row["odor"] != "n" for row in ROWS)
+    assert abs(int(match.group(1)) - truth) < 300
+
+
+def test_quality_cells_mode(server: LiveServer, account: Account, mushroom: DatasetInfo) -> None:
+    table = _ok(
+        dpmine_cli(server, account.api_key, f"quality {mushroom.id} {QUALITY} --epsilon 0.2")
+    )
+    assert "noisy quality" in table
+    receipt = r"charged ε=0\.2 \(pure\) · ledger entry \d+ · remaining ε=0\.8"
+    assert re.search(receipt, _flat(table)), table
+    row = re.search(
+        r"│\s*\[gill-size = b\]\s*│\s*\[class = e\]\s*│\s*(\d+)\s*│\s*(\d+)\s*│\s*([\d.]+)\s*│",
+        table,
+    )
+    assert row is not None, table
+    assert abs(int(row.group(1)) - GILL_CLASS[0]) < 150  # scale 5
+    assert 0.0 <= float(row.group(3)) <= 1.0
+
+    command = f"--json quality {mushroom.id} {QUALITY} --epsilon 0.2"
+    response = ComputeQualityResponse.model_validate_json(
+        _ok(dpmine_cli(server, account.api_key, command))
+    )
+    assert response.mode == "cells"
+    cells = response.cells
+    noisy = [value for value in (cells.e11, cells.e10, cells.e01, cells.e00) if value is not None]
+    assert len(noisy) == 4
+    assert all(abs(value - exact) < 150 for value, exact in zip(noisy, GILL_CLASS, strict=True))
+    assert cells.intersection is None
+    assert response.statistics.support == max(noisy[0], 0)
+    assert response.statistics.n_rows == sum(max(value, 0) for value in noisy)
+    assert response.statistics.p_value is not None
+    assert 0.0 <= response.statistics.p_value <= 1.0
+    assert response.receipt.remaining_epsilon == pytest.approx(0.6)
+
+
+def test_quality_paper_mode(server: LiveServer, account: Account, mushroom: DatasetInfo) -> None:
+    command = f"--json quality {mushroom.id} {QUALITY} --epsilon 0.5 --mode paper"
+    response = ComputeQualityResponse.model_validate_json(
+        _ok(dpmine_cli(server, account.api_key, command))
+    )
+    e11, e10, e01, _ = GILL_CLASS
+    assert response.mode == "paper"
+    assert response.cells.e11 is None
+    assert response.cells.intersection is not None
+    assert response.cells.union is not None
+    assert abs(response.cells.intersection - e11) < 120  # scale 4
+    assert abs(response.cells.union - (e11 + e10 + e01)) < 120
+    assert response.statistics.p_value is None
+    assert response.receipt.epsilon_exact == "0.5"
+
+
+def test_budget_decreases_by_exactly_what_was_charged(
+    server: LiveServer, account: Account, mushroom: DatasetInfo
+) -> None:
+    for epsilon in ("0.1", "0.2", "0.3"):
+        _ok(dpmine_cli(server, account.api_key, f"count {mushroom.id} --epsilon {epsilon}"))
+    status = _budget(server, account, mushroom.id)
+    assert status.grant_spent == pytest.approx(0.6)
+    assert status.remaining_epsilon == pytest.approx(0.4)
+    table = _ok(dpmine_cli(server, account.api_key, f"budget {mushroom.id}"))
+    assert re.search(r"│\s*1\s*│\s*0\.6\s*│\s*0\.4\s*│", table), table
+
+
+# --------------------------------------------------------------------------------------------
+# dpmine: errors are one clean 'error:' line and exit code 2
+
+
+def test_bad_count_predicate_text_reports_the_position(
+    server: LiveServer, account: Account, mushroom: DatasetInfo
+) -> None:
+    command = f"count {mushroom.id} --epsilon 0.1 --where '[class = e'"
+    message = _error(dpmine_cli(server, account.api_key, command))
+    assert 'at column 11 in "[class = e"' in message
+    assert "close the literal with ']'" in message
+
+
+def test_bad_quality_query_text_reports_the_position(
+    server: LiveServer, account: Account, mushroom: DatasetInfo
+) -> None:
+    command = f"quality {mushroom.id} --left '[gill-size = b' --right '[class = e]' --epsilon 0.1"
+    message = _error(dpmine_cli(server, account.api_key, command))
+    assert 'at column 15 in "[gill-size = b"' in message
+    assert _budget(server, account, mushroom.id).grant_spent == 0.0
+
+
+def test_a_query_on_the_wrong_view_is_refused_before_any_charge(
+    server: LiveServer, account: Account, mushroom: DatasetInfo
+) -> None:
+    swapped = f"quality {mushroom.id} --left '[class = e]' --right '[gill-size = b]' --epsilon 0.1"
+    message = _error(dpmine_cli(server, account.api_key, swapped))
+    assert "left query: attribute 'class' is in the right view" in message
+    unknown = f"count {mushroom.id} --epsilon 0.1 --where '[colour = red]'"
+    assert "unknown attribute 'colour'" in _error(dpmine_cli(server, account.api_key, unknown))
+    assert _budget(server, account, mushroom.id).grant_spent == 0.0
+
+
+def test_missing_or_wrong_api_key_exits_2(server: LiveServer, mushroom: DatasetInfo) -> None:
+    no_key = RUNNER.invoke(analyst_app, ["--url", server.url, "datasets"], env=ANALYST_ENV)
+    assert "no API key: pass --api-key or set DPMINE_API_KEY" in _error(no_key)
+    wrong = dpmine_cli(server, "dpm_not_a_real_key_0123456789", f"budget {mushroom.id}")
+    assert "Unauthorized: unknown or disabled API key" in _error(wrong)
+
+
+def test_the_url_and_key_may_come_from_the_environment(
+    server: LiveServer, account: Account, mushroom: DatasetInfo
+) -> None:
+    env = {**ANALYST_ENV, "DPMINE_URL": server.url, "DPMINE_API_KEY": account.api_key}
+    listed = _json(RUNNER.invoke(analyst_app, ["--json", "datasets"], env=env))
+    assert [entry["id"] for entry in listed] == [mushroom.id]
+
+
+def test_an_exhausted_budget_exits_2_and_charges_nothing(
+    server: LiveServer, account: Account, mushroom: DatasetInfo
+) -> None:
+    _ok(dpmine_cli(server, account.api_key, f"count {mushroom.id} --epsilon 0.7"))
+    message = _error(dpmine_cli(server, account.api_key, f"count {mushroom.id} --epsilon 0.5"))
+    assert message.startswith("error: BudgetExhausted:")
+    assert "remaining in your grant=0.3" in message
+    assert _budget(server, account, mushroom.id).grant_spent == pytest.approx(0.7)
+
+
+def test_unknown_dataset_and_bad_mode_exit_2(server: LiveServer, account: Account) -> None:
+    assert "NotFound" in _error(dpmine_cli(server, account.api_key, "schema no-such-dataset"))
+    bad_mode = "quality no-such-dataset --left '[a]' --right '[b]' --epsilon 0.1 --mode fancy"
+    assert "--mode must be 'cells' or 'paper'" in _error(
+        dpmine_cli(server, account.api_key, bad_mode)
+    )
+
+
+@pytest.mark.parametrize("epsilon", ["0", "1001"])
+def test_an_epsilon_outside_the_wire_range_exits_2(
+    server: LiveServer, account: Account, mushroom: DatasetInfo, epsilon: str
+) -> None:
+    result = dpmine_cli(server, account.api_key, f"count {mushroom.id} --epsilon {epsilon}")
+    assert "epsilon" in _error(result)
+
+
+# --------------------------------------------------------------------------------------------
+# dpmine-server (owner CLI) on the live server's database
+
+
+def _owner_error(result: Result) -> str:
+    assert result.exit_code == 2, (result.exit_code, result.output, repr(result.exception))
+    text = _flat(result.stderr)
+    assert text.startswith("error:"), text
+    return text
+
+
+@pytest.fixture(scope="module")
+def cli_metadata(server: LiveServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Metadata proposed by ``datasets propose-metadata`` for a two-view Mushroom dataset."""
+    folder = tmp_path_factory.mktemp("owner-cli")
+    right = {"class", "odor", "bruises", "habitat"}
+    views = folder / "views.json"
+    views.write_text(json.dumps({name: "right" if name in right else "left" for name in ROWS[0]}))
+    command = f"datasets propose-metadata --kind views --csv {MUSHROOM} --views {views}"
+    metadata = DatasetMetadata.model_validate(_json(owner_cli(server, command)))
+    assert metadata.kind == "views"
+    assert metadata.n_max == 20_000  # 2 × 8124 rounded up to 1, 2 or 5 × 10^k
+    assert len(metadata.attributes) == 23
+    by_name = {attribute.name: attribute for attribute in metadata.attributes}
+    assert by_name["class"].view == "right"
+    assert by_name["gill-size"].view == "left"
+    stalk_root = by_name["stalk-root"]
+    assert stalk_root.type == "categorical"
+    assert "?" not in stalk_root.categories  # "?" is a missing-value token
+    path = folder / "metadata.json"
+    path.write_text(metadata.model_dump_json())
+    return path
+
+
+def _add_dataset(server: LiveServer, metadata: Path, prefix: str, cap: str) -> dict[str, Any]:
+    dataset_id = unique_id(prefix)
+    command = (
+        f"datasets add {dataset_id} --metadata {metadata} --epsilon-cap {cap} --csv {MUSHROOM} "
+        "--name 'Mushroom via CLI'"
+    )
+    added: dict[str, Any] = _json(owner_cli(server, command))
+    assert DatasetInfo.model_validate(added["dataset"]).id == dataset_id
+    return added
+
+
+@pytest.fixture(scope="module")
+def cli_dataset(server: LiveServer, cli_metadata: Path) -> str:
+    added = _add_dataset(server, cli_metadata, "cli-mushroom", "3")
+    # The load report is for the (trusted) owner only: it may state the row count.
+    assert added["report"]["n_rows"] == MUSHROOM_ROWS
+    assert added["report"]["missing"]["stalk-root"] == sum(r["stalk-root"] == "?" for r in ROWS)
+    dataset_id: str = added["dataset"]["id"]
+    return dataset_id
+
+
+def _new_principal(server: LiveServer, role: str = "analyst") -> PrincipalCreated:
+    name = unique_id("cli-analyst")
+    created = _json(owner_cli(server, f"principals add {name} --role {role}"))
+    return PrincipalCreated.model_validate(created)
+
+
+def test_owner_cli_principals_lifecycle(server: LiveServer) -> None:
+    created = _new_principal(server)
+    name = created.principal.name
+    assert created.principal.role == "analyst"
+    assert created.api_key.startswith(created.principal.key_prefix)
+    with dpmine.connect(server.url, created.api_key, retries=0) as connection:
+        assert connection.datasets() == []  # the key works on the live server at once
+
+    listing = _ok(owner_cli(server, "principals list"))
+    principals = [PrincipalInfo.model_validate(p) for p in json.loads(listing)]
+    assert name in {p.name for p in principals}
+    assert "admin" in {p.name for p in principals if p.role == "owner"}
+    assert created.api_key not in listing  # keys are never listed
+
+    rotated = PrincipalCreated.model_validate(
+        _json(owner_cli(server, f"principals rotate-key {name}"))
+    )
+    assert rotated.api_key != created.api_key
+    with (
+        dpmine.connect(server.url, created.api_key, retries=0) as old,
+        pytest.raises(dpmine.AuthenticationError),
+    ):
+        old.datasets()
+    events = _json(owner_cli(server, "audit export"))
+    failures = [event["details"] for event in events if event["action"] == "auth_failed"]
+    assert {"key_prefix": created.api_key[:10]} in failures
+    with dpmine.connect(server.url, rotated.api_key, retries=0) as new:
+        assert new.datasets() == []
+
+    disabled = PrincipalInfo.model_validate(_json(owner_cli(server, f"principals disable {name}")))
+    assert disabled.disabled
+    with (
+        dpmine.connect(server.url, rotated.api_key, retries=0) as new,
+        pytest.raises(dpmine.AuthenticationError),
+    ):
+        new.datasets()
+
+    assert "already exists" in _owner_error(owner_cli(server, f"principals add {name}"))
+    bad_role = owner_cli(server, f"principals add {unique_id('x')} --role root")
+    assert "--role must be 'owner' or 'analyst'" in _owner_error(bad_role)
+
+
+def test_owner_cli_datasets_list_and_show(server: LiveServer, cli_dataset: str) -> None:
+    listed = _json(owner_cli(server, "datasets list"))
+    expected = {"id": cli_dataset, "name": "Mushroom via CLI", "kind": "views", "status": "active"}
+    assert expected in listed
+    info = DatasetInfo.model_validate(_json(owner_cli(server, f"datasets show {cli_dataset}")))
+    assert (info.id, info.version, info.status) == (cli_dataset, 1, "active")
+    assert "missing-x" in _owner_error(owner_cli(server, "datasets show missing-x"))
+
+
+def test_owner_cli_grants_then_analyst_cli_then_ledger_export(
+    server: LiveServer, cli_dataset: str, tmp_path: Path
+) -> None:
+    created = _new_principal(server)
+    name = created.principal.name
+    grant = _json(owner_cli(server, f"grants set {cli_dataset} {name} 0.5"))
+    assert (grant["analyst"], grant["dataset_id"], grant["epsilon"]) == (name, cli_dataset, 0.5)
+    grants = _json(owner_cli(server, f"grants list {cli_dataset}"))
+    assert {(g["analyst"], g["epsilon"], g["spent"]) for g in grants} == {(name, 0.5, 0.0)}
+
+    # The analyst CLI uses the key and the grant made by the owner CLI, on the live server.
+    command = f"--json count {cli_dataset} --epsilon 0.1 --where '[class = e]'"
+    released = NoisyCountResponse.model_validate_json(
+        _ok(dpmine_cli(server, created.api_key, command))
+    )
+    assert abs(released.count - EDIBLE) < 300
+
+    exported = _json(owner_cli(server, f"ledger export --dataset {cli_dataset}"))
+    entries = [LedgerEntryInfo.model_validate(e) for e in exported]
+    assert len(entries) == 1
+    entry = entries[0]
+    assert (entry.principal, entry.operation, entry.status) == (name, "count.noisy", "released")
+    assert (entry.id, entry.epsilon_exact) == (released.receipt.ledger_entry_id, "0.1")
+    assert entry.release is not None
+    assert entry.release["count"] == released.count  # exactly what was released
+    predicate = {"kind": "cat", "attribute": "class", "category": "e", "negated": False}
+    assert entry.parameters["predicate"] == predicate
+
+    as_csv = _ok(owner_cli(server, f"ledger export --dataset {cli_dataset} --format csv"))
+    rows = list(csv.DictReader(as_csv.splitlines()))
+    assert len(rows) == 1
+    assert (rows[0]["operation"], rows[0]["epsilon_exact"], rows[0]["principal"]) == (
+        "count.noisy",
+        "0.1",
+        name,
+    )
+    assert json.loads(rows[0]["release"])["count"] == released.count
+
+    output = tmp_path / "ledger.json"
+    _ok(owner_cli(server, f"ledger export --output {output}"))
+    assert entry.id in {e["id"] for e in json.loads(output.read_text())}
+    bad_format = owner_cli(server, "ledger export --format xml")
+    assert "--format must be json or csv" in _owner_error(bad_format)
+
+    assert "ledger is consistent" in _ok(owner_cli(server, "ledger verify"))
+
+
+def test_owner_cli_audit_export(server: LiveServer, cli_dataset: str) -> None:
+    name = _new_principal(server).principal.name
+    _json(owner_cli(server, f"grants set {cli_dataset} {name} 0.25"))
+    events = [AuditEventInfo.model_validate(e) for e in _json(owner_cli(server, "audit export"))]
+    by_target = {(e.action, e.target): e for e in events}
+    assert ("dataset_registered", cli_dataset) in by_target
+    assert ("principal_created", name) in by_target
+    grant = by_target[("grant_set", f"{cli_dataset}/{name}")]
+    assert grant.details == {"epsilon": 0.25, "via": "cli"}
+    assert [e.id for e in events] == sorted((e.id for e in events), reverse=True)  # newest first
+
+    rows = list(csv.DictReader(_ok(owner_cli(server, "audit export --format csv")).splitlines()))
+    assert {"id", "at", "principal", "action", "target", "details"} <= set(rows[0])
+    grant_rows = [r for r in rows if r["target"] == f"{cli_dataset}/{name}"]
+    assert [json.loads(r["details"]) for r in grant_rows] == [{"epsilon": 0.25, "via": "cli"}]
+
+
+def test_owner_cli_retire_stops_queries(server: LiveServer, cli_metadata: Path) -> None:
+    dataset_id = _add_dataset(server, cli_metadata, "cli-retire", "1")["dataset"]["id"]
+    created = _new_principal(server)
+    _json(owner_cli(server, f"grants set {dataset_id} {created.principal.name} 0.5"))
+    _ok(dpmine_cli(server, created.api_key, f"count {dataset_id} --epsilon 0.1"))
+
+    retired = DatasetInfo.model_validate(_json(owner_cli(server, f"datasets retire {dataset_id}")))
+    assert retired.status == "retired"
+    listed = {entry["id"]: entry for entry in _json(owner_cli(server, "datasets list"))}
+    assert listed[dataset_id]["status"] == "retired"
+    after = dpmine_cli(server, created.api_key, f"count {dataset_id} --epsilon 0.1")
+    assert after.exit_code == 2, after.output
+    # The ledger keeps the charge made before retirement, and nothing after it.
+    entries = _json(owner_cli(server, f"ledger export --dataset {dataset_id}"))
+    assert [(e["status"], e["epsilon_exact"]) for e in entries] == [("released", "0.1")]
