@@ -53,14 +53,17 @@ __all__ = [
     "ServerHandle",
     "add_analysts",
     "free_port",
+    "load_average",
     "machine_info",
     "median",
     "percentile",
     "postgres_cluster",
     "register_files",
+    "retry_transient",
     "running_server",
     "server_for_backend",
     "time_calls",
+    "wait_until_quiet",
 ]
 
 Backend = Literal["sqlite", "postgres"]
@@ -449,6 +452,26 @@ def _until_visible(call: Callable[[], T], *, timeout: float = 10.0) -> T:
             time.sleep(0.05)
 
 
+def retry_transient(call: Callable[[], T], *, timeout: float = 10.0) -> T:
+    """Retry an idempotent owner call while it fails with NotFound or the server's generic
+    InternalError, for at most ``timeout`` seconds.
+
+    Work-around for the same server issue as ``_until_visible``: the request session commits
+    after the response is sent, so the next owner write can start its SQLite transaction on a
+    snapshot older than that commit and fail at once with "database is locked" (seen on a grant
+    right after another grant). Use only for calls that are safe to repeat (grants, lookups).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call()
+        except dpmine.ServerError as error:
+            transient = isinstance(error, dpmine.NotFoundError) or error.error == "InternalError"
+            if not transient or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 # -- measurement ---------------------------------------------------------------------------------
 
 
@@ -484,6 +507,7 @@ def machine_info() -> dict[str, Any]:
         "sqlite": sqlite3.sqlite_version,
         "dpmine": dpmine.__version__,
         "git_commit": _git_commit(),
+        "load_average_start": load_average(),
     }
     for module in ("uvicorn", "fastapi", "sqlalchemy", "psycopg", "opendp", "httpx"):
         info[module] = _module_version(module)
@@ -497,6 +521,22 @@ def machine_info() -> dict[str, Any]:
     if total_memory is not None:
         info["memory_gib"] = total_memory
     return info
+
+
+def load_average() -> tuple[float, float, float]:
+    """The 1, 5 and 15 minute load averages (other work on the machine skews the timings)."""
+    one, five, fifteen = os.getloadavg()
+    return round(one, 2), round(five, 2), round(fifteen, 2)
+
+
+def wait_until_quiet(*, max_load: float, timeout: float, poll: float = 5.0) -> bool:
+    """Wait until the 1-minute load average is at most ``max_load``; False on timeout."""
+    deadline = time.monotonic() + timeout
+    while os.getloadavg()[0] > max_load:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll)
+    return True
 
 
 def _module_version(name: str) -> str | None:

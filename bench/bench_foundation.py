@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import signal
 import sys
 import tempfile
 import threading
@@ -26,6 +27,7 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -37,12 +39,14 @@ from _support import (
     Backend,
     ServerHandle,
     add_analysts,
+    load_average,
     machine_info,
     median,
     percentile,
     register_files,
     server_for_backend,
     time_calls,
+    wait_until_quiet,
 )
 from dpmine.wire import (
     And,
@@ -57,6 +61,7 @@ from dpmine.wire import (
 )
 from dpmine_server.data.loaders import load_store
 from dpmine_server.data.propose import propose_metadata
+from dpmine_server.dp.mechanisms import discrete_laplace
 from dpmine_server.operations.counts import noisy_count
 
 MAMMALS_DIR = Path("/work/shared/data/rm_european_mammals")
@@ -88,6 +93,7 @@ class Config:
     out: Path
     mammals_dir: Path
     seed: int
+    wait_quiet: float
 
 
 @dataclass(frozen=True)
@@ -126,6 +132,7 @@ class KernelCountResult:
     exact_count_matches: bool
     kernel_median_us: float
     evaluate_median_us: float
+    noise_median_us: float
     numpy_median_us: float
 
 
@@ -243,6 +250,7 @@ def run_quality(
                 target=_client_worker,
                 args=(handles[i], queries[i::clients], barrier, runs[i]),
                 name=f"client-{i}",
+                daemon=True,
             )
             for i in range(clients)
         ]
@@ -312,6 +320,12 @@ def run_kernel_count(
     evaluate = time_calls(
         lambda: store.evaluate(predicate).count(), repeats=kernel_repeats, inner=20, warmup=20
     )
+    noise = time_calls(
+        lambda: discrete_laplace([exact], epsilon=EPSILON, sensitivity=1),
+        repeats=kernel_repeats,
+        inner=20,
+        warmup=20,
+    )
     plain = time_calls(numpy_count, repeats=numpy_repeats, inner=50, warmup=50)
     return KernelCountResult(
         rows=len(columns[0]),
@@ -319,6 +333,7 @@ def run_kernel_count(
         exact_count_matches=matches,
         kernel_median_us=round(median(kernel) * 1e6, 2),
         evaluate_median_us=round(median(evaluate) * 1e6, 2),
+        noise_median_us=round(median(noise) * 1e6, 2),
         numpy_median_us=round(median(plain) * 1e6, 2),
     )
 
@@ -404,7 +419,9 @@ def markdown_report(
         f"Machine: nproc={info['nproc']} ({info.get('cpu_model')}), "
         f"{info.get('memory_gib')} GiB; Python {info['python']}, numpy {info['numpy']}, "
         f"SQLite {info['sqlite']}, {info.get('postgres')}, uvicorn {info.get('uvicorn')} "
-        "(1 process); clients and server share the machine. One run.",
+        "(1 process); clients and server share the machine. One run; load average "
+        f"(1/5/15 min) {info.get('load_average_start')} at start, "
+        f"{info.get('load_average_end')} at end.",
         "",
         f"**red.compute_quality** on European mammals (2,221 rows; 124 Boolean species | "
         f"69 numeric climate), {config.requests} requests per setting, ε={EPSILON} each, "
@@ -436,6 +453,8 @@ def markdown_report(
         f"{kernel.kernel_median_us:.1f} µs | {kernel.kernel_median_us / numpy_us:.1f}x |",
         f"| exact `store.evaluate(...).count()` (no noise) | "
         f"{kernel.evaluate_median_us:.1f} µs | {kernel.evaluate_median_us / numpy_us:.1f}x |",
+        f"| `discrete_laplace([count], ε={EPSILON})` alone (OpenDP) | "
+        f"{kernel.noise_median_us:.1f} µs | {kernel.noise_median_us / numpy_us:.1f}x |",
         f"| numpy `bitwise_count(bitwise_and(w1, w2)).sum()` | {numpy_us:.1f} µs | 1x |",
     ]
     if not kernel.exact_count_matches:
@@ -470,6 +489,13 @@ def parse_args(argv: list[str] | None = None) -> Config:
     )
     parser.add_argument("--mammals-dir", type=Path, default=MAMMALS_DIR)
     parser.add_argument("--seed", type=int, default=SEED)
+    parser.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="first wait up to SECONDS for the 1-minute load average to drop below 0.5",
+    )
     args = parser.parse_args(argv)
     backends: list[Backend] = []
     for name in (part.strip() for part in args.backends.split(",") if part.strip()):
@@ -491,12 +517,21 @@ def parse_args(argv: list[str] | None = None) -> Config:
         out=args.out,
         mammals_dir=args.mammals_dir,
         seed=args.seed,
+        wait_quiet=args.wait_quiet,
     )
+
+
+def _exit_on_sigterm(signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run every benchmark, print the tables, write the JSON; non-zero exit on request errors."""
     config = parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so the finally blocks stop the servers and clusters.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    if config.wait_quiet > 0 and not wait_until_quiet(max_load=0.5, timeout=config.wait_quiet):
+        print(f"load average still {load_average()} after {config.wait_quiet:.0f} s; going on")
     started = time.perf_counter()
     info = machine_info()
     print(
@@ -521,6 +556,7 @@ def main(argv: list[str] | None = None) -> int:
         print("[in-process] kernel and numpy timings ...", flush=True)
         kernel = run_kernel_count(bits_csv, columns, config.kernel_repeats, config.numpy_repeats)
     total = time.perf_counter() - started
+    info["load_average_end"] = load_average()
     report = markdown_report(
         info=info,
         config=config,

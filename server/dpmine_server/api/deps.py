@@ -44,7 +44,8 @@ def get_session(services: ServicesDep) -> Iterator[Session]:
             raise
 
 
-SessionDep = Annotated[Session, Depends(get_session)]
+# scope="function": commit before the response is sent, so a client that got 201 sees its row.
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
 def _bearer_key(authorization: str | None, x_api_key: str | None) -> str:
