@@ -1,23 +1,32 @@
 """Redescription wire models: noisy quality (`red.compute_quality`, ALGORITHMS.md §1.6).
 
-The Serenade operations (§2) join this module.
+and the Serenade operations (§2): calibrate, initial pairs, extend one.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from dpmine.wire.common import Epsilon, Receipt, WireModel
 from dpmine.wire.queries import Redescription
 
 __all__ = [
+    "CalibrateRequest",
+    "CalibrateResponse",
     "ComputeQualityRequest",
     "ComputeQualityResponse",
+    "ExtendOneRequest",
+    "ExtendOneResponse",
+    "InitialPairsRequest",
+    "InitialPairsResponse",
     "NoisyCells",
     "NoisyStatistics",
     "QualityMode",
+    "QualityParameters",
+    "SerenadeOptions",
+    "ThresholdModeRequest",
 ]
 
 #: "cells": four noisy cells with Lap(1/eps) each (engine default, §1.6 [REC]);
@@ -62,4 +71,108 @@ class ComputeQualityResponse(WireModel):
     mode: QualityMode
     cells: NoisyCells
     statistics: NoisyStatistics
+    receipt: Receipt
+
+
+# -- Serenade (ALGORITHMS.md §2) ---------------------------------------------------------------
+
+ThresholdModeRequest = Literal["auto", "continuous", "grid"]
+SerenadeOperator = Literal["and", "or"]
+
+
+def _both_operators() -> list[SerenadeOperator]:
+    return ["and", "or"]
+
+
+class SerenadeOptions(WireModel):
+    """Data-independent candidate rules (§2.2) and the threshold mode (§1.4)."""
+
+    operators: list[SerenadeOperator] = Field(default_factory=_both_operators, min_length=1)
+    negations: bool = False
+    max_literals: int = Field(default=4, ge=1, le=16, description="Literals per query at most.")
+    single_side_or: bool = Field(default=True, description="Disjunctions on one side only.")
+    threshold_mode: ThresholdModeRequest = Field(
+        default="auto",
+        description="continuous (exact, by rejection; needs ε/(2Δ) ≤ 8), grid (public grid), or "
+        "auto (continuous when possible, else grid; decided from public values only).",
+    )
+
+
+class QualityParameters(WireModel):
+    """Parameters of Serenade's quality Q = J·σ(s(|I| − x0)) (§2.1); both public."""
+
+    x0: float = Field(gt=0, allow_inf_nan=False, description="Minimum-support centre, a count.")
+    s: float | None = Field(
+        default=None,
+        gt=0,
+        le=10,
+        allow_inf_nan=False,
+        description="Steepness; null = the server's line search (serenade.calibrate).",
+    )
+    function: Literal["serenade", "jaccard"] = Field(
+        default="serenade",
+        description="'jaccard' = plain Jaccard quality with sensitivity 1 (the NoSens ablation).",
+    )
+
+
+class CalibrateRequest(WireModel):
+    """Sensitivity of Q for given x0 (and s, or the steepness line search). Free."""
+
+    x0: float = Field(gt=0, allow_inf_nan=False)
+    s: float | None = Field(default=None, gt=0, le=10, allow_inf_nan=False)
+    grid: list[float] | None = Field(default=None, min_length=1, max_length=1000)
+
+
+class CalibrateResponse(WireModel):
+    """The steepness used and Δ(s, x0) computed from the public n_max."""
+
+    s: float
+    delta: float
+    x0: float
+    n_max: int
+
+
+class InitialPairsRequest(WireModel):
+    """``count`` independent exponential-mechanism draws of literal pairs (§2.3); costs ε."""
+
+    count: int = Field(default=20, ge=1, le=1000)
+    epsilon: Epsilon
+    quality: QualityParameters
+    options: SerenadeOptions = Field(default_factory=SerenadeOptions)
+
+
+class InitialPairsResponse(WireModel):
+    """The drawn pairs (numeric bounds drawn inside their cells, never data values)."""
+
+    pairs: list[Redescription]
+    threshold_mode: Literal["continuous", "grid"]
+    s: float
+    delta: float
+    receipt: Receipt
+
+
+class ExtendOneRequest(WireModel):
+    """One extension step (§2.4). ``cs``: a collection of one redescription; ``es``: one draw
+    over the union of the candidates of every redescription of the collection."""
+
+    mode: Literal["cs", "es"] = "es"
+    collection: list[Redescription] = Field(min_length=1, max_length=1000)
+    epsilon: Epsilon
+    quality: QualityParameters
+    options: SerenadeOptions = Field(default_factory=SerenadeOptions)
+
+    @model_validator(mode="after")
+    def _cs_has_one(self) -> ExtendOneRequest:
+        if self.mode == "cs" and len(self.collection) != 1:
+            raise ValueError("mode 'cs' extends exactly one redescription")
+        return self
+
+
+class ExtendOneResponse(WireModel):
+    """The chosen candidate: its position and redescription (``changed`` = it was extended)."""
+
+    position: int
+    redescription: Redescription
+    changed: bool
+    threshold_mode: Literal["continuous", "grid"]
     receipt: Receipt

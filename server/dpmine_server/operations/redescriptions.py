@@ -1,11 +1,12 @@
-"""Private operations on redescriptions: ``red.compute_quality`` (ALGORITHMS.md §1.6).
-
-The Serenade operations (§2) join this module.
+"""Private operations on redescriptions: ``red.compute_quality`` (ALGORITHMS.md §1.6) and
+Serenade's ``serenade.initial_pairs`` and ``serenade.extend_one`` (§2.3, §2.4; kernels in
+:mod:`serenade`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from functools import lru_cache
+from typing import Any, Literal
 
 import numpy as np
 
@@ -15,17 +16,39 @@ from dpmine.wire import (
     ComputeQualityRequest,
     ComputeQualityResponse,
     DatasetMetadata,
+    ExtendOneRequest,
+    ExtendOneResponse,
     Guarantee,
+    InitialPairsRequest,
+    InitialPairsResponse,
     QualityMode,
+    QualityParameters,
     Redescription,
+    SerenadeOptions,
 )
 from dpmine_server.data.columns import ColumnStore
 from dpmine_server.data.validation import validate_expr
 from dpmine_server.dp.budget import Epsilon
 from dpmine_server.dp.mechanisms import discrete_laplace
 from dpmine_server.operations.base import OperationSpec, Progress
+from dpmine_server.operations.serenade import (
+    ExtensionRules,
+    QualityParams,
+    ThresholdMode,
+    choose_threshold_mode,
+    extend_one,
+    initial_pairs,
+    parse_side,
+)
+from dpmine_server.operations.serenade_quality import calibrate, sensitivity
 
-__all__ = ["OPERATIONS", "noisy_quality", "support_cells", "validate_redescription"]
+__all__ = [
+    "OPERATIONS",
+    "noisy_quality",
+    "quality_parameters",
+    "support_cells",
+    "validate_redescription",
+]
 
 
 def support_cells(columns: ColumnStore, redescription: Redescription) -> tuple[int, int, int, int]:
@@ -131,4 +154,144 @@ OPERATIONS = [
         cost=_cost,
         run=_run,
     )
+]
+
+
+# -- Serenade (§2) -----------------------------------------------------------------------------
+
+
+def quality_parameters(quality: QualityParameters, n_max: int) -> QualityParams:
+    """Public (s, x0, Δ): the given steepness or the line search's, Δ from n_max (§2.1);
+    Δ = 1 for the plain-Jaccard ablation (J jumps from 0 to 1 when one row is added)."""
+    return _quality_parameters(quality.x0, quality.s, quality.function, n_max)
+
+
+@lru_cache(maxsize=256)
+def _quality_parameters(
+    x0: float, s: float | None, function: Literal["serenade", "jaccard"], n_max: int
+) -> QualityParams:
+    if x0 >= n_max:
+        raise ValueError(f"x0 = {x0} must be below the dataset's public row bound n_max = {n_max}")
+    if function == "jaccard":
+        return QualityParams(s=0.0, x0=x0, delta=1.0, function="jaccard")
+    steepness = s if s is not None else calibrate(x0, n_max)[0]
+    return QualityParams(s=steepness, x0=x0, delta=sensitivity(steepness, x0, n_max))
+
+
+def _rules(options: SerenadeOptions) -> ExtensionRules:
+    return ExtensionRules(
+        operators=frozenset(options.operators),
+        negations=options.negations,
+        max_literals=options.max_literals,
+        single_side_or=options.single_side_or,
+    )
+
+
+def _pairs_mode(request: InitialPairsRequest, metadata: DatasetMetadata) -> ThresholdMode:
+    params = quality_parameters(request.quality, metadata.n_max)
+    c = params.coefficient(request.epsilon / request.count)
+    return choose_threshold_mode(c, request.options.threshold_mode)
+
+
+def _validate_pairs(request: InitialPairsRequest, metadata: DatasetMetadata) -> None:
+    _pairs_mode(request, metadata)
+
+
+def _run_pairs(
+    columns: ColumnStore,
+    request: InitialPairsRequest,
+    epsilon: Epsilon,
+    rng: np.random.Generator,
+    _progress: Progress,
+) -> dict[str, Any]:
+    """Kernel of ``serenade.initial_pairs`` (§2.3): pure ε-DP, ε/count per draw."""
+    metadata = columns.metadata
+    params = quality_parameters(request.quality, metadata.n_max)
+    mode = _pairs_mode(request, metadata)
+    pairs = initial_pairs(
+        columns,
+        count=request.count,
+        epsilon=epsilon.for_mechanism(),
+        params=params,
+        rules=_rules(request.options),
+        mode=mode,
+        rng=rng,
+    )
+    return {"pairs": pairs, "threshold_mode": mode, "s": params.s, "delta": params.delta}
+
+
+def _extend_mode(request: ExtendOneRequest, metadata: DatasetMetadata) -> ThresholdMode:
+    params = quality_parameters(request.quality, metadata.n_max)
+    return choose_threshold_mode(
+        params.coefficient(request.epsilon), request.options.threshold_mode
+    )
+
+
+def _validate_extend(request: ExtendOneRequest, metadata: DatasetMetadata) -> None:
+    for position, red in enumerate(request.collection):
+        try:
+            validate_redescription(red, metadata)
+            for side, expr in (("left", red.left), ("right", red.right)):
+                parsed = parse_side(expr, side=side)
+                if len(parsed.literals) > request.options.max_literals:
+                    raise ValueError(
+                        f"the {side} query has {len(parsed.literals)} literals, more than "
+                        f"options.max_literals = {request.options.max_literals}"
+                    )
+        except ValueError as error:
+            raise ValueError(f"collection[{position}]: {error}") from error
+    _extend_mode(request, metadata)
+
+
+def _run_extend(
+    columns: ColumnStore,
+    request: ExtendOneRequest,
+    epsilon: Epsilon,
+    rng: np.random.Generator,
+    _progress: Progress,
+) -> dict[str, Any]:
+    """Kernel of ``serenade.extend_one`` (§2.4): pure ε-DP, one exponential-mechanism draw."""
+    metadata = columns.metadata
+    params = quality_parameters(request.quality, metadata.n_max)
+    mode = _extend_mode(request, metadata)
+    position, red = extend_one(
+        columns,
+        request.collection,
+        epsilon=epsilon.for_mechanism(),
+        params=params,
+        rules=_rules(request.options),
+        mode=mode,
+        rng=rng,
+    )
+    return {
+        "position": position,
+        "redescription": red,
+        "changed": red != request.collection[position],
+        "threshold_mode": mode,
+    }
+
+
+OPERATIONS += [
+    OperationSpec(
+        name="serenade.initial_pairs",
+        path="redescriptions/serenade/initial-pairs",
+        summary="Serenade initial pairs: independent exponential-mechanism draws of literal pairs.",
+        request_model=InitialPairsRequest,
+        response_model=InitialPairsResponse,
+        dataset_kinds=frozenset({"views", "table"}),
+        validate=_validate_pairs,
+        cost=_cost,
+        run=_run_pairs,
+    ),
+    OperationSpec(
+        name="serenade.extend_one",
+        path="redescriptions/serenade/extend",
+        summary="Serenade ExtendOne: one exponential-mechanism draw over all extensions.",
+        request_model=ExtendOneRequest,
+        response_model=ExtendOneResponse,
+        dataset_kinds=frozenset({"views", "table"}),
+        validate=_validate_extend,
+        cost=_cost,
+        run=_run_extend,
+    ),
 ]

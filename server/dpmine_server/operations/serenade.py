@@ -1,0 +1,713 @@
+"""Serenade's private selections: initial pairs and one extension step (ALGORITHMS.md §2.2–2.4).
+
+Every selection is one exponential-mechanism draw with weight μ(x)·exp(c·Q(x)), c = ε/(2Δ),
+Q the low-sensitivity quality of :mod:`serenade_quality` and μ the data-independent base measure
+of §7: one unit per discrete literal (Boolean, attribute=category), one unit per numeric
+attribute spread over its threshold pairs (§1.4: each bound unbounded with probability ½,
+otherwise uniform on the public range; a ≤ b; not both unbounded), one unit for "leave it
+unextended". Numeric thresholds are handled in one of two exact ways, chosen from public
+quantities only:
+
+* ``continuous`` (default while c ≤ 8): rejection from the base measure
+  (:func:`~dpmine_server.dp.mechanisms.exponential_by_rejection`); a drawn threshold is reported
+  as drawn, i.e. uniformly inside its cell, never a data value;
+* ``grid``: thresholds on the attribute's public grid (owner's grid, else 20 equal-width interior
+  points), every interval a discrete candidate, exact enumeration with Gumbel-max.
+
+The candidate sets depend only on public metadata and the public queries (§2.2): no support
+filters. Nothing but the chosen candidate leaves this module.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from dpmine.queries import extend_query, serenade_steps
+from dpmine.wire import (
+    AnyLiteral,
+    BooleanAttribute,
+    BoolLiteral,
+    CategoricalAttribute,
+    CatLiteral,
+    DatasetMetadata,
+    Expr,
+    NumericAttribute,
+    NumLiteral,
+    Redescription,
+)
+from dpmine_server.data.bitsets import Bitset
+from dpmine_server.data.columns import ColumnStore, NumericColumn
+from dpmine_server.dp.mechanisms import exponential_by_rejection
+from dpmine_server.operations.serenade_quality import jaccard, quality
+
+__all__ = [
+    "DEFAULT_GRID_POINTS",
+    "REJECTION_MAX_EXPONENT",
+    "ExtensionRules",
+    "Op",
+    "QualityParams",
+    "SideQuery",
+    "ThresholdMode",
+    "choose_threshold_mode",
+    "extend_one",
+    "initial_pairs",
+    "parse_side",
+]
+
+Op = Literal["and", "or"]
+Side = Literal["left", "right"]
+ThresholdMode = Literal["continuous", "grid"]
+WordMatrix = npt.NDArray[np.uint64]
+
+#: Continuous thresholds by rejection only while c·(q_hi − q_lo) ≤ this (expected proposals
+#: ≤ e^8 ≈ 3000); above it, the public grid. Public: depends on ε, Δ only.
+REJECTION_MAX_EXPONENT = 8.0
+DEFAULT_GRID_POINTS = 20
+
+
+@dataclass(frozen=True, slots=True)
+class QualityParams:
+    """Public parameters of Q: steepness s, centre x0 (a count) and sensitivity Δ.
+
+    ``function="jaccard"`` is the paper's NoSens ablation: Q = J, whose sensitivity is 1.
+    """
+
+    s: float
+    x0: float
+    delta: float
+    function: Literal["serenade", "jaccard"] = "serenade"
+
+    def coefficient(self, epsilon: float) -> float:
+        """c = ε/(2Δ), the exponent's factor on Q."""
+        return epsilon / (2.0 * self.delta)
+
+    def evaluate(self, i: npt.ArrayLike, u: npt.ArrayLike) -> npt.NDArray[np.float64]:
+        """Q for statistics (|I|, |U|), vectorised."""
+        if self.function == "jaccard":
+            return jaccard(i, u)
+        return quality(i, u, s=self.s, x0=self.x0)
+
+
+@dataclass(frozen=True, slots=True)
+class ExtensionRules:
+    """Data-independent restrictions on candidates (§2.2)."""
+
+    operators: frozenset[Op] = frozenset({"and", "or"})
+    negations: bool = False
+    max_literals: int = 4
+    single_side_or: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class SideQuery:
+    """One side of a redescription in Serenade form (left-to-right fold of ∧/∨)."""
+
+    expr: Expr
+    literals: tuple[AnyLiteral, ...]
+    operators: tuple[Op, ...]
+
+    @property
+    def attributes(self) -> frozenset[str]:
+        """Attributes the query uses."""
+        return frozenset(literal.attribute for literal in self.literals)
+
+    @property
+    def has_or(self) -> bool:
+        """Whether the query holds a disjunction."""
+        return "or" in self.operators
+
+
+def parse_side(expr: Expr, *, side: str) -> SideQuery:
+    """The Serenade form of a query; ValueError if it is not a left-to-right fold of literals."""
+    steps = serenade_steps(expr)
+    if steps is None:
+        raise ValueError(
+            f"the {side} query is not in Serenade form (a literal extended left to right with "
+            "& or |); build it with dpmine.queries.serenade_query"
+        )
+    first, rest = steps
+    return SideQuery(
+        expr=expr,
+        literals=(first, *(literal for _op, literal in rest)),
+        operators=tuple(op for op, _literal in rest),
+    )
+
+
+def choose_threshold_mode(
+    c: float, requested: Literal["auto", "continuous", "grid"]
+) -> ThresholdMode:
+    """The public rule of the module docstring; ValueError if "continuous" cannot be exact."""
+    if requested == "grid":
+        return "grid"
+    if c <= REJECTION_MAX_EXPONENT:
+        return "continuous"
+    if requested == "continuous":
+        raise ValueError(
+            f"ε per call is too large for exact continuous thresholds (ε/(2Δ) = {c:.3g} > "
+            f"{REJECTION_MAX_EXPONENT}); use threshold_mode 'grid' or 'auto', or less ε per call"
+        )
+    return "grid"
+
+
+# -- literal supports -------------------------------------------------------------------------
+
+
+def _popcount(words: WordMatrix) -> npt.NDArray[np.int64]:
+    return np.asarray(np.bitwise_count(words).sum(axis=-1, dtype=np.int64), dtype=np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class _DiscreteBank:
+    """The discrete literals of some attributes, their attributes and support bitsets."""
+
+    literals: tuple[AnyLiteral, ...]
+    attributes: tuple[str, ...]
+    words: WordMatrix  # [n_literals, n_words]
+
+
+def _discrete_literals(
+    metadata: DatasetMetadata, names: Sequence[str], *, negations: bool
+) -> list[AnyLiteral]:
+    literals: list[AnyLiteral] = []
+    for name in names:
+        attribute = metadata.attribute(name)
+        polarities = (False, True) if negations else (False,)
+        for negated in polarities:
+            if isinstance(attribute, BooleanAttribute):
+                literals.append(BoolLiteral(attribute=name, negated=negated))
+            elif isinstance(attribute, CategoricalAttribute):
+                literals.extend(
+                    CatLiteral(attribute=name, category=category, negated=negated)
+                    for category in attribute.categories
+                )
+    return literals
+
+
+@lru_cache(maxsize=64)
+def _bank(store: ColumnStore, names: tuple[str, ...], negations: bool) -> _DiscreteBank:
+    literals = _discrete_literals(store.metadata, names, negations=negations)
+    n_words = store.all_rows().words.size
+    words = np.zeros((len(literals), n_words), dtype=np.uint64)
+    for row, literal in enumerate(literals):
+        words[row] = store.literal_bitset(literal).words
+    return _DiscreteBank(
+        literals=tuple(literals),
+        attributes=tuple(literal.attribute for literal in literals),
+        words=words,
+    )
+
+
+def _numeric_names(metadata: DatasetMetadata, names: Sequence[str]) -> list[str]:
+    return [n for n in names if isinstance(metadata.attribute(n), NumericAttribute)]
+
+
+def _discrete_names(metadata: DatasetMetadata, names: Sequence[str]) -> list[str]:
+    return [n for n in names if not isinstance(metadata.attribute(n), NumericAttribute)]
+
+
+def _view_attributes(metadata: DatasetMetadata, side: Side) -> list[str]:
+    if metadata.kind == "views":
+        return [a.name for a in metadata.attributes if a.view == side]
+    return [a.name for a in metadata.attributes]
+
+
+# -- numeric thresholds -----------------------------------------------------------------------
+
+
+def grid_points(attribute: NumericAttribute) -> npt.NDArray[np.float64]:
+    """The public grid: the owner's, else 20 equal-width interior points of [lo, hi]."""
+    if attribute.grid:
+        return np.asarray(attribute.grid, dtype=np.float64)
+    steps = np.arange(1, DEFAULT_GRID_POINTS + 1, dtype=np.float64)
+    return attribute.lo + (attribute.hi - attribute.lo) * steps / (DEFAULT_GRID_POINTS + 1)
+
+
+def grid_intervals(points: npt.NDArray[np.float64]) -> list[tuple[float | None, float | None]]:
+    """Every (lower, upper) on the grid with lower ≤ upper, either unbounded, not both."""
+    values: list[float | None] = [float(p) for p in points]
+    lowers: list[float | None] = [None, *values]
+    uppers: list[float | None] = [*values, None]
+    return [
+        (low, high)
+        for low in lowers
+        for high in uppers
+        if not (low is None and high is None) and (low is None or high is None or low <= high)
+    ]
+
+
+def draw_threshold_pair(
+    lo: float, hi: float, rng: np.random.Generator
+) -> tuple[float | None, float | None]:
+    """A draw from §1.4's base measure: each bound unbounded w.p. ½, else uniform on [lo, hi];
+    conditioned on a ≤ b and not both unbounded."""
+    while True:
+        lower = None if rng.random() < 0.5 else float(lo + (hi - lo) * rng.random())
+        upper = None if rng.random() < 0.5 else float(lo + (hi - lo) * rng.random())
+        if lower is None and upper is None:
+            continue
+        if lower is not None and upper is not None and lower > upper:
+            continue
+        return lower, upper
+
+
+def _numeric(store: ColumnStore, name: str) -> tuple[NumericAttribute, NumericColumn]:
+    attribute = store.metadata.attribute(name)
+    column = store.column(name)
+    if not isinstance(attribute, NumericAttribute) or not isinstance(column, NumericColumn):
+        raise TypeError(f"attribute {name!r} is not numeric")
+    return attribute, column
+
+
+def _numeric_rows(
+    column: NumericColumn, lower: float | None, upper: float | None, negated: bool
+) -> Bitset:
+    rows = column.range_bitset(lower, upper)
+    return column.present - rows if negated else rows
+
+
+# -- the quality of one candidate given the supports ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Pair:
+    """Supports (as words) of the two queries of a redescription."""
+
+    left: npt.NDArray[np.uint64]
+    right: npt.NDArray[np.uint64]
+
+
+def _combine(side_words: WordMatrix, literal_words: WordMatrix, op: Op) -> WordMatrix:
+    return side_words & literal_words if op == "and" else side_words | literal_words
+
+
+def _pair_stats(
+    x: WordMatrix, y: npt.NDArray[np.uint64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    return _popcount(x & y), _popcount(x | y)
+
+
+# -- candidate sets ---------------------------------------------------------------------------
+
+Outcome = tuple[int, Redescription]  # (position in the collection, chosen redescription)
+
+
+class _Outcomes(Protocol):
+    """Indexable redescriptions of a block (a list, or built lazily on access)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> Redescription: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Block:
+    """Explicit candidates: log base masses, qualities and (lazily built) outcomes."""
+
+    log_mass: npt.NDArray[np.float64]
+    quality: npt.NDArray[np.float64]
+    outcomes: _Outcomes
+
+
+@dataclass(frozen=True, slots=True)
+class _ExtendMaker:
+    """Extends side ``side`` of ``base`` by ``op`` and a literal with support ``rows``."""
+
+    base: Redescription
+    side: Side
+    op: Op
+    support: Bitset  # the extended side's support
+    other: Bitset  # the other side's support
+
+    def evaluate(self, literal: AnyLiteral, rows: Bitset) -> tuple[Redescription, int, int]:
+        """The extended redescription and its (|I|, |U|)."""
+        new = self.support & rows if self.op == "and" else self.support | rows
+        red = _extended(self.base, self.side, self.op, literal)
+        return red, new.count_and(self.other), (new | self.other).count()
+
+
+@dataclass(frozen=True, slots=True)
+class _PairMaker:
+    """Pairs the left literal ``left`` (support ``support``) with a right literal."""
+
+    left: AnyLiteral
+    support: Bitset
+
+    def evaluate(self, literal: AnyLiteral, rows: Bitset) -> tuple[Redescription, int, int]:
+        """The pair and its (|I|, |U|)."""
+        red = Redescription(left=self.left, right=literal)
+        return red, self.support.count_and(rows), (self.support | rows).count()
+
+
+@dataclass(frozen=True, slots=True)
+class _Family:
+    """A numeric-threshold family: base mass 1 spread by §1.4's measure."""
+
+    column: NumericColumn
+    attribute: NumericAttribute
+    negated: bool
+    make: _ExtendMaker | _PairMaker
+
+
+class _Candidates:
+    """The candidates of one redescription (or of the pair space): explicit blocks and
+    continuous families. Position-free, so it can be cached while its redescription stays."""
+
+    def __init__(self, params: QualityParams) -> None:
+        self.params = params
+        self.blocks: list[_Block] = []
+        self.families: list[_Family] = []
+
+    def add(
+        self, log_mass: npt.ArrayLike, i: npt.ArrayLike, u: npt.ArrayLike, outcomes: _Outcomes
+    ) -> None:
+        """Explicit candidates with base masses exp(log_mass) and statistics (|I|, |U|)."""
+        q = self.params.evaluate(i, u)
+        mass = np.broadcast_to(np.asarray(log_mass, dtype=np.float64), q.shape)
+        self.blocks.append(_Block(np.atleast_1d(mass), np.atleast_1d(q), outcomes))
+
+
+def _sample(
+    groups: Sequence[tuple[int, _Candidates]], *, c: float, rng: np.random.Generator
+) -> Outcome:
+    """One EM draw, weight μ·exp(c·Q), over the union of the groups' candidates (§2.4)."""
+    blocks = [(position, block) for position, group in groups for block in group.blocks]
+    families = [(position, family) for position, group in groups for family in group.families]
+    explicit = (
+        np.concatenate([block.log_mass + c * block.quality for _p, block in blocks])
+        if blocks
+        else np.zeros(0)
+    )
+
+    def propose(index: int, generator: np.random.Generator) -> tuple[Outcome, float]:
+        position, family = families[index]
+        params = groups[0][1].params
+        red, q = _propose(family, params, generator)
+        return (position, red), c * q
+
+    kind, chosen = exponential_by_rejection(
+        explicit, np.zeros(len(families)), log_weight_bound=c, propose=propose, rng=rng
+    )
+    if kind == "family":
+        assert not isinstance(chosen, int)
+        return chosen
+    assert isinstance(chosen, int)
+    for position, block in blocks:
+        if chosen < block.quality.size:
+            return position, block.outcomes[chosen]
+        chosen -= block.quality.size
+    raise AssertionError("index outside the candidate blocks")
+
+
+def _propose(
+    family: _Family, params: QualityParams, rng: np.random.Generator
+) -> tuple[Redescription, float]:
+    lower, upper = draw_threshold_pair(family.attribute.lo, family.attribute.hi, rng)
+    literal = NumLiteral(
+        attribute=family.attribute.name, lower=lower, upper=upper, negated=family.negated
+    )
+    rows = _numeric_rows(family.column, lower, upper, family.negated)
+    red, i, u = family.make.evaluate(literal, rows)
+    return red, float(params.evaluate(i, u))
+
+
+def _extended(red: Redescription, side: Side, op: Op, literal: AnyLiteral) -> Redescription:
+    if side == "left":
+        return Redescription(left=extend_query(red.left, op, literal), right=red.right)
+    return Redescription(left=red.left, right=extend_query(red.right, op, literal))
+
+
+# -- grid mode --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Grid:
+    """Public grid intervals of one numeric attribute and each row's grid cell (−1 missing)."""
+
+    intervals: list[tuple[float | None, float | None]]
+    low_cells: npt.NDArray[np.int64]
+    high_cells: npt.NDArray[np.int64]
+    cells: npt.NDArray[np.int64]
+    n_cells: int
+
+
+@lru_cache(maxsize=512)
+def _grid(column: NumericColumn, attribute: NumericAttribute) -> _Grid:
+    points = grid_points(attribute)
+    intervals = grid_intervals(points)
+    index = {float(p): k for k, p in enumerate(points)}
+    lows = [0 if low is None else 2 * index[low] + 1 for low, _high in intervals]
+    highs = [2 * len(points) if high is None else 2 * index[high] + 1 for _low, high in intervals]
+    present = column.present.to_bool_array()
+    values = np.where(present, column.values, 0.0)
+    cells = np.searchsorted(points, values, "left") + np.searchsorted(points, values, "right")
+    cells = np.where(present, cells, -1)
+    return _Grid(
+        intervals=intervals,
+        low_cells=np.asarray(lows, dtype=np.int64),
+        high_cells=np.asarray(highs, dtype=np.int64),
+        cells=cells.astype(np.int64),
+        n_cells=2 * len(points) + 1,
+    )
+
+
+def _interval_counts(grid: _Grid, rows: Bitset, *, negated: bool) -> npt.NDArray[np.int64]:
+    """|rows ∩ literal| for every grid interval (literal negated: present outside it)."""
+    cells = grid.cells[rows.to_bool_array()]
+    per_cell = np.bincount(cells[cells >= 0], minlength=grid.n_cells)
+    prefix = np.concatenate([[0], np.cumsum(per_cell)])
+    inside = prefix[grid.high_cells + 1] - prefix[grid.low_cells]
+    return np.asarray(prefix[-1] - inside if negated else inside, dtype=np.int64)
+
+
+def _grid_literals(attribute: NumericAttribute, grid: _Grid, negated: bool) -> list[NumLiteral]:
+    return [
+        NumLiteral(attribute=attribute.name, lower=low, upper=high, negated=negated)
+        for low, high in grid.intervals
+    ]
+
+
+# -- extension candidates (§2.2, §2.4) --------------------------------------------------------
+
+
+def _extension_candidates(
+    store: ColumnStore,
+    red: Redescription,
+    *,
+    rules: ExtensionRules,
+    mode: ThresholdMode,
+    params: QualityParams,
+) -> _Candidates:
+    """C(q_L, q_R) of §2.2: the redescription itself and every allowed one-literal extension."""
+    metadata = store.metadata
+    sides = {
+        "left": parse_side(red.left, side="left"),
+        "right": parse_side(red.right, side="right"),
+    }
+    rows = {"left": store.evaluate(red.left), "right": store.evaluate(red.right)}
+    candidates = _Candidates(params)
+    both, either = rows["left"] & rows["right"], rows["left"] | rows["right"]
+    candidates.add(0.0, both.count(), either.count(), [red])
+    polarities = (False, True) if rules.negations else (False,)
+    pairs: tuple[tuple[Side, Side], ...] = (("left", "right"), ("right", "left"))
+    for side, other_side in pairs:
+        mine, other = sides[side], sides[other_side]
+        if len(mine.literals) >= rules.max_literals:
+            continue
+        used = mine.attributes | (other.attributes if metadata.kind != "views" else frozenset())
+        view = _view_attributes(metadata, side)
+        bank = _bank(store, tuple(_discrete_names(metadata, view)), rules.negations)
+        keep = np.fromiter((a not in used for a in bank.attributes), dtype=bool)
+        for op in sorted(rules.operators):
+            if op == "or" and rules.single_side_or and other.has_or:
+                continue
+            maker = _ExtendMaker(red, side, op, rows[side], rows[other_side])
+            _add_discrete_extensions(candidates, maker, bank, keep)
+            for name in _numeric_names(metadata, [n for n in view if n not in used]):
+                attribute, column = _numeric(store, name)
+                for negated in polarities:
+                    if mode == "continuous":
+                        candidates.families.append(_Family(column, attribute, negated, maker))
+                    else:
+                        _add_grid_extensions(candidates, maker, (attribute, column, negated))
+    return candidates
+
+
+@lru_cache(maxsize=4096)
+def _cached_extension_candidates(
+    store: ColumnStore,
+    red_json: str,
+    rules: ExtensionRules,
+    mode: ThresholdMode,
+    params: QualityParams,
+) -> _Candidates:
+    red = Redescription.model_validate_json(red_json)
+    return _extension_candidates(store, red, rules=rules, mode=mode, params=params)
+
+
+def _add_discrete_extensions(
+    candidates: _Candidates,
+    maker: _ExtendMaker,
+    bank: _DiscreteBank,
+    keep: npt.NDArray[np.bool_],
+) -> None:
+    if not keep.any():
+        return
+    new = _combine(maker.support.words[None, :], bank.words[keep], maker.op)
+    i, u = _pair_stats(new, maker.other.words)
+    literals = [lit for lit, k in zip(bank.literals, keep, strict=True) if k]
+    candidates.add(0.0, i, u, _LazyOutcomes(maker, literals))
+
+
+def _add_grid_extensions(
+    candidates: _Candidates,
+    maker: _ExtendMaker,
+    family: tuple[NumericAttribute, NumericColumn, bool],
+) -> None:
+    attribute, column, negated = family
+    grid = _grid(column, attribute)
+    x_rows, y_rows = maker.support, maker.other
+    if maker.op == "and":
+        i = _interval_counts(grid, x_rows & y_rows, negated=negated)
+        u = y_rows.count() + _interval_counts(grid, x_rows - y_rows, negated=negated)
+    else:
+        i = (x_rows & y_rows).count() + _interval_counts(grid, y_rows - x_rows, negated=negated)
+        outside = ~(x_rows | y_rows)
+        u = (x_rows | y_rows).count() + _interval_counts(grid, outside, negated=negated)
+    literals = _grid_literals(attribute, grid, negated)
+    candidates.add(-math.log(len(literals)), i, u, _LazyOutcomes(maker, literals))
+
+
+class _LazyOutcomes:
+    """Extensions of one redescription by each of many literals, built on access."""
+
+    def __init__(self, maker: _ExtendMaker, literals: Sequence[AnyLiteral]) -> None:
+        self._maker = maker
+        self._literals = literals
+
+    def __len__(self) -> int:
+        return len(self._literals)
+
+    def __getitem__(self, index: int) -> Redescription:
+        maker = self._maker
+        return _extended(maker.base, maker.side, maker.op, self._literals[index])
+
+
+# -- initial pairs (§2.3) ---------------------------------------------------------------------
+
+
+def _left_pair_literals(
+    store: ColumnStore, *, negations: bool
+) -> tuple[list[AnyLiteral], npt.NDArray[np.float64], list[Bitset]]:
+    """Left literals of initial pairs, their log base masses and supports: discrete literals of
+    the left view (one unit each) and, if the left view has numeric attributes, their public-grid
+    intervals (one unit per attribute) — §2.3 [REC] for two numeric views."""
+    metadata = store.metadata
+    names = _view_attributes(metadata, "left")
+    bank = _bank(store, tuple(_discrete_names(metadata, names)), negations)
+    literals: list[AnyLiteral] = list(bank.literals)
+    masses = [0.0] * len(literals)
+    rows = [store.literal_bitset(literal) for literal in literals]
+    polarities = (False, True) if negations else (False,)
+    for name in _numeric_names(metadata, names):
+        attribute, column = _numeric(store, name)
+        grid = _grid(column, attribute)
+        for negated in polarities:
+            for literal in _grid_literals(attribute, grid, negated):
+                literals.append(literal)
+                masses.append(-math.log(len(grid.intervals)))
+                rows.append(_numeric_rows(column, literal.lower, literal.upper, negated))
+    return literals, np.asarray(masses, dtype=np.float64), rows
+
+
+def _pair_candidates(
+    store: ColumnStore, *, rules: ExtensionRules, mode: ThresholdMode, params: QualityParams
+) -> _Candidates:
+    """Every (left literal, right literal) pair of §2.3; numeric right literals as families."""
+    metadata = store.metadata
+    candidates = _Candidates(params)
+    left_literals, left_masses, left_rows = _left_pair_literals(store, negations=rules.negations)
+    if not left_literals:
+        raise ValueError("the left view has no attribute that can start an initial pair")
+    right_names = _view_attributes(metadata, "right")
+    bank = _bank(store, tuple(_discrete_names(metadata, right_names)), rules.negations)
+    left_words = np.stack([rows.words for rows in left_rows])
+    same_table = metadata.kind != "views"
+    left_attributes = np.asarray([literal.attribute for literal in left_literals])
+    for j, literal in enumerate(bank.literals):
+        allowed = ~(same_table & (left_attributes == literal.attribute))
+        i, u = _pair_stats(left_words[allowed], bank.words[j])
+        lefts = [left for left, ok in zip(left_literals, allowed, strict=True) if ok]
+        candidates.add(left_masses[allowed], i, u, _PairOutcomes(lefts, literal))
+    polarities = (False, True) if rules.negations else (False,)
+    for name in _numeric_names(metadata, right_names):
+        attribute, column = _numeric(store, name)
+        for index, left in enumerate(left_literals):
+            if same_table and left.attribute == name:
+                continue
+            rows = left_rows[index]
+            for negated in polarities:
+                if mode == "continuous":
+                    family = _Family(column, attribute, negated, _PairMaker(left, rows))
+                    candidates.families.append(family)
+                    continue
+                grid = _grid(column, attribute)
+                i = _interval_counts(grid, rows, negated=negated)
+                u = rows.count() + _interval_counts(grid, ~rows, negated=negated)
+                literals = _grid_literals(attribute, grid, negated)
+                log_mass = left_masses[index] - math.log(len(literals))
+                candidates.add(
+                    log_mass, i, u, [Redescription(left=left, right=r) for r in literals]
+                )
+    return candidates
+
+
+class _PairOutcomes:
+    """Pairs of many left literals with one right literal, built on access."""
+
+    def __init__(self, lefts: Sequence[AnyLiteral], right: AnyLiteral) -> None:
+        self._lefts = lefts
+        self._right = right
+
+    def __len__(self) -> int:
+        return len(self._lefts)
+
+    def __getitem__(self, index: int) -> Redescription:
+        return Redescription(left=self._lefts[index], right=self._right)
+
+
+# -- the two kernels --------------------------------------------------------------------------
+
+
+def initial_pairs(
+    store: ColumnStore,
+    *,
+    count: int,
+    epsilon: float,
+    params: QualityParams,
+    rules: ExtensionRules,
+    mode: ThresholdMode,
+    rng: np.random.Generator,
+) -> list[Redescription]:
+    """``count`` independent EM draws over all literal pairs, ε/count each; ε-DP (§2.3).
+
+    Weight μ·exp(ε/count·Q/(2Δ)) with Q's public sensitivity Δ (from N_max); draws with
+    replacement, so duplicates are possible. Numeric bounds are drawn inside their cells.
+    """
+    c = params.coefficient(epsilon / count)
+    candidates = _pair_candidates(store, rules=rules, mode=mode, params=params)
+    return [_sample([(0, candidates)], c=c, rng=rng)[1] for _ in range(count)]
+
+
+def extend_one(
+    store: ColumnStore,
+    collection: Sequence[Redescription],
+    *,
+    epsilon: float,
+    params: QualityParams,
+    rules: ExtensionRules,
+    mode: ThresholdMode,
+    rng: np.random.Generator,
+) -> Outcome:
+    """One EM draw over the union of the candidate sets of every redescription of the
+    collection (§2.4; CS mode is a collection of one); ε-DP for Q's sensitivity Δ.
+
+    Returns (position, redescription): the chosen candidate, possibly the position's own
+    unextended redescription. Candidate sets are cached per redescription (they depend only on
+    it, the data version and public options), so a round costs only the changed position.
+    """
+    c = params.coefficient(epsilon)
+    groups = [
+        (
+            position,
+            _cached_extension_candidates(store, red.model_dump_json(), rules, mode, params),
+        )
+        for position, red in enumerate(collection)
+    ]
+    return _sample(groups, c=c, rng=rng)
