@@ -8,6 +8,7 @@ remaining budget cannot cover the plan, runs it, and returns ``self``. Results e
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from dpmine.connection import DatasetHandle
 from dpmine.errors import BudgetExhaustedError, DPMineError
@@ -66,8 +67,8 @@ class BaseMiner:
 
     @property
     def budget_spent_(self) -> float:
-        """Total ε charged by the last ``mine()`` (from its receipts)."""
-        return sum(float(r.epsilon_exact) for r in self.receipts_)
+        """Total ε charged by the last ``mine()`` (exact sum of its receipts, as a float)."""
+        return float(sum((Decimal(r.epsilon_exact) for r in self.receipts_), Decimal(0)))
 
     @property
     def receipts_(self) -> list[Receipt]:
