@@ -19,7 +19,7 @@ from rich.table import Table
 
 from dpmine.connection import Connection, connect
 from dpmine.errors import DPMineError
-from dpmine.miners import Plan, TopKItemsets
+from dpmine.miners import Plan, SerenadeCS, SerenadeES, TopKItemsets
 from dpmine.queries import QuerySyntaxError, format_query, parse_query
 from dpmine.wire import (
     BooleanAttribute,
@@ -28,6 +28,7 @@ from dpmine.wire import (
     DatasetMetadata,
     NumericAttribute,
     Receipt,
+    SerenadeOptions,
 )
 
 app = typer.Typer(help="Query a dpmine server: every data-touching call is charged to your budget.")
@@ -291,14 +292,7 @@ def mine_itemsets(
 
     result = _run(options, action)
     if isinstance(result, Plan):
-        table = Table("operation", "ε", "guarantee", title=f"plan on {dataset_id}")
-        for call in result.estimate.calls:
-            table.add_row(call.operation, call.epsilon_exact, call.guarantee)
-        table.caption = (
-            f"total ε={result.estimate.total_epsilon_exact}; remaining "
-            f"ε={result.estimate.remaining_epsilon:g}; fits: {result.fits}"
-        )
-        _emit(options, result.estimate, table)
+        _emit_plan(options, dataset_id, result)
         return
     if output is not None:
         (miner.to_csv if output.suffix == ".csv" else miner.to_json)(output)
@@ -335,6 +329,187 @@ def mine_itemsets(
                 "-" if rule.lift is None else f"{rule.lift:.3f}",
             )
         _emit(options, [asdict(rule) for rule in found], rule_table)
+
+
+def _serenade_options(
+    operators: str, negations: bool, max_literals: int, thresholds: str
+) -> SerenadeOptions:
+    chosen = [op.strip() for op in operators.split(",") if op.strip()]
+    if not chosen or any(op not in {"and", "or"} for op in chosen):
+        raise _fail("--operators takes 'and', 'or' or 'and,or'")
+    if thresholds not in {"auto", "continuous", "grid"}:
+        raise _fail("--thresholds must be auto, continuous or grid")
+    return SerenadeOptions.model_validate(
+        {
+            "operators": chosen,
+            "negations": negations,
+            "max_literals": max_literals,
+            "threshold_mode": thresholds,
+        }
+    )
+
+
+def _split(text: str) -> tuple[float, float, float]:
+    try:
+        parts = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise _fail(f"--split takes three numbers like 0.6,0.3,0.1, got {text!r}") from None
+    if len(parts) != 3:
+        raise _fail(f"--split takes three numbers like 0.6,0.3,0.1, got {text!r}")
+    return parts[0], parts[1], parts[2]
+
+
+def _run_serenade(
+    ctx: typer.Context,
+    dataset_id: str,
+    miner: SerenadeES | SerenadeCS,
+    plan_only: bool,
+    output: Path | None,
+    min_jaccard: float | None,
+) -> None:
+    options = _options(ctx)
+
+    def action(connection: Connection) -> Any:
+        dataset = connection.dataset(dataset_id)
+        return miner.plan(dataset) if plan_only else miner.mine(dataset)
+
+    result = _run(options, action)
+    if isinstance(result, Plan):
+        _emit_plan(options, dataset_id, result)
+        return
+    if output is not None:
+        (miner.to_csv if output.suffix == ".csv" else miner.to_json)(output)
+    found = miner.displayed(min_jaccard) if min_jaccard is not None else miner.redescriptions_
+    table = Table(
+        "left",
+        "right",
+        "noisy |I|",
+        "noisy J",
+        "p-value",
+        title=f"{type(miner).__name__} redescriptions",
+    )
+    for red in sorted(found, key=lambda r: -r.noisy_jaccard):
+        stats = red.statistics
+        table.add_row(
+            escape(red.left),
+            escape(red.right),
+            str(stats.support),
+            f"{stats.jaccard:.3f}",
+            "-" if stats.p_value is None else f"{stats.p_value:.2g}",
+        )
+    table.caption = (
+        f"{len(miner.receipts_)} charged calls, ε spent = {miner.budget_spent_:g}; "
+        f"x0 = {miner.x0_:g}; thresholds: {', '.join(sorted(set(miner.threshold_modes_)))}"
+    )
+    payload = {
+        "redescriptions": [
+            {
+                "left": r.left,
+                "right": r.right,
+                "noisy_statistics": r.statistics.model_dump(mode="json"),
+            }
+            for r in found
+        ],
+        "budget_spent": miner.budget_spent_,
+    }
+    _emit(options, payload, table)
+
+
+def _emit_plan(options: _Options, dataset_id: str, plan: Plan) -> None:
+    table = Table("operation", "calls", "ε each", title=f"plan on {dataset_id}")
+    counts: dict[tuple[str, str], int] = {}
+    for call in plan.estimate.calls:
+        key = (call.operation, call.epsilon_exact)
+        counts[key] = counts.get(key, 0) + 1
+    for (operation, epsilon), number in counts.items():
+        table.add_row(operation, str(number), epsilon)
+    table.caption = (
+        f"total ε={plan.estimate.total_epsilon_exact}; remaining "
+        f"ε={plan.estimate.remaining_epsilon:g}; fits: {plan.fits}"
+    )
+    _emit(options, plan.estimate, table)
+
+
+X0Option = Annotated[float | None, typer.Option(help="Support centre x0 as a count")]
+X0FractionOption = Annotated[
+    float | None, typer.Option(help="x0 as a fraction of a noisy row count (bought first)")
+]
+SplitOption = Annotated[str, typer.Option(help="ε shares init,extend,quality")]
+OperatorsOption = Annotated[str, typer.Option(help="Extension operators: and, or or and,or")]
+ThresholdOption = Annotated[str, typer.Option(help="Numeric thresholds: auto, continuous, grid")]
+OutputOption = Annotated[Path | None, typer.Option(help="Write results to .json or .csv")]
+PlanOption = Annotated[bool, typer.Option(help="Only price the run (free)")]
+DisplayOption = Annotated[
+    float | None, typer.Option(help="Show only noisy J at least this (paper: 0.3)")
+]
+
+
+@mine_app.command("serenade-es")
+def mine_serenade_es(
+    ctx: typer.Context,
+    dataset_id: Annotated[str, typer.Argument(metavar="DATASET")],
+    epsilon: EpsilonOption,
+    x0: X0Option = None,
+    x0_fraction: X0FractionOption = None,
+    initial: Annotated[int, typer.Option(help="Initial pairs I")] = 20,
+    rounds: Annotated[int, typer.Option(help="Extension rounds K")] = 80,
+    split: SplitOption = "0.6,0.3,0.1",
+    operators: OperatorsOption = "and,or",
+    negations: Annotated[bool, typer.Option(help="Allow negated literals")] = False,
+    max_literals: Annotated[int, typer.Option(help="Literals per query at most")] = 4,
+    thresholds: ThresholdOption = "auto",
+    jaccard_quality: Annotated[bool, typer.Option(help="NoSens ablation: plain Jaccard")] = False,
+    min_jaccard: DisplayOption = None,
+    output: OutputOption = None,
+    plan_only: PlanOption = False,
+) -> None:
+    """SerenadeES: I redescriptions grown together over K rounds (paper defaults)."""
+    miner = SerenadeES(
+        rounds=rounds,
+        epsilon=epsilon,
+        split=_split(split),
+        n_initial=initial,
+        x0=x0,
+        x0_fraction=x0_fraction,
+        options=_serenade_options(operators, negations, max_literals, thresholds),
+        quality_function="jaccard" if jaccard_quality else "serenade",
+        progress=not plan_only,
+    )
+    _run_serenade(ctx, dataset_id, miner, plan_only, output, min_jaccard)
+
+
+@mine_app.command("serenade-cs")
+def mine_serenade_cs(
+    ctx: typer.Context,
+    dataset_id: Annotated[str, typer.Argument(metavar="DATASET")],
+    epsilon: EpsilonOption,
+    x0: X0Option = None,
+    x0_fraction: X0FractionOption = None,
+    initial: Annotated[int, typer.Option(help="Initial pairs I")] = 20,
+    tau: Annotated[int, typer.Option(help="Extension rounds per chain τ")] = 4,
+    min_chain_jaccard: Annotated[float, typer.Option(help="J_min of the chains")] = 0.3,
+    split: SplitOption = "0.6,0.3,0.1",
+    operators: OperatorsOption = "and,or",
+    negations: Annotated[bool, typer.Option(help="Allow negated literals")] = False,
+    max_literals: Annotated[int, typer.Option(help="Literals per query at most")] = 4,
+    thresholds: ThresholdOption = "auto",
+    min_jaccard: DisplayOption = None,
+    output: OutputOption = None,
+    plan_only: PlanOption = False,
+) -> None:
+    """SerenadeCS: each initial pair extended alone for up to τ rounds (paper defaults)."""
+    miner = SerenadeCS(
+        tau=tau,
+        min_jaccard=min_chain_jaccard,
+        epsilon=epsilon,
+        split=_split(split),
+        n_initial=initial,
+        x0=x0,
+        x0_fraction=x0_fraction,
+        options=_serenade_options(operators, negations, max_literals, thresholds),
+        progress=not plan_only,
+    )
+    _run_serenade(ctx, dataset_id, miner, plan_only, output, min_jaccard)
 
 
 def main() -> None:

@@ -626,26 +626,82 @@ def _pair_candidates(
         lefts = [left for left, ok in zip(left_literals, allowed, strict=True) if ok]
         candidates.add(left_masses[allowed], i, u, _PairOutcomes(lefts, literal))
     polarities = (False, True) if rules.negations else (False,)
+    left_matrix: npt.NDArray[np.float32] | None = None
     for name in _numeric_names(metadata, right_names):
         attribute, column = _numeric(store, name)
+        if mode == "grid":
+            if left_matrix is None:
+                left_matrix = np.stack([r.to_bool_array() for r in left_rows]).astype(np.float32)
+            _add_grid_pairs(
+                candidates,
+                (left_literals, left_masses, left_matrix),
+                (attribute, column),
+                negations=rules.negations,
+                same_table=same_table,
+            )
+            continue
         for index, left in enumerate(left_literals):
             if same_table and left.attribute == name:
                 continue
             rows = left_rows[index]
             for negated in polarities:
-                if mode == "continuous":
-                    family = _Family(column, attribute, negated, _PairMaker(left, rows))
-                    candidates.families.append(family)
-                    continue
-                grid = _grid(column, attribute)
-                i = _interval_counts(grid, rows, negated=negated)
-                u = rows.count() + _interval_counts(grid, ~rows, negated=negated)
-                literals = _grid_literals(attribute, grid, negated)
-                log_mass = left_masses[index] - math.log(len(literals))
-                candidates.add(
-                    log_mass, i, u, [Redescription(left=left, right=r) for r in literals]
-                )
+                family = _Family(column, attribute, negated, _PairMaker(left, rows))
+                candidates.families.append(family)
     return candidates
+
+
+def _add_grid_pairs(
+    candidates: _Candidates,
+    lefts: tuple[list[AnyLiteral], npt.NDArray[np.float64], npt.NDArray[np.float32]],
+    numeric: tuple[NumericAttribute, NumericColumn],
+    *,
+    negations: bool,
+    same_table: bool,
+) -> None:
+    """Every (left literal, grid interval of one right numeric attribute) pair, counted for all
+    left literals at once: per-cell counts by one matrix product, intervals by prefix sums."""
+    literals, masses, left_rows = lefts
+    attribute, column = numeric
+    keep = [
+        k for k, lit in enumerate(literals) if not (same_table and lit.attribute == attribute.name)
+    ]
+    if not keep:
+        return
+    grid = _grid(column, attribute)
+    present = grid.cells >= 0
+    onehot = np.zeros((grid.cells.size, grid.n_cells), dtype=np.float32)
+    onehot[np.flatnonzero(present), grid.cells[present]] = 1.0
+    per_cell = np.rint(left_rows[keep] @ onehot).astype(np.int64)  # [n_left, n_cells]
+    prefix = np.concatenate([np.zeros((len(keep), 1), dtype=np.int64), np.cumsum(per_cell, 1)], 1)
+    inside = prefix[:, grid.high_cells + 1] - prefix[:, grid.low_cells]  # [n_left, n_intervals]
+    all_prefix = np.concatenate(
+        [[0], np.cumsum(np.bincount(grid.cells[present], minlength=grid.n_cells))]
+    )
+    all_inside = all_prefix[grid.high_cells + 1] - all_prefix[grid.low_cells]
+    sizes = prefix[:, -1:] + np.rint(left_rows[keep] @ ~present).astype(np.int64)[:, None]
+    for negated in (False, True) if negations else (False,):
+        i = prefix[:, -1:] - inside if negated else inside
+        support = all_prefix[-1] - all_inside if negated else all_inside
+        u = sizes + support[None, :] - i
+        right = _grid_literals(attribute, grid, negated)
+        log_mass = masses[keep][:, None] - math.log(len(right))
+        outcomes = _GridPairOutcomes([literals[k] for k in keep], right)
+        candidates.add(np.broadcast_to(log_mass, i.shape).ravel(), i.ravel(), u.ravel(), outcomes)
+
+
+class _GridPairOutcomes:
+    """All (left literal, right grid literal) pairs in row-major order, built on access."""
+
+    def __init__(self, lefts: Sequence[AnyLiteral], rights: Sequence[AnyLiteral]) -> None:
+        self._lefts = lefts
+        self._rights = rights
+
+    def __len__(self) -> int:
+        return len(self._lefts) * len(self._rights)
+
+    def __getitem__(self, index: int) -> Redescription:
+        row, column = divmod(index, len(self._rights))
+        return Redescription(left=self._lefts[row], right=self._rights[column])
 
 
 class _PairOutcomes:
