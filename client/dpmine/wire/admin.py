@@ -28,7 +28,7 @@ LedgerStatus = Literal["reserved", "released", "failed", "interrupted"]
 PrincipalName = Annotated[
     str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@\-]*$")
 ]
-CapEpsilon = Annotated[float, Field(gt=0, le=1_000_000, allow_inf_nan=False)]
+CapEpsilon = Annotated[float, Field(gt=0, le=1_000_000, allow_inf_nan=False, strict=True)]
 
 
 class PrincipalCreateRequest(WireModel):

@@ -26,6 +26,7 @@ Epsilon = Annotated[
         gt=0,
         le=MAX_EPSILON_PER_CALL,
         allow_inf_nan=False,
+        strict=True,  # a number, never true/false or a string
         description="Privacy cost of the call (pure epsilon-DP), charged before data is read.",
     ),
 ]

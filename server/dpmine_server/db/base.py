@@ -7,9 +7,10 @@ check-and-charge holds the write lock from the first read (DP-ENGINES.md R2).
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import DateTime, Dialect, Engine, TypeDecorator, create_engine, event
 from sqlalchemy.engine import Connection, CursorResult, Result
 from sqlalchemy.orm import DeclarativeBase, sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry
@@ -17,6 +18,7 @@ from sqlalchemy.pool import ConnectionPoolEntry
 __all__ = [
     "Base",
     "SessionFactory",
+    "UtcDateTime",
     "is_sqlite",
     "make_engine",
     "make_session_factory",
@@ -28,6 +30,28 @@ SessionFactory = sessionmaker
 
 class Base(DeclarativeBase):
     """Declarative base of every table."""
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Timezone-aware timestamps on every backend: stored in UTC, loaded with tzinfo=UTC
+    (SQLite keeps no offset, so its values come back naive otherwise)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        del dialect
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("timestamps must be timezone-aware")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        del dialect
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def is_sqlite(engine: Engine) -> bool:

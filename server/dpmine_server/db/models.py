@@ -14,7 +14,6 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     CheckConstraint,
-    DateTime,
     Float,
     ForeignKey,
     Index,
@@ -25,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from dpmine_server.db.base import Base
+from dpmine_server.db.base import Base, UtcDateTime
 
 __all__ = [
     "AuditEvent",
@@ -55,7 +54,7 @@ class Principal(Base):
     key_prefix: Mapped[str] = mapped_column(String(16))
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)
     disabled: Mapped[bool] = mapped_column(Boolean, default=False)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 
 class Dataset(Base):
@@ -77,7 +76,7 @@ class Dataset(Base):
     status: Mapped[str] = mapped_column(String(16), default="active")
     cap_units: Mapped[int] = mapped_column(BigInteger)
     spent_units: Mapped[int] = mapped_column(BigInteger, default=0)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 
 class Grant(Base):
@@ -94,7 +93,7 @@ class Grant(Base):
     analyst_id: Mapped[int] = mapped_column(ForeignKey("principals.id"))
     limit_units: Mapped[int] = mapped_column(BigInteger)
     spent_units: Mapped[int] = mapped_column(BigInteger, default=0)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 
 class LedgerEntry(Base):
@@ -123,8 +122,8 @@ class LedgerEntry(Base):
     request_hash: Mapped[str] = mapped_column(String(64))
     release: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     dataset_version: Mapped[int] = mapped_column(Integer)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    completed_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
 
 
 class MiningSession(Base):
@@ -137,8 +136,8 @@ class MiningSession(Base):
     dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id"))
     kind: Mapped[str] = mapped_column(String(64))
     state: Mapped[dict[str, Any]] = mapped_column(JSON)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
 
 
 class Job(Base):
@@ -158,8 +157,8 @@ class Job(Base):
     ledger_entry_id: Mapped[int | None] = mapped_column(
         ForeignKey("ledger_entries.id"), nullable=True
     )
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 
 class AuditEvent(Base):
@@ -168,7 +167,7 @@ class AuditEvent(Base):
     __tablename__ = "audit_events"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     principal_id: Mapped[int | None] = mapped_column(ForeignKey("principals.id"), nullable=True)
     action: Mapped[str] = mapped_column(String(64))
     target: Mapped[str] = mapped_column(String(200), default="")

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from dpmine.wire import JobInfo, JobStatus
 from dpmine_server.db.base import rows_affected
 from dpmine_server.db.models import Job, LedgerEntry, Principal, utcnow
-from dpmine_server.errors import NotFound, ServerError
+from dpmine_server.errors import IdempotencyConflict, NotFound, ServerError
 from dpmine_server.services.executor import Executor, Pending, Release
 
 _JOBSTATUS: TypeAdapter[JobStatus] = TypeAdapter(JobStatus)
@@ -59,6 +59,16 @@ class JobRunner:
                 select(Job).where(Job.principal_id == principal.id, Job.idempotency_key == key)
             )
             if existing is not None:
+                same = (existing.dataset_id, existing.operation, existing.request) == (
+                    dataset_id,
+                    operation,
+                    request,
+                )
+                if not same:
+                    raise IdempotencyConflict(
+                        "this Idempotency-Key was already used for a different job; "
+                        "use a new key for a new request"
+                    )
                 return self._info(session, existing)
         spec = self._executor.spec(operation)
         started = self._executor.begin(

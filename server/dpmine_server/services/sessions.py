@@ -7,7 +7,7 @@ analyst and one dataset, expires, and is never sent to a client.
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import delete
@@ -54,7 +54,7 @@ def _owned(
     row = session.get(MiningSession, session_id)
     if row is None or row.principal_id != principal.id or row.dataset_id != dataset_id:
         return None
-    if row.kind != kind or _aware(row.expires_at) <= utcnow():
+    if row.kind != kind or row.expires_at <= utcnow():
         return None
     return row
 
@@ -89,8 +89,3 @@ def delete_expired(session: Session) -> int:
     """Remove expired sessions; returns how many."""
     result = session.execute(delete(MiningSession).where(MiningSession.expires_at <= utcnow()))
     return rows_affected(result)
-
-
-def _aware(moment: datetime) -> datetime:
-    # SQLite returns naive datetimes for timezone-aware columns; they were stored in UTC.
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
