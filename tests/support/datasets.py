@@ -13,8 +13,10 @@ contract item 2); nothing is derived from the data at query time.
 from __future__ import annotations
 
 import csv
+import functools
 import gzip
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 
 import dpmine
@@ -35,10 +37,15 @@ __all__ = [
     "MUSHROOM_ROWS",
     "REGIONS",
     "TABLE_ROWS",
+    "Row",
+    "count_rows",
     "mushroom_metadata",
+    "mushroom_rows",
     "register_mushroom",
     "register_table",
     "register_transactions",
+    "table_metadata",
+    "table_rows",
     "unique_id",
     "write_table_csv",
     "write_transactions",
@@ -67,9 +74,25 @@ REGIONS = ("north", "south", "east", "west")
 ITEMS = ("bread", "milk", "eggs", "beer", "nappies")
 
 
+#: One CSV row as column → cell text.
+Row = dict[str, str]
+
+
 def unique_id(prefix: str) -> str:
     """A fresh dataset id or principal name, e.g. ``mushroom-3f2a9c1d``."""
     return f"{prefix}-{secrets.token_hex(4)}"
+
+
+@functools.cache
+def mushroom_rows() -> tuple[Row, ...]:
+    """The Mushroom rows (for the exact counts that noisy releases are compared with)."""
+    with gzip.open(MUSHROOM_PATH, "rt", newline="") as handle:
+        return tuple(csv.DictReader(handle))
+
+
+def count_rows(rows: tuple[Row, ...], predicate: Callable[[Row], bool]) -> int:
+    """Exact number of rows satisfying ``predicate``."""
+    return sum(1 for row in rows if predicate(row))
 
 
 def mushroom_metadata() -> DatasetMetadata:
@@ -114,19 +137,27 @@ def register_mushroom(
     return DatasetInfo.model_validate(registered["dataset"])
 
 
+def table_rows(rows: int = TABLE_ROWS) -> tuple[Row, ...]:
+    """Deterministic rows: ``age`` in [5, 94], ``smoker`` yes/no, ``region`` (four categories)
+    and ``score`` in [-10, 9.9] with every 17th value missing (empty cell)."""
+    return tuple(
+        {
+            "age": str((row * 37) % 90 + 5),
+            "smoker": "yes" if row % 3 == 0 else "no",
+            "region": REGIONS[(row * 7) % len(REGIONS)],
+            "score": "" if row % 17 == 0 else f"{((row * 13) % 200) / 10 - 10:.1f}",
+        }
+        for row in range(rows)
+    )
+
+
 def write_table_csv(folder: Path, *, rows: int = TABLE_ROWS) -> Path:
-    """A small deterministic CSV: ``age`` in [0, 100], ``smoker`` (Boolean), ``region`` (four
-    categories) and ``score`` in [-10, 10] with every 17th value missing."""
+    """:func:`table_rows` as a CSV file in ``folder``."""
     path = folder / f"table-{secrets.token_hex(3)}.csv"
     with path.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["age", "smoker", "region", "score"])
-        for row in range(rows):
-            age = (row * 37) % 90 + 5
-            smoker = "yes" if row % 3 == 0 else "no"
-            region = REGIONS[(row * 7) % len(REGIONS)]
-            score = "" if row % 17 == 0 else f"{((row * 13) % 200) / 10 - 10:.1f}"
-            writer.writerow([age, smoker, region, score])
+        writer = csv.DictWriter(handle, fieldnames=["age", "smoker", "region", "score"])
+        writer.writeheader()
+        writer.writerows(table_rows(rows))
     return path
 
 

@@ -13,7 +13,9 @@ SQLite and with PostgreSQL).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import os
 import pwd
 import re
@@ -21,6 +23,7 @@ import secrets
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -47,6 +50,7 @@ __all__ = [
     "add_analyst",
     "find_postgres_bin_dir",
     "free_port",
+    "http_client",
     "open_postgres",
     "postgres_os_user",
 ]
@@ -179,6 +183,8 @@ class LiveServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
+        if self.starts == 0:
+            atexit.register(self.kill)  # a safety net if the test run dies without teardown
         self.starts += 1
         self._wait_ready(timeout)
 
@@ -247,6 +253,17 @@ class LiveServer:
 
     def __repr__(self) -> str:
         return f"LiveServer({self.url!r}, backend={self.backend!r}, pid={self.pid})"
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    return ssl.create_default_context()
+
+
+def http_client(url: str, *, timeout: float = 60.0) -> httpx.Client:
+    """A new HTTP client for ``url``. Plain HTTP needs no TLS, but httpx builds an SSL context
+    per client (~20 ms); sharing one keeps 64 racing clients cheap."""
+    return httpx.Client(base_url=url, timeout=timeout, verify=_ssl_context())
 
 
 @dataclass(frozen=True)
@@ -412,6 +429,7 @@ class PostgresCluster(PostgresDatabases):
 
     def start(self) -> None:
         """initdb and start the cluster (waits until it accepts connections)."""
+        atexit.register(self.close)  # a safety net if the test run dies without teardown
         self._run(
             "initdb",
             "-D",

@@ -1,0 +1,238 @@
+"""A server killed (SIGKILL) mid-burst and restarted on the same database loses no charge and
+never charges twice (DESIGN.md "The budget ledger": a crash leaves the charge in place;
+idempotent retries replay the stored release).
+
+To have requests that are certainly charged but unfinished when the process dies, the stored
+file of one dataset is swapped for a FIFO that nobody writes: the first request on it is charged
+(the reservation commits before any data is read) and then blocks opening the file, and so does a
+background job submitted on it. A burst of ordinary requests runs on another dataset while the
+server is killed.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+import dpmine
+from dpmine.wire import LedgerEntryInfo, NoisyCountRequest, NoisyCountResponse
+from support.datasets import TABLE_ROWS, register_table
+from support.servers import Account, LiveServer, http_client
+
+BURST_THREADS = 8
+REQUESTS_PER_THREAD = 40
+KILL_AFTER_SUCCESSES = 24
+EPSILON = 0.01
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One request of the burst and what its client saw."""
+
+    key: str
+    response: NoisyCountResponse | None
+    error: dpmine.DPMineError | None
+
+
+@contextmanager
+def blocked_file(server: LiveServer, dataset_id: str) -> Iterator[Path]:
+    """Replace the dataset's stored file by a FIFO without writer (reads block); restore it."""
+    folder = server.data_dir / "datasets" / dataset_id / "v1"
+    (stored,) = folder.glob("path-*")
+    backup = stored.with_name(stored.name + ".bak")
+    stored.rename(backup)
+    os.mkfifo(stored)
+    try:
+        yield stored
+    finally:
+        stored.unlink()
+        backup.rename(stored)
+
+
+def wait_for(condition: str, check: Callable[[], bool], *, timeout: float = 60.0) -> None:
+    """Poll ``check()`` until it is true (a state, not a timing, is awaited)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {condition}"
+        time.sleep(0.05)
+
+
+def burst(server: LiveServer, analyst: Account, dataset_id: str) -> list[Sent]:
+    """Send counts from several threads; SIGKILL the server once enough have been answered.
+
+    Each thread sends one request after another until its connection breaks."""
+    successes = Counter[str]()
+    lock = threading.Lock()
+    enough = threading.Event()
+
+    def worker(_index: int) -> list[Sent]:
+        sent: list[Sent] = []
+        with (
+            http_client(server.url, timeout=120) as http,
+            dpmine.connect(server.url, analyst.api_key, http=http, retries=0) as connection,
+        ):
+            body = NoisyCountRequest(epsilon=EPSILON)
+            for _ in range(REQUESTS_PER_THREAD):
+                key = str(uuid.uuid4())
+                try:
+                    response = connection.call(
+                        f"/v1/datasets/{dataset_id}/counts",
+                        body,
+                        NoisyCountResponse,
+                        idempotency_key=key,
+                    )
+                except dpmine.TransportError as error:
+                    sent.append(Sent(key, None, error))
+                    break
+                sent.append(Sent(key, response, None))
+                with lock:
+                    successes["ok"] += 1
+                    if successes["ok"] >= KILL_AFTER_SUCCESSES:
+                        enough.set()
+        return sent
+
+    with ThreadPoolExecutor(max_workers=BURST_THREADS) as pool:
+        futures = [pool.submit(worker, index) for index in range(BURST_THREADS)]
+        assert enough.wait(timeout=60), "the burst never got going"
+        server.kill()
+        results = [future.result(timeout=120) for future in futures]
+    return [sent for result in results for sent in result]
+
+
+def retry(
+    handle: dpmine.DatasetHandle, key: str
+) -> NoisyCountResponse | dpmine.OperationFailedError:
+    """The answer to a burst request sent again with its key, or the OperationFailed error."""
+    try:
+        return handle.count(None, epsilon=EPSILON, idempotency_key=key)
+    except dpmine.OperationFailedError as error:
+        return error
+
+
+def entries_by_key(entries: list[LedgerEntryInfo]) -> dict[str, LedgerEntryInfo]:
+    """Ledger entries by Idempotency-Key; fails if a key was ever charged twice."""
+    counts = Counter(entry.idempotency_key for entry in entries)
+    twice = {key: n for key, n in counts.items() if n > 1}
+    assert twice == {}, f"keys charged more than once: {twice}"
+    return {entry.idempotency_key: entry for entry in entries if entry.idempotency_key}
+
+
+def test_kill_mid_burst_then_restart(
+    any_server: LiveServer, owner: dpmine.Connection, analyst: Account, tmp_path: Path
+) -> None:
+    busy = register_table(owner, tmp_path, epsilon_cap=100.0)
+    stuck = register_table(owner, tmp_path, epsilon_cap=10.0)
+    owner.admin.grant(busy.id, analyst.name, 100.0)
+    owner.admin.grant(stuck.id, analyst.name, 10.0)
+    stuck_key, job_key = str(uuid.uuid4()), str(uuid.uuid4())
+
+    with blocked_file(any_server, stuck.id), ThreadPoolExecutor(max_workers=1) as side:
+        # A charged request that never finishes, and a charged job that never finishes.
+        lost: Future[NoisyCountResponse] = side.submit(
+            analyst.connection.dataset(stuck.id).count, None, epsilon=0.5, idempotency_key=stuck_key
+        )
+        job = analyst.connection.dataset(stuck.id).submit(
+            "count.noisy", NoisyCountRequest(epsilon=0.25), idempotency_key=job_key
+        )
+        wait_for(
+            "both requests on the blocked dataset to be charged",
+            lambda: [e.status for e in owner.admin.ledger(stuck.id)] == ["reserved", "reserved"],
+        )
+        sent = burst(any_server, analyst, busy.id)
+        lost_error = lost.exception(timeout=120)
+    assert isinstance(lost_error, dpmine.TransportError)
+    assert not any_server.is_running()
+
+    any_server.start()
+    with dpmine.connect(any_server.url, any_server.owner_key, retries=0) as keeper:
+        admin = keeper.admin
+        assert admin.verify_ledger() == {"consistent": True, "problems": []}
+        everything = admin.ledger()
+        statuses = Counter(entry.status for entry in everything)
+        assert set(statuses) <= {"released", "interrupted"}, statuses
+        for entry in everything:
+            assert (entry.release is not None) == (entry.status == "released"), entry
+
+        # The two charges that were under way at the crash: interrupted, still charged.
+        blocked = admin.ledger(stuck.id)
+        assert [entry.status for entry in blocked] == ["interrupted", "interrupted"]
+        assert {entry.idempotency_key for entry in blocked} == {stuck_key, job_key}
+        assert sum(Decimal(e.epsilon_exact) for e in blocked) == Decimal("0.75")
+        assert analyst.connection.dataset(stuck.id).budget().grant_spent == 0.75
+        recovery = [event for event in admin.audit() if event.action == "recovery"]
+        assert len(recovery) == 1
+        assert recovery[0].details["interrupted_entries"] == statuses["interrupted"]
+        assert recovery[0].details["failed_jobs"] == 1
+
+        # Every release a client received is in the ledger, released, with the same body.
+        received = [s for s in sent if s.response is not None]
+        assert len(received) >= KILL_AFTER_SUCCESSES
+        before = entries_by_key(admin.ledger(busy.id))
+        for item in received:
+            assert item.response is not None
+            entry = before[item.key]
+            assert entry.id == item.response.receipt.ledger_entry_id
+            assert entry.status == "released"
+            assert NoisyCountResponse.model_validate(entry.release) == item.response
+
+        # Retrying a request whose answer was lost never charges it twice.
+        unanswered = [s for s in sent if s.response is None]
+        assert unanswered, "the kill must have cut some requests off"
+        assert all(isinstance(s.error, dpmine.TransportError) for s in unanswered)
+        with dpmine.connect(any_server.url, analyst.api_key, retries=0) as again:
+            handle = again.dataset(busy.id)
+            for item in unanswered:
+                earlier = before.get(item.key)
+                retried = retry(handle, item.key)
+                if isinstance(retried, dpmine.OperationFailedError):
+                    assert earlier is not None
+                    assert earlier.status == "interrupted"
+                    assert retried.status_code == 500
+                    continue
+                if earlier is None:  # the request never reached the server: charged now, once
+                    assert not retried.receipt.replayed
+                else:
+                    assert earlier.status == "released"
+                    assert retried.receipt.replayed
+                    assert retried.receipt.ledger_entry_id == earlier.id
+                    stored = NoisyCountResponse.model_validate(earlier.release)
+                    assert retried.count == stored.count
+
+            with dpmine.connect(any_server.url, analyst.api_key, retries=0) as late:
+                with pytest.raises(
+                    dpmine.OperationFailedError, match="failed after it was charged"
+                ):
+                    late.dataset(stuck.id).count(None, epsilon=0.5, idempotency_key=stuck_key)
+                failed_job = late.job(job.id)
+                assert failed_job.status == "failed"
+                assert "interrupted by a server restart" in failed_job.message
+                assert failed_job.result is None
+                resubmitted = late.dataset(stuck.id).submit(
+                    "count.noisy", NoisyCountRequest(epsilon=0.25), idempotency_key=job_key
+                )
+                assert resubmitted.id == job.id
+                assert resubmitted.status == "failed"
+
+            after = entries_by_key(admin.ledger(busy.id))
+            assert {s.key for s in sent} <= set(after)
+            assert len(admin.ledger(stuck.id)) == 2
+            assert admin.verify_ledger() == {"consistent": True, "problems": []}
+            spent = sum(Decimal(e.epsilon_exact) for e in after.values())
+            assert spent == Decimal(str(EPSILON)) * len(after)
+            assert handle.budget().grant_spent == float(spent)
+
+            # The restarted server works normally, also on the formerly blocked dataset.
+            assert handle.count(None, epsilon=EPSILON).receipt.replayed is False
+            fresh = again.dataset(stuck.id).count(None, epsilon=0.5)
+            assert abs(fresh.count - TABLE_ROWS) <= 40  # scale-2 noise: P(miss) < 1e-8
