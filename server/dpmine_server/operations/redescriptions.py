@@ -30,13 +30,14 @@ from dpmine_server.data.columns import ColumnStore
 from dpmine_server.data.validation import validate_expr
 from dpmine_server.dp.budget import Epsilon
 from dpmine_server.dp.mechanisms import discrete_laplace
-from dpmine_server.operations.base import OperationSpec, Progress
+from dpmine_server.operations.base import OperationSpec, Progress, RunContext
 from dpmine_server.operations.serenade import (
     ExtensionRules,
     QualityParams,
     ThresholdMode,
     choose_threshold_mode,
     extend_one,
+    extend_one_memo,
     initial_pairs,
     parse_side,
 )
@@ -227,6 +228,11 @@ def _extend_mode(request: ExtendOneRequest, metadata: DatasetMetadata) -> Thresh
     )
 
 
+def _extend_cost(request: ExtendOneRequest) -> tuple[Epsilon, Guarantee]:
+    guarantee: Guarantee = "approximate" if request.max_age > 0 else "pure"
+    return Epsilon.charge(request.epsilon), guarantee
+
+
 def _validate_extend(request: ExtendOneRequest, metadata: DatasetMetadata) -> None:
     for position, red in enumerate(request.collection):
         try:
@@ -248,21 +254,37 @@ def _run_extend(
     request: ExtendOneRequest,
     epsilon: Epsilon,
     rng: np.random.Generator,
-    _progress: Progress,
+    context: Progress,
 ) -> dict[str, Any]:
-    """Kernel of ``serenade.extend_one`` (§2.4): pure ε-DP, one exponential-mechanism draw."""
+    """Kernel of ``serenade.extend_one`` (§2.4): pure ε-DP, one exponential-mechanism draw;
+    with the paper-compatible memo (max_age > 0) the guarantee is approximate."""
     metadata = columns.metadata
     params = quality_parameters(request.quality, metadata.n_max)
     mode = _extend_mode(request, metadata)
-    position, red = extend_one(
-        columns,
-        request.collection,
-        epsilon=epsilon.for_mechanism(),
-        params=params,
-        rules=_rules(request.options),
-        mode=mode,
-        rng=rng,
-    )
+    if request.max_age > 0:
+        state = context.state if isinstance(context, RunContext) else None
+        if state is None:
+            raise ValueError("the memo needs the mining session's state")
+        position, red = extend_one_memo(
+            columns,
+            request.collection,
+            epsilon=epsilon.for_mechanism(),
+            params=params,
+            rules=_rules(request.options),
+            max_age=request.max_age,
+            memo=state,
+            rng=rng,
+        )
+    else:
+        position, red = extend_one(
+            columns,
+            request.collection,
+            epsilon=epsilon.for_mechanism(),
+            params=params,
+            rules=_rules(request.options),
+            mode=mode,
+            rng=rng,
+        )
     return {
         "position": position,
         "redescription": red,
@@ -291,7 +313,8 @@ OPERATIONS += [
         response_model=ExtendOneResponse,
         dataset_kinds=frozenset({"views", "table"}),
         validate=_validate_extend,
-        cost=_cost,
+        cost=_extend_cost,
         run=_run_extend,
+        session_kind="serenade.es_memo",
     ),
 ]

@@ -20,11 +20,12 @@ filters. Nothing but the chosen candidate leaves this module.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -44,7 +45,7 @@ from dpmine.wire import (
 )
 from dpmine_server.data.bitsets import Bitset
 from dpmine_server.data.columns import ColumnStore, NumericColumn
-from dpmine_server.dp.mechanisms import exponential_by_rejection
+from dpmine_server.dp.mechanisms import exponential_by_rejection, gumbel_scores
 from dpmine_server.operations.serenade_quality import jaccard, quality
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "ThresholdMode",
     "choose_threshold_mode",
     "extend_one",
+    "extend_one_memo",
     "initial_pairs",
     "parse_side",
 ]
@@ -402,7 +404,7 @@ def _sample(
         if chosen < block.quality.size:
             return position, block.outcomes[chosen]
         chosen -= block.quality.size
-    raise AssertionError("index outside the candidate blocks")
+    raise IndexError("candidate index outside the blocks")
 
 
 def _propose(
@@ -428,18 +430,28 @@ def _extended(red: Redescription, side: Side, op: Op, literal: AnyLiteral) -> Re
 
 @dataclass(frozen=True, slots=True)
 class _Grid:
-    """Public grid intervals of one numeric attribute and each row's grid cell (−1 missing)."""
+    """Public grid intervals of one numeric attribute, their literals, each row's cell."""
 
     intervals: list[tuple[float | None, float | None]]
+    literals: dict[bool, list[NumLiteral]]  # by polarity (negated?)
     low_cells: npt.NDArray[np.int64]
     high_cells: npt.NDArray[np.int64]
     cells: npt.NDArray[np.int64]
     n_cells: int
 
 
-@lru_cache(maxsize=512)
 def _grid(column: NumericColumn, attribute: NumericAttribute) -> _Grid:
-    points = grid_points(attribute)
+    grid = tuple(attribute.grid) if attribute.grid else None
+    return _grid_for(column, attribute.name, attribute.lo, attribute.hi, grid)
+
+
+@lru_cache(maxsize=512)
+def _grid_for(
+    column: NumericColumn, name: str, lo: float, hi: float, grid: tuple[float, ...] | None
+) -> _Grid:
+    points = grid_points(
+        NumericAttribute(name=name, lo=lo, hi=hi, grid=list(grid) if grid else None)
+    )
     intervals = grid_intervals(points)
     index = {float(p): k for k, p in enumerate(points)}
     lows = [0 if low is None else 2 * index[low] + 1 for low, _high in intervals]
@@ -447,12 +459,19 @@ def _grid(column: NumericColumn, attribute: NumericAttribute) -> _Grid:
     present = column.present.to_bool_array()
     values = np.where(present, column.values, 0.0)
     cells = np.searchsorted(points, values, "left") + np.searchsorted(points, values, "right")
-    cells = np.where(present, cells, -1)
+    literals = {
+        negated: [
+            NumLiteral(attribute=name, lower=low, upper=high, negated=negated)
+            for low, high in intervals
+        ]
+        for negated in (False, True)
+    }
     return _Grid(
         intervals=intervals,
+        literals=literals,
         low_cells=np.asarray(lows, dtype=np.int64),
         high_cells=np.asarray(highs, dtype=np.int64),
-        cells=cells.astype(np.int64),
+        cells=np.where(present, cells, -1).astype(np.int64),
         n_cells=2 * len(points) + 1,
     )
 
@@ -464,13 +483,6 @@ def _interval_counts(grid: _Grid, rows: Bitset, *, negated: bool) -> npt.NDArray
     prefix = np.concatenate([[0], np.cumsum(per_cell)])
     inside = prefix[grid.high_cells + 1] - prefix[grid.low_cells]
     return np.asarray(prefix[-1] - inside if negated else inside, dtype=np.int64)
-
-
-def _grid_literals(attribute: NumericAttribute, grid: _Grid, negated: bool) -> list[NumLiteral]:
-    return [
-        NumLiteral(attribute=attribute.name, lower=low, upper=high, negated=negated)
-        for low, high in grid.intervals
-    ]
 
 
 # -- extension candidates (§2.2, §2.4) --------------------------------------------------------
@@ -560,7 +572,7 @@ def _add_grid_extensions(
         i = (x_rows & y_rows).count() + _interval_counts(grid, y_rows - x_rows, negated=negated)
         outside = ~(x_rows | y_rows)
         u = (x_rows | y_rows).count() + _interval_counts(grid, outside, negated=negated)
-    literals = _grid_literals(attribute, grid, negated)
+    literals = grid.literals[negated]
     candidates.add(-math.log(len(literals)), i, u, _LazyOutcomes(maker, literals))
 
 
@@ -599,7 +611,7 @@ def _left_pair_literals(
         attribute, column = _numeric(store, name)
         grid = _grid(column, attribute)
         for negated in polarities:
-            for literal in _grid_literals(attribute, grid, negated):
+            for literal in grid.literals[negated]:
                 literals.append(literal)
                 masses.append(-math.log(len(grid.intervals)))
                 rows.append(_numeric_rows(column, literal.lower, literal.upper, negated))
@@ -683,7 +695,7 @@ def _add_grid_pairs(
         i = prefix[:, -1:] - inside if negated else inside
         support = all_prefix[-1] - all_inside if negated else all_inside
         u = sizes + support[None, :] - i
-        right = _grid_literals(attribute, grid, negated)
+        right = grid.literals[negated]
         log_mass = masses[keep][:, None] - math.log(len(right))
         outcomes = _GridPairOutcomes([literals[k] for k in keep], right)
         candidates.add(np.broadcast_to(log_mass, i.shape).ravel(), i.ravel(), u.ravel(), outcomes)
@@ -767,3 +779,62 @@ def extend_one(
         for position, red in enumerate(collection)
     ]
     return _sample(groups, c=c, rng=rng)
+
+
+def extend_one_memo(
+    store: ColumnStore,
+    collection: Sequence[Redescription],
+    *,
+    epsilon: float,
+    params: QualityParams,
+    rules: ExtensionRules,
+    max_age: int,
+    memo: dict[str, Any],
+    rng: np.random.Generator,
+) -> Outcome:
+    """ExtendOne with the memo of Algorithm 3 (paper-compatible opt-in, §2.4; grid thresholds).
+
+    (1) every position without a stored entry (or whose redescription changed) draws its best
+    candidate by Gumbel-max and stores (candidate, key, age 1); (2) the position with the
+    largest stored key wins and its entry is removed; (3) every other entry ages, and is dropped
+    once its age reaches ``max_age``. ``memo`` is the mining session's state, changed in place;
+    it is never released. Privacy: reused keys are conditioned on earlier losses, so the
+    per-round composition argument does not apply directly (§2.4 caveat); releases are marked
+    approximate.
+    """
+    c = params.coefficient(epsilon)
+    entries: dict[str, dict[str, Any]] = memo.setdefault("entries", {})
+    for stale in [k for k in entries if int(k) >= len(collection)]:
+        del entries[stale]
+    for position, red in enumerate(collection):
+        red_json = red.model_dump_json()
+        fingerprint = hashlib.sha256(red_json.encode()).hexdigest()
+        entry = entries.get(str(position))
+        if entry is not None and entry["red"] == fingerprint:
+            continue
+        group = _cached_extension_candidates(store, red_json, rules, "grid", params)
+        weights = np.concatenate([block.log_mass + c * block.quality for block in group.blocks])
+        keys = gumbel_scores(weights, rng=rng)
+        best = int(np.argmax(keys))
+        entries[str(position)] = {
+            "red": fingerprint,
+            "choice": _block_outcome(group, best).model_dump(mode="json"),
+            "key": float(keys[best]),
+            "age": 1,
+        }
+    winner = max(entries, key=lambda k: entries[k]["key"])
+    chosen = entries.pop(winner)
+    for key in list(entries):
+        if entries[key]["age"] >= max_age:
+            del entries[key]
+        else:
+            entries[key]["age"] += 1
+    return int(winner), Redescription.model_validate(chosen["choice"])
+
+
+def _block_outcome(group: _Candidates, index: int) -> Redescription:
+    for block in group.blocks:
+        if index < block.quality.size:
+            return block.outcomes[index]
+        index -= block.quality.size
+    raise IndexError("candidate index outside the blocks")
