@@ -3,11 +3,12 @@
 1. starts ``dpmine-server serve`` (uvicorn) on embedded SQLite under ``var/demo``;
 2. as the data owner: registers the bundled UCI Mushroom data as a two-view dataset with its
    confirmed public metadata (``config/demo/mushroom.metadata.json``), creates an analyst and
-   grants it ε = 1;
+   grants it ε = 2;
 3. as the analyst, through the ``dpmine`` client over HTTP: a private top-10 frequent itemset
    run (Bhaskar et al.'s exponential mechanism, with noisy counts, frequencies from a noisy row
-   count, and association rules derived from them), then the noisy quality (support cells,
-   Jaccard, p-value) of the redescriptions "[odor = c] ⟺ [class = p]" for three odors;
+   count, and association rules derived from them), then a SerenadeES redescription mining run
+   (initial pairs, extension rounds, noisy quality) between the cap/gill/odor view and the
+   stalk/ring/spore/habitat/class view;
 4. prints the results and the budget receipts, shows the owner's ledger check, stops the server.
 """
 
@@ -21,16 +22,16 @@ import socket
 import subprocess
 import sys
 import time
+from decimal import Decimal
 from pathlib import Path
 
 import httpx
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import track
 from rich.table import Table
 
 import dpmine
-from dpmine.miners import TopKItemsets
+from dpmine.miners import SerenadeES, TopKItemsets
 from dpmine.wire import CreateDatasetRequest, CsvSource, DatasetMetadata, Receipt
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,7 +89,7 @@ def owner_setup(url: str, owner_key: str) -> str:
         request = CreateDatasetRequest(
             id="mushroom",
             name="UCI Mushroom (two views: cap and gills | stalk, ring, spores, class)",
-            description="Mushrooms of 23 species described by 22 categorical attributes and their edibility.",
+            description="Mushrooms of 23 species: 22 categorical attributes and their edibility.",
             attribution=ATTRIBUTION,
             epsilon_cap=5.0,
             metadata=DatasetMetadata.model_validate_json(METADATA.read_text()),
@@ -96,8 +97,8 @@ def owner_setup(url: str, owner_key: str) -> str:
         )
         owner.admin.upload_dataset(request, {"path": DATA})
         analyst = owner.admin.add_principal("demo-analyst", "analyst")
-        owner.admin.grant("mushroom", "demo-analyst", 1.0)
-    console.print("[bold]owner[/]: registered 'mushroom', created analyst, granted ε = 1")
+        owner.admin.grant("mushroom", "demo-analyst", 2.0)
+    console.print("[bold]owner[/]: registered 'mushroom', created analyst, granted ε = 2")
     return analyst.api_key
 
 
@@ -129,30 +130,26 @@ def mine_itemsets(mushroom: dpmine.DatasetHandle) -> list[Receipt]:
 
 
 def redescriptions(mushroom: dpmine.DatasetHandle) -> list[Receipt]:
-    """Noisy quality of "[odor = c] ⟺ [class = p]" for three odors (ε = 0.1 each)."""
-    receipts: list[Receipt] = []
-    rows = []
-    for odor in track(("f", "n", "a"), description="noisy quality", console=console):
-        left, right = f"[odor = {odor}]", "[class = p]"
-        result = mushroom.quality(left, right, epsilon=0.1)
-        receipts.append(result.receipt)
-        rows.append((left, right, result))
-    rows.sort(key=lambda row: row[2].statistics.jaccard, reverse=True)
-    table = Table("left query", "right query", "noisy |I|", "noisy |U|", "noisy J", "p-value")
-    table.title = "redescriptions 'odor ⟺ poisonous', ranked by noisy Jaccard"
-    for left, right, result in rows:
-        stats = result.statistics
-        p_value = "-" if stats.p_value is None else f"{stats.p_value:.2g}"
+    """SerenadeES (I = 10 pairs, K = 20 rounds, ε = 1 + 0.05 for the row count behind x0)."""
+    miner = SerenadeES(
+        epsilon=1.0, n_initial=10, rounds=20, x0_fraction=0.1, count_epsilon=0.05, progress=True
+    )
+    plan = miner.plan(mushroom)
+    console.print(f"plan: {len(plan.calls)} calls, ε = {plan.estimate.total_epsilon_exact}")
+    miner.mine(mushroom)
+    table = Table("left query (cap, gills, odor)", "right query (stalk, ring, spores, class, …)")
+    table.add_column("noisy |I|")
+    table.add_column("noisy J")
+    table.title = "SerenadeES redescriptions with noisy J ≥ 0.3 (the paper's display filter)"
+    for found in sorted(miner.displayed(0.3), key=lambda r: -r.noisy_jaccard):
         table.add_row(
-            escape(left),
-            escape(right),
-            str(stats.support),
-            str(stats.union),
-            f"{stats.jaccard:.3f}",
-            p_value,
+            escape(found.left),
+            escape(found.right),
+            str(found.statistics.support),
+            f"{found.noisy_jaccard:.3f}",
         )
     console.print(table)
-    return receipts
+    return miner.receipts_
 
 
 def analyse(url: str, analyst_key: str) -> list[Receipt]:
@@ -168,17 +165,20 @@ def analyse(url: str, analyst_key: str) -> list[Receipt]:
 
 
 def print_receipts(receipts: list[Receipt]) -> None:
-    """The budget receipt: every charge, the total and what is left."""
-    table = Table("ledger entry", "operation", "ε", "guarantee", title="budget receipt")
+    """The budget receipt: charges grouped by operation, the exact total and what is left."""
+    groups: dict[tuple[str, str, str], list[Receipt]] = {}
     for receipt in receipts:
-        table.add_row(
-            str(receipt.ledger_entry_id),
-            receipt.operation,
-            receipt.epsilon_exact,
-            receipt.guarantee,
-        )
-    total = sum((float(r.epsilon_exact) for r in receipts), 0.0)
-    table.caption = f"spent ε ≈ {total:.4g}; remaining ε = {receipts[-1].remaining_epsilon:g}"
+        key = (receipt.operation, receipt.epsilon_exact, receipt.guarantee)
+        groups.setdefault(key, []).append(receipt)
+    table = Table(
+        "operation", "calls", "ε each", "guarantee", "ledger entries", title="budget receipt"
+    )
+    for (operation, epsilon, guarantee), group in groups.items():
+        ids = [r.ledger_entry_id for r in group]
+        span = str(ids[0]) if len(ids) == 1 else f"{min(ids)}–{max(ids)}"
+        table.add_row(operation, str(len(group)), epsilon, guarantee, span)
+    total = sum((Decimal(r.epsilon_exact) for r in receipts), Decimal(0))
+    table.caption = f"spent ε = {total}; remaining ε = {receipts[-1].remaining_epsilon:g}"
     console.print(table)
 
 
