@@ -17,15 +17,6 @@ from collections.abc import Hashable
 import numpy as np
 import numpy.typing as npt
 import pytest
-from audit import (
-    AuditResult,
-    assert_audit_flags,
-    assert_audit_passes,
-    audit_categorical,
-    audit_histogram,
-    clopper_pearson,
-    epsilon_lower_bound,
-)
 
 from dpmine_server.dp.mechanisms import (
     discrete_laplace,
@@ -34,6 +25,15 @@ from dpmine_server.dp.mechanisms import (
     uniform_in_cell,
 )
 from dpmine_server.dp.rng import seeded_generator
+from privacy.audit import (
+    AuditResult,
+    assert_audit_flags,
+    assert_audit_passes,
+    audit_categorical,
+    audit_histogram,
+    clopper_pearson,
+    epsilon_lower_bound,
+)
 
 EPSILON = 1.0
 #: alpha for audits of OpenDP's unseedable sampler (false-alarm rate, CONTEXT.md asks for < 1e-4).

@@ -35,13 +35,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pytest
-from audit import (
-    AuditResult,
-    assert_audit_flags,
-    assert_audit_passes,
-    audit_categorical,
-    audit_histogram,
-)
 
 from dpmine.wire import (
     BooleanAttribute,
@@ -62,6 +55,13 @@ from dpmine_server.operations import CATALOG
 from dpmine_server.operations.base import no_progress
 from dpmine_server.operations.counts import noisy_count
 from dpmine_server.operations.redescriptions import support_cells
+from privacy.audit import (
+    AuditResult,
+    assert_audit_flags,
+    assert_audit_passes,
+    audit_categorical,
+    audit_histogram,
+)
 
 IntArray = npt.NDArray[np.int64]
 Row = tuple[int | None, int | None]

@@ -146,10 +146,15 @@ class TransactionIndex:
         item_list = items_sorted.tolist()
         return [item_list[bounds[row] : bounds[row + 1]] for row in range(n_rows)]
 
+    def _miner_input(self) -> list[list[int]]:
+        # pyfim never reports an itemset held by every transaction; one extra empty transaction
+        # makes every support strictly smaller than the input size and changes no count.
+        return [*self.transactions(), []]
+
     def spectrum(self, min_count: int, lengths: Sequence[int]) -> dict[int, int]:
         """Number of valid itemsets per exact count, for counts ≥ ``min_count``."""
         raw = fim.eclat(
-            self.transactions(),
+            self._miner_input(),
             target="s",
             supp=-max(int(min_count), 1),
             zmin=min(lengths),
@@ -166,7 +171,7 @@ class TransactionIndex:
     def mine(self, min_count: int, lengths: Sequence[int]) -> dict[Itemset, int]:
         """Every valid itemset with a length in ``lengths`` and count ≥ ``min_count``."""
         found = fim.eclat(
-            self.transactions(),
+            self._miner_input(),
             target="s",
             supp=-max(int(min_count), 1),
             zmin=min(lengths),

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any, Literal
 
 import numpy as np
@@ -203,11 +204,15 @@ def _as_itemset(label: object) -> Itemset:
 
 
 def _split(request: TopKItemsetsRequest, epsilon: Epsilon) -> tuple[float, float | None]:
+    """(ε_s, ε_p) with ε_s + ε_p ≤ the charged ε exactly (floats rounded down as needed)."""
     total = epsilon.for_mechanism()
     if not request.with_counts:
         return total, None
     counts = total * request.count_share
-    return total - counts, counts
+    selection = total - counts
+    while Fraction(selection) + Fraction(counts) > epsilon.as_fraction():
+        selection = math.nextafter(selection, 0.0)
+    return selection, counts
 
 
 def _validate(request: TopKItemsetsRequest, metadata: DatasetMetadata) -> None:

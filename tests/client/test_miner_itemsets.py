@@ -1,0 +1,382 @@
+"""The ``TopKItemsets`` miner and ``association_rules`` (ALGORITHMS.md §4; DESIGN.md "Client
+miners"), against the real application in-process (``create_app`` + ``TestClient`` handed to
+``dpmine.connect``).
+
+* ``plan`` prices the exact calls on the server and charges nothing; ``mine`` refuses a plan that
+  does not fit (nothing charged), otherwise runs it and keeps the receipts.
+* Mining at a large ε with a negligible ρ returns the true top itemsets of a generated basket file
+  (the server's generator is seeded in test mode; released counts come from OpenDP and are checked
+  within bands whose failure probability is below 1e-12).
+* Exports and association rules are post-processing of the released values only.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import warnings
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+from fastapi import FastAPI
+from starlette.exceptions import StarletteDeprecationWarning
+
+import dpmine
+from dpmine.miners import (
+    AssociationRule,
+    MinedItemset,
+    NotMinedError,
+    TopKItemsets,
+    association_rules,
+)
+from dpmine.wire import CreateDatasetRequest, DatasetMetadata, FimiSource, TopKItemsetsRequest
+from dpmine_server.app import create_app
+from dpmine_server.settings import Settings
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", StarletteDeprecationWarning)
+    from fastapi.testclient import TestClient
+
+Method = Literal["em", "laplace"]
+BASE_URL = "http://testserver"
+OWNER_KEY = "itemset-miner-owner-key-0123456789"
+ITEMS = ["bread", "milk", "eggs", "beer", "nappies", "jam"]
+#: Baskets and their multiplicities (185 rows). Pairs: bread&milk 100, bread&eggs 40,
+#: milk&eggs 40, beer&nappies 30, eggs&jam 10; singles: milk 105, bread 100, eggs 50, beer 30,
+#: nappies 30, jam 10; the triple bread&milk&eggs 40.
+BASKETS: list[tuple[str, int]] = [
+    ("bread milk", 60),
+    ("bread milk eggs", 40),
+    ("beer nappies", 30),
+    ("eggs jam", 10),
+    ("milk", 5),
+]
+N_ROWS = sum(times for _basket, times in BASKETS)
+GRANT = 500.0
+#: Makes the truncated block of §4.1 (selected with probability about ρ) negligible.
+TINY_RHO = 1e-12
+#: |discrete Laplace(K/ε_p)| stays below this band with probability above 1 − 1e-12 for the
+#: scales used here (K/ε_p ≤ 0.1: P(|Z| ≥ 3) ≈ 2e^{-30}).
+COUNT_BAND = 3
+#: The noisy row count at ε = 1 (scale 1): P(|Z| ≥ 40) < 1e-17.
+ROW_BAND = 40
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> FastAPI:
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'miner.sqlite3'}",
+        data_dir=tmp_path / "data",
+        bootstrap_owner_key=OWNER_KEY,
+        secret_key="miner-tests-secret-0123456789abcdef",
+        environment="test",
+        test_seed=31337,
+        job_workers=1,
+    )
+    return create_app(settings)
+
+
+@pytest.fixture
+def http(app: FastAPI) -> Iterator[TestClient]:
+    with TestClient(app, base_url=BASE_URL, raise_server_exceptions=False) as client:
+        yield client
+
+
+@pytest.fixture
+def owner_connection(http: TestClient) -> dpmine.Connection:
+    return dpmine.connect(BASE_URL, OWNER_KEY, http=http, retries=0)
+
+
+def _register_baskets(
+    owner: dpmine.Connection, folder: Path, dataset_id: str, analyst: str, grant: float
+) -> None:
+    path = folder / f"{dataset_id}.dat"
+    path.write_text(
+        "".join(f"{basket}\n" for basket, times in BASKETS for _ in range(times)), encoding="utf-8"
+    )
+    request = CreateDatasetRequest(
+        id=dataset_id,
+        name="baskets",
+        epsilon_cap=1000.0,
+        metadata=DatasetMetadata(kind="transactions", n_max=10_000, items=ITEMS),
+        source=FimiSource(path=path.name),
+    )
+    owner.admin.upload_dataset(request, {"path": path})
+    owner.admin.grant(dataset_id, analyst, grant)
+
+
+@pytest.fixture
+def baskets(
+    owner_connection: dpmine.Connection, http: TestClient, tmp_path: Path
+) -> dpmine.DatasetHandle:
+    """The basket file as dataset ``baskets``; analyst ``ann`` holds GRANT on it."""
+    key = owner_connection.admin.add_principal("ann", "analyst").api_key
+    _register_baskets(owner_connection, tmp_path, "baskets", "ann", GRANT)
+    analyst = dpmine.connect(BASE_URL, key, http=http, retries=0)
+    return analyst.dataset("baskets")
+
+
+@pytest.fixture
+def small_grant(
+    owner_connection: dpmine.Connection, http: TestClient, tmp_path: Path
+) -> dpmine.DatasetHandle:
+    """The basket file as dataset ``tight``; analyst ``bea`` holds only ε = 1 on it."""
+    key = owner_connection.admin.add_principal("bea", "analyst").api_key
+    _register_baskets(owner_connection, tmp_path, "tight", "bea", 1.0)
+    return dpmine.connect(BASE_URL, key, http=http, retries=0).dataset("tight")
+
+
+# --------------------------------------------------------------------------------------------
+# plan
+
+
+def test_plan_prices_the_calls_and_charges_nothing(
+    baskets: dpmine.DatasetHandle, owner_connection: dpmine.Connection
+) -> None:
+    miner = TopKItemsets(k=3, length=(2, 3), epsilon=2.0, method="laplace", frequency_epsilon=0.5)
+    plan = miner.plan(baskets)
+    assert [call.operation for call in plan.calls] == ["fim.topk_laplace", "count.noisy"]
+    request = TopKItemsetsRequest.model_validate(plan.calls[0].request)
+    assert (request.k, request.lengths, request.epsilon) == (3, [2, 3], 2.0)
+    assert (request.rho, request.with_counts, request.count_share) == (0.1, True, 0.5)
+    assert [call.epsilon_exact for call in plan.estimate.calls] == ["2", "0.5"]
+    assert plan.estimate.total_epsilon_exact == "2.5"
+    assert plan.total_epsilon == 2.5
+    assert plan.fits
+    assert owner_connection.admin.ledger("baskets") == []
+    assert baskets.budget().grant_spent == 0.0
+    with pytest.raises(NotMinedError):
+        _ = miner.receipts_
+    with pytest.raises(NotMinedError):
+        miner.rules()
+
+
+def test_plan_of_a_request_the_dataset_cannot_serve_is_refused(
+    baskets: dpmine.DatasetHandle,
+) -> None:
+    with pytest.raises(dpmine.InvalidRequestError, match="exceeds the 15"):
+        TopKItemsets(k=16, length=2).plan(baskets)  # C(6, 2) = 15 pairs
+    with pytest.raises(ValueError, match="max_length"):  # refused by the wire model already
+        TopKItemsets(k=1, length=(2, 7)).plan(baskets)
+    unknown: dict[str, Any] = {"method": "fpgrowth"}
+    with pytest.raises(ValueError, match="method must be 'em' or 'laplace'"):
+        TopKItemsets(**unknown).plan(baskets)
+
+
+# --------------------------------------------------------------------------------------------
+# mine
+
+
+@pytest.mark.parametrize("method", ["em", "laplace"])
+def test_mine_returns_the_top_itemsets(
+    baskets: dpmine.DatasetHandle, owner_connection: dpmine.Connection, method: Method
+) -> None:
+    miner = TopKItemsets(k=3, length=2, epsilon=100.0, method=method, rho=TINY_RHO)
+    assert miner.mine(baskets) is miner
+    itemsets = miner.itemsets_
+    assert [itemset.rank for itemset in itemsets] == [1, 2, 3]
+    assert itemsets[0].items == ("bread", "milk")
+    assert {itemsets[1].items, itemsets[2].items} == {("bread", "eggs"), ("milk", "eggs")}
+    for itemset, truth in zip(itemsets, (100, 40, 40), strict=True):
+        assert itemset.noisy_count is not None
+        assert abs(itemset.noisy_count - truth) < COUNT_BAND
+        assert itemset.noisy_frequency is None
+    assert miner.noisy_row_count_ is None
+    (receipt,) = miner.receipts_
+    assert receipt.operation == f"fim.topk_{method}"
+    assert receipt.epsilon_exact == "100"
+    assert miner.budget_spent_ == 100.0
+    assert baskets.budget().grant_spent == 100.0
+    (entry,) = owner_connection.admin.ledger("baskets")
+    assert entry.id == receipt.ledger_entry_id
+    assert entry.status == "released"
+    assert entry.parameters["k"] == 3
+
+
+def test_mine_without_counts_and_with_a_length_range(baskets: dpmine.DatasetHandle) -> None:
+    miner = TopKItemsets(k=4, length=(1, 3), epsilon=100.0, with_counts=False, rho=TINY_RHO)
+    miner.mine(baskets)
+    # milk 105, then bread and bread&milk (100), then eggs (50)
+    items = [itemset.items for itemset in miner.itemsets_]
+    assert items[0] == ("milk",)
+    assert set(items[1:3]) == {("bread",), ("bread", "milk")}
+    assert items[3] == ("eggs",)
+    assert all(i.noisy_count is None and i.noisy_frequency is None for i in miner.itemsets_)
+    assert miner.rules() == []  # no released counts, no rules
+
+
+def test_mine_with_frequencies_and_rules(baskets: dpmine.DatasetHandle) -> None:
+    miner = TopKItemsets(k=6, length=(1, 2), epsilon=120.0, rho=TINY_RHO, frequency_epsilon=1.0)
+    miner.mine(baskets)
+    assert [r.operation for r in miner.receipts_] == ["fim.topk_em", "count.noisy"]
+    assert miner.budget_spent_ == 121.0
+    assert baskets.budget().grant_spent == 121.0
+    n_hat = miner.noisy_row_count_
+    assert n_hat is not None
+    assert abs(n_hat - N_ROWS) < ROW_BAND
+    # milk 105, bread 100, bread&milk 100, eggs 50, then the two pairs of count 40
+    names = [itemset.items for itemset in miner.itemsets_]
+    assert names[0] == ("milk",)
+    assert set(names[1:3]) == {("bread",), ("bread", "milk")}
+    assert names[3] == ("eggs",)
+    assert set(names[4:]) == {("bread", "eggs"), ("milk", "eggs")}  # catalog order
+    for itemset in miner.itemsets_:
+        assert itemset.noisy_count is not None
+        assert itemset.noisy_frequency == max(itemset.noisy_count, 0) / n_hat
+    rules = miner.rules(min_confidence=0.0)
+    assert rules == association_rules(miner.itemsets_, min_confidence=0.0, n_rows=n_hat)
+    by_sides = {(rule.antecedent, rule.consequent): rule for rule in rules}
+    bread_milk = by_sides[(("bread",), ("milk",))]
+    assert abs(bread_milk.confidence - 1.0) < 0.1  # 100/100 with noise of scale 0.1
+    assert bread_milk.lift is not None
+    assert abs(bread_milk.lift - n_hat / 105) < 0.05
+
+
+def test_a_plan_that_does_not_fit_is_refused_and_nothing_is_charged(
+    small_grant: dpmine.DatasetHandle, owner_connection: dpmine.Connection
+) -> None:
+    miner = TopKItemsets(k=2, length=2, epsilon=0.8, frequency_epsilon=0.5)
+    assert not miner.plan(small_grant).fits
+    before = small_grant.budget()
+    with pytest.raises(dpmine.BudgetExhaustedError, match="nothing was spent"):
+        miner.mine(small_grant)
+    assert owner_connection.admin.ledger("tight") == []
+    assert small_grant.budget() == before
+    assert not hasattr(miner, "itemsets_")
+    with pytest.raises(NotMinedError):
+        _ = miner.receipts_
+    # The same run without the row count fits, and spends exactly its ε.
+    fitting = TopKItemsets(k=2, length=2, epsilon=0.8)
+    fitting.mine(small_grant)
+    assert [entry.epsilon_exact for entry in owner_connection.admin.ledger("tight")] == ["0.8"]
+    assert small_grant.budget().grant_spent == 0.8
+
+
+# --------------------------------------------------------------------------------------------
+# exports
+
+
+def test_exports(baskets: dpmine.DatasetHandle, tmp_path: Path) -> None:
+    miner = TopKItemsets(k=3, length=2, epsilon=100.0, rho=TINY_RHO, frequency_epsilon=1.0)
+    miner.mine(baskets)
+    json_path = tmp_path / "itemsets.json"
+    miner.to_json(json_path)
+    payload = json.loads(json_path.read_text())
+    assert payload["itemsets"] == [
+        {**asdict(itemset), "items": list(itemset.items)} for itemset in miner.itemsets_
+    ]
+    assert [r["ledger_entry_id"] for r in payload["receipts"]] == [
+        r.ledger_entry_id for r in miner.receipts_
+    ]
+    assert [r["epsilon_exact"] for r in payload["receipts"]] == ["100", "1"]
+
+    csv_path = tmp_path / "itemsets.csv"
+    miner.to_csv(csv_path)
+    rows = list(csv.reader(io.StringIO(csv_path.read_text())))
+    assert rows[0] == ["rank", "items", "noisy_count", "noisy_frequency"]
+    assert rows[1][:2] == ["1", "bread & milk"]
+    for row, itemset in zip(rows[1:], miner.itemsets_, strict=True):
+        assert row[1] == " & ".join(itemset.items)
+        assert int(row[2]) == itemset.noisy_count
+        assert itemset.noisy_frequency is not None
+        assert float(row[3]) == pytest.approx(itemset.noisy_frequency, rel=1e-5)
+
+    bare = TopKItemsets(k=2, length=2, epsilon=50.0, with_counts=False, rho=TINY_RHO)
+    bare.mine(baskets)
+    bare.to_csv(csv_path)
+    rows = list(csv.reader(io.StringIO(csv_path.read_text())))
+    assert [row[2:] for row in rows[1:]] == [["", ""], ["", ""]]
+
+
+def test_exports_before_mining_are_refused(tmp_path: Path) -> None:
+    miner = TopKItemsets()
+    with pytest.raises(NotMinedError):
+        miner.to_json(tmp_path / "x.json")
+    with pytest.raises(NotMinedError):
+        miner.to_csv(tmp_path / "x.csv")
+    assert not (tmp_path / "x.json").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# association rules (pure post-processing)
+
+
+def _mined(items: str, count: int | None, rank: int = 1) -> MinedItemset:
+    return MinedItemset(
+        rank=rank, items=tuple(items.split()), noisy_count=count, noisy_frequency=None
+    )
+
+
+HAND_MADE = [
+    _mined("bread", 100),
+    _mined("milk", 80),
+    _mined("bread milk", 60),
+    _mined("eggs", None),  # released without a count
+    _mined("bread eggs", 30),
+    _mined("jam milk", 20),  # {jam} never released
+]
+
+
+def test_rules_confidence_and_lift() -> None:
+    rules = association_rules(HAND_MADE, min_confidence=0.0, n_rows=200)
+    assert rules == [
+        AssociationRule(("milk",), ("bread",), 60, 0.75, 0.75 / (100 / 200)),
+        AssociationRule(("bread",), ("milk",), 60, 0.6, 0.6 / (80 / 200)),
+        AssociationRule(("bread",), ("eggs",), 30, 0.3, None),  # eggs has no released count
+        AssociationRule(("milk",), ("jam",), 20, 0.25, None),  # jam was never released
+    ]
+    # No rule from an unreleased (or count-less) antecedent: eggs → bread, jam → milk.
+    assert all(rule.antecedent not in {("eggs",), ("jam",)} for rule in rules)
+
+
+def test_rules_min_confidence_and_missing_row_count() -> None:
+    rules = association_rules(HAND_MADE, min_confidence=0.5)
+    assert [(r.antecedent, r.consequent) for r in rules] == [
+        (("milk",), ("bread",)),
+        (("bread",), ("milk",)),
+    ]
+    assert all(rule.lift is None for rule in rules)  # lift needs a noisy row count
+    assert association_rules(HAND_MADE, min_confidence=0.8) == []
+
+
+def test_rules_clamp_noisy_counts() -> None:
+    noisy = [
+        _mined("a", -3),  # clamped to 0: never an antecedent
+        _mined("b", 10),
+        _mined("a b", 12),  # above its subset's count: confidence capped at 1
+        _mined("c", 5),
+        _mined("b c", -1),  # clamped to 0 support
+    ]
+    rules = association_rules(noisy, min_confidence=0.0, n_rows=50)
+    by_sides = {(r.antecedent, r.consequent): r for r in rules}
+    assert set(by_sides) == {(("b",), ("a",)), (("b",), ("c",)), (("c",), ("b",))}
+    assert by_sides[(("b",), ("a",))].confidence == 1.0
+    assert by_sides[(("b",), ("a",))].lift is None  # consequent a has count 0
+    assert by_sides[(("b",), ("c",))].confidence == 0.0
+    assert by_sides[(("b",), ("c",))].lift == 0.0
+    assert by_sides[(("c",), ("b",))].noisy_support == 0
+
+
+def test_rules_from_triples() -> None:
+    itemsets = [
+        _mined("a b c", 20),
+        _mined("a b", 40),
+        _mined("c", 50),
+        _mined("a", 80),
+    ]
+    rules = association_rules(itemsets, min_confidence=0.0, n_rows=100)
+    sides = [(r.antecedent, r.consequent) for r in rules]
+    assert (("a", "b"), ("c",)) in sides
+    assert (("c",), ("a", "b")) in sides
+    assert (("a",), ("b", "c")) in sides
+    assert (("a",), ("b",)) in sides
+    triple = {(r.antecedent, r.consequent): r for r in rules}
+    assert triple[(("a", "b"), ("c",))].confidence == 0.5
+    assert triple[(("a", "b"), ("c",))].lift == pytest.approx(0.5 / 0.5)
+    assert triple[(("c",), ("a", "b"))].lift == pytest.approx(0.4 / 0.4)
+    assert triple[(("a",), ("b", "c"))].lift is None  # {b, c} was not released
+    assert [r.confidence for r in rules] == sorted((r.confidence for r in rules), reverse=True)

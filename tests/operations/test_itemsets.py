@@ -1,0 +1,784 @@
+"""The private top-K itemset kernels ``fim.topk_em`` / ``fim.topk_laplace`` (ALGORITHMS.md §4).
+
+* Γ against the spec's worked example (§4.1) and the closed forms of Algorithms 1 and 2.
+* c_K, the explicit threshold and the truncation level τ = max(c_K − Γ, 0) on real indexes,
+  including fewer than K occurring itemsets, c_K read exactly above Γ and the memory-cap path.
+* The uniform tail draw is uniform over the valid itemsets (at most one item per attribute).
+* The whole kernel: with a huge ε it returns the true top-K in order with exact counts; its output
+  law equals the exact law of "truncated counts + noise, top K in order" computed by brute force
+  over the whole universe, whatever the explicit threshold (default, memory cap, everything in the
+  tail); requests are validated from public metadata alone.
+
+Seeded generators make every sampling test reproducible; goodness-of-fit tests use p > 1e-5.
+Released counts come from OpenDP's unseedable sampler: their checks use ε_p so large that a
+nonzero noise has probability below 1e-12.
+
+Two tests pin down defects (see their docstrings): itemsets held by every row are never mined,
+and the ε split can spend (by one float ulp) more than the charge. A regression test covers a
+dataset with no frequent item (an empty pattern spectrum).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from fractions import Fraction
+from functools import partial
+
+import numpy as np
+import pytest
+from scipy import integrate, stats
+
+from dpmine.wire import (
+    AnyAttribute,
+    BooleanAttribute,
+    CategoricalAttribute,
+    DatasetMetadata,
+    NumericAttribute,
+    TopKItemsetsRequest,
+    TopKItemsetsResponse,
+)
+from dpmine_server.data.columns import BooleanColumn, CategoricalColumn, ColumnStore, ItemColumns
+from dpmine_server.data.itemsets import (
+    ItemCatalog,
+    Itemset,
+    TransactionIndex,
+    item_catalog,
+    transaction_index,
+)
+from dpmine_server.dp.budget import Epsilon
+from dpmine_server.dp.rng import seeded_generator
+from dpmine_server.operations import CATALOG
+from dpmine_server.operations import itemsets as kernel
+from dpmine_server.operations.base import no_progress
+from dpmine_server.operations.itemsets import (
+    Method,
+    _split,
+    _uniform_itemset,
+    explicit_threshold,
+    kth_largest_count,
+    margin,
+    top_k_itemsets,
+    truncation_level,
+)
+
+P_VALUE = 1e-5
+MIN_EXPECTED = 5.0
+Outcome = tuple[int, ...]
+ITEMS = ("a", "b", "c", "d", "e", "f")
+#: With ρ this small the truncated block (mass about ρ/K per round, §4.1) is never selected
+#: (below 1e-11 per run) even when ε is huge; with the default ρ = 0.1 it is, 10 % of the time.
+NEGLIGIBLE_RHO = 1e-12
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+
+
+def transaction_store(rows: Sequence[Sequence[str]], items: Sequence[str] = ITEMS) -> ColumnStore:
+    """A transaction store holding ``rows`` (lists of item names)."""
+    metadata = DatasetMetadata(kind="transactions", n_max=100_000, items=list(items))
+    position = {item: i for i, item in enumerate(items)}
+    row_ids = np.repeat(np.arange(len(rows), dtype=np.int64), [len(row) for row in rows])
+    item_ids = np.array([position[item] for row in rows for item in row], dtype=np.int64)
+    columns = ItemColumns.from_pairs(list(items), row_ids, item_ids, len(rows))
+    return ColumnStore(metadata, n_rows=len(rows), items=columns)
+
+
+def index_of(rows: Sequence[Sequence[str]], items: Sequence[str] = ITEMS) -> TransactionIndex:
+    store = transaction_store(rows, items)
+    return TransactionIndex(store, item_catalog(store.metadata))
+
+
+def rows_with_pair_counts(counts: dict[str, int]) -> list[list[str]]:
+    """One two-item row per unit of each pair count (e.g. {"ab": 3} → three rows "a b")."""
+    return [list(pair) for pair, count in counts.items() for _ in range(count)]
+
+
+def universe(catalog: ItemCatalog, lengths: Sequence[int]) -> list[Itemset]:
+    """Every valid itemset (≤ one item per group) of the asked lengths, by brute force."""
+    owner = catalog.group_of
+    return [
+        combo
+        for length in lengths
+        for combo in itertools.combinations(range(len(catalog.names)), length)
+        if len({owner[i] for i in combo}) == length
+    ]
+
+
+def truncated_scores(
+    index: TransactionIndex,
+    method: Method,
+    *,
+    k: int,
+    lengths: Sequence[int],
+    epsilon_selection: float,
+    rho: float,
+) -> tuple[list[Itemset], list[float]]:
+    """The whole universe and its truncated counts max(c, c_K − Γ, 0), by brute force (§4.1)."""
+    itemsets = universe(index.catalog, lengths)
+    counts = [index.count(itemset) for itemset in itemsets]
+    gamma = margin(
+        method, k=k, universe=len(itemsets), epsilon_selection=epsilon_selection, rho=rho
+    )
+    c_k = sorted(counts, reverse=True)[k - 1]
+    tau = max(c_k - gamma, 0.0)
+    return itemsets, [max(float(c), tau) for c in counts]
+
+
+def gumbel_law(scores: Sequence[float], scale: float) -> dict[Outcome, float]:
+    """Ordered top-2 law of scores + Gumbel(0, scale) (the 2-round peeling EM)."""
+    weights = np.exp((np.asarray(scores) - max(scores)) / scale)
+    total = float(weights.sum())
+    return {
+        (i, j): float(weights[i] / total * weights[j] / (total - weights[i]))
+        for i, j in itertools.permutations(range(len(scores)), 2)
+    }
+
+
+def laplace_law(scores: Sequence[float], scale: float) -> dict[Outcome, float]:
+    """Ordered top-2 law of scores + Laplace(0, scale): ∫ f_j S_i Π_{l≠i,j} F_l."""
+    n = len(scores)
+
+    def cdf(y: float, centre: float) -> float:
+        z = (y - centre) / scale
+        return 0.5 * math.exp(z) if z < 0 else 1.0 - 0.5 * math.exp(-z)
+
+    def integrand(y: float, i: int, j: int) -> float:
+        density = 0.5 * math.exp(-abs(y - scores[j]) / scale) / scale
+        rest = math.prod(cdf(y, scores[o]) for o in range(n) if o not in (i, j))
+        return density * (1.0 - cdf(y, scores[i])) * rest
+
+    low, high = min(scores) - 40 * scale, max(scores) + 40 * scale
+    law: dict[Outcome, float] = {}
+    for i, j in itertools.permutations(range(n), 2):
+        function: Callable[[float], float] = partial(integrand, i=i, j=j)
+        value, _error = integrate.quad(function, low, high, points=sorted(set(scores)), limit=200)
+        law[(i, j)] = float(value)
+    return law
+
+
+def goodness_of_fit(observed: Counter[Outcome], law: dict[Outcome, float]) -> float:
+    """Chi-square p-value against exact probabilities (cells expected below 5 pooled)."""
+    assert set(observed) <= set(law)
+    draws = sum(observed.values())
+    big = [o for o in law if law[o] * draws >= MIN_EXPECTED]
+    small = [o for o in law if law[o] * draws < MIN_EXPECTED]
+    counts = [observed[o] for o in big] + [sum(observed[o] for o in small)]
+    expected = [law[o] * draws for o in big] + [sum(law[o] for o in small) * draws]
+    total = sum(expected)
+    return float(stats.chisquare(counts, [e * draws / total for e in expected]).pvalue)
+
+
+def homogeneity(first: Counter[Outcome], second: Counter[Outcome]) -> float:
+    """Chi-square p-value that two samples share one law (cells with < 10 in total pooled)."""
+    outcomes = sorted(set(first) | set(second))
+    big = [o for o in outcomes if first[o] + second[o] >= 10]
+    small = [o for o in outcomes if first[o] + second[o] < 10]
+    table = [
+        [first[o] for o in big] + [sum(first[o] for o in small)],
+        [second[o] for o in big] + [sum(second[o] for o in small)],
+    ]
+    return float(stats.chi2_contingency(np.array(table)).pvalue)
+
+
+# --------------------------------------------------------------------------------------------
+# The margin Γ (§4.1)
+
+
+def test_margin_matches_the_worked_example() -> None:
+    """K=10, ℓ=3, m=100, ε=1.4, ρ=0.1, ε_s = ε/2: M = 161 700, Γ₁ = 474.3, Γ₂ = 816.9."""
+    catalog = item_catalog(
+        DatasetMetadata(kind="transactions", n_max=10, items=[f"i{n}" for n in range(100)])
+    )
+    universe_size = catalog.universe_size([3])
+    assert universe_size == 161_700
+    em = margin("em", k=10, universe=universe_size, epsilon_selection=0.7, rho=0.1)
+    laplace = margin("laplace", k=10, universe=universe_size, epsilon_selection=0.7, rho=0.1)
+    # Γ₁ = 474.248 (the spec's 474.3 rounds 474.25 up), Γ₂ = 816.92
+    assert round(em, 2) == 474.25
+    assert round(laplace, 1) == 816.9
+    # The closed forms of ALGORITHMS.md §4.1 with ε = 1.4.
+    assert math.isclose(em, (4 * 10 / 1.4) * (math.log(10 / 0.1) + math.log(161_700)))
+    assert math.isclose(laplace, (8 * 10 / 1.4) * math.log(161_700 / 0.1))
+
+
+@pytest.mark.parametrize(
+    ("k", "universe_size", "eps", "rho"), [(1, 6, 1.0, 0.1), (7, 10**20, 0.3, 0.5)]
+)
+def test_margin_closed_forms(k: int, universe_size: int, eps: float, rho: float) -> None:
+    em = margin("em", k=k, universe=universe_size, epsilon_selection=eps, rho=rho)
+    laplace = margin("laplace", k=k, universe=universe_size, epsilon_selection=eps, rho=rho)
+    assert math.isclose(em, (2 * k / eps) * (math.log(k / rho) + math.log(universe_size)))
+    assert math.isclose(laplace, (4 * k / eps) * math.log(universe_size / rho))
+    assert margin("em", k=k, universe=universe_size, epsilon_selection=2 * eps, rho=rho) < em
+
+
+# --------------------------------------------------------------------------------------------
+# c_K, the explicit threshold and τ
+
+
+def test_kth_largest_count() -> None:
+    spectrum = {10: 2, 7: 1, 3: 5}
+    assert [kth_largest_count(spectrum, k) for k in range(1, 10)] == [
+        10,
+        10,
+        7,
+        3,
+        3,
+        3,
+        3,
+        3,
+        None,
+    ]
+    assert kth_largest_count({}, 1) is None
+
+
+def test_explicit_threshold_and_the_memory_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    spectrum = {10: 2, 9: 2, 5: 1, 2: 7}
+    assert explicit_threshold(spectrum, 4) == 4  # the default cap holds everything
+    assert explicit_threshold(spectrum, 11) == 11
+    monkeypatch.setattr(kernel, "MAX_EXPLICIT_ITEMSETS", 5)
+    assert explicit_threshold(spectrum, 4) == 4  # 2 + 2 + 1 = 5 fit
+    assert explicit_threshold(spectrum, 2) == 3  # the 7 itemsets of count 2 do not
+    monkeypatch.setattr(kernel, "MAX_EXPLICIT_ITEMSETS", 3)
+    assert explicit_threshold(spectrum, 4) == 10  # only the two of count 10 fit
+    monkeypatch.setattr(kernel, "MAX_EXPLICIT_ITEMSETS", 1)
+    assert explicit_threshold(spectrum, 4) == 11  # nothing fits: everything goes to the tail
+
+
+#: Pair counts of the truncation tests: ab 12, ac 9, bc 9, de 4, ef 1 (5 occurring pairs).
+TRUNCATION_ROWS = rows_with_pair_counts({"ab": 12, "ac": 9, "bc": 9, "de": 4, "ef": 1})
+
+
+def test_truncation_level_reads_c_k_exactly_above_the_margin() -> None:
+    index = index_of(TRUNCATION_ROWS)
+    for k, c_k in ((1, 12), (2, 9), (3, 9), (4, 4), (5, 1)):
+        for gamma in (0.25, 0.5):
+            tau, spectrum = truncation_level(index, k=k, lengths=[2], gamma=gamma, floor_count=1)
+            assert tau == c_k - gamma
+            assert spectrum == {12: 1, 9: 2, 4: 1, 1: 1}
+    tau, spectrum = truncation_level(index, k=2, lengths=[2], gamma=3.5, floor_count=2)
+    assert tau == 9 - 3.5
+    assert spectrum == {12: 1, 9: 2, 4: 1}  # counts ≥ min(floor_count, ⌊Γ⌋ + 1) = 2
+
+
+def test_truncation_level_is_zero_when_c_k_is_within_the_margin() -> None:
+    index = index_of(TRUNCATION_ROWS)
+    assert truncation_level(index, k=1, lengths=[2], gamma=12.0, floor_count=3)[0] == 0.0
+    assert truncation_level(index, k=2, lengths=[2], gamma=9.5, floor_count=50)[0] == 0.0
+    # Spectrum above ⌊Γ⌋ + 1 = 10 (below floor_count): only ab.
+    tau, spectrum = truncation_level(index, k=2, lengths=[2], gamma=9.5, floor_count=50)
+    assert (tau, spectrum) == (0.0, {12: 1})
+    # low = min(floor_count, ⌊Γ⌋ + 1) = 4: c_4 = 4 is read from the spectrum above 4.
+    tau, spectrum = truncation_level(index, k=4, lengths=[2], gamma=3.5, floor_count=10)
+    assert tau == 4 - 3.5
+    assert spectrum == {12: 1, 9: 2, 4: 1}
+
+
+def test_fewer_than_k_occurring_itemsets_give_tau_zero() -> None:
+    index = index_of(TRUNCATION_ROWS)
+    # Five pairs occur; c_6 = 0 whatever Γ.
+    for gamma in (0.1, 2.0, 30.0):
+        for floor_count in (1, 2, 100):
+            tau, _spectrum = truncation_level(
+                index, k=6, lengths=[2], gamma=gamma, floor_count=floor_count
+            )
+            assert tau == 0.0
+    # Ten triples could exist among a..f, none occurs in two-item rows.
+    assert truncation_level(index, k=1, lengths=[3], gamma=0.5, floor_count=1) == (0.0, {})
+
+
+def test_truncation_level_with_lengths_mixed() -> None:
+    index = index_of(TRUNCATION_ROWS)
+    # Singletons: a 21, b 21, c 18, e 5, d 4, f 1; pairs as above.
+    tau, spectrum = truncation_level(index, k=3, lengths=[1, 2], gamma=0.5, floor_count=1)
+    assert tau == 18 - 0.5
+    assert spectrum == {21: 2, 18: 1, 12: 1, 9: 2, 5: 1, 4: 2, 1: 2}
+
+
+# --------------------------------------------------------------------------------------------
+# The uniform tail draw
+
+
+def _table_catalog(sizes: Sequence[int]) -> ItemCatalog:
+    attributes: list[AnyAttribute] = [
+        BooleanAttribute(name=f"b{g}")
+        if size == 1
+        else CategoricalAttribute(name=f"c{g}", categories=[f"v{v}" for v in range(size)])
+        for g, size in enumerate(sizes)
+    ]
+    attributes.append(NumericAttribute(name="x", lo=0, hi=1))
+    return item_catalog(DatasetMetadata(kind="table", n_max=10, attributes=attributes))
+
+
+@pytest.mark.parametrize("lengths", [[2], [2, 3], [1, 3, 4]])
+def test_uniform_itemset_is_uniform_over_valid_itemsets(lengths: list[int]) -> None:
+    catalog = _table_catalog((3, 2, 1, 2))
+    valid = universe(catalog, lengths)
+    weights = [catalog.universe_size([length]) for length in lengths]
+    assert sum(weights) == len(valid)
+    rng = seeded_generator(900 + sum(lengths))
+    draws = 200 * len(valid)
+    observed = Counter(_uniform_itemset(catalog, lengths, weights, rng) for _ in range(draws))
+    assert set(observed) <= set(valid), set(observed) - set(valid)
+    counts = [observed[itemset] for itemset in valid]
+    assert stats.chisquare(counts).pvalue > P_VALUE
+
+
+# --------------------------------------------------------------------------------------------
+# The kernel: huge ε
+
+
+#: Distinct pair counts: ab 30, ac 28, ad 27, ae 25, af 20, bc 18, bd 15, be 12, bf 10,
+#: cd 8, ce 6, cf 5, de 3, df 2 (ef never occurs).
+SPREAD = {
+    "ab": 30,
+    "ac": 28,
+    "ad": 27,
+    "ae": 25,
+    "af": 20,
+    "bc": 18,
+    "bd": 15,
+    "be": 12,
+    "bf": 10,
+    "cd": 8,
+    "ce": 6,
+    "cf": 5,
+    "de": 3,
+    "df": 2,
+}
+
+
+def _names(index: TransactionIndex, itemset: Itemset) -> str:
+    return "".join(index.catalog.names[i] for i in itemset)
+
+
+@pytest.mark.parametrize("method", ["em", "laplace"])
+def test_huge_epsilon_returns_the_true_top_k_in_order(method: Method) -> None:
+    index = index_of(rows_with_pair_counts(SPREAD))
+    truth = sorted(SPREAD, key=lambda pair: -SPREAD[pair])
+    rng = seeded_generator(1000 + (method == "laplace"))
+    for k in (1, 3, 8, 14):
+        released = top_k_itemsets(
+            index,
+            method=method,
+            k=k,
+            lengths=[2],
+            epsilon_selection=1e5,
+            epsilon_counts=1e5,
+            rho=NEGLIGIBLE_RHO,
+            rng=rng,
+        )
+        assert [_names(index, itemset) for itemset, _count in released] == truth[:k]
+        for itemset, count in released:
+            assert count == SPREAD[_names(index, itemset)]
+        without = top_k_itemsets(
+            index,
+            method=method,
+            k=k,
+            lengths=[2],
+            epsilon_selection=1e5,
+            epsilon_counts=None,
+            rho=NEGLIGIBLE_RHO,
+            rng=rng,
+        )
+        assert [itemset for itemset, _ in without] == [itemset for itemset, _ in released]
+        assert all(count is None for _itemset, count in without)
+
+
+@pytest.mark.parametrize("method", ["em", "laplace"])
+def test_huge_epsilon_fills_the_top_k_with_zero_count_itemsets(method: Method) -> None:
+    """Fewer occurring itemsets than K: the occurring ones first, then distinct valid
+    zero-count itemsets from the tail (uniformly: all 13 appear over repetitions)."""
+    index = index_of(rows_with_pair_counts({"ab": 5, "cd": 3}))
+    rng = seeded_generator(1100 + (method == "laplace"))
+    fillers: Counter[str] = Counter()
+    for _ in range(300):
+        released = top_k_itemsets(
+            index,
+            method=method,
+            k=4,
+            lengths=[2],
+            epsilon_selection=1e5,
+            epsilon_counts=1e5,
+            rho=NEGLIGIBLE_RHO,
+            rng=rng,
+        )
+        names = [_names(index, itemset) for itemset, _ in released]
+        assert names[:2] == ["ab", "cd"]
+        assert len(set(names)) == 4
+        assert [count for _, count in released] == [5, 3, 0, 0]
+        fillers.update(names[2:])
+    assert set(fillers) == {"".join(p) for p in itertools.combinations(ITEMS, 2)} - {"ab", "cd"}
+
+
+def test_ties_are_broken_at_random() -> None:
+    """ab and cd tie for the top: with a huge ε either comes first, each about half the time
+    (5 standard errors: false alarm below 1e-6)."""
+    index = index_of(rows_with_pair_counts({"ab": 9, "cd": 9, "ef": 4}))
+    rng = seeded_generator(1200)
+    first: Counter[str] = Counter()
+    runs = 2000
+    for run in range(runs):
+        method: Method = "em" if run % 2 else "laplace"
+        released = top_k_itemsets(
+            index,
+            method=method,
+            k=3,
+            lengths=[2],
+            epsilon_selection=1e5,
+            epsilon_counts=None,
+            rho=NEGLIGIBLE_RHO,
+            rng=rng,
+        )
+        names = [_names(index, itemset) for itemset, _ in released]
+        assert sorted(names[:2]) == ["ab", "cd"]
+        assert names[2] == "ef"
+        first[names[0]] += 1
+    assert abs(first["ab"] - runs / 2) < 5 * math.sqrt(runs / 4)
+
+
+def test_huge_epsilon_over_a_length_range() -> None:
+    index = index_of([["a", "b", "c"]] * 6 + [["a", "b"]] * 3 + [["d"]] * 7)
+    released = top_k_itemsets(
+        index,
+        method="em",
+        k=6,
+        lengths=[1, 2, 3],
+        epsilon_selection=1e5,
+        epsilon_counts=1e5,
+        rho=NEGLIGIBLE_RHO,
+        rng=seeded_generator(1300),
+    )
+    # a 9, b 9, ab 9, d 7, then two of the four itemsets of count 6: c, ac, bc, abc
+    assert [count for _, count in released] == [9, 9, 9, 7, 6, 6]
+    assert {itemset for itemset, _ in released[:3]} == {(0,), (1,), (0, 1)}
+    assert released[3] == ((3,), 7)
+    assert {itemset for itemset, _ in released[4:]} <= {(2,), (0, 2), (1, 2), (0, 1, 2)}
+
+
+def test_attribute_data_outputs_are_valid_itemsets() -> None:
+    """Small ε (outputs mostly drawn from the tail): every output is a valid itemset of the
+    asked length, with no two values of one attribute, and the K outputs are distinct."""
+    rng_data = seeded_generator(1400)
+    n_rows = 60
+    colour = rng_data.integers(0, 3, size=n_rows)
+    size = rng_data.integers(0, 2, size=n_rows)
+    flag = rng_data.random(n_rows) < 0.5
+    metadata = DatasetMetadata(
+        kind="table",
+        n_max=1000,
+        attributes=[
+            CategoricalAttribute(name="colour", categories=["red", "green", "blue"]),
+            CategoricalAttribute(name="size", categories=["S", "L"]),
+            BooleanAttribute(name="flag"),
+        ],
+    )
+    store = ColumnStore(
+        metadata,
+        n_rows=n_rows,
+        columns={
+            "colour": CategoricalColumn(
+                "colour", ("red", "green", "blue"), colour.astype(np.int32)
+            ),
+            "size": CategoricalColumn("size", ("S", "L"), size.astype(np.int32)),
+            "flag": BooleanColumn.from_arrays("flag", flag, np.ones(n_rows, dtype=bool)),
+        },
+    )
+    index = transaction_index(store)
+    owner = index.catalog.group_of
+    rng = seeded_generator(1401)
+    seen: set[Itemset] = set()
+    for run in range(200):
+        method: Method = "em" if run % 2 else "laplace"
+        released = top_k_itemsets(
+            index,
+            method=method,
+            k=5,
+            lengths=[2, 3],
+            epsilon_selection=0.05,
+            epsilon_counts=None,
+            rho=0.1,
+            rng=rng,
+        )
+        itemsets = [itemset for itemset, _ in released]
+        assert len(set(itemsets)) == 5
+        for itemset in itemsets:
+            assert len(itemset) in (2, 3)
+            assert list(itemset) == sorted(itemset)
+            assert len({owner[i] for i in itemset}) == len(itemset)
+        seen.update(itemsets)
+    assert seen == set(universe(index.catalog, [2, 3]))  # 3·2 + 3·1 + 2·1 + 3·2·1 = 17
+
+
+# --------------------------------------------------------------------------------------------
+# The kernel's law does not depend on the explicit threshold
+
+#: Pair counts of the law tests (102 rows): ab 15, ac 14, ad 13, ae 12, af 10, bc 9, bd 7,
+#: be 6, bf 5, cd 4, ce 3, cf 2, de 1, df 1 (ef 0).
+COMPACT = {
+    "ab": 15,
+    "ac": 14,
+    "ad": 13,
+    "ae": 12,
+    "af": 10,
+    "bc": 9,
+    "bd": 7,
+    "be": 6,
+    "bf": 5,
+    "cd": 4,
+    "ce": 3,
+    "cf": 2,
+    "de": 1,
+    "df": 1,
+}
+DISTRIBUTION_K = 2
+DISTRIBUTION_EPSILON = 2.0  # selection scale 2K/ε_s = 2
+#: Γ₁ = 2(ln 4 + ln 15) = 8.19: τ = 14 − 8.19 = 5.81, seven pairs truncated; the default
+#: explicit threshold is ⌊τ⌋ + 1 + ⌈2⌉ = 8, so bd (7) sits at the tail bound and be (6) below.
+DISTRIBUTION_RHO = 0.5
+DISTRIBUTION_DRAWS = 4_000
+
+
+def _all_in_tail(spectrum: dict[int, int], start: int) -> int:
+    """An explicit threshold above every count: the whole universe is the tail."""
+    return max([start, *(count + 1 for count in spectrum)])
+
+
+def _sample_outcomes(
+    index: TransactionIndex, method: Method, itemsets: list[Itemset], seed: int
+) -> Counter[Outcome]:
+    position = {itemset: i for i, itemset in enumerate(itemsets)}
+    rng = seeded_generator(seed)
+    outcomes: Counter[Outcome] = Counter()
+    for _ in range(DISTRIBUTION_DRAWS):
+        released = top_k_itemsets(
+            index,
+            method=method,
+            k=DISTRIBUTION_K,
+            lengths=[2],
+            epsilon_selection=DISTRIBUTION_EPSILON,
+            epsilon_counts=None,
+            rho=DISTRIBUTION_RHO,
+            rng=rng,
+        )
+        outcomes[tuple(position[itemset] for itemset, _ in released)] += 1
+    return outcomes
+
+
+@pytest.mark.parametrize("method", ["em", "laplace"])
+def test_output_law_is_exact_whatever_the_explicit_threshold(
+    method: Method, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index = index_of(rows_with_pair_counts(COMPACT))
+    itemsets, scores = truncated_scores(
+        index,
+        method,
+        k=DISTRIBUTION_K,
+        lengths=[2],
+        epsilon_selection=DISTRIBUTION_EPSILON,
+        rho=DISTRIBUTION_RHO,
+    )
+    scale = 2 * DISTRIBUTION_K / DISTRIBUTION_EPSILON
+    if method == "em":
+        counts = _counts(index, itemsets)
+        assert sum(score != count for score, count in zip(scores, counts, strict=True)) == 7
+    law = gumbel_law(scores, scale) if method == "em" else laplace_law(scores, scale)
+    assert math.isclose(sum(law.values()), 1.0, abs_tol=1e-7)
+    seed = 1500 + 10 * (method == "laplace")
+
+    default = _sample_outcomes(index, method, itemsets, seed)
+    with monkeypatch.context() as patch:
+        patch.setattr(kernel, "MAX_EXPLICIT_ITEMSETS", 2)  # explicit: ab, ac; tail bound 13
+        capped = _sample_outcomes(index, method, itemsets, seed + 1)
+    with monkeypatch.context() as patch:
+        patch.setattr(kernel, "explicit_threshold", _all_in_tail)
+        tail_only = _sample_outcomes(index, method, itemsets, seed + 2)
+
+    for name, observed in (("default", default), ("capped", capped), ("tail", tail_only)):
+        assert goodness_of_fit(observed, law) > P_VALUE, name
+    assert homogeneity(default, capped) > P_VALUE
+    assert homogeneity(default, tail_only) > P_VALUE
+
+
+def _counts(index: TransactionIndex, itemsets: list[Itemset]) -> list[float]:
+    return [float(index.count(itemset)) for itemset in itemsets]
+
+
+def test_output_law_check_has_power() -> None:
+    """The same statistics reject a kernel whose truncation is off by 3 (τ too high)."""
+    index = index_of(rows_with_pair_counts(COMPACT))
+    itemsets, scores = truncated_scores(
+        index,
+        "em",
+        k=DISTRIBUTION_K,
+        lengths=[2],
+        epsilon_selection=DISTRIBUTION_EPSILON,
+        rho=DISTRIBUTION_RHO,
+    )
+    tau = min(scores)
+    assert math.isclose(tau, 14 - 2 * (math.log(4) + math.log(15)))
+    wrong = [max(score, tau + 2.0) for score in scores]
+    observed = _sample_outcomes(index, "em", itemsets, 1600)
+    assert goodness_of_fit(observed, gumbel_law(scores, 2.0)) > P_VALUE
+    assert goodness_of_fit(observed, gumbel_law(wrong, 2.0)) < 1e-8
+
+
+# --------------------------------------------------------------------------------------------
+# Defects
+
+
+@pytest.mark.parametrize("method", ["em", "laplace"])
+def test_an_itemset_held_by_every_row_is_found(method: Method) -> None:
+    """BUG (data/itemsets.py ``spectrum``/``mine``; pyfim omits itemsets whose support is the
+    row count): 'a' is in every row, so it is the top singleton, yet it is never mined. The
+    kernel then either misses it or reveals it from the tail with a score above the tail bound
+    and raises ValueError after the charge."""
+    index = index_of([["a", "b"]] * 20 + [["a", "c"]] * 10 + [["a"]] * 5)
+    released = top_k_itemsets(
+        index,
+        method=method,
+        k=2,
+        lengths=[1],
+        epsilon_selection=50.0,
+        epsilon_counts=1e5,
+        rho=NEGLIGIBLE_RHO,
+        rng=seeded_generator(1700),
+    )
+    assert released == [((0,), 35), ((1,), 20)]
+
+
+@pytest.mark.parametrize("method", ["em", "laplace"])
+def test_a_dataset_of_rare_items_does_not_fail(method: Method) -> None:
+    """Regression: with K = 10 and ε_s = 0.7 the kernel asks for the spectrum above
+    1 + ⌈2K/ε_s⌉ = 30; every item is rarer, pyfim returns [] and the kernel used to fail after
+    the charge (a data-dependent failure, §0.4)."""
+    index = index_of([["a", "b"], ["b", "c"], ["c", "d", "e"], ["f"]] * 5)
+    released = top_k_itemsets(
+        index,
+        method=method,
+        k=10,
+        lengths=[2],
+        epsilon_selection=0.7,
+        epsilon_counts=0.7,
+        rho=0.1,
+        rng=seeded_generator(1800),
+    )
+    assert len({itemset for itemset, _ in released}) == 10
+
+
+@pytest.mark.parametrize(("epsilon", "share"), [(0.21, 0.1), (9.6, 0.1), (5.1, 0.2)])
+def test_the_split_never_spends_more_than_the_charge(epsilon: float, share: float) -> None:
+    """BUG (operations/itemsets.py ``_split``): ε_s = total − total·share is rounded to the
+    nearest float, so ε_s + ε_p can exceed the charged amount by one ulp, against
+    ``Epsilon.for_mechanism``'s promise. Fix: lower ε_s with math.nextafter until
+    Fraction(ε_s) + Fraction(ε_p) ≤ Fraction(total)."""
+    request = TopKItemsetsRequest(k=1, min_length=1, epsilon=epsilon, count_share=share)
+    charge = Epsilon.charge(epsilon)
+    selection, counts = _split(request, charge)
+    assert counts is not None
+    assert math.isclose(counts, epsilon * share)
+    assert Fraction(selection) + Fraction(counts) <= charge.as_fraction()
+
+
+def test_split_without_counts_spends_everything_on_the_selection() -> None:
+    request = TopKItemsetsRequest(k=1, min_length=1, epsilon=0.3, with_counts=False)
+    assert _split(request, Epsilon.charge(0.3)) == (0.3, None)
+    half = TopKItemsetsRequest(k=1, min_length=1, epsilon=1.0)
+    assert _split(half, Epsilon.charge(1.0)) == (0.5, 0.5)
+
+
+# --------------------------------------------------------------------------------------------
+# Operation specs: validation before data access, cost, runner
+
+
+def _transactions(items: int) -> DatasetMetadata:
+    return DatasetMetadata(kind="transactions", n_max=100, items=[f"i{n}" for n in range(items)])
+
+
+@pytest.mark.parametrize("name", ["fim.topk_em", "fim.topk_laplace"])
+@pytest.mark.parametrize(
+    ("metadata", "request_fields", "message"),
+    [
+        pytest.param(_transactions(4), {"k": 5, "min_length": 1}, "exceeds the 4", id="k"),
+        pytest.param(_transactions(4), {"k": 1, "min_length": 5}, "length 5", id="length"),
+        pytest.param(
+            _transactions(5), {"k": 21, "min_length": 2, "max_length": 3}, "exceeds the 20", id="k2"
+        ),
+        pytest.param(
+            DatasetMetadata(
+                kind="table", n_max=10, attributes=[NumericAttribute(name="x", lo=0, hi=1)]
+            ),
+            {"k": 1, "min_length": 1},
+            "no items",
+            id="no-items",
+        ),
+        pytest.param(
+            DatasetMetadata(
+                kind="table",
+                n_max=10,
+                attributes=[
+                    CategoricalAttribute(name="c", categories=["x", "y", "z"]),
+                    BooleanAttribute(name="b"),
+                ],
+            ),
+            {"k": 1, "min_length": 3},
+            "length 3",
+            id="length-above-groups",
+        ),
+    ],
+)
+def test_requests_are_validated_from_metadata_alone(
+    name: str, metadata: DatasetMetadata, request_fields: dict[str, int], message: str
+) -> None:
+    spec = CATALOG[name]
+    request = TopKItemsetsRequest(epsilon=1.0, **request_fields)
+    with pytest.raises(ValueError, match=message):
+        spec.validate(request, metadata)
+
+
+def test_universe_limit_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = CATALOG["fim.topk_em"]
+    request = TopKItemsetsRequest(k=1, min_length=3, epsilon=1.0)
+    spec.validate(request, _transactions(30))  # C(30, 3) = 4060
+    monkeypatch.setattr(kernel, "MAX_UNIVERSE", 4059)
+    with pytest.raises(ValueError, match="too large"):
+        spec.validate(request, _transactions(30))
+
+
+def test_specs_declare_cost_kinds_and_paths() -> None:
+    for method in ("em", "laplace"):
+        spec = CATALOG[f"fim.topk_{method}"]
+        assert spec.path == f"itemsets/top-k-{method}"
+        assert spec.dataset_kinds == frozenset({"transactions", "table", "views"})
+        assert spec.request_model is TopKItemsetsRequest
+        assert spec.response_model is TopKItemsetsResponse
+        request = TopKItemsetsRequest(k=3, min_length=2, epsilon=0.7, with_counts=False)
+        cost, guarantee = spec.cost(request)
+        assert cost == Epsilon.charge(0.7)
+        assert guarantee == "pure"
+
+
+@pytest.mark.parametrize("method", ["em", "laplace"])
+def test_runner_releases_item_names_and_the_split(method: Method) -> None:
+    store = transaction_store(rows_with_pair_counts(SPREAD))
+    spec = CATALOG[f"fim.topk_{method}"]
+    request = TopKItemsetsRequest(k=3, min_length=2, epsilon=1000.0, rho=NEGLIGIBLE_RHO)
+    fields = spec.run(store, request, Epsilon.charge(1000.0), seeded_generator(1900), no_progress)
+    assert fields["method"] == method
+    assert fields["epsilon_selection"] == 500.0
+    assert fields["epsilon_counts"] == 500.0
+    assert [entry["items"] for entry in fields["itemsets"]] == [["a", "b"], ["a", "c"], ["a", "d"]]
+    assert [entry["noisy_count"] for entry in fields["itemsets"]] == [30, 28, 27]
+    selection_only = TopKItemsetsRequest(
+        k=2, min_length=2, epsilon=1000.0, with_counts=False, rho=NEGLIGIBLE_RHO
+    )
+    fields = spec.run(
+        store, selection_only, Epsilon.charge(1000.0), seeded_generator(1901), no_progress
+    )
+    assert fields["epsilon_selection"] == 1000.0
+    assert fields["epsilon_counts"] == 0.0
+    assert [entry["noisy_count"] for entry in fields["itemsets"]] == [None, None]
