@@ -15,6 +15,7 @@ from dpmine.wire import ErrorBody
 
 __all__ = [
     "BudgetExhausted",
+    "Conflict",
     "Forbidden",
     "IdempotencyConflict",
     "InternalError",
