@@ -10,6 +10,7 @@
         ├── AuthenticationError   401: missing/unknown/disabled key
         ├── PermissionDeniedError 403
         ├── NotFoundError         404: unknown or not granted
+        ├── PayloadTooLargeError  413: an upload over the server's limit
         ├── ConflictError         409
         │   ├── BudgetExhaustedError   nothing was charged
         │   └── RequestInProgressError retry later with the same Idempotency-Key
@@ -29,6 +30,7 @@ __all__ = [
     "InvalidRequestError",
     "NotFoundError",
     "OperationFailedError",
+    "PayloadTooLargeError",
     "PermissionDeniedError",
     "RequestInProgressError",
     "ServerError",
@@ -80,6 +82,10 @@ class NotFoundError(ServerError):
     """Unknown dataset, job, principal (or a dataset not granted to you)."""
 
 
+class PayloadTooLargeError(ServerError):
+    """An upload exceeds the server's size limit; nothing was stored."""
+
+
 class ConflictError(ServerError):
     """The request conflicts with the server's state."""
 
@@ -106,12 +112,14 @@ _BY_NAME: dict[str, type[ServerError]] = {
     "BudgetExhausted": BudgetExhaustedError,
     "RequestInProgress": RequestInProgressError,
     "OperationFailed": OperationFailedError,
+    "PayloadTooLarge": PayloadTooLargeError,
 }
 _BY_STATUS: dict[int, type[ServerError]] = {
     401: AuthenticationError,
     403: PermissionDeniedError,
     404: NotFoundError,
     409: ConflictError,
+    413: PayloadTooLargeError,
     422: InvalidRequestError,
 }
 

@@ -43,7 +43,7 @@ from dpmine_server.services.principals import (
     rotate_key,
     set_disabled,
 )
-from dpmine_server.settings import Settings
+from dpmine_server.settings import Settings, UnsafeSettingsError
 
 app = typer.Typer(help="dpmine server: run it, and manage principals, datasets and grants.")
 principals_app = typer.Typer(help="Owners and analysts and their API keys.")
@@ -73,6 +73,8 @@ def _settings() -> Settings:
         return Settings()
     except ValidationError as error:
         raise _fail(f"bad settings: {error.errors()[0]['msg']}") from error
+    except UnsafeSettingsError as error:
+        raise _fail(f"bad settings: {error}") from error
 
 
 @contextmanager
@@ -423,9 +425,9 @@ def ledger_verify() -> None:
 
 @ledger_app.command("recover")
 def ledger_recover() -> None:
-    """Mark entries and jobs left running by a dead server as interrupted (charges kept).
-
-    Run with the server stopped (the server does this itself at start-up)."""
+    """Mark entries and jobs left running by dead server processes as interrupted (charges
+    kept). Safe while servers run: live processes hold their liveness locks (each server also
+    does this at start-up)."""
     services = build_services(_settings(), recover=True)
     services.close()
     typer.echo("recovered")

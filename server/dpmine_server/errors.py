@@ -22,6 +22,7 @@ __all__ = [
     "InvalidRequest",
     "NotFound",
     "OperationFailed",
+    "PayloadTooLarge",
     "RequestInProgress",
     "ServerError",
     "Unauthorized",
@@ -69,6 +70,12 @@ class Conflict(ServerError):
     """The request conflicts with the current state (e.g. a dataset id already in use)."""
 
     status_code = 409
+
+
+class PayloadTooLarge(ServerError):
+    """An upload exceeds the server's size limit; nothing was stored."""
+
+    status_code = 413
 
 
 class BudgetExhausted(ServerError):

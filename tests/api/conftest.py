@@ -1,5 +1,7 @@
 """Fixtures of the in-process API tests: one app per test on a temp SQLite file.
 
+* ``api_settings``: each test gets a copy of a template database that the real start-up built
+  once (migrated, bootstrap owner); each app still runs the start-up (migrate, recover) on it.
 * ``client``: a :class:`fastapi.testclient.TestClient` with the lifespan running (migrations,
   bootstrap owner); server exceptions come back as 500 responses, as a real client sees them.
 * ``owner`` / ``analyst``: ``dpmine.connect(..., http=client)`` with the bootstrap owner's key and
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import shutil
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,7 +40,7 @@ from dpmine.wire import (
 )
 from dpmine_server.app import create_app
 from dpmine_server.data.propose import propose_metadata
-from dpmine_server.services.container import Services
+from dpmine_server.services.container import Services, build_services
 from dpmine_server.settings import Settings
 
 with warnings.catch_warnings():
@@ -63,6 +66,7 @@ MUSHROOM_LEFT = (
     "stalk-shape",
     "stalk-root",
 )
+DATABASE_FILE = "dpmine.sqlite3"
 TOY_ROWS = 240
 TOY_CAP = 10.0
 GRANT = 5.0
@@ -79,18 +83,33 @@ def bearer(key: str) -> dict[str, str]:
 # -- the app --------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def api_settings(tmp_path: Path) -> Settings:
-    """Test-mode settings on a temp SQLite file and data folder."""
+def _settings(folder: Path) -> Settings:
+    """Test-mode settings on ``folder``'s SQLite file and data folder."""
     return Settings(
-        database_url=f"sqlite:///{tmp_path / 'dpmine.sqlite3'}",
-        data_dir=tmp_path / "data",
+        database_url=f"sqlite:///{folder / DATABASE_FILE}",
+        data_dir=folder / "data",
         bootstrap_owner_key=OWNER_KEY,
         secret_key=SECRET_KEY,
         environment="test",
         test_seed=TEST_SEED,
         job_workers=2,
     )
+
+
+@pytest.fixture(scope="session")
+def template_database(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A migrated database holding the bootstrap owner, built once by the real start-up."""
+    folder = tmp_path_factory.mktemp("template")
+    build_services(_settings(folder)).close()
+    return folder / DATABASE_FILE
+
+
+@pytest.fixture
+def api_settings(tmp_path: Path, template_database: Path) -> Settings:
+    """Settings on a private copy of the template database (start-up still migrates it)."""
+    for part in template_database.parent.glob(f"{DATABASE_FILE}*"):
+        shutil.copyfile(part, tmp_path / part.name)
+    return _settings(tmp_path)
 
 
 @pytest.fixture
@@ -213,7 +232,7 @@ def _toy_rows(seed: int) -> list[dict[str, str]]:
     rows = []
     for _ in range(TOY_ROWS):
         age = "NA" if rng.random() < 0.1 else str(int(rng.integers(18, 100)))
-        smoker = "" if rng.random() < 0.05 else ("yes" if rng.random() < 0.3 else "no")
+        smoker = "" if rng.random() < 0.2 else ("yes" if rng.random() < 0.3 else "no")
         color = "?" if rng.random() < 0.08 else str(rng.choice(["red", "green", "blue"]))
         member = "true" if rng.random() < 0.45 else "false"
         rows.append({"age": age, "smoker": smoker, "color": color, "member": member})

@@ -12,17 +12,20 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import func, select
 
 import dpmine
+from dpmine.queries import parse_query
 from dpmine.wire import (
     BudgetStatus,
     DatasetInfo,
     DatasetMetadata,
     EstimateResponse,
     NoisyCountRequest,
-    parse_query,
 )
+from dpmine_server.db.models import Dataset, LedgerEntry
 from dpmine_server.services.container import Services
+from dpmine_server.settings import Settings
 
 ANALYST_ROUTES = [
     ("GET", "/v1/datasets"),
@@ -56,12 +59,16 @@ def count_body(query: str | None, epsilon: float) -> dict[str, Any]:
 
 def spent_units(services: Services, dataset_id: str) -> int:
     """The dataset's spent total straight from the database."""
-    from dpmine_server.db.models import Dataset
-
     with services.sessions() as session:
         dataset = session.get(Dataset, dataset_id)
         assert dataset is not None
         return dataset.spent_units
+
+
+def ledger_size(services: Services) -> int:
+    """Number of ledger entries, straight from the database."""
+    with services.sessions() as session:
+        return int(session.scalar(select(func.count()).select_from(LedgerEntry)) or 0)
 
 
 class TestHealth:
@@ -96,6 +103,7 @@ class TestAuthentication:
 class TestListAndShow:
     def test_analyst_lists_only_granted_datasets(
         self,
+        *,
         client: TestClient,
         toy: str,
         mushroom: str,
@@ -144,7 +152,9 @@ class TestListAndShow:
         self, client: TestClient, toy: str, bob_key: str
     ) -> None:
         headers = {"Authorization": f"Bearer {bob_key}"}
-        ungranted = expect_error(client.get(f"/v1/datasets/{toy}", headers=headers), 404, "NotFound")
+        ungranted = expect_error(
+            client.get(f"/v1/datasets/{toy}", headers=headers), 404, "NotFound"
+        )
         unknown = expect_error(client.get("/v1/datasets/nope", headers=headers), 404, "NotFound")
         assert ungranted.replace(repr(toy), "ID") == unknown.replace(repr("nope"), "ID")
 
@@ -196,9 +206,10 @@ class TestEstimate:
     def _estimate(
         self, client: TestClient, dataset_id: str, headers: dict[str, str], calls: list[Any]
     ) -> httpx.Response:
-        return client.post(
+        response: httpx.Response = client.post(
             f"/v1/datasets/{dataset_id}/estimate", json={"calls": calls}, headers=headers
         )
+        return response
 
     def test_estimate_is_exact_and_free(
         self,
@@ -206,7 +217,6 @@ class TestEstimate:
         toy: str,
         analyst_headers: dict[str, str],
         services: Services,
-        owner: dpmine.Connection,
     ) -> None:
         quality = {
             "redescription": {
@@ -229,7 +239,7 @@ class TestEstimate:
         assert [c.guarantee for c in estimate.calls] == ["pure"] * 4
         assert (estimate.remaining_epsilon, estimate.fits) == (5.0, True)
         # Free: no ledger entry, nothing spent.
-        assert owner.admin.ledger() == []
+        assert ledger_size(services) == 0
         assert spent_units(services, toy) == 0
 
     def test_estimate_three_tenths_is_exactly_point_three(
@@ -310,7 +320,7 @@ class TestEstimate:
 
 
 def test_uploaded_file_is_kept_under_the_data_folder(
-    toy: str, api_settings: Any, toy_csv: Path
+    toy: str, api_settings: Settings, toy_csv: Path
 ) -> None:
     stored = api_settings.data_dir / "datasets" / toy / "v1" / f"path-{toy_csv.name}"
     assert stored.read_bytes() == toy_csv.read_bytes()

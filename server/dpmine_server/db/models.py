@@ -120,8 +120,9 @@ class LedgerEntry(Base):
     status: Mapped[str] = mapped_column(String(16), default="reserved")
     idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
     request_hash: Mapped[str] = mapped_column(String(64))
-    release: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    release: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), nullable=True)
     dataset_version: Mapped[int] = mapped_column(Integer)
+    instance_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     completed_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
 
@@ -157,6 +158,7 @@ class Job(Base):
     ledger_entry_id: Mapped[int | None] = mapped_column(
         ForeignKey("ledger_entries.id"), nullable=True
     )
+    instance_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 

@@ -216,6 +216,14 @@ def _split(request: TopKItemsetsRequest, epsilon: Epsilon) -> tuple[float, float
 
 
 def _validate(request: TopKItemsetsRequest, metadata: DatasetMetadata) -> None:
+    if (
+        request.with_counts
+        and min(request.count_share, 1 - request.count_share) * (request.epsilon) < 1e-9
+    ):
+        raise ValueError(
+            "count_share leaves less than 1e-9 of ε to the selection or to the counts; "
+            "choose a share between them or set with_counts to false"
+        )
     catalog = item_catalog(metadata)
     if not catalog.names:
         raise ValueError("this dataset declares no items (no Boolean or categorical attributes)")

@@ -11,11 +11,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dpmine_server.db.base import make_engine, make_session_factory
 from dpmine_server.db.migrate import upgrade_to_head
-from dpmine_server.db.models import Principal, utcnow
+from dpmine_server.db.models import Principal
 from dpmine_server.dp.rng import secure_generator, seeded_generator
 from dpmine_server.services import audit
 from dpmine_server.services.datasets import DatasetService
 from dpmine_server.services.executor import Executor
+from dpmine_server.services.instances import InstanceLock
 from dpmine_server.services.jobs import JobRunner
 from dpmine_server.services.ledger import Ledger
 from dpmine_server.services.principals import create_principal
@@ -35,11 +36,13 @@ class Services:
     datasets: DatasetService
     executor: Executor
     jobs: JobRunner
+    instance: InstanceLock
 
     def close(self) -> None:
-        """Finish jobs and release connections."""
+        """Finish jobs, release connections and this process's liveness lock."""
         self.jobs.shutdown()
         self.engine.dispose()
+        self.instance.close()
 
 
 def _rng_factory(settings: Settings) -> Callable[[], np.random.Generator]:
@@ -61,7 +64,8 @@ def build_services(settings: Settings, *, migrate: bool = True, recover: bool = 
     if migrate:
         upgrade_to_head(engine)
     sessions = make_session_factory(engine)
-    ledger = Ledger(engine, sessions)
+    instance = InstanceLock(settings.data_dir / "instances")
+    ledger = Ledger(engine, sessions, instance_id=instance.instance_id)
     datasets = DatasetService(
         data_dir=settings.data_dir,
         sessions=sessions,
@@ -71,7 +75,12 @@ def build_services(settings: Settings, *, migrate: bool = True, recover: bool = 
     executor = Executor(
         sessions=sessions, ledger=ledger, datasets=datasets, rng_factory=_rng_factory(settings)
     )
-    jobs = JobRunner(sessions=sessions, executor=executor, workers=settings.job_workers)
+    jobs = JobRunner(
+        sessions=sessions,
+        executor=executor,
+        workers=settings.job_workers,
+        instance_id=instance.instance_id,
+    )
     services = Services(
         settings=settings,
         engine=engine,
@@ -80,11 +89,12 @@ def build_services(settings: Settings, *, migrate: bool = True, recover: bool = 
         datasets=datasets,
         executor=executor,
         jobs=jobs,
+        instance=instance,
     )
     _bootstrap_owner(services)
     if recover:
-        interrupted = ledger.interrupt_reserved(before=utcnow())
-        failed_jobs = jobs.interrupt_unfinished()
+        interrupted = ledger.interrupt_reserved(is_alive=instance.is_alive)
+        failed_jobs = jobs.interrupt_unfinished(instance.is_alive)
         if interrupted or failed_jobs:
             with sessions() as session, session.begin():
                 audit.record(

@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -23,6 +24,7 @@ from dpmine_server.db.base import rows_affected
 from dpmine_server.db.models import Job, LedgerEntry, Principal, utcnow
 from dpmine_server.errors import IdempotencyConflict, NotFound, ServerError
 from dpmine_server.services.executor import Executor, Pending, Release
+from dpmine_server.services.instances import dead_owners
 
 _JOBSTATUS: TypeAdapter[JobStatus] = TypeAdapter(JobStatus)
 
@@ -36,11 +38,17 @@ class JobRunner:
     """Submits charged operations to a thread pool and reports their state."""
 
     def __init__(
-        self, *, sessions: sessionmaker[Session], executor: Executor, workers: int
+        self,
+        *,
+        sessions: sessionmaker[Session],
+        executor: Executor,
+        workers: int,
+        instance_id: str | None = None,
     ) -> None:
         self._sessions = sessions
         self._executor = executor
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dpmine-job")
+        self._instance_id = instance_id
         self._lock = threading.Lock()
 
     def submit(
@@ -87,6 +95,7 @@ class JobRunner:
             progress=1.0 if isinstance(started, Release) else 0.0,
             request=request,
             idempotency_key=key,
+            instance_id=self._instance_id,
             ledger_entry_id=started.entry_id
             if isinstance(started, Release)
             else started.reservation.entry_id,
@@ -153,13 +162,19 @@ class JobRunner:
             updated_at=job.updated_at,
         )
 
-    def interrupt_unfinished(self) -> int:
-        """At start-up: jobs a dead process left queued or running are failed (charge kept)."""
+    def interrupt_unfinished(self, is_alive: Callable[[str | None], bool] | None = None) -> int:
+        """At start-up: jobs that dead processes left queued or running are failed (charge
+        kept); jobs of live workers (``is_alive``) are left alone."""
+        active = Job.status.in_(("queued", "running"))
         with self._sessions() as session, session.begin():
+            statement = update(Job).where(active)
+            if is_alive is not None:
+                dead = dead_owners(session, Job.instance_id, active, is_alive)
+                if dead is None:
+                    return 0
+                statement = statement.where(dead)
             result = session.execute(
-                update(Job)
-                .where(Job.status.in_(("queued", "running")))
-                .values(
+                statement.values(
                     status="failed",
                     message="interrupted by a server restart; the charge stands, nothing was "
                     "released; submit again with a new Idempotency-Key",

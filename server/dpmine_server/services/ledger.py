@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -33,6 +34,7 @@ from dpmine_server.errors import (
     OperationFailed,
     RequestInProgress,
 )
+from dpmine_server.services.instances import dead_owners
 
 __all__ = ["Ledger", "Reservation", "request_fingerprint"]
 
@@ -68,9 +70,12 @@ class Reservation:
 class Ledger:
     """Reservation, release and reporting of privacy charges."""
 
-    def __init__(self, engine: Engine, sessions: sessionmaker[Session]) -> None:
+    def __init__(
+        self, engine: Engine, sessions: sessionmaker[Session], *, instance_id: str | None = None
+    ) -> None:
         self._engine = engine
         self._sessions = sessions
+        self._instance_id = instance_id
 
     # -- spending ------------------------------------------------------------------------------
 
@@ -114,6 +119,7 @@ class Ledger:
                     idempotency_key=idempotency_key,
                     request_hash=request_hash,
                     dataset_version=dataset.version,
+                    instance_id=self._instance_id,
                     created_at=utcnow(),
                 )
                 session.add(entry)
@@ -218,14 +224,28 @@ class Ledger:
             if changed != 1:
                 raise InternalError(f"ledger entry {entry_id} is not reserved")
 
-    def interrupt_reserved(self, before: datetime) -> int:
-        """Mark entries left ``reserved`` by a dead process as interrupted (charge kept)."""
+    def interrupt_reserved(
+        self,
+        *,
+        before: datetime | None = None,
+        is_alive: Callable[[str | None], bool] | None = None,
+    ) -> int:
+        """Mark entries left ``reserved`` by dead processes as interrupted (charge kept).
+
+        ``is_alive(instance_id)`` tells live workers apart (their entries are left alone);
+        ``before`` limits it to entries reserved before that time.
+        """
         with self._sessions() as session, session.begin():
-            result = session.execute(
-                update(LedgerEntry)
-                .where(LedgerEntry.status == "reserved", LedgerEntry.created_at < before)
-                .values(status="interrupted", completed_at=utcnow())
-            )
+            statement = update(LedgerEntry).where(LedgerEntry.status == "reserved")
+            if before is not None:
+                statement = statement.where(LedgerEntry.created_at < before)
+            if is_alive is not None:
+                reserved = LedgerEntry.status == "reserved"
+                dead = dead_owners(session, LedgerEntry.instance_id, reserved, is_alive)
+                if dead is None:
+                    return 0
+                statement = statement.where(dead)
+            result = session.execute(statement.values(status="interrupted", completed_at=utcnow()))
             return rows_affected(result)
 
     # -- reading -------------------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import shutil
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
@@ -35,7 +34,7 @@ from dpmine_server.api.common import ERRORS
 from dpmine_server.api.deps import OwnerDep, ServicesDep, SessionDep
 from dpmine_server.data.propose import parse_label, propose_metadata
 from dpmine_server.db.models import Principal
-from dpmine_server.errors import InvalidRequest
+from dpmine_server.errors import InvalidRequest, PayloadTooLarge
 from dpmine_server.services import audit
 from dpmine_server.services.datasets import StoredFile
 from dpmine_server.services.exports import ledger_entries
@@ -126,14 +125,25 @@ def _parse_json_field(raw: str, adapter: TypeAdapter[Any], field: str) -> Any:
         raise InvalidRequest(f"form field {field!r}: {problems}") from error
 
 
-def _save_uploads(uploads: dict[str, UploadFile | None], folder: Path) -> dict[str, StoredFile]:
+def _save_uploads(
+    uploads: dict[str, UploadFile | None], folder: Path, *, limit: int
+) -> dict[str, StoredFile]:
+    """Copy uploads to ``folder`` in chunks, refusing once they exceed ``limit`` bytes in all."""
     files: dict[str, StoredFile] = {}
+    total = 0
     for field, upload in uploads.items():
         if upload is None:
             continue
         target = folder / field
         with target.open("wb") as handle:
-            shutil.copyfileobj(upload.file, handle)
+            while chunk := upload.file.read(1 << 20):
+                total += len(chunk)
+                if total > limit:
+                    raise PayloadTooLarge(
+                        f"the upload exceeds the server's limit of {limit} bytes "
+                        "(DPMINE_MAX_UPLOAD_BYTES); register large data from an SQL source"
+                    )
+                handle.write(chunk)
         files[field] = StoredFile(path=target, name=upload.filename or field)
     return files
 
@@ -153,7 +163,11 @@ def upload_dataset(
     """Register a dataset from uploaded files (field names match the source's path fields)."""
     body = _parse_json_field(request, TypeAdapter(CreateDatasetRequest), "request")
     with tempfile.TemporaryDirectory() as folder:
-        files = _save_uploads({"path": path, "left": left, "right": right}, Path(folder))
+        files = _save_uploads(
+            {"path": path, "left": left, "right": right},
+            Path(folder),
+            limit=services.settings.max_upload_bytes,
+        )
         info, report = services.datasets.register(session, body, files=files)
     audit.record(session, action="dataset_registered", principal=owner, target=body.id)
     return RegisteredDataset(dataset=info, report=asdict(report))
@@ -162,6 +176,7 @@ def upload_dataset(
 @router.post("/datasets/propose-metadata", response_model=DatasetMetadata)
 def propose(
     _owner: OwnerDep,
+    services: ServicesDep,
     source: Annotated[str, Form(description="DatasetSource as JSON (paths are the field names)")],
     kind: Annotated[DatasetKind, Form()],
     label: Annotated[
@@ -180,7 +195,11 @@ def propose(
         else None
     )
     with tempfile.TemporaryDirectory() as folder:
-        files = _save_uploads({"path": path, "left": left, "right": right}, Path(folder))
+        files = _save_uploads(
+            {"path": path, "left": left, "right": right},
+            Path(folder),
+            limit=services.settings.max_upload_bytes,
+        )
         updates = {field: stored.path.name for field, stored in files.items()}
         try:
             return propose_metadata(

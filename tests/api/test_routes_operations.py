@@ -1,0 +1,869 @@
+"""Charged operations over HTTP: noisy counts, redescription quality and background jobs.
+
+DESIGN.md "The budget ledger" (charge first, exact amounts, two caps, idempotent retries, no
+refund after data access) and ALGORITHMS.md §0.6 / §1.6 (the released counts are the truth plus
+discrete Laplace noise). Noisy releases are compared with the known truth of the generated
+dataset; the band of each comparison has a false-alarm rate of 1e-6 (see
+:func:`laplace_tolerance`), so the whole file stays far below 1e-4.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+import dpmine
+from dpmine.queries import parse_query
+from dpmine.wire import (
+    And,
+    BoolLiteral,
+    ComputeQualityResponse,
+    CreateDatasetRequest,
+    DatasetMetadata,
+    FimiSource,
+    JobInfo,
+    NoisyCountRequest,
+    NoisyCountResponse,
+    Not,
+)
+from dpmine_server.db.models import Dataset, Grant, Job, LedgerEntry, Principal
+from dpmine_server.dp.budget import EPSILON_UNITS_PER_ONE
+from dpmine_server.services.container import Services
+from dpmine_server.settings import Settings
+
+#: The conftest's ``register(dataset_id, csv_path, metadata, cap=, grants=)`` fixture.
+Register = Callable[..., str]
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+def laplace_tolerance(epsilon: float, *, sensitivity: int = 1, false_alarm: float = 1e-6) -> int:
+    """Smallest m with P(|Z| > m) <= false_alarm for Z ~ discrete Laplace(sensitivity/epsilon).
+
+    P(Z = z) ∝ a^|z| with a = exp(-epsilon/sensitivity) (variance 2a/(1-a)²), so the two-sided
+    tail is P(|Z| > m) = 2a^(m+1)/(1+a) (ALGORITHMS.md §0.3). The scale is widened by 1 % because
+    the mechanism may round its scale up by a few ulps.
+    """
+    alpha = math.exp(-epsilon / (sensitivity * 1.01))
+    return max(0, math.ceil(math.log(false_alarm * (1 + alpha) / 2) / math.log(alpha)) - 1)
+
+
+def expect_error(response: httpx.Response, status: int, error: str) -> str:
+    """Assert the status and the one error shape ``{"error", "detail"}``; return the detail."""
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error", "detail"}
+    assert body["error"] == error
+    return str(body["detail"])
+
+
+def count_body(query: str | None, epsilon: float) -> dict[str, Any]:
+    """A ``count.noisy`` request body from a text query."""
+    predicate = None if query is None else parse_query(query)
+    return NoisyCountRequest(predicate=predicate, epsilon=epsilon).model_dump(mode="json")
+
+
+def quality_body(left: str, right: str, epsilon: float, mode: str = "cells") -> dict[str, Any]:
+    """A ``red.compute_quality`` request body from two text queries."""
+    return {
+        "redescription": {
+            "left": parse_query(left).model_dump(mode="json"),
+            "right": parse_query(right).model_dump(mode="json"),
+        },
+        "epsilon": epsilon,
+        "mode": mode,
+    }
+
+
+def bearer_of(key: str) -> dict[str, str]:
+    """The Authorization header of a key."""
+    return {"Authorization": f"Bearer {key}"}
+
+
+def with_key(headers: dict[str, str], key: str) -> dict[str, str]:
+    """``headers`` plus an Idempotency-Key."""
+    return {**headers, "Idempotency-Key": key}
+
+
+def entries(services: Services) -> list[LedgerEntry]:
+    """Every ledger entry, straight from the database."""
+    with services.sessions() as session:
+        return list(session.scalars(select(LedgerEntry).order_by(LedgerEntry.id)))
+
+
+def spent(services: Services, dataset_id: str, analyst: str | None = None) -> int:
+    """Units spent on the dataset (or by one analyst's grant on it)."""
+    with services.sessions() as session:
+        if analyst is None:
+            dataset = session.get(Dataset, dataset_id)
+            assert dataset is not None
+            return dataset.spent_units
+        grant = session.scalar(
+            select(Grant)
+            .join(Principal, Principal.id == Grant.analyst_id)
+            .where(Grant.dataset_id == dataset_id, Principal.name == analyst)
+        )
+        assert grant is not None
+        return grant.spent_units
+
+
+def units(epsilon: str) -> int:
+    """Exact units of a decimal epsilon string."""
+    whole, _, fraction = epsilon.partition(".")
+    return int(whole) * EPSILON_UNITS_PER_ONE + int((fraction or "0").ljust(12, "0"))
+
+
+def wait_for_job(
+    client: TestClient, headers: dict[str, str], job_id: str, timeout: float = 15.0
+) -> JobInfo:
+    """Poll a job until it is done or failed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        response = client.get(f"/v1/jobs/{job_id}", headers=headers)
+        assert response.status_code == 200, response.text
+        info = JobInfo.model_validate(response.json())
+        if info.status in {"done", "failed"}:
+            return info
+        assert time.monotonic() < deadline, f"job still {info.status}"
+        time.sleep(0.02)
+
+
+# -- noisy counts ---------------------------------------------------------------------------------
+
+
+class TestNoisyCount:
+    @pytest.mark.parametrize(
+        "query",
+        [
+            "[smoker]",
+            "![smoker]",
+            "!([smoker])",
+            "[color = red]",
+            "[age <= 40]",
+            "[90 <= age]",
+            "[smoker] & [color = red]",
+        ],
+    )
+    def test_count_is_truth_plus_bounded_noise(
+        self,
+        client: TestClient,
+        toy: str,
+        toy_truth: dict[str, int],
+        analyst_headers: dict[str, str],
+        query: str,
+    ) -> None:
+        response = client.post(
+            f"/v1/datasets/{toy}/counts", json=count_body(query, 1.0), headers=analyst_headers
+        )
+        assert response.status_code == 200, response.text
+        released = NoisyCountResponse.model_validate(response.json())
+        assert abs(released.count - toy_truth[query]) <= laplace_tolerance(1.0)
+
+    def test_missing_values_separate_negated_literal_from_complement(
+        self, toy_truth: dict[str, int]
+    ) -> None:
+        # The toy data must exercise the rule (§1.1), else the tests above prove nothing.
+        missing = toy_truth["!([smoker])"] - toy_truth["![smoker]"]
+        assert missing > 2 * laplace_tolerance(1.0)
+
+    def test_count_of_all_rows(
+        self,
+        client: TestClient,
+        toy: str,
+        toy_truth: dict[str, int],
+        analyst_headers: dict[str, str],
+    ) -> None:
+        response = client.post(
+            f"/v1/datasets/{toy}/counts", json={"epsilon": 2.0}, headers=analyst_headers
+        )
+        assert response.status_code == 200
+        assert abs(response.json()["count"] - toy_truth["all"]) <= laplace_tolerance(2.0)
+
+    def test_mushroom_counts(
+        self, client: TestClient, mushroom: str, analyst_headers: dict[str, str]
+    ) -> None:
+        for query, truth in ((None, 8124), ("[class = e]", 4208), ("[class = p]", 3916)):
+            response = client.post(
+                f"/v1/datasets/{mushroom}/counts",
+                json=count_body(query, 1.0),
+                headers=analyst_headers,
+            )
+            assert response.status_code == 200, response.text
+            assert abs(response.json()["count"] - truth) <= laplace_tolerance(1.0)
+
+    def test_release_is_charged_and_recorded(
+        self,
+        client: TestClient,
+        toy: str,
+        analyst_headers: dict[str, str],
+        services: Services,
+    ) -> None:
+        key = str(uuid.uuid4())
+        body = count_body("[smoker]", 0.5)
+        response = client.post(
+            f"/v1/datasets/{toy}/counts", json=body, headers=with_key(analyst_headers, key)
+        )
+        assert response.status_code == 200
+        assert response.headers["cache-control"] == "no-store"
+        assert "idempotent-replayed" not in response.headers
+        released = NoisyCountResponse.model_validate(response.json())
+        receipt = released.receipt
+        assert (receipt.dataset_id, receipt.operation, receipt.guarantee) == (
+            toy,
+            "count.noisy",
+            "pure",
+        )
+        assert (receipt.epsilon, receipt.epsilon_exact, receipt.remaining_epsilon) == (
+            0.5,
+            "0.5",
+            4.5,
+        )
+        assert receipt.replayed is False
+        [entry] = entries(services)
+        assert entry.id == receipt.ledger_entry_id
+        assert (entry.status, entry.operation, entry.guarantee) == (
+            "released",
+            "count.noisy",
+            "pure",
+        )
+        assert entry.epsilon_units == EPSILON_UNITS_PER_ONE // 2
+        assert entry.idempotency_key == key
+        assert entry.parameters == body
+        assert entry.release == response.json()
+        assert entry.dataset_version == 1
+        assert entry.completed_at is not None
+        assert spent(services, toy) == spent(services, toy, "alice") == entry.epsilon_units
+        assert services.ledger.verify() == []
+
+    def test_request_without_key_is_charged_every_time(
+        self, client: TestClient, toy: str, analyst_headers: dict[str, str], services: Services
+    ) -> None:
+        for _ in range(2):
+            response = client.post(
+                f"/v1/datasets/{toy}/counts", json=count_body(None, 0.1), headers=analyst_headers
+            )
+            assert response.status_code == 200
+        assert [e.idempotency_key for e in entries(services)] == [None, None]
+        assert spent(services, toy) == units("0.2")
+
+
+# -- redescription quality ------------------------------------------------------------------------
+
+
+class TestQuality:
+    def test_cells_are_truth_plus_bounded_noise(
+        self,
+        client: TestClient,
+        toy: str,
+        toy_truth: dict[str, int],
+        analyst_headers: dict[str, str],
+    ) -> None:
+        response = client.post(
+            f"/v1/datasets/{toy}/redescriptions/quality",
+            json=quality_body("[smoker]", "[member]", 1.0),
+            headers=analyst_headers,
+        )
+        assert response.status_code == 200, response.text
+        released = ComputeQualityResponse.model_validate(response.json())
+        assert released.mode == "cells"
+        cells = released.cells
+        noisy = {"e11": cells.e11, "e10": cells.e10, "e01": cells.e01, "e00": cells.e00}
+        for name, value in noisy.items():
+            assert value is not None
+            assert abs(value - toy_truth[name]) <= laplace_tolerance(1.0), name
+        assert (cells.intersection, cells.union) == (None, None)
+        # Derived statistics are post-processing of the four released cells (clamped at 0).
+        e11, e10, e01, e00 = (max(v or 0, 0) for v in noisy.values())
+        stats = released.statistics
+        assert stats.support == e11
+        assert stats.union == e11 + e10 + e01
+        assert stats.n_rows == e11 + e10 + e01 + e00
+        assert stats.jaccard == pytest.approx(e11 / (e11 + e10 + e01))
+        assert released.receipt.epsilon_exact == "1"
+
+    def test_paper_mode_releases_intersection_and_union(
+        self,
+        client: TestClient,
+        toy: str,
+        toy_truth: dict[str, int],
+        analyst_headers: dict[str, str],
+    ) -> None:
+        response = client.post(
+            f"/v1/datasets/{toy}/redescriptions/quality",
+            json=quality_body("[smoker]", "[member]", 1.0, mode="paper"),
+            headers=analyst_headers,
+        )
+        assert response.status_code == 200, response.text
+        released = ComputeQualityResponse.model_validate(response.json())
+        cells = released.cells
+        assert (cells.e11, cells.e10, cells.e01, cells.e00) == (None, None, None, None)
+        assert cells.intersection is not None
+        assert cells.union is not None
+        tolerance = laplace_tolerance(1.0, sensitivity=2)  # Lap(2/ε) on each of |I| and |U|
+        assert abs(cells.intersection - toy_truth["e11"]) <= tolerance
+        union = toy_truth["e11"] + toy_truth["e10"] + toy_truth["e01"]
+        assert abs(cells.union - union) <= tolerance
+
+    def test_mushroom_quality(
+        self, client: TestClient, mushroom: str, analyst_headers: dict[str, str]
+    ) -> None:
+        response = client.post(
+            f"/v1/datasets/{mushroom}/redescriptions/quality",
+            json=quality_body("[odor = n]", "[spore-print-color = n]", 0.5),
+            headers=analyst_headers,
+        )
+        assert response.status_code == 200, response.text
+        released = ComputeQualityResponse.model_validate(response.json())
+        assert released.receipt.remaining_epsilon == 4.5
+        assert 0.0 <= released.statistics.jaccard <= 1.0
+
+
+# -- budgets --------------------------------------------------------------------------------------
+
+
+class TestBudget:
+    def test_ten_tenths_fill_a_cap_of_one_exactly(
+        self,
+        *,
+        client: TestClient,
+        register: Register,
+        toy_csv: Path,
+        toy_metadata: DatasetMetadata,
+        analyst_headers: dict[str, str],
+        services: Services,
+    ) -> None:
+        register("exact", toy_csv, toy_metadata, cap=1.0, grants={"alice": 1.0})
+        for index in range(10):
+            response = client.post(
+                "/v1/datasets/exact/counts", json=count_body(None, 0.1), headers=analyst_headers
+            )
+            assert response.status_code == 200, (index, response.text)
+        assert response.json()["receipt"]["remaining_epsilon"] == 0.0
+        refused = client.post(
+            "/v1/datasets/exact/counts", json=count_body(None, 0.1), headers=analyst_headers
+        )
+        detail = expect_error(refused, 409, "BudgetExhausted")
+        assert "requested epsilon=0.1" in detail
+        assert "remaining on the dataset=0;" in detail
+        assert spent(services, "exact") == EPSILON_UNITS_PER_ONE
+        assert len(entries(services)) == 10
+
+    def test_grant_exhaustion_charges_nothing(
+        self,
+        *,
+        client: TestClient,
+        register: Register,
+        toy_csv: Path,
+        toy_metadata: DatasetMetadata,
+        analyst_headers: dict[str, str],
+        services: Services,
+    ) -> None:
+        register("small", toy_csv, toy_metadata, cap=1.0, grants={"alice": 0.5})
+        url = "/v1/datasets/small/counts"
+        for _ in range(2):
+            assert client.post(url, json=count_body(None, 0.2), headers=analyst_headers).is_success
+        refused = client.post(url, json=count_body(None, 0.2), headers=analyst_headers)
+        detail = expect_error(refused, 409, "BudgetExhausted")
+        assert "your grant" in detail
+        assert "remaining in your grant=0.1" in detail
+        assert spent(services, "small") == spent(services, "small", "alice") == units("0.4")
+        assert len(entries(services)) == 2
+        # What is left still fits exactly.
+        assert client.post(url, json=count_body(None, 0.1), headers=analyst_headers).is_success
+
+    def test_dataset_cap_binds_across_analysts(
+        self,
+        *,
+        client: TestClient,
+        register: Register,
+        toy_csv: Path,
+        toy_metadata: DatasetMetadata,
+        analyst_headers: dict[str, str],
+        bob_key: str,
+        services: Services,
+    ) -> None:
+        register("shared", toy_csv, toy_metadata, cap=1.0, grants={"alice": 0.8, "bob": 0.8})
+        url = "/v1/datasets/shared/counts"
+        bob = {"Authorization": f"Bearer {bob_key}"}
+        assert client.post(url, json=count_body(None, 0.6), headers=analyst_headers).is_success
+        refused = client.post(url, json=count_body(None, 0.6), headers=bob)
+        detail = expect_error(refused, 409, "BudgetExhausted")
+        assert "dataset cap" in detail
+        assert "remaining on the dataset=0.4" in detail
+        assert spent(services, "shared", "bob") == 0
+        assert client.post(url, json=count_body(None, 0.4), headers=bob).is_success
+        expect_error(
+            client.post(url, json=count_body(None, 1e-9), headers=analyst_headers),
+            409,
+            "BudgetExhausted",
+        )
+        assert spent(services, "shared") == EPSILON_UNITS_PER_ONE
+        assert services.ledger.verify() == []
+
+    def test_parallel_spending_never_exceeds_the_cap(
+        self,
+        *,
+        client: TestClient,
+        register: Register,
+        toy_csv: Path,
+        toy_metadata: DatasetMetadata,
+        analyst_headers: dict[str, str],
+        services: Services,
+    ) -> None:
+        register("race", toy_csv, toy_metadata, cap=1.0, grants={"alice": 1.0})
+
+        def spend(_: int) -> int:
+            response = client.post(
+                "/v1/datasets/race/counts", json=count_body(None, 0.1), headers=analyst_headers
+            )
+            return int(response.status_code)
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            statuses = sorted(pool.map(spend, range(16)))
+        assert statuses == [200] * 10 + [409] * 6
+        assert spent(services, "race") == EPSILON_UNITS_PER_ONE
+        assert len(entries(services)) == 10
+        assert services.ledger.verify() == []
+
+
+# -- idempotency ----------------------------------------------------------------------------------
+
+
+class TestIdempotency:
+    def test_retry_replays_the_stored_release(
+        self, client: TestClient, toy: str, analyst_headers: dict[str, str], services: Services
+    ) -> None:
+        key = str(uuid.uuid4())
+        url = f"/v1/datasets/{toy}/redescriptions/quality"
+        body = quality_body("[smoker]", "[color = red]", 0.5)
+        first = client.post(url, json=body, headers=with_key(analyst_headers, key))
+        second = client.post(url, json=body, headers=with_key(analyst_headers, key))
+        assert (first.status_code, second.status_code) == (200, 200)
+        assert second.headers["idempotent-replayed"] == "true"
+        replay = second.json()
+        assert replay["receipt"].pop("replayed") is True
+        original = first.json()
+        assert original["receipt"].pop("replayed") is False
+        assert replay == original  # the same noise, never fresh noise
+        assert len(entries(services)) == 1
+        assert spent(services, toy) == units("0.5")
+
+    def test_same_key_with_another_request_is_refused(
+        self, client: TestClient, toy: str, analyst_headers: dict[str, str], services: Services
+    ) -> None:
+        headers = with_key(analyst_headers, "key-1")
+        url = f"/v1/datasets/{toy}/counts"
+        assert client.post(url, json=count_body(None, 0.1), headers=headers).is_success
+        refused = client.post(url, json=count_body("[smoker]", 0.1), headers=headers)
+        detail = expect_error(refused, 422, "IdempotencyConflict")
+        assert "new key" in detail
+        assert len(entries(services)) == 1
+
+    def test_keys_belong_to_one_analyst(
+        self,
+        *,
+        client: TestClient,
+        owner_headers: dict[str, str],
+        toy: str,
+        analyst_headers: dict[str, str],
+        bob_key: str,
+        services: Services,
+    ) -> None:
+        client.put(
+            f"/v1/admin/datasets/{toy}/grants",
+            json={"analyst": "bob", "epsilon": 1.0},
+            headers=owner_headers,
+        )
+        url = f"/v1/datasets/{toy}/counts"
+        alice = client.post(url, json=count_body(None, 0.1), headers=with_key(analyst_headers, "k"))
+        bob = client.post(
+            url, json=count_body(None, 0.1), headers=with_key(bearer_of(bob_key), "k")
+        )
+        assert (alice.status_code, bob.status_code) == (200, 200)
+        assert bob.json()["receipt"]["replayed"] is False
+        assert len(entries(services)) == 2
+
+    @pytest.mark.parametrize("key", ["x" * 201, "   "])
+    def test_malformed_key_is_refused(
+        self,
+        client: TestClient,
+        toy: str,
+        analyst_headers: dict[str, str],
+        services: Services,
+        key: str,
+    ) -> None:
+        response = client.post(
+            f"/v1/datasets/{toy}/counts",
+            json=count_body(None, 0.1),
+            headers=with_key(analyst_headers, key),
+        )
+        assert "Idempotency-Key" in expect_error(response, 422, "InvalidRequest")
+        assert entries(services) == []
+
+
+# -- refusals before the charge -------------------------------------------------------------------
+
+_HALF = And(terms=[BoolLiteral(attribute="smoker")] * 33)
+_TOO_MANY = And(terms=[_HALF, _HALF]).model_dump(mode="json")  # 66 literals, each And is legal
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    expr: Any = BoolLiteral(attribute="smoker")
+    for _ in range(depth - 1):
+        expr = Not(term=expr)
+    dumped: dict[str, Any] = expr.model_dump(mode="json")
+    return dumped
+
+
+BAD_COUNTS: list[tuple[str, Any, str]] = [
+    (
+        "unknown attribute",
+        {"predicate": {"kind": "bool", "attribute": "smokr"}, "epsilon": 1},
+        "smokr",
+    ),
+    (
+        "wrong literal kind",
+        {"predicate": {"kind": "cat", "attribute": "smoker", "category": "yes"}, "epsilon": 1},
+        "'smoker' is boolean",
+    ),
+    (
+        "undeclared category",
+        {"predicate": {"kind": "cat", "attribute": "color", "category": "purple"}, "epsilon": 1},
+        "'purple'",
+    ),
+    (
+        "bound outside the public range",
+        {"predicate": {"kind": "num", "attribute": "age", "lower": 5}, "epsilon": 1},
+        "public range",
+    ),
+    (
+        "inverted bounds",
+        {"predicate": {"kind": "num", "attribute": "age", "lower": 60, "upper": 30}, "epsilon": 1},
+        "lower bound",
+    ),
+    ("zero epsilon", {"epsilon": 0}, "epsilon"),
+    ("negative epsilon", {"epsilon": -1}, "epsilon"),
+    ("huge epsilon", {"epsilon": 1001}, "epsilon"),
+    ("epsilon as text", {"epsilon": "a lot"}, "epsilon"),
+    ("missing epsilon", {"predicate": None}, "epsilon"),
+    ("client-chosen seed", {"epsilon": 1, "seed": 7}, "seed"),
+    ("too many literals", {"predicate": _TOO_MANY, "epsilon": 1}, "literals"),
+    ("too deep", {"predicate": _nested(17), "epsilon": 1}, "nested"),
+]
+
+
+class TestRefusals:
+    @pytest.mark.parametrize(
+        ("body", "fragment"), [case[1:] for case in BAD_COUNTS], ids=[c[0] for c in BAD_COUNTS]
+    )
+    def test_invalid_count_is_422_and_free(
+        self,
+        *,
+        client: TestClient,
+        toy: str,
+        analyst_headers: dict[str, str],
+        services: Services,
+        body: Any,
+        fragment: str,
+    ) -> None:
+        response = client.post(f"/v1/datasets/{toy}/counts", json=body, headers=analyst_headers)
+        assert fragment in expect_error(response, 422, "InvalidRequest")
+        assert entries(services) == []
+        assert spent(services, toy) == 0
+
+    @pytest.mark.parametrize("raw", [b'{"epsilon": NaN}', b'{"epsilon": Infinity}', b"{"])
+    def test_non_finite_or_broken_json_is_422(
+        self,
+        client: TestClient,
+        toy: str,
+        analyst_headers: dict[str, str],
+        services: Services,
+        raw: bytes,
+    ) -> None:
+        response = client.post(
+            f"/v1/datasets/{toy}/counts",
+            content=raw,
+            headers={**analyst_headers, "Content-Type": "application/json"},
+        )
+        expect_error(response, 422, "InvalidRequest")
+        assert entries(services) == []
+
+    @pytest.mark.parametrize(
+        ("left", "right", "mode", "fragment"),
+        [
+            ("[member]", "[smoker]", "cells", "right view"),
+            ("[smoker]", "[age <= 40]", "cells", "left view"),
+            ("[smoker]", "[member]", "exact", "mode"),
+        ],
+    )
+    def test_invalid_quality_is_422_and_free(
+        self,
+        *,
+        client: TestClient,
+        toy: str,
+        analyst_headers: dict[str, str],
+        services: Services,
+        left: str,
+        right: str,
+        mode: str,
+        fragment: str,
+    ) -> None:
+        response = client.post(
+            f"/v1/datasets/{toy}/redescriptions/quality",
+            json=quality_body(left, right, 0.5, mode=mode),
+            headers=analyst_headers,
+        )
+        assert fragment in expect_error(response, 422, "InvalidRequest")
+        assert entries(services) == []
+
+    def test_owner_cannot_spend(
+        self, client: TestClient, toy: str, owner_headers: dict[str, str], services: Services
+    ) -> None:
+        for path, body in (
+            ("counts", count_body(None, 0.1)),
+            ("redescriptions/quality", quality_body("[smoker]", "[member]", 0.1)),
+            ("jobs", {"operation": "count.noisy", "request": count_body(None, 0.1)}),
+        ):
+            response = client.post(f"/v1/datasets/{toy}/{path}", json=body, headers=owner_headers)
+            expect_error(response, 403, "Forbidden")
+        assert entries(services) == []
+
+    def test_unknown_or_ungranted_dataset_is_404(
+        self, client: TestClient, toy: str, bob_key: str, analyst_headers: dict[str, str]
+    ) -> None:
+        body = count_body(None, 0.1)
+        expect_error(
+            client.post("/v1/datasets/nope/counts", json=body, headers=analyst_headers),
+            404,
+            "NotFound",
+        )
+        expect_error(
+            client.post(f"/v1/datasets/{toy}/counts", json=body, headers=bearer_of(bob_key)),
+            404,
+            "NotFound",
+        )
+
+
+@pytest.fixture
+def baskets(tmp_path: Path, owner: dpmine.Connection, analyst_key: str) -> str:
+    """A small transaction dataset (cap 10, alice holds 5)."""
+    del analyst_key  # alice must exist before the grant
+    path = tmp_path / "baskets.dat"
+    path.write_text("1 2 3\n1 2\n2 3 4\n1 3\n4\n" * 20, encoding="utf-8")
+    request = CreateDatasetRequest(
+        id="baskets",
+        name="Baskets",
+        epsilon_cap=10.0,
+        metadata=DatasetMetadata(kind="transactions", n_max=1000, items=["1", "2", "3", "4"]),
+        source=FimiSource(path=path.name),
+    )
+    owner.admin.upload_dataset(request, {"path": path})
+    owner.admin.grant("baskets", "alice", 5.0)
+    return "baskets"
+
+
+class TestBudgetSplits:
+    @pytest.mark.parametrize("method", ["em", "laplace"])
+    @pytest.mark.parametrize(
+        ("epsilon", "count_share"), [(1.0, 1e-320), (5e-324, 0.5)], ids=["tiny share", "tiny ε"]
+    )
+    def test_a_split_that_rounds_to_nothing_is_refused_before_the_charge(
+        self,
+        *,
+        client: TestClient,
+        baskets: str,
+        analyst_headers: dict[str, str],
+        services: Services,
+        method: str,
+        epsilon: float,
+        count_share: float,
+    ) -> None:
+        # Found by the OpenAPI fuzzing: a subnormal share of ε for the counts (or one that
+        # underflows to 0.0) reaches the mechanism after the charge, which refuses it (infinite
+        # noise scale): the charge stands and nothing is released.
+        body = {"k": 1, "min_length": 1, "epsilon": epsilon, "count_share": count_share}
+        response = client.post(
+            f"/v1/datasets/{baskets}/itemsets/top-k-{method}", json=body, headers=analyst_headers
+        )
+        assert response.status_code in {200, 422}, response.text
+        if response.status_code == 422:
+            assert entries(services) == []
+
+
+# -- failure after the charge ---------------------------------------------------------------------
+
+
+class TestFailureAfterCharge:
+    def test_charge_stands_and_nothing_is_released(
+        self,
+        *,
+        client: TestClient,
+        toy: str,
+        toy_csv: Path,
+        api_settings: Settings,
+        analyst_headers: dict[str, str],
+        services: Services,
+    ) -> None:
+        stored = api_settings.data_dir / "datasets" / toy / "v1" / f"path-{toy_csv.name}"
+        stored.unlink()  # the data cannot be loaded any more: the kernel fails after the charge
+        headers = with_key(analyst_headers, "doomed")
+        body = count_body("[smoker]", 0.5)
+        response = client.post(f"/v1/datasets/{toy}/counts", json=body, headers=headers)
+        detail = expect_error(response, 500, "OperationFailed")
+        assert "charge stands" in detail
+        assert "toy.csv" not in detail
+        [entry] = entries(services)
+        assert (entry.status, entry.release) == ("failed", None)
+        assert spent(services, toy) == units("0.5")
+        # A retry with the same key neither recomputes nor charges again.
+        again = client.post(f"/v1/datasets/{toy}/counts", json=body, headers=headers)
+        assert "new Idempotency-Key" in expect_error(again, 500, "OperationFailed")
+        assert spent(services, toy) == units("0.5")
+        assert services.ledger.verify() == []
+
+
+# -- background jobs ------------------------------------------------------------------------------
+
+
+class TestJobs:
+    def test_job_charges_at_submit_and_returns_the_release(
+        self,
+        client: TestClient,
+        toy: str,
+        toy_truth: dict[str, int],
+        analyst_headers: dict[str, str],
+        services: Services,
+    ) -> None:
+        response = client.post(
+            f"/v1/datasets/{toy}/jobs",
+            json={"operation": "count.noisy", "request": count_body("[smoker]", 1.0)},
+            headers=with_key(analyst_headers, "job-1"),
+        )
+        assert response.status_code == 202, response.text
+        submitted = JobInfo.model_validate(response.json())
+        assert (submitted.dataset_id, submitted.operation) == (toy, "count.noisy")
+        assert spent(services, toy) == EPSILON_UNITS_PER_ONE  # charged before computing
+        done = wait_for_job(client, analyst_headers, submitted.id)
+        assert (done.status, done.progress) == ("done", 1.0)
+        assert done.result is not None
+        released = NoisyCountResponse.model_validate(done.result)
+        assert abs(released.count - toy_truth["[smoker]"]) <= laplace_tolerance(1.0)
+        [entry] = entries(services)
+        assert (entry.id, entry.status, entry.release) == (
+            released.receipt.ledger_entry_id,
+            "released",
+            done.result,
+        )
+
+    def test_job_retry_with_the_same_key_returns_the_same_job(
+        self, client: TestClient, toy: str, analyst_headers: dict[str, str], services: Services
+    ) -> None:
+        body = {
+            "operation": "red.compute_quality",
+            "request": quality_body("[smoker]", "[member]", 0.3),
+        }
+        headers = with_key(analyst_headers, "job-retry")
+        first = client.post(f"/v1/datasets/{toy}/jobs", json=body, headers=headers)
+        second = client.post(f"/v1/datasets/{toy}/jobs", json=body, headers=headers)
+        assert (first.status_code, second.status_code) == (202, 202)
+        assert first.json()["id"] == second.json()["id"]
+        wait_for_job(client, analyst_headers, first.json()["id"])
+        assert len(entries(services)) == 1
+        assert spent(services, toy) == units("0.3")
+
+    def test_job_key_reused_for_another_request_is_refused(
+        self, client: TestClient, toy: str, analyst_headers: dict[str, str], services: Services
+    ) -> None:
+        headers = with_key(analyst_headers, "job-key")
+        first = client.post(
+            f"/v1/datasets/{toy}/jobs",
+            json={"operation": "count.noisy", "request": count_body(None, 0.1)},
+            headers=headers,
+        )
+        assert first.status_code == 202
+        other = client.post(
+            f"/v1/datasets/{toy}/jobs",
+            json={"operation": "count.noisy", "request": count_body("[smoker]", 0.2)},
+            headers=headers,
+        )
+        expect_error(other, 422, "IdempotencyConflict")
+        assert len(entries(services)) == 1
+
+    def test_invalid_jobs_are_refused_before_the_charge(
+        self, client: TestClient, toy: str, analyst_headers: dict[str, str], services: Services
+    ) -> None:
+        url = f"/v1/datasets/{toy}/jobs"
+        unknown = client.post(
+            url, json={"operation": "mine.everything", "request": {}}, headers=analyst_headers
+        )
+        assert "mine.everything" in expect_error(unknown, 422, "InvalidRequest")
+        invalid = client.post(
+            url,
+            json={"operation": "count.noisy", "request": count_body("[smokr]", 0.1)},
+            headers=analyst_headers,
+        )
+        assert "smokr" in expect_error(invalid, 422, "InvalidRequest")
+        too_much = client.post(
+            url,
+            json={"operation": "count.noisy", "request": count_body(None, 6.0)},
+            headers=analyst_headers,
+        )
+        expect_error(too_much, 409, "BudgetExhausted")
+        assert entries(services) == []
+        with services.sessions() as session:
+            assert session.scalars(select(Job)).all() == []
+
+    def test_jobs_are_private_to_their_principal(
+        self,
+        client: TestClient,
+        toy: str,
+        analyst_headers: dict[str, str],
+        bob_key: str,
+        owner_headers: dict[str, str],
+    ) -> None:
+        response = client.post(
+            f"/v1/datasets/{toy}/jobs",
+            json={"operation": "count.noisy", "request": count_body(None, 0.1)},
+            headers=analyst_headers,
+        )
+        job_id = response.json()["id"]
+        wait_for_job(client, analyst_headers, job_id)
+        for headers in (bearer_of(bob_key), owner_headers):
+            expect_error(client.get(f"/v1/jobs/{job_id}", headers=headers), 404, "NotFound")
+        expect_error(client.get("/v1/jobs/no-such-job", headers=analyst_headers), 404, "NotFound")
+
+    def test_failed_job_keeps_its_charge(
+        self,
+        *,
+        client: TestClient,
+        toy: str,
+        toy_csv: Path,
+        api_settings: Settings,
+        analyst_headers: dict[str, str],
+        services: Services,
+    ) -> None:
+        (api_settings.data_dir / "datasets" / toy / "v1" / f"path-{toy_csv.name}").unlink()
+        response = client.post(
+            f"/v1/datasets/{toy}/jobs",
+            json={"operation": "count.noisy", "request": count_body(None, 0.25)},
+            headers=analyst_headers,
+        )
+        assert response.status_code == 202
+        failed = wait_for_job(client, analyst_headers, response.json()["id"])
+        assert failed.status == "failed"
+        assert failed.result is None
+        assert "charge stands" in failed.message
+        [entry] = entries(services)
+        assert entry.status == "failed"
+        assert spent(services, toy) == units("0.25")
