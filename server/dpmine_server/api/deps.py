@@ -6,13 +6,14 @@ from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from dpmine_server.db.models import Principal
 from dpmine_server.errors import Forbidden, InvalidRequest, Unauthorized
 from dpmine_server.services import audit
 from dpmine_server.services.container import Services
-from dpmine_server.services.principals import authenticate
+from dpmine_server.services.principals import KEY_PREFIX, authenticate
 
 __all__ = [
     "AnalystDep",
@@ -48,27 +49,26 @@ def get_session(services: ServicesDep) -> Iterator[Session]:
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
-def _bearer_key(authorization: str | None, x_api_key: str | None) -> str:
-    if x_api_key:
-        return x_api_key.strip()
-    if authorization:
-        scheme, _, token = authorization.partition(" ")
-        if scheme.lower() == "bearer" and token.strip():
-            return token.strip()
-    raise Unauthorized("send your API key as 'Authorization: Bearer <key>'")
+# Documented in the OpenAPI document as security schemes; checked by get_principal.
+_BEARER = HTTPBearer(auto_error=False, description="Authorization: Bearer <API key>")
+_API_KEY = APIKeyHeader(name="X-API-Key", auto_error=False, description="The API key")
 
 
 def get_principal(
     services: ServicesDep,
-    authorization: Annotated[str | None, Header()] = None,
-    x_api_key: Annotated[str | None, Header()] = None,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)] = None,
+    x_api_key: Annotated[str | None, Depends(_API_KEY)] = None,
 ) -> Principal:
     """The principal holding the presented key (401 otherwise; the key is never logged)."""
-    key = _bearer_key(authorization, x_api_key)
+    key = (x_api_key or (bearer.credentials if bearer else "")).strip()
+    if not key:
+        raise Unauthorized("send your API key as 'Authorization: Bearer <key>'")
     with services.sessions() as session:
         principal = authenticate(session, key, secret=services.settings.secret_key)
         if principal is None:
-            audit.record(session, action="auth_failed", details={"key_prefix": key[:10]})
+            # Only the public key prefix of something shaped like a key, never other text.
+            shown = key[:10] if key.startswith(KEY_PREFIX) else "(not a dpmine key)"
+            audit.record(session, action="auth_failed", details={"key_prefix": shown})
             session.commit()
             raise Unauthorized("unknown or disabled API key; ask the data owner for a valid key")
         session.expunge(principal)
