@@ -57,6 +57,7 @@ from dpmine_server.operations.itemsets import (
     Method,
     _split,
     _uniform_itemset,
+    explicit_itemsets,
     explicit_threshold,
     kth_largest_count,
     margin,
@@ -257,46 +258,43 @@ def test_truncation_level_reads_c_k_exactly_above_the_margin() -> None:
     index = index_of(TRUNCATION_ROWS)
     for k, c_k in ((1, 12), (2, 9), (3, 9), (4, 4), (5, 1)):
         for gamma in (0.25, 0.5):
-            tau, spectrum = truncation_level(index, k=k, lengths=[2], gamma=gamma, floor_count=1)
-            assert tau == c_k - gamma
-            assert spectrum == {12: 1, 9: 2, 4: 1, 1: 1}
-    tau, spectrum = truncation_level(index, k=2, lengths=[2], gamma=3.5, floor_count=2)
-    assert tau == 9 - 3.5
-    assert spectrum == {12: 1, 9: 2, 4: 1}  # counts ≥ min(floor_count, ⌊Γ⌋ + 1) = 2
+            assert truncation_level(index, k=k, lengths=[2], gamma=gamma) == c_k - gamma
+    assert truncation_level(index, k=2, lengths=[2], gamma=3.5) == 9 - 3.5
+    assert truncation_level(index, k=4, lengths=[2], gamma=3.5) == 4 - 3.5
 
 
 def test_truncation_level_is_zero_when_c_k_is_within_the_margin() -> None:
     index = index_of(TRUNCATION_ROWS)
-    assert truncation_level(index, k=1, lengths=[2], gamma=12.0, floor_count=3)[0] == 0.0
-    assert truncation_level(index, k=2, lengths=[2], gamma=9.5, floor_count=50)[0] == 0.0
-    # Spectrum above ⌊Γ⌋ + 1 = 10 (below floor_count): only ab.
-    tau, spectrum = truncation_level(index, k=2, lengths=[2], gamma=9.5, floor_count=50)
-    assert (tau, spectrum) == (0.0, {12: 1})
-    # low = min(floor_count, ⌊Γ⌋ + 1) = 4: c_4 = 4 is read from the spectrum above 4.
-    tau, spectrum = truncation_level(index, k=4, lengths=[2], gamma=3.5, floor_count=10)
-    assert tau == 4 - 3.5
-    assert spectrum == {12: 1, 9: 2, 4: 1}
+    assert truncation_level(index, k=1, lengths=[2], gamma=12.0) == 0.0
+    assert truncation_level(index, k=2, lengths=[2], gamma=9.5) == 0.0
+    assert truncation_level(index, k=4, lengths=[2], gamma=4.0) == 0.0  # c_4 = 4 = Γ
 
 
 def test_fewer_than_k_occurring_itemsets_give_tau_zero() -> None:
     index = index_of(TRUNCATION_ROWS)
     # Five pairs occur; c_6 = 0 whatever Γ.
     for gamma in (0.1, 2.0, 30.0):
-        for floor_count in (1, 2, 100):
-            tau, _spectrum = truncation_level(
-                index, k=6, lengths=[2], gamma=gamma, floor_count=floor_count
-            )
-            assert tau == 0.0
+        assert truncation_level(index, k=6, lengths=[2], gamma=gamma) == 0.0
     # Ten triples could exist among a..f, none occurs in two-item rows.
-    assert truncation_level(index, k=1, lengths=[3], gamma=0.5, floor_count=1) == (0.0, {})
+    assert truncation_level(index, k=1, lengths=[3], gamma=0.5) == 0.0
 
 
 def test_truncation_level_with_lengths_mixed() -> None:
     index = index_of(TRUNCATION_ROWS)
     # Singletons: a 21, b 21, c 18, e 5, d 4, f 1; pairs as above.
-    tau, spectrum = truncation_level(index, k=3, lengths=[1, 2], gamma=0.5, floor_count=1)
-    assert tau == 18 - 0.5
-    assert spectrum == {21: 2, 18: 1, 12: 1, 9: 2, 5: 1, 4: 2, 1: 2}
+    assert truncation_level(index, k=3, lengths=[1, 2], gamma=0.5) == 18 - 0.5
+
+
+def test_explicit_itemsets_respects_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    index = index_of(TRUNCATION_ROWS)
+    assert explicit_itemsets(index, 4, [2], universe=15) == (
+        4,
+        {(0, 1): 12, (0, 2): 9, (1, 2): 9, (3, 4): 4},
+    )
+    monkeypatch.setattr(kernel, "MAX_EXPLICIT_ITEMSETS", 3)
+    threshold, mined = explicit_itemsets(index, 4, [2], universe=15)
+    assert threshold == 5  # ab (12), ac and bc (9) fit the cap of 3; de (4) does not
+    assert set(mined.values()) == {12, 9}
 
 
 # --------------------------------------------------------------------------------------------
@@ -543,9 +541,13 @@ DISTRIBUTION_RHO = 0.5
 DISTRIBUTION_DRAWS = 4_000
 
 
-def _all_in_tail(spectrum: dict[int, int], start: int) -> int:
-    """An explicit threshold above every count: the whole universe is the tail."""
-    return max([start, *(count + 1 for count in spectrum)])
+def _all_in_tail(
+    index: TransactionIndex, start: int, lengths: Sequence[int], universe: int
+) -> tuple[int, dict[Itemset, int]]:
+    """No explicit itemset at all: the whole universe is the tail (bound: the largest count)."""
+    del universe
+    top = max(index.spectrum(1, lengths), default=0)
+    return max(start, top + 1), {}
 
 
 def _sample_outcomes(
@@ -595,7 +597,7 @@ def test_output_law_is_exact_whatever_the_explicit_threshold(
         patch.setattr(kernel, "MAX_EXPLICIT_ITEMSETS", 2)  # explicit: ab, ac; tail bound 13
         capped = _sample_outcomes(index, method, itemsets, seed + 1)
     with monkeypatch.context() as patch:
-        patch.setattr(kernel, "explicit_threshold", _all_in_tail)
+        patch.setattr(kernel, "explicit_itemsets", _all_in_tail)
         tail_only = _sample_outcomes(index, method, itemsets, seed + 2)
 
     for name, observed in (("default", default), ("capped", capped), ("tail", tail_only)):

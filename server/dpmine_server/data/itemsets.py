@@ -179,11 +179,7 @@ class TransactionIndex:
             report="a",
         )
         wanted = set(lengths)
-        return {
-            tuple(sorted(int(item) for item in itemset)): int(count)
-            for itemset, count in found
-            if len(itemset) in wanted
-        }
+        return {tuple(sorted(itemset)): count for itemset, count in found if len(itemset) in wanted}
 
     def max_item_count(self) -> int:
         """The largest single-item count."""

@@ -49,6 +49,7 @@ __all__ = [
     "MAX_EXPLICIT_ITEMSETS",
     "MAX_UNIVERSE",
     "OPERATIONS",
+    "explicit_itemsets",
     "explicit_threshold",
     "kth_largest_count",
     "margin",
@@ -92,25 +93,34 @@ def explicit_threshold(spectrum: dict[int, int], start: int) -> int:
 
 
 def truncation_level(
-    index: TransactionIndex, *, k: int, lengths: Sequence[int], gamma: float, floor_count: int
-) -> tuple[float, dict[int, int]]:
-    """τ = max(c_K − Γ, 0) and the count spectrum of every itemset with count ≥ the smallest
-    threshold any later step needs (min(floor_count, ⌊Γ⌋ + 1)); one pass of the C miner.
+    index: TransactionIndex, *, k: int, lengths: Sequence[int], gamma: float
+) -> float:
+    """τ = max(c_K − Γ, 0) (private, never released).
 
-    c_K is needed exactly only when it exceeds Γ: below that τ = 0 whatever its value.
+    c_K is searched top-down with count spectra at halving thresholds, starting at the largest
+    single-item count (cheap passes of the C miner at high thresholds). The search never goes
+    below ⌊Γ⌋ + 1: if fewer than K itemsets reach that count, c_K ≤ Γ and τ = 0 whatever c_K is.
     """
-    low = min(floor_count, math.floor(gamma) + 1)
-    spectrum = index.spectrum(low, lengths)
-    c_k = kth_largest_count(spectrum, k)
-    if c_k is None:
-        if low > math.floor(gamma):
-            return 0.0, spectrum  # c_K < low ≤ ⌊Γ⌋ + 1, so c_K ≤ Γ
-        # floor_count < c_K might still exceed Γ: look again from just above Γ.
-        wider = index.spectrum(math.floor(gamma) + 1, lengths)
-        c_k = kth_largest_count(wider, k)
-        if c_k is None:
-            return 0.0, spectrum
-    return max(c_k - gamma, 0.0), spectrum
+    floor = math.floor(gamma) + 1
+    threshold = max(index.max_item_count(), floor, 1)
+    while True:
+        c_k = kth_largest_count(index.spectrum(threshold, lengths), k)
+        if c_k is not None:
+            return max(c_k - gamma, 0.0)
+        if threshold <= max(floor, 1):
+            return 0.0
+        threshold = max(threshold // 2, floor, 1)
+
+
+def explicit_itemsets(
+    index: TransactionIndex, start: int, lengths: Sequence[int], universe: int
+) -> tuple[int, dict[Itemset, int]]:
+    """(B, every itemset with count ≥ B): B = ``start`` unless that would exceed the memory
+    cap, checked with a spectrum pass only when the public universe could exceed it."""
+    threshold = start
+    if universe > MAX_EXPLICIT_ITEMSETS:
+        threshold = explicit_threshold(index.spectrum(start, lengths), start)
+    return threshold, index.mine(threshold, lengths)
 
 
 def _uniform_itemset(
@@ -154,12 +164,9 @@ def top_k_itemsets(
     universe = sum(weights)
     scale = 2 * k / epsilon_selection
     gamma = margin(method, k=k, universe=universe, epsilon_selection=epsilon_selection, rho=rho)
-    floor_count = 1 + math.ceil(scale)  # B never goes below this
-    tau, spectrum = truncation_level(
-        index, k=k, lengths=lengths, gamma=gamma, floor_count=floor_count
-    )
-    threshold = explicit_threshold(spectrum, math.floor(tau) + floor_count)
-    explicit = index.mine(threshold, lengths)
+    tau = truncation_level(index, k=k, lengths=lengths, gamma=gamma)
+    start = math.floor(tau) + 1 + math.ceil(scale)  # tail scores ≤ B − 1 stay near τ
+    threshold, explicit = explicit_itemsets(index, start, lengths, universe)
     itemsets = list(explicit)
     scores = np.array([max(explicit[i], tau) for i in itemsets], dtype=np.float64)
     known = set(itemsets)
