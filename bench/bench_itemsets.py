@@ -250,22 +250,31 @@ def rank(itemsets: Sequence[tuple[Itemset, int]], k: int) -> Ranked:
     return sorted(itemsets, key=lambda entry: (-entry[1], entry[0]))[:k]
 
 
-def pyfim_top_k(transactions: list[list[int]], *, k: int, length: int, miner: str) -> Ranked:
+def pyfim_search(
+    transactions: list[list[int]], *, k: int, length: int, miner: str
+) -> tuple[Ranked, list[int]]:
     """Exact top K of length ``length`` with pyfim: find the K-th count by mining at halving
-    absolute thresholds, starting at the largest single-item count, then rank."""
+    absolute thresholds, starting at the largest single-item count, then rank. Also returns
+    the thresholds mined at (one pyfim pass each, plus one for the single-item counts)."""
     mine = getattr(fim, miner)
     singles = mine(transactions, target="s", supp=-1, zmin=1, zmax=1, report="a")
     threshold = max((int(count) for _, count in singles), default=0)
-    if threshold == 0:
-        return []
-    while True:
+    tried: list[int] = []
+    found: list[tuple[Any, int]] = []
+    while threshold > 0:
+        tried.append(threshold)
         found = mine(
             transactions, target="s", supp=-threshold, zmin=length, zmax=length, report="a"
         )
         if len(found) >= k or threshold == 1:
             break
         threshold = max(threshold // 2, 1)
-    return rank([(tuple(sorted(int(i) for i in s)), int(c)) for s, c in found], k)
+    return rank([(tuple(sorted(int(i) for i in s)), int(c)) for s, c in found], k), tried
+
+
+def pyfim_top_k(transactions: list[list[int]], *, k: int, length: int, miner: str) -> Ranked:
+    """The ranking of :func:`pyfim_search` (the timed non-private baseline)."""
+    return pyfim_search(transactions, k=k, length=length, miner=miner)[0]
 
 
 @dataclass(frozen=True)
@@ -406,6 +415,7 @@ class UtilityCell:
     fnr_sd: float
     fnr_runs: list[float]
     rel_error_mean: float | None
+    rel_error_median: float | None
     abs_error_mean: float
     zero_count_share: float
     kernel_median_s: float
@@ -459,6 +469,7 @@ def utility_cell(
         fnr_sd=float(np.std(fnrs, ddof=1)) if runs > 1 else 0.0,
         fnr_runs=fnrs,
         rel_error_mean=float(np.mean(rel_errors)) if rel_errors else None,
+        rel_error_median=median(rel_errors) if rel_errors else None,
         abs_error_mean=float(np.mean(abs_errors)) if abs_errors else math.nan,
         zero_count_share=zero / released_total,
         kernel_median_s=median(seconds),
@@ -475,11 +486,11 @@ def run_utility(
         for method_number, method in enumerate(METHODS):
             seed = config.seed + 1000 * (100 * number + method_number)
             cell = utility_cell(data, side, truth, method, setting, runs=config.runs, seed=seed)
-            rel = "   n/a" if cell.rel_error_mean is None else f"{cell.rel_error_mean:6.2%}"
+            rel = "   n/a" if cell.rel_error_median is None else f"{cell.rel_error_median:6.2%}"
             print(
                 f"  {data.spec.name:10} {method:7} ε/2={setting.eps_half:<4} K={setting.k:<3} "
                 f"ℓ={setting.length}  FNR {cell.fnr_mean:5.3f} ± {cell.fnr_sd:5.3f}  "
-                f"rel.err {rel}  zero-count picks {cell.zero_count_share:5.1%}  "
+                f"median rel.err {rel}  zero-count picks {cell.zero_count_share:5.1%}  "
                 f"kernel {cell.kernel_median_s * 1e3:7.1f} ms",
                 flush=True,
             )
@@ -543,6 +554,7 @@ class DatasetSpeed:
     count_noisy_median_s: float
     cells: list[SpeedCell]
     baselines: list[BaselineTiming]
+    thresholds: dict[int, list[int]]
 
 
 def top_k_request(setting: Setting) -> TopKItemsetsRequest:
@@ -691,9 +703,12 @@ def time_dataset(
         cold, _ = timed(
             functools.partial(run.call, "em", Setting(DEFAULT.eps_half, SPEED_KS[0], SPEED_LENGTH))
         )
+        thresholds: dict[int, list[int]] = {}
         for k in SPEED_KS:  # unmeasured warm-up of the in-process paths
             for name in PYFIM_MINERS:
-                pyfim_top_k(data.transactions, k=k, length=SPEED_LENGTH, miner=name)
+                _, thresholds[k] = pyfim_search(
+                    data.transactions, k=k, length=SPEED_LENGTH, miner=name
+                )
             run_kernel_secure(side, "em", Setting(DEFAULT.eps_half, k, SPEED_LENGTH))
         for _ in range(config.warm_calls):
             for k in SPEED_KS:
@@ -729,6 +744,7 @@ def time_dataset(
         count_noisy_median_s=median(floor),
         cells=cells,
         baselines=baselines,
+        thresholds=thresholds,
     )
 
 
@@ -1028,6 +1044,7 @@ def plot_utility(cells: list[UtilityCell], datasets: Sequence[str], out: Path) -
             x, y, err = _series(cells, dataset, method, "eps_half")
             axis.errorbar(x, y, yerr=err, fmt=style, capsize=3, label=label)
         axis.set_xscale("log")
+        axis.set_xticks(list(EPS_HALF_GRID), [f"{e:g}" for e in EPS_HALF_GRID])
         axis.set_ylim(-0.03, 1.03)
         axis.set_title(f"{dataset} (K={DEFAULT.k}, ℓ={DEFAULT.length})")
         axis.set_xlabel("ε/2")
@@ -1047,6 +1064,7 @@ def plot_utility(cells: list[UtilityCell], datasets: Sequence[str], out: Path) -
                 x, y, err = _series(cells, dataset, method, vary)
                 axis.errorbar(x, y, yerr=err, fmt=style, capsize=3, label=label)
             axis.set_ylim(-0.03, 1.03)
+            axis.set_xticks(list(K_GRID if vary == "k" else LENGTH_GRID))
             axis.set_xlabel("K" if vary == "k" else "ℓ")
             axis.set_title(f"{dataset} (ε/2={DEFAULT.eps_half})")
             axis.grid(alpha=0.3)
@@ -1085,8 +1103,9 @@ def _rel(cells: list[UtilityCell], dataset: str, method: str, setting: Setting) 
             setting.length,
         ):
             share = f" ({c.zero_count_share:.0%} zero)" if c.zero_count_share > 0 else ""
-            rel = "n/a" if c.rel_error_mean is None else f"{c.rel_error_mean:.2%}"
-            return rel + share
+            if c.rel_error_mean is None or c.rel_error_median is None:
+                return "n/a" + share
+            return f"{c.rel_error_mean:.2%} / {c.rel_error_median:.2%}{share}"
     return "–"
 
 
@@ -1154,8 +1173,9 @@ def utility_lines(cells: list[UtilityCell], datasets: Sequence[str], runs: int) 
             lines.append(f"| {dataset} | {method} | {row} |")
     lines += [
         "",
-        "Mean relative error |ñ − c| / c of the released noisy counts (K = 10, ℓ = 3; itemsets "
-        "with true count 0 left out and their share given):",
+        "Relative error |ñ − c| / c of the released noisy counts, mean / median over the "
+        "released itemsets of all runs (K = 10, ℓ = 3; itemsets with true count 0 left out, "
+        "their share given; the mean is dominated by low-count picks where FNR is high):",
         "",
         "| dataset | method | " + " | ".join(f"ε/2={s.eps_half:g}" for s in eps) + " |",
         "|---|---|" + "---:|" * len(eps),
@@ -1203,9 +1223,10 @@ def speed_lines(
         "Non-private top-K miners (median ms over n runs; ✓ = same itemsets and counts as the "
         "true top K):",
         "",
-        "| dataset | K | " + " | ".join(miners) + " |",
-        "|---|---:|" + "---:|" * len(miners),
+        "| dataset | K | thresholds mined at | " + " | ".join(miners) + " |",
+        "|---|---:|---|" + "---:|" * len(miners),
     ]
+    tried = {(speed.dataset, k): t for speed in speeds for k, t in speed.thresholds.items()}
     keys = dict.fromkeys((b.dataset, b.k) for b in baselines)
     for dataset, k in keys:
         cells = []
@@ -1217,7 +1238,8 @@ def speed_lines(
             b = found[0]
             mark = " ✓" if b.matches_truth else " ✗"
             cells.append(f"{_ms(b.median_s)}{mark} (n={b.repeats})")
-        lines.append(f"| {dataset} | {k} | " + " | ".join(cells) + " |")
+        steps = ", ".join(str(t) for t in tried.get((dataset, k), []))
+        lines.append(f"| {dataset} | {k} | {steps} | " + " | ".join(cells) + " |")
     lines += [
         "",
         "| dataset | cold first DP call (load + index + em K=10), s | count.noisy over HTTP, ms |",
@@ -1238,8 +1260,9 @@ def profile_lines(profiles: list[ProfileResult]) -> list[str]:
     lines = [
         f"**Profile** of the worst cell per dataset over {RATIO_TARGET:g}x (cProfile of the "
         "server kernel in-process, per call, ms; phases are cumulative and may nest: exact "
-        "counts happen inside the tail reveal and after it). HTTP + ledger = DP over HTTP − "
-        "kernel in-process medians.",
+        "counts happen inside the tail reveal and after it). HTTP + ledger = median over the "
+        "rounds of (DP over HTTP − kernel in-process), measured back to back; count.noisy = "
+        "the served cost of the cheapest operation, for scale.",
         "",
         "| cell | kernel total | " + " | ".join(labels) + " | HTTP + ledger | count.noisy |",
         "|---|---:|" + "---:|" * (len(labels) + 2),
@@ -1277,7 +1300,9 @@ def markdown_report(
         f"pyfim {info.get('pyfim')}, mlxtend {info.get('mlxtend') or 'not installed'}, "
         f"uvicorn {info.get('uvicorn')}, SQLite {info['sqlite']}. Client, server and the "
         "in-process timings share the machine; load average (1/5/15 min) "
-        f"{info.get('load_average_start')} at start, {info.get('load_average_end')} at end.",
+        f"{info.get('load_average_start')} at start, "
+        f"{info.get('load_average_speed_start')} when the timings started, "
+        f"{info.get('load_average_end')} at end.",
         "",
         *dataset_lines(datas, truths),
         "",
@@ -1392,6 +1417,7 @@ class SpeedResults:
     mlxtend: list[BaselineTiming] = field(default_factory=list)
     rows: list[SpeedRow] = field(default_factory=list)
     profiles: list[ProfileResult] = field(default_factory=list)
+    load_average: tuple[float, float, float] | None = None
 
     @property
     def baselines(self) -> list[BaselineTiming]:
@@ -1409,6 +1435,7 @@ def run_speed(
     fpgrowth, _ = import_mlxtend_fpgrowth()
     results = SpeedResults()
     quiet(config)
+    results.load_average = load_average()
     with _stage("[2a] speed: real uvicorn server, kernel and pyfim, interleaved ..."):
         results.speeds = run_served(datas, sides, truths, config)
     with _stage("[2b] mlxtend fpgrowth ..."):
@@ -1447,6 +1474,7 @@ def main(argv: list[str] | None = None) -> int:
     plots = plot_utility(utility, names, config.out) if utility else []
     total = time.perf_counter() - started
     info["load_average_end"] = load_average()
+    info["load_average_speed_start"] = speed.load_average
     report = markdown_report(
         info=info,
         config=config,
