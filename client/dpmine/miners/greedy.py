@@ -141,6 +141,12 @@ class _SerenadeBase(BaseMiner):
             raise ValueError("x0_fraction must be in (0, 1)")
         if self.n_initial < 1:
             raise ValueError("n_initial must be at least 1")
+        for name in ("rounds", "tau"):
+            value = getattr(self, name, 1)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
+        if not 0 <= getattr(self, "min_jaccard", 0.0) <= 1:
+            raise ValueError("min_jaccard must be in [0, 1]")
 
     @property
     def _shares(self) -> tuple[float, float, float]:
@@ -170,7 +176,9 @@ class _SerenadeBase(BaseMiner):
         assert self.x0_fraction is not None
         counted = dataset.count(epsilon=self.count_epsilon)
         spent.receipts.append(counted.receipt)
-        return max(self.x0_fraction * max(counted.count, 1), 1.0)
+        # Clamped to the fraction of the public n_max, so x0 stays below n_max (post-processing).
+        ceiling = self.x0_fraction * dataset.schema.n_max
+        return min(max(self.x0_fraction * max(counted.count, 1), 1.0), ceiling)
 
     def _initial_pairs(
         self, dataset: DatasetHandle, x0: float, spent: _Spent
@@ -300,7 +308,7 @@ def _placeholder(schema: DatasetMetadata) -> Redescription:
                 return BoolLiteral(attribute=attribute.name)
             if isinstance(attribute, CategoricalAttribute):
                 return CatLiteral(attribute=attribute.name, category=attribute.categories[0])
-            if isinstance(attribute, NumericAttribute) and view == "right":
+            if isinstance(attribute, NumericAttribute):
                 return NumLiteral(attribute=attribute.name, lower=attribute.lo)
         raise ValueError(f"the {view} view has no attribute a Serenade query can start with")
 

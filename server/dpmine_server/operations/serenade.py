@@ -349,12 +349,14 @@ class _PairMaker:
 
 @dataclass(frozen=True, slots=True)
 class _Family:
-    """A numeric-threshold family: base mass 1 spread by §1.4's measure."""
+    """A numeric-threshold family: base mass exp(log_mass) (1 unless its pair's left literal
+    carries less) spread by §1.4's measure."""
 
     column: NumericColumn
     attribute: NumericAttribute
     negated: bool
     make: _ExtendMaker | _PairMaker
+    log_mass: float = 0.0
 
 
 class _Candidates:
@@ -394,7 +396,11 @@ def _sample(
         return (position, red), c * q
 
     kind, chosen = exponential_by_rejection(
-        explicit, np.zeros(len(families)), log_weight_bound=c, propose=propose, rng=rng
+        explicit,
+        np.asarray([family.log_mass for _position, family in families], dtype=np.float64),
+        log_weight_bound=c,
+        propose=propose,
+        rng=rng,
     )
     if kind == "family":
         assert not isinstance(chosen, int)
@@ -657,7 +663,8 @@ def _pair_candidates(
                 continue
             rows = left_rows[index]
             for negated in polarities:
-                family = _Family(column, attribute, negated, _PairMaker(left, rows))
+                maker = _PairMaker(left, rows)
+                family = _Family(column, attribute, negated, maker, float(left_masses[index]))
                 candidates.families.append(family)
     return candidates
 

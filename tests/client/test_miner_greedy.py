@@ -1,0 +1,576 @@
+"""The Serenade miners ``SerenadeES``, ``SerenadeCS`` and ``NoSens`` (ALGORITHMS.md §2.5; DESIGN.md
+"Client miners") against the real application in-process (``create_app`` + ``TestClient`` handed
+to ``dpmine.connect``).
+
+* ``plan`` lists the exact calls (ES: initial pairs, K extend rounds, I quality calls; CS: initial
+  pairs, then per pair one quality call and τ × (extend, quality); ``x0_fraction`` adds a noisy
+  row count) and prices them on the server, charging nothing: ES and the CS upper bound cost ε
+  (+ the count's ε).
+* ``mine`` refuses a plan that does not fit (nothing charged); ES spends exactly its plan, CS at
+  most its plan; ``budget_spent_`` equals the sum of the receipts and the ledger holds exactly
+  the receipts' entries. The CS chains follow Algorithm 1, checked against the ledger's releases.
+* On a generated two-view dataset with planted structure ([smoker] ⇔ [sick], [sporty] ⇔ high
+  score, [region = north] ⇔ young age), a high-ε run finds a redescription of true Jaccard ≥ 0.8.
+
+The server's selections are seeded (test mode); released counts come from OpenDP (unseedable),
+so assertions on noisy values use bands with failure probability below 1e-9.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import warnings
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from starlette.exceptions import StarletteDeprecationWarning
+
+import dpmine
+from dpmine.miners import NoSens, NotMinedError, SerenadeCS, SerenadeES
+from dpmine.queries import format_redescription
+from dpmine.wire import (
+    AnyAttribute,
+    BooleanAttribute,
+    CategoricalAttribute,
+    ComputeQualityRequest,
+    CreateDatasetRequest,
+    CsvSource,
+    DatasetMetadata,
+    ExtendOneRequest,
+    InitialPairsRequest,
+    LedgerEntryInfo,
+    NoisyCountRequest,
+    NumericAttribute,
+    Redescription,
+    SerenadeOptions,
+)
+from dpmine_server.app import create_app
+from dpmine_server.data.loaders import load_store
+from dpmine_server.dp.budget import Epsilon
+from dpmine_server.dp.rng import seeded_generator
+from dpmine_server.operations.redescriptions import support_cells
+from dpmine_server.settings import Settings
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", StarletteDeprecationWarning)
+    from fastapi.testclient import TestClient
+
+BASE_URL = "http://testserver"
+OWNER_KEY = "serenade-miner-owner-key-0123456789"
+N_ROWS = 200
+N_MAX = 1000
+GRANT = 500.0
+REGIONS = ["north", "south", "east", "west"]
+X0 = 20.0
+#: One pico-epsilon per call at most: each call's ε is rounded up to whole 1e-12 units.
+PICO = Decimal("1e-12")
+
+
+def generated_rows() -> list[dict[str, str]]:
+    """200 rows with planted structure (seeded): sick ≈ smoker, score ≥ 55 ≈ sporty, age < 38
+    ≈ region north; a few missing ages."""
+    rng = seeded_generator(2024)
+    rows = []
+    for index in range(N_ROWS):
+        smoker = bool(rng.random() < 0.35)
+        sporty = bool(rng.random() < 0.4)
+        region = REGIONS[int(rng.integers(0, 4))]
+        sick = smoker != bool(rng.random() < 0.05)
+        score = rng.uniform(60, 95) if sporty else rng.uniform(5, 50)
+        age = rng.uniform(20, 35) if region == "north" else rng.uniform(40, 90)
+        rows.append(
+            {
+                "smoker": "yes" if smoker else "no",
+                "region": region,
+                "sporty": "1" if sporty else "0",
+                "sick": "true" if sick else "false",
+                "score": f"{score:.2f}",
+                "age": "" if index % 23 == 0 else f"{age:.1f}",
+            }
+        )
+    return rows
+
+
+def two_view_metadata() -> DatasetMetadata:
+    attributes: list[AnyAttribute] = [
+        BooleanAttribute(name="smoker", view="left"),
+        CategoricalAttribute(name="region", view="left", categories=REGIONS),
+        BooleanAttribute(name="sporty", view="left"),
+        BooleanAttribute(name="sick", view="right"),
+        NumericAttribute(name="score", view="right", lo=0.0, hi=100.0),
+        NumericAttribute(name="age", view="right", lo=0.0, hi=100.0),
+    ]
+    return DatasetMetadata(kind="views", n_max=N_MAX, attributes=attributes)
+
+
+def write_csv(path: Path, rows: list[dict[str, str]]) -> Path:
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> FastAPI:
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'miner.sqlite3'}",
+        data_dir=tmp_path / "data",
+        bootstrap_owner_key=OWNER_KEY,
+        secret_key="serenade-miner-tests-secret-0123456789",
+        environment="test",
+        test_seed=4242,
+        job_workers=1,
+    )
+    return create_app(settings)
+
+
+@pytest.fixture
+def http(app: FastAPI) -> Iterator[TestClient]:
+    with TestClient(app, base_url=BASE_URL, raise_server_exceptions=False) as client:
+        yield client
+
+
+@pytest.fixture
+def owner(http: TestClient) -> dpmine.Connection:
+    return dpmine.connect(BASE_URL, OWNER_KEY, http=http, retries=0)
+
+
+def register(
+    owner: dpmine.Connection,
+    http: TestClient,
+    folder: Path,
+    *,
+    dataset_id: str,
+    analyst: str,
+    grant: float,
+    metadata: DatasetMetadata | None = None,
+    rows: list[dict[str, str]] | None = None,
+) -> dpmine.DatasetHandle:
+    """Upload the generated rows as ``dataset_id``; ``analyst`` gets ``grant`` on it."""
+    path = write_csv(folder / f"{dataset_id}.csv", rows or generated_rows())
+    request = CreateDatasetRequest(
+        id=dataset_id,
+        name="generated two views",
+        epsilon_cap=1000.0,
+        metadata=metadata or two_view_metadata(),
+        source=CsvSource(path=path.name),
+    )
+    owner.admin.upload_dataset(request, {"path": path})
+    key = owner.admin.add_principal(analyst, "analyst").api_key
+    owner.admin.grant(dataset_id, analyst, grant)
+    return dpmine.connect(BASE_URL, key, http=http, retries=0).dataset(dataset_id)
+
+
+@pytest.fixture
+def people(owner: dpmine.Connection, http: TestClient, tmp_path: Path) -> dpmine.DatasetHandle:
+    return register(owner, http, tmp_path, dataset_id="people", analyst="ann", grant=GRANT)
+
+
+def exact_total(plan_calls: list[Any]) -> Decimal:
+    return sum((Decimal(call.epsilon_exact) for call in plan_calls), Decimal(0))
+
+
+def operations(entries: list[LedgerEntryInfo]) -> list[str]:
+    return [entry.operation for entry in sorted(entries, key=lambda e: e.id)]
+
+
+def true_jaccard(red: Redescription, folder: Path) -> float:
+    """The exact Jaccard of a redescription on the generated rows (test-side knowledge)."""
+    path = write_csv(folder / "truth.csv", generated_rows())
+    store, _report = load_store(two_view_metadata(), CsvSource(path=path.name), base_dir=folder)
+    e11, e10, e01, _e00 = support_cells(store, red)
+    union = e11 + e10 + e01
+    return e11 / union if union else 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# plan
+
+
+def test_es_plan_lists_the_exact_calls_and_charges_nothing(
+    people: dpmine.DatasetHandle, owner: dpmine.Connection
+) -> None:
+    miner = SerenadeES(epsilon=1.0, n_initial=4, rounds=6, x0=X0)
+    plan = miner.plan(people)
+    ops = [call.operation for call in plan.calls]
+    assert (
+        ops
+        == ["serenade.initial_pairs"] + ["serenade.extend_one"] * 6 + ["red.compute_quality"] * 4
+    )
+    pairs = InitialPairsRequest.model_validate(plan.calls[0].request)
+    assert (pairs.count, pairs.epsilon, pairs.quality.x0, pairs.quality.s) == (4, 0.6, X0, None)
+    assert pairs.quality.function == "serenade"
+    for call in plan.calls[1:7]:
+        extend = ExtendOneRequest.model_validate(call.request)
+        assert extend.mode == "es"
+        assert len(extend.collection) == 4
+        assert extend.epsilon == pytest.approx(0.3 / 6, rel=1e-15)
+    for call in plan.calls[7:]:
+        quality = ComputeQualityRequest.model_validate(call.request)
+        assert (quality.epsilon, quality.mode) == (0.1 / 4, "cells")
+    assert Decimal(plan.estimate.total_epsilon_exact) == Decimal(1)
+    assert exact_total(plan.estimate.calls) == Decimal(1)
+    assert plan.total_epsilon == 1.0
+    assert plan.fits
+    assert owner.admin.ledger("people") == []
+    assert people.budget().grant_spent == 0.0
+    with pytest.raises(NotMinedError):
+        _ = miner.receipts_
+    with pytest.raises(NotMinedError):
+        miner.displayed()
+
+
+def test_cs_plan_is_the_upper_bound(people: dpmine.DatasetHandle) -> None:
+    miner = SerenadeCS(epsilon=1.0, n_initial=3, tau=2, x0=X0, split=(0.5, 0.3, 0.2))
+    plan = miner.plan(people)
+    chain = ["red.compute_quality"] + ["serenade.extend_one", "red.compute_quality"] * 2
+    assert [call.operation for call in plan.calls] == ["serenade.initial_pairs", *chain * 3]
+    assert InitialPairsRequest.model_validate(plan.calls[0].request).epsilon == 0.5
+    extends = [c for c in plan.calls if c.operation == "serenade.extend_one"]
+    qualities = [c for c in plan.calls if c.operation == "red.compute_quality"]
+    for call in extends:
+        request = ExtendOneRequest.model_validate(call.request)
+        assert request.mode == "cs"
+        assert len(request.collection) == 1
+        assert request.epsilon == pytest.approx(0.3 / (2 * 3), rel=1e-15)  # ε_ext/(τI)
+    for call in qualities:
+        # [REC]: ε_qual/((τ+1)I), the τ+1 quality calls of a chain are all counted.
+        assert ComputeQualityRequest.model_validate(call.request).epsilon == pytest.approx(
+            0.2 / (3 * 3), rel=1e-15
+        )
+    total = Decimal(plan.estimate.total_epsilon_exact)
+    assert total == exact_total(plan.estimate.calls)
+    assert Decimal(1) <= total <= Decimal(1) + len(plan.calls) * PICO
+
+
+def test_x0_fraction_buys_a_noisy_row_count_first(people: dpmine.DatasetHandle) -> None:
+    miner = SerenadeES(epsilon=2.0, n_initial=2, rounds=3, x0_fraction=0.1, count_epsilon=0.25)
+    plan = miner.plan(people)
+    assert [call.operation for call in plan.calls][:2] == [
+        "count.noisy",
+        "serenade.initial_pairs",
+    ]
+    count = NoisyCountRequest.model_validate(plan.calls[0].request)
+    assert count.epsilon == 0.25
+    assert count.predicate is None
+    # The plan is priced with the public x0 = fraction × n_max (costs do not depend on x0).
+    pairs = InitialPairsRequest.model_validate(plan.calls[1].request)
+    assert pairs.quality.x0 == 0.1 * N_MAX
+    total = Decimal(plan.estimate.total_epsilon_exact)
+    assert Decimal("2.25") <= total <= Decimal("2.25") + len(plan.calls) * PICO
+
+    cs = SerenadeCS(epsilon=1.0, n_initial=2, tau=1, x0_fraction=0.1, count_epsilon=0.5)
+    assert cs.plan(people).calls[0].operation == "count.noisy"
+    cs_total = Decimal(cs.plan(people).estimate.total_epsilon_exact)
+    assert Decimal("1.5") <= cs_total <= Decimal("1.5") + 20 * PICO
+
+
+def test_nosens_plan_uses_the_jaccard_quality(people: dpmine.DatasetHandle) -> None:
+    plan = NoSens(epsilon=1.0, n_initial=2, rounds=2, x0=X0).plan(people)
+    assert [call.operation for call in plan.calls] == [
+        "serenade.initial_pairs",
+        "serenade.extend_one",
+        "serenade.extend_one",
+        "red.compute_quality",
+        "red.compute_quality",
+    ]
+    pairs = InitialPairsRequest.model_validate(plan.calls[0].request)
+    extend = ExtendOneRequest.model_validate(plan.calls[1].request)
+    assert pairs.quality.function == extend.quality.function == "jaccard"
+    assert Decimal(plan.estimate.total_epsilon_exact) == Decimal(1)
+
+
+def test_options_are_passed_on(people: dpmine.DatasetHandle) -> None:
+    options = SerenadeOptions(
+        operators=["and"], negations=True, max_literals=2, threshold_mode="grid"
+    )
+    plan = SerenadeES(n_initial=2, rounds=1, x0=X0, steepness=0.05, options=options).plan(people)
+    for call in plan.calls[:2]:
+        request = call.request
+        assert request["options"] == options.model_dump(mode="json")
+        assert request["quality"]["s"] == 0.05
+
+
+# --------------------------------------------------------------------------------------------
+# mine
+
+
+def test_es_mine_spends_exactly_the_plan(
+    people: dpmine.DatasetHandle, owner: dpmine.Connection, tmp_path: Path
+) -> None:
+    miner = SerenadeES(epsilon=40.0, n_initial=4, rounds=8, x0=X0)
+    plan = miner.plan(people)
+    assert miner.mine(people) is miner
+    receipts = miner.receipts_
+    assert [r.operation for r in receipts] == [call.operation for call in plan.calls]
+    assert [r.epsilon_exact for r in receipts] == [c.epsilon_exact for c in plan.estimate.calls]
+    spent = sum((Decimal(r.epsilon_exact) for r in receipts), Decimal(0))
+    assert spent == Decimal(plan.estimate.total_epsilon_exact) == Decimal(40)
+    assert miner.budget_spent_ == float(spent) == 40.0
+    assert people.budget().grant_spent == 40.0
+    ledger = owner.admin.ledger("people")
+    assert sorted(entry.id for entry in ledger) == sorted(r.ledger_entry_id for r in receipts)
+    assert all(entry.status == "released" for entry in ledger)
+    # Always I redescriptions; the planted structure is found at this ε.
+    assert len(miner.redescriptions_) == 4
+    assert miner.x0_ == X0
+    assert set(miner.threshold_modes_) <= {"continuous", "grid"}
+    best = max(true_jaccard(r.redescription, tmp_path) for r in miner.redescriptions_)
+    assert best >= 0.8, [format_redescription(r.redescription) for r in miner.redescriptions_]
+    # The ES collection evolves by the released extend steps, in order.
+    releases = [e.release for e in sorted(ledger, key=lambda e: e.id)]
+    pairs = releases[0]
+    assert pairs is not None
+    collection = [Redescription.model_validate(p) for p in pairs["pairs"]]
+    for release in releases[1:9]:
+        assert release is not None
+        collection[release["position"]] = Redescription.model_validate(release["redescription"])
+    assert [r.redescription for r in miner.redescriptions_] == collection
+
+
+def chains_of(entries: list[LedgerEntryInfo], min_jaccard: float, tau: int) -> list[list[str]]:
+    """Split a CS run's ledger into chains and check Algorithm 1 on the released values: a chain
+    starts with a quality call, extends while its noisy J ≥ J_min (at most τ times), and measures
+    again only after an extension that changed the redescription."""
+    ordered = sorted(entries, key=lambda e: e.id)
+    assert ordered[0].operation == "serenade.initial_pairs"
+    chains: list[list[str]] = []
+    index = 1
+    while index < len(ordered):
+        entry = ordered[index]
+        assert entry.operation == "red.compute_quality", "a chain starts with a quality call"
+        assert entry.release is not None
+        jaccard = float(entry.release["statistics"]["jaccard"])
+        chain = [entry.operation]
+        index += 1
+        extends = 0
+        while jaccard >= min_jaccard and extends < tau:
+            assert ordered[index].operation == "serenade.extend_one"
+            release = ordered[index].release
+            assert release is not None
+            chain.append("serenade.extend_one")
+            extends += 1
+            index += 1
+            if release["changed"]:
+                measured = ordered[index]
+                assert measured.operation == "red.compute_quality"
+                assert measured.release is not None
+                jaccard = float(measured.release["statistics"]["jaccard"])
+                chain.append(measured.operation)
+                index += 1
+        chains.append(chain)
+    return chains
+
+
+def test_cs_mine_spends_at_most_the_plan(
+    people: dpmine.DatasetHandle, owner: dpmine.Connection
+) -> None:
+    miner = SerenadeCS(epsilon=30.0, n_initial=4, tau=3, x0=X0, min_jaccard=0.3)
+    plan = miner.plan(people)
+    miner.mine(people)
+    receipts = miner.receipts_
+    spent = sum((Decimal(r.epsilon_exact) for r in receipts), Decimal(0))
+    assert spent <= Decimal(plan.estimate.total_epsilon_exact)
+    assert miner.budget_spent_ == float(spent)
+    assert people.budget().grant_spent == pytest.approx(float(spent), abs=1e-9)
+    ledger = owner.admin.ledger("people")
+    assert sorted(e.id for e in ledger) == sorted(r.ledger_entry_id for r in receipts)
+    chains = chains_of(ledger, 0.3, 3)
+    assert len(chains) == 4
+    assert len(miner.redescriptions_) <= 4
+    assert all(found.noisy_jaccard >= 0.3 for found in miner.redescriptions_)
+
+
+def test_x0_fraction_mine(people: dpmine.DatasetHandle) -> None:
+    miner = SerenadeES(
+        epsilon=2.0,
+        n_initial=2,
+        rounds=2,
+        x0_fraction=0.1,
+        count_epsilon=1.0,
+        split=(0.4, 0.4, 0.2),
+    )
+    miner.mine(people)
+    assert miner.receipts_[0].operation == "count.noisy"
+    # Noisy count at ε = 1 (discrete Laplace of scale 1): |error| < 25 w.p. > 1 − 1e-10.
+    assert abs(miner.x0_ - 0.1 * N_ROWS) < 2.5
+    assert miner.budget_spent_ == pytest.approx(3.0, abs=1e-9)
+
+
+def test_nosens_mine(people: dpmine.DatasetHandle, owner: dpmine.Connection) -> None:
+    miner = NoSens(epsilon=5.0, n_initial=3, rounds=3, x0=X0)
+    miner.mine(people)
+    assert len(miner.redescriptions_) == 3
+    for entry in owner.admin.ledger("people"):
+        if entry.operation.startswith("serenade."):
+            assert entry.parameters["quality"]["function"] == "jaccard"
+
+
+def test_a_plan_that_does_not_fit_is_refused_and_nothing_is_charged(
+    owner: dpmine.Connection, http: TestClient, tmp_path: Path
+) -> None:
+    tight = register(owner, http, tmp_path, dataset_id="tight", analyst="bea", grant=1.0)
+    for miner in (
+        SerenadeES(epsilon=1.0, n_initial=2, rounds=2, x0_fraction=0.1, count_epsilon=0.05),
+        SerenadeCS(epsilon=1.5, n_initial=2, tau=2, x0=X0),
+    ):
+        assert not miner.plan(tight).fits
+        with pytest.raises(dpmine.BudgetExhaustedError, match="nothing was spent"):
+            miner.mine(tight)
+        assert not hasattr(miner, "redescriptions_")
+        with pytest.raises(NotMinedError):
+            _ = miner.receipts_
+    assert owner.admin.ledger("tight") == []
+    assert tight.budget().grant_spent == 0.0
+    # Exactly the grant fits, and ES spends all of it.
+    fitting = SerenadeES(epsilon=1.0, n_initial=2, rounds=2, x0=X0)
+    fitting.mine(tight)
+    assert fitting.budget_spent_ == 1.0
+    assert tight.budget().remaining_epsilon == 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# results
+
+
+def test_displayed_and_exports(people: dpmine.DatasetHandle, tmp_path: Path) -> None:
+    miner = SerenadeES(epsilon=20.0, n_initial=5, rounds=5, x0=X0)
+    miner.mine(people)
+    found = miner.redescriptions_
+    assert miner.displayed(min_jaccard=0.0) == found
+    assert miner.displayed(min_jaccard=1.01) == []
+    assert miner.displayed() == [r for r in found if r.noisy_jaccard >= 0.3]
+    middle = sorted(r.noisy_jaccard for r in found)[2]
+    assert all(r.noisy_jaccard >= middle for r in miner.displayed(min_jaccard=middle))
+
+    json_path = tmp_path / "serenade.json"
+    miner.to_json(json_path)
+    payload = json.loads(json_path.read_text())
+    assert [r["left"] for r in payload["redescriptions"]] == [r.left for r in found]
+    assert [r["right"] for r in payload["redescriptions"]] == [r.right for r in found]
+    for item, mined in zip(payload["redescriptions"], found, strict=True):
+        assert Redescription.model_validate(item["query"]) == mined.redescription
+        assert item["noisy_statistics"] == mined.statistics.model_dump(mode="json")
+    assert [r["ledger_entry_id"] for r in payload["receipts"]] == [
+        r.ledger_entry_id for r in miner.receipts_
+    ]
+
+    csv_path = tmp_path / "serenade.csv"
+    miner.to_csv(csv_path)
+    rows = list(csv.reader(io.StringIO(csv_path.read_text())))
+    assert rows[0] == ["left", "right", "noisy_support", "noisy_union", "noisy_jaccard", "p_value"]
+    assert len(rows) == len(found) + 1
+    for row, mined in zip(rows[1:], found, strict=True):
+        assert row[:2] == [mined.left, mined.right]
+        assert int(row[2]) == mined.statistics.support
+        assert int(row[3]) == mined.statistics.union
+        assert float(row[4]) == pytest.approx(mined.noisy_jaccard, rel=1e-5)
+        assert mined.statistics.p_value is not None
+        assert float(row[5]) == pytest.approx(mined.statistics.p_value, rel=1e-5)
+
+
+def test_exports_before_mining_are_refused(tmp_path: Path) -> None:
+    miner = SerenadeCS(x0=X0)
+    with pytest.raises(NotMinedError):
+        miner.to_json(tmp_path / "x.json")
+    with pytest.raises(NotMinedError):
+        miner.to_csv(tmp_path / "x.csv")
+    assert not (tmp_path / "x.json").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# parameter validation
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        ({"x0": X0, "split": (0.5, 0.5, 0.5)}, "split"),
+        ({"x0": X0, "split": (0.0, 0.5, 0.5)}, "split"),
+        ({"x0": X0, "split": (1.2, -0.1, -0.1)}, "split"),
+        ({}, "exactly one of x0"),
+        ({"x0": X0, "x0_fraction": 0.1}, "exactly one of x0"),
+        ({"x0_fraction": 0.0}, "x0_fraction"),
+        ({"x0_fraction": 1.0}, "x0_fraction"),
+        ({"x0": X0, "n_initial": 0}, "n_initial"),
+    ],
+)
+def test_invalid_parameters_are_refused_before_any_call(
+    people: dpmine.DatasetHandle,
+    owner: dpmine.Connection,
+    parameters: dict[str, Any],
+    message: str,
+) -> None:
+    for miner in (SerenadeES(**parameters), SerenadeCS(**parameters), NoSens(**parameters)):
+        with pytest.raises(ValueError, match=message):
+            miner.plan(people)
+        with pytest.raises(ValueError, match=message):
+            miner.mine(people)
+    assert owner.admin.ledger("people") == []
+
+
+@pytest.mark.parametrize(
+    "miner",
+    [SerenadeES(x0=X0, rounds=0), SerenadeCS(x0=X0, tau=0), NoSens(x0=X0, rounds=0)],
+    ids=["es-rounds", "cs-tau", "nosens-rounds"],
+)
+def test_zero_rounds_are_a_parameter_error(
+    people: dpmine.DatasetHandle, miner: SerenadeES | SerenadeCS
+) -> None:
+    """K ≥ 1 and τ ≥ 1 (§2.5): a zero must be refused as a parameter error (ValueError), not
+    crash in the budget split."""
+    with pytest.raises(ValueError, match=r"rounds|tau"):
+        miner.plan(people)
+
+
+def test_server_side_validation_is_refused_and_nothing_charged(
+    people: dpmine.DatasetHandle, owner: dpmine.Connection
+) -> None:
+    with pytest.raises(dpmine.InvalidRequestError, match="n_max"):
+        SerenadeES(x0=float(N_MAX), n_initial=2, rounds=1).plan(people)
+    grid_only = SerenadeOptions(threshold_mode="continuous")
+    with pytest.raises(dpmine.InvalidRequestError, match="continuous"):
+        # ε_init/I = 60 per draw: far above the exact-rejection limit.
+        SerenadeES(epsilon=100.0, n_initial=1, rounds=1, x0=X0, options=grid_only).plan(people)
+    with pytest.raises(dpmine.InvalidRequestError, match="continuous"):
+        SerenadeES(epsilon=100.0, n_initial=1, rounds=1, x0=X0, options=grid_only).mine(people)
+    assert owner.admin.ledger("people") == []
+
+
+def test_a_numeric_only_left_view_can_be_planned_and_mined(
+    owner: dpmine.Connection, http: TestClient, tmp_path: Path
+) -> None:
+    """§2.3 [REC]: numeric left literals go on the public grid, so the server serves a left view
+    without Boolean or categorical attributes; the miners must be able to price such a run."""
+    metadata = DatasetMetadata(
+        kind="views",
+        n_max=N_MAX,
+        attributes=[
+            NumericAttribute(name="age", view="left", lo=0.0, hi=100.0),
+            BooleanAttribute(name="sick", view="right"),
+            NumericAttribute(name="score", view="right", lo=0.0, hi=100.0),
+        ],
+    )
+    rows = [{k: row[k] for k in ("age", "sick", "score")} for row in generated_rows()]
+    numeric = register(
+        owner,
+        http,
+        tmp_path,
+        dataset_id="numeric-left",
+        analyst="cyd",
+        grant=10.0,
+        metadata=metadata,
+        rows=rows,
+    )
+    miner = SerenadeES(epsilon=1.0, n_initial=2, rounds=2, x0=X0)
+    assert miner.plan(numeric).fits
+    miner.mine(numeric)
+    assert len(miner.redescriptions_) == 2
+    assert Epsilon.charge(miner.budget_spent_) == Epsilon.charge(1.0)

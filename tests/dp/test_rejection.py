@@ -1,0 +1,240 @@
+"""``exponential_by_rejection``: exact EM over explicit candidates plus continuous families by
+rejection from the base measure (ALGORITHMS.md §7 "exact EM by rejection", §0.3).
+
+The families here propose from a *discrete* base measure with known probabilities, so the exact
+target law p(explicit k) ∝ e^{w_k}, p(family f, value x) ∝ m_f·π_f(x)·e^{ℓ_f(x)} is computable
+and the sampler is checked against it with a chi-square test (fixed seeds; each test's p-value
+threshold is 1e-6, so a correct sampler fails with probability below 1e-6 per seed).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections import Counter
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from scipy.stats import chisquare
+
+from dpmine_server.dp.mechanisms import exponential_by_rejection
+from dpmine_server.dp.rng import seeded_generator
+
+SAMPLES = 20_000
+P_VALUE_FLOOR = 1e-6
+MIN_EXPECTED = 5.0
+
+
+@dataclass(frozen=True)
+class Family:
+    """A proposal over named values: probabilities π(x) and log-weights ℓ(x)."""
+
+    values: tuple[str, ...]
+    probabilities: tuple[float, ...]
+    log_weights: tuple[float, ...]
+
+    def propose(self, rng: np.random.Generator) -> tuple[str, float]:
+        cumulative = itertools.accumulate(self.probabilities)
+        index = min(bisect.bisect_right(list(cumulative), rng.random()), len(self.values) - 1)
+        return self.values[index], self.log_weights[index]
+
+
+EXPLICIT = (0.2, -math.inf, 1.1, -0.7, 0.0)
+FAMILIES = (
+    Family(("a", "b", "c"), (0.5, 0.3, 0.2), (0.0, 1.0, 2.0)),
+    Family(("d", "e"), (0.9, 0.1), (-1.0, 1.5)),
+)
+FAMILY_LOG_MASSES = (math.log(0.8), math.log(1.5))
+
+
+def exact_law(
+    explicit: Sequence[float], families: Sequence[Family], log_masses: Sequence[float]
+) -> dict[Hashable, float]:
+    """The EM target, computed directly from its definition."""
+    weights: dict[Hashable, float] = {}
+    for index, w in enumerate(explicit):
+        weights[("explicit", index)] = math.exp(w)
+    for f, (family, log_mass) in enumerate(zip(families, log_masses, strict=True)):
+        for value, p, lw in zip(
+            family.values, family.probabilities, family.log_weights, strict=True
+        ):
+            key = ("family", (f, value))
+            weights[key] = weights.get(key, 0.0) + math.exp(log_mass) * p * math.exp(lw)
+    total = sum(weights.values())
+    return {key: w / total for key, w in weights.items()}
+
+
+def draw(
+    explicit: Sequence[float],
+    families: Sequence[Family],
+    log_masses: Sequence[float],
+    *,
+    bound: float,
+    samples: int,
+    seed: int,
+) -> tuple[Counter[Hashable], int]:
+    """``samples`` draws; also returns how many proposals the families made."""
+    rng = seeded_generator(seed)
+    proposals = 0
+
+    def propose(f: int, generator: np.random.Generator) -> tuple[tuple[int, str], float]:
+        nonlocal proposals
+        proposals += 1
+        value, log_weight = families[f].propose(generator)
+        return (f, value), log_weight
+
+    counts: Counter[Hashable] = Counter()
+    for _ in range(samples):
+        kind, chosen = exponential_by_rejection(
+            np.asarray(explicit, dtype=np.float64),
+            np.asarray(log_masses, dtype=np.float64),
+            log_weight_bound=bound,
+            propose=propose,
+            rng=rng,
+        )
+        counts[(kind, chosen)] += 1
+    return counts, proposals
+
+
+def assert_matches(counts: Counter[Hashable], law: dict[Hashable, float]) -> None:
+    """Every outcome has positive exact probability and the chi-square p-value is not tiny
+    (cells with expected count below 5 are pooled)."""
+    total = sum(counts.values())
+    unexpected = [key for key in counts if law.get(key, 0.0) == 0.0]
+    assert not unexpected, f"outcomes of probability zero were drawn: {unexpected}"
+    observed: list[float] = []
+    expected: list[float] = []
+    pooled_observed = pooled_expected = 0.0
+    for key, p in law.items():
+        if p == 0.0:
+            continue
+        if p * total < MIN_EXPECTED:
+            pooled_observed += counts[key]
+            pooled_expected += p * total
+        else:
+            observed.append(counts[key])
+            expected.append(p * total)
+    if pooled_expected > 0.0:
+        observed.append(pooled_observed)
+        expected.append(pooled_expected)
+    assert len(observed) >= 2
+    result = chisquare(observed, expected)
+    assert result.pvalue > P_VALUE_FLOOR, (result, dict(counts), law)
+
+
+@pytest.mark.parametrize(
+    ("bound", "seed"),
+    [(2.0, 11), (4.0, 12)],
+    ids=["tight-bound", "loose-bound"],
+)
+def test_mixture_matches_the_exact_law(bound: float, seed: int) -> None:
+    law = exact_law(EXPLICIT, FAMILIES, FAMILY_LOG_MASSES)
+    counts, proposals = draw(
+        EXPLICIT, FAMILIES, FAMILY_LOG_MASSES, bound=bound, samples=SAMPLES, seed=seed
+    )
+    assert counts[("explicit", 1)] == 0  # weight −inf: never chosen
+    assert_matches(counts, law)
+    # Proposals follow the envelope: each round picks a family with probability
+    # E_f / (E_x + E_f), and the run ends on acceptance. Check the mean loosely (±25 %).
+    envelope_families = sum(math.exp(m + bound) for m in FAMILY_LOG_MASSES)
+    envelope_explicit = sum(math.exp(w) for w in EXPLICIT)
+    accepted_mass = sum(
+        math.exp(m) * p * math.exp(lw)
+        for family, m in zip(FAMILIES, FAMILY_LOG_MASSES, strict=True)
+        for p, lw in zip(family.probabilities, family.log_weights, strict=True)
+    )
+    rounds = (envelope_explicit + envelope_families) / (envelope_explicit + accepted_mass)
+    expected_proposals = (
+        SAMPLES * rounds * envelope_families / (envelope_explicit + envelope_families)
+    )
+    assert proposals == pytest.approx(expected_proposals, rel=0.25)
+
+
+def test_loose_bound_costs_more_proposals_for_the_same_law() -> None:
+    _, tight = draw(EXPLICIT, FAMILIES, FAMILY_LOG_MASSES, bound=2.0, samples=4000, seed=13)
+    _, loose = draw(EXPLICIT, FAMILIES, FAMILY_LOG_MASSES, bound=4.0, samples=4000, seed=13)
+    assert loose > 2 * tight
+
+
+def test_explicit_candidates_only() -> None:
+    explicit = (0.0, 0.5, -math.inf, 2.0)
+    law = exact_law(explicit, (), ())
+    counts, proposals = draw(explicit, (), (), bound=0.0, samples=SAMPLES, seed=14)
+    assert proposals == 0
+    assert counts[("explicit", 2)] == 0
+    assert_matches(counts, law)
+
+
+def test_families_only() -> None:
+    families = FAMILIES[::-1]
+    masses = (0.0, math.log(3.0))
+    law = exact_law((), families, masses)
+    counts, _ = draw((), families, masses, bound=2.0, samples=SAMPLES, seed=15)
+    assert_matches(counts, law)
+
+
+def test_a_family_of_mass_zero_is_never_proposed() -> None:
+    masses = (-math.inf, 0.0)
+    law = exact_law(EXPLICIT, FAMILIES, masses)
+    counts, _ = draw(EXPLICIT, FAMILIES, masses, bound=2.0, samples=SAMPLES, seed=16)
+    assert not any(
+        key[1][0] == 0 for key in counts if isinstance(key, tuple) and key[0] == "family"
+    )
+    assert_matches(counts, law)
+
+
+def test_a_proposal_above_the_bound_raises() -> None:
+    rng = seeded_generator(17)
+
+    def propose(_f: int, _generator: np.random.Generator) -> tuple[str, float]:
+        return "too heavy", 1.5
+
+    with pytest.raises(ValueError, match="exceeds log_weight_bound"):
+        exponential_by_rejection(
+            np.zeros(0), np.zeros(1), log_weight_bound=1.0, propose=propose, rng=rng
+        )
+    # Equal to the bound (up to float noise) is fine and always accepted.
+    kind, chosen = exponential_by_rejection(
+        np.zeros(0),
+        np.zeros(1),
+        log_weight_bound=1.5,
+        propose=propose,
+        rng=rng,
+    )
+    assert (kind, chosen) == ("family", "too heavy")
+
+
+@pytest.mark.parametrize(
+    ("explicit", "masses", "message"),
+    [
+        ((), (), "at least one candidate"),
+        ((-math.inf, -math.inf), (), "at least one candidate"),
+        ((-math.inf,), (-math.inf,), "at least one candidate"),
+        ((0.0, math.nan), (), "finite or -inf"),
+        ((0.0, math.inf), (), "finite or -inf"),
+        ((0.0,), (math.inf,), "finite or -inf"),
+    ],
+)
+def test_invalid_weights_raise(
+    explicit: tuple[float, ...], masses: tuple[float, ...], message: str
+) -> None:
+    def propose(_f: int, _generator: np.random.Generator) -> tuple[str, float]:
+        return "x", 0.0
+
+    with pytest.raises(ValueError, match=message):
+        exponential_by_rejection(
+            np.asarray(explicit, dtype=np.float64),
+            np.asarray(masses, dtype=np.float64),
+            log_weight_bound=0.0,
+            propose=propose,
+            rng=seeded_generator(18),
+        )
+
+
+def test_same_seed_same_draws() -> None:
+    first, _ = draw(EXPLICIT, FAMILIES, FAMILY_LOG_MASSES, bound=2.0, samples=500, seed=19)
+    second, _ = draw(EXPLICIT, FAMILIES, FAMILY_LOG_MASSES, bound=2.0, samples=500, seed=19)
+    assert first == second

@@ -1,0 +1,686 @@
+"""Serenade's private selections ``initial_pairs`` and ``extend_one`` (ALGORITHMS.md §1.4,
+§2.2–2.4, §7) on tiny hand-made two-view datasets loaded with the real loader.
+
+The exact EM laws are computed here, independently of the kernels, from the spec:
+
+* candidates of §2.2 (unextended; every allowed side, operator, polarity, unused attribute and
+  literal) and of §2.3 (left literal × right literal);
+* base measure of §7: one unit per discrete literal, one unit per numeric attribute (per
+  side/operator/polarity) spread uniformly over its grid intervals (grid mode) or by §1.4's
+  threshold measure (continuous mode: each bound unbounded with probability ½, else uniform on
+  [lo, hi]; a ≤ b; not both unbounded), one unit for "unextended";
+* weight μ·exp(c·Q), c = ε/(2Δ), Q from the true supports evaluated row by row here.
+
+In continuous mode a drawn threshold pair is mapped to the cell pair it falls in (which data
+values it selects, §1.4 with all distinct values of the column as cut-points); the measure of
+every cell pair is computed analytically. Kernel draws are compared with the exact laws by a
+chi-square test (cells with expected count < 5 pooled) with a p-value floor of 1e-6 per check,
+seeded generators throughout.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Hashable, Sequence
+from pathlib import Path
+from typing import Literal
+
+import pytest
+from scipy.stats import chisquare
+
+from dpmine.queries import format_query, serenade_query
+from dpmine.wire import (
+    AnyAttribute,
+    AnyLiteral,
+    BooleanAttribute,
+    BoolLiteral,
+    CategoricalAttribute,
+    CatLiteral,
+    CsvSource,
+    DatasetMetadata,
+    Expr,
+    Not,
+    NumericAttribute,
+    NumLiteral,
+    QualityParameters,
+    Redescription,
+)
+from dpmine.wire.queries import And, Or
+from dpmine_server.data.columns import ColumnStore
+from dpmine_server.data.loaders import load_store
+from dpmine_server.dp.rng import seeded_generator
+from dpmine_server.operations.redescriptions import quality_parameters
+from dpmine_server.operations.serenade import (
+    REJECTION_MAX_EXPONENT,
+    ExtensionRules,
+    Op,
+    QualityParams,
+    ThresholdMode,
+    choose_threshold_mode,
+    extend_one,
+    initial_pairs,
+    parse_side,
+)
+from dpmine_server.operations.serenade_quality import sensitivity
+from support.serenade_reference import (
+    Data,
+    Key,
+    Side,
+    cell_measure,
+    discrete_literals,
+    extension_key,
+    extension_law,
+    grid_literals,
+    pair_key,
+    pairs_law,
+)
+
+P_VALUE_FLOOR = 1e-6
+MIN_EXPECTED = 5.0
+
+#: Ten rows; "?" and "" are missing. Left view: a, colour, d. Right view: b, x (public range
+#: [0, 10], owner's grid 2.5, 5, 7.5; no value on the grid or on the range's ends).
+CSV_TEXT = """a,colour,d,b,x
+1,red,1,1,1.0
+1,red,0,1,3.0
+1,green,1,0,3.0
+0,green,0,1,4.0
+0,blue,1,0,6.0
+1,blue,?,?,8.5
+?,red,1,1,?
+0,,0,0,1.0
+1,green,1,1,6.0
+0,red,0,0,8.5
+"""
+COLOURS = ["red", "green", "blue"]
+GRID = [2.5, 5.0, 7.5]
+
+A = BoolLiteral(attribute="a")
+D = BoolLiteral(attribute="d")
+B = BoolLiteral(attribute="b")
+RED = CatLiteral(attribute="colour", category="red")
+GREEN = CatLiteral(attribute="colour", category="green")
+X_LOW = NumLiteral(attribute="x", upper=5.0)
+X_MID = NumLiteral(attribute="x", lower=2.5, upper=7.5)
+
+#: Q = J·σ(0.8(|I| − 2)) with c = ε/(2Δ) = 1/(2·0.2) = 2.5 at ε = 1.
+PARAMS = QualityParams(s=0.8, x0=2.0, delta=0.2)
+NOSENS = QualityParams(s=0.0, x0=2.0, delta=1.0, function="jaccard")
+EPSILON = 1.0
+
+
+def attributes(kind: Literal["views", "table"], *, numeric_left: bool = False) -> DatasetMetadata:
+    """The public metadata of CSV_TEXT: two views, or one table (no views)."""
+
+    def view(side: Side) -> Side | None:
+        return side if kind == "views" else None
+
+    declared: list[AnyAttribute] = [
+        BooleanAttribute(name="a", view=view("left")),
+        CategoricalAttribute(name="colour", view=view("left"), categories=COLOURS),
+        BooleanAttribute(name="d", view=view("left")),
+        BooleanAttribute(name="b", view=view("right")),
+        NumericAttribute(name="x", view=view("right"), lo=0.0, hi=10.0, grid=GRID),
+    ]
+    if numeric_left:
+        declared.append(NumericAttribute(name="y", view=view("left"), lo=0.0, hi=4.0, grid=[2.0]))
+    return DatasetMetadata(kind=kind, n_max=50, attributes=declared)
+
+
+# --------------------------------------------------------------------------------------------
+# An independent reference: rows, supports, candidates and exact laws from the spec
+
+
+def assert_law(counts: Counter[Key], law: dict[Key, float], *, complete: bool = False) -> None:
+    """No outcome outside the law's support; chi-square p-value above the floor. With
+    ``complete``, every outcome with expected count ≥ 25 must have been seen (a miss has
+    probability below e^{-25})."""
+    total = sum(counts.values())
+    outside = [key for key in counts if law.get(key, 0.0) == 0.0]
+    assert not outside, f"outcomes outside the candidate set: {outside[:5]}"
+    if complete:
+        missed = [key for key, p in law.items() if p * total >= 25 and counts[key] == 0]
+        assert not missed, f"candidates never drawn: {missed[:5]}"
+    observed: list[float] = []
+    expected: list[float] = []
+    pooled = [0.0, 0.0]
+    for key, p in law.items():
+        if p * total < MIN_EXPECTED:
+            pooled[0] += counts[key]
+            pooled[1] += p * total
+        else:
+            observed.append(counts[key])
+            expected.append(p * total)
+    if pooled[1] > 0:
+        observed.append(pooled[0])
+        expected.append(pooled[1])
+    result = chisquare(observed, expected)
+    worst = sorted(law, key=lambda k: -abs(counts[k] - law[k] * total) / math.sqrt(law[k] * total))
+    detail = [(k, counts[k], round(law[k] * total, 1)) for k in worst[:5]]
+    assert result.pvalue > P_VALUE_FLOOR, (result, detail)
+
+
+# --------------------------------------------------------------------------------------------
+# Fixtures and runners
+
+
+def load(tmp_path: Path, metadata: DatasetMetadata) -> tuple[ColumnStore, Data]:
+    path = tmp_path / "rows.csv"
+    path.write_text(CSV_TEXT)
+    if any(a.name == "y" for a in metadata.attributes):
+        lines = CSV_TEXT.strip().splitlines()
+        extra = ["y", "0.5", "1.5", "3.0", "2.5", "0.5", "?", "3.5", "1.5", "2.5", "3.0"]
+        path.write_text("\n".join(f"{line},{y}" for line, y in zip(lines, extra, strict=True)))
+    store, _report = load_store(metadata, CsvSource(path=path.name), base_dir=tmp_path)
+    return store, Data.parse(path.read_text(), metadata)
+
+
+@pytest.fixture
+def views(tmp_path: Path) -> tuple[ColumnStore, Data]:
+    return load(tmp_path, attributes("views"))
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> tuple[ColumnStore, Data]:
+    return load(tmp_path, attributes("table"))
+
+
+def run_extend(
+    store: ColumnStore,
+    data: Data,
+    collection: Sequence[Redescription],
+    *,
+    rules: ExtensionRules,
+    mode: ThresholdMode,
+    params: QualityParams = PARAMS,
+    epsilon: float = EPSILON,
+    samples: int,
+    seed: int,
+) -> Counter[Key]:
+    rng = seeded_generator(seed)
+    counts: Counter[Key] = Counter()
+    for _ in range(samples):
+        outcome = extend_one(
+            store, collection, epsilon=epsilon, params=params, rules=rules, mode=mode, rng=rng
+        )
+        counts[extension_key(data, collection, mode, outcome)] += 1
+    return counts
+
+
+def check_extension(
+    store: ColumnStore,
+    data: Data,
+    collection: Sequence[Redescription],
+    *,
+    rules: ExtensionRules | None = None,
+    mode: ThresholdMode = "grid",
+    params: QualityParams = PARAMS,
+    epsilon: float = EPSILON,
+    samples: int = 6_000,
+    seed: int = 1,
+    complete: bool = False,
+) -> Counter[Key]:
+    """Draw ``samples`` extensions and compare them with the exact law."""
+    rules = rules or ExtensionRules()
+    counts = run_extend(
+        store,
+        data,
+        collection,
+        rules=rules,
+        mode=mode,
+        params=params,
+        epsilon=epsilon,
+        samples=samples,
+        seed=seed,
+    )
+    law = extension_law(data, collection, rules=rules, mode=mode, params=params, epsilon=epsilon)
+    assert_law(counts, law, complete=complete)
+    return counts
+
+
+def fold(first: AnyLiteral, *steps: tuple[Op, AnyLiteral]) -> Expr:
+    """A Serenade query: ``first``, then each (operator, literal) step left to right."""
+    return serenade_query(first, list(steps))
+
+
+def red(left: Expr, right: Expr) -> Redescription:
+    return Redescription(left=left, right=right)
+
+
+# --------------------------------------------------------------------------------------------
+# (a) extend_one, grid mode: exact EM probabilities
+
+
+def test_reference_reads_the_rows_like_the_loader(views: tuple[ColumnStore, Data]) -> None:
+    """The reference's supports agree with the store's on every literal of the candidates."""
+    store, data = views
+    literals: list[AnyLiteral] = []
+    for attribute in data.metadata.attributes:
+        for negated in (False, True):
+            if isinstance(attribute, NumericAttribute):
+                literals += grid_literals(attribute, negated)
+            else:
+                literals += discrete_literals(attribute, negated)
+    for literal in literals:
+        expected = data.rows_of(literal)
+        got = frozenset(int(r) for r in store.literal_bitset(literal).to_bool_array().nonzero()[0])
+        assert got == expected, literal
+    assert data.values("x") == [1.0, 3.0, 4.0, 6.0, 8.5]
+
+
+@pytest.mark.parametrize(
+    ("collection", "seed"),
+    [
+        ([red(A, B)], 101),
+        ([red(fold(A, ("and", RED)), X_LOW)], 102),
+        ([red(GREEN, fold(B, ("or", X_MID))), red(D, B)], 103),  # ES: one EM over both sets
+    ],
+    ids=["cs-single-literals", "cs-longer-query", "es-two-positions"],
+)
+def test_extend_one_grid_matches_the_exact_law(
+    views: tuple[ColumnStore, Data], collection: list[Redescription], seed: int
+) -> None:
+    store, data = views
+    check_extension(store, data, collection, mode="grid", seed=seed, complete=True)
+
+
+def test_extend_one_es_positions_are_kept_apart(views: tuple[ColumnStore, Data]) -> None:
+    """Duplicates in the collection are separate positions with equal laws (§2.4)."""
+    store, data = views
+    twice = [red(A, B), red(A, B)]
+    counts = check_extension(store, data, twice, mode="grid", seed=104)
+    first = sum(n for key, n in counts.items() if key[1] == 0)
+    second = sum(n for key, n in counts.items() if key[1] == 1)
+    # Each position has probability ½: |first − second| < 6 standard deviations (√N).
+    assert abs(first - second) < 6 * math.sqrt(first + second)
+
+
+# --------------------------------------------------------------------------------------------
+# (b) extend_one, continuous mode: cells by §1.4's measure, thresholds never data values
+
+
+@pytest.mark.parametrize(
+    ("collection", "seed"),
+    [
+        ([red(A, B)], 201),
+        ([red(fold(RED, ("or", D)), X_LOW)], 202),
+        ([red(GREEN, B), red(fold(A, ("and", D)), B)], 203),
+    ],
+    ids=["cs-and-or", "cs-numeric-used", "es-two-positions"],
+)
+def test_extend_one_continuous_matches_the_exact_law(
+    views: tuple[ColumnStore, Data], collection: list[Redescription], seed: int
+) -> None:
+    store, data = views
+    counts = check_extension(store, data, collection, mode="continuous", seed=seed)
+    if all("x" not in format_query(r.right) for r in collection):
+        assert any(key[0] == "num" for key in counts)
+
+
+def test_continuous_cell_measure_is_the_spec_measure() -> None:
+    """Hand check of the analytic measure on two cut-points in [0, 4]: v = (1, 3)."""
+    measure = cell_measure([1.0, 3.0], 0.0, 4.0)
+    z = 5 / 8
+    assert measure[(None, 0)] == pytest.approx(0.25 * 1 / 4 / z)  # b in [0, 1)
+    assert measure[(None, 1)] == pytest.approx(0.25 * 2 / 4 / z)  # b in [1, 3)
+    assert measure[(3, None)] == pytest.approx(0.25 * 1 / 4 / z)  # a in (3, 4]
+    assert measure[(2, 1)] == pytest.approx(0.25 * (2 * 2 / 2) / 16 / z)  # same gap, a ≤ b
+    assert measure[(1, 2)] == pytest.approx(0.25 * (1 * 1) / 16 / z)  # a in (0,1], b in [3,4]
+    assert (3, 0) not in measure  # a > b impossible
+    assert sum(measure.values()) == pytest.approx(1.0)
+
+
+# --------------------------------------------------------------------------------------------
+# (c) initial_pairs in both modes
+
+
+@pytest.mark.parametrize(
+    ("mode", "negations", "samples", "seed"),
+    [
+        ("grid", False, 12_000, 301),
+        ("grid", True, 12_000, 302),
+        ("continuous", False, 6_000, 303),
+        ("continuous", True, 6_000, 304),
+    ],
+)
+def test_initial_pairs_match_the_exact_law(
+    views: tuple[ColumnStore, Data],
+    mode: ThresholdMode,
+    negations: bool,
+    samples: int,
+    seed: int,
+) -> None:
+    store, data = views
+    c = 1.5
+    # count draws in one call at ε/count each: c = (ε/count)/(2Δ).
+    epsilon = c * 2 * PARAMS.delta * samples
+    pairs = initial_pairs(
+        store,
+        count=samples,
+        epsilon=epsilon,
+        params=PARAMS,
+        rules=ExtensionRules(negations=negations),
+        mode=mode,
+        rng=seeded_generator(seed),
+    )
+    assert len(pairs) == samples
+    counts = Counter(pair_key(data, mode, pair) for pair in pairs)
+    law = pairs_law(data, negations=negations, mode=mode, params=PARAMS, c=c)
+    assert_law(counts, law)
+
+
+@pytest.mark.parametrize("mode", ["grid", "continuous"])
+def test_initial_pairs_with_a_numeric_left_view(tmp_path: Path, mode: ThresholdMode) -> None:
+    """Both views numeric (§2.3 [REC]): left numeric literals on the public grid, one unit per
+    left attribute spread over its intervals, so each (left interval, right numeric attribute)
+    pair carries the left interval's share of that unit in both modes (grid: ÷ right
+    intervals; continuous: × §1.4's measure)."""
+    store, data = load(tmp_path, attributes("views", numeric_left=True))
+    samples, c = 6_000, 1.0
+    pairs = initial_pairs(
+        store,
+        count=samples,
+        epsilon=c * 2 * PARAMS.delta * samples,
+        params=PARAMS,
+        rules=ExtensionRules(),
+        mode=mode,
+        rng=seeded_generator(305),
+    )
+    counts = Counter(pair_key(data, mode, pair) for pair in pairs)
+    assert_law(counts, pairs_law(data, negations=False, mode=mode, params=PARAMS, c=c))
+
+
+@pytest.mark.parametrize("mode", ["grid", "continuous"])
+def test_initial_pairs_on_a_single_table(
+    table: tuple[ColumnStore, Data], mode: ThresholdMode
+) -> None:
+    """Kind "table": both sides range over every attribute, never the same one twice (the
+    table's one numeric attribute goes on the grid on the left)."""
+    store, data = table
+    samples, c = 5_000, 1.0
+    pairs = initial_pairs(
+        store,
+        count=samples,
+        epsilon=c * 2 * PARAMS.delta * samples,
+        params=PARAMS,
+        rules=ExtensionRules(),
+        mode=mode,
+        rng=seeded_generator(306),
+    )
+    for pair in pairs:
+        assert isinstance(pair.left, BoolLiteral | CatLiteral | NumLiteral)
+        assert isinstance(pair.right, BoolLiteral | CatLiteral | NumLiteral)
+        assert pair.left.attribute != pair.right.attribute
+    counts = Counter(pair_key(data, mode, pair) for pair in pairs)
+    assert_law(counts, pairs_law(data, negations=False, mode=mode, params=PARAMS, c=c))
+
+
+def test_initial_pairs_are_independent_draws(views: tuple[ColumnStore, Data]) -> None:
+    """I draws at ε/I each equal I separate calls at ε/I (with replacement, duplicates)."""
+    store, _data = views
+    pairs = initial_pairs(
+        store,
+        count=50,
+        epsilon=0.5,
+        params=PARAMS,
+        rules=ExtensionRules(),
+        mode="grid",
+        rng=seeded_generator(307),
+    )
+    rng = seeded_generator(307)
+    one_by_one = [
+        initial_pairs(
+            store,
+            count=1,
+            epsilon=0.01,
+            params=PARAMS,
+            rules=ExtensionRules(),
+            mode="grid",
+            rng=rng,
+        )[0]
+        for _ in range(50)
+    ]
+    assert pairs == one_by_one
+    assert len({p.model_dump_json() for p in pairs}) < 50  # near-uniform: duplicates occur
+
+
+# --------------------------------------------------------------------------------------------
+# (d) candidate rules (mostly c = 0: the law is the base measure, every candidate shows up)
+
+
+def outcomes_of(counts: Counter[Key]) -> set[tuple[Hashable, ...]]:
+    """(side, op, attribute, literal text) of every drawn extension."""
+    return {key[2:6] for key in counts if key[0] == "lit"}
+
+
+def test_max_literals(views: tuple[ColumnStore, Data]) -> None:
+    store, data = views
+    start = red(fold(A, ("and", RED)), B)
+    counts = check_extension(
+        store,
+        data,
+        [start],
+        rules=ExtensionRules(max_literals=2),
+        epsilon=0.0,
+        samples=4000,
+        seed=401,
+        complete=True,
+    )
+    assert {side for side, _op, _name, _text in outcomes_of(counts)} == {"right"}
+    # Both sides full: only the unextended candidate remains.
+    full = [red(fold(A, ("and", RED)), fold(B, ("or", X_LOW)))]
+    for seed in range(5):
+        assert extend_one(
+            store,
+            full,
+            epsilon=1.0,
+            params=PARAMS,
+            rules=ExtensionRules(max_literals=2),
+            mode="continuous",
+            rng=seeded_generator(seed),
+        ) == (0, full[0])
+
+
+def test_attributes_are_not_reused_on_a_side(views: tuple[ColumnStore, Data]) -> None:
+    store, data = views
+    counts = check_extension(
+        store, data, [red(A, B)], epsilon=0.0, samples=4000, seed=402, complete=True
+    )
+    used = {(side, name) for side, _op, name, _text in outcomes_of(counts)}
+    # Two views: the left query can only take colour and d, the right one only x.
+    assert used == {("left", "colour"), ("left", "d"), ("right", "x")}
+
+
+def test_single_table_never_uses_an_attribute_on_both_sides(
+    table: tuple[ColumnStore, Data],
+) -> None:
+    store, data = table
+    counts = check_extension(
+        store, data, [red(A, B)], epsilon=0.0, samples=4000, seed=403, complete=True
+    )
+    used = {(side, name) for side, _op, name, _text in outcomes_of(counts)}
+    # a and b are taken (one on each side); every other attribute can extend either side.
+    assert used == {(side, name) for side in ("left", "right") for name in ("colour", "d", "x")}
+    # The same with weights and continuous thresholds, after x went to the right query.
+    start = red(fold(A, ("and", D)), fold(B, ("or", X_LOW)))
+    counts = check_extension(store, data, [start], mode="continuous", samples=4000, seed=408)
+    names = {key[4] for key in counts if key[0] in ("lit", "num")}
+    assert names == {"colour"}
+
+
+@pytest.mark.parametrize("single_side_or", [True, False])
+def test_single_side_or(views: tuple[ColumnStore, Data], single_side_or: bool) -> None:
+    store, data = views
+    start = red(fold(A, ("or", D)), B)  # the left query already holds a disjunction
+    counts = check_extension(
+        store,
+        data,
+        [start],
+        rules=ExtensionRules(single_side_or=single_side_or),
+        epsilon=0.0,
+        samples=4000,
+        seed=404,
+        complete=True,
+    )
+    ops = {(side, op) for side, op, _name, _text in outcomes_of(counts)}
+    assert {("left", "or"), ("left", "and"), ("right", "and")} <= ops
+    assert (("right", "or") in ops) is not single_side_or
+
+
+@pytest.mark.parametrize("operators", [frozenset({"and"}), frozenset({"or"})])
+def test_operator_subsets(views: tuple[ColumnStore, Data], operators: frozenset[Op]) -> None:
+    store, data = views
+    counts = check_extension(
+        store,
+        data,
+        [red(A, B)],
+        rules=ExtensionRules(operators=operators),
+        epsilon=0.0,
+        samples=4000,
+        seed=405,
+        complete=True,
+    )
+    assert {op for _side, op, _name, _text in outcomes_of(counts)} == set(operators)
+
+
+@pytest.mark.parametrize("negations", [False, True])
+def test_negations(views: tuple[ColumnStore, Data], negations: bool) -> None:
+    store, data = views
+    counts = check_extension(
+        store,
+        data,
+        [red(A, B)],
+        rules=ExtensionRules(negations=negations),
+        samples=4000,
+        seed=406,
+        complete=True,
+    )
+    negated = {
+        (side, name) for side, _op, name, text in outcomes_of(counts) if str(text).startswith("!")
+    }
+    expected = {("left", "colour"), ("left", "d"), ("right", "x")} if negations else set()
+    assert negated == expected
+
+
+def test_continuous_rules_match_the_law(views: tuple[ColumnStore, Data]) -> None:
+    """The same rules in continuous mode (negated numeric families, OR-only)."""
+    store, data = views
+    check_extension(
+        store,
+        data,
+        [red(A, B)],
+        rules=ExtensionRules(negations=True, operators=frozenset({"or"})),
+        mode="continuous",
+        samples=6000,
+        seed=407,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# (e) the public threshold-mode rule
+
+
+def test_choose_threshold_mode() -> None:
+    assert choose_threshold_mode(0.1, "auto") == "continuous"
+    assert choose_threshold_mode(REJECTION_MAX_EXPONENT, "auto") == "continuous"
+    assert choose_threshold_mode(REJECTION_MAX_EXPONENT, "continuous") == "continuous"
+    assert choose_threshold_mode(REJECTION_MAX_EXPONENT + 1e-9, "auto") == "grid"
+    assert choose_threshold_mode(1e6, "grid") == "grid"
+    assert choose_threshold_mode(0.1, "grid") == "grid"
+    with pytest.raises(ValueError, match="too large for exact continuous thresholds"):
+        choose_threshold_mode(REJECTION_MAX_EXPONENT * 1.01, "continuous")
+
+
+def test_quality_params_coefficient() -> None:
+    assert PARAMS.coefficient(1.0) == pytest.approx(2.5)
+    assert NOSENS.coefficient(0.5) == pytest.approx(0.25)
+
+
+# --------------------------------------------------------------------------------------------
+# (f) the NoSens quality (Q = J, Δ = 1)
+
+
+def test_nosens_quality_parameters() -> None:
+    params = quality_parameters(QualityParameters(x0=3.0, function="jaccard"), 50)
+    assert (params.delta, params.function) == (1.0, "jaccard")
+    assert params.evaluate([0, 1, 2], [0, 4, 2]).tolist() == [0.0, 0.25, 1.0]
+    serenade = quality_parameters(QualityParameters(x0=3.0, s=0.4), 50)
+    assert serenade.delta == sensitivity(0.4, 3.0, 50)
+    calibrated = quality_parameters(QualityParameters(x0=3.0), 50)
+    assert calibrated.delta == min(
+        sensitivity(s, 3.0, 50) for s in (0.0025 * k for k in range(1, 41))
+    )
+    with pytest.raises(ValueError, match="below the dataset's public row bound"):
+        quality_parameters(QualityParameters(x0=50.0), 50)
+
+
+@pytest.mark.parametrize("mode", ["grid", "continuous"])
+def test_nosens_extension_law(views: tuple[ColumnStore, Data], mode: ThresholdMode) -> None:
+    store, data = views
+    check_extension(
+        store,
+        data,
+        [red(A, B)],
+        mode=mode,
+        params=NOSENS,
+        epsilon=5.0,  # c = 2.5 with Δ = 1
+        samples=8000,
+        seed=501,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Serenade form
+
+
+def test_parse_side() -> None:
+    parsed = parse_side(serenade_query(A, [("or", D), ("and", RED)]), side="left")
+    assert parsed.literals == (A, D, RED)
+    assert parsed.operators == ("or", "and")
+    assert parsed.attributes == frozenset({"a", "d", "colour"})
+    assert parsed.has_or
+    with pytest.raises(ValueError, match="not in Serenade form"):
+        parse_side(Not(term=A), side="left")
+    with pytest.raises(ValueError, match="not in Serenade form"):
+        parse_side(And(terms=[Or(terms=[A, D]), Or(terms=[RED, GREEN])]), side="right")
+
+
+def test_extend_one_refuses_a_query_not_in_serenade_form(
+    views: tuple[ColumnStore, Data],
+) -> None:
+    store, _data = views
+    bad = Redescription(left=Not(term=A), right=B)
+    with pytest.raises(ValueError, match="not in Serenade form"):
+        extend_one(
+            store,
+            [bad],
+            epsilon=1.0,
+            params=PARAMS,
+            rules=ExtensionRules(),
+            mode="grid",
+            rng=seeded_generator(1),
+        )
+
+
+def test_same_seed_same_outcome(views: tuple[ColumnStore, Data]) -> None:
+    store, _data = views
+
+    def run(seed: int) -> list[tuple[int, Redescription]]:
+        rng = seeded_generator(seed)
+        start = [red(A, B)]
+        return [
+            extend_one(
+                store,
+                start,
+                epsilon=1.0,
+                params=PARAMS,
+                rules=ExtensionRules(),
+                mode="continuous",
+                rng=rng,
+            )
+            for _ in range(20)
+        ]
+
+    assert run(9) == run(9)
+    assert run(9) != run(10)

@@ -1,0 +1,372 @@
+"""Exact Serenade laws for the tests, computed from the spec independently of the kernels
+(ALGORITHMS.md §1.4, §2.2–2.3, §7): the candidates of §2.2 and §2.3, the base measure of §7
+(one unit per discrete literal, one unit per numeric attribute spread over its grid intervals or
+by §1.4's threshold measure, one unit for "unextended"), weights μ·exp(c·Q) with Q from the true
+supports evaluated row by row. Shared by tests/operations/test_serenade.py and
+tests/privacy/test_audit_serenade.py.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections import defaultdict
+from collections.abc import Hashable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from dpmine.queries import format_query, serenade_steps
+from dpmine.wire import (
+    AnyAttribute,
+    AnyLiteral,
+    BooleanAttribute,
+    BoolLiteral,
+    CategoricalAttribute,
+    CatLiteral,
+    DatasetMetadata,
+    Expr,
+    Not,
+    NumericAttribute,
+    NumLiteral,
+    Redescription,
+)
+from dpmine.wire.queries import And, Or
+from dpmine_server.operations.serenade import ExtensionRules, QualityParams, ThresholdMode
+
+Side = Literal["left", "right"]
+Key = tuple[Hashable, ...]
+SIDES: tuple[tuple[Side, Side], ...] = (("left", "right"), ("right", "left"))
+Value = bool | str | float | None
+Row = dict[str, Value]
+
+
+@dataclass(frozen=True)
+class Data:
+    """The rows as Python values (clipped numerics, None = missing) and the public metadata."""
+
+    metadata: DatasetMetadata
+    rows: tuple[Row, ...]
+    #: Extra cut-points per numeric attribute (to share a neighbour's finer cells).
+    cuts: tuple[tuple[str, float], ...] = ()
+
+    @classmethod
+    def parse(cls, text: str, metadata: DatasetMetadata) -> Data:
+        lines = [line.split(",") for line in text.strip().splitlines()]
+        header, body = lines[0], lines[1:]
+        rows: list[Row] = []
+        for cells in body:
+            row: Row = {}
+            for name, cell in zip(header, cells, strict=True):
+                attribute = metadata.attribute(name)
+                if cell in ("", "?"):
+                    row[name] = None
+                elif isinstance(attribute, BooleanAttribute):
+                    row[name] = cell == "1"
+                elif isinstance(attribute, CategoricalAttribute):
+                    row[name] = cell
+                else:
+                    row[name] = min(max(float(cell), attribute.lo), attribute.hi)
+            rows.append(row)
+        return cls(metadata, tuple(rows))
+
+    @property
+    def everything(self) -> frozenset[int]:
+        return frozenset(range(len(self.rows)))
+
+    def holds(self, literal: AnyLiteral, row: Row) -> bool:
+        value = row[literal.attribute]
+        if value is None:
+            return False  # §1.1: a literal and its negation are false on a missing value
+        if isinstance(literal, BoolLiteral):
+            inside = value is True
+        elif isinstance(literal, CatLiteral):
+            inside = value == literal.category
+        else:
+            assert isinstance(value, float)
+            inside = (literal.lower is None or value >= literal.lower) and (
+                literal.upper is None or value <= literal.upper
+            )
+        return inside != literal.negated
+
+    def rows_of(self, expr: Expr) -> frozenset[int]:
+        if isinstance(expr, And):
+            return frozenset.intersection(*(self.rows_of(term) for term in expr.terms))
+        if isinstance(expr, Or):
+            return frozenset.union(*(self.rows_of(term) for term in expr.terms))
+        if isinstance(expr, Not):
+            return self.everything - self.rows_of(expr.term)
+        return frozenset(r for r, row in enumerate(self.rows) if self.holds(expr, row))
+
+    def view(self, side: Side) -> list[AnyAttribute]:
+        if self.metadata.kind == "views":
+            return [a for a in self.metadata.attributes if a.view == side]
+        return list(self.metadata.attributes)
+
+    def values(self, name: str) -> list[float]:
+        """Distinct present values of a numeric attribute, increasing (the cut-points)."""
+        present = {row[name] for row in self.rows if row[name] is not None}
+        present |= {value for attribute, value in self.cuts if attribute == name}
+        return sorted(float(v) for v in present if isinstance(v, float))
+
+
+def discrete_literals(attribute: AnyAttribute, negated: bool) -> list[AnyLiteral]:
+    if isinstance(attribute, BooleanAttribute):
+        return [BoolLiteral(attribute=attribute.name, negated=negated)]
+    assert isinstance(attribute, CategoricalAttribute)
+    return [
+        CatLiteral(attribute=attribute.name, category=category, negated=negated)
+        for category in attribute.categories
+    ]
+
+
+def grid_literals(attribute: NumericAttribute, negated: bool) -> list[AnyLiteral]:
+    """§1.4 grid mode: every (lower, upper) on the grid, lower ≤ upper, not both unbounded."""
+    assert attribute.grid is not None
+    lowers: list[float | None] = [None, *attribute.grid]
+    uppers: list[float | None] = [*attribute.grid, None]
+    return [
+        NumLiteral(attribute=attribute.name, lower=low, upper=high, negated=negated)
+        for low in lowers
+        for high in uppers
+        if not (low is None and high is None) and (low is None or high is None or low <= high)
+    ]
+
+
+Cell = tuple[int | None, int | None]
+
+
+def cell_measure(values: Sequence[float], lo: float, hi: float) -> dict[Cell, float]:
+    """Normalised §1.4 measure of every cell pair (k, j): lower bound a in (v_{k−1}, v_k]
+    (k = 1 … V+1, v_0 = lo, v_{V+1} = hi) or unbounded (None); upper bound b in [v_j, v_{j+1})
+    (j = 0 … V) or unbounded. Each bound is unbounded w.p. ½, else uniform on [lo, hi]; the
+    pair is conditioned on a ≤ b and not both unbounded (the lost mass is ¼ + ¼·½)."""
+    cuts = [lo, *values, hi]
+    size = len(values)
+    width = hi - lo
+
+    def lower_length(k: int) -> float:
+        return cuts[k] - cuts[k - 1]
+
+    def upper_length(j: int) -> float:
+        return cuts[j + 1] - cuts[j]
+
+    raw: dict[Cell, float] = {}
+    for j in range(size + 1):
+        raw[(None, j)] = 0.25 * upper_length(j) / width
+    for k in range(1, size + 2):
+        raw[(k, None)] = 0.25 * lower_length(k) / width
+        for j in range(k - 1, size + 1):
+            both = lower_length(k) ** 2 / 2 if j == k - 1 else lower_length(k) * upper_length(j)
+            raw[(k, j)] = 0.25 * both / width**2
+    total = sum(raw.values())
+    assert math.isclose(total, 5 / 8), total
+    return {cell: mass / total for cell, mass in raw.items()}
+
+
+def cell_rows(data: Data, name: str, cell: Cell, negated: bool) -> frozenset[int]:
+    """Rows a threshold pair of the cell selects: values in [v_k, v_j] (negated: present and
+    outside)."""
+    values = data.values(name)
+    k, j = cell
+    low = -math.inf if k is None else (values[k - 1] if k <= len(values) else math.inf)
+    high = math.inf if j is None else (values[j - 1] if j >= 1 else -math.inf)
+    rows: set[int] = set()
+    for r, row in enumerate(data.rows):
+        value = row[name]
+        if value is None:
+            continue
+        assert isinstance(value, float)
+        if (low <= value <= high) != negated:
+            rows.add(r)
+    return frozenset(rows)
+
+
+def cell_of(data: Data, literal: NumLiteral) -> Cell:
+    """The cell pair a reported threshold pair falls in; checks §1.4's reporting rules."""
+    attribute = data.metadata.attribute(literal.attribute)
+    assert isinstance(attribute, NumericAttribute)
+    values = data.values(literal.attribute)
+    for bound in (literal.lower, literal.upper):
+        if bound is not None:
+            assert attribute.lo <= bound <= attribute.hi, literal
+            assert bound not in values, f"a data value was reported as a threshold: {literal}"
+    k = None if literal.lower is None else bisect.bisect_left(values, literal.lower) + 1
+    j = None if literal.upper is None else bisect.bisect_right(values, literal.upper)
+    return k, j
+
+
+@dataclass(frozen=True)
+class Quality:
+    """Q of §2.1 (or plain Jaccard), written from the formula."""
+
+    s: float
+    x0: float
+    jaccard_only: bool = False
+
+    @classmethod
+    def of(cls, params: QualityParams) -> Quality:
+        return cls(params.s, params.x0, params.function == "jaccard")
+
+    def __call__(self, left: frozenset[int], right: frozenset[int]) -> float:
+        union = len(left | right)
+        if union == 0:
+            return 0.0
+        i = len(left & right)
+        j = i / union
+        return j if self.jaccard_only else j / (1.0 + math.exp(-self.s * (i - self.x0)))
+
+
+def combine(rows: frozenset[int], literal_rows: frozenset[int], op: str) -> frozenset[int]:
+    return rows & literal_rows if op == "and" else rows | literal_rows
+
+
+def normalise(weights: dict[Key, float]) -> dict[Key, float]:
+    total = sum(weights.values())
+    return {key: w / total for key, w in weights.items()}
+
+
+def side_literals(expr: Expr) -> tuple[list[AnyLiteral], bool]:
+    """The literals of a Serenade query and whether it holds a disjunction."""
+    steps = serenade_steps(expr)
+    assert steps is not None
+    first, rest = steps
+    return [first, *(literal for _op, literal in rest)], any(op == "or" for op, _ in rest)
+
+
+def literal_choices(
+    data: Data, attribute: AnyAttribute, *, negated: bool, mode: ThresholdMode
+) -> Iterator[tuple[tuple[Hashable, ...], float, frozenset[int]]]:
+    """(key part, base mass, rows) of every literal of one attribute and polarity: one unit per
+    discrete literal; one unit per numeric attribute over its grid intervals or its cells."""
+    if isinstance(attribute, NumericAttribute) and mode == "continuous":
+        measure = cell_measure(data.values(attribute.name), attribute.lo, attribute.hi)
+        for cell, mass in measure.items():
+            rows = cell_rows(data, attribute.name, cell, negated)
+            yield ("num", attribute.name, negated, *cell), mass, rows
+        return
+    if isinstance(attribute, NumericAttribute):
+        choices = grid_literals(attribute, negated)
+    else:
+        choices = discrete_literals(attribute, negated)
+    mass = 1.0 / len(choices) if isinstance(attribute, NumericAttribute) else 1.0
+    for literal in choices:
+        yield ("lit", attribute.name, format_query(literal)), mass, data.rows_of(literal)
+
+
+def extension_law(
+    data: Data,
+    collection: Sequence[Redescription],
+    *,
+    rules: ExtensionRules,
+    mode: ThresholdMode,
+    params: QualityParams,
+    epsilon: float,
+) -> dict[Key, float]:
+    """The exact law of ``extend_one`` over (position, outcome) keys (§2.2, §2.4, §7)."""
+    quality = Quality.of(params)
+    c = epsilon / (2 * params.delta)
+    weights: dict[Key, float] = defaultdict(float)
+    polarities = (False, True) if rules.negations else (False,)
+    for position, red in enumerate(collection):
+        exprs: dict[Side, Expr] = {"left": red.left, "right": red.right}
+        rows = {side: data.rows_of(expr) for side, expr in exprs.items()}
+        weights[("same", position)] += math.exp(c * quality(rows["left"], rows["right"]))
+        for side, other in SIDES:
+            literals, _mine_has_or = side_literals(exprs[side])
+            others, other_has_or = side_literals(exprs[other])
+            if len(literals) >= rules.max_literals:
+                continue
+            used = {lit.attribute for lit in literals}
+            if data.metadata.kind != "views":
+                used |= {lit.attribute for lit in others}
+            operators = [
+                op
+                for op in sorted(rules.operators)
+                if not (op == "or" and rules.single_side_or and other_has_or)
+            ]
+            for attribute in data.view(side):
+                if attribute.name in used:
+                    continue
+                for negated, op in itertools.product(polarities, operators):
+                    for part, mass, literal_rows in literal_choices(
+                        data, attribute, negated=negated, mode=mode
+                    ):
+                        new = combine(rows[side], literal_rows, op)
+                        pair = (new, rows["right"]) if side == "left" else (rows["left"], new)
+                        key = (part[0], position, side, op, *part[1:])
+                        weights[key] += mass * math.exp(c * quality(*pair))
+    return normalise(weights)
+
+
+def extension_key(
+    data: Data,
+    collection: Sequence[Redescription],
+    mode: ThresholdMode,
+    outcome: tuple[int, Redescription],
+) -> Key:
+    """The law's key of one kernel output; checks that earlier literals are unchanged."""
+    position, red = outcome
+    base = collection[position]
+    if red == base:
+        return ("same", position)
+    changed = [side for side, _ in SIDES if getattr(red, side) != getattr(base, side)]
+    assert len(changed) == 1, (base, red)
+    side = changed[0]
+    old, new = serenade_steps(getattr(base, side)), serenade_steps(getattr(red, side))
+    assert old is not None
+    assert new is not None
+    assert (new[0], new[1][:-1]) == old, "earlier literals must stay unchanged"
+    op, literal = new[1][-1]
+    if isinstance(literal, NumLiteral) and mode == "continuous":
+        cell = cell_of(data, literal)
+        return ("num", position, side, op, literal.attribute, literal.negated, *cell)
+    return ("lit", position, side, op, literal.attribute, format_query(literal))
+
+
+def left_pair_literals(data: Data, negations: bool) -> list[tuple[AnyLiteral, float]]:
+    """§2.3: discrete left literals (one unit each); numeric left attributes on the grid (one
+    unit per attribute and polarity, spread over its intervals)."""
+    polarities = (False, True) if negations else (False,)
+    literals: list[tuple[AnyLiteral, float]] = []
+    for attribute in data.view("left"):
+        for negated in polarities:
+            if isinstance(attribute, NumericAttribute):
+                grid = grid_literals(attribute, negated)
+                literals += [(literal, 1.0 / len(grid)) for literal in grid]
+            else:
+                literals += [(literal, 1.0) for literal in discrete_literals(attribute, negated)]
+    return literals
+
+
+def pairs_law(
+    data: Data, *, negations: bool, mode: ThresholdMode, params: QualityParams, c: float
+) -> dict[Key, float]:
+    """The exact law of one initial-pair draw (§2.3): pair mass = left mass × right mass."""
+    quality = Quality.of(params)
+    polarities = (False, True) if negations else (False,)
+    weights: dict[Key, float] = defaultdict(float)
+    same_table = data.metadata.kind != "views"
+    for left, left_mass in left_pair_literals(data, negations):
+        left_rows = data.rows_of(left)
+        for attribute in data.view("right"):
+            if same_table and attribute.name == left.attribute:
+                continue
+            for negated in polarities:
+                for part, mass, rows in literal_choices(
+                    data, attribute, negated=negated, mode=mode
+                ):
+                    tag = "pairnum" if part[0] == "num" else "pair"
+                    key = (tag, format_query(left), *part[1:])
+                    weights[key] += left_mass * mass * math.exp(c * quality(left_rows, rows))
+    return normalise(weights)
+
+
+def pair_key(data: Data, mode: ThresholdMode, red: Redescription) -> Key:
+    left, right = red.left, red.right
+    assert isinstance(left, BoolLiteral | CatLiteral | NumLiteral)
+    assert isinstance(right, BoolLiteral | CatLiteral | NumLiteral)
+    if isinstance(right, NumLiteral) and mode == "continuous":
+        cell = cell_of(data, right)
+        return ("pairnum", format_query(left), right.attribute, right.negated, *cell)
+    return ("pair", format_query(left), right.attribute, format_query(right))
