@@ -26,11 +26,15 @@ from dpmine.wire import (
     ComputeQualityRequest,
     DatasetKind,
     DatasetMetadata,
+    ExtendOneRequest,
+    InitialPairsRequest,
     NoisyCountRequest,
     NumericAttribute,
     NumLiteral,
+    QualityParameters,
     Receipt,
     Redescription,
+    SerenadeOptions,
     TopKItemsetsRequest,
     WireModel,
 )
@@ -58,6 +62,8 @@ SECTIONS = {
     "red.compute_quality": "§1.6",
     "fim.topk_em": "§4.2",
     "fim.topk_laplace": "§4.3",
+    "serenade.initial_pairs": "§2.3",
+    "serenade.extend_one": "§2.4",
 }
 ROWS = 12
 
@@ -124,6 +130,21 @@ def _example_requests(kind: DatasetKind) -> dict[str, list[BaseModel]]:
     examples["red.compute_quality"] = [
         ComputeQualityRequest(redescription=redescription, epsilon=0.5, mode=mode)
         for mode in ("cells", "paper")
+    ]
+    quality = QualityParameters(x0=3.0, s=0.5)
+    examples["serenade.initial_pairs"] = [
+        InitialPairsRequest(count=3, epsilon=0.5, quality=quality, options=options)
+        for options in (SerenadeOptions(), SerenadeOptions(threshold_mode="grid", negations=True))
+    ]
+    examples["serenade.extend_one"] = [
+        ExtendOneRequest(mode="cs", collection=[redescription], epsilon=0.2, quality=quality),
+        ExtendOneRequest(
+            mode="es",
+            collection=[redescription, redescription],
+            epsilon=0.2,
+            quality=QualityParameters(x0=3.0, function="jaccard"),
+            options=SerenadeOptions(threshold_mode="grid", operators=["and"]),
+        ),
     ]
     return examples
 

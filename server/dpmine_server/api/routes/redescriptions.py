@@ -3,63 +3,26 @@ calibrate (free), initial pairs and extend-one (§2)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from fastapi import APIRouter, Response
-
 from dpmine.wire import (
     CalibrateRequest,
     CalibrateResponse,
-    ComputeQualityRequest,
-    ComputeQualityResponse,
     DatasetMetadata,
-    ExtendOneRequest,
-    ExtendOneResponse,
-    InitialPairsRequest,
-    InitialPairsResponse,
 )
-from dpmine_server.api.common import ERRORS, run_operation
+from dpmine_server.api.common import ERRORS, operation_router
 from dpmine_server.api.deps import (
-    AnalystDep,
-    IdempotencyKeyDep,
     PrincipalDep,
     ServicesDep,
     SessionDep,
 )
 from dpmine_server.errors import InvalidRequest
+from dpmine_server.operations import redescriptions
 from dpmine_server.operations.serenade_quality import (
     DEFAULT_STEEPNESS_GRID,
     calibrate,
     sensitivity,
 )
 
-router = APIRouter(tags=["operations"])
-
-
-@router.post(
-    "/datasets/{dataset_id}/redescriptions/quality",
-    response_model=ComputeQualityResponse,
-    responses=ERRORS,
-    summary="Noisy quality of a redescription (red.compute_quality)",
-)
-def compute_quality(
-    dataset_id: str,
-    body: ComputeQualityRequest,
-    services: ServicesDep,
-    analyst: AnalystDep,
-    idempotency_key: IdempotencyKeyDep,
-    response: Response,
-) -> dict[str, Any]:
-    """Four noisy support cells (or |I|, |U| in paper mode) with derived J̃ and p̃. Costs ε."""
-    return run_operation(
-        services,
-        principal=analyst,
-        dataset_id=dataset_id,
-        operation="red.compute_quality",
-        request=body,
-        idempotency_key=idempotency_key,
-        response=response,
-    )
+router = operation_router(redescriptions.OPERATIONS)
 
 
 @router.post(
@@ -92,55 +55,3 @@ def calibrate_quality(
     except ValueError as error:
         raise InvalidRequest(str(error)) from error
     return CalibrateResponse(s=s, delta=delta, x0=body.x0, n_max=n_max)
-
-
-@router.post(
-    "/datasets/{dataset_id}/redescriptions/serenade/initial-pairs",
-    response_model=InitialPairsResponse,
-    responses=ERRORS,
-    summary="Serenade initial pairs (serenade.initial_pairs)",
-)
-def serenade_initial_pairs(
-    dataset_id: str,
-    body: InitialPairsRequest,
-    services: ServicesDep,
-    analyst: AnalystDep,
-    idempotency_key: IdempotencyKeyDep,
-    response: Response,
-) -> dict[str, Any]:
-    """``count`` independent exponential-mechanism draws of literal pairs. Costs ε."""
-    return run_operation(
-        services,
-        principal=analyst,
-        dataset_id=dataset_id,
-        operation="serenade.initial_pairs",
-        request=body,
-        idempotency_key=idempotency_key,
-        response=response,
-    )
-
-
-@router.post(
-    "/datasets/{dataset_id}/redescriptions/serenade/extend",
-    response_model=ExtendOneResponse,
-    responses=ERRORS,
-    summary="Serenade ExtendOne, CS or ES mode (serenade.extend_one)",
-)
-def serenade_extend_one(
-    dataset_id: str,
-    body: ExtendOneRequest,
-    services: ServicesDep,
-    analyst: AnalystDep,
-    idempotency_key: IdempotencyKeyDep,
-    response: Response,
-) -> dict[str, Any]:
-    """One exponential-mechanism draw over the extensions of the collection. Costs ε."""
-    return run_operation(
-        services,
-        principal=analyst,
-        dataset_id=dataset_id,
-        operation="serenade.extend_one",
-        request=body,
-        idempotency_key=idempotency_key,
-        response=response,
-    )
