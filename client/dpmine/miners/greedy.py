@@ -40,6 +40,7 @@ from dpmine.wire import (
     ExtendOneResponse,
     InitialPairsRequest,
     InitialPairsResponse,
+    NoisyCells,
     NoisyCountRequest,
     NoisyStatistics,
     NumericAttribute,
@@ -63,10 +64,12 @@ _PATHS = {
 
 @dataclass(frozen=True)
 class MinedRedescription:
-    """A released redescription with its noisy statistics (post-processing of noisy cells)."""
+    """A released redescription: the noisy cells of ``red.compute_quality`` and the statistics
+    derived from them (post-processing)."""
 
     redescription: Redescription
     statistics: NoisyStatistics
+    cells: NoisyCells
 
     @property
     def left(self) -> str:
@@ -229,7 +232,7 @@ class _SerenadeBase(BaseMiner):
 
     def _measure(
         self, dataset: DatasetHandle, red: Redescription, epsilon: float, spent: _Spent
-    ) -> NoisyStatistics:
+    ) -> MinedRedescription:
         request = ComputeQualityRequest(redescription=red, epsilon=epsilon, mode=self.quality_mode)
         response = dataset.connection.call(
             f"/v1/datasets/{dataset.id}/{_PATHS['red.compute_quality']}",
@@ -237,7 +240,7 @@ class _SerenadeBase(BaseMiner):
             ComputeQualityResponse,
         )
         spent.receipts.append(response.receipt)
-        return response.statistics
+        return MinedRedescription(red, response.statistics, response.cells)
 
     @contextmanager
     def _progress(self, total: int, label: str) -> Iterator[Callable[[], None]]:
@@ -268,6 +271,7 @@ class _SerenadeBase(BaseMiner):
                     "left": r.left,
                     "right": r.right,
                     "query": r.redescription.model_dump(mode="json"),
+                    "noisy_cells": r.cells.model_dump(mode="json", exclude_none=True),
                     "noisy_statistics": r.statistics.model_dump(mode="json"),
                 }
                 for r in self._mined()
@@ -414,8 +418,7 @@ class SerenadeES(_SerenadeBase):
     ) -> list[MinedRedescription]:
         results = []
         for red in collection:
-            stats = self._measure(dataset, red, e_qual / len(collection), spent)
-            results.append(MinedRedescription(red, stats))
+            results.append(self._measure(dataset, red, e_qual / len(collection), spent))
             advance()
         return results
 
@@ -499,20 +502,18 @@ class SerenadeCS(_SerenadeBase):
         e_q: float,
         spent: _Spent,
     ) -> MinedRedescription | None:
-        current = start
-        stats = self._measure(dataset, current, e_q, spent)
-        last_good = (
-            MinedRedescription(current, stats) if stats.jaccard >= self.min_jaccard else None
-        )
+        measured = self._measure(dataset, start, e_q, spent)
+        last_good = measured if measured.noisy_jaccard >= self.min_jaccard else None
         for _ in range(self.tau):
-            if stats.jaccard < self.min_jaccard:
+            if measured.noisy_jaccard < self.min_jaccard:
                 break
-            step = self._extend(dataset, [current], mode="cs", epsilon=e_x, x0=x0, spent=spent)
-            if step.changed:
-                current = step.redescription
-                stats = self._measure(dataset, current, e_q, spent)
-            if stats.jaccard >= self.min_jaccard:
-                last_good = MinedRedescription(current, stats)
+            step = self._extend(
+                dataset, [measured.redescription], mode="cs", epsilon=e_x, x0=x0, spent=spent
+            )
+            if step.changed:  # an unchanged chain keeps its noisy J (no new quality call)
+                measured = self._measure(dataset, step.redescription, e_q, spent)
+            if measured.noisy_jaccard >= self.min_jaccard:
+                last_good = measured
         return last_good
 
 
