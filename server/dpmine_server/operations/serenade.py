@@ -47,9 +47,14 @@ from dpmine_server.data.bitsets import Bitset
 from dpmine_server.data.columns import ColumnStore, NumericColumn
 from dpmine_server.dp.mechanisms import exponential_by_rejection, gumbel_scores
 from dpmine_server.operations.serenade_quality import jaccard, quality
+from dpmine_server.operations.serenade_thresholds import (
+    draw_threshold_pair,
+    interval_counts,
+    numeric_rows,
+    threshold_grid,
+)
 
 __all__ = [
-    "DEFAULT_GRID_POINTS",
     "REJECTION_MAX_EXPONENT",
     "ExtensionRules",
     "Op",
@@ -71,7 +76,6 @@ WordMatrix = npt.NDArray[np.uint64]
 #: Continuous thresholds by rejection only while c·(q_hi − q_lo) ≤ this (expected proposals
 #: ≤ e^8 ≈ 3000); above it, the public grid. Public: depends on ε, Δ only.
 REJECTION_MAX_EXPONENT = 8.0
-DEFAULT_GRID_POINTS = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,45 +224,6 @@ def _view_attributes(metadata: DatasetMetadata, side: Side) -> list[str]:
     return [a.name for a in metadata.attributes]
 
 
-# -- numeric thresholds -----------------------------------------------------------------------
-
-
-def grid_points(attribute: NumericAttribute) -> npt.NDArray[np.float64]:
-    """The public grid: the owner's, else 20 equal-width interior points of [lo, hi]."""
-    if attribute.grid:
-        return np.asarray(attribute.grid, dtype=np.float64)
-    steps = np.arange(1, DEFAULT_GRID_POINTS + 1, dtype=np.float64)
-    return attribute.lo + (attribute.hi - attribute.lo) * steps / (DEFAULT_GRID_POINTS + 1)
-
-
-def grid_intervals(points: npt.NDArray[np.float64]) -> list[tuple[float | None, float | None]]:
-    """Every (lower, upper) on the grid with lower ≤ upper, either unbounded, not both."""
-    values: list[float | None] = [float(p) for p in points]
-    lowers: list[float | None] = [None, *values]
-    uppers: list[float | None] = [*values, None]
-    return [
-        (low, high)
-        for low in lowers
-        for high in uppers
-        if not (low is None and high is None) and (low is None or high is None or low <= high)
-    ]
-
-
-def draw_threshold_pair(
-    lo: float, hi: float, rng: np.random.Generator
-) -> tuple[float | None, float | None]:
-    """A draw from §1.4's base measure: each bound unbounded w.p. ½, else uniform on [lo, hi];
-    conditioned on a ≤ b and not both unbounded."""
-    while True:
-        lower = None if rng.random() < 0.5 else float(lo + (hi - lo) * rng.random())
-        upper = None if rng.random() < 0.5 else float(lo + (hi - lo) * rng.random())
-        if lower is None and upper is None:
-            continue
-        if lower is not None and upper is not None and lower > upper:
-            continue
-        return lower, upper
-
-
 def _numeric(store: ColumnStore, name: str) -> tuple[NumericAttribute, NumericColumn]:
     attribute = store.metadata.attribute(name)
     column = store.column(name)
@@ -267,22 +232,7 @@ def _numeric(store: ColumnStore, name: str) -> tuple[NumericAttribute, NumericCo
     return attribute, column
 
 
-def _numeric_rows(
-    column: NumericColumn, lower: float | None, upper: float | None, negated: bool
-) -> Bitset:
-    rows = column.range_bitset(lower, upper)
-    return column.present - rows if negated else rows
-
-
 # -- the quality of one candidate given the supports ------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Pair:
-    """Supports (as words) of the two queries of a redescription."""
-
-    left: npt.NDArray[np.uint64]
-    right: npt.NDArray[np.uint64]
 
 
 def _combine(side_words: WordMatrix, literal_words: WordMatrix, op: Op) -> WordMatrix:
@@ -420,7 +370,7 @@ def _propose(
     literal = NumLiteral(
         attribute=family.attribute.name, lower=lower, upper=upper, negated=family.negated
     )
-    rows = _numeric_rows(family.column, lower, upper, family.negated)
+    rows = numeric_rows(family.column, lower, upper, family.negated)
     red, i, u = family.make.evaluate(literal, rows)
     return red, float(params.evaluate(i, u))
 
@@ -429,66 +379,6 @@ def _extended(red: Redescription, side: Side, op: Op, literal: AnyLiteral) -> Re
     if side == "left":
         return Redescription(left=extend_query(red.left, op, literal), right=red.right)
     return Redescription(left=red.left, right=extend_query(red.right, op, literal))
-
-
-# -- grid mode --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Grid:
-    """Public grid intervals of one numeric attribute, their literals, each row's cell."""
-
-    intervals: list[tuple[float | None, float | None]]
-    literals: dict[bool, list[NumLiteral]]  # by polarity (negated?)
-    low_cells: npt.NDArray[np.int64]
-    high_cells: npt.NDArray[np.int64]
-    cells: npt.NDArray[np.int64]
-    n_cells: int
-
-
-def _grid(column: NumericColumn, attribute: NumericAttribute) -> _Grid:
-    grid = tuple(attribute.grid) if attribute.grid else None
-    return _grid_for(column, attribute.name, attribute.lo, attribute.hi, grid)
-
-
-@lru_cache(maxsize=512)
-def _grid_for(
-    column: NumericColumn, name: str, lo: float, hi: float, grid: tuple[float, ...] | None
-) -> _Grid:
-    points = grid_points(
-        NumericAttribute(name=name, lo=lo, hi=hi, grid=list(grid) if grid else None)
-    )
-    intervals = grid_intervals(points)
-    index = {float(p): k for k, p in enumerate(points)}
-    lows = [0 if low is None else 2 * index[low] + 1 for low, _high in intervals]
-    highs = [2 * len(points) if high is None else 2 * index[high] + 1 for _low, high in intervals]
-    present = column.present.to_bool_array()
-    values = np.where(present, column.values, 0.0)
-    cells = np.searchsorted(points, values, "left") + np.searchsorted(points, values, "right")
-    literals = {
-        negated: [
-            NumLiteral(attribute=name, lower=low, upper=high, negated=negated)
-            for low, high in intervals
-        ]
-        for negated in (False, True)
-    }
-    return _Grid(
-        intervals=intervals,
-        literals=literals,
-        low_cells=np.asarray(lows, dtype=np.int64),
-        high_cells=np.asarray(highs, dtype=np.int64),
-        cells=np.where(present, cells, -1).astype(np.int64),
-        n_cells=2 * len(points) + 1,
-    )
-
-
-def _interval_counts(grid: _Grid, rows: Bitset, *, negated: bool) -> npt.NDArray[np.int64]:
-    """|rows ∩ literal| for every grid interval (literal negated: present outside it)."""
-    cells = grid.cells[rows.to_bool_array()]
-    per_cell = np.bincount(cells[cells >= 0], minlength=grid.n_cells)
-    prefix = np.concatenate([[0], np.cumsum(per_cell)])
-    inside = prefix[grid.high_cells + 1] - prefix[grid.low_cells]
-    return np.asarray(prefix[-1] - inside if negated else inside, dtype=np.int64)
 
 
 # -- extension candidates (§2.2, §2.4) --------------------------------------------------------
@@ -537,7 +427,7 @@ def _extension_candidates(
     return candidates
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=512)
 def _cached_extension_candidates(
     store: ColumnStore,
     red_json: str,
@@ -569,15 +459,15 @@ def _add_grid_extensions(
     family: tuple[NumericAttribute, NumericColumn, bool],
 ) -> None:
     attribute, column, negated = family
-    grid = _grid(column, attribute)
+    grid = threshold_grid(column, attribute)
     x_rows, y_rows = maker.support, maker.other
     if maker.op == "and":
-        i = _interval_counts(grid, x_rows & y_rows, negated=negated)
-        u = y_rows.count() + _interval_counts(grid, x_rows - y_rows, negated=negated)
+        i = interval_counts(grid, x_rows & y_rows, negated=negated)
+        u = y_rows.count() + interval_counts(grid, x_rows - y_rows, negated=negated)
     else:
-        i = (x_rows & y_rows).count() + _interval_counts(grid, y_rows - x_rows, negated=negated)
+        i = (x_rows & y_rows).count() + interval_counts(grid, y_rows - x_rows, negated=negated)
         outside = ~(x_rows | y_rows)
-        u = (x_rows | y_rows).count() + _interval_counts(grid, outside, negated=negated)
+        u = (x_rows | y_rows).count() + interval_counts(grid, outside, negated=negated)
     literals = grid.literals[negated]
     candidates.add(-math.log(len(literals)), i, u, _LazyOutcomes(maker, literals))
 
@@ -615,12 +505,12 @@ def _left_pair_literals(
     polarities = (False, True) if negations else (False,)
     for name in _numeric_names(metadata, names):
         attribute, column = _numeric(store, name)
-        grid = _grid(column, attribute)
+        grid = threshold_grid(column, attribute)
         for negated in polarities:
             for literal in grid.literals[negated]:
                 literals.append(literal)
                 masses.append(-math.log(len(grid.intervals)))
-                rows.append(_numeric_rows(column, literal.lower, literal.upper, negated))
+                rows.append(numeric_rows(column, literal.lower, literal.upper, negated))
     return literals, np.asarray(masses, dtype=np.float64), rows
 
 
@@ -686,7 +576,7 @@ def _add_grid_pairs(
     ]
     if not keep:
         return
-    grid = _grid(column, attribute)
+    grid = threshold_grid(column, attribute)
     present = grid.cells >= 0
     onehot = np.zeros((grid.cells.size, grid.n_cells), dtype=np.float32)
     onehot[np.flatnonzero(present), grid.cells[present]] = 1.0
