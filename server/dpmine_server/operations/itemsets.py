@@ -53,6 +53,7 @@ __all__ = [
     "explicit_threshold",
     "kth_largest_count",
     "margin",
+    "top_count",
     "top_k_itemsets",
     "truncation_level",
 ]
@@ -92,24 +93,28 @@ def explicit_threshold(spectrum: dict[int, int], start: int) -> int:
     return start
 
 
+def top_count(index: TransactionIndex, *, k: int, lengths: Sequence[int], floor: int) -> int | None:
+    """c_K if at least K valid itemsets have a count ≥ ``floor``, else None (private).
+
+    Searched top-down with count spectra at halving thresholds from the largest single-item
+    count: cheap passes of the C miner, never below ``floor``.
+    """
+    floor = max(floor, 1)
+    threshold = max(index.max_item_count(), floor)
+    while True:
+        c_k = kth_largest_count(index.spectrum(threshold, lengths), k)
+        if c_k is not None or threshold <= floor:
+            return c_k
+        threshold = max(threshold // 2, floor)
+
+
 def truncation_level(
     index: TransactionIndex, *, k: int, lengths: Sequence[int], gamma: float
 ) -> float:
-    """τ = max(c_K − Γ, 0) (private, never released).
-
-    c_K is searched top-down with count spectra at halving thresholds, starting at the largest
-    single-item count (cheap passes of the C miner at high thresholds). The search never goes
-    below ⌊Γ⌋ + 1: if fewer than K itemsets reach that count, c_K ≤ Γ and τ = 0 whatever c_K is.
-    """
-    floor = math.floor(gamma) + 1
-    threshold = max(index.max_item_count(), floor, 1)
-    while True:
-        c_k = kth_largest_count(index.spectrum(threshold, lengths), k)
-        if c_k is not None:
-            return max(c_k - gamma, 0.0)
-        if threshold <= max(floor, 1):
-            return 0.0
-        threshold = max(threshold // 2, floor, 1)
+    """τ = max(c_K − Γ, 0) (private, never released). c_K is needed only above Γ: if fewer
+    than K itemsets reach ⌊Γ⌋ + 1, then c_K ≤ Γ and τ = 0 whatever c_K is."""
+    c_k = top_count(index, k=k, lengths=lengths, floor=math.floor(gamma) + 1)
+    return 0.0 if c_k is None else max(c_k - gamma, 0.0)
 
 
 def explicit_itemsets(
@@ -165,7 +170,9 @@ def top_k_itemsets(
     scale = 2 * k / epsilon_selection
     gamma = margin(method, k=k, universe=universe, epsilon_selection=epsilon_selection, rho=rho)
     tau = truncation_level(index, k=k, lengths=lengths, gamma=gamma)
-    start = math.floor(tau) + 1 + math.ceil(scale)  # tail scores ≤ B − 1 stay near τ
+    # Any B > τ gives the same distribution; B − 1 ≈ τ + scale keeps the tail's scores close
+    # to τ, so few tail itemsets are revealed (measured: a higher B only adds reveals).
+    start = math.floor(tau) + 1 + math.ceil(scale)
     threshold, explicit = explicit_itemsets(index, start, lengths, universe)
     itemsets = list(explicit)
     scores = np.array([max(explicit[i], tau) for i in itemsets], dtype=np.float64)
