@@ -10,7 +10,6 @@ manager stops what it started in a ``finally`` block, by process id.
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib.metadata
 import os
 import platform
@@ -28,7 +27,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import httpx
 import numpy as np
@@ -59,7 +58,6 @@ __all__ = [
     "percentile",
     "postgres_cluster",
     "register_files",
-    "retry_transient",
     "running_server",
     "server_for_backend",
     "time_calls",
@@ -67,7 +65,6 @@ __all__ = [
 ]
 
 Backend = Literal["sqlite", "postgres"]
-T = TypeVar("T")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PG_BIN_DIR = Path("/usr/lib/postgresql/15/bin")
@@ -419,57 +416,15 @@ def add_analysts(
 ) -> dict[str, str]:
     """Create analysts and grant each ``grants[dataset_id]`` epsilon; returns name -> key.
 
-    Returns only once every analyst sees every granted dataset.
+    The server commits each write before answering, so every analyst sees its datasets at once.
     """
     keys: dict[str, str] = {}
     with server.connect() as owner:
         for name in names:
             keys[name] = owner.admin.add_principal(name, "analyst").api_key
             for dataset_id, epsilon in grants.items():
-                _until_visible(functools.partial(owner.admin.grant, dataset_id, name, epsilon))
-    for key in keys.values():
-        with server.connect(key) as analyst:
-            for dataset_id in grants:
-                _until_visible(functools.partial(analyst.dataset, dataset_id))
+                owner.admin.grant(dataset_id, name, epsilon)
     return keys
-
-
-def _until_visible(call: Callable[[], T], *, timeout: float = 10.0) -> T:
-    """Retry ``call`` while it fails with NotFound, for at most ``timeout`` seconds.
-
-    Work-around: the server's request session (``api.deps.get_session``) commits in the exit
-    code of a ``yield`` dependency, which FastAPI runs *after* the response is sent, so an
-    owner's next request can arrive before the principal or dataset it just created is
-    committed (seen on PostgreSQL). Remove once the server commits before answering.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return call()
-        except dpmine.NotFoundError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
-def retry_transient(call: Callable[[], T], *, timeout: float = 10.0) -> T:
-    """Retry an idempotent owner call while it fails with NotFound or the server's generic
-    InternalError, for at most ``timeout`` seconds.
-
-    Work-around for the same server issue as ``_until_visible``: the request session commits
-    after the response is sent, so the next owner write can start its SQLite transaction on a
-    snapshot older than that commit and fail at once with "database is locked" (seen on a grant
-    right after another grant). Use only for calls that are safe to repeat (grants, lookups).
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return call()
-        except dpmine.ServerError as error:
-            transient = isinstance(error, dpmine.NotFoundError) or error.error == "InternalError"
-            if not transient or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
 
 
 # -- measurement ---------------------------------------------------------------------------------

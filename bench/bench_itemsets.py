@@ -62,7 +62,6 @@ from _support import (
     machine_info,
     median,
     register_files,
-    retry_transient,
     server_for_backend,
     time_calls,
     wait_until_quiet,
@@ -749,18 +748,11 @@ def time_dataset(
 
 
 def grant_analyst(server: ServerHandle, name: str, dataset_ids: Sequence[str]) -> str:
-    """Create analyst ``name`` with a grant on every dataset; returns its key once it sees them.
-
-    Like ``_support.add_analysts``, with every owner write retried on the server's transient
-    SQLite lock error (see ``_support.retry_transient``).
-    """
+    """Create analyst ``name`` with a grant on every dataset; returns its key."""
     with server.connect() as owner:
-        created = retry_transient(functools.partial(owner.admin.add_principal, name, "analyst"))
+        created = owner.admin.add_principal(name, "analyst")
         for dataset_id in dataset_ids:
-            retry_transient(functools.partial(owner.admin.grant, dataset_id, name, GRANT_EPSILON))
-    with server.connect(created.api_key) as analyst:
-        for dataset_id in dataset_ids:
-            retry_transient(functools.partial(analyst.dataset, dataset_id))
+            owner.admin.grant(dataset_id, name, GRANT_EPSILON)
     return created.api_key
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
-import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -67,7 +66,6 @@ from _support import (
     median,
     percentile,
     register_files,
-    retry_transient,
     server_for_backend,
     wait_until_quiet,
 )
@@ -541,34 +539,20 @@ class SerenadeStage:
 
 def register_all(server: ServerHandle, prepared: Sequence[PreparedData]) -> str:
     """Upload every dataset as the owner, then create one analyst with a grant on each; returns
-    its key once it sees them. Owner writes are retried on the server's
-    transient SQLite lock error (see ``_support.retry_transient``), like bench_itemsets."""
+    its key."""
     with server.connect() as owner:
         for data in prepared:
-            retry_transient(
-                functools.partial(
-                    register_files,
-                    owner,
-                    dataset_id=data.key,
-                    name=data.choice.title,
-                    metadata=data.metadata,
-                    source=data.source,
-                    files={
-                        "left": data.directory / "left.csv",
-                        "right": data.directory / "right.csv",
-                    },
-                )
+            register_files(
+                owner,
+                dataset_id=data.key,
+                name=data.choice.title,
+                metadata=data.metadata,
+                source=data.source,
+                files={"left": data.directory / "left.csv", "right": data.directory / "right.csv"},
             )
-        created = retry_transient(
-            functools.partial(owner.admin.add_principal, "analyst", "analyst")
-        )
+        created = owner.admin.add_principal("analyst", "analyst")
         for data in prepared:
-            retry_transient(
-                functools.partial(owner.admin.grant, data.key, "analyst", GRANT_EPSILON)
-            )
-    with server.connect(created.api_key) as analyst:
-        for data in prepared:
-            retry_transient(functools.partial(analyst.dataset, data.key))
+            owner.admin.grant(data.key, "analyst", GRANT_EPSILON)
     return created.api_key
 
 

@@ -535,13 +535,20 @@ def test_server_side_validation_is_refused_and_nothing_charged(
 ) -> None:
     with pytest.raises(dpmine.InvalidRequestError, match="n_max"):
         SerenadeES(x0=float(N_MAX), n_initial=2, rounds=1).plan(people)
-    grid_only = SerenadeOptions(threshold_mode="continuous")
-    with pytest.raises(dpmine.InvalidRequestError, match="continuous"):
-        # ε_init/I = 60 per draw: far above the exact-rejection limit.
-        SerenadeES(epsilon=100.0, n_initial=1, rounds=1, x0=X0, options=grid_only).plan(people)
-    with pytest.raises(dpmine.InvalidRequestError, match="continuous"):
-        SerenadeES(epsilon=100.0, n_initial=1, rounds=1, x0=X0, options=grid_only).mine(people)
+    with pytest.raises(dpmine.InvalidRequestError, match="n_max"):
+        SerenadeES(x0=float(N_MAX) + 1, n_initial=2, rounds=1).mine(people)
     assert owner.admin.ledger("people") == []
+
+
+def test_continuous_thresholds_far_above_the_rejection_limit_are_enumerated(
+    people: dpmine.DatasetHandle,
+) -> None:
+    """ε_init/I = 60 per draw: continuous families are enumerated exactly, thresholds stay
+    continuous (never on the grid, never data values)."""
+    options = SerenadeOptions(threshold_mode="continuous")
+    miner = SerenadeES(epsilon=100.0, n_initial=1, rounds=1, x0=X0, options=options)
+    miner.mine(people)
+    assert set(miner.threshold_modes_) == {"continuous"}
 
 
 def test_a_numeric_only_left_view_can_be_planned_and_mined(

@@ -361,30 +361,6 @@ def test_bad_requests_are_refused_before_any_charge(
             InitialPairsResponse,
             "n_max",
         ),
-        (
-            mushroom,
-            "initial-pairs",
-            InitialPairsRequest(
-                count=1,
-                epsilon=0.5,
-                quality=QualityParameters(x0=MUSHROOM_X0),
-                options=SerenadeOptions(threshold_mode="continuous"),
-            ),
-            InitialPairsResponse,
-            "too large for exact continuous thresholds",
-        ),
-        (
-            mushroom,
-            "extend",
-            ExtendOneRequest(
-                collection=[GOOD],
-                epsilon=0.5,
-                quality=QualityParameters(x0=MUSHROOM_X0),
-                options=SerenadeOptions(threshold_mode="continuous"),
-            ),
-            ExtendOneResponse,
-            "too large for exact continuous thresholds",
-        ),
     ]
     for dataset_id, endpoint, body, model, message in refused:
         with pytest.raises(dpmine.InvalidRequestError, match=message) as caught:

@@ -318,6 +318,38 @@ def test_extend_one_continuous_matches_the_exact_law(
         assert any(key[0] == "num" for key in counts)
 
 
+@pytest.mark.parametrize("seed", [41, 42])
+def test_extend_one_continuous_by_enumeration_matches_the_exact_law(
+    views: tuple[ColumnStore, Data], seed: int
+) -> None:
+    """Above c = 8 continuous families are enumerated cell pair by cell pair (§1.4, §7)."""
+    store, data = views
+    epsilon = 2 * PARAMS.delta * (REJECTION_MAX_EXPONENT + 2)  # c = 10: the enumeration path
+    collection = [red(A, B)]
+    counts = check_extension(
+        store, data, collection, mode="continuous", epsilon=epsilon, samples=6_000, seed=seed
+    )
+    assert any(key[0] == "num" for key in counts)
+
+
+def test_initial_pairs_continuous_by_enumeration_match_the_exact_law(
+    views: tuple[ColumnStore, Data],
+) -> None:
+    store, data = views
+    c, samples = REJECTION_MAX_EXPONENT + 2, 6_000  # c = 10: the enumeration path
+    pairs = initial_pairs(
+        store,
+        count=samples,
+        epsilon=c * 2 * PARAMS.delta * samples,
+        params=PARAMS,
+        rules=ExtensionRules(),
+        mode="continuous",
+        rng=seeded_generator(43),
+    )
+    counts = Counter(pair_key(data, "continuous", pair) for pair in pairs)
+    assert_law(counts, pairs_law(data, negations=False, mode="continuous", params=PARAMS, c=c))
+
+
 def test_continuous_cell_measure_is_the_spec_measure() -> None:
     """Hand check of the analytic measure on two cut-points in [0, 4]: v = (1, 3)."""
     measure = cell_measure([1.0, 3.0], 0.0, 4.0)
@@ -588,8 +620,8 @@ def test_choose_threshold_mode() -> None:
     assert choose_threshold_mode(REJECTION_MAX_EXPONENT + 1e-9, "auto") == "grid"
     assert choose_threshold_mode(1e6, "grid") == "grid"
     assert choose_threshold_mode(0.1, "grid") == "grid"
-    with pytest.raises(ValueError, match="too large for exact continuous thresholds"):
-        choose_threshold_mode(REJECTION_MAX_EXPONENT * 1.01, "continuous")
+    # An explicit continuous choice is kept: above the limit it is sampled by enumeration.
+    assert choose_threshold_mode(REJECTION_MAX_EXPONENT * 10, "continuous") == "continuous"
 
 
 def test_quality_params_coefficient() -> None:

@@ -96,8 +96,9 @@ class SerenadeOptions(WireModel):
     single_side_or: bool = Field(default=True, description="Disjunctions on one side only.")
     threshold_mode: ThresholdModeRequest = Field(
         default="auto",
-        description="continuous (exact, by rejection; needs ε/(2Δ) ≤ 8), grid (public grid), or "
-        "auto (continuous when possible, else grid; decided from public values only).",
+        description="continuous (exact: by rejection while ε/(2Δ) ≤ 8, by enumerating every "
+        "cell pair above, which costs O(V²) per numeric attribute), grid (public grid), or auto "
+        "(continuous while ε/(2Δ) ≤ 8, else grid; decided from public values only).",
     )
 
 

@@ -8,10 +8,13 @@ otherwise uniform on the public range; a ≤ b; not both unbounded), one unit fo
 unextended". Numeric thresholds are handled in one of two exact ways, chosen from public
 quantities only:
 
-* ``continuous`` (default while c ≤ 8): rejection from the base measure
-  (:func:`~dpmine_server.dp.mechanisms.exponential_by_rejection`); a drawn threshold is reported
-  as drawn, i.e. uniformly inside its cell, never a data value;
-* ``grid``: thresholds on the attribute's public grid (owner's grid, else 20 equal-width interior
+* ``continuous`` (the default while c ≤ 8): exact EM over the threshold cells of §1.4 — by
+  rejection from the base measure while c ≤ 8
+  (:func:`~dpmine_server.dp.mechanisms.exponential_by_rejection`), by enumerating every cell
+  pair with prefix sums and a chunked Gumbel-max above (O(V²) time, O(128·V) memory per
+  numeric attribute); a threshold is drawn uniformly inside its cell, never a data value;
+* ``grid`` (what "auto" picks above c = 8, since enumeration is slow on large data):
+  thresholds on the attribute's public grid (owner's grid, else 20 equal-width interior
   points), every interval a discrete candidate, exact enumeration with Gumbel-max.
 
 The candidate sets depend only on public metadata and the public queries (§2.2): no support
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal, Protocol
@@ -48,6 +51,7 @@ from dpmine_server.data.columns import ColumnStore, NumericColumn
 from dpmine_server.dp.mechanisms import exponential_by_rejection, gumbel_scores
 from dpmine_server.operations.serenade_quality import jaccard, quality
 from dpmine_server.operations.serenade_thresholds import (
+    continuous_cells,
     draw_threshold_pair,
     interval_counts,
     numeric_rows,
@@ -149,16 +153,13 @@ def parse_side(expr: Expr, *, side: str) -> SideQuery:
 def choose_threshold_mode(
     c: float, requested: Literal["auto", "continuous", "grid"]
 ) -> ThresholdMode:
-    """The public rule of the module docstring; ValueError if "continuous" cannot be exact."""
+    """The public rule of the module docstring: "auto" takes continuous thresholds while
+    c ≤ 8 (fast exact rejection) and the grid above; an explicit choice is kept (continuous
+    with c > 8 is sampled by exact enumeration of the cell pairs, O(V²) per family)."""
     if requested == "grid":
         return "grid"
-    if c <= REJECTION_MAX_EXPONENT:
+    if requested == "continuous" or c <= REJECTION_MAX_EXPONENT:
         return "continuous"
-    if requested == "continuous":
-        raise ValueError(
-            f"ε per call is too large for exact continuous thresholds (ε/(2Δ) = {c:.3g} > "
-            f"{REJECTION_MAX_EXPONENT}); use threshold_mode 'grid' or 'auto', or less ε per call"
-        )
     return "grid"
 
 
@@ -268,6 +269,16 @@ class _Block:
 
 
 @dataclass(frozen=True, slots=True)
+class _Terms:
+    """|I| = i_constant + |i_rows ∩ ℓ| and |U| = u_constant + |u_rows ∩ ℓ| for a literal ℓ."""
+
+    i_constant: int
+    i_rows: Bitset
+    u_constant: int
+    u_rows: Bitset
+
+
+@dataclass(frozen=True, slots=True)
 class _ExtendMaker:
     """Extends side ``side`` of ``base`` by ``op`` and a literal with support ``rows``."""
 
@@ -276,6 +287,13 @@ class _ExtendMaker:
     op: Op
     support: Bitset  # the extended side's support
     other: Bitset  # the other side's support
+
+    def terms(self) -> _Terms:
+        """|I| and |U| of an extension as constants plus rows of masks the literal selects."""
+        x, y = self.support, self.other
+        if self.op == "and":  # new = X ∩ ℓ
+            return _Terms(0, x & y, y.count(), x - y)
+        return _Terms((x & y).count(), y - x, (x | y).count(), ~(x | y))  # new = X or ℓ
 
     def evaluate(self, literal: AnyLiteral, rows: Bitset) -> tuple[Redescription, int, int]:
         """The extended redescription and its (|I|, |U|)."""
@@ -290,6 +308,10 @@ class _PairMaker:
 
     left: AnyLiteral
     support: Bitset
+
+    def terms(self) -> _Terms:
+        """|I| = |S_L ∩ ℓ| and |U| = |S_L| + |ℓ - S_L|."""
+        return _Terms(0, self.support, self.support.count(), ~self.support)
 
     def evaluate(self, literal: AnyLiteral, rows: Bitset) -> tuple[Redescription, int, int]:
         """The pair and its (|I|, |U|)."""
@@ -330,7 +352,10 @@ class _Candidates:
 def _sample(
     groups: Sequence[tuple[int, _Candidates]], *, c: float, rng: np.random.Generator
 ) -> Outcome:
-    """One EM draw, weight μ·exp(c·Q), over the union of the groups' candidates (§2.4)."""
+    """One EM draw, weight μ·exp(c·Q), over the union of the groups' candidates (§2.4).
+
+    Continuous families are sampled by rejection from the base measure while c ≤ 8, and by exact
+    enumeration of their cell pairs above (both exact; the choice depends on c only)."""
     blocks = [(position, block) for position, group in groups for block in group.blocks]
     families = [(position, family) for position, group in groups for family in group.families]
     explicit = (
@@ -338,10 +363,21 @@ def _sample(
         if blocks
         else np.zeros(0)
     )
+    params = groups[0][1].params if groups else None
+    if families and params is not None and c > REJECTION_MAX_EXPONENT:
+        totals = [_family_log_total(family, params, c) for _p, family in families]
+        weights = np.concatenate(
+            [explicit, np.asarray(totals) + [f.log_mass for _p, f in families]]
+        )
+        index = int(np.argmax(gumbel_scores(weights, rng=rng)))
+        if index >= explicit.size:
+            position, family = families[index - explicit.size]
+            return position, _enumerated_draw(family, params, c, rng)
+        return _block_choice(blocks, index)
 
     def propose(index: int, generator: np.random.Generator) -> tuple[Outcome, float]:
         position, family = families[index]
-        params = groups[0][1].params
+        assert params is not None
         red, q = _propose(family, params, generator)
         return (position, red), c * q
 
@@ -356,11 +392,69 @@ def _sample(
         assert not isinstance(chosen, int)
         return chosen
     assert isinstance(chosen, int)
+    return _block_choice(blocks, chosen)
+
+
+def _block_choice(blocks: Sequence[tuple[int, _Block]], index: int) -> Outcome:
     for position, block in blocks:
-        if chosen < block.quality.size:
-            return position, block.outcomes[chosen]
-        chosen -= block.quality.size
+        if index < block.quality.size:
+            return position, block.outcomes[index]
+        index -= block.quality.size
     raise IndexError("candidate index outside the blocks")
+
+
+# -- exact enumeration of a continuous family (§1.4, §7) -------------------------------------
+
+_ENUMERATION_ROWS = 128  # lower cells per chunk: memory O(128·V) per family
+
+
+def _family_weights(
+    family: _Family, params: QualityParams, c: float
+) -> Iterator[tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]]:
+    """(lower cells, log μ + c·Q for every upper cell) in chunks of lower cells."""
+    attribute = family.attribute
+    cells = continuous_cells(family.column, attribute.lo, attribute.hi)
+    terms = family.make.terms()
+    i_prefix, u_prefix = cells.prefix(terms.i_rows), cells.prefix(terms.u_rows)
+    for start in range(0, cells.size + 2, _ENUMERATION_ROWS):
+        lower = np.arange(start, min(start + _ENUMERATION_ROWS, cells.size + 2))
+        i_rows = cells.selected(i_prefix, lower)
+        u_rows = cells.selected(u_prefix, lower)
+        if family.negated:  # present rows outside [a, b]
+            i_rows, u_rows = i_prefix[-1] - i_rows, u_prefix[-1] - u_rows
+        q = params.evaluate(terms.i_constant + i_rows, terms.u_constant + u_rows)
+        yield lower, cells.log_mass(lower) + c * q
+
+
+def _family_log_total(family: _Family, params: QualityParams, c: float) -> float:
+    """log Σ over the family's cell pairs of μ·exp(c·Q) (exact)."""
+    total = -math.inf
+    for _lower, weights in _family_weights(family, params, c):
+        top = float(np.max(weights))
+        if top > -math.inf:
+            total = float(np.logaddexp(total, top + math.log(np.sum(np.exp(weights - top)))))
+    return total
+
+
+def _enumerated_draw(
+    family: _Family, params: QualityParams, c: float, rng: np.random.Generator
+) -> Redescription:
+    """A cell pair ∝ μ·exp(c·Q) by Gumbel-max over all pairs, thresholds uniform inside."""
+    best = (-math.inf, 0, 0)
+    for lower, weights in _family_weights(family, params, c):
+        keys = gumbel_scores(weights, rng=rng)
+        flat = int(np.argmax(keys))
+        row, column = divmod(flat, keys.shape[1])
+        if keys[row, column] > best[0]:
+            best = (float(keys[row, column]), int(lower[row]), column)
+    attribute = family.attribute
+    cells = continuous_cells(family.column, attribute.lo, attribute.hi)
+    low, high = cells.draw(best[1], best[2], rng)
+    literal = NumLiteral(attribute=attribute.name, lower=low, upper=high, negated=family.negated)
+    red, _i, _u = family.make.evaluate(
+        literal, numeric_rows(family.column, low, high, family.negated)
+    )
+    return red
 
 
 def _propose(
@@ -460,14 +554,9 @@ def _add_grid_extensions(
 ) -> None:
     attribute, column, negated = family
     grid = threshold_grid(column, attribute)
-    x_rows, y_rows = maker.support, maker.other
-    if maker.op == "and":
-        i = interval_counts(grid, x_rows & y_rows, negated=negated)
-        u = y_rows.count() + interval_counts(grid, x_rows - y_rows, negated=negated)
-    else:
-        i = (x_rows & y_rows).count() + interval_counts(grid, y_rows - x_rows, negated=negated)
-        outside = ~(x_rows | y_rows)
-        u = (x_rows | y_rows).count() + interval_counts(grid, outside, negated=negated)
+    terms = maker.terms()
+    i = terms.i_constant + interval_counts(grid, terms.i_rows, negated=negated)
+    u = terms.u_constant + interval_counts(grid, terms.u_rows, negated=negated)
     literals = grid.literals[negated]
     candidates.add(-math.log(len(literals)), i, u, _LazyOutcomes(maker, literals))
 

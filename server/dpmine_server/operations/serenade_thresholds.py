@@ -23,7 +23,9 @@ from dpmine_server.data.columns import NumericColumn
 
 __all__ = [
     "DEFAULT_GRID_POINTS",
+    "ContinuousCells",
     "Grid",
+    "continuous_cells",
     "draw_threshold_pair",
     "grid_intervals",
     "grid_points",
@@ -133,3 +135,94 @@ def interval_counts(grid: Grid, rows: Bitset, *, negated: bool) -> npt.NDArray[n
     prefix = np.concatenate([[0], np.cumsum(per_cell)])
     inside = prefix[grid.high_cells + 1] - prefix[grid.low_cells]
     return np.asarray(prefix[-1] - inside if negated else inside, dtype=np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class ContinuousCells:
+    """The cell pairs of §1.4 for one numeric attribute: distinct present values v_1 < … < v_V,
+    lower cells a ∈ {atom, (v_{a−1}, v_a] for a = 1 … V+1} and upper cells
+    b ∈ {[v_b, v_{b+1}) for b = 0 … V, atom} (v_0 = lo, v_{V+1} = hi), with the normalised base
+    measure of each pair and, for a row mask, the number of its rows each pair selects."""
+
+    values: npt.NDArray[np.float64]
+    value_index: npt.NDArray[np.int64]  # per row: 1 … V, or 0 when missing
+    lo: float
+    hi: float
+
+    @property
+    def size(self) -> int:
+        """V, the number of distinct present values."""
+        return int(self.values.size)
+
+    def bounds(self) -> npt.NDArray[np.float64]:
+        """v_0 = lo, v_1 … v_V, v_{V+1} = hi."""
+        return np.concatenate([[self.lo], self.values, [self.hi]])
+
+    def log_mass(self, lower: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        """log μ of the pairs (a, b) for lower cells ``lower`` (rows) and every upper cell b."""
+        cuts = self.bounds()
+        width = self.hi - self.lo
+        size = self.size
+        upper_length = np.diff(cuts)[: size + 1]  # b = 0 … V
+        lower_length = np.diff(cuts)[np.maximum(lower - 1, 0)]  # a = 1 … V+1
+        a = lower[:, None]
+        b = np.arange(size + 2)[None, :]
+        mass = np.zeros((lower.size, size + 2))
+        bounded_upper = b <= size
+        is_atom = a == 0
+        upper_cell = np.broadcast_to(upper_length[np.minimum(b, size)] / width, mass.shape)
+        lower_cell = np.broadcast_to((lower_length / width)[:, None], mass.shape)
+        mass = np.where(is_atom & bounded_upper, 0.25 * upper_cell, mass)
+        mass = np.where(~is_atom & ~bounded_upper, 0.25 * lower_cell, mass)
+        both = ~is_atom & bounded_upper
+        mass = np.where(both & (a <= b), 0.25 * lower_cell * upper_cell, mass)
+        mass = np.where(both & (a - 1 == b), 0.125 * lower_cell * upper_cell, mass)
+        with np.errstate(divide="ignore"):
+            return np.asarray(np.log(mass / 0.625), dtype=np.float64)
+
+    def prefix(self, rows: Bitset) -> npt.NDArray[np.int64]:
+        """P[i] = rows of the mask whose value index is ≤ i (i = 0 … V)."""
+        indices = self.value_index[rows.to_bool_array()]
+        counts = np.bincount(indices[indices > 0], minlength=self.size + 1)
+        return np.asarray(np.cumsum(counts), dtype=np.int64)
+
+    def selected(
+        self, prefix: npt.NDArray[np.int64], lower: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.int64]:
+        """Rows of the mask (given by its prefix) that each pair (a in ``lower``, every b)
+        selects: values with index in [max(a, 1), b] (b = V for the upper atom)."""
+        size = self.size
+        start = np.maximum(lower, 1)[:, None]
+        end = np.minimum(np.arange(size + 2), size)[None, :]
+        count = prefix[end] - prefix[np.minimum(start - 1, size)]
+        return np.asarray(np.where(start <= end, count, 0), dtype=np.int64)
+
+    def draw(
+        self, lower: int, upper: int, rng: np.random.Generator
+    ) -> tuple[float | None, float | None]:
+        """Thresholds uniform inside the pair of cells (a ≤ b when both lie in one interval)."""
+        cuts = self.bounds()
+        size = self.size
+        low = (
+            None
+            if lower == 0
+            else float(cuts[lower - 1] + (cuts[lower] - cuts[lower - 1]) * rng.random())
+        )
+        high = (
+            None
+            if upper == size + 1
+            else float(cuts[upper] + (cuts[upper + 1] - cuts[upper]) * rng.random())
+        )
+        if low is not None and high is not None and low > high:
+            low, high = high, low  # same interval: the ordered pair of two uniforms
+        return low, high
+
+
+@lru_cache(maxsize=512)
+def continuous_cells(column: NumericColumn, lo: float, hi: float) -> ContinuousCells:
+    """The §1.4 cells of a numeric column (all present values are cut-points)."""
+    present = column.present.to_bool_array()
+    values = np.unique(column.values[present])
+    index = np.zeros(present.size, dtype=np.int64)
+    index[present] = np.searchsorted(values, column.values[present]) + 1
+    return ContinuousCells(values=values, value_index=index, lo=lo, hi=hi)
