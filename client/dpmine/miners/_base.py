@@ -7,6 +7,7 @@ remaining budget cannot cover the plan, runs it, and returns ``self``. Results e
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -44,11 +45,13 @@ class _Spent:
     receipts: list[Receipt] = field(default_factory=list)
 
 
-class BaseMiner:
-    """Shared plan/mine plumbing; subclasses implement ``_calls`` and ``_run``."""
+class BaseMiner(ABC):
+    """Shared plan/mine plumbing; a miner lists its calls in ``_calls`` and runs them in
+    ``mine``."""
 
+    @abstractmethod
     def _calls(self, dataset: DatasetHandle) -> list[PlannedCall]:
-        raise NotImplementedError
+        """The exact calls of a run, for pricing."""
 
     def plan(self, dataset: DatasetHandle) -> Plan:
         """Price the run on the server; nothing is charged and no data is read."""
