@@ -143,21 +143,6 @@ def _run(
     )
 
 
-OPERATIONS = [
-    OperationSpec(
-        name="red.compute_quality",
-        path="redescriptions/quality",
-        summary="Noisy support cells, Jaccard and p-value of a redescription.",
-        request_model=ComputeQualityRequest,
-        response_model=ComputeQualityResponse,
-        dataset_kinds=frozenset({"views", "table"}),
-        validate=_validate,
-        cost=_cost,
-        run=_run,
-    )
-]
-
-
 # -- Serenade (§2) -----------------------------------------------------------------------------
 
 
@@ -293,7 +278,18 @@ def _run_extend(
     }
 
 
-OPERATIONS += [
+OPERATIONS = [
+    OperationSpec(
+        name="red.compute_quality",
+        path="redescriptions/quality",
+        summary="Noisy support cells, Jaccard and p-value of a redescription.",
+        request_model=ComputeQualityRequest,
+        response_model=ComputeQualityResponse,
+        dataset_kinds=frozenset({"views", "table"}),
+        validate=_validate,
+        cost=_cost,
+        run=_run,
+    ),
     OperationSpec(
         name="serenade.initial_pairs",
         path="redescriptions/serenade/initial-pairs",
