@@ -17,6 +17,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import fim
 import numpy as np
@@ -151,34 +152,29 @@ class TransactionIndex:
         # makes every support strictly smaller than the input size and changes no count.
         return [*self.transactions(), []]
 
-    def spectrum(self, min_count: int, lengths: Sequence[int]) -> dict[int, int]:
-        """Number of valid itemsets per exact count, for counts ≥ ``min_count``."""
-        raw = fim.eclat(
+    def _eclat(self, min_count: int, lengths: Sequence[int], report: str) -> Any:
+        return fim.eclat(
             self._miner_input(),
             target="s",
             supp=-max(int(min_count), 1),
             zmin=min(lengths),
             zmax=max(lengths),
-            report="#",
+            report=report,
         )
+
+    def spectrum(self, min_count: int, lengths: Sequence[int]) -> dict[int, int]:
+        """Number of valid itemsets per exact count, for counts ≥ ``min_count``."""
         wanted = set(lengths)
         counts: dict[int, int] = {}
-        for (size, support), number in dict(raw).items():
+        for (size, support), number in dict(self._eclat(min_count, lengths, "#")).items():
             if size in wanted:
                 counts[int(support)] = counts.get(int(support), 0) + int(number)
         return counts
 
     def mine(self, min_count: int, lengths: Sequence[int]) -> dict[Itemset, int]:
         """Every valid itemset with a length in ``lengths`` and count ≥ ``min_count``."""
-        found = fim.eclat(
-            self._miner_input(),
-            target="s",
-            supp=-max(int(min_count), 1),
-            zmin=min(lengths),
-            zmax=max(lengths),
-            report="a",
-        )
         wanted = set(lengths)
+        found = self._eclat(min_count, lengths, "a")
         return {tuple(sorted(itemset)): count for itemset, count in found if len(itemset) in wanted}
 
     def max_item_count(self) -> int:
