@@ -11,8 +11,8 @@
   values; ``toy_truth`` holds its exact counts so that tests can compare noisy releases with the
   truth (tolerances from the discrete Laplace tail, DP-ENGINES.md; ALGORITHMS.md §0.3).
 
-``starlette.testclient`` warns at import that ``httpx2`` should replace ``httpx``; the warning is
-suppressed here only (pyproject's ``filterwarnings = error`` is owned by the lead).
+The app, client and connections come from :mod:`support.inprocess` (which also imports
+``TestClient`` with its import-time deprecation warning suppressed).
 """
 
 from __future__ import annotations
@@ -20,14 +20,12 @@ from __future__ import annotations
 import csv
 import gzip
 import shutil
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 from fastapi import FastAPI
-from starlette.exceptions import StarletteDeprecationWarning
 
 import dpmine
 from dpmine.wire import (
@@ -42,12 +40,8 @@ from dpmine_server.app import create_app
 from dpmine_server.data.propose import propose_metadata
 from dpmine_server.services.container import Services, build_services
 from dpmine_server.settings import Settings
+from support.inprocess import TestClient, bearer, connect, open_client, settings_for
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", StarletteDeprecationWarning)
-    from fastapi.testclient import TestClient
-
-BASE_URL = "http://testserver"
 OWNER_KEY = "owner-bootstrap-key-0123456789"
 SECRET_KEY = "api-tests-secret-0123456789abcdef"
 TEST_SEED = 20240611
@@ -75,22 +69,16 @@ GRANT = 5.0
 Register = Callable[..., str]
 
 
-def bearer(key: str) -> dict[str, str]:
-    """The Authorization header of an API key."""
-    return {"Authorization": f"Bearer {key}"}
-
-
 # -- the app --------------------------------------------------------------------------------------
 
 
 def _settings(folder: Path) -> Settings:
     """Test-mode settings on ``folder``'s SQLite file and data folder."""
-    return Settings(
-        database_url=f"sqlite:///{folder / DATABASE_FILE}",
-        data_dir=folder / "data",
-        bootstrap_owner_key=OWNER_KEY,
+    return settings_for(
+        folder,
+        database_file=DATABASE_FILE,
+        owner_key=OWNER_KEY,
         secret_key=SECRET_KEY,
-        environment="test",
         test_seed=TEST_SEED,
         job_workers=2,
     )
@@ -121,7 +109,7 @@ def app(api_settings: Settings) -> FastAPI:
 @pytest.fixture
 def client(app: FastAPI) -> Iterator[TestClient]:
     """An in-process HTTP client with the lifespan running."""
-    with TestClient(app, base_url=BASE_URL, raise_server_exceptions=False) as test_client:
+    with open_client(app) as test_client:
         yield test_client
 
 
@@ -142,7 +130,7 @@ def owner_headers() -> dict[str, str]:
 @pytest.fixture
 def owner(client: TestClient) -> dpmine.Connection:
     """The bootstrap owner's connection (no retries: tests want the first answer)."""
-    return dpmine.connect(BASE_URL, OWNER_KEY, http=client, retries=0)
+    return connect(OWNER_KEY, client)
 
 
 @pytest.fixture
@@ -160,7 +148,7 @@ def analyst_headers(analyst_key: str) -> dict[str, str]:
 @pytest.fixture
 def analyst(client: TestClient, analyst_key: str) -> dpmine.Connection:
     """Analyst ``alice``'s connection."""
-    return dpmine.connect(BASE_URL, analyst_key, http=client, retries=0)
+    return connect(analyst_key, client)
 
 
 @pytest.fixture

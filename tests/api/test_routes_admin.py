@@ -19,7 +19,6 @@ import httpx
 import pytest
 import sqlalchemy
 from fastapi import FastAPI
-from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 import dpmine
@@ -42,9 +41,10 @@ from dpmine_server.app import create_app
 from dpmine_server.db.models import LedgerEntry
 from dpmine_server.dp.budget import Epsilon
 from dpmine_server.services.container import Services
-from dpmine_server.services.ledger import request_fingerprint
+from dpmine_server.services.ledger import Reservation, request_fingerprint
 from dpmine_server.services.principals import get_principal
 from dpmine_server.settings import Settings
+from support.inprocess import TestClient, bearer, expect_error
 
 #: The conftest's ``register(dataset_id, csv_path, metadata, cap=, grants=)`` fixture.
 Register = Callable[..., str]
@@ -89,20 +89,6 @@ ADMIN_ROUTES = [
     ("GET", "/v1/admin/ledger/verify"),
     ("GET", "/v1/admin/audit"),
 ]
-
-
-def expect_error(response: httpx.Response, status: int, error: str) -> str:
-    """Assert the status and the one error shape ``{"error", "detail"}``; return the detail."""
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert set(body) == {"error", "detail"}
-    assert body["error"] == error
-    return str(body["detail"])
-
-
-def bearer(key: str) -> dict[str, str]:
-    """The Authorization header of a key."""
-    return {"Authorization": f"Bearer {key}"}
 
 
 def count(client: TestClient, dataset_id: str, headers: dict[str, str], epsilon: float) -> None:
@@ -760,19 +746,7 @@ class TestStartUp:
         services: Services,
         client: TestClient,
     ) -> None:
-        with services.sessions() as session:
-            alice = get_principal(session, "alice")
-        parameters = {"predicate": None, "epsilon": 0.5}
-        services.ledger.reserve(  # charged, then the process died before releasing
-            principal=alice,
-            dataset_id=toy,
-            operation="count.noisy",
-            parameters=parameters,
-            cost=Epsilon.charge(0.5),
-            guarantee="pure",
-            idempotency_key="crashed",
-            request_hash=request_fingerprint("count.noisy", toy, parameters),
-        )
+        reserve_half(services, toy, "crashed")  # charged, then the process died before releasing
         # The first process "dies": its liveness lock goes away (as the OS releases it on a
         # crash); recovery runs in the second one's start-up.
         services.instance.close()
@@ -791,22 +765,28 @@ class TestStartUp:
     ) -> None:
         # Several workers may share one database (DESIGN.md: "any worker can serve the next
         # call"); one of them starting must not break a request another one is computing.
-        with services.sessions() as session:
-            alice = get_principal(session, "alice")
-        parameters = {"predicate": None, "epsilon": 0.5}
-        in_flight = services.ledger.reserve(
-            principal=alice,
-            dataset_id=toy,
-            operation="count.noisy",
-            parameters=parameters,
-            cost=Epsilon.charge(0.5),
-            guarantee="pure",
-            idempotency_key="in-flight",
-            request_hash=request_fingerprint("count.noisy", toy, parameters),
-        )
+        in_flight = reserve_half(services, toy, "in-flight")
         with TestClient(create_app(api_settings), raise_server_exceptions=False) as second:
             assert second.get("/v1/health").status_code == 200
             services.ledger.complete(in_flight.entry_id, {"count": 1, "receipt": {}})
+
+
+def reserve_half(services: Services, dataset_id: str, idempotency_key: str) -> Reservation:
+    """Charge alice ε = 0.5 for a noisy count of all rows, straight in the ledger (nothing
+    released yet)."""
+    with services.sessions() as session:
+        alice = get_principal(session, "alice")
+    parameters = {"predicate": None, "epsilon": 0.5}
+    return services.ledger.reserve(
+        principal=alice,
+        dataset_id=dataset_id,
+        operation="count.noisy",
+        parameters=parameters,
+        cost=Epsilon.charge(0.5),
+        guarantee="pure",
+        idempotency_key=idempotency_key,
+        request_hash=request_fingerprint("count.noisy", dataset_id, parameters),
+    )
 
 
 def settings_key(settings: Settings) -> str:

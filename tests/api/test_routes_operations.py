@@ -19,7 +19,6 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 import dpmine
@@ -40,9 +39,12 @@ from dpmine_server.db.models import Dataset, Grant, Job, LedgerEntry, Principal
 from dpmine_server.dp.budget import EPSILON_UNITS_PER_ONE
 from dpmine_server.services.container import Services
 from dpmine_server.settings import Settings
+from support.inprocess import TestClient, bearer, expect_error
 
 #: The conftest's ``register(dataset_id, csv_path, metadata, cap=, grants=)`` fixture.
 Register = Callable[..., str]
+#: ``register_toy(dataset_id, grants)``: the toy CSV under another id, cap 1.
+RegisterToy = Callable[[str, dict[str, float]], str]
 
 
 # -- helpers --------------------------------------------------------------------------------------
@@ -57,15 +59,6 @@ def laplace_tolerance(epsilon: float, *, sensitivity: int = 1, false_alarm: floa
     """
     alpha = math.exp(-epsilon / (sensitivity * 1.01))
     return max(0, math.ceil(math.log(false_alarm * (1 + alpha) / 2) / math.log(alpha)) - 1)
-
-
-def expect_error(response: httpx.Response, status: int, error: str) -> str:
-    """Assert the status and the one error shape ``{"error", "detail"}``; return the detail."""
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert set(body) == {"error", "detail"}
-    assert body["error"] == error
-    return str(body["detail"])
 
 
 def count_body(query: str | None, epsilon: float) -> dict[str, Any]:
@@ -86,9 +79,37 @@ def quality_body(left: str, right: str, epsilon: float, mode: str = "cells") -> 
     }
 
 
-def bearer_of(key: str) -> dict[str, str]:
-    """The Authorization header of a key."""
-    return {"Authorization": f"Bearer {key}"}
+def post_to(
+    client: TestClient, dataset_id: str, route: str, headers: dict[str, str], body: Any
+) -> httpx.Response:
+    """POST ``body`` as JSON to ``/v1/datasets/{dataset_id}/{route}``."""
+    response: httpx.Response = client.post(
+        f"/v1/datasets/{dataset_id}/{route}", json=body, headers=headers
+    )
+    return response
+
+
+def post_count(
+    client: TestClient, dataset_id: str, headers: dict[str, str], body: dict[str, Any]
+) -> httpx.Response:
+    """POST a ``count.noisy`` request body to the dataset."""
+    return post_to(client, dataset_id, "counts", headers, body)
+
+
+def post_quality(
+    client: TestClient, dataset_id: str, headers: dict[str, str], body: dict[str, Any]
+) -> httpx.Response:
+    """POST a ``red.compute_quality`` request body to the dataset."""
+    return post_to(client, dataset_id, "redescriptions/quality", headers, body)
+
+
+def submit_count_job(
+    client: TestClient, dataset_id: str, headers: dict[str, str], request: dict[str, Any]
+) -> httpx.Response:
+    """Submit a ``count.noisy`` background job with ``request`` to the dataset."""
+    return post_to(
+        client, dataset_id, "jobs", headers, {"operation": "count.noisy", "request": request}
+    )
 
 
 def with_key(headers: dict[str, str], key: str) -> dict[str, str]:
@@ -139,6 +160,16 @@ def wait_for_job(
         time.sleep(0.02)
 
 
+@pytest.fixture
+def register_toy(register: Register, toy_csv: Path, toy_metadata: DatasetMetadata) -> RegisterToy:
+    """Upload the toy CSV again as ``dataset_id`` with a cap of 1 and the given grants."""
+
+    def upload(dataset_id: str, grants: dict[str, float]) -> str:
+        return register(dataset_id, toy_csv, toy_metadata, cap=1.0, grants=grants)
+
+    return upload
+
+
 # -- noisy counts ---------------------------------------------------------------------------------
 
 
@@ -163,9 +194,7 @@ class TestNoisyCount:
         analyst_headers: dict[str, str],
         query: str,
     ) -> None:
-        response = client.post(
-            f"/v1/datasets/{toy}/counts", json=count_body(query, 1.0), headers=analyst_headers
-        )
+        response = post_count(client, toy, analyst_headers, count_body(query, 1.0))
         assert response.status_code == 200, response.text
         released = NoisyCountResponse.model_validate(response.json())
         assert abs(released.count - toy_truth[query]) <= laplace_tolerance(1.0)
@@ -184,9 +213,7 @@ class TestNoisyCount:
         toy_truth: dict[str, int],
         analyst_headers: dict[str, str],
     ) -> None:
-        response = client.post(
-            f"/v1/datasets/{toy}/counts", json={"epsilon": 2.0}, headers=analyst_headers
-        )
+        response = post_count(client, toy, analyst_headers, {"epsilon": 2.0})
         assert response.status_code == 200
         assert abs(response.json()["count"] - toy_truth["all"]) <= laplace_tolerance(2.0)
 
@@ -194,11 +221,7 @@ class TestNoisyCount:
         self, client: TestClient, mushroom: str, analyst_headers: dict[str, str]
     ) -> None:
         for query, truth in ((None, 8124), ("[class = e]", 4208), ("[class = p]", 3916)):
-            response = client.post(
-                f"/v1/datasets/{mushroom}/counts",
-                json=count_body(query, 1.0),
-                headers=analyst_headers,
-            )
+            response = post_count(client, mushroom, analyst_headers, count_body(query, 1.0))
             assert response.status_code == 200, response.text
             assert abs(response.json()["count"] - truth) <= laplace_tolerance(1.0)
 
@@ -211,9 +234,7 @@ class TestNoisyCount:
     ) -> None:
         key = str(uuid.uuid4())
         body = count_body("[smoker]", 0.5)
-        response = client.post(
-            f"/v1/datasets/{toy}/counts", json=body, headers=with_key(analyst_headers, key)
-        )
+        response = post_count(client, toy, with_key(analyst_headers, key), body)
         assert response.status_code == 200
         assert response.headers["cache-control"] == "no-store"
         assert "idempotent-replayed" not in response.headers
@@ -250,9 +271,7 @@ class TestNoisyCount:
         self, client: TestClient, toy: str, analyst_headers: dict[str, str], services: Services
     ) -> None:
         for _ in range(2):
-            response = client.post(
-                f"/v1/datasets/{toy}/counts", json=count_body(None, 0.1), headers=analyst_headers
-            )
+            response = post_count(client, toy, analyst_headers, count_body(None, 0.1))
             assert response.status_code == 200
         assert [e.idempotency_key for e in entries(services)] == [None, None]
         assert spent(services, toy) == units("0.2")
@@ -269,10 +288,8 @@ class TestQuality:
         toy_truth: dict[str, int],
         analyst_headers: dict[str, str],
     ) -> None:
-        response = client.post(
-            f"/v1/datasets/{toy}/redescriptions/quality",
-            json=quality_body("[smoker]", "[member]", 1.0),
-            headers=analyst_headers,
+        response = post_quality(
+            client, toy, analyst_headers, quality_body("[smoker]", "[member]", 1.0)
         )
         assert response.status_code == 200, response.text
         released = ComputeQualityResponse.model_validate(response.json())
@@ -299,10 +316,8 @@ class TestQuality:
         toy_truth: dict[str, int],
         analyst_headers: dict[str, str],
     ) -> None:
-        response = client.post(
-            f"/v1/datasets/{toy}/redescriptions/quality",
-            json=quality_body("[smoker]", "[member]", 1.0, mode="paper"),
-            headers=analyst_headers,
+        response = post_quality(
+            client, toy, analyst_headers, quality_body("[smoker]", "[member]", 1.0, mode="paper")
         )
         assert response.status_code == 200, response.text
         released = ComputeQualityResponse.model_validate(response.json())
@@ -318,10 +333,11 @@ class TestQuality:
     def test_mushroom_quality(
         self, client: TestClient, mushroom: str, analyst_headers: dict[str, str]
     ) -> None:
-        response = client.post(
-            f"/v1/datasets/{mushroom}/redescriptions/quality",
-            json=quality_body("[odor = n]", "[spore-print-color = n]", 0.5),
-            headers=analyst_headers,
+        response = post_quality(
+            client,
+            mushroom,
+            analyst_headers,
+            quality_body("[odor = n]", "[spore-print-color = n]", 0.5),
         )
         assert response.status_code == 200, response.text
         released = ComputeQualityResponse.model_validate(response.json())
@@ -337,22 +353,16 @@ class TestBudget:
         self,
         *,
         client: TestClient,
-        register: Register,
-        toy_csv: Path,
-        toy_metadata: DatasetMetadata,
+        register_toy: RegisterToy,
         analyst_headers: dict[str, str],
         services: Services,
     ) -> None:
-        register("exact", toy_csv, toy_metadata, cap=1.0, grants={"alice": 1.0})
+        register_toy("exact", {"alice": 1.0})
         for index in range(10):
-            response = client.post(
-                "/v1/datasets/exact/counts", json=count_body(None, 0.1), headers=analyst_headers
-            )
+            response = post_count(client, "exact", analyst_headers, count_body(None, 0.1))
             assert response.status_code == 200, (index, response.text)
         assert response.json()["receipt"]["remaining_epsilon"] == 0.0
-        refused = client.post(
-            "/v1/datasets/exact/counts", json=count_body(None, 0.1), headers=analyst_headers
-        )
+        refused = post_count(client, "exact", analyst_headers, count_body(None, 0.1))
         detail = expect_error(refused, 409, "BudgetExhausted")
         assert "requested epsilon=0.1" in detail
         assert "remaining on the dataset=0;" in detail
@@ -363,13 +373,11 @@ class TestBudget:
         self,
         *,
         client: TestClient,
-        register: Register,
-        toy_csv: Path,
-        toy_metadata: DatasetMetadata,
+        register_toy: RegisterToy,
         analyst_headers: dict[str, str],
         services: Services,
     ) -> None:
-        register("small", toy_csv, toy_metadata, cap=1.0, grants={"alice": 0.5})
+        register_toy("small", {"alice": 0.5})
         url = "/v1/datasets/small/counts"
         for _ in range(2):
             assert client.post(url, json=count_body(None, 0.2), headers=analyst_headers).is_success
@@ -386,16 +394,14 @@ class TestBudget:
         self,
         *,
         client: TestClient,
-        register: Register,
-        toy_csv: Path,
-        toy_metadata: DatasetMetadata,
+        register_toy: RegisterToy,
         analyst_headers: dict[str, str],
         bob_key: str,
         services: Services,
     ) -> None:
-        register("shared", toy_csv, toy_metadata, cap=1.0, grants={"alice": 0.8, "bob": 0.8})
+        register_toy("shared", {"alice": 0.8, "bob": 0.8})
         url = "/v1/datasets/shared/counts"
-        bob = {"Authorization": f"Bearer {bob_key}"}
+        bob = bearer(bob_key)
         assert client.post(url, json=count_body(None, 0.6), headers=analyst_headers).is_success
         refused = client.post(url, json=count_body(None, 0.6), headers=bob)
         detail = expect_error(refused, 409, "BudgetExhausted")
@@ -415,18 +421,14 @@ class TestBudget:
         self,
         *,
         client: TestClient,
-        register: Register,
-        toy_csv: Path,
-        toy_metadata: DatasetMetadata,
+        register_toy: RegisterToy,
         analyst_headers: dict[str, str],
         services: Services,
     ) -> None:
-        register("race", toy_csv, toy_metadata, cap=1.0, grants={"alice": 1.0})
+        register_toy("race", {"alice": 1.0})
 
         def spend(_: int) -> int:
-            response = client.post(
-                "/v1/datasets/race/counts", json=count_body(None, 0.1), headers=analyst_headers
-            )
+            response = post_count(client, "race", analyst_headers, count_body(None, 0.1))
             return int(response.status_code)
 
         with ThreadPoolExecutor(max_workers=8) as pool:
@@ -487,9 +489,7 @@ class TestIdempotency:
         )
         url = f"/v1/datasets/{toy}/counts"
         alice = client.post(url, json=count_body(None, 0.1), headers=with_key(analyst_headers, "k"))
-        bob = client.post(
-            url, json=count_body(None, 0.1), headers=with_key(bearer_of(bob_key), "k")
-        )
+        bob = client.post(url, json=count_body(None, 0.1), headers=with_key(bearer(bob_key), "k"))
         assert (alice.status_code, bob.status_code) == (200, 200)
         assert bob.json()["receipt"]["replayed"] is False
         assert len(entries(services)) == 2
@@ -503,11 +503,7 @@ class TestIdempotency:
         services: Services,
         key: str,
     ) -> None:
-        response = client.post(
-            f"/v1/datasets/{toy}/counts",
-            json=count_body(None, 0.1),
-            headers=with_key(analyst_headers, key),
-        )
+        response = post_count(client, toy, with_key(analyst_headers, key), count_body(None, 0.1))
         assert "Idempotency-Key" in expect_error(response, 422, "InvalidRequest")
         assert entries(services) == []
 
@@ -577,7 +573,7 @@ class TestRefusals:
         body: Any,
         fragment: str,
     ) -> None:
-        response = client.post(f"/v1/datasets/{toy}/counts", json=body, headers=analyst_headers)
+        response = post_count(client, toy, analyst_headers, body)
         assert fragment in expect_error(response, 422, "InvalidRequest")
         assert entries(services) == []
         assert spent(services, toy) == 0
@@ -619,10 +615,8 @@ class TestRefusals:
         mode: str,
         fragment: str,
     ) -> None:
-        response = client.post(
-            f"/v1/datasets/{toy}/redescriptions/quality",
-            json=quality_body(left, right, 0.5, mode=mode),
-            headers=analyst_headers,
+        response = post_quality(
+            client, toy, analyst_headers, quality_body(left, right, 0.5, mode=mode)
         )
         assert fragment in expect_error(response, 422, "InvalidRequest")
         assert entries(services) == []
@@ -635,7 +629,7 @@ class TestRefusals:
             ("redescriptions/quality", quality_body("[smoker]", "[member]", 0.1)),
             ("jobs", {"operation": "count.noisy", "request": count_body(None, 0.1)}),
         ):
-            response = client.post(f"/v1/datasets/{toy}/{path}", json=body, headers=owner_headers)
+            response = post_to(client, toy, path, owner_headers, body)
             expect_error(response, 403, "Forbidden")
         assert entries(services) == []
 
@@ -644,12 +638,12 @@ class TestRefusals:
     ) -> None:
         body = count_body(None, 0.1)
         expect_error(
-            client.post("/v1/datasets/nope/counts", json=body, headers=analyst_headers),
+            post_count(client, "nope", analyst_headers, body),
             404,
             "NotFound",
         )
         expect_error(
-            client.post(f"/v1/datasets/{toy}/counts", json=body, headers=bearer_of(bob_key)),
+            post_count(client, toy, bearer(bob_key), body),
             404,
             "NotFound",
         )
@@ -693,9 +687,7 @@ class TestBudgetSplits:
         # underflows to 0.0) reaches the mechanism after the charge, which refuses it (infinite
         # noise scale): the charge stands and nothing is released.
         body = {"k": 1, "min_length": 1, "epsilon": epsilon, "count_share": count_share}
-        response = client.post(
-            f"/v1/datasets/{baskets}/itemsets/top-k-{method}", json=body, headers=analyst_headers
-        )
+        response = post_to(client, baskets, f"itemsets/top-k-{method}", analyst_headers, body)
         assert response.status_code in {200, 422}, response.text
         if response.status_code == 422:
             assert entries(services) == []
@@ -719,7 +711,7 @@ class TestFailureAfterCharge:
         stored.unlink()  # the data cannot be loaded any more: the kernel fails after the charge
         headers = with_key(analyst_headers, "doomed")
         body = count_body("[smoker]", 0.5)
-        response = client.post(f"/v1/datasets/{toy}/counts", json=body, headers=headers)
+        response = post_count(client, toy, headers, body)
         detail = expect_error(response, 500, "OperationFailed")
         assert "charge stands" in detail
         assert "toy.csv" not in detail
@@ -727,7 +719,7 @@ class TestFailureAfterCharge:
         assert (entry.status, entry.release) == ("failed", None)
         assert spent(services, toy) == units("0.5")
         # A retry with the same key neither recomputes nor charges again.
-        again = client.post(f"/v1/datasets/{toy}/counts", json=body, headers=headers)
+        again = post_count(client, toy, headers, body)
         assert "new Idempotency-Key" in expect_error(again, 500, "OperationFailed")
         assert spent(services, toy) == units("0.5")
         assert services.ledger.verify() == []
@@ -745,10 +737,8 @@ class TestJobs:
         analyst_headers: dict[str, str],
         services: Services,
     ) -> None:
-        response = client.post(
-            f"/v1/datasets/{toy}/jobs",
-            json={"operation": "count.noisy", "request": count_body("[smoker]", 1.0)},
-            headers=with_key(analyst_headers, "job-1"),
+        response = submit_count_job(
+            client, toy, with_key(analyst_headers, "job-1"), count_body("[smoker]", 1.0)
         )
         assert response.status_code == 202, response.text
         submitted = JobInfo.model_validate(response.json())
@@ -774,8 +764,8 @@ class TestJobs:
             "request": quality_body("[smoker]", "[member]", 0.3),
         }
         headers = with_key(analyst_headers, "job-retry")
-        first = client.post(f"/v1/datasets/{toy}/jobs", json=body, headers=headers)
-        second = client.post(f"/v1/datasets/{toy}/jobs", json=body, headers=headers)
+        first = post_to(client, toy, "jobs", headers, body)
+        second = post_to(client, toy, "jobs", headers, body)
         assert (first.status_code, second.status_code) == (202, 202)
         assert first.json()["id"] == second.json()["id"]
         wait_for_job(client, analyst_headers, first.json()["id"])
@@ -786,17 +776,9 @@ class TestJobs:
         self, client: TestClient, toy: str, analyst_headers: dict[str, str], services: Services
     ) -> None:
         headers = with_key(analyst_headers, "job-key")
-        first = client.post(
-            f"/v1/datasets/{toy}/jobs",
-            json={"operation": "count.noisy", "request": count_body(None, 0.1)},
-            headers=headers,
-        )
+        first = submit_count_job(client, toy, headers, count_body(None, 0.1))
         assert first.status_code == 202
-        other = client.post(
-            f"/v1/datasets/{toy}/jobs",
-            json={"operation": "count.noisy", "request": count_body("[smoker]", 0.2)},
-            headers=headers,
-        )
+        other = submit_count_job(client, toy, headers, count_body("[smoker]", 0.2))
         expect_error(other, 422, "IdempotencyConflict")
         assert len(entries(services)) == 1
 
@@ -808,17 +790,9 @@ class TestJobs:
             url, json={"operation": "mine.everything", "request": {}}, headers=analyst_headers
         )
         assert "mine.everything" in expect_error(unknown, 422, "InvalidRequest")
-        invalid = client.post(
-            url,
-            json={"operation": "count.noisy", "request": count_body("[smokr]", 0.1)},
-            headers=analyst_headers,
-        )
+        invalid = submit_count_job(client, toy, analyst_headers, count_body("[smokr]", 0.1))
         assert "smokr" in expect_error(invalid, 422, "InvalidRequest")
-        too_much = client.post(
-            url,
-            json={"operation": "count.noisy", "request": count_body(None, 6.0)},
-            headers=analyst_headers,
-        )
+        too_much = submit_count_job(client, toy, analyst_headers, count_body(None, 6.0))
         expect_error(too_much, 409, "BudgetExhausted")
         assert entries(services) == []
         with services.sessions() as session:
@@ -832,14 +806,10 @@ class TestJobs:
         bob_key: str,
         owner_headers: dict[str, str],
     ) -> None:
-        response = client.post(
-            f"/v1/datasets/{toy}/jobs",
-            json={"operation": "count.noisy", "request": count_body(None, 0.1)},
-            headers=analyst_headers,
-        )
+        response = submit_count_job(client, toy, analyst_headers, count_body(None, 0.1))
         job_id = response.json()["id"]
         wait_for_job(client, analyst_headers, job_id)
-        for headers in (bearer_of(bob_key), owner_headers):
+        for headers in (bearer(bob_key), owner_headers):
             expect_error(client.get(f"/v1/jobs/{job_id}", headers=headers), 404, "NotFound")
         expect_error(client.get("/v1/jobs/no-such-job", headers=analyst_headers), 404, "NotFound")
 
@@ -854,11 +824,7 @@ class TestJobs:
         services: Services,
     ) -> None:
         (api_settings.data_dir / "datasets" / toy / "v1" / f"path-{toy_csv.name}").unlink()
-        response = client.post(
-            f"/v1/datasets/{toy}/jobs",
-            json={"operation": "count.noisy", "request": count_body(None, 0.25)},
-            headers=analyst_headers,
-        )
+        response = submit_count_job(client, toy, analyst_headers, count_body(None, 0.25))
         assert response.status_code == 202
         failed = wait_for_job(client, analyst_headers, response.json()["id"])
         assert failed.status == "failed"

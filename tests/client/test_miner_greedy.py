@@ -21,15 +21,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import warnings
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi import FastAPI
-from starlette.exceptions import StarletteDeprecationWarning
 
 import dpmine
 from dpmine.miners import NoSens, NotMinedError, SerenadeCS, SerenadeES
@@ -55,13 +52,8 @@ from dpmine_server.data.loaders import load_store
 from dpmine_server.dp.budget import Epsilon
 from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.operations.redescriptions import support_cells
-from dpmine_server.settings import Settings
+from support.inprocess import TestClient, connect, open_client, settings_for
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", StarletteDeprecationWarning)
-    from fastapi.testclient import TestClient
-
-BASE_URL = "http://testserver"
 OWNER_KEY = "serenade-miner-owner-key-0123456789"
 N_ROWS = 200
 N_MAX = 1000
@@ -118,28 +110,23 @@ def write_csv(path: Path, rows: list[dict[str, str]]) -> Path:
 
 
 @pytest.fixture
-def app(tmp_path: Path) -> FastAPI:
-    settings = Settings(
-        database_url=f"sqlite:///{tmp_path / 'miner.sqlite3'}",
-        data_dir=tmp_path / "data",
-        bootstrap_owner_key=OWNER_KEY,
+def http(tmp_path: Path) -> Iterator[TestClient]:
+    """The application in test mode on a temp SQLite file, with its lifespan running."""
+    settings = settings_for(
+        tmp_path,
+        database_file="miner.sqlite3",
+        owner_key=OWNER_KEY,
         secret_key="serenade-miner-tests-secret-0123456789",
-        environment="test",
         test_seed=4242,
         job_workers=1,
     )
-    return create_app(settings)
-
-
-@pytest.fixture
-def http(app: FastAPI) -> Iterator[TestClient]:
-    with TestClient(app, base_url=BASE_URL, raise_server_exceptions=False) as client:
+    with open_client(create_app(settings)) as client:
         yield client
 
 
 @pytest.fixture
 def owner(http: TestClient) -> dpmine.Connection:
-    return dpmine.connect(BASE_URL, OWNER_KEY, http=http, retries=0)
+    return connect(OWNER_KEY, http)
 
 
 def register(
@@ -165,7 +152,7 @@ def register(
     owner.admin.upload_dataset(request, {"path": path})
     key = owner.admin.add_principal(analyst, "analyst").api_key
     owner.admin.grant(dataset_id, analyst, grant)
-    return dpmine.connect(BASE_URL, key, http=http, retries=0).dataset(dataset_id)
+    return connect(key, http).dataset(dataset_id)
 
 
 @pytest.fixture

@@ -15,15 +15,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import warnings
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
 import pytest
-from fastapi import FastAPI
-from starlette.exceptions import StarletteDeprecationWarning
 
 import dpmine
 from dpmine.miners import (
@@ -35,14 +32,9 @@ from dpmine.miners import (
 )
 from dpmine.wire import CreateDatasetRequest, DatasetMetadata, FimiSource, TopKItemsetsRequest
 from dpmine_server.app import create_app
-from dpmine_server.settings import Settings
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", StarletteDeprecationWarning)
-    from fastapi.testclient import TestClient
+from support.inprocess import TestClient, connect, open_client, settings_for
 
 Method = Literal["em", "laplace"]
-BASE_URL = "http://testserver"
 OWNER_KEY = "itemset-miner-owner-key-0123456789"
 ITEMS = ["bread", "milk", "eggs", "beer", "nappies", "jam"]
 #: Baskets and their multiplicities (185 rows). Pairs: bread&milk 100, bread&eggs 40,
@@ -67,28 +59,23 @@ ROW_BAND = 40
 
 
 @pytest.fixture
-def app(tmp_path: Path) -> FastAPI:
-    settings = Settings(
-        database_url=f"sqlite:///{tmp_path / 'miner.sqlite3'}",
-        data_dir=tmp_path / "data",
-        bootstrap_owner_key=OWNER_KEY,
+def http(tmp_path: Path) -> Iterator[TestClient]:
+    """The application in test mode on a temp SQLite file, with its lifespan running."""
+    settings = settings_for(
+        tmp_path,
+        database_file="miner.sqlite3",
+        owner_key=OWNER_KEY,
         secret_key="miner-tests-secret-0123456789abcdef",
-        environment="test",
         test_seed=31337,
         job_workers=1,
     )
-    return create_app(settings)
-
-
-@pytest.fixture
-def http(app: FastAPI) -> Iterator[TestClient]:
-    with TestClient(app, base_url=BASE_URL, raise_server_exceptions=False) as client:
+    with open_client(create_app(settings)) as client:
         yield client
 
 
 @pytest.fixture
 def owner_connection(http: TestClient) -> dpmine.Connection:
-    return dpmine.connect(BASE_URL, OWNER_KEY, http=http, retries=0)
+    return connect(OWNER_KEY, http)
 
 
 def _register_baskets(
@@ -116,7 +103,7 @@ def baskets(
     """The basket file as dataset ``baskets``; analyst ``ann`` holds GRANT on it."""
     key = owner_connection.admin.add_principal("ann", "analyst").api_key
     _register_baskets(owner_connection, tmp_path, "baskets", "ann", GRANT)
-    analyst = dpmine.connect(BASE_URL, key, http=http, retries=0)
+    analyst = connect(key, http)
     return analyst.dataset("baskets")
 
 
@@ -127,7 +114,7 @@ def small_grant(
     """The basket file as dataset ``tight``; analyst ``bea`` holds only ε = 1 on it."""
     key = owner_connection.admin.add_principal("bea", "analyst").api_key
     _register_baskets(owner_connection, tmp_path, "tight", "bea", 1.0)
-    return dpmine.connect(BASE_URL, key, http=http, retries=0).dataset("tight")
+    return connect(key, http).dataset("tight")
 
 
 # --------------------------------------------------------------------------------------------

@@ -40,12 +40,19 @@ from dpmine.wire import (
     CsvSource,
     DatasetMetadata,
     FimiSource,
-    LedgerEntryInfo,
     TopKItemsetsRequest,
     TopKItemsetsResponse,
 )
+from support.accounts import (
+    analyst_account,
+    exact_total,
+    granted,
+    mine_entries,
+    owner_connection,
+    seeded_server,
+)
 from support.datasets import MUSHROOM_PATH, mushroom_metadata, unique_id
-from support.servers import Account, LiveServer, add_analyst
+from support.servers import Account, LiveServer
 
 Method = Literal["em", "laplace"]
 METHODS: tuple[Method, ...] = ("em", "laplace")
@@ -109,22 +116,13 @@ def mushrooms() -> Mushrooms:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     workdir = tmp_path_factory.mktemp("itemsets-server")
-    live = LiveServer(
-        database_url=f"sqlite:///{workdir / 'dpmine.sqlite3'}",
-        workdir=workdir,
-        name="itemsets",
-        extra_env={"DPMINE_TEST_SEED": "20101025"},
-    )
-    live.start()
-    try:
+    with seeded_server(workdir, name="itemsets", seed="20101025") as live:
         yield live
-    finally:
-        live.stop()
 
 
 @pytest.fixture(scope="module")
 def owner(server: LiveServer) -> Iterator[dpmine.Connection]:
-    with dpmine.connect(server.url, server.owner_key, retries=0) as connection:
+    with owner_connection(server) as connection:
         yield connection
 
 
@@ -174,30 +172,8 @@ def table_dataset(owner: dpmine.Connection) -> str:
 
 @pytest.fixture
 def analyst(server: LiveServer, owner: dpmine.Connection) -> Iterator[Account]:
-    account = add_analyst(server, owner)
-    try:
+    with analyst_account(server, owner) as account:
         yield account
-    finally:
-        account.connection.close()
-
-
-def granted(
-    owner: dpmine.Connection, analyst: Account, dataset_id: str, epsilon: float
-) -> dpmine.DatasetHandle:
-    """Grant ``epsilon`` to the analyst and open the dataset with the analyst's key."""
-    owner.admin.grant(dataset_id, analyst.name, epsilon)
-    return analyst.connection.dataset(dataset_id)
-
-
-def mine_entries(
-    owner: dpmine.Connection, dataset_id: str, analyst: Account
-) -> list[LedgerEntryInfo]:
-    """The analyst's ledger entries on the dataset."""
-    return [e for e in owner.admin.ledger(dataset_id) if e.principal == analyst.name]
-
-
-def exact_total(entries: list[LedgerEntryInfo]) -> Decimal:
-    return sum((Decimal(entry.epsilon_exact) for entry in entries), Decimal(0))
 
 
 def fimi_names(mushrooms: Mushrooms, items: tuple[str, ...]) -> tuple[str, ...]:

@@ -52,6 +52,14 @@ from dpmine.wire import (
     Redescription,
     SerenadeOptions,
 )
+from support.accounts import (
+    analyst_account,
+    exact_total,
+    granted,
+    mine_entries,
+    owner_connection,
+    seeded_server,
+)
 from support.datasets import (
     REGIONS,
     mushroom_metadata,
@@ -59,7 +67,7 @@ from support.datasets import (
     table_rows,
     unique_id,
 )
-from support.servers import Account, LiveServer, add_analyst
+from support.servers import Account, LiveServer
 
 MUSHROOM_X0 = 812.0  # 10 % of the 8124 rows, a public count chosen by the analyst
 TABLE_X0 = 24.0
@@ -69,22 +77,13 @@ PICO = Decimal("1e-12")
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     workdir = tmp_path_factory.mktemp("serenade-server")
-    live = LiveServer(
-        database_url=f"sqlite:///{workdir / 'dpmine.sqlite3'}",
-        workdir=workdir,
-        name="serenade",
-        extra_env={"DPMINE_TEST_SEED": "20230101"},
-    )
-    live.start()
-    try:
+    with seeded_server(workdir, name="serenade", seed="20230101") as live:
         yield live
-    finally:
-        live.stop()
 
 
 @pytest.fixture(scope="module")
 def owner(server: LiveServer) -> Iterator[dpmine.Connection]:
-    with dpmine.connect(server.url, server.owner_key, retries=0) as connection:
+    with owner_connection(server) as connection:
         yield connection
 
 
@@ -124,27 +123,15 @@ def numeric(owner: dpmine.Connection, tmp_path_factory: pytest.TempPathFactory) 
 
 @pytest.fixture
 def analyst(server: LiveServer, owner: dpmine.Connection) -> Iterator[Account]:
-    account = add_analyst(server, owner)
-    try:
+    with analyst_account(server, owner) as account:
         yield account
-    finally:
-        account.connection.close()
-
-
-def granted(
-    owner: dpmine.Connection, analyst: Account, dataset_id: str, epsilon: float
-) -> dpmine.DatasetHandle:
-    owner.admin.grant(dataset_id, analyst.name, epsilon)
-    return analyst.connection.dataset(dataset_id)
 
 
 def entries_of(
     owner: dpmine.Connection, dataset_id: str, analyst: Account
 ) -> list[LedgerEntryInfo]:
-    return sorted(
-        (e for e in owner.admin.ledger(dataset_id) if e.principal == analyst.name),
-        key=lambda e: e.id,
-    )
+    """The analyst's ledger entries on the dataset, in ledger order."""
+    return sorted(mine_entries(owner, dataset_id, analyst), key=lambda e: e.id)
 
 
 def assert_ledger_matches(
@@ -160,7 +147,7 @@ def assert_ledger_matches(
     assert [e.operation for e in entries] == [r.operation for r in receipts]
     assert [e.epsilon_exact for e in entries] == [r.epsilon_exact for r in receipts]
     assert all(e.status == "released" for e in entries)
-    total = sum((Decimal(e.epsilon_exact) for e in entries), Decimal(0))
+    total = exact_total(entries)
     assert miner.budget_spent_ == float(total)
     assert dataset.budget().grant_spent == pytest.approx(float(total), abs=1e-9)
     return total
