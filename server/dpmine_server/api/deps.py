@@ -22,6 +22,7 @@ __all__ = [
     "PrincipalDep",
     "ServicesDep",
     "SessionDep",
+    "WriteSessionDep",
 ]
 
 
@@ -49,6 +50,21 @@ def get_session(services: ServicesDep) -> Iterator[Session]:
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
+def get_write_session(services: ServicesDep) -> Iterator[Session]:
+    """Like :func:`get_session` for routes that read and then write (``BEGIN IMMEDIATE`` on
+    SQLite); the route must not open another write transaction while it is in use."""
+    with services.write_sessions() as session:
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+
+
+WriteSessionDep = Annotated[Session, Depends(get_write_session, scope="function")]
+
+
 # Documented in the OpenAPI document as security schemes; checked by get_principal.
 _BEARER = HTTPBearer(auto_error=False, description="Authorization: Bearer <API key>")
 _API_KEY = APIKeyHeader(name="X-API-Key", auto_error=False, description="The API key")
@@ -65,14 +81,14 @@ def get_principal(
         raise Unauthorized("send your API key as 'Authorization: Bearer <key>'")
     with services.sessions() as session:
         principal = authenticate(session, key, secret=services.settings.secret_key)
-        if principal is None:
-            # Only the public key prefix of something shaped like a key, never other text.
-            shown = key[:10] if key.startswith(KEY_PREFIX) else "(not a dpmine key)"
-            audit.record(session, action="auth_failed", details={"key_prefix": shown})
-            session.commit()
-            raise Unauthorized("unknown or disabled API key; ask the data owner for a valid key")
-        session.expunge(principal)
-        return principal
+        if principal is not None:
+            session.expunge(principal)
+            return principal
+    # Only the public key prefix of something shaped like a key, never other text.
+    shown = key[:10] if key.startswith(KEY_PREFIX) else "(not a dpmine key)"
+    with services.write_sessions() as session, session.begin():
+        audit.record(session, action="auth_failed", details={"key_prefix": shown})
+    raise Unauthorized("unknown or disabled API key; ask the data owner for a valid key")
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]

@@ -88,9 +88,16 @@ def _configure_sqlite(engine: Engine) -> None:
         connection.exec_driver_sql(f"BEGIN {mode}")
 
 
-def make_session_factory(engine: Engine) -> sessionmaker[Any]:
-    """Sessions that keep loaded attributes after commit (routes read them afterwards)."""
-    return sessionmaker(bind=engine, expire_on_commit=False)
+def make_session_factory(engine: Engine, *, immediate: bool = False) -> sessionmaker[Any]:
+    """Sessions that keep loaded attributes after commit (routes read them afterwards).
+
+    ``immediate``: on SQLite the transaction starts with ``BEGIN IMMEDIATE``. Use it for a
+    session that reads and then writes: a deferred one fails at once with "database is locked"
+    when another connection committed in between (WAL snapshot) instead of waiting for the lock.
+    Such a session must not be open while the same thread opens another write transaction.
+    """
+    bind = engine.execution_options(sqlite_begin="IMMEDIATE") if immediate else engine
+    return sessionmaker(bind=bind, expire_on_commit=False)
 
 
 def rows_affected(result: Result[Any]) -> int:

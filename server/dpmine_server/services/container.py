@@ -32,6 +32,7 @@ class Services:
     settings: Settings
     engine: Engine
     sessions: sessionmaker[Session]
+    write_sessions: sessionmaker[Session]
     ledger: Ledger
     datasets: DatasetService
     executor: Executor
@@ -64,6 +65,7 @@ def build_services(settings: Settings, *, migrate: bool = True, recover: bool = 
     if migrate:
         upgrade_to_head(engine)
     sessions = make_session_factory(engine)
+    write_sessions = make_session_factory(engine, immediate=True)
     instance = InstanceLock(settings.data_dir / "instances")
     ledger = Ledger(engine, sessions, instance_id=instance.instance_id)
     datasets = DatasetService(
@@ -73,10 +75,14 @@ def build_services(settings: Settings, *, migrate: bool = True, recover: bool = 
         max_cached=settings.max_cached_datasets,
     )
     executor = Executor(
-        sessions=sessions, ledger=ledger, datasets=datasets, rng_factory=_rng_factory(settings)
+        sessions=sessions,
+        write_sessions=write_sessions,
+        ledger=ledger,
+        datasets=datasets,
+        rng_factory=_rng_factory(settings),
     )
     jobs = JobRunner(
-        sessions=sessions,
+        sessions=write_sessions,
         executor=executor,
         workers=settings.job_workers,
         instance_id=instance.instance_id,
@@ -85,6 +91,7 @@ def build_services(settings: Settings, *, migrate: bool = True, recover: bool = 
         settings=settings,
         engine=engine,
         sessions=sessions,
+        write_sessions=write_sessions,
         ledger=ledger,
         datasets=datasets,
         executor=executor,
@@ -96,7 +103,7 @@ def build_services(settings: Settings, *, migrate: bool = True, recover: bool = 
         interrupted = ledger.interrupt_reserved(is_alive=instance.is_alive)
         failed_jobs = jobs.interrupt_unfinished(instance.is_alive)
         if interrupted or failed_jobs:
-            with sessions() as session, session.begin():
+            with write_sessions() as session, session.begin():
                 audit.record(
                     session,
                     action="recovery",
@@ -109,7 +116,7 @@ def _bootstrap_owner(services: Services) -> None:
     key = services.settings.bootstrap_owner_key
     if key is None:
         return
-    with services.sessions() as session, session.begin():
+    with services.write_sessions() as session, session.begin():
         has_owner = session.scalar(select(Principal.id).where(Principal.role == "owner").limit(1))
         if has_owner is None:
             create_principal(

@@ -108,9 +108,10 @@ class DatasetService:
         machine; they are copied into the dataset's folder and the source is rewritten to the
         copies. Without ``files`` a file source must already name files inside the data folder.
         """
-        if session.get(Dataset, request.id) is not None:
-            raise Conflict(f"dataset id {request.id!r} is taken; choose another id")
         cap = _budget(request.epsilon_cap, "epsilon_cap")
+        with self._sessions() as lookup:  # a short read, before any file is written
+            if lookup.get(Dataset, request.id) is not None:
+                raise Conflict(f"dataset id {request.id!r} is taken; choose another id")
         if isinstance(request.source, SqlSource) and not self._allow_sql:
             raise Forbidden("this server does not accept SQL sources (DPMINE_ALLOW_SQL_SOURCES)")
         version_dir = self._version_dir(request.id, 1)
@@ -123,6 +124,7 @@ class DatasetService:
         except BaseException:
             shutil.rmtree(version_dir, ignore_errors=True)
             raise
+        # The caller's session is touched only now, so a slow load never holds a write lock.
         dataset = Dataset(
             id=request.id,
             name=request.name,

@@ -69,11 +69,13 @@ class Executor:
         self,
         *,
         sessions: sessionmaker[Session],
+        write_sessions: sessionmaker[Session],
         ledger: Ledger,
         datasets: DatasetService,
         rng_factory: Callable[[], np.random.Generator],
     ) -> None:
         self._sessions = sessions
+        self._write_sessions = write_sessions
         self._ledger = ledger
         self._datasets = datasets
         self._rng_factory = rng_factory
@@ -197,7 +199,7 @@ class Executor:
         kind = pending.priced.spec.session_kind
         if pending.session_state is None or session_id is None or kind is None:
             return
-        with self._sessions() as session, session.begin():
+        with self._write_sessions() as session, session.begin():
             mining_sessions.save_state(
                 session,
                 session_id,

@@ -235,7 +235,7 @@ class Ledger:
         ``is_alive(instance_id)`` tells live workers apart (their entries are left alone);
         ``before`` limits it to entries reserved before that time.
         """
-        with self._sessions() as session, session.begin():
+        with self._write_session() as session, session.begin():
             statement = update(LedgerEntry).where(LedgerEntry.status == "reserved")
             if before is not None:
                 statement = statement.where(LedgerEntry.created_at < before)

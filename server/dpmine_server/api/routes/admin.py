@@ -31,7 +31,7 @@ from dpmine.wire import (
     WireModel,
 )
 from dpmine_server.api.common import ERRORS
-from dpmine_server.api.deps import OwnerDep, ServicesDep, SessionDep
+from dpmine_server.api.deps import OwnerDep, ServicesDep, SessionDep, WriteSessionDep
 from dpmine_server.data.propose import parse_label, propose_metadata
 from dpmine_server.db.models import Principal
 from dpmine_server.errors import InvalidRequest, PayloadTooLarge
@@ -67,7 +67,7 @@ class LedgerCheck(WireModel):
 
 @router.post("/principals", response_model=PrincipalCreated, status_code=status.HTTP_201_CREATED)
 def add_principal(
-    body: PrincipalCreateRequest, owner: OwnerDep, services: ServicesDep, session: SessionDep
+    body: PrincipalCreateRequest, owner: OwnerDep, services: ServicesDep, session: WriteSessionDep
 ) -> PrincipalCreated:
     """Create an owner or analyst; the response holds its API key, shown only once."""
     created = create_principal(
@@ -85,7 +85,7 @@ def list_principals(_owner: OwnerDep, session: SessionDep) -> list[PrincipalInfo
 
 @router.post("/principals/{name}/rotate-key", response_model=PrincipalCreated)
 def rotate_principal_key(
-    name: str, owner: OwnerDep, services: ServicesDep, session: SessionDep
+    name: str, owner: OwnerDep, services: ServicesDep, session: WriteSessionDep
 ) -> PrincipalCreated:
     """Issue a new key; the old one stops working at once."""
     rotated = rotate_key(session, name, secret=services.settings.secret_key)
@@ -94,7 +94,7 @@ def rotate_principal_key(
 
 
 @router.post("/principals/{name}/disable", response_model=PrincipalInfo)
-def disable_principal(name: str, owner: OwnerDep, session: SessionDep) -> PrincipalInfo:
+def disable_principal(name: str, owner: OwnerDep, session: WriteSessionDep) -> PrincipalInfo:
     """Disable a principal (its key stops working)."""
     info = set_disabled(session, name, disabled=True)
     audit.record(session, action="principal_disabled", principal=owner, target=name)
@@ -106,7 +106,7 @@ def disable_principal(name: str, owner: OwnerDep, session: SessionDep) -> Princi
 
 @router.post("/datasets", response_model=RegisteredDataset, status_code=status.HTTP_201_CREATED)
 def register_dataset(
-    body: CreateDatasetRequest, owner: OwnerDep, services: ServicesDep, session: SessionDep
+    body: CreateDatasetRequest, owner: OwnerDep, services: ServicesDep, session: WriteSessionDep
 ) -> RegisteredDataset:
     """Register a dataset from an SQL source (files: use the upload endpoint)."""
     info, report = services.datasets.register(session, body)
@@ -154,7 +154,7 @@ def _save_uploads(
 def upload_dataset(
     owner: OwnerDep,
     services: ServicesDep,
-    session: SessionDep,
+    session: WriteSessionDep,
     request: Annotated[str, Form(description="CreateDatasetRequest as JSON")],
     path: Annotated[UploadFile | None, File(description="CSV or FIMI file")] = None,
     left: Annotated[UploadFile | None, File(description="left-view CSV")] = None,
@@ -215,7 +215,7 @@ def propose(
 
 @router.delete("/datasets/{dataset_id}", response_model=DatasetInfo)
 def retire_dataset(
-    dataset_id: str, owner: OwnerDep, services: ServicesDep, session: SessionDep
+    dataset_id: str, owner: OwnerDep, services: ServicesDep, session: WriteSessionDep
 ) -> DatasetInfo:
     """Retire a dataset: no further queries; its ledger is kept."""
     info = services.datasets.retire(session, dataset_id)
@@ -232,7 +232,7 @@ def set_grant(
     body: GrantRequest,
     owner: OwnerDep,
     services: ServicesDep,
-    session: SessionDep,
+    session: WriteSessionDep,
 ) -> GrantInfo:
     """Create or change an analyst's allotment on a dataset."""
     grant = services.datasets.set_grant(session, dataset_id, body.analyst, body.epsilon)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Response, status
 
 from dpmine.wire import MiningSessionInfo, MiningSessionRequest
 from dpmine_server.api.common import ERRORS
-from dpmine_server.api.deps import AnalystDep, ServicesDep, SessionDep
+from dpmine_server.api.deps import AnalystDep, ServicesDep, WriteSessionDep
 from dpmine_server.db.models import MiningSession
 from dpmine_server.errors import NotFound
 from dpmine_server.services import sessions as mining_sessions
@@ -27,7 +27,7 @@ def start_session(
     body: MiningSessionRequest,
     analyst: AnalystDep,
     services: ServicesDep,
-    session: SessionDep,
+    session: WriteSessionDep,
 ) -> MiningSessionInfo:
     """Start a session owned by you on this dataset; its state never leaves the server."""
     services.datasets.get_for_analyst(session, dataset_id, analyst)
@@ -49,7 +49,7 @@ def start_session(
     responses=ERRORS,
 )
 def end_session(
-    dataset_id: str, session_id: str, analyst: AnalystDep, session: SessionDep
+    dataset_id: str, session_id: str, analyst: AnalystDep, session: WriteSessionDep
 ) -> Response:
     """Delete one of your sessions (and its state)."""
     row = session.get(MiningSession, session_id)
