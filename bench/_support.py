@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any, Literal
 
 import httpx
@@ -61,6 +62,8 @@ __all__ = [
     "running_server",
     "server_for_backend",
     "time_calls",
+    "unwind_on_sigterm",
+    "wait_if_asked",
     "wait_until_quiet",
 ]
 
@@ -537,3 +540,18 @@ def _git_commit() -> str | None:
 def median(values: Sequence[float]) -> float:
     """The median of ``values``."""
     return float(statistics.median(values))
+
+
+def _exit_on_sigterm(signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+def unwind_on_sigterm() -> None:
+    """Make SIGTERM unwind like Ctrl-C, so ``finally`` blocks stop servers and clusters."""
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+
+
+def wait_if_asked(seconds: float, *, indent: str = "") -> None:
+    """Wait up to ``seconds`` (``--wait-quiet``) for a 1-minute load average below 0.5."""
+    if seconds > 0 and not wait_until_quiet(max_load=0.5, timeout=seconds):
+        print(f"{indent}load average still {load_average()} after {seconds:.0f} s; going on")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import signal
 import sys
 import tempfile
 import threading
@@ -27,7 +26,6 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -46,7 +44,8 @@ from _support import (
     register_files,
     server_for_backend,
     time_calls,
-    wait_until_quiet,
+    unwind_on_sigterm,
+    wait_if_asked,
 )
 from dpmine.wire import (
     And,
@@ -521,17 +520,11 @@ def parse_args(argv: list[str] | None = None) -> Config:
     )
 
 
-def _exit_on_sigterm(signum: int, _frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run every benchmark, print the tables, write the JSON; non-zero exit on request errors."""
     config = parse_args(argv)
-    # SIGTERM unwinds like Ctrl-C, so the finally blocks stop the servers and clusters.
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    if config.wait_quiet > 0 and not wait_until_quiet(max_load=0.5, timeout=config.wait_quiet):
-        print(f"load average still {load_average()} after {config.wait_quiet:.0f} s; going on")
+    unwind_on_sigterm()
+    wait_if_asked(config.wait_quiet)
     started = time.perf_counter()
     info = machine_info()
     print(

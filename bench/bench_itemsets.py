@@ -37,7 +37,6 @@ import itertools
 import json
 import math
 import pstats
-import signal
 import sys
 import tempfile
 import time
@@ -45,7 +44,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any, Literal, TypeVar
 
 import fim
@@ -64,7 +62,8 @@ from _support import (
     register_files,
     server_for_backend,
     time_calls,
-    wait_until_quiet,
+    unwind_on_sigterm,
+    wait_if_asked,
 )
 from dpmine.miners.itemsets import TopKItemsets
 from dpmine.wire import FimiSource, TopKItemsetsRequest, TopKItemsetsResponse
@@ -1362,10 +1361,6 @@ def parse_args(argv: list[str] | None = None) -> Config:
     )
 
 
-def _exit_on_sigterm(signum: int, _frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)
-
-
 @contextlib.contextmanager
 def _stage(title: str) -> Iterator[None]:
     start = time.perf_counter()
@@ -1376,8 +1371,7 @@ def _stage(title: str) -> Iterator[None]:
 
 def quiet(config: Config) -> None:
     """Wait (up to ``--wait-quiet`` seconds) for the machine to be idle before timing."""
-    if config.wait_quiet > 0 and not wait_until_quiet(max_load=0.5, timeout=config.wait_quiet):
-        print(f"  load average still {load_average()} after {config.wait_quiet:.0f} s; going on")
+    wait_if_asked(config.wait_quiet, indent="  ")
 
 
 def load_all(
@@ -1442,8 +1436,7 @@ def run_speed(
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark, print the tables, write JSON, plots and profiles."""
     config = parse_args(argv)
-    # SIGTERM unwinds like Ctrl-C, so the finally blocks stop the server.
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    unwind_on_sigterm()
     started = time.perf_counter()
     info = machine_info()
     info["pyfim"] = importlib.metadata.version("pyfim")

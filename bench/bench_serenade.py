@@ -47,7 +47,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any, Literal
 
 import matplotlib as mpl
@@ -67,7 +66,8 @@ from _support import (
     percentile,
     register_files,
     server_for_backend,
-    wait_until_quiet,
+    unwind_on_sigterm,
+    wait_if_asked,
 )
 from dpmine.miners import SerenadeCS, SerenadeES
 from dpmine.wire import (
@@ -1392,10 +1392,6 @@ def parse_args(argv: list[str] | None = None) -> Config:
     )
 
 
-def _exit_on_sigterm(signum: int, _frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)
-
-
 def _prepare(config: Config, scratch: Path) -> list[PreparedData]:
     prepared: list[PreparedData] = []
     for key in config.datasets:
@@ -1414,9 +1410,8 @@ def _prepare(config: Config, scratch: Path) -> list[PreparedData]:
 def main(argv: list[str] | None = None) -> int:
     """Run the stages, print the tables, write JSON and figures."""
     config = parse_args(argv)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    if config.wait_quiet > 0 and not wait_until_quiet(max_load=0.5, timeout=config.wait_quiet):
-        print(f"load average still {load_average()} after {config.wait_quiet:.0f} s; going on")
+    unwind_on_sigterm()
+    wait_if_asked(config.wait_quiet)
     started = time.perf_counter()
     info = machine_info()
     print(
