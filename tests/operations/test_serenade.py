@@ -351,14 +351,15 @@ def test_initial_pairs_continuous_by_enumeration_match_the_exact_law(
 
 
 def test_continuous_cell_measure_is_the_spec_measure() -> None:
-    """Hand check of the analytic measure on two cut-points in [0, 4]: v = (1, 3)."""
-    measure = cell_measure([1.0, 3.0], 0.0, 4.0)
-    z = 5 / 8
-    assert measure[(None, 0)] == pytest.approx(0.25 * 1 / 4 / z)  # b in [0, 1)
-    assert measure[(None, 1)] == pytest.approx(0.25 * 2 / 4 / z)  # b in [1, 3)
-    assert measure[(3, None)] == pytest.approx(0.25 * 1 / 4 / z)  # a in (3, 4]
-    assert measure[(2, 1)] == pytest.approx(0.25 * (2 * 2 / 2) / 16 / z)  # same gap, a ≤ b
-    assert measure[(1, 2)] == pytest.approx(0.25 * (1 * 1) / 16 / z)  # a in (0,1], b in [3,4]
+    """Hand check on two cut-points in [0, 4], v = (1, 3), lattice {0, 1, 2, 3, 4} (2 bits):
+    lower cells hold {0, 1}, {2, 3}, {4}; upper cells {0}, {1, 2}, {3, 4}; each gap one point.
+    In units of ¼/L² (L = 5) the total is 2·L² + L(L+1)/2 = 65."""
+    measure = cell_measure((1.0, 3.0), 0.0, 4.0, 2)
+    assert measure[(None, 0)] == pytest.approx(5 / 65)  # b = 0: one point, times L
+    assert measure[(None, 1)] == pytest.approx(10 / 65)  # b in {1, 2}
+    assert measure[(3, None)] == pytest.approx(5 / 65)  # a = 4
+    assert measure[(2, 1)] == pytest.approx(1 / 65)  # same gap (1, 3): the pair (2, 2)
+    assert measure[(1, 2)] == pytest.approx(4 / 65)  # a in {0, 1}, b in {3, 4}
     assert (3, 0) not in measure  # a > b impossible
     assert sum(measure.values()) == pytest.approx(1.0)
 

@@ -18,11 +18,11 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from dpmine_server.dp.lattice import LatticeCells, public_lattice
 from dpmine_server.dp.mechanisms import (
     discrete_laplace,
     exponential_mechanism,
     noisy_top_k,
-    uniform_in_cell,
 )
 from dpmine_server.dp.rng import seeded_generator
 from privacy.audit import (
@@ -247,45 +247,42 @@ def test_noisy_top_k_passes_the_audit() -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# exponential_mechanism over continuous cells (log base measure) + uniform_in_cell (§1.4)
+# exponential_mechanism over continuous cells (log lattice counts) + a lattice point (§1.4)
 
 
 DOMAIN = (0.0, 10.0)
 POINTS_0 = (1.0, 3.0, 6.0, 8.0)
 POINTS_1 = (*POINTS_0, 9.0)  # one added row splits the cell [8, 10]
 THRESHOLD_SAMPLES = 10_000
-
-
-def _threshold_cells(
-    points: tuple[float, ...],
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """Cell edges of a threshold t on DOMAIN and the balance quality -|#{x ≤ t} - #{x > t}|.
-
-    The quality changes by at most 1 at every t when a row is added (sensitivity 1).
-    """
-    edges = np.array([DOMAIN[0], *sorted(points), DOMAIN[1]])
-    below = np.arange(edges.size - 1)
-    return edges, -np.abs(2.0 * below - len(points))
+#: 2⁵ + 1 public lattice points: every release is compared as an exact float, not binned.
+THRESHOLD_LATTICE = public_lattice(*DOMAIN, 5)
 
 
 def _threshold_releases(points: tuple[float, ...], rng: np.random.Generator) -> list[float]:
-    edges, quality = _threshold_cells(points)
-    log_lengths = np.log(np.diff(edges))
+    """An upper threshold t ∝ (lattice points of its cell)·exp(ε·q/2) with the balance quality
+    q = −|#{x ≤ t} − #{x > t}| (sensitivity 1), released as a lattice point of its cell."""
+    cells = LatticeCells.build(THRESHOLD_LATTICE, np.asarray(sorted(points)))
+    upper = np.arange(len(points) + 1)  # b = #{x ≤ t}
+    quality = -np.abs(2.0 * upper - len(points))
+    with np.errstate(divide="ignore"):
+        log_points = np.log(np.diff(cells.upper_edges).astype(np.float64))
     releases = []
     for _ in range(THRESHOLD_SAMPLES):
         cell = exponential_mechanism(
-            quality, epsilon=EPSILON, sensitivity=1.0, rng=rng, log_base_measure=log_lengths
+            quality, epsilon=EPSILON, sensitivity=1.0, rng=rng, log_base_measure=log_points
         )
-        releases.append(uniform_in_cell(edges[cell], edges[cell + 1], rng=rng))
+        _lower, high = cells.draw(0, cell, rng)
+        assert high is not None
+        releases.append(high)
     return releases
 
 
 def test_continuous_threshold_release_passes_the_audit() -> None:
     rng = seeded_generator(7_004)
-    result = audit_histogram(
+    result = audit_categorical(
         _threshold_releases(POINTS_0, rng),
         _threshold_releases(POINTS_1, rng),
-        bins=np.arange(0.5, 10.0, 0.5),
+        categories=THRESHOLD_LATTICE.points.tolist(),
         alpha=SEEDED_ALPHA,
     )
     assert_audit_passes(result, EPSILON)

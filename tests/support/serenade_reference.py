@@ -9,6 +9,7 @@ tests/privacy/test_audit_serenade.py.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import math
 from collections import defaultdict
@@ -136,32 +137,43 @@ def grid_literals(attribute: NumericAttribute, negated: bool) -> list[AnyLiteral
 Cell = tuple[int | None, int | None]
 
 
-def cell_measure(values: Sequence[float], lo: float, hi: float) -> dict[Cell, float]:
-    """Normalised §1.4 measure of every cell pair (k, j): lower bound a in (v_{k−1}, v_k]
-    (k = 1 … V+1, v_0 = lo, v_{V+1} = hi) or unbounded (None); upper bound b in [v_j, v_{j+1})
-    (j = 0 … V) or unbounded. Each bound is unbounded w.p. ½, else uniform on [lo, hi]; the
-    pair is conditioned on a ≤ b and not both unbounded (the lost mass is ¼ + ¼·½)."""
-    cuts = [lo, *values, hi]
-    size = len(values)
-    width = hi - lo
+def lattice_points(lo: float, hi: float, bits: int) -> tuple[float, ...]:
+    """The public lattice lo + (hi − lo)·k/2^bits, k = 0 … 2^bits (test ranges are dyadic-exact)."""
+    steps = 2**bits
+    return tuple(lo + (hi - lo) * k / steps for k in range(steps + 1))
 
-    def lower_length(k: int) -> float:
-        return cuts[k] - cuts[k - 1]
 
-    def upper_length(j: int) -> float:
-        return cuts[j + 1] - cuts[j]
-
+@functools.lru_cache(maxsize=64)
+def cell_measure(
+    values: tuple[float, ...], lo: float, hi: float, bits: int = 16
+) -> dict[Cell, float]:
+    """Normalised §1.4 measure on the public lattice of every cell pair (k, j): lower bound a with
+    k = 1 + #{v < a} (k = 1 … V+1) or unbounded (None); upper bound b with j = #{v ≤ b}
+    (j = 0 … V) or unbounded. Each bound is unbounded w.p. ½, else a uniform lattice point; the
+    pair is conditioned on a ≤ b and not both unbounded. Counted point by point."""
+    points = lattice_points(lo, hi, bits)
+    size, count = len(values), len(points)
+    n_lower: dict[int, int] = defaultdict(int)
+    n_upper: dict[int, int] = defaultdict(int)
+    in_gap: dict[int, int] = defaultdict(int)
+    for point in points:
+        below, at_most = bisect.bisect_left(values, point), bisect.bisect_right(values, point)
+        n_lower[below + 1] += 1
+        n_upper[at_most] += 1
+        if below == at_most:
+            in_gap[below] += 1
+    unit = 0.25 / count**2
     raw: dict[Cell, float] = {}
     for j in range(size + 1):
-        raw[(None, j)] = 0.25 * upper_length(j) / width
+        raw[(None, j)] = unit * count * n_upper[j]
     for k in range(1, size + 2):
-        raw[(k, None)] = 0.25 * lower_length(k) / width
+        raw[(k, None)] = unit * count * n_lower[k]
         for j in range(k - 1, size + 1):
-            both = lower_length(k) ** 2 / 2 if j == k - 1 else lower_length(k) * upper_length(j)
-            raw[(k, j)] = 0.25 * both / width**2
+            pairs = in_gap[j] * (in_gap[j] + 1) // 2 if j == k - 1 else n_lower[k] * n_upper[j]
+            raw[(k, j)] = unit * pairs
     total = sum(raw.values())
-    assert math.isclose(total, 5 / 8), total
-    return {cell: mass / total for cell, mass in raw.items()}
+    assert math.isclose(total, 0.5 + 0.25 * (count + 1) / (2 * count)), total
+    return {cell: mass / total for cell, mass in raw.items() if mass > 0}
 
 
 def cell_rows(data: Data, name: str, cell: Cell, negated: bool) -> frozenset[int]:
@@ -189,8 +201,8 @@ def cell_of(data: Data, literal: NumLiteral) -> Cell:
     values = data.values(literal.attribute)
     for bound in (literal.lower, literal.upper):
         if bound is not None:
-            assert attribute.lo <= bound <= attribute.hi, literal
-            assert bound not in values, f"a data value was reported as a threshold: {literal}"
+            points = lattice_points(attribute.lo, attribute.hi, attribute.lattice_bits)
+            assert bound in points, f"a threshold off the public lattice was released: {literal}"
     k = None if literal.lower is None else bisect.bisect_left(values, literal.lower) + 1
     j = None if literal.upper is None else bisect.bisect_right(values, literal.upper)
     return k, j
@@ -240,7 +252,9 @@ def literal_choices(
     """(key part, base mass, rows) of every literal of one attribute and polarity: one unit per
     discrete literal; one unit per numeric attribute over its grid intervals or its cells."""
     if isinstance(attribute, NumericAttribute) and mode == "continuous":
-        measure = cell_measure(data.values(attribute.name), attribute.lo, attribute.hi)
+        measure = cell_measure(
+            tuple(data.values(attribute.name)), attribute.lo, attribute.hi, attribute.lattice_bits
+        )
         for cell, mass in measure.items():
             rows = cell_rows(data, attribute.name, cell, negated)
             yield ("num", attribute.name, negated, *cell), mass, rows

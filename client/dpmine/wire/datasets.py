@@ -91,6 +91,15 @@ class NumericAttribute(WireModel):
         max_length=10_000,
         description="Optional public threshold grid (ALGORITHMS.md §1.4 grid mode).",
     )
+    lattice_bits: int = Field(
+        default=16,
+        ge=1,
+        le=24,
+        description=(
+            "Released continuous thresholds are points of a public lattice of 2^bits + 1 "
+            "equally spaced values of [lo, hi] (DESIGN.md contract item 6)."
+        ),
+    )
 
     @model_validator(mode="after")
     def _range_is_proper(self) -> NumericAttribute:

@@ -4,7 +4,7 @@
   (CKS20 over exact rationals, randomness from OpenSSL's ``RAND_priv_bytes``), ALGORITHMS.md §0.3.
 * :func:`exponential_mechanism`: one draw over discrete candidates with an optional
   data-independent base measure, by the Gumbel-max trick in log space (§0.3, §1.5).
-* :func:`uniform_in_cell`: the threshold reported inside a chosen continuous cell (§1.4).
+* :mod:`dpmine_server.dp.lattice`: released thresholds as points of a public lattice (§1.4).
 * :func:`noisy_top_k`: K-fold peeling exponential mechanism as one-shot Gumbel top-K (§4.2).
 * :func:`exponential_by_rejection`: exact EM over explicit candidates plus continuous families
   (numeric thresholds) by rejection from the base measure (§7).
@@ -34,7 +34,6 @@ __all__ = [
     "gumbel_scores",
     "laplace_scale",
     "noisy_top_k",
-    "uniform_in_cell",
 ]
 
 dp.enable_features("contrib")
@@ -136,8 +135,9 @@ def exponential_mechanism(
 
     P(c) ∝ μ(c)·exp(ε·q(c)/(2Δq)) (§0.3), computed as the argmax of log-weights plus Gumbel noise,
     so no weight is ever exponentiated. ``log_base_measure`` is log μ(c) of a data-independent
-    base measure (−inf for mass 0); for continuous threshold cells pass log(cell length) and
-    report :func:`uniform_in_cell` of the chosen cell (§1.4). Returns the chosen index.
+    base measure (−inf for mass 0); for continuous threshold cells pass the log of the cell's
+    number of lattice points and release a lattice point of the chosen cell
+    (:mod:`dpmine_server.dp.lattice`, §1.4). Returns the chosen index.
     """
     log_weights = _log_weights(
         quality, epsilon=epsilon, sensitivity=sensitivity, log_base_measure=log_base_measure
@@ -171,15 +171,6 @@ def noisy_top_k(
     keys = gumbel_scores(log_weights, rng=rng)
     top = np.argpartition(-keys, k - 1)[:k]
     return np.asarray(top[np.argsort(-keys[top], kind="stable")], dtype=np.int64)
-
-
-def uniform_in_cell(lower: float, upper: float, *, rng: np.random.Generator) -> float:
-    """A threshold uniform on the cell [lower, upper] (the released value of §1.4)."""
-    if not (math.isfinite(lower) and math.isfinite(upper) and lower <= upper):
-        raise ValueError(f"not a finite cell: [{lower}, {upper}]")
-    # Halved width: upper − lower may overflow for cells spanning most of the float range.
-    value = lower + 2.0 * (upper / 2.0 - lower / 2.0) * rng.random()
-    return float(min(max(value, lower), upper))
 
 
 def exponential_by_rejection(

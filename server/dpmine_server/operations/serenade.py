@@ -48,11 +48,11 @@ from dpmine.wire import (
 )
 from dpmine_server.data.bitsets import Bitset
 from dpmine_server.data.columns import ColumnStore, NumericColumn
+from dpmine_server.dp.lattice import PublicLattice, draw_threshold_pair
 from dpmine_server.dp.mechanisms import exponential_by_rejection, gumbel_scores
 from dpmine_server.operations.serenade_quality import jaccard, quality
 from dpmine_server.operations.serenade_thresholds import (
     continuous_cells,
-    draw_threshold_pair,
     interval_counts,
     numeric_rows,
     threshold_grid,
@@ -413,7 +413,7 @@ def _family_weights(
 ) -> Iterator[tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]]:
     """(lower cells, log μ + c·Q for every upper cell) in chunks of lower cells."""
     attribute = family.attribute
-    cells = continuous_cells(family.column, attribute.lo, attribute.hi)
+    cells = continuous_cells(family.column, PublicLattice.of(attribute))
     terms = family.make.terms()
     i_prefix, u_prefix = cells.prefix(terms.i_rows), cells.prefix(terms.u_rows)
     for start in range(0, cells.size + 2, _ENUMERATION_ROWS):
@@ -448,7 +448,7 @@ def _enumerated_draw(
         if keys[row, column] > best[0]:
             best = (float(keys[row, column]), int(lower[row]), column)
     attribute = family.attribute
-    cells = continuous_cells(family.column, attribute.lo, attribute.hi)
+    cells = continuous_cells(family.column, PublicLattice.of(attribute))
     low, high = cells.draw(best[1], best[2], rng)
     literal = NumLiteral(attribute=attribute.name, lower=low, upper=high, negated=family.negated)
     red, _i, _u = family.make.evaluate(
@@ -460,7 +460,7 @@ def _enumerated_draw(
 def _propose(
     family: _Family, params: QualityParams, rng: np.random.Generator
 ) -> tuple[Redescription, float]:
-    lower, upper = draw_threshold_pair(family.attribute.lo, family.attribute.hi, rng)
+    lower, upper = draw_threshold_pair(PublicLattice.of(family.attribute), rng)
     literal = NumLiteral(
         attribute=family.attribute.name, lower=lower, upper=upper, negated=family.negated
     )

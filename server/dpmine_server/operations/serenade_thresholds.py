@@ -1,9 +1,10 @@
 """Numeric thresholds of Serenade's literals (ALGORITHMS.md §1.4): the continuous base measure
 and the public grid.
 
-* Continuous: each bound is unbounded with probability ½, otherwise uniform on the public range
-  [lo, hi]; pairs have a ≤ b and are not both unbounded. A draw from this measure is a
-  threshold reported as drawn (uniform inside its cell), never a data value.
+* Continuous: each bound is unbounded with probability ½, otherwise a uniform point of the
+  public lattice of [lo, hi]; pairs have a ≤ b and are not both unbounded. A released bound is a
+  lattice point uniform inside its cell (:mod:`dpmine_server.dp.lattice`), never a data value
+  nor arithmetic on one.
 * Grid: the owner's grid or 20 equal-width interior points; every (lower, upper) interval of
   grid points (either unbounded, not both) is a discrete candidate. Rows are binned once per
   attribute so the support counts of every interval come from prefix sums.
@@ -20,13 +21,13 @@ import numpy.typing as npt
 from dpmine.wire import NumericAttribute, NumLiteral
 from dpmine_server.data.bitsets import Bitset
 from dpmine_server.data.columns import NumericColumn
+from dpmine_server.dp.lattice import LatticeCells, PublicLattice
 
 __all__ = [
     "DEFAULT_GRID_POINTS",
     "ContinuousCells",
     "Grid",
     "continuous_cells",
-    "draw_threshold_pair",
     "grid_intervals",
     "grid_points",
     "interval_counts",
@@ -56,21 +57,6 @@ def grid_intervals(points: npt.NDArray[np.float64]) -> list[tuple[float | None, 
         for high in uppers
         if not (low is None and high is None) and (low is None or high is None or low <= high)
     ]
-
-
-def draw_threshold_pair(
-    lo: float, hi: float, rng: np.random.Generator
-) -> tuple[float | None, float | None]:
-    """A draw from §1.4's base measure: each bound unbounded w.p. ½, else uniform on [lo, hi];
-    conditioned on a ≤ b and not both unbounded."""
-    while True:
-        lower = None if rng.random() < 0.5 else float(lo + (hi - lo) * rng.random())
-        upper = None if rng.random() < 0.5 else float(lo + (hi - lo) * rng.random())
-        if lower is None and upper is None:
-            continue
-        if lower is not None and upper is not None and lower > upper:
-            continue
-        return lower, upper
 
 
 def numeric_rows(
@@ -140,45 +126,22 @@ def interval_counts(grid: Grid, rows: Bitset, *, negated: bool) -> npt.NDArray[n
 @dataclass(frozen=True, slots=True)
 class ContinuousCells:
     """The cell pairs of §1.4 for one numeric attribute: distinct present values v_1 < … < v_V,
-    lower cells a ∈ {atom, (v_{a−1}, v_a] for a = 1 … V+1} and upper cells
-    b ∈ {[v_b, v_{b+1}) for b = 0 … V, atom} (v_0 = lo, v_{V+1} = hi), with the normalised base
-    measure of each pair and, for a row mask, the number of its rows each pair selects."""
+    lower cells a ∈ {atom, 1 … V+1} and upper cells b ∈ {0 … V, atom}, their base measure on the
+    public lattice and, for a row mask, the number of its rows each pair selects. Released bounds
+    are lattice points (:mod:`dpmine_server.dp.lattice`), never arithmetic on a value."""
 
     values: npt.NDArray[np.float64]
     value_index: npt.NDArray[np.int64]  # per row: 1 … V, or 0 when missing
-    lo: float
-    hi: float
+    lattice: LatticeCells
 
     @property
     def size(self) -> int:
         """V, the number of distinct present values."""
         return int(self.values.size)
 
-    def bounds(self) -> npt.NDArray[np.float64]:
-        """v_0 = lo, v_1 … v_V, v_{V+1} = hi."""
-        return np.concatenate([[self.lo], self.values, [self.hi]])
-
     def log_mass(self, lower: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
         """log μ of the pairs (a, b) for lower cells ``lower`` (rows) and every upper cell b."""
-        cuts = self.bounds()
-        width = self.hi - self.lo
-        size = self.size
-        upper_length = np.diff(cuts)[: size + 1]  # b = 0 … V
-        lower_length = np.diff(cuts)[np.maximum(lower - 1, 0)]  # a = 1 … V+1
-        a = lower[:, None]
-        b = np.arange(size + 2)[None, :]
-        mass = np.zeros((lower.size, size + 2))
-        bounded_upper = b <= size
-        is_atom = a == 0
-        upper_cell = np.broadcast_to(upper_length[np.minimum(b, size)] / width, mass.shape)
-        lower_cell = np.broadcast_to((lower_length / width)[:, None], mass.shape)
-        mass = np.where(is_atom & bounded_upper, 0.25 * upper_cell, mass)
-        mass = np.where(~is_atom & ~bounded_upper, 0.25 * lower_cell, mass)
-        both = ~is_atom & bounded_upper
-        mass = np.where(both & (a <= b), 0.25 * lower_cell * upper_cell, mass)
-        mass = np.where(both & (a - 1 == b), 0.125 * lower_cell * upper_cell, mass)
-        with np.errstate(divide="ignore"):
-            return np.asarray(np.log(mass / 0.625), dtype=np.float64)
+        return self.lattice.log_mass(lower)
 
     def prefix(self, rows: Bitset) -> npt.NDArray[np.int64]:
         """P[i] = rows of the mask whose value index is ≤ i (i = 0 … V)."""
@@ -200,29 +163,17 @@ class ContinuousCells:
     def draw(
         self, lower: int, upper: int, rng: np.random.Generator
     ) -> tuple[float | None, float | None]:
-        """Thresholds uniform inside the pair of cells (a ≤ b when both lie in one interval)."""
-        cuts = self.bounds()
-        size = self.size
-        low = (
-            None
-            if lower == 0
-            else float(cuts[lower - 1] + (cuts[lower] - cuts[lower - 1]) * rng.random())
-        )
-        high = (
-            None
-            if upper == size + 1
-            else float(cuts[upper] + (cuts[upper + 1] - cuts[upper]) * rng.random())
-        )
-        if low is not None and high is not None and low > high:
-            low, high = high, low  # same interval: the ordered pair of two uniforms
-        return low, high
+        """Released bounds: uniform lattice points of the pair of cells (§1.4 on the lattice)."""
+        return self.lattice.draw(lower, upper, rng)
 
 
 @lru_cache(maxsize=512)
-def continuous_cells(column: NumericColumn, lo: float, hi: float) -> ContinuousCells:
+def continuous_cells(column: NumericColumn, lattice: PublicLattice) -> ContinuousCells:
     """The §1.4 cells of a numeric column (all present values are cut-points)."""
     present = column.present.to_bool_array()
     values = np.unique(column.values[present])
     index = np.zeros(present.size, dtype=np.int64)
     index[present] = np.searchsorted(values, column.values[present]) + 1
-    return ContinuousCells(values=values, value_index=index, lo=lo, hi=hi)
+    return ContinuousCells(
+        values=values, value_index=index, lattice=LatticeCells.build(lattice, values)
+    )
