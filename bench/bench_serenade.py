@@ -437,7 +437,6 @@ def make_miner(method: Method, epsilon: float, x0: float) -> SerenadeES | Serena
     if method == "ES":
         return SerenadeES(
             rounds=ROUNDS,
-            max_age=0,
             epsilon=epsilon,
             split=SPLIT,
             n_initial=N_INITIAL,
@@ -1150,7 +1149,7 @@ def markdown_report(
         f"Serenade defaults (ALGORITHMS.md §2.6): I = {N_INITIAL}, τ = {TAU}, K = {ROUNDS}, "
         f"split d3 = {SPLIT}, J_min = {MIN_JACCARD}, ≤ {MAX_LITERALS} literals per query, ∧/∨ "
         "with single-side disjunction, no negations, fresh exponential mechanism every ES round "
-        "(no memo; max_age = 0, the engine's default), thresholds 'auto'. x0 = 10 % of n as a "
+        "(the engine has no memo), thresholds 'auto'. x0 = 10 % of n as a "
         "count: x0 is a public parameter the analyst chooses, and the harness uses the true n "
         "for it (no noisy count is bought). Public metadata = `propose_metadata` on the chosen "
         "columns, n_max = its bound.",

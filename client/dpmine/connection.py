@@ -34,8 +34,6 @@ from dpmine.wire import (
     GrantRequest,
     JobInfo,
     LedgerEntryInfo,
-    MiningSessionInfo,
-    MiningSessionRequest,
     NoisyCountRequest,
     NoisyCountResponse,
     PlannedCall,
@@ -290,23 +288,6 @@ class DatasetHandle:
             ComputeQualityResponse,
             idempotency_key=idempotency_key,
         )
-
-    def start_session(
-        self, kind: str = "serenade.es_memo", *, hours: float = 24.0
-    ) -> MiningSessionInfo:
-        """Start a server-side mining session (free); its state never leaves the server."""
-        response = self.connection.request(
-            "POST",
-            f"/v1/datasets/{self.id}/sessions",
-            json=MiningSessionRequest.model_validate(
-                {"kind": kind, "lifetime_hours": hours}
-            ).model_dump(),
-        )
-        return MiningSessionInfo.model_validate(response.json())
-
-    def end_session(self, session_id: str) -> None:
-        """Delete a mining session."""
-        self.connection.request("DELETE", f"/v1/datasets/{self.id}/sessions/{session_id}")
 
     def submit(
         self, operation: str, request: BaseModel, *, idempotency_key: str | None = None

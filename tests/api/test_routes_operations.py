@@ -833,3 +833,81 @@ class TestJobs:
         [entry] = entries(services)
         assert entry.status == "failed"
         assert spent(services, toy) == units("0.25")
+
+
+# -- the removed ES memo (issue #7) ---------------------------------------------------------------
+
+
+def extend_body(**extra: Any) -> dict[str, Any]:
+    """A valid ``serenade.extend_one`` body on the toy data, plus ``extra`` fields."""
+    red = {
+        "left": parse_query("[smoker]").model_dump(mode="json"),
+        "right": parse_query("[member]").model_dump(mode="json"),
+    }
+    return {
+        "mode": "es",
+        "collection": [red],
+        "epsilon": 0.1,
+        "quality": {"x0": 10.0},
+        "options": {"threshold_mode": "grid"},
+        **extra,
+    }
+
+
+MEMO_FIELDS = [
+    ("memo on", {"max_age": 3, "session_id": "11111111-1111-1111-1111-111111111111"}),
+    ("memo off", {"max_age": 0}),
+    ("null session", {"session_id": None}),
+]
+
+
+class TestNoMemo:
+    """SerenadeES's memo reused a winner drawn at one call's ε in later calls charged far less
+    (issue #7: it under-charged); it and the mining sessions that held it are gone, and a
+    request still naming them is refused before any charge."""
+
+    @pytest.mark.parametrize(
+        "extra", [case[1] for case in MEMO_FIELDS], ids=[case[0] for case in MEMO_FIELDS]
+    )
+    def test_memo_fields_are_refused_before_the_charge(
+        self,
+        *,
+        client: TestClient,
+        toy: str,
+        analyst_headers: dict[str, str],
+        services: Services,
+        extra: dict[str, Any],
+    ) -> None:
+        route = "redescriptions/serenade/extend"
+        assert post_to(client, toy, route, analyst_headers, extend_body()).status_code == 200
+        before = entries(services)
+        response = post_to(client, toy, route, analyst_headers, extend_body(**extra))
+        detail = expect_error(response, 422, "InvalidRequest")
+        assert "memo" in detail
+        assert next(iter(extra)) in detail
+        job = post_to(
+            client,
+            toy,
+            "jobs",
+            analyst_headers,
+            {"operation": "serenade.extend_one", "request": extend_body(**extra)},
+        )
+        assert "memo" in expect_error(job, 422, "InvalidRequest")
+        assert len(entries(services)) == len(before) == 1
+        assert spent(services, toy) == units("0.1")
+
+    def test_the_sessions_endpoints_are_gone(
+        self, client: TestClient, toy: str, analyst_headers: dict[str, str], services: Services
+    ) -> None:
+        started = client.post(
+            f"/v1/datasets/{toy}/sessions",
+            json={"kind": "serenade.es_memo"},
+            headers=analyst_headers,
+        )
+        assert started.status_code in {404, 405}, started.text
+        ended = client.delete(f"/v1/datasets/{toy}/sessions/some-id", headers=analyst_headers)
+        assert ended.status_code in {404, 405}, ended.text
+        assert (
+            "/v1/datasets/{dataset_id}/sessions" not in client.get("/openapi.json").json()["paths"]
+        )
+        assert entries(services) == []

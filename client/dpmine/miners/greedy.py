@@ -210,7 +210,6 @@ class _SerenadeBase(BaseMiner):
         epsilon: float,
         x0: float,
         spent: _Spent,
-        memo: tuple[str, int] | None = None,
     ) -> ExtendOneResponse:
         request = ExtendOneRequest(
             mode=mode,
@@ -218,8 +217,6 @@ class _SerenadeBase(BaseMiner):
             epsilon=epsilon,
             quality=self._quality(x0),
             options=self._options(),
-            max_age=memo[1] if memo else 0,
-            session_id=memo[0] if memo else None,
         )
         response = dataset.connection.call(
             f"/v1/datasets/{dataset.id}/{_PATHS['serenade.extend_one']}",
@@ -336,12 +333,9 @@ def _placeholder(schema: DatasetMetadata) -> Redescription:
 class SerenadeES(_SerenadeBase):
     """SerenadeES (Algorithm 2): one collection of I redescriptions, K extension rounds."""
 
-    def __init__(
-        self, *, rounds: int = 80, max_age: int = 0, **parameters: Unpack[SerenadeParameters]
-    ) -> None:
+    def __init__(self, *, rounds: int = 80, **parameters: Unpack[SerenadeParameters]) -> None:
         super().__init__(**parameters)
         self.rounds = rounds
-        self.max_age = max_age
 
     def _calls(self, dataset: DatasetHandle) -> list[PlannedCall]:
         self._check_params()
@@ -362,9 +356,6 @@ class SerenadeES(_SerenadeBase):
             epsilon=e_ext / self.rounds,
             quality=quality,
             options=self._options(),
-            max_age=self.max_age,
-            # Pricing only: the session is created when mine() starts.
-            session_id="planned-session" if self.max_age > 0 else None,
         )
         calls += [
             PlannedCall(operation="serenade.extend_one", request=extend.model_dump(mode="json"))
@@ -384,25 +375,19 @@ class SerenadeES(_SerenadeBase):
         x0 = self._resolve_x0(dataset, spent)
         _e_init, e_ext, e_qual = self._shares
         collection = self._initial_pairs(dataset, x0, spent)
-        memo = (dataset.start_session().session_id, self.max_age) if self.max_age > 0 else None
-        try:
-            with self._progress(self.rounds + len(collection), "Serenade ES") as advance:
-                for _ in range(self.rounds):
-                    step = self._extend(
-                        dataset,
-                        collection,
-                        mode="es",
-                        epsilon=e_ext / self.rounds,
-                        x0=x0,
-                        spent=spent,
-                        memo=memo,
-                    )
-                    collection[step.position] = step.redescription
-                    advance()
-                results = self._measure_all(dataset, collection, e_qual, spent, advance)
-        finally:
-            if memo is not None:
-                dataset.end_session(memo[0])
+        with self._progress(self.rounds + len(collection), "Serenade ES") as advance:
+            for _ in range(self.rounds):
+                step = self._extend(
+                    dataset,
+                    collection,
+                    mode="es",
+                    epsilon=e_ext / self.rounds,
+                    x0=x0,
+                    spent=spent,
+                )
+                collection[step.position] = step.redescription
+                advance()
+            results = self._measure_all(dataset, collection, e_qual, spent, advance)
         self.redescriptions_ = results
         self.x0_ = x0
         self._spent = spent

@@ -5,8 +5,7 @@ and the Serenade operations (§2): calibrate, initial pairs, extend one.
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -22,8 +21,6 @@ __all__ = [
     "ExtendOneResponse",
     "InitialPairsRequest",
     "InitialPairsResponse",
-    "MiningSessionInfo",
-    "MiningSessionRequest",
     "NoisyCells",
     "NoisyStatistics",
     "QualityMode",
@@ -164,34 +161,23 @@ class ExtendOneRequest(WireModel):
     epsilon: Epsilon
     quality: QualityParameters
     options: SerenadeOptions = Field(default_factory=SerenadeOptions)
-    max_age: int = Field(
-        default=0,
-        ge=0,
-        le=10_000,
-        description="ES memo of Algorithm 3 (paper-compatible, opt-in): rounds a position's "
-        "stored winner is kept; 0 = a fresh draw every round (default, exact accounting). "
-        "Needs a mining session and grid thresholds; the release is marked 'approximate'.",
-    )
-    session_id: str | None = Field(
-        default=None, max_length=64, description="Mining session holding the memo (max_age > 0)."
-    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_memo(cls, data: Any) -> Any:
+        removed = sorted({"max_age", "session_id"} & set(data)) if isinstance(data, dict) else []
+        if removed:
+            raise ValueError(
+                f"{' and '.join(removed)}: the ES memo and mining sessions were removed because "
+                "they under-charged the privacy budget; every extend call is now a fresh draw "
+                "charged its own epsilon. Drop these fields."
+            )
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> ExtendOneRequest:
         if self.mode == "cs" and len(self.collection) != 1:
             raise ValueError("mode 'cs' extends exactly one redescription")
-        if self.max_age > 0:
-            if self.mode != "es":
-                raise ValueError("the memo (max_age > 0) belongs to mode 'es'")
-            if self.session_id is None:
-                raise ValueError("max_age > 0 needs a session_id (create a mining session first)")
-            if self.options.threshold_mode != "grid":
-                raise ValueError(
-                    "the memo (max_age > 0) needs options.threshold_mode 'grid': its stored keys "
-                    "are exact only when every candidate is enumerated"
-                )
-        elif self.session_id is not None:
-            raise ValueError("session_id is only used with the memo (max_age > 0)")
         return self
 
 
@@ -203,18 +189,3 @@ class ExtendOneResponse(WireModel):
     changed: bool
     threshold_mode: Literal["continuous", "grid"]
     receipt: Receipt
-
-
-class MiningSessionRequest(WireModel):
-    """Start a server-side mining session (holds secret state such as the ES memo)."""
-
-    kind: Literal["serenade.es_memo"] = "serenade.es_memo"
-    lifetime_hours: float = Field(default=24.0, gt=0, le=24 * 30)
-
-
-class MiningSessionInfo(WireModel):
-    """A mining session's id and expiry (its state is never sent)."""
-
-    session_id: str
-    kind: str
-    expires_at: datetime

@@ -10,7 +10,6 @@ from dpmine_server.api.routes import (
     itemsets,
     jobs,
     redescriptions,
-    sessions,
 )
 
 api_router = APIRouter(prefix="/v1")
@@ -19,6 +18,5 @@ api_router.include_router(datasets.router)
 api_router.include_router(counts.router)
 api_router.include_router(redescriptions.router)
 api_router.include_router(itemsets.router)
-api_router.include_router(sessions.router)
 api_router.include_router(jobs.router)
 api_router.include_router(admin.router)

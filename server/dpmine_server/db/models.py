@@ -32,7 +32,6 @@ __all__ = [
     "Grant",
     "Job",
     "LedgerEntry",
-    "MiningSession",
     "Principal",
     "utcnow",
 ]
@@ -125,20 +124,6 @@ class LedgerEntry(Base):
     instance_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     completed_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
-
-
-class MiningSession(Base):
-    """Server-side secret state of a mining run (e.g. Serenade's memo); never sent to clients."""
-
-    __tablename__ = "mining_sessions"
-
-    id: Mapped[str] = mapped_column(String(36), primary_key=True)
-    principal_id: Mapped[int] = mapped_column(ForeignKey("principals.id"))
-    dataset_id: Mapped[str] = mapped_column(ForeignKey("datasets.id"))
-    kind: Mapped[str] = mapped_column(String(64))
-    state: Mapped[dict[str, Any]] = mapped_column(JSON)
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
-    expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
 
 
 class Job(Base):

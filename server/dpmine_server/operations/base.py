@@ -18,7 +18,7 @@ from dpmine.wire import DatasetKind, DatasetMetadata, Guarantee
 from dpmine_server.data.columns import ColumnStore
 from dpmine_server.dp.budget import Epsilon
 
-__all__ = ["OperationSpec", "Progress", "RunContext", "no_progress"]
+__all__ = ["OperationSpec", "Progress", "no_progress"]
 
 
 class Progress(Protocol):
@@ -32,19 +32,6 @@ def no_progress(fraction: float, message: str = "") -> None:
     del fraction, message
 
 
-@dataclass(slots=True)
-class RunContext:
-    """What the executor hands a kernel besides the data: a progress sink (call the context
-    itself) and, for operations with a mining session, that session's secret state, which the
-    kernel may change in place; the executor saves it after the release is stored."""
-
-    progress: Progress = no_progress
-    state: dict[str, Any] | None = None
-
-    def __call__(self, fraction: float, message: str = "") -> None:
-        self.progress(fraction, message)
-
-
 @dataclass(frozen=True, slots=True)
 class OperationSpec:
     """One private operation.
@@ -54,9 +41,8 @@ class OperationSpec:
     * ``cost(request)`` is the exact epsilon and guarantee, from public parameters only.
     * ``run(columns, request, epsilon, rng, progress)`` is the kernel; ``epsilon`` is the charged
       amount (use ``epsilon.for_mechanism()`` for noise scales). It returns the response fields
-      except ``receipt``.
-    * ``session_kind``: operations whose request names a ``session_id`` of this kind get the
-      session's state in their :class:`RunContext` (ownership checked before the charge).
+      except ``receipt``. Kernels keep no state between calls: each call is a fresh release
+      whose only cost is its own charge.
     """
 
     name: str
@@ -68,4 +54,3 @@ class OperationSpec:
     validate: Callable[[Any, DatasetMetadata], None]
     cost: Callable[[Any], tuple[Epsilon, Guarantee]]
     run: Callable[[ColumnStore, Any, Epsilon, np.random.Generator, Progress], dict[str, Any]]
-    session_kind: str | None = None

@@ -30,14 +30,13 @@ from dpmine_server.data.columns import ColumnStore
 from dpmine_server.data.validation import validate_expr
 from dpmine_server.dp.budget import Epsilon
 from dpmine_server.dp.mechanisms import discrete_laplace
-from dpmine_server.operations.base import OperationSpec, Progress, RunContext
+from dpmine_server.operations.base import OperationSpec, Progress
 from dpmine_server.operations.serenade import (
     ExtensionRules,
     QualityParams,
     ThresholdMode,
     choose_threshold_mode,
     extend_one,
-    extend_one_memo,
     initial_pairs,
     parse_side,
 )
@@ -213,11 +212,6 @@ def _extend_mode(request: ExtendOneRequest, metadata: DatasetMetadata) -> Thresh
     )
 
 
-def _extend_cost(request: ExtendOneRequest) -> tuple[Epsilon, Guarantee]:
-    guarantee: Guarantee = "approximate" if request.max_age > 0 else "pure"
-    return Epsilon.charge(request.epsilon), guarantee
-
-
 def _validate_extend(request: ExtendOneRequest, metadata: DatasetMetadata) -> None:
     for position, red in enumerate(request.collection):
         try:
@@ -239,37 +233,22 @@ def _run_extend(
     request: ExtendOneRequest,
     epsilon: Epsilon,
     rng: np.random.Generator,
-    context: Progress,
+    _progress: Progress,
 ) -> dict[str, Any]:
-    """Kernel of ``serenade.extend_one`` (§2.4): pure ε-DP, one exponential-mechanism draw;
-    with the paper-compatible memo (max_age > 0) the guarantee is approximate."""
+    """Kernel of ``serenade.extend_one`` (§2.4): pure ε-DP, one fresh exponential-mechanism
+    draw per call (no state is kept between calls)."""
     metadata = columns.metadata
     params = quality_parameters(request.quality, metadata.n_max)
     mode = _extend_mode(request, metadata)
-    if request.max_age > 0:
-        state = context.state if isinstance(context, RunContext) else None
-        if state is None:
-            raise ValueError("the memo needs the mining session's state")
-        position, red = extend_one_memo(
-            columns,
-            request.collection,
-            epsilon=epsilon.for_mechanism(),
-            params=params,
-            rules=_rules(request.options),
-            max_age=request.max_age,
-            memo=state,
-            rng=rng,
-        )
-    else:
-        position, red = extend_one(
-            columns,
-            request.collection,
-            epsilon=epsilon.for_mechanism(),
-            params=params,
-            rules=_rules(request.options),
-            mode=mode,
-            rng=rng,
-        )
+    position, red = extend_one(
+        columns,
+        request.collection,
+        epsilon=epsilon.for_mechanism(),
+        params=params,
+        rules=_rules(request.options),
+        mode=mode,
+        rng=rng,
+    )
     return {
         "position": position,
         "redescription": red,
@@ -309,8 +288,7 @@ OPERATIONS = [
         response_model=ExtendOneResponse,
         dataset_kinds=frozenset({"views", "table"}),
         validate=_validate_extend,
-        cost=_extend_cost,
+        cost=_cost,
         run=_run_extend,
-        session_kind="serenade.es_memo",
     ),
 ]

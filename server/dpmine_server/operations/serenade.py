@@ -23,12 +23,11 @@ filters. Nothing but the chosen candidate leaves this module.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -67,7 +66,6 @@ __all__ = [
     "ThresholdMode",
     "choose_threshold_mode",
     "extend_one",
-    "extend_one_memo",
     "initial_pairs",
     "parse_side",
 ]
@@ -765,62 +763,3 @@ def extend_one(
         for position, red in enumerate(collection)
     ]
     return _sample(groups, c=c, rng=rng)
-
-
-def extend_one_memo(
-    store: ColumnStore,
-    collection: Sequence[Redescription],
-    *,
-    epsilon: float,
-    params: QualityParams,
-    rules: ExtensionRules,
-    max_age: int,
-    memo: dict[str, Any],
-    rng: np.random.Generator,
-) -> Outcome:
-    """ExtendOne with the memo of Algorithm 3 (paper-compatible opt-in, §2.4; grid thresholds).
-
-    (1) every position without a stored entry (or whose redescription changed) draws its best
-    candidate by Gumbel-max and stores (candidate, key, age 1); (2) the position with the
-    largest stored key wins and its entry is removed; (3) every other entry ages, and is dropped
-    once its age reaches ``max_age``. ``memo`` is the mining session's state, changed in place;
-    it is never released. Privacy: reused keys are conditioned on earlier losses, so the
-    per-round composition argument does not apply directly (§2.4 caveat); releases are marked
-    approximate.
-    """
-    c = params.coefficient(epsilon)
-    entries: dict[str, dict[str, Any]] = memo.setdefault("entries", {})
-    for stale in [k for k in entries if int(k) >= len(collection)]:
-        del entries[stale]
-    for position, red in enumerate(collection):
-        red_json = red.model_dump_json()
-        fingerprint = hashlib.sha256(red_json.encode()).hexdigest()
-        entry = entries.get(str(position))
-        if entry is not None and entry["red"] == fingerprint:
-            continue
-        group = _cached_extension_candidates(store, red_json, rules, "grid", params)
-        weights = np.concatenate([block.log_mass + c * block.quality for block in group.blocks])
-        keys = gumbel_scores(weights, rng=rng)
-        best = int(np.argmax(keys))
-        entries[str(position)] = {
-            "red": fingerprint,
-            "choice": _block_outcome(group, best).model_dump(mode="json"),
-            "key": float(keys[best]),
-            "age": 1,
-        }
-    winner = max(entries, key=lambda k: entries[k]["key"])
-    chosen = entries.pop(winner)
-    for key in list(entries):
-        if entries[key]["age"] >= max_age:
-            del entries[key]
-        else:
-            entries[key]["age"] += 1
-    return int(winner), Redescription.model_validate(chosen["choice"])
-
-
-def _block_outcome(group: _Candidates, index: int) -> Redescription:
-    for block in group.blocks:
-        if index < block.quality.size:
-            return block.outcomes[index]
-        index -= block.quality.size
-    raise IndexError("candidate index outside the blocks")

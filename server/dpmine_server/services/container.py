@@ -76,7 +76,6 @@ def build_services(settings: Settings, *, migrate: bool = True, recover: bool = 
     )
     executor = Executor(
         sessions=sessions,
-        write_sessions=write_sessions,
         ledger=ledger,
         datasets=datasets,
         rng_factory=_rng_factory(settings),

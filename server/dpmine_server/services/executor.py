@@ -20,10 +20,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from dpmine.wire import DatasetMetadata, Receipt
 from dpmine_server.db.models import Principal
 from dpmine_server.dp.budget import BudgetError, Epsilon
-from dpmine_server.errors import Forbidden, InvalidRequest, NotFound, OperationFailed
+from dpmine_server.errors import Forbidden, InvalidRequest, OperationFailed
 from dpmine_server.operations import CATALOG, OperationSpec
-from dpmine_server.operations.base import Progress, RunContext, no_progress
-from dpmine_server.services import sessions as mining_sessions
+from dpmine_server.operations.base import Progress, no_progress
 from dpmine_server.services.datasets import DatasetService
 from dpmine_server.services.ledger import Ledger, Reservation, request_fingerprint
 
@@ -50,7 +49,6 @@ class Pending:
     dataset_id: str
     reservation: Reservation
     principal: Principal
-    session_state: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,13 +67,11 @@ class Executor:
         self,
         *,
         sessions: sessionmaker[Session],
-        write_sessions: sessionmaker[Session],
         ledger: Ledger,
         datasets: DatasetService,
         rng_factory: Callable[[], np.random.Generator],
     ) -> None:
         self._sessions = sessions
-        self._write_sessions = write_sessions
         self._ledger = ledger
         self._datasets = datasets
         self._rng_factory = rng_factory
@@ -128,7 +124,6 @@ class Executor:
             dataset = self._datasets.get_for_analyst(session, dataset_id, principal)
             metadata = DatasetMetadata.model_validate(dataset.metadata_json)
         priced = self.price(spec, request, metadata)
-        state = self._session_state(spec, priced.request, principal, dataset_id)
         parameters = priced.request.model_dump(mode="json")
         reservation = self._ledger.reserve(
             principal=principal,
@@ -149,29 +144,7 @@ class Executor:
             dataset_id=dataset_id,
             reservation=reservation,
             principal=principal,
-            session_state=state,
         )
-
-    def _session_state(
-        self, spec: OperationSpec, request: BaseModel, principal: Principal, dataset_id: str
-    ) -> dict[str, Any] | None:
-        session_id = getattr(request, "session_id", None)
-        if spec.session_kind is None or session_id is None:
-            return None
-        with self._sessions() as session:
-            state = mining_sessions.load_state(
-                session,
-                session_id,
-                principal=principal,
-                dataset_id=dataset_id,
-                kind=spec.session_kind,
-            )
-        if state is None:
-            raise NotFound(
-                f"mining session {session_id!r} does not exist, has expired or is not yours on "
-                "this dataset; create one first"
-            )
-        return state
 
     def finish(self, pending: Pending, progress: Progress = no_progress) -> Release:
         """Compute a charged request and store its release before anyone sees it."""
@@ -191,23 +164,7 @@ class Executor:
                 "the charge stands. The owner can see the server log."
             ) from None
         self._ledger.complete(entry_id, body)
-        self._save_session(pending)
         return Release(body=body, replayed=False, entry_id=entry_id)
-
-    def _save_session(self, pending: Pending) -> None:
-        session_id = getattr(pending.priced.request, "session_id", None)
-        kind = pending.priced.spec.session_kind
-        if pending.session_state is None or session_id is None or kind is None:
-            return
-        with self._write_sessions() as session, session.begin():
-            mining_sessions.save_state(
-                session,
-                session_id,
-                pending.session_state,
-                principal=pending.principal,
-                dataset_id=pending.dataset_id,
-                kind=kind,
-            )
 
     def execute(
         self,
@@ -234,9 +191,8 @@ class Executor:
     def _compute(self, pending: Pending, progress: Progress) -> dict[str, Any]:
         priced, dataset_id, reservation = pending.priced, pending.dataset_id, pending.reservation
         columns = self._datasets.columns(dataset_id, reservation.dataset_version)
-        context = RunContext(progress=progress, state=pending.session_state)
         fields = priced.spec.run(
-            columns, priced.request, reservation.cost, self._rng_factory(), context
+            columns, priced.request, reservation.cost, self._rng_factory(), progress
         )
         receipt = Receipt(
             ledger_entry_id=reservation.entry_id,

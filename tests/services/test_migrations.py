@@ -1,0 +1,51 @@
+"""Schema migrations on SQLite: head matches the models, and 0003 (drop the mining sessions of
+the removed ES memo, issue #7) goes down and up again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from sqlalchemy import Engine, inspect
+
+import dpmine_server.db.models  # noqa: F401  (registers every table on Base.metadata)
+from dpmine_server.db.base import Base, make_engine
+from dpmine_server.db.migrate import alembic_config, upgrade_to_head
+
+
+def _tables(engine: Engine) -> set[str]:
+    return set(inspect(engine).get_table_names()) - {"alembic_version"}
+
+
+def _to(engine: Engine, revision: str, *, down: bool) -> None:
+    config = alembic_config()
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        (command.downgrade if down else command.upgrade)(config, revision)
+
+
+def test_head_has_the_model_tables_and_no_mining_sessions(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'head.sqlite3'}")
+    upgrade_to_head(engine)
+    assert _tables(engine) == set(Base.metadata.tables)
+    assert "mining_sessions" not in _tables(engine)
+
+
+def test_0003_downgrades_and_upgrades_again(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'roundtrip.sqlite3'}")
+    upgrade_to_head(engine)
+    _to(engine, "0002", down=True)
+    columns = {c["name"] for c in inspect(engine).get_columns("mining_sessions")}
+    assert columns == {
+        "id",
+        "principal_id",
+        "dataset_id",
+        "kind",
+        "state",
+        "created_at",
+        "expires_at",
+    }
+    _to(engine, "head", down=False)
+    assert "mining_sessions" not in _tables(engine)
+    _to(engine, "base", down=True)
+    assert _tables(engine) == set()
