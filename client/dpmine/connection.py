@@ -357,6 +357,13 @@ class AdminClient:
         result: dict[str, Any] = response.json()
         return result
 
+    def refresh_dataset(self, dataset_id: str) -> dict[str, Any]:
+        """Re-read an SQL dataset's source into its next version (``dataset`` and ``report``);
+        operations read only this snapshot. An invalid source raises and the version stays."""
+        response = self._connection.request("POST", f"/v1/admin/datasets/{dataset_id}/refresh")
+        result: dict[str, Any] = response.json()
+        return result
+
     def retire_dataset(self, dataset_id: str) -> DatasetInfo:
         """Stop all further queries on a dataset."""
         response = self._connection.request("DELETE", f"/v1/admin/datasets/{dataset_id}")

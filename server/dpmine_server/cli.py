@@ -339,6 +339,21 @@ def datasets_show(dataset_id: Annotated[str, typer.Argument(metavar="ID")]) -> N
     _print_json(info)
 
 
+@datasets_app.command("refresh")
+def datasets_refresh(dataset_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
+    """Re-read an SQL dataset's source, validate it and keep it as the next version (operations
+    only read the snapshot; a source that no longer matches the metadata is refused)."""
+    with _owner_session() as (services, session):
+        info, report = services.datasets.refresh(session, dataset_id)
+        audit.record(
+            session,
+            action="dataset_refreshed",
+            target=dataset_id,
+            details={"version": info.version, "via": "cli"},
+        )
+    _print_json({"dataset": info.model_dump(mode="json"), "report": report.__dict__})
+
+
 @datasets_app.command("retire")
 def datasets_retire(dataset_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
     """Stop all further queries on a dataset (its ledger is kept)."""

@@ -11,6 +11,7 @@ sent to an analyst.
 
 from __future__ import annotations
 
+import csv
 import gzip
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ __all__ = [
     "BOOLEAN_FALSE",
     "BOOLEAN_TRUE",
     "MAX_PROBLEMS",
+    "SNAPSHOT_FILE",
     "DataValidationError",
     "LoadReport",
     "load_store",
@@ -52,6 +54,7 @@ __all__ = [
     "read_fimi_lines",
     "read_sql_strings",
     "resolve_path",
+    "snapshot_sql",
 ]
 
 BOOLEAN_TRUE = frozenset({"1", "1.0", "true", "t", "yes"})
@@ -59,6 +62,8 @@ BOOLEAN_FALSE = frozenset({"0", "0.0", "false", "f", "no"})
 #: Problems collected before loading stops and reports them together.
 MAX_PROBLEMS = 10
 _MAX_SHOWN = 20
+#: File name of an SQL source's snapshot inside its dataset version folder.
+SNAPSHOT_FILE = "snapshot.csv"
 
 Locate = Callable[[int], str]
 BoolArray = npt.NDArray[np.bool_]
@@ -425,3 +430,27 @@ def load_store(
     frame = read_sql_strings(source)
     what = f"SQL table {source.table!r}" if source.table is not None else "SQL query"
     return _load_single(metadata, frame, what, _sql_row)
+
+
+def snapshot_sql(metadata: DatasetMetadata, source: SqlSource, folder: Path) -> LoadReport:
+    """Read an SQL source once, validate it as declared, and keep its declared columns as
+    ``folder/snapshot.csv`` (the format of an uploaded CSV); operations load only that file,
+    never the live source, so a source that changes later cannot fail a charged call.
+
+    Raises :class:`DataValidationError` (owner-only message) if the source does not match the
+    metadata, or if the snapshot would not read back cell for cell.
+    """
+    frame = read_sql_strings(source)
+    what = f"SQL table {source.table!r}" if source.table is not None else "SQL query"
+    _store, report = _load_single(metadata, frame, what, _sql_row)  # n_max, columns, types
+    names = [attribute.name for attribute in metadata.attributes]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / SNAPSHOT_FILE
+    cells = frame[names].reset_index(drop=True)
+    cells.to_csv(path, index=False, quoting=csv.QUOTE_ALL, lineterminator="\n")
+    if not read_csv_strings(path).equals(cells):
+        raise DataValidationError(
+            f"cannot keep a snapshot of {what}: a column name or cell does not survive a CSV "
+            "round trip (leading or trailing spaces in a column name?)"
+        )
+    return report

@@ -35,6 +35,7 @@ from dpmine_server.operations.serenade import (
     ExtensionRules,
     QualityParams,
     ThresholdMode,
+    check_pair_space,
     choose_threshold_mode,
     extend_one,
     initial_pairs,
@@ -179,6 +180,7 @@ def _pairs_mode(request: InitialPairsRequest, metadata: DatasetMetadata) -> Thre
 
 
 def _validate_pairs(request: InitialPairsRequest, metadata: DatasetMetadata) -> None:
+    check_pair_space(metadata)
     _pairs_mode(request, metadata)
 
 

@@ -64,6 +64,7 @@ __all__ = [
     "QualityParams",
     "SideQuery",
     "ThresholdMode",
+    "check_pair_space",
     "choose_threshold_mode",
     "extend_one",
     "initial_pairs",
@@ -599,6 +600,20 @@ def _left_pair_literals(
                 masses.append(-math.log(len(grid.intervals)))
                 rows.append(numeric_rows(column, literal.lower, literal.upper, negated))
     return literals, np.asarray(masses, dtype=np.float64), rows
+
+
+def check_pair_space(metadata: DatasetMetadata) -> None:
+    """ValueError unless some (left, right) attribute pair exists, so that §2.3's candidate set
+    is not empty whatever the data (public metadata only; checked before the charge). Every
+    attribute has at least one literal (a Boolean, a category, grid intervals), so a pair of
+    distinct attributes, one per side, is enough."""
+    lefts = _view_attributes(metadata, "left")
+    rights = _view_attributes(metadata, "right")
+    if not any(left != right for left in lefts for right in rights):
+        raise ValueError(
+            "initial pairs need two different attributes, one per query; this dataset "
+            f"declares only {sorted(set(lefts) | set(rights))}"
+        )
 
 
 def _pair_candidates(

@@ -1,18 +1,23 @@
 """Datasets: registration from files or SQL, public metadata, grants, and the in-memory cache.
 
 Files are copied under ``data_dir/datasets/<id>/v<version>/`` at registration, so a dataset
-version never changes under the ledger. Contents are loaded into a columnar
-:class:`~dpmine_server.data.columns.ColumnStore` on first use, keyed by (id, version).
+version never changes under the ledger. An SQL source is read once, validated and kept there as
+a snapshot (``snapshot.csv``): operations never read a live source, which could have changed
+since (more rows than ``n_max``, undeclared values) and fail after the charge. The owner's
+:meth:`DatasetService.refresh` re-reads the source, validates it, and creates the next version.
+Contents are loaded into a columnar :class:`~dpmine_server.data.columns.ColumnStore` on first
+use, keyed by (id, version).
 """
 
 from __future__ import annotations
 
 import shutil
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import TypeAdapter
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from dpmine.wire import (
@@ -28,7 +33,13 @@ from dpmine.wire import (
 )
 from dpmine_server.data.cache import DatasetCache
 from dpmine_server.data.columns import ColumnStore
-from dpmine_server.data.loaders import DataValidationError, LoadReport, load_store
+from dpmine_server.data.loaders import (
+    SNAPSHOT_FILE,
+    DataValidationError,
+    LoadReport,
+    load_store,
+    snapshot_sql,
+)
 from dpmine_server.db.models import Dataset, Grant, Principal, utcnow
 from dpmine_server.dp.budget import BudgetError, Epsilon
 from dpmine_server.errors import Conflict, Forbidden, InvalidRequest, NotFound
@@ -117,7 +128,10 @@ class DatasetService:
         version_dir = self._version_dir(request.id, 1)
         source = self._store_files(request.source, files or {}, version_dir)
         try:
-            store, report = load_store(request.metadata, source, base_dir=version_dir)
+            if isinstance(source, SqlSource):
+                report = snapshot_sql(request.metadata, source, version_dir)
+            else:
+                _store, report = load_store(request.metadata, source, base_dir=version_dir)
         except DataValidationError as error:
             shutil.rmtree(version_dir, ignore_errors=True)
             raise InvalidRequest(str(error)) from error
@@ -140,9 +154,58 @@ class DatasetService:
             created_at=utcnow(),
         )
         session.add(dataset)
-        session.flush()
-        del store  # validated; loaded again (and cached) on first use
+        session.flush()  # the contents were validated; loaded again (and cached) on first use
         return dataset_info(dataset), report
+
+    def refresh(self, session: Session, dataset_id: str) -> tuple[DatasetInfo, LoadReport]:
+        """Re-read an SQL dataset's source, validate it and keep it as the next version.
+
+        The public metadata, cap, grants and ledger stay; entries record the version they were
+        charged against, and calls charged before the refresh still read their version. A
+        source that no longer matches the metadata is refused (InvalidRequest, owner-only
+        message) and the current version stays.
+        """
+        with self._sessions() as lookup:  # a short read: the slow load holds no write lock
+            dataset = self.get(lookup, dataset_id)
+            if dataset.status != "active":
+                raise InvalidRequest(f"dataset {dataset_id!r} is retired; it cannot be refreshed")
+            source = _SOURCE_ADAPTER.validate_python(dataset.source_json)
+            metadata = DatasetMetadata.model_validate(dataset.metadata_json)
+            current = dataset.version
+        if not isinstance(source, SqlSource):
+            raise InvalidRequest(
+                f"dataset {dataset_id!r} comes from stored files; only datasets with an SQL "
+                "source can be refreshed (register new files as a new dataset)"
+            )
+        if not self._allow_sql:
+            raise Forbidden("this server does not accept SQL sources (DPMINE_ALLOW_SQL_SOURCES)")
+        staging = self._version_dir(dataset_id, current + 1).with_name(
+            f".refresh-{uuid.uuid4().hex}"
+        )
+        try:
+            report = snapshot_sql(metadata, source, staging)
+            # The caller's session is touched only now; the version moves only if no one else
+            # refreshed meanwhile (a conditional update: row lock / immediate transaction).
+            moved = session.execute(
+                update(Dataset)
+                .where(Dataset.id == dataset_id, Dataset.version == current)
+                .values(version=current + 1)
+                .execution_options(synchronize_session=False)
+            )
+            if getattr(moved, "rowcount", 0) != 1:
+                raise Conflict(f"dataset {dataset_id!r} changed meanwhile; refresh it again")
+            # No entry can be charged against the new version before this commits, so a folder
+            # left there by a refresh whose commit failed is replaced.
+            target = self._version_dir(dataset_id, current + 1)
+            shutil.rmtree(target, ignore_errors=True)
+            staging.rename(target)
+        except DataValidationError as error:
+            raise InvalidRequest(str(error)) from error
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        refreshed = session.get(Dataset, dataset_id, populate_existing=True)
+        assert refreshed is not None
+        return dataset_info(refreshed), report
 
     def _version_dir(self, dataset_id: str, version: int) -> Path:
         return (self._data_dir / "datasets" / dataset_id / f"v{version}").resolve()
@@ -236,6 +299,9 @@ class DatasetService:
             dataset = self.get(session, dataset_id)
             metadata = DatasetMetadata.model_validate(dataset.metadata_json)
             source = _SOURCE_ADAPTER.validate_python(dataset.source_json)
+        if isinstance(source, SqlSource):
+            # Only the snapshot taken at registration or refresh, never the live source.
+            source = CsvSource(path=SNAPSHOT_FILE)
         store, _report = load_store(
             metadata, source, base_dir=self._version_dir(dataset_id, version)
         )

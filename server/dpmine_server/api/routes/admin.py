@@ -213,6 +213,26 @@ def propose(
             raise InvalidRequest(str(error)) from error
 
 
+@router.post("/datasets/{dataset_id}/refresh", response_model=RegisteredDataset)
+def refresh_dataset(
+    dataset_id: str, owner: OwnerDep, services: ServicesDep, session: WriteSessionDep
+) -> RegisteredDataset:
+    """Re-read an SQL source, validate it and keep it as the dataset's next version.
+
+    Operations only ever read the snapshot taken at registration or at the last refresh. A
+    source that no longer matches the public metadata is refused and the current version stays.
+    """
+    info, report = services.datasets.refresh(session, dataset_id)
+    audit.record(
+        session,
+        action="dataset_refreshed",
+        principal=owner,
+        target=dataset_id,
+        details={"version": info.version},
+    )
+    return RegisteredDataset(dataset=info, report=asdict(report))
+
+
 @router.delete("/datasets/{dataset_id}", response_model=DatasetInfo)
 def retire_dataset(
     dataset_id: str, owner: OwnerDep, services: ServicesDep, session: WriteSessionDep

@@ -1,0 +1,361 @@
+"""No public failure mode follows a charge (issue #7; DESIGN.md contract item 5).
+
+Every operation of the catalog is driven through the real executor (validate → price → charge →
+load → run) with a matrix of edge cases: extreme and invalid parameters, empty and zero-support
+queries, degenerate numeric literals (lower == upper, bounds far outside the public range),
+one-category and all-missing attributes, numeric-only views, and datasets with 0 or 1 rows.
+Each request must either be refused before the charge (InvalidRequest, no ledger entry) or
+return its release; an OperationFailed after the charge would tell the analyst one bit about
+the data for the price of the call.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from dpmine.wire import (
+    AnyAttribute,
+    BooleanAttribute,
+    CategoricalAttribute,
+    CreateDatasetRequest,
+    CsvSource,
+    DatasetKind,
+    DatasetMetadata,
+    FimiSource,
+    NumericAttribute,
+)
+from dpmine_server.db.models import LedgerEntry, Principal
+from dpmine_server.errors import InvalidRequest, OperationFailed
+from dpmine_server.operations import CATALOG
+from dpmine_server.services.container import Services, build_services
+from dpmine_server.services.datasets import StoredFile
+from dpmine_server.services.principals import create_principal, get_principal
+from support.inprocess import settings_for
+
+#: Requests per (operation, dataset), drawn from the full edge-case matrix with a fixed seed.
+PER_DATASET = 40
+EPSILONS = (1e-9, 0.05, 1.0, 1000.0)
+MISSING = "?"
+
+
+@dataclass(frozen=True)
+class Case:
+    """A registered dataset: its id, public metadata and CSV or FIMI content."""
+
+    id: str
+    metadata: DatasetMetadata
+    content: str
+    fimi: bool = False
+
+
+def _csv(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    return "\n".join(",".join(cells) for cells in [header, *rows]) + "\n"
+
+
+def _attributes(kind: DatasetKind) -> list[AnyAttribute]:
+    left, right = ("left", "right") if kind == "views" else (None, None)
+    return [
+        BooleanAttribute(name="b1", view=left),
+        CategoricalAttribute(name="one", view=left, categories=["only"]),
+        NumericAttribute(name="n1", view=left, lo=0.0, hi=1.0, grid=[0.5]),
+        BooleanAttribute(name="gone", view=left),  # every value missing
+        BooleanAttribute(name="b2", view=right),
+        CategoricalAttribute(name="c2", view=right, categories=["x", "y", "z"]),
+        NumericAttribute(name="n2", view=right, lo=-1e6, hi=1e6),
+    ]
+
+
+HEADER = ("b1", "one", "n1", "gone", "b2", "c2", "n2")
+ROWS = (
+    ("1", "only", "0.25", MISSING, "0", "x", "5"),
+    ("0", MISSING, "7", MISSING, "1", "y", "-3e9"),
+    (MISSING, "only", "0.5", MISSING, "1", MISSING, MISSING),
+)
+
+
+def _cases() -> list[Case]:
+    cases: list[Case] = []
+    for kind in ("views", "table"):
+        for rows, n_max, suffix in ((ROWS, 5, "full"), (ROWS[:1], 1, "one"), ((), 3, "empty")):
+            metadata = DatasetMetadata(kind=kind, n_max=n_max, attributes=_attributes(kind))
+            cases.append(Case(f"{kind}-{suffix}", metadata, _csv(HEADER, rows)))
+    numeric_only = DatasetMetadata(
+        kind="views",
+        n_max=4,
+        attributes=[
+            NumericAttribute(name="l", view="left", lo=-1.0, hi=1.0),
+            NumericAttribute(name="r", view="right", lo=5.0, hi=6.0, grid=[5.5]),
+        ],
+    )
+    cases.append(Case("numeric-only", numeric_only, _csv(("l", "r"), [("0", "5.5"), ("?", "?")])))
+    for name, attribute in (
+        ("single-bool", BooleanAttribute(name="only")),
+        ("single-num", NumericAttribute(name="only", lo=0.0, hi=2.0)),
+    ):
+        metadata = DatasetMetadata(kind="table", n_max=3, attributes=[attribute])
+        cases.append(Case(f"table-{name}", metadata, _csv(("only",), [("1",), ("?",)])))
+    all_missing = DatasetMetadata(
+        kind="views",
+        n_max=3,
+        attributes=[
+            CategoricalAttribute(name="l", view="left", categories=["p"]),
+            BooleanAttribute(name="r", view="right"),
+        ],
+    )
+    cases.append(Case("all-missing", all_missing, _csv(("l", "r"), [("?", "?"), ("?", "?")])))
+    for items, lines, n_max, suffix in (
+        (["a", "b", "c"], "a b\nb c\na b c\n", 5, "full"),
+        (["a"], "a\n", 1, "one"),
+        (["a", "b"], "", 2, "empty"),
+    ):
+        metadata = DatasetMetadata(kind="transactions", n_max=n_max, items=items)
+        cases.append(Case(f"tx-{suffix}", metadata, lines, fimi=True))
+    return cases
+
+
+CASES = _cases()
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Services, Principal]]:
+    """Test-mode services with every case registered and a huge grant for ``alice``."""
+    folder = tmp_path_factory.mktemp("no-failure-after-charge")
+    settings = settings_for(
+        folder,
+        database_file="dpmine.sqlite3",
+        owner_key="owner-key-0123456789-abcdefgh",
+        secret_key="no-failure-after-charge-secret-0123456789",
+        test_seed=7,
+        job_workers=1,
+    )
+    services = build_services(settings)
+    try:
+        with services.write_sessions() as session, session.begin():
+            create_principal(session, name="alice", role="analyst", secret=settings.secret_key)
+        for case in CASES:
+            path = folder / f"{case.id}.{'dat' if case.fimi else 'csv'}"
+            path.write_text(case.content, encoding="utf-8")
+            source = FimiSource(path=path.name) if case.fimi else CsvSource(path=path.name)
+            request = CreateDatasetRequest(
+                id=case.id,
+                name=case.id,
+                epsilon_cap=1_000_000.0,
+                metadata=case.metadata,
+                source=source,
+            )
+            with services.write_sessions() as session, session.begin():
+                services.datasets.register(
+                    session, request, files={"path": StoredFile(path, path.name)}
+                )
+                services.datasets.set_grant(session, case.id, "alice", 1_000_000.0)
+        with services.sessions() as session:
+            alice = get_principal(session, "alice")
+            session.expunge(alice)
+        yield services, alice
+    finally:
+        services.close()
+
+
+# -- the edge-case matrix ---------------------------------------------------------------------
+
+
+def _literals(
+    metadata: DatasetMetadata, view: str | None = None, *, valid: bool = False
+) -> list[dict[str, Any]]:
+    """Every literal shape of the attributes (of one view): both polarities, every category,
+    degenerate numeric bounds and, unless ``valid``, an undeclared category and bounds outside
+    the public range."""
+    if metadata.kind == "transactions":
+        names = [*metadata.items, "not-an-item"]
+        return [{"kind": "bool", "attribute": n, "negated": neg} for n in names for neg in (0, 1)]
+    literals: list[dict[str, Any]] = []
+    for attribute in metadata.attributes:
+        if view is not None and attribute.view not in (view, None):
+            continue
+        name = attribute.name
+        for negated in (False, True):
+            base = {"attribute": name, "negated": negated}
+            if isinstance(attribute, BooleanAttribute):
+                literals.append({"kind": "bool", **base})
+            elif isinstance(attribute, CategoricalAttribute):
+                for category in [*attribute.categories, *([] if valid else ["undeclared"])]:
+                    literals.append({"kind": "cat", "category": category, **base})
+            else:
+                lo, hi = attribute.lo, attribute.hi
+                for lower, upper in (
+                    (lo, hi),
+                    (lo, lo),
+                    (hi, hi),
+                    (None, lo),
+                    (hi, None),
+                    (-1e300, 1e300),
+                    (hi + 1.0, hi + 2.0),
+                    ((lo + hi) / 2, (lo + hi) / 2),
+                ):
+                    if valid and (lower, upper) in {(-1e300, 1e300), (hi + 1.0, hi + 2.0)}:
+                        continue
+                    literals.append({"kind": "num", "lower": lower, "upper": upper, **base})
+    return literals
+
+
+def _expressions(literals: list[dict[str, Any]], rng: random.Random) -> list[dict[str, Any]]:
+    """Single literals plus random conjunctions, disjunctions and complements (some empty)."""
+    if not literals:
+        return []
+    exprs = list(literals)
+    for _ in range(8):
+        a, b = rng.choice(literals), rng.choice(literals)
+        exprs.append({"kind": "and", "terms": [a, b]})
+        exprs.append({"kind": "or", "terms": [a, b]})
+        exprs.append({"kind": "not", "term": a})
+        exprs.append({"kind": "and", "terms": [a, {"kind": "not", "term": a}]})  # empty support
+    return exprs
+
+
+def _serenade(first: dict[str, Any], steps: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    expr = first
+    for op, literal in steps:
+        expr = {"kind": op, "terms": [expr, literal]}
+    return expr
+
+
+def _redescriptions(metadata: DatasetMetadata, rng: random.Random) -> list[dict[str, Any]]:
+    if metadata.kind == "transactions":
+        return []
+    views = metadata.kind == "views"
+    reds = []
+    for _ in range(30):
+        valid = rng.random() < 0.9
+        lefts = _literals(metadata, "left" if views else None, valid=valid)
+        rights = _literals(metadata, "right" if views else None, valid=valid)
+        left = rng.choice(lefts)
+        right = rng.choice(rights)
+        if rng.random() < 0.4:
+            left = _serenade(left, [(rng.choice(["and", "or"]), rng.choice(lefts))])
+        if rng.random() < 0.2:
+            steps = [(rng.choice(["and", "or"]), rng.choice(rights)) for _ in range(3)]
+            right = _serenade(right, steps)
+        reds.append({"left": left, "right": right})
+    return reds
+
+
+def _quality(metadata: DatasetMetadata, rng: random.Random) -> dict[str, Any]:
+    x0 = rng.choice([1e-9, 0.5, 1.0, metadata.n_max - 1e-9, metadata.n_max, 1e9])
+    quality: dict[str, Any] = {"x0": x0, "function": rng.choice(["serenade", "jaccard"])}
+    if rng.random() < 0.5:
+        quality["s"] = rng.choice([1e-9, 0.01, 10.0])
+    return quality
+
+
+def _options(rng: random.Random) -> dict[str, Any]:
+    return {
+        "operators": rng.choice([["and"], ["or"], ["and", "or"]]),
+        "negations": rng.random() < 0.5,
+        "max_literals": rng.choice([1, 2, 16]),
+        "single_side_or": rng.random() < 0.5,
+        "threshold_mode": rng.choice(["auto", "continuous", "grid"]),
+    }
+
+
+def _requests(operation: str, metadata: DatasetMetadata, seed: int) -> Iterator[dict[str, Any]]:
+    """PER_DATASET requests for ``operation`` on a dataset with ``metadata``."""
+    rng = random.Random(seed)
+    exprs = _expressions(_literals(metadata), rng)
+    reds = _redescriptions(metadata, rng)
+    for _ in range(PER_DATASET):
+        epsilon = rng.choice(EPSILONS)
+        if operation == "count.noisy":
+            yield {"epsilon": epsilon, "predicate": rng.choice([None, *exprs])}
+        elif operation == "red.compute_quality":
+            if reds:
+                mode = rng.choice(["cells", "paper"])
+                yield {"epsilon": epsilon, "redescription": rng.choice(reds), "mode": mode}
+            else:
+                yield {"epsilon": epsilon, "redescription": {"left": exprs[0], "right": exprs[1]}}
+        elif operation == "serenade.initial_pairs":
+            yield {
+                "epsilon": epsilon,
+                "count": rng.choice([1, 2, 12]),
+                "quality": _quality(metadata, rng),
+                "options": _options(rng),
+            }
+        elif operation == "serenade.extend_one":
+            collection = rng.sample(reds, k=min(len(reds), rng.choice([1, 3]))) or [
+                {"left": exprs[0], "right": exprs[1]}
+            ]
+            yield {
+                "mode": "cs" if len(collection) == 1 and rng.random() < 0.5 else "es",
+                "epsilon": epsilon,
+                "collection": collection,
+                "quality": _quality(metadata, rng),
+                "options": _options(rng),
+            }
+        else:
+            low = rng.choice([1, 2, 3, 6])
+            yield {
+                "k": rng.choice([1, 2, 5, 1000]),
+                "min_length": low,
+                "max_length": rng.choice([None, low, min(low + 1, 6)]),
+                "epsilon": epsilon,
+                "rho": rng.choice([1e-300, 0.1, 0.999999]),
+                "with_counts": rng.random() < 0.7,
+                "count_share": rng.choice([1e-6, 0.5, 0.999999]),
+            }
+
+
+def _entries(services: Services) -> int:
+    with services.sessions() as session:
+        return int(session.scalar(select(func.count()).select_from(LedgerEntry)) or 0)
+
+
+@pytest.mark.parametrize("operation", sorted(CATALOG))
+def test_every_request_is_refused_before_the_charge_or_released(
+    engine: tuple[Services, Principal], operation: str
+) -> None:
+    services, alice = engine
+    spec = CATALOG[operation]
+    outcomes = {"refused": 0, "released": 0}
+    failures: list[str] = []
+    for number, case in enumerate(CASES):
+        for request in _requests(operation, case.metadata, seed=number * 7919 + len(operation)):
+            before = _entries(services)
+            try:
+                release = services.executor.execute(
+                    principal=alice,
+                    dataset_id=case.id,
+                    spec=spec,
+                    request=request,
+                    idempotency_key=None,
+                )
+            except InvalidRequest:
+                assert _entries(services) == before, (case.id, request)
+                outcomes["refused"] += 1
+                continue
+            except OperationFailed:
+                failures.append(f"{case.id}: {request}")
+                continue
+            assert not release.replayed
+            assert _entries(services) == before + 1
+            outcomes["released"] += 1
+    assert not failures, f"{len(failures)} failed after the charge:\n" + "\n".join(failures[:10])
+    assert outcomes["released"] >= PER_DATASET, outcomes  # the matrix is not all refusals
+
+
+def test_the_matrix_covers_every_catalog_operation() -> None:
+    # A new operation gets requests here (else the generic branch builds itemset requests,
+    # which its request model would refuse, and the test above would only see refusals).
+    known = {
+        "count.noisy",
+        "red.compute_quality",
+        "serenade.initial_pairs",
+        "serenade.extend_one",
+        "fim.topk_em",
+        "fim.topk_laplace",
+    }
+    assert set(CATALOG) == known
