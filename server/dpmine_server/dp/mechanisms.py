@@ -6,8 +6,10 @@
   data-independent base measure, by the Gumbel-max trick in log space (§0.3, §1.5).
 * :mod:`dpmine_server.dp.lattice`: released thresholds as points of a public lattice (§1.4).
 * :func:`noisy_top_k`: K-fold peeling exponential mechanism as one-shot Gumbel top-K (§4.2).
-* :func:`exponential_by_rejection`: exact EM over explicit candidates plus continuous families
-  (numeric thresholds) by rejection from the base measure (§7).
+* :class:`RejectionSampler` (and :func:`exponential_by_rejection` for one draw): exact EM over
+  explicit candidates plus continuous families (numeric thresholds) by rejection from the base
+  measure (§7), prepared once for many independent draws; :class:`LogWeightSampler` likewise
+  for explicit candidates alone.
 * :mod:`dpmine_server.dp.topk`: noisy top-K over a huge universe with a lazily revealed tail.
 
 Selections draw from the injected ``numpy.random.Generator`` (randomgen AES counter mode, see
@@ -28,6 +30,8 @@ import numpy.typing as npt
 import opendp.prelude as dp
 
 __all__ = [
+    "LogWeightSampler",
+    "RejectionSampler",
     "discrete_laplace",
     "exponential_by_rejection",
     "exponential_mechanism",
@@ -173,6 +177,83 @@ def noisy_top_k(
     return np.asarray(top[np.argsort(-keys[top], kind="stable")], dtype=np.int64)
 
 
+class LogWeightSampler:
+    """Independent draws ∝ exp(log_weights) by inversion of the normalised cumulative weights.
+
+    Prepared once (O(N)), then O(log N) per draw: for operations that take many independent
+    exponential-mechanism draws over the same candidates (§2.3's I initial pairs). Like the
+    Gumbel transforms it only chooses among candidates; nothing numeric is released from it."""
+
+    def __init__(self, log_weights: npt.ArrayLike) -> None:
+        weights = np.asarray(log_weights, dtype=np.float64)
+        if weights.ndim != 1 or weights.size == 0 or not np.any(np.isfinite(weights)):
+            raise ValueError("the exponential mechanism needs at least one candidate")
+        if np.any(np.isnan(weights)) or np.any(weights == np.inf):
+            raise ValueError("log-weights must be finite or -inf")
+        cumulative = np.cumsum(np.exp(weights - np.max(weights)))
+        self._cumulative = cumulative / cumulative[-1]
+
+    @property
+    def size(self) -> int:
+        """Number of candidates."""
+        return int(self._cumulative.size)
+
+    def draws(self, count: int, rng: np.random.Generator) -> IntArray:
+        """``count`` independent candidate indices."""
+        picks = np.searchsorted(self._cumulative, rng.random(count), side="right")
+        return np.asarray(np.minimum(picks, self._cumulative.size - 1), dtype=np.int64)
+
+    def draw(self, rng: np.random.Generator) -> int:
+        """One candidate index."""
+        return int(self.draws(1, rng)[0])
+
+
+class RejectionSampler:
+    """Exact exponential-mechanism draws over explicit candidates plus continuous families.
+
+    Explicit candidates carry their exact log-weights log μ + ε·q/(2Δ). A family f (e.g. all
+    threshold pairs of one numeric attribute, §1.4) has base mass exp(family_log_masses[f]);
+    ``propose(f, rng)`` draws x from its normalised base measure and returns (x, ε·q(x)/(2Δ)),
+    which must be ≤ ``log_weight_bound``. Envelope: explicit weights and
+    mass_f·exp(log_weight_bound) per family; a family proposal is accepted with probability
+    exp(ε·q(x)/(2Δ) − log_weight_bound). Every draw is exactly the EM distribution (ALGORITHMS.md
+    §7 "exact EM by rejection"); the envelope is prepared once for any number of independent
+    draws. The number of proposals is data-dependent, a timing side channel never reported
+    (responses are padded, README "Timing"). Expected proposals ≤ exp(bound − min quality term).
+    """
+
+    def __init__(
+        self,
+        explicit_log_weights: npt.ArrayLike,
+        family_log_masses: npt.ArrayLike,
+        *,
+        log_weight_bound: float,
+    ) -> None:
+        self._explicit_size = int(np.asarray(explicit_log_weights).size)
+        self._bound = log_weight_bound
+        families = np.asarray(family_log_masses, dtype=np.float64) + log_weight_bound
+        self._envelope = LogWeightSampler(
+            np.concatenate([np.asarray(explicit_log_weights, dtype=np.float64), families])
+        )
+
+    def draw(
+        self,
+        propose: Callable[[int, np.random.Generator], tuple[T, float]],
+        rng: np.random.Generator,
+    ) -> tuple[Literal["explicit"], int] | tuple[Literal["family"], T]:
+        """One exact draw: ("explicit", index) or ("family", accepted proposal)."""
+        while True:
+            for pick in self._envelope.draws(256, rng):
+                index = int(pick)
+                if index < self._explicit_size:
+                    return "explicit", index
+                candidate, log_weight = propose(index - self._explicit_size, rng)
+                if log_weight > self._bound + 1e-9:
+                    raise ValueError("a proposal's log-weight exceeds log_weight_bound")
+                if math.log(1.0 - rng.random()) <= log_weight - self._bound:
+                    return "family", candidate
+
+
 def exponential_by_rejection(
     explicit_log_weights: npt.ArrayLike,
     family_log_masses: npt.ArrayLike,
@@ -181,36 +262,8 @@ def exponential_by_rejection(
     propose: Callable[[int, np.random.Generator], tuple[T, float]],
     rng: np.random.Generator,
 ) -> tuple[Literal["explicit"], int] | tuple[Literal["family"], T]:
-    """One exact exponential-mechanism draw over explicit candidates plus continuous families.
-
-    Explicit candidates carry their exact log-weights log μ + ε·q/(2Δ). A family f (e.g. all
-    threshold pairs of one numeric attribute, §1.4) has base mass exp(family_log_masses[f]) and
-    ``propose(f, rng)`` draws x from its normalised base measure and returns (x, ε·q(x)/(2Δ)),
-    which must be ≤ ``log_weight_bound``. Envelope: explicit weights and
-    mass_f·exp(log_weight_bound) per family; a family proposal is accepted with probability
-    exp(ε·q(x)/(2Δ) − log_weight_bound). The output is exactly the EM distribution (ALGORITHMS.md
-    §7 "exact EM by rejection"); the number of proposals is data-dependent, a timing side
-    channel never reported. Expected proposals ≤ exp(bound − min quality term).
-    """
-    explicit = np.asarray(explicit_log_weights, dtype=np.float64)
-    families = np.asarray(family_log_masses, dtype=np.float64) + log_weight_bound
-    envelope = np.concatenate([explicit, families])
-    if envelope.size == 0 or not np.any(np.isfinite(envelope)):
-        raise ValueError("the exponential mechanism needs at least one candidate")
-    if np.any(np.isnan(envelope)) or np.any(envelope == np.inf):
-        raise ValueError("log-weights must be finite or -inf")
-    probabilities = np.exp(envelope - np.max(envelope))
-    cumulative = np.cumsum(probabilities)
-    cumulative /= cumulative[-1]
-    while True:
-        batch = np.searchsorted(cumulative, rng.random(256), side="right")
-        for pick in np.minimum(batch, envelope.size - 1):
-            index = int(pick)
-            if index < explicit.size:
-                return "explicit", index
-            family = index - explicit.size
-            candidate, log_weight = propose(family, rng)
-            if log_weight > log_weight_bound + 1e-9:
-                raise ValueError("a proposal's log-weight exceeds log_weight_bound")
-            if math.log(1.0 - rng.random()) <= log_weight - log_weight_bound:
-                return "family", candidate
+    """One exact draw of :class:`RejectionSampler` (prepared for this draw only)."""
+    sampler = RejectionSampler(
+        explicit_log_weights, family_log_masses, log_weight_bound=log_weight_bound
+    )
+    return sampler.draw(propose, rng)

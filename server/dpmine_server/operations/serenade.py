@@ -10,7 +10,7 @@ quantities only:
 
 * ``continuous`` (the default while c ≤ 8): exact EM over the threshold cells of §1.4 — by
   rejection from the base measure while c ≤ 8
-  (:func:`~dpmine_server.dp.mechanisms.exponential_by_rejection`), by enumerating every cell
+  (:class:`~dpmine_server.dp.mechanisms.RejectionSampler`), by enumerating every cell
   pair with prefix sums and a chunked Gumbel-max above (O(V²) time, O(128·V) memory per
   numeric attribute); a threshold is drawn uniformly inside its cell, never a data value;
 * ``grid`` (what "auto" picks above c = 8, since enumeration is slow on large data):
@@ -48,7 +48,7 @@ from dpmine.wire import (
 from dpmine_server.data.bitsets import Bitset
 from dpmine_server.data.columns import ColumnStore, NumericColumn
 from dpmine_server.dp.lattice import PublicLattice, draw_threshold_pair
-from dpmine_server.dp.mechanisms import exponential_by_rejection, gumbel_scores
+from dpmine_server.dp.mechanisms import LogWeightSampler, RejectionSampler, gumbel_scores
 from dpmine_server.operations.serenade_quality import jaccard, quality
 from dpmine_server.operations.serenade_thresholds import (
     continuous_cells,
@@ -348,50 +348,64 @@ class _Candidates:
         self.blocks.append(_Block(np.atleast_1d(mass), np.atleast_1d(q), outcomes))
 
 
-def _sample(
-    groups: Sequence[tuple[int, _Candidates]], *, c: float, rng: np.random.Generator
-) -> Outcome:
-    """One EM draw, weight μ·exp(c·Q), over the union of the groups' candidates (§2.4).
+class _Draws:
+    """The EM, weight μ·exp(c·Q), over the union of the groups' candidates (§2.3, §2.4),
+    prepared once for any number of independent draws.
 
     Continuous families are sampled by rejection from the base measure while c ≤ 8, and by exact
     enumeration of their cell pairs above (both exact; the choice depends on c only)."""
-    blocks = [(position, block) for position, group in groups for block in group.blocks]
-    families = [(position, family) for position, group in groups for family in group.families]
-    explicit = (
-        np.concatenate([block.log_mass + c * block.quality for _p, block in blocks])
-        if blocks
-        else np.zeros(0)
-    )
-    params = groups[0][1].params if groups else None
-    if families and params is not None and c > REJECTION_MAX_EXPONENT:
-        totals = [_family_log_total(family, params, c) for _p, family in families]
-        weights = np.concatenate(
-            [explicit, np.asarray(totals) + [f.log_mass for _p, f in families]]
+
+    def __init__(self, groups: Sequence[tuple[int, _Candidates]], *, c: float) -> None:
+        self._c = c
+        self._blocks = [(position, block) for position, group in groups for block in group.blocks]
+        self._families = [
+            (position, family) for position, group in groups for family in group.families
+        ]
+        self._params = groups[0][1].params if groups else None
+        explicit = (
+            np.concatenate([block.log_mass + c * block.quality for _p, block in self._blocks])
+            if self._blocks
+            else np.zeros(0)
         )
-        index = int(np.argmax(gumbel_scores(weights, rng=rng)))
-        if index >= explicit.size:
-            position, family = families[index - explicit.size]
-            return position, _enumerated_draw(family, params, c, rng)
-        return _block_choice(blocks, index)
+        self._explicit_size = explicit.size
+        self._enumerated: LogWeightSampler | None = None
+        self._rejection: RejectionSampler | None = None
+        if self._families and self._params is not None and c > REJECTION_MAX_EXPONENT:
+            params = self._params
+            totals = [_family_log_total(family, params, c) for _p, family in self._families]
+            masses = [family.log_mass for _p, family in self._families]
+            self._enumerated = LogWeightSampler(
+                np.concatenate([explicit, np.asarray(totals) + masses])
+            )
+        else:
+            self._rejection = RejectionSampler(
+                explicit,
+                np.asarray([family.log_mass for _p, family in self._families], dtype=np.float64),
+                log_weight_bound=c,
+            )
 
-    def propose(index: int, generator: np.random.Generator) -> tuple[Outcome, float]:
-        position, family = families[index]
-        assert params is not None
-        red, q = _propose(family, params, generator)
-        return (position, red), c * q
+    def draw(self, rng: np.random.Generator) -> Outcome:
+        """One exact draw."""
+        if self._enumerated is not None:
+            index = self._enumerated.draw(rng)
+            if index < self._explicit_size:
+                return _block_choice(self._blocks, index)
+            position, family = self._families[index - self._explicit_size]
+            assert self._params is not None
+            return position, _enumerated_draw(family, self._params, self._c, rng)
+        assert self._rejection is not None
+        kind, chosen = self._rejection.draw(self._propose, rng)
+        if kind == "family":
+            assert not isinstance(chosen, int)
+            return chosen
+        assert isinstance(chosen, int)
+        return _block_choice(self._blocks, chosen)
 
-    kind, chosen = exponential_by_rejection(
-        explicit,
-        np.asarray([family.log_mass for _position, family in families], dtype=np.float64),
-        log_weight_bound=c,
-        propose=propose,
-        rng=rng,
-    )
-    if kind == "family":
-        assert not isinstance(chosen, int)
-        return chosen
-    assert isinstance(chosen, int)
-    return _block_choice(blocks, chosen)
+    def _propose(self, index: int, generator: np.random.Generator) -> tuple[Outcome, float]:
+        position, family = self._families[index]
+        assert self._params is not None
+        red, q = _propose(family, self._params, generator)
+        return (position, red), self._c * q
 
 
 def _block_choice(blocks: Sequence[tuple[int, _Block]], index: int) -> Outcome:
@@ -748,8 +762,8 @@ def initial_pairs(
     replacement, so duplicates are possible. Numeric bounds are drawn inside their cells.
     """
     c = params.coefficient(epsilon / count)
-    candidates = _pair_candidates(store, rules=rules, mode=mode, params=params)
-    return [_sample([(0, candidates)], c=c, rng=rng)[1] for _ in range(count)]
+    draws = _Draws([(0, _pair_candidates(store, rules=rules, mode=mode, params=params))], c=c)
+    return [draws.draw(rng)[1] for _ in range(count)]
 
 
 def extend_one(
@@ -777,4 +791,4 @@ def extend_one(
         )
         for position, red in enumerate(collection)
     ]
-    return _sample(groups, c=c, rng=rng)
+    return _Draws(groups, c=c).draw(rng)
