@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format bench clean
+.PHONY: demo test lint format bench packaging clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/bench_foundation.py
+
+## Build the sdist and the wheel and install them into fresh venvs (part of `make test` too).
+packaging: $(STAMP)
+	$(PY) scripts/check_wheel.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
