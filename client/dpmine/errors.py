@@ -6,14 +6,16 @@
     ├── TransportError            the server could not be reached (after retries)
     └── ServerError               the server answered with an error
         ├── InvalidRequestError   422: fix the request (nothing was charged)
-        │   └── IdempotencyConflictError
         ├── AuthenticationError   401: missing/unknown/disabled key
         ├── PermissionDeniedError 403
         ├── NotFoundError         404: unknown or not granted
-        ├── PayloadTooLargeError  413: an upload over the server's limit
+        ├── PayloadTooLargeError  413: a body over the server's limit (nothing was read)
+        ├── RateLimitedError      429: too many failed logins; wait ``retry_after`` seconds
         ├── ConflictError         409
-        │   ├── BudgetExhaustedError   nothing was charged
-        │   └── RequestInProgressError retry later with the same Idempotency-Key
+        │   ├── BudgetExhaustedError      nothing was charged
+        │   ├── IdempotencyConflictError  the key was used for a different request
+        │   ├── RequestInProgressError    retry later with the same Idempotency-Key
+        │   └── ChargeKeptNoResultError   charged, nothing released: use a new key
         └── OperationFailedError  500: failed after its charge; nothing released
 """
 
@@ -24,6 +26,7 @@ import httpx
 __all__ = [
     "AuthenticationError",
     "BudgetExhaustedError",
+    "ChargeKeptNoResultError",
     "ConflictError",
     "DPMineError",
     "IdempotencyConflictError",
@@ -32,6 +35,7 @@ __all__ = [
     "OperationFailedError",
     "PayloadTooLargeError",
     "PermissionDeniedError",
+    "RateLimitedError",
     "RequestInProgressError",
     "ServerError",
     "TransportError",
@@ -66,10 +70,6 @@ class InvalidRequestError(ServerError):
     """The request is malformed or out of range; nothing was charged."""
 
 
-class IdempotencyConflictError(InvalidRequestError):
-    """The Idempotency-Key was used before for a different request."""
-
-
 class AuthenticationError(ServerError):
     """The API key is missing, unknown or disabled."""
 
@@ -94,8 +94,30 @@ class BudgetExhaustedError(ConflictError):
     """The privacy budget cannot cover the request; nothing was charged."""
 
 
+class IdempotencyConflictError(ConflictError):
+    """The Idempotency-Key was used before for a different request (409)."""
+
+
 class RequestInProgressError(ConflictError):
     """The request with this Idempotency-Key is still running."""
+
+
+class ChargeKeptNoResultError(ConflictError):
+    """A retry of a request that was charged but failed or was interrupted: the charge stands
+    and no result exists. Send the request again with a new Idempotency-Key (charged again)."""
+
+
+class RateLimitedError(ServerError):
+    """Too many failed logins from here; wait :attr:`retry_after` seconds."""
+
+    @property
+    def retry_after(self) -> float | None:
+        """The server's Retry-After in seconds, if it sent one."""
+        value = None if self.response is None else self.response.headers.get("Retry-After")
+        try:
+            return None if value is None else float(value)
+        except ValueError:
+            return None
 
 
 class OperationFailedError(ServerError):
@@ -111,6 +133,8 @@ _BY_NAME: dict[str, type[ServerError]] = {
     "Conflict": ConflictError,
     "BudgetExhausted": BudgetExhaustedError,
     "RequestInProgress": RequestInProgressError,
+    "ChargeKeptNoResult": ChargeKeptNoResultError,
+    "RateLimited": RateLimitedError,
     "OperationFailed": OperationFailedError,
     "PayloadTooLarge": PayloadTooLargeError,
 }
@@ -121,6 +145,7 @@ _BY_STATUS: dict[int, type[ServerError]] = {
     409: ConflictError,
     413: PayloadTooLargeError,
     422: InvalidRequestError,
+    429: RateLimitedError,
 }
 
 

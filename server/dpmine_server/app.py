@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
 from dpmine_server import __version__
+from dpmine_server.api.deps import flush_failed_logins
+from dpmine_server.api.limits import UPLOAD_FORM_ALLOWANCE, UPLOAD_PATHS, BodySizeLimit, LoginGuard
 from dpmine_server.api.router import api_router
 from dpmine_server.errors import add_exception_handlers
 from dpmine_server.services.container import Services, build_services
+from dpmine_server.services.principals import SecretKeyMismatch
 from dpmine_server.settings import Settings, get_settings
 
 __all__ = ["create_app"]
+
+logger = logging.getLogger(__name__)
 
 DESCRIPTION = """
 Differentially private data mining. Every operation that touches data is charged to the
@@ -29,11 +35,17 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        built = services or build_services(resolved)
+        try:
+            built = services or build_services(resolved)
+        except SecretKeyMismatch as error:
+            logger.error("dpmine cannot start: %s", error)
+            raise
         app.state.services = built
+        app.state.login_guard = LoginGuard.from_settings(built.settings)
         try:
             yield
         finally:
+            flush_failed_logins(app)
             if services is None:
                 built.close()
 
@@ -45,4 +57,11 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     )
     add_exception_handlers(app)
     app.include_router(api_router)
+    # Outermost: refuses oversized bodies before routing, authentication and parsing.
+    upload_limit = resolved.max_upload_bytes + UPLOAD_FORM_ALLOWANCE
+    app.add_middleware(
+        BodySizeLimit,
+        default_limit=resolved.max_json_bytes,
+        limits=dict.fromkeys(UPLOAD_PATHS, upload_limit),
+    )
     return app

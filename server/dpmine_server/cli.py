@@ -38,6 +38,7 @@ from dpmine_server.services.container import Services, build_services
 from dpmine_server.services.datasets import StoredFile, dataset_info
 from dpmine_server.services.exports import ledger_entries
 from dpmine_server.services.principals import (
+    SecretKeyMismatch,
     create_principal,
     principal_info,
     rotate_key,
@@ -461,7 +462,11 @@ def audit_export(
 
 def main() -> None:
     """Entry point of ``dpmine-server``."""
-    app()
+    try:
+        app()
+    except SecretKeyMismatch as error:
+        typer.echo(f"error: {error}", err=True)
+        raise SystemExit(2) from error
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from dpmine.wire import ErrorBody
 
 __all__ = [
     "BudgetExhausted",
+    "ChargeKeptNoResult",
     "Conflict",
     "Forbidden",
     "IdempotencyConflict",
@@ -23,6 +24,7 @@ __all__ = [
     "NotFound",
     "OperationFailed",
     "PayloadTooLarge",
+    "RateLimited",
     "RequestInProgress",
     "ServerError",
     "Unauthorized",
@@ -94,7 +96,24 @@ class RequestInProgress(ServerError):
 class IdempotencyConflict(ServerError):
     """The Idempotency-Key was used before for a different request."""
 
-    status_code = 422
+    status_code = 409
+
+
+class ChargeKeptNoResult(ServerError):
+    """A retry of a request that was charged but released nothing (it failed or the server
+    stopped during it): the charge stands and there is no result to replay."""
+
+    status_code = 409
+
+
+class RateLimited(ServerError):
+    """Too many failed logins; wait ``Retry-After`` seconds."""
+
+    status_code = 429
+
+    def __init__(self, message: str, *, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.headers = {"Retry-After": str(retry_after)}
 
 
 class OperationFailed(ServerError):

@@ -56,6 +56,29 @@ class Settings(BaseSettings):
         default=16, ge=1, description="Dataset versions kept loaded in memory."
     )
     max_upload_bytes: int = Field(default=2 * 1024**3, ge=1)
+    max_json_bytes: int = Field(
+        default=16 * 1024**2,
+        ge=64 * 1024,
+        description="Largest request body of every route but the uploads (which take "
+        "max_upload_bytes plus 1 MiB of form fields), refused with 413 before authentication "
+        "and parsing. 16 MiB fits an extend call on 1000 redescriptions of 16 literals a side.",
+    )
+    login_failures_per_client: int = Field(
+        default=60,
+        ge=1,
+        description="Failed logins one client address may make per login_failure_window_s "
+        "(a token bucket); more are answered 429 before any database work.",
+    )
+    login_failures_global: int = Field(
+        default=600, ge=1, description="Failed logins from all clients per window."
+    )
+    login_failure_window_s: float = Field(
+        default=60.0,
+        gt=0,
+        le=86_400,
+        allow_inf_nan=False,
+        description="Window of the failed-login limits and of their audit summaries.",
+    )
     bootstrap_owner_key: str | None = Field(
         default=None,
         min_length=24,

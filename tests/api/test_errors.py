@@ -19,6 +19,7 @@ import dpmine_server.errors
 from dpmine_server.dp.budget import Epsilon
 from dpmine_server.errors import (
     BudgetExhausted,
+    ChargeKeptNoResult,
     Conflict,
     Forbidden,
     IdempotencyConflict,
@@ -27,6 +28,7 @@ from dpmine_server.errors import (
     NotFound,
     OperationFailed,
     PayloadTooLarge,
+    RateLimited,
     RequestInProgress,
     ServerError,
     Unauthorized,
@@ -59,9 +61,11 @@ CLASSES: list[tuple[type[ServerError], int, dict[str, str]]] = [
     (Conflict, 409, {}),
     (BudgetExhausted, 409, {}),
     (RequestInProgress, 409, {"retry-after": "1"}),
-    (IdempotencyConflict, 422, {}),
+    (IdempotencyConflict, 409, {}),
+    (ChargeKeptNoResult, 409, {}),
     (OperationFailed, 500, {}),
     (PayloadTooLarge, 413, {}),
+    (RateLimited, 429, {"retry-after": "1"}),
 ]
 
 
@@ -215,7 +219,7 @@ class TestReachedThroughTheApi:
         url = f"/v1/datasets/{toy}/counts"
         assert client.post(url, json={"epsilon": 0.1}, headers=headers).status_code == 200
         response = client.post(url, json={"epsilon": 0.2}, headers=headers)
-        assert error_body(response)[:2] == (422, "IdempotencyConflict")
+        assert error_body(response)[:2] == (409, "IdempotencyConflict")
 
     def test_operation_failed_is_generic(
         self,

@@ -468,7 +468,7 @@ class TestIdempotency:
         url = f"/v1/datasets/{toy}/counts"
         assert client.post(url, json=count_body(None, 0.1), headers=headers).is_success
         refused = client.post(url, json=count_body("[smoker]", 0.1), headers=headers)
-        detail = expect_error(refused, 422, "IdempotencyConflict")
+        detail = expect_error(refused, 409, "IdempotencyConflict")
         assert "new key" in detail
         assert len(entries(services)) == 1
 
@@ -720,7 +720,9 @@ class TestFailureAfterCharge:
         assert spent(services, toy) == units("0.5")
         # A retry with the same key neither recomputes nor charges again.
         again = post_count(client, toy, headers, body)
-        assert "new Idempotency-Key" in expect_error(again, 500, "OperationFailed")
+        detail = expect_error(again, 409, "ChargeKeptNoResult")
+        assert "charge was kept and no result exists" in detail
+        assert "new Idempotency-Key" in detail
         assert spent(services, toy) == units("0.5")
         assert services.ledger.verify() == []
 
@@ -779,7 +781,7 @@ class TestJobs:
         first = submit_count_job(client, toy, headers, count_body(None, 0.1))
         assert first.status_code == 202
         other = submit_count_job(client, toy, headers, count_body("[smoker]", 0.2))
-        expect_error(other, 422, "IdempotencyConflict")
+        expect_error(other, 409, "IdempotencyConflict")
         assert len(entries(services)) == 1
 
     def test_invalid_jobs_are_refused_before_the_charge(

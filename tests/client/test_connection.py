@@ -407,9 +407,9 @@ class TestErrorMapping:
             lambda: handle.count("[flag]", epsilon=0.1, idempotency_key="k1"),
             IdempotencyConflictError,
             "IdempotencyConflict",
-            422,
+            409,
         )
-        assert issubclass(IdempotencyConflictError, InvalidRequestError)
+        assert issubclass(IdempotencyConflictError, ConflictError)
 
     def test_missing_key(self, server: TestClient) -> None:
         anonymous = dpmine.connect(BASE_URL, "", http=server, retries=0)

@@ -11,6 +11,7 @@ import dpmine.errors
 from dpmine.errors import (
     AuthenticationError,
     BudgetExhaustedError,
+    ChargeKeptNoResultError,
     ConflictError,
     DPMineError,
     IdempotencyConflictError,
@@ -19,6 +20,7 @@ from dpmine.errors import (
     OperationFailedError,
     PayloadTooLargeError,
     PermissionDeniedError,
+    RateLimitedError,
     RequestInProgressError,
     ServerError,
     TransportError,
@@ -32,21 +34,23 @@ TREE: dict[type[DPMineError], type[Exception]] = {
     TransportError: DPMineError,
     ServerError: DPMineError,
     InvalidRequestError: ServerError,
-    IdempotencyConflictError: InvalidRequestError,
+    IdempotencyConflictError: ConflictError,
     AuthenticationError: ServerError,
     PermissionDeniedError: ServerError,
     NotFoundError: ServerError,
     ConflictError: ServerError,
     BudgetExhaustedError: ConflictError,
     RequestInProgressError: ConflictError,
+    ChargeKeptNoResultError: ConflictError,
     OperationFailedError: ServerError,
     PayloadTooLargeError: ServerError,
+    RateLimitedError: ServerError,
 }
 
 #: Every error the server sends (dpmine_server.errors class names) with its status.
 SERVER_ERRORS: list[tuple[str, int, type[ServerError]]] = [
     ("InvalidRequest", 422, InvalidRequestError),
-    ("IdempotencyConflict", 422, IdempotencyConflictError),
+    ("IdempotencyConflict", 409, IdempotencyConflictError),
     ("Unauthorized", 401, AuthenticationError),
     ("Forbidden", 403, PermissionDeniedError),
     ("NotFound", 404, NotFoundError),
@@ -55,6 +59,8 @@ SERVER_ERRORS: list[tuple[str, int, type[ServerError]]] = [
     ("RequestInProgress", 409, RequestInProgressError),
     ("OperationFailed", 500, OperationFailedError),
     ("PayloadTooLarge", 413, PayloadTooLargeError),
+    ("ChargeKeptNoResult", 409, ChargeKeptNoResultError),
+    ("RateLimited", 429, RateLimitedError),
 ]
 
 
@@ -110,6 +116,7 @@ def test_every_server_error_class_has_a_client_class() -> None:
         (404, NotFoundError),
         (409, ConflictError),
         (422, InvalidRequestError),
+        (429, RateLimitedError),
         (500, ServerError),
         (502, ServerError),
         (418, ServerError),
@@ -142,6 +149,16 @@ def test_bodies_that_are_not_error_bodies(response: httpx.Response) -> None:
 def test_long_bodies_are_truncated() -> None:
     failure = error_from_response(answer(503, text="x" * 5000))
     assert len(failure.detail) == 500
+
+
+def test_rate_limited_carries_retry_after() -> None:
+    request = httpx.Request("GET", "http://dpmine.test/v1/datasets")
+    body = {"error": "RateLimited", "detail": "too many failed logins"}
+    response = httpx.Response(429, json=body, headers={"Retry-After": "7"}, request=request)
+    failure = error_from_response(response)
+    assert isinstance(failure, RateLimitedError)
+    assert failure.retry_after == 7.0
+    assert RateLimitedError("RateLimited", "no answer").retry_after is None
 
 
 def test_errors_without_an_answer() -> None:

@@ -461,5 +461,3 @@ def test_noisy_top_k_returns_distinct_positive_mass_candidates_in_order() -> Non
         )
         assert picks.dtype == np.int64
         assert sorted(picks.tolist()) == [0, 2, 3]  # exactly the candidates with positive mass
-
-

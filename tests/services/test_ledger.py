@@ -24,10 +24,10 @@ from dpmine_server.db.models import Dataset, Grant, LedgerEntry, Principal, utcn
 from dpmine_server.dp.budget import EPSILON_UNITS_PER_ONE, Epsilon
 from dpmine_server.errors import (
     BudgetExhausted,
+    ChargeKeptNoResult,
     IdempotencyConflict,
     InternalError,
     NotFound,
-    OperationFailed,
     RequestInProgress,
 )
 from dpmine_server.services.ledger import Ledger, Reservation, request_fingerprint
@@ -294,7 +294,7 @@ class TestIdempotency:
     ) -> None:
         first = reserve(ledger, alice, "d", 0.25, key="k")
         ledger.fail(first.entry_id)
-        with pytest.raises(OperationFailed, match="new Idempotency-Key"):
+        with pytest.raises(ChargeKeptNoResult, match="charge was kept and no result exists"):
             reserve(ledger, alice, "d", 0.25, key="k")
         assert spent(sessions, "d") == Epsilon.charge(0.25).units  # the charge stands
         second = reserve(ledger, alice, "d", 0.25, key="k2")
@@ -385,7 +385,7 @@ class TestTransitions:
             fresh.entry_id: "reserved",
         }
         assert spent(sessions, "d") == Epsilon.charge("0.3").units
-        with pytest.raises(OperationFailed):
+        with pytest.raises(ChargeKeptNoResult, match="server stopped during it"):
             reserve(ledger, alice, "d", 0.1, key="stale")
         with pytest.raises(InternalError):
             ledger.complete(stale.entry_id, RELEASE)

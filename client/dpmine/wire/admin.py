@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from dpmine.wire.common import Guarantee, WireModel
+from dpmine.wire.common import Guarantee, Timestamp, WireModel
 from dpmine.wire.datasets import DatasetId, DatasetMetadata, DatasetSource
 
 __all__ = [
@@ -46,7 +45,7 @@ class PrincipalInfo(WireModel):
     role: Role
     disabled: bool
     key_prefix: str = Field(description="First characters of the key, to recognise it.")
-    created_at: datetime
+    created_at: Timestamp
 
 
 class PrincipalCreated(WireModel):
@@ -99,15 +98,15 @@ class LedgerEntryInfo(WireModel):
     parameters: dict[str, Any]
     release: dict[str, Any] | None
     idempotency_key: str | None
-    created_at: datetime
-    completed_at: datetime | None
+    created_at: Timestamp
+    completed_at: Timestamp | None
 
 
 class AuditEventInfo(WireModel):
     """One audit-log event (owner actions, authentication failures, refusals)."""
 
     id: int
-    at: datetime
+    at: Timestamp
     principal: str | None
     action: str
     target: str

@@ -4,11 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from dpmine.wire.common import Guarantee, WireModel
 
-__all__ = ["EstimateRequest", "EstimateResponse", "PlannedCall", "PlannedCallCost"]
+__all__ = [
+    "MAX_ESTIMATE_CALLS",
+    "MAX_ESTIMATE_DISTINCT_CALLS",
+    "EstimateRequest",
+    "EstimateResponse",
+    "PlannedCall",
+    "PlannedCallCost",
+]
+
+#: Most calls one estimate prices (a SerenadeCS run with 1000 initial pairs and τ=24 fits).
+MAX_ESTIMATE_CALLS = 50_000
+#: Most *different* calls one estimate prices (identical calls are priced once); a miner's plan
+#: repeats a handful of calls.
+MAX_ESTIMATE_DISTINCT_CALLS = 1000
 
 
 class PlannedCall(WireModel):
@@ -21,7 +34,18 @@ class PlannedCall(WireModel):
 class EstimateRequest(WireModel):
     """A list of calls to price; nothing is charged and no data is read."""
 
-    calls: list[PlannedCall] = Field(min_length=1, max_length=100_000)
+    calls: list[PlannedCall] = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_too_many(cls, data: Any) -> Any:
+        calls = data.get("calls") if isinstance(data, dict) else None
+        if isinstance(calls, list) and len(calls) > MAX_ESTIMATE_CALLS:
+            raise ValueError(
+                f"an estimate prices at most {MAX_ESTIMATE_CALLS} calls, got {len(calls)}; "
+                "split the plan into several estimates"
+            )
+        return data
 
 
 class PlannedCallCost(WireModel):

@@ -7,12 +7,11 @@ count: n is private, only the owner's public upper bound ``n_max`` is known.
 from __future__ import annotations
 
 import math
-from datetime import datetime
 from typing import Annotated, Literal
 
 from pydantic import Discriminator, Field, model_validator
 
-from dpmine.wire.common import WireModel
+from dpmine.wire.common import Timestamp, WireModel
 
 __all__ = [
     "DEFAULT_MISSING_VALUES",
@@ -257,4 +256,4 @@ class DatasetInfo(WireModel):
     version: int
     status: Literal["active", "retired"]
     metadata: DatasetMetadata
-    created_at: datetime
+    created_at: Timestamp

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import Field
 
-from dpmine.wire.common import WireModel
+from dpmine.wire.common import Timestamp, WireModel
 
 __all__ = ["JobInfo", "JobStatus"]
 
@@ -24,5 +23,5 @@ class JobInfo(WireModel):
     progress: float = Field(ge=0.0, le=1.0, description="Fraction of public work steps done.")
     message: str = ""
     result: dict[str, Any] | None = None
-    created_at: datetime
-    updated_at: datetime
+    created_at: Timestamp
+    updated_at: Timestamp

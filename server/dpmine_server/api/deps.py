@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, FastAPI, Header, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
+from dpmine_server.api.limits import LoginGuard
 from dpmine_server.db.models import Principal
-from dpmine_server.errors import Forbidden, InvalidRequest, Unauthorized
+from dpmine_server.errors import Forbidden, InvalidRequest, RateLimited, Unauthorized
 from dpmine_server.services import audit
 from dpmine_server.services.container import Services
-from dpmine_server.services.principals import KEY_PREFIX, authenticate
+from dpmine_server.services.principals import KEY_PREFIX, authenticate, hash_key
 
 __all__ = [
     "AnalystDep",
@@ -23,7 +25,11 @@ __all__ = [
     "ServicesDep",
     "SessionDep",
     "WriteSessionDep",
+    "flush_failed_logins",
+    "get_login_guard",
 ]
+
+logger = logging.getLogger(__name__)
 
 
 def get_services(request: Request) -> Services:
@@ -70,24 +76,74 @@ _BEARER = HTTPBearer(auto_error=False, description="Authorization: Bearer <API k
 _API_KEY = APIKeyHeader(name="X-API-Key", auto_error=False, description="The API key")
 
 
+def get_login_guard(request: Request) -> LoginGuard:
+    """The app's failed-login throttle and audit aggregation (made on first use)."""
+    state = request.app.state
+    guard: LoginGuard | None = getattr(state, "login_guard", None)
+    if guard is None:
+        guard = state.login_guard = LoginGuard.from_settings(get_services(request).settings)
+    return guard
+
+
+def _write_audit(services: Services, events: list[tuple[str, dict[str, Any]]]) -> None:
+    if events:
+        with services.write_sessions() as session, session.begin():
+            audit.record_all(session, events)
+
+
+def flush_failed_logins(app: FastAPI) -> None:
+    """Write the pending summary of failed logins (at shutdown; a failure is only logged)."""
+    guard: LoginGuard | None = getattr(app.state, "login_guard", None)
+    services: Services | None = getattr(app.state, "services", None)
+    if guard is None or services is None:
+        return
+    try:
+        _write_audit(services, guard.failures.flush())
+    except Exception:
+        logger.exception("could not write the summary of failed logins")
+
+
 def get_principal(
+    request: Request,
     services: ServicesDep,
     bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)] = None,
     x_api_key: Annotated[str | None, Depends(_API_KEY)] = None,
 ) -> Principal:
-    """The principal holding the presented key (401 otherwise; the key is never logged)."""
+    """The principal holding the presented key (401 otherwise; the key is never logged).
+
+    Failed logins are throttled per client address and in all (429 before any database work;
+    keys that logged in before are not held back) and aggregated in the audit log
+    (:class:`~dpmine_server.services.audit.FailedLogins`).
+    """
     key = (x_api_key or (bearer.credentials if bearer else "")).strip()
     if not key:
         raise Unauthorized("send your API key as 'Authorization: Bearer <key>'")
+    guard = get_login_guard(request)
+    key_hash = hash_key(key, secret=services.settings.secret_key)
+    # Only the public key prefix of something shaped like a key, never other text.
+    shown = key[:10] if key.startswith(KEY_PREFIX) else "(not a dpmine key)"
+    client = [f"client:{request.client.host if request.client else 'unknown'}"]
+    known = guard.is_known(key_hash)
+    if not known:
+        wait = guard.throttle.retry_after(client)
+        if wait is not None:
+            _write_audit(services, guard.failures.failed(shown, refused=True))
+            raise RateLimited(
+                f"too many failed logins from this address; retry in {wait} s with a valid key",
+                retry_after=wait,
+            )
     with services.sessions() as session:
         principal = authenticate(session, key, secret=services.settings.secret_key)
         if principal is not None:
             session.expunge(principal)
-            return principal
-    # Only the public key prefix of something shaped like a key, never other text.
-    shown = key[:10] if key.startswith(KEY_PREFIX) else "(not a dpmine key)"
-    with services.write_sessions() as session, session.begin():
-        audit.record(session, action="auth_failed", details={"key_prefix": shown})
+    if principal is not None:
+        if not known:
+            guard.remember(key_hash)
+        _write_audit(services, guard.failures.due())
+        return principal
+    guard.forget(key_hash)
+    guard.throttle.failed(client)
+    _write_audit(services, guard.failures.failed(shown, refused=False))
     raise Unauthorized("unknown or disabled API key; ask the data owner for a valid key")
 
 

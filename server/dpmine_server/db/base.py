@@ -8,9 +8,10 @@ check-and-charge holds the write lock from the first read (DP-ENGINES.md R2).
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import DateTime, Dialect, Engine, TypeDecorator, create_engine, event
+from sqlalchemy import DateTime, Dialect, Engine, TypeDecorator, create_engine, event, make_url
 from sqlalchemy.engine import Connection, CursorResult, Result
 from sqlalchemy.orm import DeclarativeBase, sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry
@@ -23,6 +24,7 @@ __all__ = [
     "make_engine",
     "make_session_factory",
     "rows_affected",
+    "sqlite_folder",
 ]
 
 SessionFactory = sessionmaker
@@ -60,14 +62,29 @@ def is_sqlite(engine: Engine) -> bool:
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:
-    """An engine for ``url`` with the pragmas and transaction handling the ledger relies on."""
+    """An engine for ``url`` with the pragmas and transaction handling the ledger relies on.
+
+    The folder of an SQLite file is created if it is missing.
+    """
     if url.startswith("sqlite"):
+        sqlite_folder(url)
         engine = create_engine(
             url, connect_args={"check_same_thread": False, "timeout": 60}, **kwargs
         )
         _configure_sqlite(engine)
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=20, max_overflow=40, **kwargs)
+
+
+def sqlite_folder(url: str) -> Path | None:
+    """Create (if missing) and return the folder of the SQLite file of ``url``; None for an
+    in-memory database or a ``file:`` URI."""
+    database = make_url(url).database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    folder = Path(database).expanduser().parent
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def _configure_sqlite(engine: Engine) -> None:

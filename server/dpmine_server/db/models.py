@@ -33,6 +33,7 @@ __all__ = [
     "Job",
     "LedgerEntry",
     "Principal",
+    "ServerState",
     "utcnow",
 ]
 
@@ -159,3 +160,13 @@ class AuditEvent(Base):
     action: Mapped[str] = mapped_column(String(64))
     target: Mapped[str] = mapped_column(String(200), default="")
     details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class ServerState(Base):
+    """Named values the server keeps about itself, e.g. the check value of its secret key."""
+
+    __tablename__ = "server_state"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)

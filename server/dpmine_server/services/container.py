@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from sqlalchemy import Engine, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dpmine_server.db.base import make_engine, make_session_factory
@@ -19,7 +20,7 @@ from dpmine_server.services.executor import Executor
 from dpmine_server.services.instances import InstanceLock
 from dpmine_server.services.jobs import JobRunner
 from dpmine_server.services.ledger import Ledger
-from dpmine_server.services.principals import create_principal
+from dpmine_server.services.principals import check_secret_key, create_principal
 from dpmine_server.settings import Settings
 
 __all__ = ["Services", "build_services"]
@@ -97,6 +98,11 @@ def build_services(settings: Settings, *, migrate: bool = True, recover: bool = 
         jobs=jobs,
         instance=instance,
     )
+    try:
+        _check_secret_key(services)
+    except BaseException:
+        services.close()
+        raise
     _bootstrap_owner(services)
     if recover:
         interrupted = ledger.interrupt_reserved(is_alive=instance.is_alive)
@@ -109,6 +115,17 @@ def build_services(settings: Settings, *, migrate: bool = True, recover: bool = 
                     details={"interrupted_entries": interrupted, "failed_jobs": failed_jobs},
                 )
     return services
+
+
+def _check_secret_key(services: Services) -> None:
+    """Refuse to start with another DPMINE_SECRET_KEY than the database's (SecretKeyMismatch)."""
+    for _attempt in range(2):
+        try:
+            with services.write_sessions() as session, session.begin():
+                check_secret_key(session, secret=services.settings.secret_key)
+            return
+        except IntegrityError:
+            continue  # another process stored the check value first: compare with it
 
 
 def _bootstrap_owner(services: Services) -> None:

@@ -254,12 +254,21 @@ class DatasetService:
 
     @staticmethod
     def get_for_analyst(session: Session, dataset_id: str, analyst: Principal) -> Dataset:
-        """An active dataset the analyst holds a grant on (else NotFound, same message)."""
-        dataset = session.get(Dataset, dataset_id)
-        granted = dataset is not None and session.scalar(
-            select(Grant.id).where(Grant.dataset_id == dataset_id, Grant.analyst_id == analyst.id)
+        """An active dataset the analyst holds a grant on (else NotFound, same message).
+
+        One query for every case: an unknown, a retired and a not-granted dataset take the same
+        path through the code (a second query for existing datasets only was measurable).
+        """
+        dataset = session.scalar(
+            select(Dataset)
+            .join(Grant, Grant.dataset_id == Dataset.id)
+            .where(
+                Dataset.id == dataset_id,
+                Grant.analyst_id == analyst.id,
+                Dataset.status == "active",
+            )
         )
-        if dataset is None or not granted or dataset.status != "active":
+        if dataset is None:
             raise NotFound(
                 f"dataset {dataset_id!r} does not exist or is not granted to you; "
                 "list datasets to see yours"

@@ -28,10 +28,10 @@ from dpmine_server.db.models import Dataset, Grant, LedgerEntry, Principal, utcn
 from dpmine_server.dp.budget import Epsilon
 from dpmine_server.errors import (
     BudgetExhausted,
+    ChargeKeptNoResult,
     IdempotencyConflict,
     InternalError,
     NotFound,
-    OperationFailed,
     RequestInProgress,
 )
 from dpmine_server.services.instances import dead_owners
@@ -94,7 +94,8 @@ class Ledger:
         """Charge ``cost`` to the dataset cap and the analyst's grant, or replay a retry.
 
         Raises BudgetExhausted (nothing charged), IdempotencyConflict, RequestInProgress,
-        OperationFailed (a retry of a request that failed after its charge) or NotFound.
+        ChargeKeptNoResult (a retry of a request that failed or was interrupted after its
+        charge) or NotFound.
         """
         if cost.units <= 0:
             raise InternalError("a reservation needs a positive cost")
@@ -187,12 +188,15 @@ class Ledger:
             )
         if entry.status == "reserved":
             raise RequestInProgress(
-                "the request with this Idempotency-Key is still running; retry shortly"
+                "the request with this Idempotency-Key is still running; retry later with the "
+                "same key to get its result (nothing more is charged)"
             )
         if entry.status != "released" or entry.release is None:
-            raise OperationFailed(
-                "the request with this Idempotency-Key failed after it was charged and released "
-                "nothing; send a new Idempotency-Key to try again (it will be charged again)"
+            how = "the server stopped during it" if entry.status == "interrupted" else "it failed"
+            raise ChargeKeptNoResult(
+                f"the request with this Idempotency-Key was charged but {how}: the charge was "
+                "kept and no result exists. Use a new Idempotency-Key to ask again (it is "
+                "charged again)"
             )
         return Reservation(
             entry_id=entry.id,

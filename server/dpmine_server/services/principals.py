@@ -11,12 +11,14 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from dpmine.wire import PrincipalCreated, PrincipalInfo, Role
-from dpmine_server.db.models import Principal, utcnow
+from dpmine_server.db.models import Principal, ServerState, utcnow
 from dpmine_server.errors import Conflict, NotFound
 
 __all__ = [
     "KEY_PREFIX",
+    "SecretKeyMismatch",
     "authenticate",
+    "check_secret_key",
     "create_principal",
     "get_principal",
     "hash_key",
@@ -27,6 +29,40 @@ __all__ = [
 ]
 
 KEY_PREFIX = "dpm_"
+#: Name of the stored check value of the secret key (table server_state).
+SECRET_CHECK_NAME = "secret_key_check"
+#: The fixed label whose HMAC under the secret is the check value.
+_SECRET_CHECK_LABEL = b"dpmine secret key check v1"
+
+
+class SecretKeyMismatch(RuntimeError):
+    """DPMINE_SECRET_KEY is not the secret this database's API-key hashes were made with."""
+
+
+def _secret_check_value(secret: str) -> str:
+    return hmac.new(secret.encode(), _SECRET_CHECK_LABEL, hashlib.sha256).hexdigest()
+
+
+def check_secret_key(session: Session, *, secret: str) -> bool:
+    """Compare ``secret`` with the check value stored in the database, storing it on the first
+    start (returns True then). Raises :class:`SecretKeyMismatch` when it differs.
+
+    The check value is an HMAC of a fixed label: it reveals nothing about the secret. Run it in
+    a write transaction (the caller commits).
+    """
+    expected = _secret_check_value(secret)
+    stored = session.get(ServerState, SECRET_CHECK_NAME)
+    if stored is None:
+        session.add(ServerState(name=SECRET_CHECK_NAME, value=expected, created_at=utcnow()))
+        session.flush()
+        return True
+    if not hmac.compare_digest(stored.value, expected):
+        raise SecretKeyMismatch(
+            "DPMINE_SECRET_KEY is not the secret this database was created with, so every "
+            "stored API key would be refused (401). Start the server with the original "
+            "DPMINE_SECRET_KEY; the secret must stay the same for the life of the database"
+        )
+    return False
 
 
 def new_api_key() -> str:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 from fastapi import APIRouter
 
 from dpmine.wire import (
+    MAX_ESTIMATE_DISTINCT_CALLS,
     BudgetStatus,
     DatasetInfo,
     DatasetMetadata,
@@ -63,22 +66,35 @@ def estimate(
     metadata = DatasetMetadata.model_validate(dataset.metadata_json)
     costs: list[PlannedCallCost] = []
     total = Epsilon.zero()
+    # A plan repeats a few calls many times: price each different call once.
+    priced_calls: dict[str, tuple[PlannedCallCost, Epsilon]] = {}
     for index, call in enumerate(body.calls):
-        try:
-            priced = services.executor.price(
-                services.executor.spec(call.operation), call.request, metadata
+        key = json.dumps([call.operation, call.request], sort_keys=True)
+        known = priced_calls.get(key)
+        if known is None:
+            if len(priced_calls) >= MAX_ESTIMATE_DISTINCT_CALLS:
+                raise InvalidRequest(
+                    f"an estimate prices at most {MAX_ESTIMATE_DISTINCT_CALLS} different calls; "
+                    "split the plan into several estimates"
+                )
+            try:
+                priced = services.executor.price(
+                    services.executor.spec(call.operation), call.request, metadata
+                )
+            except InvalidRequest as error:
+                raise InvalidRequest(f"call {index} ({call.operation}): {error.message}") from error
+            known = (
+                PlannedCallCost(
+                    operation=call.operation,
+                    epsilon=priced.cost.display(),
+                    epsilon_exact=priced.cost.exact_str(),
+                    guarantee="pure" if priced.guarantee == "pure" else "approximate",
+                ),
+                priced.cost,
             )
-        except InvalidRequest as error:
-            raise InvalidRequest(f"call {index} ({call.operation}): {error.message}") from error
-        total = total + priced.cost
-        costs.append(
-            PlannedCallCost(
-                operation=call.operation,
-                epsilon=priced.cost.display(),
-                epsilon_exact=priced.cost.exact_str(),
-                guarantee="pure" if priced.guarantee == "pure" else "approximate",
-            )
-        )
+            priced_calls[key] = known
+        costs.append(known[0])
+        total = total + known[1]
     remaining = services.ledger.remaining(principal.id, dataset_id)
     return EstimateResponse(
         calls=costs,
