@@ -24,6 +24,8 @@ __all__ = ["DEVELOPMENT_SECRET", "Settings", "UnsafeSettingsError", "get_setting
 #: The secret used when none is configured. Fine on a laptop, refused in production.
 DEVELOPMENT_SECRET = "dpmine-development-secret-change-me"
 _CONFIG_FILE_ENV = "DPMINE_CONFIG_FILE"
+#: Padding defaults of test mode (explicit values win): releases wait at most 1 ms.
+_TEST_TIMING = {"timing_grid_ms": 1.0, "timing_base_ms": 0.0, "timing_scale": 0.0}
 
 
 class UnsafeSettingsError(ValueError):
@@ -87,6 +89,40 @@ class Settings(BaseSettings):
     allow_sql_sources: bool = Field(
         default=True, description="Owners may register tables of other SQL databases."
     )
+    # Release padding (DESIGN.md contract item 7, services/timing.py). Unset values take the
+    # defaults of the environment: a 50 ms grid, 100 ms base and scale 1 everywhere but in
+    # test mode, where a 1 ms grid, no base and scale 0 keep the test suite fast.
+    timing_padding: bool = Field(
+        default=True,
+        description="Hold every data-touching release until a deadline from public values, "
+        "on a public time grid. Refused off in production.",
+    )
+    timing_grid_ms: float = Field(
+        default=50.0,
+        gt=0,
+        le=60_000,
+        allow_inf_nan=False,
+        description="Release times are multiples of this many ms after the request's arrival.",
+    )
+    timing_base_ms: float = Field(
+        default=100.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="Fixed part of every operation's time budget, in ms.",
+    )
+    timing_scale: float = Field(
+        default=1.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="Multiplier of the per-operation budget from public parameters.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _timing_defaults(cls, data: object) -> object:
+        if not isinstance(data, dict) or data.get("environment") != "test":
+            return data
+        return {**_TEST_TIMING, **data}
 
     @field_validator("bootstrap_owner_key", mode="before")
     @classmethod
@@ -108,6 +144,11 @@ class Settings(BaseSettings):
                 )
             if len(self.secret_key) < 32:
                 raise UnsafeSettingsError("DPMINE_SECRET_KEY must be at least 32 characters")
+            if not self.timing_padding:
+                raise UnsafeSettingsError(
+                    "DPMINE_TIMING_PADDING=false releases results as soon as they are computed, "
+                    "so response times reveal the data; production keeps it on"
+                )
         return self
 
     @classmethod

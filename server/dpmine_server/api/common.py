@@ -3,20 +3,33 @@ a route runs a private operation."""
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import anyio.to_thread
 from fastapi import APIRouter, Response
 from pydantic import BaseModel
 
-from dpmine.wire import ErrorBody
-from dpmine_server.api.deps import AnalystDep, IdempotencyKeyDep, ServicesDep
+from dpmine.wire import DatasetMetadata, ErrorBody
+from dpmine_server.api.deps import AnalystDep, ArrivalDep, IdempotencyKeyDep, ServicesDep
 from dpmine_server.db.models import Principal
+from dpmine_server.errors import OperationFailed, ServerError
 from dpmine_server.operations import OperationSpec
 from dpmine_server.services.container import Services
+from dpmine_server.services.timing import TimingPolicy
 
-__all__ = ["ERRORS", "operation_router", "run_operation"]
+__all__ = [
+    "ERRORS",
+    "operation_router",
+    "padded_operation",
+    "release_budget",
+    "run_operation",
+]
+
+logger = logging.getLogger(__name__)
 
 #: Error responses documented on every route (all share the ErrorBody shape).
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -49,6 +62,82 @@ def run_operation(
     return release.body
 
 
+def release_budget(
+    services: Services, *, dataset_id: str, operation: str, request: BaseModel
+) -> float:
+    """Padding budget of a data-touching request (seconds; public values only)."""
+    policy = TimingPolicy.from_settings(services.settings)
+    try:
+        with services.sessions() as session:
+            dataset = services.datasets.get(session, dataset_id)
+            metadata = DatasetMetadata.model_validate(dataset.metadata_json)
+    except Exception:  # the dataset was read moments ago; never fail a release here
+        logger.exception("no metadata for the padding budget of %s", dataset_id)
+        return policy.base
+    return policy.budget(operation, request, metadata)
+
+
+async def padded_operation(
+    services: Services,
+    *,
+    arrival: float,
+    principal: Principal,
+    dataset_id: str,
+    operation: str,
+    request: BaseModel,
+    idempotency_key: str | None,
+    response: Response,
+) -> dict[str, Any]:
+    """:func:`run_operation` in a worker thread, its answer held until the padded deadline
+    (services/timing.py): fresh releases, replays and failures after the charge alike. Refusals
+    before the charge (validation, budget, auth) touch no data and return at once."""
+    policy = TimingPolicy.from_settings(services.settings)
+    call = functools.partial(
+        run_operation,
+        services,
+        principal=principal,
+        dataset_id=dataset_id,
+        operation=operation,
+        request=request,
+        idempotency_key=idempotency_key,
+        response=response,
+    )
+    try:
+        body = await anyio.to_thread.run_sync(call)
+    except ServerError as error:
+        if not isinstance(error, OperationFailed):
+            raise  # refused before the charge: no data was read
+        await _hold(services, policy, arrival, dataset_id, operation, request)
+        raise
+    except Exception:
+        await _hold(services, policy, arrival, dataset_id, operation, request)
+        raise
+    await _hold(services, policy, arrival, dataset_id, operation, request)
+    return body
+
+
+async def _hold(
+    services: Services,
+    policy: TimingPolicy,
+    arrival: float,
+    dataset_id: str,
+    operation: str,
+    request: BaseModel,
+) -> None:
+    if not policy.enabled:
+        return
+    budget = await anyio.to_thread.run_sync(
+        functools.partial(
+            release_budget,
+            services,
+            dataset_id=dataset_id,
+            operation=operation,
+            request=request,
+        )
+    )
+    await anyio.sleep(policy.remaining(arrival, budget))
+
+
 def operation_router(specs: Sequence[OperationSpec]) -> APIRouter:
     """A router with one ``POST /datasets/{dataset_id}/<spec.path>`` per operation.
 
@@ -70,8 +159,9 @@ def operation_router(specs: Sequence[OperationSpec]) -> APIRouter:
     return router
 
 
-def _operation_endpoint(spec: OperationSpec) -> Callable[..., dict[str, Any]]:
-    def endpoint(
+def _operation_endpoint(spec: OperationSpec) -> Callable[..., Awaitable[dict[str, Any]]]:
+    async def endpoint(
+        arrival: ArrivalDep,
         dataset_id: str,
         body: BaseModel,
         services: ServicesDep,
@@ -79,8 +169,9 @@ def _operation_endpoint(spec: OperationSpec) -> Callable[..., dict[str, Any]]:
         idempotency_key: IdempotencyKeyDep,
         response: Response,
     ) -> dict[str, Any]:
-        return run_operation(
+        return await padded_operation(
             services,
+            arrival=arrival,
             principal=analyst,
             dataset_id=dataset_id,
             operation=spec.name,
@@ -99,6 +190,7 @@ def _operation_endpoint(spec: OperationSpec) -> Callable[..., dict[str, Any]]:
     typed.__name__ = spec.name.replace(".", "_")
     typed.__doc__ = (
         f"{spec.summary} Costs the request's ε, charged to the ledger before any data is read; "
-        "send an Idempotency-Key so that a retry returns the stored release."
+        "send an Idempotency-Key so that a retry returns the stored release. The answer is "
+        "held until a deadline computed from public parameters (README, Timing)."
     )
     return endpoint

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from typing import Annotated, Any
 
@@ -19,6 +20,7 @@ from dpmine_server.services.principals import KEY_PREFIX, authenticate, hash_key
 
 __all__ = [
     "AnalystDep",
+    "ArrivalDep",
     "IdempotencyKeyDep",
     "OwnerDep",
     "PrincipalDep",
@@ -181,3 +183,12 @@ def get_idempotency_key(
 
 
 IdempotencyKeyDep = Annotated[str | None, Depends(get_idempotency_key)]
+
+
+async def request_arrival() -> float:
+    """``time.monotonic()`` when the route starts handling the request (resolved first, on the
+    event loop): the origin of the release-padding deadline (services/timing.py)."""
+    return time.monotonic()
+
+
+ArrivalDep = Annotated[float, Depends(request_arrival)]

@@ -21,6 +21,7 @@ from typing import Any
 
 import fim
 import numpy as np
+import numpy.typing as npt
 
 from dpmine.wire import (
     AnyLiteral,
@@ -35,6 +36,8 @@ from dpmine_server.data.columns import ColumnStore
 
 __all__ = ["ItemCatalog", "Itemset", "TransactionIndex", "item_catalog", "transaction_index"]
 
+#: Largest n_max × items for which Eclat may use bit vectors (64 MiB of them).
+_MAX_BITVECTOR_BITS = 2**29
 #: An itemset as sorted item positions in the catalog.
 Itemset = tuple[int, ...]
 
@@ -153,6 +156,9 @@ class TransactionIndex:
         return [*self.transactions(), []]
 
     def _eclat(self, min_count: int, lengths: Sequence[int], report: str) -> Any:
+        # Bit-vector Eclat is about twice as fast on dense data; its memory (rows × items bits)
+        # is bounded with the public n_max, so the choice depends on public values only.
+        bits = self._store.metadata.n_max * len(self._catalog.names)
         return fim.eclat(
             self._miner_input(),
             target="s",
@@ -160,6 +166,7 @@ class TransactionIndex:
             zmin=min(lengths),
             zmax=max(lengths),
             report=report,
+            algo="b" if bits <= _MAX_BITVECTOR_BITS else "a",
         )
 
     def spectrum(self, min_count: int, lengths: Sequence[int]) -> dict[int, int]:
@@ -176,6 +183,19 @@ class TransactionIndex:
         wanted = set(lengths)
         found = self._eclat(min_count, lengths, "a")
         return {tuple(sorted(itemset)): count for itemset, count in found if len(itemset) in wanted}
+
+    def mine_raw(
+        self, min_count: int, lengths: Sequence[int]
+    ) -> tuple[list[tuple[int, ...]], npt.NDArray[np.int64]]:
+        """:meth:`mine` without building a dict: the itemsets as the miner reports them (items
+        in any order) and their counts, for callers that only need a few of them sorted."""
+        found = self._eclat(min_count, lengths, "a")
+        wanted = set(lengths)
+        if wanted != set(range(min(lengths), max(lengths) + 1)):
+            found = [(itemset, count) for itemset, count in found if len(itemset) in wanted]
+        itemsets = [itemset for itemset, _count in found]
+        counts = np.fromiter((count for _itemset, count in found), dtype=np.int64, count=len(found))
+        return itemsets, counts
 
     def max_item_count(self) -> int:
         """The largest single-item count."""

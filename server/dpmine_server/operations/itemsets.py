@@ -11,20 +11,26 @@ Both follow Bhaskar et al. in the count domain (add/remove neighbours, §4.1):
 3. Counts (cost ε_p, optional): c(I) + discrete Laplace(K/ε_p) for the K selected itemsets.
 
 The universe is never enumerated: itemsets with count ≥ B (mined with Eclat) are explicit, the
-rest is a tail whose scores are ≤ B − 1, sampled exactly by :func:`noisy_top_k_with_tail`.
-B only changes the running time, never the output distribution, so it may depend on the data
-(it is never released); it starts at ⌊τ⌋ + 1 + ⌈scale⌉ and rises if the explicit set would
-exceed a memory cap. No data-dependent error exists after the charge.
+rest is a tail whose scores are ≤ max(B − 1, τ), sampled exactly by :func:`noisy_top_k_with_tail`.
+B only changes the running time, never the output distribution. Running time is an output
+(DESIGN.md contract item 7), so B is a function of public values only:
+B = min(1 + ⌈scale⌉, ⌊Γ⌋ + 1) (:func:`public_threshold`). One Eclat pass at B yields both the
+explicit set and c_K (every itemset with a count above Γ is mined), so no search over
+data-dependent thresholds remains; one added row changes the mined set only by itemsets of that
+row. The only data-dependent threshold left is the memory cap: when the public universe could
+exceed it and the mined set would, B rises (the response padding covers that case). No
+data-dependent error exists after the charge.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from fractions import Fraction
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from dpmine.wire import (
     DatasetMetadata,
@@ -49,10 +55,12 @@ __all__ = [
     "MAX_EXPLICIT_ITEMSETS",
     "MAX_UNIVERSE",
     "OPERATIONS",
+    "MinedItemsets",
     "explicit_itemsets",
     "explicit_threshold",
     "kth_largest_count",
     "margin",
+    "public_threshold",
     "top_count",
     "top_k_itemsets",
     "truncation_level",
@@ -117,15 +125,64 @@ def truncation_level(
     return 0.0 if c_k is None else max(c_k - gamma, 0.0)
 
 
+def public_threshold(*, scale: float, gamma: float) -> int:
+    """The explicit-mining threshold B from public values only: min(1 + ⌈scale⌉, ⌊Γ⌋ + 1).
+
+    B ≤ ⌊Γ⌋ + 1 puts every itemset that can set τ in the mined set; B − 1 ≤ ⌈scale⌉ keeps the
+    tail bound max(B − 1, τ) within one noise scale (plus one) of every tail score when τ is
+    small, so about K·e tail itemsets are revealed, as with the former data-dependent
+    B = ⌊τ⌋ + 1 + ⌈scale⌉; when τ ≥ B − 1 every tail score is τ and at most K are revealed.
+    """
+    return max(1, min(1 + math.ceil(scale), math.floor(gamma) + 1))
+
+
+class MinedItemsets(Mapping[Itemset, int]):
+    """Mined itemsets and their counts, kept as the miner reports them: the kernel needs the
+    counts as an array and only the K selected itemsets as sorted tuples (a read-only mapping
+    itemset → count is built only if someone asks for it)."""
+
+    def __init__(self, raw: Sequence[tuple[int, ...]], counts: npt.NDArray[np.int64]) -> None:
+        self._raw = raw
+        self.counts = counts
+        self._mapping: dict[Itemset, int] | None = None
+
+    @classmethod
+    def of(cls, mined: Mapping[Itemset, int]) -> MinedItemsets:
+        """``mined`` itself if it already is one, else a copy."""
+        if isinstance(mined, MinedItemsets):
+            return mined
+        return cls(list(mined), np.fromiter(mined.values(), dtype=np.int64, count=len(mined)))
+
+    def itemset(self, position: int) -> Itemset:
+        """The ``position``-th itemset, items sorted."""
+        return tuple(sorted(self._raw[position]))
+
+    def _as_dict(self) -> dict[Itemset, int]:
+        if self._mapping is None:
+            self._mapping = {
+                self.itemset(i): int(count) for i, count in enumerate(self.counts.tolist())
+            }
+        return self._mapping
+
+    def __getitem__(self, itemset: Itemset) -> int:
+        return self._as_dict()[itemset]
+
+    def __iter__(self) -> Iterator[Itemset]:
+        return iter(self._as_dict())
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+
 def explicit_itemsets(
     index: TransactionIndex, start: int, lengths: Sequence[int], universe: int
-) -> tuple[int, dict[Itemset, int]]:
+) -> tuple[int, Mapping[Itemset, int]]:
     """(B, every itemset with count ≥ B): B = ``start`` unless that would exceed the memory
     cap, checked with a spectrum pass only when the public universe could exceed it."""
     threshold = start
     if universe > MAX_EXPLICIT_ITEMSETS:
         threshold = explicit_threshold(index.spectrum(start, lengths), start)
-    return threshold, index.mine(threshold, lengths)
+    return threshold, MinedItemsets(*index.mine_raw(threshold, lengths))
 
 
 def _uniform_itemset(
@@ -169,20 +226,33 @@ def top_k_itemsets(
     universe = sum(weights)
     scale = 2 * k / epsilon_selection
     gamma = margin(method, k=k, universe=universe, epsilon_selection=epsilon_selection, rho=rho)
-    tau = truncation_level(index, k=k, lengths=lengths, gamma=gamma)
-    # Any B > τ gives the same distribution; B − 1 ≈ τ + scale keeps the tail's scores close
-    # to τ, so few tail itemsets are revealed (measured: a higher B only adds reveals).
-    start = math.floor(tau) + 1 + math.ceil(scale)
-    threshold, explicit = explicit_itemsets(index, start, lengths, universe)
-    itemsets = list(explicit)
-    scores = np.array([max(explicit[i], tau) for i in itemsets], dtype=np.float64)
-    known = set(itemsets)
+    # Any B gives the same distribution (the tail bound below covers every tail score); B is
+    # public so that the mining work does not jump with c_K (a timing channel).
+    start = public_threshold(scale=scale, gamma=gamma)
+    threshold, mined = explicit_itemsets(index, start, lengths, universe)
+    explicit = MinedItemsets.of(mined)
+    counts = explicit.counts.astype(np.float64)
+    if threshold <= math.floor(gamma) + 1 or counts.size >= k:
+        # Every itemset with a count above Γ (or at least K itemsets) is explicit: c_K is read
+        # off the mined counts; fewer than K mined at B ≤ ⌊Γ⌋ + 1 means c_K ≤ Γ, τ = 0.
+        c_k = (
+            float(np.partition(counts, counts.size - k)[counts.size - k])
+            if counts.size >= k
+            else 0.0
+        )
+        tau = max(c_k - gamma, 0.0)
+    else:  # the memory cap pushed B above Γ with fewer than K explicit itemsets (rare)
+        tau = truncation_level(index, k=k, lengths=lengths, gamma=gamma)
+    scores = np.maximum(counts, tau)
+    # An itemset is explicit exactly when its count reaches B (of the asked lengths).
+    tail_bound = max(float(threshold - 1), tau)
 
     def draw_tail(generator: np.random.Generator) -> TailCandidate:
         while True:
             itemset = _uniform_itemset(catalog, lengths, weights, generator)
-            if itemset not in known:
-                return TailCandidate(key=itemset, score=max(index.count(itemset), tau))
+            count = index.count(itemset)
+            if count < threshold:
+                return TailCandidate(key=itemset, score=max(count, tau))
 
     noise: Noise = "gumbel" if method == "em" else "laplace"
     chosen = noisy_top_k_with_tail(
@@ -191,18 +261,19 @@ def top_k_itemsets(
         noise=noise,
         scale=scale,
         rng=rng,
-        tail_size=universe - len(itemsets),
-        tail_bound=float(threshold - 1),
+        tail_size=universe - counts.size,
+        tail_bound=tail_bound,
         draw_tail=draw_tail,
     )
     selected: list[Itemset] = [
-        itemsets[label] if isinstance(label, int) else _as_itemset(label) for label in chosen
+        explicit.itemset(label) if isinstance(label, int) else _as_itemset(label)
+        for label in chosen
     ]
     if epsilon_counts is None:
         return [(itemset, None) for itemset in selected]
-    true_counts = [explicit.get(itemset, None) for itemset in selected]
     exact = [
-        c if c is not None else index.count(s) for c, s in zip(true_counts, selected, strict=True)
+        int(explicit.counts[label]) if isinstance(label, int) else index.count(itemset)
+        for label, itemset in zip(chosen, selected, strict=True)
     ]
     noisy = discrete_laplace(exact, epsilon=epsilon_counts, sensitivity=k)
     return [(itemset, int(value)) for itemset, value in zip(selected, noisy, strict=True)]

@@ -21,6 +21,7 @@ from dpmine_server.services.instances import InstanceLock
 from dpmine_server.services.jobs import JobRunner
 from dpmine_server.services.ledger import Ledger
 from dpmine_server.services.principals import check_secret_key, create_principal
+from dpmine_server.services.timing import TimingPolicy
 from dpmine_server.settings import Settings
 
 __all__ = ["Services", "build_services"]
@@ -86,6 +87,7 @@ def build_services(settings: Settings, *, migrate: bool = True, recover: bool = 
         executor=executor,
         workers=settings.job_workers,
         instance_id=instance.instance_id,
+        timing=TimingPolicy.from_settings(settings),
     )
     services = Services(
         settings=settings,

@@ -3,6 +3,13 @@
 The charge is taken synchronously when the job is submitted (so a budget refusal is an immediate
 409 and costs nothing); the release is stored in the ledger entry, so any server process can
 report a job's progress and result, and a client that disconnects loses nothing.
+
+Time is an output (DESIGN.md contract item 7): the analyst never sees when the kernel started or
+ended. A job is shown ``running`` until its padded deadline (services/timing.py: submission time
+plus a budget from public parameters, on the public grid), or the first grid tick after the
+kernel finished when it overran; its progress is the elapsed share of that public schedule;
+``created_at`` is the submission truncated to the second and ``updated_at`` the shown state
+change, truncated likewise. The precise times stay in the database for the owner's logs.
 """
 
 from __future__ import annotations
@@ -13,18 +20,20 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import TypeAdapter
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from dpmine.wire import JobInfo, JobStatus
+from dpmine.wire import DatasetMetadata, JobInfo, JobStatus
 from dpmine_server.db.base import rows_affected
-from dpmine_server.db.models import Job, LedgerEntry, Principal, utcnow
+from dpmine_server.db.models import Dataset, Job, LedgerEntry, Principal, utcnow
 from dpmine_server.errors import IdempotencyConflict, NotFound, ServerError
 from dpmine_server.services.executor import Executor, Pending, Release
 from dpmine_server.services.instances import dead_owners
+from dpmine_server.services.timing import TimingPolicy
 
 _JOBSTATUS: TypeAdapter[JobStatus] = TypeAdapter(JobStatus)
 
@@ -44,9 +53,11 @@ class JobRunner:
         executor: Executor,
         workers: int,
         instance_id: str | None = None,
+        timing: TimingPolicy | None = None,
     ) -> None:
         self._sessions = sessions
         self._executor = executor
+        self._timing = timing or TimingPolicy(enabled=False, grid=0.0, base=0.0, scale=0.0)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dpmine-job")
         self._instance_id = instance_id
         self._lock = threading.Lock()
@@ -61,6 +72,7 @@ class JobRunner:
         idempotency_key: str | None,
     ) -> JobInfo:
         """Charge now, compute in the background; a retry with the same key returns the job."""
+        arrival = utcnow()
         key = idempotency_key or f"job-{uuid.uuid4()}"
         with self._sessions() as session:
             existing = session.scalar(
@@ -99,7 +111,7 @@ class JobRunner:
             ledger_entry_id=started.entry_id
             if isinstance(started, Release)
             else started.reservation.entry_id,
-            created_at=utcnow(),
+            created_at=arrival,
             updated_at=utcnow(),
         )
         with self._sessions() as session, session.begin():
@@ -144,8 +156,43 @@ class JobRunner:
                 raise NotFound(f"no job {job_id!r} of yours")
             return self._info(session, job)
 
-    @staticmethod
-    def _info(session: Session, job: Job) -> JobInfo:
+    def _budget(self, session: Session, job: Job) -> float:
+        dataset = session.get(Dataset, job.dataset_id)
+        if dataset is None:
+            return self._timing.base
+        metadata = DatasetMetadata.model_validate(dataset.metadata_json)
+        return self._timing.budget(job.operation, job.request, metadata)
+
+    def _info(self, session: Session, job: Job) -> JobInfo:
+        """What the analyst may see: state changes on the padded public schedule only."""
+        created = _aware(job.created_at)
+        submitted = _to_second(created)
+        finished = job.status in {"done", "failed"}
+        if not self._timing.enabled:
+            shown_at = _aware(job.updated_at) if finished else None
+            deadline = 0.0
+        else:
+            budget = self._budget(session, job)
+            deadline = self._timing.deadline_offset(budget)
+            shown_at = (
+                self._timing.visible_at(created, budget, _aware(job.updated_at))
+                if finished
+                else None
+            )
+        if shown_at is None or utcnow() < shown_at:
+            elapsed = (utcnow() - created).total_seconds()
+            progress = min(elapsed / deadline, 0.99) if deadline > 0 else 0.0
+            return JobInfo(
+                id=job.id,
+                dataset_id=job.dataset_id,
+                operation=job.operation,
+                status="running",
+                progress=round(progress, 2),
+                message="",
+                result=None,
+                created_at=submitted,
+                updated_at=submitted,
+            )
         result = None
         if job.status == "done" and job.ledger_entry_id is not None:
             entry = session.get(LedgerEntry, job.ledger_entry_id)
@@ -155,11 +202,11 @@ class JobRunner:
             dataset_id=job.dataset_id,
             operation=job.operation,
             status=_JOBSTATUS.validate_python(job.status),
-            progress=job.progress,
+            progress=1.0 if job.status == "done" else 0.0,
             message=job.message,
             result=result,
-            created_at=job.created_at,
-            updated_at=job.updated_at,
+            created_at=submitted,
+            updated_at=_to_second(shown_at),
         )
 
     def interrupt_unfinished(self, is_alive: Callable[[str | None], bool] | None = None) -> int:
@@ -186,3 +233,13 @@ class JobRunner:
     def shutdown(self) -> None:
         """Wait for running jobs to finish."""
         self._pool.shutdown(wait=True)
+
+
+def _aware(moment: datetime) -> datetime:
+    """``moment`` as an aware UTC time (SQLite hands back naive ones)."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _to_second(moment: datetime) -> datetime:
+    """``moment`` truncated to the second: the only precision a job's times are shown at."""
+    return moment.replace(microsecond=0)

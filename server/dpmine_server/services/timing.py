@@ -1,0 +1,156 @@
+"""Release padding: when a data-touching answer may leave the server (DESIGN.md contract item 7).
+
+Running time is an output. Kernels avoid data-dependent work where the algorithm allows (e.g.
+top-K mines at a public threshold), but counting, mining and rejection sampling still take a time
+that depends on the data. So no release is shown before a deadline computed from public values
+only, and every release time lies on a coarse public grid:
+
+* ``budget(op, request, metadata)``: seconds from the operation's public parameters and the
+  dataset's public metadata (``n_max``, the number of items or literals, K, ℓ, the collection
+  size …), times the configured ``scale``, plus a ``base``;
+* ``deadline = arrival + grid · ⌈budget / grid⌉``, with ``arrival`` the moment the request reached
+  the route (synchronous calls) or the job was submitted (jobs);
+* the release is returned (or a job shown done or failed) at the deadline, or, when the kernel
+  overran it, at the first grid tick ``arrival + j · grid`` after the kernel finished.
+
+The residual channel is the overrun: its tick index is data-dependent. Requests that fail before
+their charge (invalid parameters, unknown dataset, budget exhausted) read no data and are not
+padded; replays of a stored release are padded exactly like the fresh release of that request.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel
+
+from dpmine.wire import DatasetMetadata
+from dpmine_server.settings import Settings
+
+__all__ = ["TimingPolicy", "operation_work"]
+
+#: Public work estimate (abstract units ≈ seconds at scale 1) of one operation.
+Work = Callable[[Mapping[str, Any], DatasetMetadata], float]
+
+
+def _literals(metadata: DatasetMetadata) -> int:
+    """Number of public items/literals (a categorical attribute counts its categories)."""
+    if metadata.kind == "transactions":
+        return len(metadata.items)
+    total = 0
+    for attribute in metadata.attributes:
+        categories = getattr(attribute, "categories", None)
+        total += len(categories) if categories else 1
+    return total
+
+
+def _count_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
+    # Bitset counting of one predicate: linear in rows, small constant.
+    del request
+    return 2e-7 * metadata.n_max
+
+
+def _quality_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
+    del request
+    return 5e-7 * metadata.n_max
+
+
+def _topk_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
+    # Eclat at a low public threshold: grows with rows, items and ℓ.
+    longest = int(request.get("max_length") or request.get("min_length") or 1)
+    items = max(_literals(metadata), 1)
+    return 2e-7 * metadata.n_max * items * 2.0 ** max(longest - 2, 0)
+
+
+def _pairs_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
+    draws = int(request.get("count", 20))
+    return 2e-8 * metadata.n_max * _literals(metadata) * draws
+
+
+def _extend_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
+    collection = request.get("collection") or [None]
+    return 5e-8 * metadata.n_max * _literals(metadata) * len(collection)
+
+
+#: Work estimate of every operation (unknown names: the count estimate).
+_WORK: dict[str, Work] = {
+    "count.noisy": _count_work,
+    "red.compute_quality": _quality_work,
+    "fim.topk_em": _topk_work,
+    "fim.topk_laplace": _topk_work,
+    "serenade.initial_pairs": _pairs_work,
+    "serenade.extend_one": _extend_work,
+}
+
+
+def operation_work(
+    operation: str, request: BaseModel | Mapping[str, Any], metadata: DatasetMetadata
+) -> float:
+    """The public work estimate of ``operation`` (seconds at scale 1)."""
+    body = request.model_dump(mode="json") if isinstance(request, BaseModel) else request
+    work = _WORK.get(operation, _count_work)
+    try:
+        return max(float(work(body, metadata)), 0.0)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class TimingPolicy:
+    """When a data-touching release may be shown (all times in seconds)."""
+
+    enabled: bool
+    grid: float
+    base: float
+    scale: float
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> TimingPolicy:
+        """The policy configured by ``DPMINE_TIMING_*`` (see :class:`Settings`)."""
+        return cls(
+            enabled=settings.timing_padding,
+            grid=settings.timing_grid_ms / 1000.0,
+            base=settings.timing_base_ms / 1000.0,
+            scale=settings.timing_scale,
+        )
+
+    def budget(
+        self, operation: str, request: BaseModel | Mapping[str, Any], metadata: DatasetMetadata
+    ) -> float:
+        """Seconds granted to ``operation`` on this request (public values only)."""
+        if not self.enabled:
+            return 0.0
+        return self.base + self.scale * operation_work(operation, request, metadata)
+
+    def _ticks(self, seconds: float) -> int:
+        return max(math.ceil(seconds / self.grid - 1e-9), 0) if self.grid > 0 else 0
+
+    def offset(self, budget: float, elapsed: float) -> float:
+        """Seconds after arrival at which a release computed in ``elapsed`` seconds is shown:
+        the padded deadline, or the first grid tick after an overrun."""
+        if not self.enabled:
+            return elapsed
+        if self.grid <= 0:
+            return max(budget, elapsed)
+        return self.grid * max(self._ticks(budget), self._ticks(elapsed))
+
+    def deadline_offset(self, budget: float) -> float:
+        """Seconds after arrival of the padded deadline (no overrun)."""
+        return self.offset(budget, 0.0)
+
+    def remaining(self, arrival: float, budget: float, now: float | None = None) -> float:
+        """Seconds to wait from ``now`` (monotonic) before releasing a request that arrived at
+        ``arrival`` (monotonic) and finished now."""
+        current = time.monotonic() if now is None else now
+        return max(arrival + self.offset(budget, current - arrival) - current, 0.0)
+
+    def visible_at(self, arrival: datetime, budget: float, finished: datetime) -> datetime:
+        """Wall-clock time at which a job that arrived at ``arrival`` and finished at
+        ``finished`` is shown finished."""
+        elapsed = max((finished - arrival).total_seconds(), 0.0)
+        return arrival + timedelta(seconds=self.offset(budget, elapsed))
