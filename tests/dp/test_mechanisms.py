@@ -24,7 +24,9 @@ from scipy.stats import chisquare
 
 from dpmine_server.dp.budget import Epsilon
 from dpmine_server.dp.mechanisms import (
+    OneSided,
     discrete_laplace,
+    em_coefficient,
     exponential_mechanism,
     laplace_scale,
     noisy_top_k,
@@ -461,3 +463,34 @@ def test_noisy_top_k_returns_distinct_positive_mass_candidates_in_order() -> Non
         )
         assert picks.dtype == np.int64
         assert sorted(picks.tolist()) == [0, 2, 3]  # exactly the candidates with positive mass
+
+
+# --------------------------------------------------------------------------------------------
+# Range-calibrated exponential mechanism (ALGORITHMS.md §0.8)
+
+
+def test_em_coefficient_symmetric_and_one_sided() -> None:
+    assert em_coefficient(1.0, 0.5) == 1.0  # ε/(2Δ)
+    assert em_coefficient(1.0, OneSided(up=1.0, down=0.0)) == 1.0  # ε/(Δ_up + Δ_down)
+    assert em_coefficient(2.0, OneSided(up=1.0, down=1.0)) == em_coefficient(2.0, 1.0)
+    assert em_coefficient(1.0, OneSided(up=0.3, down=0.1)) == pytest.approx(2.5)
+
+
+@pytest.mark.parametrize(("up", "down"), [(0.0, 0.0), (-1.0, 2.0), (math.inf, 0.0)])
+def test_one_sided_sensitivities_must_be_sane(up: float, down: float) -> None:
+    with pytest.raises(ValueError, match="one-sided"):
+        OneSided(up=up, down=down)
+
+
+def test_one_sided_exponential_mechanism_matches_its_exact_law() -> None:
+    """P(c) ∝ exp(ε·q(c)/(Δ_up + Δ_down)): twice the symmetric coefficient for a monotone q."""
+    quality = np.array([0.0, 1.0, 2.0, 3.0])
+    rng = seeded_generator(812)
+    draws = [
+        exponential_mechanism(quality, epsilon=1.0, sensitivity=OneSided(up=1.0, down=0.0), rng=rng)
+        for _ in range(20_000)
+    ]
+    weights = np.exp(quality)
+    expected = 20_000 * weights / weights.sum()
+    observed = np.bincount(draws, minlength=quality.size)
+    assert chisquare(observed, expected).pvalue > 1e-4

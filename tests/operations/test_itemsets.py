@@ -61,6 +61,7 @@ from dpmine_server.operations.itemsets import (
     explicit_threshold,
     kth_largest_count,
     margin,
+    selection_scale,
     top_k_itemsets,
     truncation_level,
 )
@@ -190,7 +191,9 @@ def homogeneity(first: Counter[Outcome], second: Counter[Outcome]) -> float:
 
 
 def test_margin_matches_the_worked_example() -> None:
-    """K=10, ℓ=3, m=100, ε=1.4, ρ=0.1, ε_s = ε/2: M = 161 700, Γ₁ = 474.3, Γ₂ = 816.9."""
+    """K=10, ℓ=3, m=100, ε=1.4, ρ=0.1, ε_s = ε/2: M = 161 700, Γ₁ = 474.3, Γ₂ = 816.9 at the
+    paper's symmetric scale 2K/ε_s; the engine's Algorithm 1 runs at the one-sided scale K/ε_s
+    (§0.8), where the same formula gives half: 237.12."""
     catalog = item_catalog(
         DatasetMetadata(kind="transactions", n_max=10, items=[f"i{n}" for n in range(100)])
     )
@@ -198,11 +201,11 @@ def test_margin_matches_the_worked_example() -> None:
     assert universe_size == 161_700
     em = margin("em", k=10, universe=universe_size, epsilon_selection=0.7, rho=0.1)
     laplace = margin("laplace", k=10, universe=universe_size, epsilon_selection=0.7, rho=0.1)
-    # Γ₁ = 474.248 (the spec's 474.3 rounds 474.25 up), Γ₂ = 816.92
-    assert round(em, 2) == 474.25
+    # Γ₁ = 474.248 (the spec's 474.3 rounds 474.25 up), halved at the one-sided scale; Γ₂ = 816.92
+    assert round(2 * em, 2) == 474.25
     assert round(laplace, 1) == 816.9
-    # The closed forms of ALGORITHMS.md §4.1 with ε = 1.4.
-    assert math.isclose(em, (4 * 10 / 1.4) * (math.log(10 / 0.1) + math.log(161_700)))
+    # The closed forms of ALGORITHMS.md §4.1 with ε = 1.4 (Alg. 1 at the scale K/ε_s = 2K/ε).
+    assert math.isclose(em, (2 * 10 / 1.4) * (math.log(10 / 0.1) + math.log(161_700)))
     assert math.isclose(laplace, (8 * 10 / 1.4) * math.log(161_700 / 0.1))
 
 
@@ -212,7 +215,7 @@ def test_margin_matches_the_worked_example() -> None:
 def test_margin_closed_forms(k: int, universe_size: int, eps: float, rho: float) -> None:
     em = margin("em", k=k, universe=universe_size, epsilon_selection=eps, rho=rho)
     laplace = margin("laplace", k=k, universe=universe_size, epsilon_selection=eps, rho=rho)
-    assert math.isclose(em, (2 * k / eps) * (math.log(k / rho) + math.log(universe_size)))
+    assert math.isclose(em, (k / eps) * (math.log(k / rho) + math.log(universe_size)))
     assert math.isclose(laplace, (4 * k / eps) * math.log(universe_size / rho))
     assert margin("em", k=k, universe=universe_size, epsilon_selection=2 * eps, rho=rho) < em
 
@@ -534,7 +537,10 @@ COMPACT = {
     "df": 1,
 }
 DISTRIBUTION_K = 2
-DISTRIBUTION_EPSILON = 2.0  # selection scale 2K/ε_s = 2
+#: ε_s per method so that both select at noise scale 2: K/ε_s for em (one-sided, §0.8), 2K/ε_s
+#: for laplace; Algorithm 1's Γ₁ = scale·(ln(K/ρ) + ln M) is then the same as before the change.
+DISTRIBUTION_EPSILON: dict[Method, float] = {"em": 1.0, "laplace": 2.0}
+DISTRIBUTION_SCALE = 2.0
 #: Γ₁ = 2(ln 4 + ln 15) = 8.19: τ = 14 − 8.19 = 5.81, seven pairs truncated; the default
 #: explicit threshold is ⌊τ⌋ + 1 + ⌈2⌉ = 8, so bd (7) sits at the tail bound and be (6) below.
 DISTRIBUTION_RHO = 0.5
@@ -562,7 +568,7 @@ def _sample_outcomes(
             method=method,
             k=DISTRIBUTION_K,
             lengths=[2],
-            epsilon_selection=DISTRIBUTION_EPSILON,
+            epsilon_selection=DISTRIBUTION_EPSILON[method],
             epsilon_counts=None,
             rho=DISTRIBUTION_RHO,
             rng=rng,
@@ -581,10 +587,13 @@ def test_output_law_is_exact_whatever_the_explicit_threshold(
         method,
         k=DISTRIBUTION_K,
         lengths=[2],
-        epsilon_selection=DISTRIBUTION_EPSILON,
+        epsilon_selection=DISTRIBUTION_EPSILON[method],
         rho=DISTRIBUTION_RHO,
     )
-    scale = 2 * DISTRIBUTION_K / DISTRIBUTION_EPSILON
+    scale = selection_scale(
+        method, k=DISTRIBUTION_K, epsilon_selection=DISTRIBUTION_EPSILON[method]
+    )
+    assert scale == DISTRIBUTION_SCALE
     if method == "em":
         counts = _counts(index, itemsets)
         assert sum(score != count for score, count in zip(scores, counts, strict=True)) == 7
@@ -618,7 +627,7 @@ def test_output_law_check_has_power() -> None:
         "em",
         k=DISTRIBUTION_K,
         lengths=[2],
-        epsilon_selection=DISTRIBUTION_EPSILON,
+        epsilon_selection=DISTRIBUTION_EPSILON["em"],
         rho=DISTRIBUTION_RHO,
     )
     tau = min(scores)

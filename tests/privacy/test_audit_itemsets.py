@@ -49,7 +49,7 @@ from dpmine_server.dp.topk import noisy_top_k_with_tail
 from dpmine_server.operations import CATALOG
 from dpmine_server.operations import itemsets as kernel
 from dpmine_server.operations.base import no_progress
-from dpmine_server.operations.itemsets import Method, margin
+from dpmine_server.operations.itemsets import Method, margin, selection_scale
 from privacy.audit import (
     AuditResult,
     assert_audit_flags,
@@ -167,9 +167,8 @@ def audit_selection(
     request = TopKItemsetsRequest(
         k=k, min_length=length, epsilon=EPSILON, with_counts=False, rho=0.1
     )
-    categories = categories_by_loss(
-        counts, added, k=k, length=length, scale=2 * k / EPSILON * scale_factor
-    )
+    scale = selection_scale("em", k=k, epsilon_selection=EPSILON) * scale_factor
+    categories = categories_by_loss(counts, added, k=k, length=length, scale=scale)
     before, after = neighbours(counts, added)
     outputs_0 = selections(run_kernel(method, before, request, samples, seed))
     outputs_1 = selections(run_kernel(method, after, request, samples, seed + 1))
@@ -210,8 +209,8 @@ def test_neighbours_flip_the_ranking() -> None:
         lifted = {s: counts[s] + (s in changed) for s in counts}
         assert sum(c > counts[lifted_one] for c in counts.values()) == ahead[0]
         assert sum(c > lifted[lifted_one] for c in lifted.values()) == ahead[1]
-        scale = 2 * k / EPSILON
-        for factor, low, high in ((1.0, 0.0, EPSILON / 2), (0.25, 1.2 * EPSILON, 2 * EPSILON)):
+        scale = selection_scale("em", k=k, epsilon_selection=EPSILON)
+        for factor, low, high in ((1.0, 0.0, EPSILON), (0.25, 1.2 * EPSILON, 4 * EPSILON)):
             p0 = exact_gumbel_law(counts, None, k=k, length=length, scale=scale * factor)
             p1 = exact_gumbel_law(counts, added, k=k, length=length, scale=scale * factor)
             loss = max(abs(math.log(p1[o] / p0[o])) for o in p0)

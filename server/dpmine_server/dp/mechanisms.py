@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal, TypeVar
 
@@ -31,8 +32,11 @@ import opendp.prelude as dp
 
 __all__ = [
     "LogWeightSampler",
+    "OneSided",
     "RejectionSampler",
+    "Sensitivity",
     "discrete_laplace",
+    "em_coefficient",
     "exponential_by_rejection",
     "exponential_mechanism",
     "gumbel_scores",
@@ -97,24 +101,55 @@ def gumbel_scores(log_weights: npt.ArrayLike, *, rng: np.random.Generator) -> Fl
     return weights + rng.gumbel(0.0, 1.0, size=weights.shape)
 
 
+@dataclass(frozen=True, slots=True)
+class OneSided:
+    """One-sided sensitivities of a quality (ALGORITHMS.md §0.8): adding one row moves every
+    candidate's quality up by at most ``up`` and down by at most ``down`` (removing a row moves it
+    by the mirror amounts). ``OneSided(1, 0)`` for counts and truncated counts, which only grow."""
+
+    up: float
+    down: float
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.up) and math.isfinite(self.down)):
+            raise ValueError("one-sided sensitivities must be finite")
+        if self.up < 0 or self.down < 0 or self.up + self.down <= 0:
+            raise ValueError(f"one-sided sensitivities must be ≥ 0 with a positive sum, got {self}")
+
+
+Sensitivity = float | OneSided
+
+
+def em_coefficient(epsilon: float, sensitivity: Sensitivity) -> float:
+    """c in the weight exp(c·q) of an ε-DP exponential mechanism (§0.3, §0.8).
+
+    Symmetric Δ: c = ε/(2Δ). One-sided (Δ_up, Δ_down): c = ε/(Δ_up + Δ_down), since
+    P(x | D+r)/P(x | D) = exp(c·(q(x, D+r) − q(x, D)))·Z(D)/Z(D+r)
+    ≤ exp(c·Δ_up)·exp(c·Δ_down), and the same in the other direction."""
+    _check_epsilon(epsilon)
+    if isinstance(sensitivity, OneSided):
+        return epsilon / (sensitivity.up + sensitivity.down)
+    if not (math.isfinite(sensitivity) and sensitivity > 0):
+        raise ValueError(f"sensitivity must be a positive finite number, got {sensitivity!r}")
+    return epsilon / (2.0 * sensitivity)
+
+
 def _log_weights(
     quality: npt.ArrayLike,
     *,
     epsilon: float,
-    sensitivity: float,
+    sensitivity: Sensitivity,
     log_base_measure: npt.ArrayLike | None,
 ) -> FloatArray:
-    _check_epsilon(epsilon)
-    if not (math.isfinite(sensitivity) and sensitivity > 0):
-        raise ValueError(f"sensitivity must be a positive finite number, got {sensitivity!r}")
+    coefficient = em_coefficient(epsilon, sensitivity)
     scores = np.asarray(quality, dtype=np.float64)
     if scores.ndim != 1 or scores.size == 0:
         raise ValueError("the exponential mechanism needs a non-empty vector of qualities")
     if not np.all(np.isfinite(scores)):
         raise ValueError("qualities must be finite")
-    log_weights = (epsilon / (2.0 * sensitivity)) * scores
+    log_weights = coefficient * scores
     if not np.all(np.isfinite(log_weights)):
-        raise ValueError("epsilon·quality/(2·sensitivity) overflows; check the inputs")
+        raise ValueError("epsilon·quality/sensitivity overflows; check the inputs")
     if log_base_measure is not None:
         base = np.asarray(log_base_measure, dtype=np.float64)
         if base.shape != scores.shape:
@@ -131,13 +166,14 @@ def exponential_mechanism(
     quality: npt.ArrayLike,
     *,
     epsilon: float,
-    sensitivity: float,
+    sensitivity: Sensitivity,
     rng: np.random.Generator,
     log_base_measure: npt.ArrayLike | None = None,
 ) -> int:
     """One exponential-mechanism draw; ε-DP when ``quality`` has sensitivity ``sensitivity``.
 
-    P(c) ∝ μ(c)·exp(ε·q(c)/(2Δq)) (§0.3), computed as the argmax of log-weights plus Gumbel noise,
+    P(c) ∝ μ(c)·exp(ε·q(c)/(2Δq)) (§0.3), or exp(ε·q(c)/(Δ_up + Δ_down)) for a
+    :class:`OneSided` sensitivity (§0.8), computed as the argmax of log-weights plus Gumbel noise,
     so no weight is ever exponentiated. ``log_base_measure`` is log μ(c) of a data-independent
     base measure (−inf for mass 0); for continuous threshold cells pass the log of the cell's
     number of lattice points and release a lattice point of the chosen cell
@@ -154,7 +190,7 @@ def noisy_top_k(
     *,
     k: int,
     epsilon: float,
-    sensitivity: float,
+    sensitivity: Sensitivity,
     rng: np.random.Generator,
     log_base_measure: npt.ArrayLike | None = None,
 ) -> IntArray:

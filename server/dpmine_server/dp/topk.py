@@ -110,8 +110,9 @@ def noisy_top_k_with_tail(
     ``draw_tail(rng)`` must return a candidate drawn uniformly from the whole tail (the
     function redraws candidates it has already revealed), with its true score ≤ ``tail_bound``.
     Privacy: with ``scale = 2Δ·K/ε`` and Gumbel noise this is the K-round peeling exponential
-    mechanism, ε-DP for scores of sensitivity Δ; with Laplace noise of scale ``2K·Δ/ε`` it is
-    Bhaskar et al.'s Algorithm 2 selection (ε-DP).
+    mechanism, ε-DP for scores of sensitivity Δ (``scale = (Δ_up + Δ_down)·K/ε`` for one-sided
+    bounds, ALGORITHMS.md §0.8: K/ε for scores that only grow when a row is added); with
+    Laplace noise of scale ``2K·Δ/ε`` it is Bhaskar et al.'s Algorithm 2 selection (ε-DP).
     """
     scores = np.asarray(explicit_scores, dtype=np.float64)
     if scores.ndim != 1 or not np.all(np.isfinite(scores)):

@@ -6,8 +6,9 @@ Both follow Bhaskar et al. in the count domain (add/remove neighbours, §4.1):
    ψ = c_K − Γ with Γ from public parameters only; τ = max(ψ, 0). The truncated count
    ĉ(I) = max(c(I), τ) has sensitivity 1 (Bhaskar Lemma 2).
 2. Selection (cost ε_s): the K largest ĉ(I) + noise over the whole universe, in order —
-   Gumbel noise of scale 2K/ε_s (= K rounds of the exponential mechanism with ε_s/K each,
-   Algorithm 1) or Laplace noise of scale 2K/ε_s (Algorithm 2).
+   Gumbel noise of scale K/ε_s (= K rounds of the exponential mechanism with ε_s/K each,
+   Algorithm 1, range-calibrated: ĉ only grows when a row is added, §0.8) or Laplace noise of
+   scale 2K/ε_s (Algorithm 2).
 3. Counts (cost ε_p, optional): c(I) + discrete Laplace(K/ε_p) for the K selected itemsets.
 
 The universe is never enumerated: itemsets with count ≥ B (mined with Eclat) are explicit, the
@@ -47,7 +48,7 @@ from dpmine_server.data.itemsets import (
     transaction_index,
 )
 from dpmine_server.dp.budget import Epsilon
-from dpmine_server.dp.mechanisms import discrete_laplace
+from dpmine_server.dp.mechanisms import OneSided, discrete_laplace, em_coefficient
 from dpmine_server.dp.topk import Noise, TailCandidate, noisy_top_k_with_tail
 from dpmine_server.operations.base import OperationSpec, Progress
 
@@ -61,6 +62,7 @@ __all__ = [
     "kth_largest_count",
     "margin",
     "public_threshold",
+    "selection_scale",
     "top_count",
     "top_k_itemsets",
     "truncation_level",
@@ -74,10 +76,30 @@ MAX_UNIVERSE = 10**30
 Method = Literal["em", "laplace"]
 
 
-def margin(method: Method, *, k: int, universe: int, epsilon_selection: float, rho: float) -> float:
-    """Γ in count units (§4.1): Alg. 1 (2K/ε_s)(ln(K/ρ) + ln M); Alg. 2 (4K/ε_s) ln(M/ρ)."""
+#: Truncated counts max(c(I), c_K − Γ) only grow when a row is added (§0.8).
+TRUNCATED_COUNT_SENSITIVITY = OneSided(up=1.0, down=0.0)
+
+
+def selection_scale(method: Method, *, k: int, epsilon_selection: float) -> float:
+    """Noise scale of the K-itemset selection at ε_s in total.
+
+    ``em``: K peeled exponential-mechanism rounds of ε_s/K each over the monotone truncated
+    counts (Δ_up = 1, Δ_down = 0), so c = ε_s/K per round, i.e. Gumbel noise of scale K/ε_s
+    (range-calibrated EM, §0.8; the paper's 2K/ε_s is the symmetric bound). ``laplace``: the
+    one-shot Laplace selection of Algorithm 2 keeps 2K/ε_s: its proof rests on the symmetric
+    bound, and the ordered top-K of one-shot Laplace noise is not K peeled EM rounds."""
     if method == "em":
-        return (2 * k / epsilon_selection) * (math.log(k / rho) + math.log(universe))
+        return k / em_coefficient(epsilon_selection, TRUNCATED_COUNT_SENSITIVITY)
+    return 2 * k / epsilon_selection
+
+
+def margin(method: Method, *, k: int, universe: int, epsilon_selection: float, rho: float) -> float:
+    """Γ in count units (§4.1): Alg. 1 scale·(ln(K/ρ) + ln M) with the selection scale (K/ε_s
+    one-sided; the paper's (2K/ε_s) at the symmetric scale); Alg. 2 (4K/ε_s) ln(M/ρ). Γ only
+    bounds utility (any public Γ keeps the truncated counts' sensitivity)."""
+    if method == "em":
+        scale = selection_scale(method, k=k, epsilon_selection=epsilon_selection)
+        return scale * (math.log(k / rho) + math.log(universe))
     return (4 * k / epsilon_selection) * math.log(universe / rho)
 
 
@@ -218,13 +240,14 @@ def top_k_itemsets(
 ) -> list[tuple[Itemset, int | None]]:
     """K itemsets (selection order) and their noisy counts; (ε_s + ε_p)-DP (§4.2, §4.3).
 
-    Sensitivity 1 of every truncated count; the selection's noise scale is 2K/ε_s for both
-    methods; counts get discrete Laplace with L1 sensitivity K at ε_p.
+    Every truncated count moves by at most 1, and only upward when a row is added; the
+    selection's noise scale is :func:`selection_scale` (K/ε_s for ``em``, 2K/ε_s for
+    ``laplace``); counts get discrete Laplace with L1 sensitivity K at ε_p.
     """
     catalog = index.catalog
     weights = [catalog.universe_size([length]) for length in lengths]
     universe = sum(weights)
-    scale = 2 * k / epsilon_selection
+    scale = selection_scale(method, k=k, epsilon_selection=epsilon_selection)
     gamma = margin(method, k=k, universe=universe, epsilon_selection=epsilon_selection, rho=rho)
     # Any B gives the same distribution (the tail bound below covers every tail score); B is
     # public so that the mining work does not jump with c_K (a timing channel).
