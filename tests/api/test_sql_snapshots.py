@@ -151,6 +151,24 @@ class TestSnapshot:
             statuses = set(session.scalars(select(LedgerEntry.status)))
         assert statuses == {"released"}
 
+    def test_a_missing_snapshot_is_refused_before_the_charge(
+        self,
+        client: TestClient,
+        hospital: str,
+        analyst_headers: dict[str, str],
+        api_settings: Settings,
+        services: Services,
+    ) -> None:
+        """A dataset registered before snapshots existed: 4xx naming the refresh, no charge."""
+        (api_settings.data_dir / "datasets" / hospital / "v1" / "snapshot.csv").unlink()
+        response = client.post(
+            f"/v1/datasets/{hospital}/counts", json={"epsilon": SHARP}, headers=analyst_headers
+        )
+        assert response.status_code == 422, response.text
+        assert "datasets refresh" in response.json()["detail"]
+        with services.sessions() as session:
+            assert list(session.scalars(select(LedgerEntry.status))) == []
+
     def test_the_snapshot_is_kept_in_the_engine_data_folder(
         self, hospital: str, api_settings: Settings
     ) -> None:

@@ -299,6 +299,19 @@ class DatasetService:
         self._cache.evict(dataset_id)
         return dataset_info(dataset)
 
+    def require_snapshot(self, dataset: Dataset) -> None:
+        """Refuse (before any charge) a dataset whose SQL source has no snapshot for its current
+        version: one registered before snapshots existed would otherwise fail after the charge.
+        Whether a snapshot exists is deployment state, not data."""
+        source = _SOURCE_ADAPTER.validate_python(dataset.source_json)
+        snapshot = self._version_dir(dataset.id, dataset.version) / SNAPSHOT_FILE
+        if isinstance(source, SqlSource) and not snapshot.is_file():
+            raise InvalidRequest(
+                f"dataset {dataset.id!r} reads an SQL source that has no snapshot for version "
+                f"{dataset.version} yet; ask the owner to run `dpmine-server datasets refresh "
+                f"{dataset.id}` (nothing was charged)"
+            )
+
     def columns(self, dataset_id: str, version: int) -> ColumnStore:
         """The loaded columns of a dataset version (loaded once, then cached)."""
         return self._cache.get(dataset_id, version)

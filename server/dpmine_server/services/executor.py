@@ -122,6 +122,7 @@ class Executor:
             raise Forbidden("owners manage datasets; query them with an analyst's key")
         with self._sessions() as session:
             dataset = self._datasets.get_for_analyst(session, dataset_id, principal)
+            self._datasets.require_snapshot(dataset)
             metadata = DatasetMetadata.model_validate(dataset.metadata_json)
         priced = self.price(spec, request, metadata)
         parameters = priced.request.model_dump(mode="json")
