@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 import dpmine
+from dpmine import ChargeKeptNoResultError
 from dpmine.wire import LedgerEntryInfo, NoisyCountRequest, NoisyCountResponse
 from support.datasets import TABLE_ROWS, register_table
 from support.servers import Account, LiveServer, http_client
@@ -110,13 +111,12 @@ def burst(server: LiveServer, analyst: Account, dataset_id: str) -> list[Sent]:
     return [sent for result in results for sent in result]
 
 
-def retry(
-    handle: dpmine.DatasetHandle, key: str
-) -> NoisyCountResponse | dpmine.OperationFailedError:
-    """The answer to a burst request sent again with its key, or the OperationFailed error."""
+def retry(handle: dpmine.DatasetHandle, key: str) -> NoisyCountResponse | ChargeKeptNoResultError:
+    """The answer to a burst request sent again with its key, or the 409 that says its charge
+    was kept and no result exists (the request was interrupted by the kill)."""
     try:
         return handle.count(None, epsilon=EPSILON, idempotency_key=key)
-    except dpmine.OperationFailedError as error:
+    except ChargeKeptNoResultError as error:
         return error
 
 
@@ -195,10 +195,10 @@ def test_kill_mid_burst_then_restart(
             for item in unanswered:
                 earlier = before.get(item.key)
                 retried = retry(handle, item.key)
-                if isinstance(retried, dpmine.OperationFailedError):
+                if isinstance(retried, ChargeKeptNoResultError):
                     assert earlier is not None
                     assert earlier.status == "interrupted"
-                    assert retried.status_code == 500
+                    assert retried.status_code == 409
                     continue
                 if earlier is None:  # the request never reached the server: charged now, once
                     assert not retried.receipt.replayed
@@ -210,9 +210,7 @@ def test_kill_mid_burst_then_restart(
                     assert retried.count == stored.count
 
             with dpmine.connect(any_server.url, analyst.api_key, retries=0) as late:
-                with pytest.raises(
-                    dpmine.OperationFailedError, match="failed after it was charged"
-                ):
+                with pytest.raises(ChargeKeptNoResultError, match="the charge was kept"):
                     late.dataset(stuck.id).count(None, epsilon=0.5, idempotency_key=stuck_key)
                 failed_job = late.job(job.id)
                 assert failed_job.status == "failed"

@@ -398,7 +398,7 @@ def test_same_key_with_another_request_is_refused(
     for attempt in attempts:
         with pytest.raises(dpmine.IdempotencyConflictError) as conflict:
             attempt()
-        assert conflict.value.status_code == 422
+        assert conflict.value.status_code == 409  # DESIGN.md: idempotency conflict
         assert "different request" in conflict.value.detail
     entries = owner.admin.ledger(mushroom.id)
     assert [entry.id for entry in entries] == [original.receipt.ledger_entry_id]

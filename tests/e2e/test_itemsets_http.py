@@ -313,9 +313,9 @@ def test_idempotent_replay(owner: dpmine.Connection, analyst: Account, fimi_data
     assert handle.budget().grant_spent == 1.0
     # The same key with a different request is refused and charges nothing.
     other = TopKItemsetsRequest(k=4, min_length=2, epsilon=1.0)
-    with pytest.raises(dpmine.InvalidRequestError) as conflict:
+    with pytest.raises(dpmine.IdempotencyConflictError) as conflict:
         analyst.connection.call(path, other, TopKItemsetsResponse, idempotency_key=key)
-    assert conflict.value.status_code == 422
+    assert conflict.value.status_code == 409
     assert handle.budget().grant_spent == 1.0
 
 
