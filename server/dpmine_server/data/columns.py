@@ -4,6 +4,8 @@ DESIGN.md "Data at rest and in memory": Boolean and categorical literals are pac
 numeric columns are float arrays (clipped to the public range, NaN = missing) with a presence
 bitset and a sorted order, and transactions are per-item row lists (CSR) with per-item bitsets
 built on demand. Query semantics follow ALGORITHMS.md §1.1 and :mod:`dpmine.wire.queries`.
+Values the operations derive from a store or a numeric column are cached on it
+(:class:`~dpmine_server.data.derived.DerivedCache`), so they die and are counted with it.
 
 Everything here is private data. Nothing in this module may be released without a mechanism;
 error messages raised here never mention row counts or values.
@@ -24,6 +26,7 @@ import numpy.typing as npt
 from dpmine.wire.datasets import DatasetMetadata, View
 from dpmine.wire.queries import And, BoolLiteral, CatLiteral, Expr, Not, NumLiteral, Or
 from dpmine_server.data.bitsets import Bitset
+from dpmine_server.data.derived import DerivedCache
 from dpmine_server.data.validation import QueryError
 
 __all__ = [
@@ -42,6 +45,10 @@ BoolArray = npt.NDArray[np.bool_]
 
 K = TypeVar("K")
 V = TypeVar("V")
+
+
+#: Derived values per numeric column: a few grids and lattices per attribute.
+_COLUMN_DERIVED_ENTRIES = 16
 
 
 def _read_only(array: npt.NDArray[np.generic]) -> None:
@@ -170,7 +177,8 @@ class NumericColumn:
 
     ``sorted_order`` holds the rows of the present values, sorted by value (stable), for the
     operations that sweep thresholds (ALGORITHMS.md §1.4). Arrays are made read-only; build with
-    :meth:`from_values`, which clips and derives ``present`` and ``sorted_order``.
+    :meth:`from_values`, which clips and derives ``present`` and ``sorted_order``. ``derived``
+    caches what the operations compute from the column (threshold grids, continuous cells).
     """
 
     name: str
@@ -179,6 +187,11 @@ class NumericColumn:
     values: FloatArray
     present: Bitset
     sorted_order: IntArray
+    derived: DerivedCache = field(
+        default_factory=lambda: DerivedCache(max_entries=_COLUMN_DERIVED_ENTRIES),
+        init=False,
+        repr=False,
+    )
 
     @classmethod
     def from_values(cls, name: str, values: FloatArray, *, lo: float, hi: float) -> NumericColumn:
@@ -332,6 +345,7 @@ class ColumnStore:
 
     PRIVATE: :attr:`n_rows` is the exact row count. It must never be released, logged, put in
     an error message or used to compute a sensitivity; only ``metadata.n_max`` is public.
+    :attr:`derived` caches the values the operations derive from the store (private too).
     """
 
     def __init__(
@@ -352,6 +366,7 @@ class ColumnStore:
             literal_cache_size
         )
         self._all_rows = Bitset.all_set(n_rows)
+        self._derived = DerivedCache()
 
     def _check_consistent(self) -> None:
         metadata = self._metadata
@@ -383,6 +398,11 @@ class ColumnStore:
     def n_rows(self) -> int:
         """PRIVATE exact row count: never release it (see the class docstring)."""
         return self._n_rows
+
+    @property
+    def derived(self) -> DerivedCache:
+        """Values derived from this store (evicted and counted with it)."""
+        return self._derived
 
     @property
     def items(self) -> ItemColumns:
@@ -436,10 +456,16 @@ class ColumnStore:
         return self.literal_bitset(expr)
 
     def memory_bytes(self) -> int:
-        """Memory held by the arrays and bitsets (cached ones included, shared ones once)."""
+        """Memory held by the arrays and bitsets (cached ones included, shared ones once) and
+        the estimates of the derived values (of the store and of its numeric columns)."""
         holders: list[Column | ItemColumns] = list(self._columns.values())
         if self._items is not None:
             holders.append(self._items)
         bitsets = {id(b): b.nbytes for h in holders for b in h.bitsets()}
         bitsets |= {id(b): b.nbytes for b in [*self._literals.values(), self._all_rows]}
-        return sum(h.array_bytes() for h in holders) + sum(bitsets.values())
+        derived = self._derived.nbytes() + sum(
+            column.derived.nbytes()
+            for column in self._columns.values()
+            if isinstance(column, NumericColumn)
+        )
+        return sum(h.array_bytes() for h in holders) + sum(bitsets.values()) + derived

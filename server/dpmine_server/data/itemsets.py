@@ -13,10 +13,11 @@
 
 from __future__ import annotations
 
+import sys
 import threading
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 import fim
@@ -33,6 +34,7 @@ from dpmine.wire import (
 )
 from dpmine_server.data.bitsets import Bitset
 from dpmine_server.data.columns import ColumnStore
+from dpmine_server.errors import InternalError
 
 __all__ = ["ItemCatalog", "Itemset", "TransactionIndex", "item_catalog", "transaction_index"]
 
@@ -40,6 +42,9 @@ __all__ = ["ItemCatalog", "Itemset", "TransactionIndex", "item_catalog", "transa
 _MAX_BITVECTOR_BITS = 2**29
 #: An itemset as sorted item positions in the catalog.
 Itemset = tuple[int, ...]
+#: Bytes of an empty list and of one list slot, for the miner input's estimate.
+_LIST_BYTES = sys.getsizeof([])
+_SLOT_BYTES = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,18 +111,33 @@ def item_catalog(metadata: DatasetMetadata) -> ItemCatalog:
 
 
 class TransactionIndex:
-    """Exact itemset counts and frequent-itemset mining over one loaded dataset. PRIVATE."""
+    """Exact itemset counts and frequent-itemset mining over one loaded dataset. PRIVATE.
 
-    def __init__(self, store: ColumnStore, catalog: ItemCatalog) -> None:
-        self._store = store
+    ``weak``: hold the store by a weak reference, for an index cached on the store itself
+    (:func:`transaction_index`), so that the store and its index form no reference cycle and are
+    freed as soon as the store is dropped.
+    """
+
+    def __init__(self, store: ColumnStore, catalog: ItemCatalog, *, weak: bool = False) -> None:
+        self._store_ref: Callable[[], ColumnStore | None] = (
+            weakref.ref(store) if weak else lambda: store
+        )
         self._catalog = catalog
         self._lock = threading.Lock()
         self._transactions: list[list[int]] | None = None
+        self._transactions_bytes = 0
 
     @property
     def catalog(self) -> ItemCatalog:
         """The public item universe."""
         return self._catalog
+
+    @property
+    def _store(self) -> ColumnStore:
+        store = self._store_ref()
+        if store is None:
+            raise InternalError("a transaction index was used after its store was dropped")
+        return store
 
     def item_rows(self, item: int) -> Bitset:
         """Rows holding item ``item``."""
@@ -148,7 +168,17 @@ class TransactionIndex:
         rows_sorted, items_sorted = rows_all[order], items_all[order]
         bounds = np.searchsorted(rows_sorted, np.arange(n_rows + 1))
         item_list = items_sorted.tolist()
+        # Lists (outer and per row), their slots, and an int object per item position > 256.
+        self._transactions_bytes = (
+            (n_rows + 1) * _LIST_BYTES
+            + (n_rows + items_sorted.size) * _SLOT_BYTES
+            + sys.getsizeof(2**16) * int(np.count_nonzero(items_sorted > 256))
+        )
         return [item_list[bounds[row] : bounds[row + 1]] for row in range(n_rows)]
+
+    def nbytes(self) -> int:
+        """Estimated memory of what the index built (the miner's input, once built)."""
+        return self._transactions_bytes
 
     def _miner_input(self) -> list[list[int]]:
         # pyfim never reports an itemset held by every transaction; one extra empty transaction
@@ -202,7 +232,10 @@ class TransactionIndex:
         return max((self.item_rows(i).count() for i in range(len(self._catalog.names))), default=0)
 
 
-@lru_cache(maxsize=8)
 def transaction_index(store: ColumnStore) -> TransactionIndex:
-    """The (cached) index of a loaded store."""
-    return TransactionIndex(store, item_catalog(store.metadata))
+    """The index of a loaded store, cached on the store (it holds private data)."""
+    return store.derived.get_or_build(
+        ("itemsets.transaction_index",),
+        lambda: TransactionIndex(store, item_catalog(store.metadata), weak=True),
+        nbytes=TransactionIndex.nbytes,
+    )

@@ -56,6 +56,7 @@ def _check_epsilon(epsilon: float) -> None:
         raise ValueError(f"epsilon must be a positive finite number, got {epsilon!r}")
 
 
+# Keyed by public values only (ε, sensitivity, scale): these caches hold no private data.
 @lru_cache(maxsize=1024)
 def laplace_scale(*, epsilon: float, sensitivity: int) -> float:
     """The smallest float scale b ≥ sensitivity/epsilon whose OpenDP privacy map is ≤ epsilon."""

@@ -152,6 +152,7 @@ def quality_parameters(quality: QualityParameters, n_max: int) -> QualityParams:
     return _quality_parameters(quality.x0, quality.s, quality.function, n_max)
 
 
+# Keyed by public values only (the request's quality options and n_max): no private data.
 @lru_cache(maxsize=256)
 def _quality_parameters(
     x0: float, s: float | None, function: Literal["serenade", "jaccard"], n_max: int

@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Literal, Protocol
 
 import numpy as np
@@ -177,6 +176,10 @@ class _DiscreteBank:
     attributes: tuple[str, ...]
     words: WordMatrix  # [n_literals, n_words]
 
+    def nbytes(self) -> int:
+        """Estimated memory (the support words; the literals are public)."""
+        return int(self.words.nbytes)
+
 
 def _discrete_literals(
     metadata: DatasetMetadata, names: Sequence[str], *, negations: bool
@@ -196,8 +199,16 @@ def _discrete_literals(
     return literals
 
 
-@lru_cache(maxsize=64)
 def _bank(store: ColumnStore, names: tuple[str, ...], negations: bool) -> _DiscreteBank:
+    """The bank of these attributes' literals, cached on the store."""
+    return store.derived.get_or_build(
+        ("serenade.bank", names, negations),
+        lambda: _build_bank(store, names, negations),
+        nbytes=_DiscreteBank.nbytes,
+    )
+
+
+def _build_bank(store: ColumnStore, names: tuple[str, ...], negations: bool) -> _DiscreteBank:
     literals = _discrete_literals(store.metadata, names, negations=negations)
     n_words = store.all_rows().words.size
     words = np.zeros((len(literals), n_words), dtype=np.uint64)
@@ -287,6 +298,10 @@ class _ExtendMaker:
     support: Bitset  # the extended side's support
     other: Bitset  # the other side's support
 
+    def supports(self) -> tuple[Bitset, ...]:
+        """The row masks held (for memory estimates)."""
+        return self.support, self.other
+
     def terms(self) -> _Terms:
         """|I| and |U| of an extension as constants plus rows of masks the literal selects."""
         x, y = self.support, self.other
@@ -307,6 +322,10 @@ class _PairMaker:
 
     left: AnyLiteral
     support: Bitset
+
+    def supports(self) -> tuple[Bitset, ...]:
+        """The row masks held (for memory estimates)."""
+        return (self.support,)
 
     def terms(self) -> _Terms:
         """|I| = |S_L ∩ ℓ| and |U| = |S_L| + |ℓ - S_L|."""
@@ -338,6 +357,21 @@ class _Candidates:
         self.params = params
         self.blocks: list[_Block] = []
         self.families: list[_Family] = []
+        self._nbytes: int | None = None
+
+    def nbytes(self) -> int:
+        """Estimated memory: the blocks' arrays and the supports the makers hold (each once).
+        Measured on first call, once the set is complete (it is not changed after caching)."""
+        if self._nbytes is None:
+            makers = [family.make for family in self.families] + [
+                block.outcomes.maker
+                for block in self.blocks
+                if isinstance(block.outcomes, _LazyOutcomes)
+            ]
+            supports = {id(rows): rows.nbytes for maker in makers for rows in maker.supports()}
+            arrays = sum(block.log_mass.nbytes + block.quality.nbytes for block in self.blocks)
+            self._nbytes = int(arrays) + sum(supports.values())
+        return self._nbytes
 
     def add(
         self, log_mass: npt.ArrayLike, i: npt.ArrayLike, u: npt.ArrayLike, outcomes: _Outcomes
@@ -534,7 +568,6 @@ def _extension_candidates(
     return candidates
 
 
-@lru_cache(maxsize=512)
 def _cached_extension_candidates(
     store: ColumnStore,
     red_json: str,
@@ -542,8 +575,18 @@ def _cached_extension_candidates(
     mode: ThresholdMode,
     params: QualityParams,
 ) -> _Candidates:
-    red = Redescription.model_validate_json(red_json)
-    return _extension_candidates(store, red, rules=rules, mode=mode, params=params)
+    """The candidate set of a redescription, cached on the store (a round of SerenadeES
+    rebuilds only the changed position's)."""
+
+    def build() -> _Candidates:
+        red = Redescription.model_validate_json(red_json)
+        return _extension_candidates(store, red, rules=rules, mode=mode, params=params)
+
+    return store.derived.get_or_build(
+        ("serenade.extension_candidates", red_json, rules, mode, params),
+        build,
+        nbytes=_Candidates.nbytes,
+    )
 
 
 def _add_discrete_extensions(
@@ -578,14 +621,14 @@ class _LazyOutcomes:
     """Extensions of one redescription by each of many literals, built on access."""
 
     def __init__(self, maker: _ExtendMaker, literals: Sequence[AnyLiteral]) -> None:
-        self._maker = maker
+        self.maker = maker
         self._literals = literals
 
     def __len__(self) -> int:
         return len(self._literals)
 
     def __getitem__(self, index: int) -> Redescription:
-        maker = self._maker
+        maker = self.maker
         return _extended(maker.base, maker.side, maker.op, self._literals[index])
 
 

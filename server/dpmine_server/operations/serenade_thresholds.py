@@ -13,7 +13,6 @@ and the public grid.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
@@ -77,13 +76,22 @@ class Grid:
     cells: npt.NDArray[np.int64]
     n_cells: int
 
+    def nbytes(self) -> int:
+        """Estimated memory (the arrays; intervals and literals are public)."""
+        return int(self.low_cells.nbytes + self.high_cells.nbytes + self.cells.nbytes)
+
 
 def threshold_grid(column: NumericColumn, attribute: NumericAttribute) -> Grid:
+    """The grid of a numeric attribute over its column, cached on the column."""
     grid = tuple(attribute.grid) if attribute.grid else None
-    return grid_for(column, attribute.name, attribute.lo, attribute.hi, grid)
+    key = ("serenade.grid", attribute.name, attribute.lo, attribute.hi, grid)
+    return column.derived.get_or_build(
+        key,
+        lambda: grid_for(column, attribute.name, attribute.lo, attribute.hi, grid),
+        nbytes=Grid.nbytes,
+    )
 
 
-@lru_cache(maxsize=512)
 def grid_for(
     column: NumericColumn, name: str, lo: float, hi: float, grid: tuple[float, ...] | None
 ) -> Grid:
@@ -139,6 +147,11 @@ class ContinuousCells:
         """V, the number of distinct present values."""
         return int(self.values.size)
 
+    def nbytes(self) -> int:
+        """Estimated memory of the arrays (the public lattice's points are not counted)."""
+        edges = self.lattice.lower_edges.nbytes + self.lattice.upper_edges.nbytes
+        return int(self.values.nbytes + self.value_index.nbytes + edges)
+
     def log_mass(self, lower: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
         """log μ of the pairs (a, b) for lower cells ``lower`` (rows) and every upper cell b."""
         return self.lattice.log_mass(lower)
@@ -167,9 +180,17 @@ class ContinuousCells:
         return self.lattice.draw(lower, upper, rng)
 
 
-@lru_cache(maxsize=512)
 def continuous_cells(column: NumericColumn, lattice: PublicLattice) -> ContinuousCells:
-    """The §1.4 cells of a numeric column (all present values are cut-points)."""
+    """The §1.4 cells of a numeric column (all present values are cut-points), cached on the
+    column."""
+    return column.derived.get_or_build(
+        ("serenade.continuous_cells", lattice),
+        lambda: _build_continuous_cells(column, lattice),
+        nbytes=ContinuousCells.nbytes,
+    )
+
+
+def _build_continuous_cells(column: NumericColumn, lattice: PublicLattice) -> ContinuousCells:
     present = column.present.to_bool_array()
     values = np.unique(column.values[present])
     index = np.zeros(present.size, dtype=np.int64)
