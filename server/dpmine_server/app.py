@@ -10,9 +10,9 @@ from fastapi import FastAPI
 
 from dpmine_server import __version__
 from dpmine_server.api.deps import flush_failed_logins
+from dpmine_server.api.errors import add_exception_handlers
 from dpmine_server.api.limits import UPLOAD_FORM_ALLOWANCE, UPLOAD_PATHS, BodySizeLimit, LoginGuard
 from dpmine_server.api.router import api_router
-from dpmine_server.errors import add_exception_handlers
 from dpmine_server.services.container import Services, build_services
 from dpmine_server.services.principals import SecretKeyMismatch
 from dpmine_server.settings import Settings, get_settings

@@ -2,16 +2,12 @@
 
 Messages say what was wrong and what to do, and never anything about the data (DESIGN.md
 "Errors"). Every error raised before the ledger reservation costs nothing.
+
+Plain Python, so that services and kernels raise them without importing the web framework; the
+API layer (:mod:`dpmine_server.api.errors`) turns them into HTTP responses.
 """
 
 from __future__ import annotations
-
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
-
-from dpmine.wire import ErrorBody
 
 __all__ = [
     "BudgetExhausted",
@@ -28,7 +24,6 @@ __all__ = [
     "RequestInProgress",
     "ServerError",
     "Unauthorized",
-    "add_exception_handlers",
 ]
 
 
@@ -124,42 +119,3 @@ class OperationFailed(ServerError):
 
 class InternalError(AssertionError):
     """A bug in the engine (never a user mistake)."""
-
-
-def _body(error: str, detail: str) -> dict[str, str]:
-    return ErrorBody(error=error, detail=detail).model_dump()
-
-
-def _validation_detail(error: RequestValidationError) -> str:
-    parts = []
-    for item in error.errors()[:10]:
-        location = ".".join(str(part) for part in item.get("loc", ()) if part != "body")
-        parts.append(f"{location or 'body'}: {item.get('msg', 'invalid')}")
-    return "; ".join(parts) + " (fix these fields and send the request again)"
-
-
-def add_exception_handlers(app: FastAPI) -> None:
-    """Serialise every error as ``{"error": ..., "detail": ...}``."""
-
-    @app.exception_handler(ServerError)
-    async def _server_error(_request: Request, exc: ServerError) -> JSONResponse:
-        return JSONResponse(
-            _body(type(exc).__name__, exc.message), exc.status_code, headers=exc.headers
-        )
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse(_body("InvalidRequest", _validation_detail(exc)), 422)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        names = {404: "NotFound", 405: "MethodNotAllowed", 401: "Unauthorized"}
-        name = names.get(exc.status_code, "HTTPError")
-        return JSONResponse(_body(name, str(exc.detail)), exc.status_code)
-
-    @app.exception_handler(Exception)
-    async def _unexpected(_request: Request, _exc: Exception) -> JSONResponse:
-        return JSONResponse(
-            _body("InternalError", "the server hit an internal error; the owner can see the log"),
-            500,
-        )
