@@ -2,8 +2,9 @@
 
 * Amounts are exact integers (:class:`~dpmine_server.dp.budget.Epsilon`).
 * :meth:`Ledger.reserve` checks the dataset cap and the analyst's grant and charges both in one
-  transaction (``BEGIN IMMEDIATE`` on SQLite, conditional ``UPDATE`` row locks on PostgreSQL) and
-  commits before any data is read. There is no refund afterwards.
+  transaction (``BEGIN IMMEDIATE`` on SQLite, conditional ``UPDATE … RETURNING`` row locks on
+  PostgreSQL) and commits before any data is read. There is no refund afterwards. The release
+  commit is the durable one (the argument is in :meth:`Ledger.reserve`).
 * A retry with the same ``Idempotency-Key`` and the same request replays the stored release;
   the same key with another request is refused.
 * Entries only move reserved → released | failed | interrupted.
@@ -18,12 +19,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, func, select, update
+from sqlalchemy import BigInteger, Engine, Row, bindparam, event, func, insert, select, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dpmine.wire import BudgetStatus, Guarantee
-from dpmine_server.db.base import rows_affected
+from dpmine_server.db.base import UtcDateTime, is_sqlite, make_engine, rows_affected
 from dpmine_server.db.models import Dataset, Grant, LedgerEntry, Principal, utcnow
 from dpmine_server.dp.budget import Epsilon
 from dpmine_server.errors import (
@@ -37,6 +39,63 @@ from dpmine_server.errors import (
 from dpmine_server.services.instances import dead_owners
 
 __all__ = ["Ledger", "Reservation", "request_fingerprint"]
+
+# The statements of the request path, built once (building them per call cost ~1 ms).
+_COST = bindparam("cost", type_=BigInteger())
+_CHARGE_DATASET = (
+    update(Dataset)
+    .where(
+        Dataset.id == bindparam("ds_id"),
+        Dataset.status == "active",
+        Dataset.spent_units + _COST <= Dataset.cap_units,
+    )
+    .values(spent_units=Dataset.spent_units + _COST)
+    .returning(Dataset.version, Dataset.cap_units - Dataset.spent_units)
+)
+_CHARGE_GRANT = (
+    update(Grant)
+    .where(
+        Grant.dataset_id == bindparam("ds_id"),
+        Grant.analyst_id == bindparam("analyst"),
+        Grant.spent_units + _COST <= Grant.limit_units,
+    )
+    .values(
+        spent_units=Grant.spent_units + _COST,
+        updated_at=bindparam("now", type_=UtcDateTime()),
+    )
+    .returning(Grant.limit_units - Grant.spent_units)
+)
+_DATASET_STATE = select(Dataset.status, Dataset.cap_units, Dataset.spent_units).where(
+    Dataset.id == bindparam("ds_id")
+)
+_GRANT_STATE = select(Grant.limit_units, Grant.spent_units).where(
+    Grant.dataset_id == bindparam("ds_id"), Grant.analyst_id == bindparam("analyst")
+)
+_FIND_BY_KEY = select(
+    LedgerEntry.id,
+    LedgerEntry.dataset_id,
+    LedgerEntry.principal_id,
+    LedgerEntry.request_hash,
+    LedgerEntry.status,
+    LedgerEntry.release,
+    LedgerEntry.epsilon_units,
+    LedgerEntry.guarantee,
+    LedgerEntry.created_at,
+    LedgerEntry.dataset_version,
+).where(
+    LedgerEntry.principal_id == bindparam("principal_id"),
+    LedgerEntry.idempotency_key == bindparam("key"),
+)
+_INSERT_ENTRY = insert(LedgerEntry).returning(LedgerEntry.id)
+_TRANSITION = (
+    update(LedgerEntry)
+    .where(LedgerEntry.id == bindparam("entry_id"), LedgerEntry.status == "reserved")
+    .values(
+        status=bindparam("new_status"),
+        release=bindparam("new_release", type_=LedgerEntry.release.type),
+        completed_at=bindparam("done_at", type_=UtcDateTime()),
+    )
+)
 
 
 def request_fingerprint(operation: str, dataset_id: str, body: dict[str, Any]) -> str:
@@ -76,6 +135,21 @@ class Ledger:
         self._engine = engine
         self._sessions = sessions
         self._instance_id = instance_id
+        self._sqlite = is_sqlite(engine)
+        # Write transactions: BEGIN IMMEDIATE (and the in-process writer queue) on SQLite. The
+        # reservation alone commits without waiting for the disk (see reserve): on SQLite through
+        # its own pool of synchronous=NORMAL connections (the same file and writer queue),
+        # disposed with the main engine; on PostgreSQL with SET LOCAL in its transaction.
+        self._write_engine = engine.execution_options(sqlite_begin="IMMEDIATE")
+        self._reserve_engine = self._write_engine
+        database = engine.url.database or ""
+        if self._sqlite and database != ":memory:" and not database.startswith("file:"):
+            # (An in-memory database cannot be shared by a second pool: it keeps FULL.)
+            reserve_engine = make_engine(
+                engine.url.render_as_string(hide_password=False), synchronous="NORMAL"
+            ).execution_options(sqlite_begin="IMMEDIATE")
+            self._reserve_engine = reserve_engine
+            event.listen(engine, "engine_disposed", lambda _engine: reserve_engine.dispose())
 
     # -- spending ------------------------------------------------------------------------------
 
@@ -93,6 +167,31 @@ class Ledger:
     ) -> Reservation:
         """Charge ``cost`` to the dataset cap and the analyst's grant, or replay a retry.
 
+        One write transaction (SQLAlchemy Core, no ORM loads): the idempotency lookup, then
+        ``UPDATE datasets SET spent = spent + :cost WHERE id = :id AND status = 'active' AND
+        spent + :cost <= cap RETURNING ...``, the same conditional update of the grant, and the
+        insert of the entry. The updates are atomic check-and-charge statements (row locks on
+        PostgreSQL, the write lock from ``BEGIN IMMEDIATE`` on SQLite), so concurrent
+        reservations can never overrun the cap or the grant; a failed condition rolls back
+        everything, so nothing is charged.
+
+        **Durability.** The reservation commits before any data is read, but it is committed
+        *without waiting for the disk* (``synchronous=NORMAL`` on SQLite in WAL mode,
+        ``SET LOCAL synchronous_commit = off`` on PostgreSQL); :meth:`complete` (and
+        :meth:`fail`) commit durably (``synchronous=FULL`` / the server's default), and the
+        response is sent only after that. This is safe because both logs are sequential: a
+        durable commit flushes the log up to its own commit record, so it makes every commit
+        before it durable too, in particular this reservation (the release updates the entry
+        this transaction inserted, so it necessarily comes after it). Hence a reservation can be
+        lost only in an OS crash or power failure *before* its release commit reached the disk,
+        and then nothing was released: the response had not been sent. Losing it therefore
+        loses no charge that protected a release (the same holds for a crash of the PostgreSQL
+        server: its release commit then fails, and the caller answers an error). A crash of
+        the API process (SIGKILL) loses nothing: the commit is in the OS page cache (SQLite)
+        or in PostgreSQL, and the entry is marked interrupted at the next start with its
+        charge kept. Visibility is unchanged: the charge is visible to every other transaction
+        once committed, before data is read, so the caps are never overrun.
+
         Raises BudgetExhausted (nothing charged), IdempotencyConflict, RequestInProgress,
         ChargeKeptNoResult (a retry of a request that failed or was interrupted after its
         charge) or NotFound.
@@ -100,87 +199,99 @@ class Ledger:
         if cost.units <= 0:
             raise InternalError("a reservation needs a positive cost")
         for _attempt in range(3):
-            with self._write_session() as session:
-                if idempotency_key is not None:
-                    earlier = self._find_by_key(session, principal.id, idempotency_key)
-                    if earlier is not None:
-                        return self._replay(session, earlier, request_hash)
-                dataset = session.get(Dataset, dataset_id)
-                if dataset is None or dataset.status != "active":
-                    raise NotFound(f"dataset {dataset_id!r} is not available")
-                self._charge_caps(session, dataset_id, principal.id, cost)
-                entry = LedgerEntry(
-                    dataset_id=dataset_id,
-                    principal_id=principal.id,
-                    operation=operation,
-                    parameters=parameters,
-                    epsilon_units=cost.units,
-                    guarantee=guarantee,
-                    status="reserved",
-                    idempotency_key=idempotency_key,
-                    request_hash=request_hash,
-                    dataset_version=dataset.version,
-                    instance_id=self._instance_id,
-                    created_at=utcnow(),
-                )
-                session.add(entry)
-                try:
-                    session.flush()
-                except IntegrityError:
-                    # Another request with the same key won the race; replay it instead.
-                    session.rollback()
-                    continue
-                remaining = self._remaining(session, dataset_id, principal.id)
-                session.commit()
-                return Reservation(
-                    entry_id=entry.id,
-                    cost=cost,
-                    guarantee=guarantee,
-                    created_at=entry.created_at,
-                    remaining_after=remaining,
-                    dataset_version=dataset.version,
-                )
+            try:
+                with self._reserve_engine.begin() as connection:
+                    if not self._sqlite:
+                        connection.exec_driver_sql("SET LOCAL synchronous_commit = off")
+                    if idempotency_key is not None:
+                        earlier = connection.execute(
+                            _FIND_BY_KEY, {"principal_id": principal.id, "key": idempotency_key}
+                        ).one_or_none()
+                        if earlier is not None:
+                            return self._replay(connection, earlier, request_hash)
+                    version, dataset_left = self._charge_dataset(connection, dataset_id, cost)
+                    grant_left = self._charge_grant(connection, dataset_id, principal.id, cost)
+                    created_at = utcnow()
+                    entry_id = connection.execute(
+                        _INSERT_ENTRY,
+                        {
+                            "dataset_id": dataset_id,
+                            "principal_id": principal.id,
+                            "operation": operation,
+                            "parameters": parameters,
+                            "epsilon_units": cost.units,
+                            "guarantee": guarantee,
+                            "status": "reserved",
+                            "idempotency_key": idempotency_key,
+                            "request_hash": request_hash,
+                            "release": None,
+                            "dataset_version": version,
+                            "instance_id": self._instance_id,
+                            "created_at": created_at,
+                        },
+                    ).scalar_one()
+                    reservation = Reservation(
+                        entry_id=int(entry_id),
+                        cost=cost,
+                        guarantee=guarantee,
+                        created_at=created_at,
+                        remaining_after=Epsilon(max(min(grant_left, dataset_left), 0)),
+                        dataset_version=int(version),
+                    )
+                return reservation  # committed when the block above exited
+            except IntegrityError:
+                if idempotency_key is None:
+                    raise
+                # Another request with the same key won the race (rolled back): replay it.
+                continue
         raise RequestInProgress("the same Idempotency-Key is being used concurrently; retry")
 
-    def _charge_caps(
-        self, session: Session, dataset_id: str, analyst_id: int, cost: Epsilon
-    ) -> None:
-        charged_dataset = rows_affected(
-            session.execute(
-                update(Dataset)
-                .where(Dataset.id == dataset_id)
-                .where(Dataset.spent_units + cost.units <= Dataset.cap_units)
-                .values(spent_units=Dataset.spent_units + cost.units)
-            )
+    @staticmethod
+    def _charge_dataset(connection: Connection, dataset_id: str, cost: Epsilon) -> tuple[int, int]:
+        """Charge the dataset cap; (version, units left on the cap) after the charge."""
+        row = connection.execute(
+            _CHARGE_DATASET, {"ds_id": dataset_id, "cost": cost.units}
+        ).one_or_none()
+        if row is not None:
+            return int(row[0]), int(row[1])
+        state = connection.execute(_DATASET_STATE, {"ds_id": dataset_id}).one_or_none()
+        if state is None or state[0] != "active":
+            raise NotFound(f"dataset {dataset_id!r} is not available")
+        left = Epsilon(max(int(state[1]) - int(state[2]), 0))
+        raise BudgetExhausted(
+            f"the dataset cap cannot cover this request: requested epsilon="
+            f"{cost.exact_str()}, remaining on the dataset={left.exact_str()}; "
+            "ask the data owner or request less"
         )
-        if charged_dataset != 1:
-            left = self._dataset_left(session, dataset_id)
-            session.rollback()
-            raise BudgetExhausted(
-                f"the dataset cap cannot cover this request: requested epsilon="
-                f"{cost.exact_str()}, remaining on the dataset={left.exact_str()}; "
-                "ask the data owner or request less"
-            )
-        charged_grant = rows_affected(
-            session.execute(
-                update(Grant)
-                .where(Grant.dataset_id == dataset_id, Grant.analyst_id == analyst_id)
-                .where(Grant.spent_units + cost.units <= Grant.limit_units)
-                .values(spent_units=Grant.spent_units + cost.units, updated_at=utcnow())
-            )
-        )
-        if charged_grant != 1:
-            grant = self._grant(session, dataset_id, analyst_id)
-            session.rollback()
-            if grant is None:
-                raise NotFound(f"dataset {dataset_id!r} is not granted to you")
-            left = Epsilon(grant.limit_units - grant.spent_units)
-            raise BudgetExhausted(
-                f"your grant cannot cover this request: requested epsilon={cost.exact_str()}, "
-                f"remaining in your grant={left.exact_str()}; ask the data owner for more"
-            )
 
-    def _replay(self, session: Session, entry: LedgerEntry, request_hash: str) -> Reservation:
+    @staticmethod
+    def _charge_grant(
+        connection: Connection, dataset_id: str, analyst_id: int, cost: Epsilon
+    ) -> int:
+        """Charge the analyst's grant; units left in it after the charge."""
+        row = connection.execute(
+            _CHARGE_GRANT,
+            {
+                "ds_id": dataset_id,
+                "analyst": analyst_id,
+                "cost": cost.units,
+                "now": utcnow(),
+            },
+        ).one_or_none()
+        if row is not None:
+            return int(row[0])
+        grant = connection.execute(
+            _GRANT_STATE, {"ds_id": dataset_id, "analyst": analyst_id}
+        ).one_or_none()
+        if grant is None:
+            raise NotFound(f"dataset {dataset_id!r} is not granted to you")
+        left = Epsilon(max(int(grant[0]) - int(grant[1]), 0))
+        raise BudgetExhausted(
+            f"your grant cannot cover this request: requested epsilon={cost.exact_str()}, "
+            f"remaining in your grant={left.exact_str()}; ask the data owner for more"
+        )
+
+    def _replay(self, connection: Connection, entry: Row[Any], request_hash: str) -> Reservation:
         if entry.request_hash != request_hash:
             raise IdempotencyConflict(
                 "this Idempotency-Key was already used for a different request; "
@@ -198,13 +309,18 @@ class Ledger:
                 "kept and no result exists. Use a new Idempotency-Key to ask again (it is "
                 "charged again)"
             )
+        grant = connection.execute(
+            _GRANT_STATE, {"ds_id": entry.dataset_id, "analyst": entry.principal_id}
+        ).one_or_none()
+        state = connection.execute(_DATASET_STATE, {"ds_id": entry.dataset_id}).one()
+        grant_left = int(grant[0]) - int(grant[1]) if grant is not None else 0
         return Reservation(
-            entry_id=entry.id,
-            cost=Epsilon(entry.epsilon_units),
+            entry_id=int(entry.id),
+            cost=Epsilon(int(entry.epsilon_units)),
             guarantee="pure" if entry.guarantee == "pure" else "approximate",
             created_at=entry.created_at,
-            remaining_after=self._remaining(session, entry.dataset_id, entry.principal_id),
-            dataset_version=entry.dataset_version,
+            remaining_after=Epsilon(max(min(grant_left, int(state[1]) - int(state[2])), 0)),
+            dataset_version=int(entry.dataset_version),
             replayed_release=entry.release,
         )
 
@@ -217,12 +333,18 @@ class Ledger:
         self._transition(entry_id, "failed", None)
 
     def _transition(self, entry_id: int, status: str, release: dict[str, Any] | None) -> None:
-        with self._sessions() as session, session.begin():
+        # Durable (synchronous=FULL / synchronous_commit on): this commit also makes the
+        # reservation before it durable (see reserve), and the response waits for it.
+        with self._write_engine.begin() as connection:
             changed = rows_affected(
-                session.execute(
-                    update(LedgerEntry)
-                    .where(LedgerEntry.id == entry_id, LedgerEntry.status == "reserved")
-                    .values(status=status, release=release, completed_at=utcnow())
+                connection.execute(
+                    _TRANSITION,
+                    {
+                        "entry_id": entry_id,
+                        "new_status": status,
+                        "new_release": release,
+                        "done_at": utcnow(),
+                    },
                 )
             )
             if changed != 1:
@@ -323,14 +445,6 @@ class Ledger:
     def _write_session(self) -> Session:
         connection = self._engine.connect().execution_options(sqlite_begin="IMMEDIATE")
         return _OwningSession(connection)
-
-    @staticmethod
-    def _find_by_key(session: Session, principal_id: int, key: str) -> LedgerEntry | None:
-        return session.scalar(
-            select(LedgerEntry).where(
-                LedgerEntry.principal_id == principal_id, LedgerEntry.idempotency_key == key
-            )
-        )
 
     @staticmethod
     def _grant(session: Session, dataset_id: str, analyst_id: int) -> Grant | None:
