@@ -81,6 +81,18 @@ class Settings(BaseSettings):
         allow_inf_nan=False,
         description="Window of the failed-login limits and of their audit summaries.",
     )
+    auth_cache_ttl_s: float = Field(
+        default=5.0,
+        ge=0,
+        le=300,
+        allow_inf_nan=False,
+        description="Seconds an authenticated API key is remembered (by its HMAC) before the "
+        "database is asked again; 0 turns it off. Disabling or rotating in this process takes "
+        "effect at once; done by another process it takes effect within this time.",
+    )
+    auth_cache_size: int = Field(
+        default=10_000, ge=1, description="Most API keys the authentication cache remembers."
+    )
     bootstrap_owner_key: str | None = Field(
         default=None,
         min_length=24,

@@ -7,6 +7,7 @@ count: n is private, only the owner's public upper bound ``n_max`` is known.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Annotated, Literal
 
 from pydantic import Discriminator, Field, model_validator
@@ -147,7 +148,7 @@ class DatasetMetadata(WireModel):
     @model_validator(mode="after")
     def _consistent(self) -> DatasetMetadata:
         names = [attribute.name for attribute in self.attributes]
-        duplicated = sorted({name for name in names if names.count(name) > 1})
+        duplicated = sorted(name for name, seen in Counter(names).items() if seen > 1)
         if duplicated:
             raise ValueError(f"attribute names must be unique; repeated: {duplicated}")
         if self.kind == "transactions":

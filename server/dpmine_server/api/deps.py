@@ -16,7 +16,7 @@ from dpmine_server.db.models import Principal
 from dpmine_server.errors import Forbidden, InvalidRequest, RateLimited, Unauthorized
 from dpmine_server.services import audit
 from dpmine_server.services.container import Services
-from dpmine_server.services.principals import KEY_PREFIX, authenticate, hash_key
+from dpmine_server.services.principals import KEY_PREFIX, PrincipalCache, authenticate, hash_key
 
 __all__ = [
     "AnalystDep",
@@ -87,6 +87,18 @@ def get_login_guard(request: Request) -> LoginGuard:
     return guard
 
 
+def get_principal_cache(request: Request) -> PrincipalCache:
+    """The app's short cache of authenticated principals (made on first use)."""
+    state = request.app.state
+    cache: PrincipalCache | None = getattr(state, "principal_cache", None)
+    if cache is None:
+        settings = get_services(request).settings
+        cache = state.principal_cache = PrincipalCache(
+            ttl_s=settings.auth_cache_ttl_s, max_entries=settings.auth_cache_size
+        )
+    return cache
+
+
 def _write_audit(services: Services, events: list[tuple[str, dict[str, Any]]]) -> None:
     if events:
         with services.write_sessions() as session, session.begin():
@@ -115,7 +127,8 @@ def get_principal(
 
     Failed logins are throttled per client address and in all (429 before any database work;
     keys that logged in before are not held back) and aggregated in the audit log
-    (:class:`~dpmine_server.services.audit.FailedLogins`).
+    (:class:`~dpmine_server.services.audit.FailedLogins`). A key that authenticated within the
+    last ``auth_cache_ttl_s`` seconds is not looked up again (:class:`PrincipalCache`).
     """
     key = (x_api_key or (bearer.credentials if bearer else "")).strip()
     if not key:
@@ -134,10 +147,16 @@ def get_principal(
                 f"too many failed logins from this address; retry in {wait} s with a valid key",
                 retry_after=wait,
             )
-    with services.sessions() as session:
-        principal = authenticate(session, key, secret=services.settings.secret_key)
+    cache = get_principal_cache(request)
+    principal = cache.get(key_hash)
+    if principal is None:
+        generation = cache.generation()
+        with services.sessions() as session:
+            principal = authenticate(session, key, secret=services.settings.secret_key)
+            if principal is not None:
+                session.expunge(principal)
         if principal is not None:
-            session.expunge(principal)
+            cache.put(key_hash, principal, generation)
     if principal is not None:
         if not known:
             guard.remember(key_hash)

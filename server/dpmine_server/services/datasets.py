@@ -6,18 +6,23 @@ a snapshot (``snapshot.csv``): operations never read a live source, which could 
 since (more rows than ``n_max``, undeclared values) and fail after the charge. The owner's
 :meth:`DatasetService.refresh` re-reads the source, validates it, and creates the next version.
 Contents are loaded into a columnar :class:`~dpmine_server.data.columns.ColumnStore` on first
-use, keyed by (id, version).
+use, keyed by (id, version). The parsed public metadata of the request path is cached the same
+way (:meth:`DatasetService.metadata_for_analyst`): a version never changes, and status and
+version come from the row read on every request, so a retired dataset is refused at once and a
+refreshed one is read under its new version.
 """
 
 from __future__ import annotations
 
 import shutil
+import threading
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import TypeAdapter
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from dpmine.wire import (
@@ -46,6 +51,22 @@ from dpmine_server.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from dpmine_server.services.principals import get_principal
 
 _SOURCE_ADAPTER: TypeAdapter[DatasetSource] = TypeAdapter(DatasetSource)
+#: Parsed metadata of this many dataset versions is kept (a few KiB to a few MiB each).
+_METADATA_CACHE_SIZE = 64
+
+# The version of an active dataset the analyst holds a grant on (built once).
+_ANALYST_VERSION = (
+    select(Dataset.version)
+    .join(Grant, Grant.dataset_id == Dataset.id)
+    .where(
+        Dataset.id == bindparam("ds_id"),
+        Grant.analyst_id == bindparam("analyst"),
+        Dataset.status == "active",
+    )
+)
+_VERSION_JSON = select(Dataset.version, Dataset.metadata_json, Dataset.source_json).where(
+    Dataset.id == bindparam("ds_id")
+)
 
 __all__ = [
     "DatasetService",
@@ -53,6 +74,14 @@ __all__ = [
     "dataset_info",
     "grant_info",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class _ParsedVersion:
+    """The validated public metadata of one dataset version and whether its source is SQL."""
+
+    metadata: DatasetMetadata
+    sql_source: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +132,8 @@ class DatasetService:
         self._sessions = sessions
         self._allow_sql = allow_sql
         self._cache = DatasetCache(self._load_version, max_entries=max_cached)
+        self._parsed: OrderedDict[tuple[str, int], _ParsedVersion] = OrderedDict()
+        self._parsed_lock = threading.Lock()
 
     # -- registration --------------------------------------------------------------------------
 
@@ -275,6 +306,63 @@ class DatasetService:
             )
         return dataset
 
+    def metadata_for_analyst(
+        self, session: Session, dataset_id: str, analyst: Principal
+    ) -> DatasetMetadata:
+        """The public metadata of an active dataset the analyst holds a grant on, checked like
+        :meth:`get_for_analyst` (same NotFound) and :meth:`require_snapshot`.
+
+        One indexed query for the version on every call (status and grant are never cached);
+        the parsed metadata is cached per (id, version), which never changes.
+        """
+        version = session.execute(
+            _ANALYST_VERSION, {"ds_id": dataset_id, "analyst": analyst.id}
+        ).scalar_one_or_none()
+        if version is None:
+            raise NotFound(
+                f"dataset {dataset_id!r} does not exist or is not granted to you; "
+                "list datasets to see yours"
+            )
+        parsed = self._parsed_version(session, dataset_id, int(version))
+        if parsed.sql_source:
+            snapshot = self._version_dir(dataset_id, version) / SNAPSHOT_FILE
+            if not snapshot.is_file():
+                raise InvalidRequest(
+                    f"dataset {dataset_id!r} reads an SQL source that has no snapshot for "
+                    f"version {version} yet; ask the owner to run `dpmine-server datasets "
+                    f"refresh {dataset_id}` (nothing was charged)"
+                )
+        return parsed.metadata
+
+    def _parsed_version(self, session: Session, dataset_id: str, version: int) -> _ParsedVersion:
+        key = (dataset_id, version)
+        with self._parsed_lock:
+            parsed = self._parsed.get(key)
+            if parsed is not None:
+                self._parsed.move_to_end(key)
+                return parsed
+        row = session.execute(_VERSION_JSON, {"ds_id": dataset_id}).one_or_none()
+        if row is None:
+            raise NotFound(
+                f"dataset {dataset_id!r} does not exist or is not granted to you; "
+                "list datasets to see yours"
+            )
+        parsed = _ParsedVersion(
+            metadata=DatasetMetadata.model_validate(row.metadata_json),
+            sql_source=isinstance(_SOURCE_ADAPTER.validate_python(row.source_json), SqlSource),
+        )
+        if row.version == version:  # else refreshed meanwhile: same metadata, not cached
+            with self._parsed_lock:
+                self._parsed[key] = parsed
+                while len(self._parsed) > _METADATA_CACHE_SIZE:
+                    self._parsed.popitem(last=False)
+        return parsed
+
+    def _forget_parsed(self, dataset_id: str) -> None:
+        with self._parsed_lock:
+            for key in [key for key in self._parsed if key[0] == dataset_id]:
+                del self._parsed[key]
+
     @staticmethod
     def list_all(session: Session) -> list[DatasetInfo]:
         """Every dataset, for owners."""
@@ -297,6 +385,7 @@ class DatasetService:
         dataset.status = "retired"
         session.flush()
         self._cache.evict(dataset_id)
+        self._forget_parsed(dataset_id)  # memory only: the status is checked on every request
         return dataset_info(dataset)
 
     def require_snapshot(self, dataset: Dataset) -> None:

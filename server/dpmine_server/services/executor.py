@@ -120,10 +120,8 @@ class Executor:
         """Validate and charge (committed), or return the stored release of a retry."""
         if principal.role != "analyst":
             raise Forbidden("owners manage datasets; query them with an analyst's key")
-        with self._sessions() as session:
-            dataset = self._datasets.get_for_analyst(session, dataset_id, principal)
-            self._datasets.require_snapshot(dataset)
-            metadata = DatasetMetadata.model_validate(dataset.metadata_json)
+        with self._sessions() as session:  # metadata cached per (dataset, version)
+            metadata = self._datasets.metadata_for_analyst(session, dataset_id, principal)
         priced = self.price(spec, request, metadata)
         parameters = priced.request.model_dump(mode="json")
         reservation = self._ledger.reserve(

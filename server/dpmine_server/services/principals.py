@@ -1,12 +1,22 @@
-"""Principals (owners, analysts) and their API keys, stored only as HMAC-SHA256 hashes."""
+"""Principals (owners, analysts) and their API keys, stored only as HMAC-SHA256 hashes.
+
+:class:`PrincipalCache` keeps authenticated principals for a few seconds, keyed by the key's
+HMAC (never the key). Disabling a principal or rotating its key empties every cache of this
+process (when the change commits, and at once); another process (the CLI, another API worker)
+cannot reach them, so there a disabled principal or a rotated key keeps working for at most the
+TTL (``DPMINE_AUTH_CACHE_TTL_S``, 0 turns the cache off).
+"""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import secrets
+import threading
+import time
+from collections import OrderedDict
 
-from sqlalchemy import select
+from sqlalchemy import event, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -16,6 +26,7 @@ from dpmine_server.errors import Conflict, NotFound
 
 __all__ = [
     "KEY_PREFIX",
+    "PrincipalCache",
     "SecretKeyMismatch",
     "authenticate",
     "check_secret_key",
@@ -63,6 +74,66 @@ def check_secret_key(session: Session, *, secret: str) -> bool:
             "DPMINE_SECRET_KEY; the secret must stay the same for the life of the database"
         )
     return False
+
+
+class _Revocations:
+    """How many times this process disabled a principal or rotated a key."""
+
+    count = 0
+    lock = threading.Lock()
+
+
+def _revoke_cached() -> None:
+    """Invalidate every :class:`PrincipalCache` of this process."""
+    with _Revocations.lock:
+        _Revocations.count += 1
+
+
+def _revoke_on_commit(session: Session) -> None:
+    # Now (no new entry from before the change is stored) and after the commit (an entry read
+    # between now and the commit holds the old row).
+    _revoke_cached()
+    event.listen(session, "after_commit", lambda _session: _revoke_cached(), once=True)
+
+
+class PrincipalCache:
+    """Authenticated principals for ``ttl_s`` seconds, at most ``max_entries``, keyed by the
+    key's HMAC. Entries are detached ``Principal`` rows; callers only read them."""
+
+    def __init__(self, *, ttl_s: float, max_entries: int) -> None:
+        self._ttl_s = ttl_s
+        self._max_entries = max_entries
+        self._entries: OrderedDict[str, tuple[Principal, float, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def generation() -> int:
+        """Take this before reading the principal from the database; pass it to :meth:`put`."""
+        return _Revocations.count
+
+    def get(self, key_hash: str) -> Principal | None:
+        """The cached principal of this key hash, if still fresh and not revoked."""
+        with self._lock:
+            entry = self._entries.get(key_hash)
+            if entry is None:
+                return None
+            principal, expires, generation = entry
+            if generation != _Revocations.count or time.monotonic() >= expires:
+                del self._entries[key_hash]
+                return None
+            return principal
+
+    def put(self, key_hash: str, principal: Principal, generation: int) -> None:
+        """Keep ``principal`` unless a revocation happened since ``generation`` was taken."""
+        if self._ttl_s <= 0:
+            return
+        with self._lock:
+            if generation != _Revocations.count:
+                return
+            self._entries[key_hash] = (principal, time.monotonic() + self._ttl_s, generation)
+            self._entries.move_to_end(key_hash)
+            while len(self._entries) > self._max_entries:
+                self._entries.popitem(last=False)
 
 
 def new_api_key() -> str:
@@ -135,6 +206,7 @@ def rotate_key(session: Session, name: str, *, secret: str) -> PrincipalCreated:
     principal.key_hash = hash_key(key, secret=secret)
     principal.key_prefix = key[: len(KEY_PREFIX) + 6]
     session.flush()
+    _revoke_on_commit(session)
     return PrincipalCreated(principal=principal_info(principal), api_key=key)
 
 
@@ -143,4 +215,5 @@ def set_disabled(session: Session, name: str, *, disabled: bool) -> PrincipalInf
     principal = get_principal(session, name)
     principal.disabled = disabled
     session.flush()
+    _revoke_on_commit(session)
     return principal_info(principal)
