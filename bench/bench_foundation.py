@@ -2,14 +2,20 @@
 
 1. Throughput and latency (p50/p99) of ``red.compute_quality`` (ALGORITHMS.md §1.6) on the
    European mammals two-view data, with 1, 4 and 16 concurrent clients (threads, each its own
-   connection and analyst key), against a real uvicorn server on SQLite and on PostgreSQL.
+   connection and analyst key), against a real uvicorn server on SQLite and on PostgreSQL, and
+   on PostgreSQL with 16 clients spread over 1, 2 and 4 API processes sharing the database.
+   Measured in the same run for this tree ("after") and for a baseline commit ("before",
+   default 445732b, checked out with ``git worktree`` and imported through ``PYTHONPATH`` by
+   its server processes), with ratios. Every server runs with ``DPMINE_TIMING_PADDING=false``
+   in development mode (release padding off: the request path itself is measured).
 2. One ``count.noisy`` (§0.6) over 10^6 rows: the full engine call over HTTP, the server-side
    kernel alone, and a plain numpy popcount over the same packed bitsets.
 
 Usage::
 
     .venv/bin/python bench/bench_foundation.py [--quick] [--backends sqlite,postgres]
-                                                [--out bench/out]
+                                                [--out bench/out] [--baseline 445732b|none]
+                                                [--processes 1,2,4]
 
 Writes ``<out>/foundation.json`` and prints Markdown tables. See bench/README.md.
 """
@@ -17,12 +23,18 @@ Writes ``<out>/foundation.json`` and prints Markdown tables. See bench/README.md
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
+import itertools
 import json
+import os
+import secrets
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,8 +53,9 @@ from _support import (
     machine_info,
     median,
     percentile,
+    postgres_cluster,
     register_files,
-    server_for_backend,
+    running_server,
     time_calls,
     unwind_on_sigterm,
     wait_if_asked,
@@ -75,6 +88,11 @@ EPSILON = 0.1
 GRANT_EPSILON = 1e5
 DATASET_CAP = 1e6
 SEED = 20261121
+BASELINE_COMMIT = "445732b"
+BASELINE_DIR = Path("/tmp/bench-baseline")
+PROCESSES = (1, 2, 4)
+#: Every benchmark server: development mode with release padding off (services/timing.py).
+SERVER_ENV = {"DPMINE_ENVIRONMENT": "development", "DPMINE_TIMING_PADDING": "false"}
 
 BoolArray = npt.NDArray[np.bool_]
 WordArray = npt.NDArray[np.uint64]
@@ -93,13 +111,34 @@ class Config:
     mammals_dir: Path
     seed: int
     wait_quiet: float
+    baseline: str | None
+    baseline_dir: Path
+    processes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Code:
+    """The code a server runs: this tree, or a baseline worktree put first on PYTHONPATH."""
+
+    label: str
+    root: Path
+    pythonpath: str | None
+
+    def env(self) -> dict[str, str]:
+        """Environment of its server processes."""
+        extra = dict(SERVER_ENV)
+        if self.pythonpath is not None:
+            extra["PYTHONPATH"] = self.pythonpath
+        return extra
 
 
 @dataclass(frozen=True)
 class QualityResult:
-    """One (backend, concurrency) setting of benchmark 1."""
+    """One (code, backend, processes, concurrency) setting of benchmark 1."""
 
+    code: str
     backend: str
+    processes: int
     clients: int
     requests: int
     errors: int
@@ -230,14 +269,17 @@ def _client_worker(
 
 
 def run_quality(
-    server: ServerHandle,
+    servers: list[ServerHandle],
+    code: str,
     backend: str,
     clients: int,
     keys: list[str],
+    *,
     queries: list[tuple[Expr, Expr]],
 ) -> QualityResult:
-    """``len(queries)`` quality requests spread over ``clients`` threads, each its own client."""
-    connections = [server.connect(keys[i]) for i in range(clients)]
+    """``len(queries)`` quality requests spread over ``clients`` threads, each its own client;
+    client i talks to server i mod len(servers)."""
+    connections = [servers[i % len(servers)].connect(keys[i]) for i in range(clients)]
     try:
         handles = [connection.dataset(MAMMALS_ID) for connection in connections]
         for handle in handles:  # warm-up: open the keep-alive connection, not measured
@@ -264,7 +306,9 @@ def run_quality(
     errors = [message for run in runs for message in run.errors]
     seconds = max(run.finished for run in runs) - min(run.started for run in runs)
     return QualityResult(
+        code=code,
         backend=backend,
+        processes=len(servers),
         clients=clients,
         requests=len(latencies),
         errors=len(errors),
@@ -337,23 +381,97 @@ def run_kernel_count(
     )
 
 
-# -- one backend ---------------------------------------------------------------------------------
+# -- one backend, one code version ---------------------------------------------------------------
+
+
+def baseline_code(commit: str, folder: Path) -> Code:
+    """A detached worktree of ``commit`` at ``folder`` (made if missing; the working tree of
+    this checkout is not touched)."""
+    if not (folder / "server" / "dpmine_server").is_dir():
+        subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "worktree", "add", "--detach", str(folder), commit],
+            check=True,
+            capture_output=True,
+        )
+    head = subprocess.run(
+        ["git", "-C", str(folder), "rev-parse", "--short", "HEAD"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    wanted = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", commit],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    if head != wanted:
+        raise RuntimeError(f"{folder} is at {head}, not {wanted}; remove it or pass --baseline-dir")
+    pythonpath = f"{folder / 'server'}:{folder / 'client'}"
+    return Code(label=f"before ({head})", root=folder, pythonpath=pythonpath)
+
+
+def verify_server_code(server: ServerHandle, code: Code) -> str:
+    """Where the server process imports ``dpmine_server`` from: its own environment (read from
+    /proc) and working directory, asked to the same interpreter. Raises if it is not
+    ``code``'s tree."""
+    raw = Path(f"/proc/{server.process.pid}/environ").read_bytes()
+    env = dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
+    cwd = os.readlink(f"/proc/{server.process.pid}/cwd")
+    where = subprocess.run(
+        [sys.executable, "-c", "import dpmine_server, dpmine; print(dpmine_server.__file__)"],
+        env=env,
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    if not Path(where).resolve().is_relative_to(code.root.resolve()):
+        raise RuntimeError(f"the {code.label} server imports {where}, not {code.root}")
+    if env.get("DPMINE_TIMING_PADDING") != "false":
+        raise RuntimeError("the benchmark server runs with release padding on")
+    return where
+
+
+@contextlib.contextmanager
+def api_processes(
+    database_url: str, work_dir: Path, code: Code, secret: str, index: int
+) -> Iterator[ServerHandle]:
+    """API process number ``index`` on the shared database and data folder."""
+    extra = code.env() | {
+        "DPMINE_SECRET_KEY": secret,
+        "DPMINE_DATA_DIR": str(work_dir / "shared-data"),
+    }
+    process_dir = work_dir / f"process-{index}"
+    process_dir.mkdir(parents=True, exist_ok=True)
+    with running_server(database_url, process_dir, extra_env=extra) as server:
+        server_file = verify_server_code(server, code)
+        if index == 0:
+            print(f"  {code.label}: server imports {server_file}", flush=True)
+        yield server
 
 
 def bench_backend(
     backend: Backend,
+    code: Code,
+    *,
+    database_url: str,
+    work: Path,
     config: Config,
     mammals: DatasetMetadata,
     queries: list[tuple[Expr, Expr]],
-    bits_csv: Path,
-) -> tuple[list[QualityResult], EngineCountResult]:
-    """Start a server on ``backend``, register both datasets, run benchmarks 1 and 2a."""
-    with (
-        tempfile.TemporaryDirectory(prefix=f"dpmine-bench-{backend}-") as work,
-        server_for_backend(backend, Path(work)) as server,
-    ):
+    bits_csv: Path | None,
+) -> tuple[list[QualityResult], EngineCountResult | None]:
+    """Start ``code``'s server on ``database_url``, register the datasets, run benchmark 1 (and
+    on PostgreSQL with more API processes), and 2a when ``bits_csv`` is given."""
+    secret = secrets.token_urlsafe(32)
+    results: list[QualityResult] = []
+    engine: EngineCountResult | None = None
+    with contextlib.ExitStack() as stack:
+        first = stack.enter_context(api_processes(database_url, work, code, secret, 0))
+        servers = [first]
         try:
-            with server.connect() as owner:
+            with first.connect() as owner:
                 register_files(
                     owner,
                     dataset_id=MAMMALS_ID,
@@ -366,39 +484,163 @@ def bench_backend(
                     },
                     epsilon_cap=DATASET_CAP,
                 )
-                register_files(
-                    owner,
-                    dataset_id=BITS_ID,
-                    metadata=bits_metadata(len(BITS_DENSITIES)),
-                    source=CsvSource(path=bits_csv.name),
-                    files={"path": bits_csv},
-                    epsilon_cap=DATASET_CAP,
-                )
+                if bits_csv is not None:
+                    register_files(
+                        owner,
+                        dataset_id=BITS_ID,
+                        metadata=bits_metadata(len(BITS_DENSITIES)),
+                        source=CsvSource(path=bits_csv.name),
+                        files={"path": bits_csv},
+                        epsilon_cap=DATASET_CAP,
+                    )
             names = [f"analyst-{i:02d}" for i in range(max(CONCURRENCY))]
-            grants = {MAMMALS_ID: GRANT_EPSILON, BITS_ID: GRANT_EPSILON}
-            keys = add_analysts(server, names, grants)
+            grants = {MAMMALS_ID: GRANT_EPSILON}
+            if bits_csv is not None:
+                grants[BITS_ID] = GRANT_EPSILON
+            keys = add_analysts(first, names, grants)
             key_list = [keys[name] for name in names]
-            results: list[QualityResult] = []
-            for clients in CONCURRENCY:
-                result = run_quality(server, backend, clients, key_list, queries)
+
+            def measure(clients: int) -> None:
+                result = run_quality(
+                    servers, code.label, backend, clients, key_list, queries=queries
+                )
                 print(
-                    f"  {backend:8} clients={clients:2}  {result.requests_per_s:8.1f} req/s  "
+                    f"  {code.label:16} {backend:8} processes={len(servers)} "
+                    f"clients={clients:2}  {result.requests_per_s:8.1f} req/s  "
                     f"p50 {result.p50_ms:8.2f} ms  p99 {result.p99_ms:8.2f} ms  "
                     f"errors {result.errors}",
                     flush=True,
                 )
                 results.append(result)
-            engine = run_engine_count(server, backend, key_list[0], config.count_calls)
-            print(
-                f"  {backend:8} count.noisy over HTTP: median {engine.median_ms:.3f} ms", flush=True
-            )
+
+            for clients in CONCURRENCY:
+                measure(clients)
+            if bits_csv is not None:
+                engine = run_engine_count(first, backend, key_list[0], config.count_calls)
+                print(
+                    f"  {backend:8} count.noisy over HTTP: median {engine.median_ms:.3f} ms",
+                    flush=True,
+                )
+            if backend == "postgres":
+                for processes in config.processes:
+                    if processes <= 1:
+                        continue
+                    while len(servers) < processes:
+                        servers.append(
+                            stack.enter_context(
+                                api_processes(database_url, work, code, secret, len(servers))
+                            )
+                        )
+                    measure(max(CONCURRENCY))
         except BaseException:
-            print(f"server log tail ({backend}):\n{server.log_tail()}", file=sys.stderr)
+            for server in servers:
+                print(
+                    f"server log tail ({backend}, {code.label}):\n{server.log_tail()}",
+                    file=sys.stderr,
+                )
             raise
     return results, engine
 
 
+def bench_all(
+    config: Config,
+    codes: list[Code],
+    mammals: DatasetMetadata,
+    queries: list[tuple[Expr, Expr]],
+    bits_csv: Path,
+) -> tuple[list[QualityResult], list[EngineCountResult]]:
+    """Every backend, every code version (the baseline first), each on a fresh database."""
+    quality: list[QualityResult] = []
+    engines: list[EngineCountResult] = []
+    with contextlib.ExitStack() as stack:
+        cluster = stack.enter_context(postgres_cluster()) if "postgres" in config.backends else None
+        for backend in config.backends:
+            for number, code in enumerate(codes):
+                print(f"[{backend}] {code.label}: starting, registering datasets ...", flush=True)
+                work = Path(
+                    stack.enter_context(
+                        tempfile.TemporaryDirectory(prefix=f"dpmine-bench-{backend}-")
+                    )
+                )
+                if backend == "sqlite":
+                    url = f"sqlite:///{work / 'dpmine.sqlite3'}"
+                else:
+                    assert cluster is not None
+                    url = cluster.create_database(f"dpmine{number}")
+                is_current = code.pythonpath is None
+                results, engine = bench_backend(
+                    backend,
+                    code,
+                    database_url=url,
+                    work=work,
+                    config=config,
+                    mammals=mammals,
+                    queries=queries,
+                    bits_csv=bits_csv if is_current else None,
+                )
+                quality += results
+                if engine is not None:
+                    engines.append(engine)
+    return quality, engines
+
+
 # -- reporting -----------------------------------------------------------------------------------
+
+
+def comparison(quality: list[QualityResult]) -> list[str]:
+    """Before/after table with ratios and the targets of issue #9, if a baseline ran."""
+    before = {(r.backend, r.processes, r.clients): r for r in quality if r.code != "after"}
+    after = {(r.backend, r.processes, r.clients): r for r in quality if r.code == "after"}
+    pairs = [(key, before[key], after[key]) for key in after if key in before]
+    if not pairs:
+        return []
+    lines = [
+        "",
+        "Before → after (same run; ratio = after / before for req/s, before / after for p99):",
+        "",
+        "| backend | API processes | clients | req/s before | req/s after | ratio | "
+        "p50 ms before | p50 ms after | p99 ms before | p99 ms after | p99 ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for (backend, processes, clients), old, new in pairs:
+        lines.append(
+            f"| {backend} | {processes} | {clients} | {old.requests_per_s:.1f} | "
+            f"{new.requests_per_s:.1f} | {new.requests_per_s / old.requests_per_s:.2f}x | "
+            f"{old.p50_ms:.1f} | {new.p50_ms:.1f} | {old.p99_ms:.1f} | {new.p99_ms:.1f} | "
+            f"{old.p99_ms / new.p99_ms:.2f}x |"
+        )
+    lines += ["", "Targets (issue #9):", ""]
+    for (backend, processes, clients), old, new in pairs:
+        if processes == 1 and clients in (1, max(CONCURRENCY)):
+            ratio = new.requests_per_s / old.requests_per_s
+            verdict = "met" if ratio >= 2 else "NOT met"
+            lines.append(
+                f"* ≥ 2x throughput, {backend}, {clients} client(s): {ratio:.2f}x — {verdict}"
+            )
+    sqlite16 = after.get(("sqlite", 1, max(CONCURRENCY)))
+    if sqlite16 is not None:
+        verdict = "met" if sqlite16.p99_ms <= 250 else "NOT met"
+        lines.append(
+            f"* p99 ≤ 0.25 s, SQLite, 16 clients: {sqlite16.p99_ms / 1e3:.3f} s — {verdict}"
+        )
+    scaling = sorted(
+        (r.processes, r.requests_per_s)
+        for r in quality
+        if r.code == "after" and r.backend == "postgres" and r.clients == max(CONCURRENCY)
+    )
+    if len(scaling) > 1:
+        grows = all(b[1] > a[1] for a, b in itertools.pairwise(scaling))
+        cores = os.cpu_count() or 1
+        within = [item for item in scaling if item[0] <= cores]
+        grows_within = len(within) > 1 and all(b[1] > a[1] for a, b in itertools.pairwise(within))
+        shown = ", ".join(f"{p} → {rps:.1f} req/s" for p, rps in scaling)
+        lines.append(
+            f"* PostgreSQL throughput grows with API processes (16 clients): {shown} — "
+            f"{'met' if grows else 'NOT met'} at every step; up to the {cores} CPU cores "
+            f"(clients, servers and PostgreSQL share them): "
+            f"{'met' if grows_within else 'NOT met'}"
+        )
+    return lines
 
 
 def markdown_report(
@@ -418,7 +660,8 @@ def markdown_report(
         f"Machine: nproc={info['nproc']} ({info.get('cpu_model')}), "
         f"{info.get('memory_gib')} GiB; Python {info['python']}, numpy {info['numpy']}, "
         f"SQLite {info['sqlite']}, {info.get('postgres')}, uvicorn {info.get('uvicorn')} "
-        "(1 process); clients and server share the machine. One run; load average "
+        "(1 process unless stated); servers in development mode with DPMINE_TIMING_PADDING=false "
+        "(release padding off); clients and servers share the machine. One run; load average "
         f"(1/5/15 min) {info.get('load_average_start')} at start, "
         f"{info.get('load_average_end')} at end.",
         "",
@@ -426,14 +669,15 @@ def markdown_report(
         f"69 numeric climate), {config.requests} requests per setting, ε={EPSILON} each, "
         "random species conjunction ⟺ climate range:",
         "",
-        "| backend | clients | req/s | p50 ms | p99 ms | mean ms | errors |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| code | backend | API processes | clients | req/s | p50 ms | p99 ms | mean ms | errors |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     lines += [
-        f"| {r.backend} | {r.clients} | {r.requests_per_s:.1f} | {r.p50_ms:.2f} | "
-        f"{r.p99_ms:.2f} | {r.mean_ms:.2f} | {r.errors} |"
+        f"| {r.code} | {r.backend} | {r.processes} | {r.clients} | {r.requests_per_s:.1f} | "
+        f"{r.p50_ms:.2f} | {r.p99_ms:.2f} | {r.mean_ms:.2f} | {r.errors} |"
         for r in quality
     ]
+    lines += comparison(quality)
     numpy_us = kernel.numpy_median_us
     lines += [
         "",
@@ -487,6 +731,23 @@ def parse_args(argv: list[str] | None = None) -> Config:
         help="quality requests per setting (default 400, --quick 100)",
     )
     parser.add_argument("--mammals-dir", type=Path, default=MAMMALS_DIR)
+    parser.add_argument(
+        "--baseline",
+        default=BASELINE_COMMIT,
+        help=f"commit measured as 'before' in the same run (default {BASELINE_COMMIT}; "
+        "'none' skips it)",
+    )
+    parser.add_argument(
+        "--baseline-dir",
+        type=Path,
+        default=BASELINE_DIR,
+        help=f"git worktree of the baseline (made if missing; default {BASELINE_DIR})",
+    )
+    parser.add_argument(
+        "--processes",
+        default=",".join(str(p) for p in PROCESSES),
+        help="API processes on PostgreSQL, 16 clients spread over them (default 1,2,4)",
+    )
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument(
         "--wait-quiet",
@@ -517,6 +778,9 @@ def parse_args(argv: list[str] | None = None) -> Config:
         mammals_dir=args.mammals_dir,
         seed=args.seed,
         wait_quiet=args.wait_quiet,
+        baseline=None if args.baseline.lower() == "none" else args.baseline,
+        baseline_dir=args.baseline_dir,
+        processes=tuple(int(part) for part in args.processes.split(",") if part.strip()),
     )
 
 
@@ -536,16 +800,13 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(config.seed)
     queries = [random_redescription(mammals, rng) for _ in range(config.requests)]
     columns = bits_columns(BITS_ROWS, config.seed)
-    quality: list[QualityResult] = []
-    engines: list[EngineCountResult] = []
     with tempfile.TemporaryDirectory(prefix="dpmine-bench-data-") as scratch:
         bits_csv = Path(scratch) / "bits1m.csv.gz"
         write_bits_csv(columns, bits_csv)
-        for backend in config.backends:
-            print(f"[{backend}] starting the server, registering datasets ...", flush=True)
-            results, engine = bench_backend(backend, config, mammals, queries, bits_csv)
-            quality += results
-            engines.append(engine)
+        codes = [Code(label="after", root=REPO_ROOT, pythonpath=None)]
+        if config.baseline is not None:
+            codes.insert(0, baseline_code(config.baseline, config.baseline_dir))
+        quality, engines = bench_all(config, codes, mammals, queries, bits_csv)
         print("[in-process] kernel and numpy timings ...", flush=True)
         kernel = run_kernel_count(bits_csv, columns, config.kernel_repeats, config.numpy_repeats)
     total = time.perf_counter() - started
@@ -566,6 +827,9 @@ def main(argv: list[str] | None = None) -> int:
             "backends": list(config.backends),
             "requests_per_setting": config.requests,
             "concurrency": list(CONCURRENCY),
+            "baseline": config.baseline,
+            "api_processes_postgres": list(config.processes),
+            "server_env": SERVER_ENV,
             "epsilon_per_call": EPSILON,
             "count_calls": config.count_calls,
             "seed": config.seed,
