@@ -369,15 +369,18 @@ def running_server(
 
 
 @contextlib.contextmanager
-def server_for_backend(backend: Backend, work_dir: Path) -> Iterator[ServerHandle]:
+def server_for_backend(
+    backend: Backend, work_dir: Path, *, extra_env: Mapping[str, str] | None = None
+) -> Iterator[ServerHandle]:
     """A dpmine server on a fresh SQLite file or a fresh throwaway PostgreSQL cluster."""
     if backend == "sqlite":
-        with running_server(f"sqlite:///{work_dir / 'dpmine.sqlite3'}", work_dir) as server:
+        database = f"sqlite:///{work_dir / 'dpmine.sqlite3'}"
+        with running_server(database, work_dir, extra_env=extra_env) as server:
             yield server
         return
     with postgres_cluster() as cluster:
         url = cluster.create_database("dpmine")
-        with running_server(url, work_dir) as server:
+        with running_server(url, work_dir, extra_env=extra_env) as server:
             yield server
 
 
