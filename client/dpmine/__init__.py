@@ -6,7 +6,7 @@
 >>> mammals.count("[Alces alces]", epsilon=0.1).count  # doctest: +SKIP
 """
 
-from dpmine.connection import AdminClient, Connection, DatasetHandle, connect
+from dpmine.connection import AdminClient, Connection, DatasetHandle, Job, connect
 from dpmine.errors import (
     AuthenticationError,
     BudgetExhaustedError,
@@ -39,6 +39,7 @@ __all__ = [
     "DatasetHandle",
     "IdempotencyConflictError",
     "InvalidRequestError",
+    "Job",
     "NotFoundError",
     "OperationFailedError",
     "PayloadTooLargeError",

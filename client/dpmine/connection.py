@@ -11,13 +11,20 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 import httpx
 from pydantic import BaseModel, TypeAdapter
 
-from dpmine.errors import DPMineError, RequestInProgressError, TransportError, error_from_response
+from dpmine.errors import (
+    DPMineError,
+    OperationFailedError,
+    RequestInProgressError,
+    TransportError,
+    error_from_response,
+)
 from dpmine.queries import parse_query
 from dpmine.wire import (
     AuditEventInfo,
@@ -33,9 +40,12 @@ from dpmine.wire import (
     GrantInfo,
     GrantRequest,
     JobInfo,
+    JobStatus,
     LedgerEntryInfo,
     NoisyCountRequest,
     NoisyCountResponse,
+    Operation,
+    OperationRequest,
     PlannedCall,
     PrincipalCreated,
     PrincipalCreateRequest,
@@ -43,11 +53,15 @@ from dpmine.wire import (
     QualityMode,
     Redescription,
     Role,
+    SubmitJobRequest,
+    WireModel,
+    operation_for,
 )
 
-__all__ = ["AdminClient", "Connection", "DatasetHandle", "connect"]
+__all__ = ["AdminClient", "Connection", "DatasetHandle", "Job", "connect"]
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
+ResponseT = TypeVar("ResponseT", bound=WireModel)
 _RETRY_STATUS = {502, 503, 504}
 
 
@@ -66,6 +80,31 @@ def connect(
 def as_expr(query: Expr | str) -> Expr:
     """A query given as text (``"[A] & [B = x]"``) or as a wire expression."""
     return parse_query(query) if isinstance(query, str) else query
+
+
+@dataclass(frozen=True, slots=True)
+class Job(Generic[ResponseT]):
+    """A background job of a known operation: its state and, once done, its release parsed into
+    the operation's response model (``Connection.submit``, ``Connection.wait_for_job``)."""
+
+    info: JobInfo
+    operation: Operation[Any, ResponseT]
+
+    @property
+    def id(self) -> str:
+        """The job id."""
+        return self.info.id
+
+    @property
+    def status(self) -> JobStatus:
+        """queued, running, done or failed."""
+        return self.info.status
+
+    def result(self) -> ResponseT | None:
+        """The release as the operation's response model; None until the job is done."""
+        if self.info.result is None:
+            return None
+        return self.operation.parse_response(self.info.result)
 
 
 class Connection:
@@ -170,6 +209,55 @@ class Connection:
         )
         return model.model_validate(response.json())
 
+    # -- private operations (the wire table, dpmine.wire.OPERATIONS) ----------------------------
+
+    def run(
+        self,
+        dataset_id: str,
+        request: OperationRequest[ResponseT],
+        *,
+        operation: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> ResponseT:
+        """Run the operation that takes ``request`` on a dataset and return its release.
+
+        ``operation`` names it when several take the same request model (``fim.topk_em`` and
+        ``fim.topk_laplace``). Charged once: a retry reuses the (fresh or given) Idempotency-Key.
+        """
+        chosen = operation_for(request, operation)
+        response = self.request(
+            "POST",
+            chosen.url(dataset_id),
+            json=request.model_dump(mode="json"),
+            idempotency_key=idempotency_key or str(uuid.uuid4()),
+        )
+        return chosen.parse_response(response.json())
+
+    def submit(
+        self,
+        dataset_id: str,
+        request: OperationRequest[ResponseT],
+        *,
+        operation: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Job[ResponseT]:
+        """Run an operation as a background job (charged now); wait with ``wait_for_job``."""
+        chosen = operation_for(request, operation)
+        info = self._submit_job(dataset_id, chosen.name, request, idempotency_key)
+        return Job(info=info, operation=chosen)
+
+    def _submit_job(
+        self, dataset_id: str, operation: str, request: BaseModel, idempotency_key: str | None
+    ) -> JobInfo:
+        body = SubmitJobRequest(operation=operation, request=request.model_dump(mode="json"))
+        response = self.request(
+            "POST",
+            f"/v1/datasets/{dataset_id}/jobs",
+            json=body.model_dump(mode="json"),
+            idempotency_key=idempotency_key or str(uuid.uuid4()),
+        )
+        return JobInfo.model_validate(response.json())
+
     # -- analyst API ---------------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
@@ -185,29 +273,64 @@ class Connection:
         """A handle on one dataset (fetches its public metadata)."""
         return DatasetHandle(self, self._get(f"/v1/datasets/{dataset_id}", DatasetInfo))
 
-    def job(self, job_id: str) -> JobInfo:
-        """The state of one of your background jobs."""
-        return self._get(f"/v1/jobs/{job_id}", JobInfo)
+    @overload
+    def job(self, job: str) -> JobInfo: ...
+    @overload
+    def job(self, job: Job[ResponseT]) -> Job[ResponseT]: ...
+    def job(self, job: str | Job[Any]) -> JobInfo | Job[Any]:
+        """The state of one of your background jobs (a :class:`Job` gets its typed update)."""
+        if isinstance(job, str):
+            return self._get(f"/v1/jobs/{job}", JobInfo)
+        return Job(info=self._get(f"/v1/jobs/{job.id}", JobInfo), operation=job.operation)
 
+    @overload
     def wait_for_job(
         self,
-        job_id: str,
+        job: str,
+        *,
+        poll_seconds: float = ...,
+        on_progress: Callable[[JobInfo], None] | None = ...,
+        timeout: float | None = ...,
+    ) -> JobInfo: ...
+    @overload
+    def wait_for_job(
+        self,
+        job: Job[ResponseT],
+        *,
+        poll_seconds: float = ...,
+        on_progress: Callable[[JobInfo], None] | None = ...,
+        timeout: float | None = ...,
+    ) -> ResponseT: ...
+    def wait_for_job(
+        self,
+        job: str | Job[Any],
         *,
         poll_seconds: float = 0.2,
         on_progress: Callable[[JobInfo], None] | None = None,
         timeout: float | None = None,
-    ) -> JobInfo:
-        """Poll a job until it is done or failed."""
+    ) -> Any:
+        """Poll a job until it is done or failed.
+
+        Given a job id, return its final :class:`JobInfo` (done or failed). Given a :class:`Job`
+        (from :meth:`submit`), return its release as the operation's response model, or raise
+        :class:`OperationFailedError` when it failed (its charge stands).
+        """
+        job_id = job if isinstance(job, str) else job.id
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             info = self.job(job_id)
             if on_progress is not None:
                 on_progress(info)
             if info.status in {"done", "failed"}:
-                return info
+                break
             if deadline is not None and time.monotonic() > deadline:
                 raise DPMineError(f"job {job_id} still {info.status} after {timeout} s")
             time.sleep(poll_seconds)
+        if isinstance(job, str):
+            return info
+        if info.status == "failed" or info.result is None:
+            raise OperationFailedError("OperationFailed", info.message or f"job {job_id} failed")
+        return job.operation.parse_response(info.result)
 
 
 class DatasetHandle:
@@ -249,6 +372,18 @@ class DatasetHandle:
         )
         return EstimateResponse.model_validate(response.json())
 
+    def run(
+        self,
+        request: OperationRequest[ResponseT],
+        *,
+        operation: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> ResponseT:
+        """Run the operation that takes ``request`` on this dataset (``Connection.run``)."""
+        return self.connection.run(
+            self.id, request, operation=operation, idempotency_key=idempotency_key
+        )
+
     def count(
         self,
         predicate: Expr | str | None = None,
@@ -260,12 +395,7 @@ class DatasetHandle:
         body = NoisyCountRequest(
             predicate=None if predicate is None else as_expr(predicate), epsilon=epsilon
         )
-        return self.connection.call(
-            f"/v1/datasets/{self.id}/counts",
-            body,
-            NoisyCountResponse,
-            idempotency_key=idempotency_key,
-        )
+        return self.run(body, idempotency_key=idempotency_key)
 
     def quality(
         self,
@@ -282,24 +412,14 @@ class DatasetHandle:
             epsilon=epsilon,
             mode=mode,
         )
-        return self.connection.call(
-            f"/v1/datasets/{self.id}/redescriptions/quality",
-            body,
-            ComputeQualityResponse,
-            idempotency_key=idempotency_key,
-        )
+        return self.run(body, idempotency_key=idempotency_key)
 
     def submit(
         self, operation: str, request: BaseModel, *, idempotency_key: str | None = None
     ) -> JobInfo:
-        """Run an operation as a background job (charged now); poll with ``wait_for_job``."""
-        response = self.connection.request(
-            "POST",
-            f"/v1/datasets/{self.id}/jobs",
-            json={"operation": operation, "request": request.model_dump(mode="json")},
-            idempotency_key=idempotency_key or str(uuid.uuid4()),
-        )
-        return JobInfo.model_validate(response.json())
+        """Run an operation, by name, as a background job (charged now); poll with
+        ``wait_for_job``. ``Connection.submit(dataset_id, request)`` is the typed form."""
+        return self.connection._submit_job(self.id, operation, request, idempotency_key)
 
 
 class AdminClient:

@@ -263,7 +263,7 @@ def _reserve_count(services: Services, dataset_id: str, key: str, epsilon: float
         dataset_id=dataset_id,
         operation=spec.name,
         parameters=parameters,
-        cost=spec.cost(spec.request_model.model_validate(parameters))[0],
+        cost=spec.cost(spec.request_model.model_validate(parameters)),
         guarantee="pure",
         idempotency_key=key,
         request_hash=request_fingerprint(spec.name, dataset_id, parameters),

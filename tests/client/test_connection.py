@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, assert_type
 
 import httpx
 import pytest
@@ -42,11 +42,13 @@ from dpmine.errors import (
 )
 from dpmine.queries import QuerySyntaxError, parse_query
 from dpmine.wire import (
+    COUNT_NOISY,
     BooleanAttribute,
     CategoricalAttribute,
     CreateDatasetRequest,
     CsvSource,
     DatasetMetadata,
+    JobInfo,
     NoisyCountRequest,
     NoisyCountResponse,
     Receipt,
@@ -545,3 +547,28 @@ def test_estimate_and_job_through_the_client(
     released = NoisyCountResponse.model_validate(done.result)
     assert abs(released.count - FLAGGED) <= laplace_tolerance(0.1)
     assert handle.budget().grant_spent == pytest.approx(0.1)
+
+
+def test_run_and_submit_are_typed_by_the_operation_table(analyst: dpmine.Connection) -> None:
+    # assert_type is checked by mypy (the project runs it on tests/): a regression to Any fails.
+    handle = analyst.dataset("mini")
+    request = NoisyCountRequest(predicate=parse_query("[flag]"), epsilon=0.1)
+    released = assert_type(analyst.run("mini", request), NoisyCountResponse)
+    assert isinstance(released, NoisyCountResponse)
+    assert released.receipt.operation == COUNT_NOISY.name
+    assert isinstance(assert_type(handle.run(request), NoisyCountResponse), NoisyCountResponse)
+    job = assert_type(analyst.submit("mini", request), dpmine.Job[NoisyCountResponse])
+    assert (job.operation, job.info.operation) == (COUNT_NOISY, "count.noisy")
+    result = assert_type(
+        analyst.wait_for_job(job, poll_seconds=0.02, timeout=30), NoisyCountResponse
+    )
+    assert isinstance(result, NoisyCountResponse)
+    assert abs(result.count - FLAGGED) <= laplace_tolerance(0.1)
+    # The job's raw JSON result parses into the operation's response model.
+    refreshed = assert_type(analyst.job(job), dpmine.Job[NoisyCountResponse])
+    assert refreshed.status == "done"
+    assert refreshed.result() == result
+    info = assert_type(analyst.job(job.id), JobInfo)
+    assert info.result == result.model_dump(mode="json")
+    # The id form keeps returning the raw JobInfo.
+    assert assert_type(analyst.wait_for_job(job.id, timeout=30), JobInfo).status == "done"

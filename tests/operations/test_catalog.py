@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 import dpmine_server.operations
 from dpmine.wire import (
+    OPERATIONS,
     BooleanAttribute,
     BoolLiteral,
     CategoricalAttribute,
@@ -35,6 +36,7 @@ from dpmine.wire import (
     Receipt,
     Redescription,
     SerenadeOptions,
+    SubmitJobRequest,
     TopKItemsetsRequest,
     WireModel,
 )
@@ -159,7 +161,7 @@ def _family_modules() -> list[Any]:
     return [module for module in modules if hasattr(module, "OPERATIONS")]
 
 
-def _receipt(spec: OperationSpec, cost: Epsilon, guarantee: str) -> Receipt:
+def _receipt(spec: OperationSpec[Any, Any], cost: Epsilon, guarantee: str) -> Receipt:
     """The receipt the executor attaches (services/executor.py)."""
     return Receipt(
         ledger_entry_id=1,
@@ -196,7 +198,7 @@ def test_names_and_paths_are_unique_and_well_formed() -> None:
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
-def test_request_and_response_models_form_a_wire_pair(spec: OperationSpec) -> None:
+def test_request_and_response_models_form_a_wire_pair(spec: OperationSpec[Any, Any]) -> None:
     assert issubclass(spec.request_model, WireModel)
     assert issubclass(spec.response_model, WireModel)
     assert spec.request_model is not spec.response_model
@@ -225,7 +227,9 @@ def _schema_name(content: dict[str, Any]) -> str:
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
-def test_each_operation_has_its_post_route(spec: OperationSpec, openapi: dict[str, Any]) -> None:
+def test_each_operation_has_its_post_route(
+    spec: OperationSpec[Any, Any], openapi: dict[str, Any]
+) -> None:
     path = f"/v1/datasets/{{dataset_id}}/{spec.path}"
     assert path in openapi["paths"], sorted(openapi["paths"])
     post = openapi["paths"][path]["post"]
@@ -235,7 +239,7 @@ def test_each_operation_has_its_post_route(spec: OperationSpec, openapi: dict[st
 
 @pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
 def test_the_kernel_docstring_states_the_guarantee_and_the_spec_section(
-    spec: OperationSpec,
+    spec: OperationSpec[Any, Any],
 ) -> None:
     doc = inspect.getdoc(spec.run)
     assert doc, (
@@ -265,14 +269,14 @@ SPEC_KINDS = [
 
 @pytest.mark.parametrize(("spec", "kind"), SPEC_KINDS)
 def test_run_output_plus_receipt_validates_against_the_response_model(
-    spec: OperationSpec, kind: DatasetKind
+    spec: OperationSpec[Any, Any], kind: DatasetKind
 ) -> None:
     store = _store(kind)
     rng = seeded_generator(3)
     for request in _example_requests(kind)[spec.name]:
         assert isinstance(request, spec.request_model)
         spec.validate(request, store.metadata)
-        cost, guarantee = spec.cost(request)
+        cost, guarantee = spec.cost(request), spec.guarantee
         assert guarantee in {"pure", "approximate"}
         assert cost.units > 0
         fields: dict[str, Any] = spec.run(store, request, cost, rng, no_progress)
@@ -289,9 +293,45 @@ def test_run_output_plus_receipt_validates_against_the_response_model(
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
-def test_cost_is_a_function_of_public_parameters_only(spec: OperationSpec) -> None:
+def test_cost_is_a_function_of_public_parameters_only(spec: OperationSpec[Any, Any]) -> None:
     for kind in sorted(spec.dataset_kinds):
         for request in _example_requests(kind)[spec.name]:
             first = spec.cost(request)
             copy = spec.request_model.model_validate(request.model_dump(mode="json"))
             assert spec.cost(copy) == first
+
+
+# --------------------------------------------------------------------------------------------
+# The wire table (dpmine.wire.OPERATIONS) is the one source of names, paths, models and modes
+
+
+def test_the_catalog_and_the_wire_table_agree() -> None:
+    assert sorted(CATALOG) == sorted(OPERATIONS)
+    for name, operation in OPERATIONS.items():
+        spec = CATALOG[name]
+        assert spec.operation is operation
+        assert (spec.name, spec.path, spec.request_model, spec.response_model) == (
+            operation.name,
+            operation.path,
+            operation.request_model,
+            operation.response_model,
+        )
+        assert (spec.guarantee, spec.mode) == (operation.guarantee, operation.mode)
+        assert spec.mode in {"inline", "job"}
+
+
+def test_the_openapi_operation_routes_are_the_wire_tables(openapi: dict[str, Any]) -> None:
+    routes = {
+        path
+        for path, methods in openapi["paths"].items()
+        if "operations" in methods.get("post", {}).get("tags", [])
+    }
+    # serenade.calibrate is free (no charge, no release): a route of its own, not an operation.
+    free = {"/v1/datasets/{dataset_id}/redescriptions/serenade/calibrate"}
+    assert routes - free == {f"/v1/datasets/{{dataset_id}}/{op.path}" for op in OPERATIONS.values()}
+    for operation in OPERATIONS.values():
+        post = openapi["paths"][f"/v1/datasets/{{dataset_id}}/{operation.path}"]["post"]
+        assert _schema_name(post["requestBody"]) == operation.request_model.__name__
+        assert _schema_name(post["responses"]["200"]) == operation.response_model.__name__
+    jobs = openapi["paths"]["/v1/datasets/{dataset_id}/jobs"]["post"]
+    assert _schema_name(jobs["requestBody"]) == SubmitJobRequest.__name__

@@ -108,7 +108,7 @@ def run_kernel(
 ) -> list[dict[str, Any]]:
     """``samples`` releases of the registered kernel, each charged CHARGE."""
     spec = CATALOG[f"fim.topk_{method}"]
-    cost, guarantee = spec.cost(request)
+    cost, guarantee = spec.cost(request), spec.guarantee
     assert (cost, guarantee) == (CHARGE, "pure")
     rng = seeded_generator(seed)
     return [spec.run(store, request, cost, rng, no_progress) for _ in range(samples)]

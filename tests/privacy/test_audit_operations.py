@@ -117,7 +117,7 @@ def _neighbours(added: Row) -> tuple[ColumnStore, ColumnStore]:
 def _run_kernel(name: str, store: ColumnStore, request: Any, samples: int) -> list[dict[str, Any]]:
     """``samples`` releases of the registered kernel, charged CHARGE each."""
     spec = CATALOG[name]
-    cost, guarantee = spec.cost(request)
+    cost, guarantee = spec.cost(request), spec.guarantee
     assert cost == CHARGE
     assert guarantee == "pure"
     rng = seeded_generator(17)

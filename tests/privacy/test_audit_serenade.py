@@ -158,7 +158,7 @@ def draw_pairs(
         quality=quality,
         options=SerenadeOptions(threshold_mode=mode),
     )
-    cost, guarantee = spec.cost(request)
+    cost, guarantee = spec.cost(request), spec.guarantee
     assert (cost, guarantee) == (Epsilon.charge(EPSILON * PAIRS_PER_CALL), "pure")
     rng = seeded_generator(seed)
     keys: list[Key] = []
@@ -179,7 +179,7 @@ def draw_extensions(
 ) -> list[Key]:
     """``samples`` extend-one releases of one request, charged ε each, as law keys."""
     spec = CATALOG["serenade.extend_one"]
-    cost, guarantee = spec.cost(request)
+    cost, guarantee = spec.cost(request), spec.guarantee
     assert (cost, guarantee) == (Epsilon.charge(request.epsilon), "pure")
     mode = request.options.threshold_mode
     assert mode in ("grid", "continuous")

@@ -87,7 +87,7 @@ def draw_numeric_literals(
 ) -> list[NumLiteral]:
     """The right-hand numeric literals of ``samples`` initial pairs drawn by the real kernel."""
     spec = CATALOG["serenade.initial_pairs"]
-    cost, _guarantee = spec.cost(request)
+    cost = spec.cost(request)
     rng = seeded_generator(seed)
     literals: list[NumLiteral] = []
     for _ in range(samples // request.count):

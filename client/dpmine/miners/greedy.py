@@ -29,17 +29,19 @@ from dpmine.connection import DatasetHandle
 from dpmine.miners._base import BaseMiner, NotMinedError, _Spent
 from dpmine.queries import format_query
 from dpmine.wire import (
+    COUNT_NOISY,
+    RED_COMPUTE_QUALITY,
+    SERENADE_EXTEND_ONE,
+    SERENADE_INITIAL_PAIRS,
     BooleanAttribute,
     BoolLiteral,
     CategoricalAttribute,
     CatLiteral,
     ComputeQualityRequest,
-    ComputeQualityResponse,
     DatasetMetadata,
     ExtendOneRequest,
     ExtendOneResponse,
     InitialPairsRequest,
-    InitialPairsResponse,
     NoisyCells,
     NoisyCountRequest,
     NoisyStatistics,
@@ -53,13 +55,6 @@ from dpmine.wire import (
 )
 
 __all__ = ["MinedRedescription", "NoSens", "SerenadeCS", "SerenadeES", "SerenadeParameters"]
-
-_PATHS = {
-    "count.noisy": "counts",
-    "serenade.initial_pairs": "redescriptions/serenade/initial-pairs",
-    "serenade.extend_one": "redescriptions/serenade/extend",
-    "red.compute_quality": "redescriptions/quality",
-}
 
 
 @dataclass(frozen=True)
@@ -170,7 +165,7 @@ class _SerenadeBase(BaseMiner):
             assert self.x0 is not None
             return [], self.x0
         count = NoisyCountRequest(epsilon=self.count_epsilon)
-        planned = [PlannedCall(operation="count.noisy", request=count.model_dump(mode="json"))]
+        planned = [COUNT_NOISY.plan(count)]
         return planned, max(self.x0_fraction * schema.n_max, 1.0)
 
     def _resolve_x0(self, dataset: DatasetHandle, spent: _Spent) -> float:
@@ -192,11 +187,7 @@ class _SerenadeBase(BaseMiner):
             quality=self._quality(x0),
             options=self._options(),
         )
-        response = dataset.connection.call(
-            f"/v1/datasets/{dataset.id}/{_PATHS['serenade.initial_pairs']}",
-            request,
-            InitialPairsResponse,
-        )
+        response = dataset.run(request)
         spent.receipts.append(response.receipt)
         self.threshold_modes_ = [response.threshold_mode]
         return list(response.pairs)
@@ -218,11 +209,7 @@ class _SerenadeBase(BaseMiner):
             quality=self._quality(x0),
             options=self._options(),
         )
-        response = dataset.connection.call(
-            f"/v1/datasets/{dataset.id}/{_PATHS['serenade.extend_one']}",
-            request,
-            ExtendOneResponse,
-        )
+        response = dataset.run(request)
         spent.receipts.append(response.receipt)
         self.threshold_modes_.append(response.threshold_mode)
         return response
@@ -231,11 +218,7 @@ class _SerenadeBase(BaseMiner):
         self, dataset: DatasetHandle, red: Redescription, epsilon: float, spent: _Spent
     ) -> MinedRedescription:
         request = ComputeQualityRequest(redescription=red, epsilon=epsilon, mode=self.quality_mode)
-        response = dataset.connection.call(
-            f"/v1/datasets/{dataset.id}/{_PATHS['red.compute_quality']}",
-            request,
-            ComputeQualityResponse,
-        )
+        response = dataset.run(request)
         spent.receipts.append(response.receipt)
         return MinedRedescription(red, response.statistics, response.cells)
 
@@ -346,9 +329,7 @@ class SerenadeES(_SerenadeBase):
         pairs = InitialPairsRequest(
             count=self.n_initial, epsilon=e_init, quality=quality, options=self._options()
         )
-        calls.append(
-            PlannedCall(operation="serenade.initial_pairs", request=pairs.model_dump(mode="json"))
-        )
+        calls.append(SERENADE_INITIAL_PAIRS.plan(pairs))
         collection = [_placeholder(schema)] * self.n_initial
         extend = ExtendOneRequest(
             mode="es",
@@ -357,15 +338,11 @@ class SerenadeES(_SerenadeBase):
             quality=quality,
             options=self._options(),
         )
-        calls += [
-            PlannedCall(operation="serenade.extend_one", request=extend.model_dump(mode="json"))
-        ] * self.rounds
+        calls += [SERENADE_EXTEND_ONE.plan(extend)] * self.rounds
         measure = ComputeQualityRequest(
             redescription=collection[0], epsilon=e_qual / self.n_initial, mode=self.quality_mode
         )
-        calls += [
-            PlannedCall(operation="red.compute_quality", request=measure.model_dump(mode="json"))
-        ] * self.n_initial
+        calls += [RED_COMPUTE_QUALITY.plan(measure)] * self.n_initial
         return calls
 
     def mine(self, dataset: DatasetHandle) -> SerenadeES:
@@ -431,31 +408,17 @@ class SerenadeCS(_SerenadeBase):
         pairs = InitialPairsRequest(
             count=self.n_initial, epsilon=self._shares[0], quality=quality, options=self._options()
         )
-        calls.append(
-            PlannedCall(operation="serenade.initial_pairs", request=pairs.model_dump(mode="json"))
-        )
+        calls.append(SERENADE_INITIAL_PAIRS.plan(pairs))
         red = _placeholder(schema)
         extend = ExtendOneRequest(
             mode="cs", collection=[red], epsilon=e_x, quality=quality, options=self._options()
         )
         measure = ComputeQualityRequest(redescription=red, epsilon=e_q, mode=self.quality_mode)
         for _ in range(self.n_initial):
-            calls.append(
-                PlannedCall(
-                    operation="red.compute_quality", request=measure.model_dump(mode="json")
-                )
-            )
+            calls.append(RED_COMPUTE_QUALITY.plan(measure))
             for _ in range(self.tau):
-                calls.append(
-                    PlannedCall(
-                        operation="serenade.extend_one", request=extend.model_dump(mode="json")
-                    )
-                )
-                calls.append(
-                    PlannedCall(
-                        operation="red.compute_quality", request=measure.model_dump(mode="json")
-                    )
-                )
+                calls.append(SERENADE_EXTEND_ONE.plan(extend))
+                calls.append(RED_COMPUTE_QUALITY.plan(measure))
         return calls
 
     def mine(self, dataset: DatasetHandle) -> SerenadeCS:

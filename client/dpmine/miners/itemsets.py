@@ -14,14 +14,20 @@ from typing import Literal
 from dpmine.connection import DatasetHandle
 from dpmine.miners._base import BaseMiner, NotMinedError, _Spent
 from dpmine.wire import (
+    COUNT_NOISY,
+    FIM_TOPK_EM,
+    FIM_TOPK_LAPLACE,
     NoisyCountRequest,
     NoisyCountResponse,
+    Operation,
     PlannedCall,
     TopKItemsetsRequest,
     TopKItemsetsResponse,
 )
 
 __all__ = ["AssociationRule", "MinedItemset", "TopKItemsets", "association_rules"]
+
+_METHODS = {"em": FIM_TOPK_EM, "laplace": FIM_TOPK_LAPLACE}
 
 
 @dataclass(frozen=True)
@@ -86,31 +92,24 @@ class TopKItemsets(BaseMiner):
             count_share=self.count_share,
         )
 
-    def _operation(self) -> str:
-        if self.method not in {"em", "laplace"}:
+    def _operation(self) -> Operation[TopKItemsetsRequest, TopKItemsetsResponse]:
+        if self.method not in _METHODS:
             raise ValueError(f"method must be 'em' or 'laplace', got {self.method!r}")
-        return f"fim.topk_{self.method}"
+        return _METHODS[self.method]
 
     def _calls(self, dataset: DatasetHandle) -> list[PlannedCall]:
         del dataset
-        calls = [
-            PlannedCall(
-                operation=self._operation(), request=self._request().model_dump(mode="json")
-            )
-        ]
+        calls = [self._operation().plan(self._request())]
         if self.frequency_epsilon > 0:
             count = NoisyCountRequest(epsilon=self.frequency_epsilon)
-            calls.append(
-                PlannedCall(operation="count.noisy", request=count.model_dump(mode="json"))
-            )
+            calls.append(COUNT_NOISY.plan(count))
         return calls
 
     def mine(self, dataset: DatasetHandle) -> TopKItemsets:
         """Run the plan (refused up front if the budget cannot cover it)."""
         self._check_budget(dataset)
         spent = _Spent()
-        path = f"/v1/datasets/{dataset.id}/itemsets/top-k-{self.method}"
-        released = dataset.connection.call(path, self._request(), TopKItemsetsResponse)
+        released = dataset.run(self._request(), operation=self._operation().name)
         spent.receipts.append(released.receipt)
         n_hat: int | None = None
         if self.frequency_epsilon > 0:

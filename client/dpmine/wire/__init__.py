@@ -7,5 +7,6 @@ from dpmine.wire.counts import *  # noqa: F403
 from dpmine.wire.datasets import *  # noqa: F403
 from dpmine.wire.itemsets import *  # noqa: F403
 from dpmine.wire.jobs import *  # noqa: F403
+from dpmine.wire.operations import *  # noqa: F403
 from dpmine.wire.queries import *  # noqa: F403
 from dpmine.wire.redescriptions import *  # noqa: F403

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 
@@ -13,6 +13,7 @@ __all__ = [
     "Epsilon",
     "ErrorBody",
     "Guarantee",
+    "OperationRequest",
     "Receipt",
     "Timestamp",
     "WireModel",
@@ -67,6 +68,30 @@ class WireModel(BaseModel):
                 "send only the documented fields"
             )
         return data
+
+
+#: The response model of an operation (a type parameter of :class:`OperationRequest`).
+ResponseT = TypeVar("ResponseT", bound=WireModel)
+
+
+class OperationRequest(WireModel, Generic[ResponseT]):
+    """Base of a private operation's request, parametrised by the operation's response model.
+
+    ``class NoisyCountRequest(OperationRequest[NoisyCountResponse])`` is how the client's
+    ``Connection.run(dataset_id, request)`` knows, statically, what it returns; the operation
+    table (:mod:`dpmine.wire.operations`) checks that it names the same response model. The
+    parameter adds no field: the JSON shape is the subclass's own.
+    """
+
+
+def response_model_of(request_model: type[OperationRequest[Any]]) -> type[WireModel]:
+    """The response model a request model was declared with (``OperationRequest[Response]``)."""
+    for base in request_model.__mro__:
+        metadata = getattr(base, "__pydantic_generic_metadata__", None)
+        if metadata and metadata["origin"] is OperationRequest and metadata["args"]:
+            answer: type[WireModel] = metadata["args"][0]
+            return answer
+    raise TypeError(f"{request_model.__name__} does not subclass OperationRequest[Response]")
 
 
 class ErrorBody(WireModel):

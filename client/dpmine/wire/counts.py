@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from dpmine.wire.common import Epsilon, Receipt, WireModel
+from dpmine.wire.common import Epsilon, OperationRequest, Receipt, WireModel
 from dpmine.wire.queries import Expr, check_query_limits
 
 __all__ = ["NoisyCountRequest", "NoisyCountResponse"]
 
 
-class NoisyCountRequest(WireModel):
+class NoisyCountResponse(WireModel):
+    """``count`` = true count + discrete Laplace(1/epsilon); may be negative (do not clamp here)."""
+
+    count: int
+    receipt: Receipt
+
+
+class NoisyCountRequest(OperationRequest[NoisyCountResponse]):
     """Count the rows satisfying ``predicate`` (all rows when it is null), plus Laplace noise."""
 
     predicate: Expr | None = Field(
@@ -23,10 +30,3 @@ class NoisyCountRequest(WireModel):
         if self.predicate is not None:
             check_query_limits(self.predicate, side="predicate")
         return self
-
-
-class NoisyCountResponse(WireModel):
-    """``count`` = true count + discrete Laplace(1/epsilon); may be negative (do not clamp here)."""
-
-    count: int
-    receipt: Receipt

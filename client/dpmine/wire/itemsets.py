@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from dpmine.wire.common import Epsilon, Receipt, WireModel
+from dpmine.wire.common import Epsilon, OperationRequest, Receipt, WireModel
 
 __all__ = [
     "MAX_ITEMSET_LENGTH",
@@ -24,7 +24,24 @@ MAX_ITEMSET_LENGTH = 6
 TopKMethod = Literal["em", "laplace"]
 
 
-class TopKItemsetsRequest(WireModel):
+class ReleasedItemset(WireModel):
+    """One selected itemset (item names) and, if asked, its noisy count (may be negative)."""
+
+    items: list[str]
+    noisy_count: int | None = None
+
+
+class TopKItemsetsResponse(WireModel):
+    """The K itemsets in selection order (most frequent first, noisily)."""
+
+    method: TopKMethod
+    itemsets: list[ReleasedItemset]
+    epsilon_selection: float
+    epsilon_counts: float
+    receipt: Receipt
+
+
+class TopKItemsetsRequest(OperationRequest[TopKItemsetsResponse]):
     """The K most frequent itemsets of a length (or length range), privately.
 
     Without counts the whole ε goes to the selection; with counts ``count_share`` of it pays
@@ -51,20 +68,3 @@ class TopKItemsetsRequest(WireModel):
     def lengths(self) -> list[int]:
         """The itemset lengths asked for."""
         return list(range(self.min_length, (self.max_length or self.min_length) + 1))
-
-
-class ReleasedItemset(WireModel):
-    """One selected itemset (item names) and, if asked, its noisy count (may be negative)."""
-
-    items: list[str]
-    noisy_count: int | None = None
-
-
-class TopKItemsetsResponse(WireModel):
-    """The K itemsets in selection order (most frequent first, noisily)."""
-
-    method: TopKMethod
-    itemsets: list[ReleasedItemset]
-    epsilon_selection: float
-    epsilon_counts: float
-    receipt: Receipt

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from dpmine.wire.common import Timestamp, WireModel
 
-__all__ = ["JobInfo", "JobStatus"]
+__all__ = ["JobInfo", "JobStatus", "SubmitJobRequest"]
 
 JobStatus = Literal["queued", "running", "done", "failed"]
 
@@ -25,3 +25,10 @@ class JobInfo(WireModel):
     result: dict[str, Any] | None = None
     created_at: Timestamp
     updated_at: Timestamp
+
+
+class SubmitJobRequest(WireModel):
+    """An operation by name (``dpmine.wire.OPERATIONS``) and its request body."""
+
+    operation: str = Field(min_length=1, max_length=64)
+    request: dict[str, Any]

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from dpmine.wire.common import Epsilon, Receipt, WireModel
+from dpmine.wire.common import Epsilon, OperationRequest, Receipt, WireModel
 from dpmine.wire.queries import Redescription
 
 __all__ = [
@@ -32,14 +32,6 @@ __all__ = [
 #: "cells": four noisy cells with Lap(1/eps) each (engine default, §1.6 [REC]);
 #: "paper": noisy |I| and |U| with Lap(2/eps) each (paper-compatible switch).
 QualityMode = Literal["cells", "paper"]
-
-
-class ComputeQualityRequest(WireModel):
-    """Noisy support statistics of one redescription."""
-
-    redescription: Redescription
-    epsilon: Epsilon
-    mode: QualityMode = "cells"
 
 
 class NoisyCells(WireModel):
@@ -72,6 +64,14 @@ class ComputeQualityResponse(WireModel):
     cells: NoisyCells
     statistics: NoisyStatistics
     receipt: Receipt
+
+
+class ComputeQualityRequest(OperationRequest[ComputeQualityResponse]):
+    """Noisy support statistics of one redescription."""
+
+    redescription: Redescription
+    epsilon: Epsilon
+    mode: QualityMode = "cells"
 
 
 # -- Serenade (ALGORITHMS.md §2) ---------------------------------------------------------------
@@ -133,15 +133,6 @@ class CalibrateResponse(WireModel):
     n_max: int
 
 
-class InitialPairsRequest(WireModel):
-    """``count`` independent exponential-mechanism draws of literal pairs (§2.3); costs ε."""
-
-    count: int = Field(default=20, ge=1, le=1000)
-    epsilon: Epsilon
-    quality: QualityParameters
-    options: SerenadeOptions = Field(default_factory=SerenadeOptions)
-
-
 class InitialPairsResponse(WireModel):
     """The drawn pairs (numeric bounds drawn inside their cells, never data values)."""
 
@@ -152,7 +143,26 @@ class InitialPairsResponse(WireModel):
     receipt: Receipt
 
 
-class ExtendOneRequest(WireModel):
+class InitialPairsRequest(OperationRequest[InitialPairsResponse]):
+    """``count`` independent exponential-mechanism draws of literal pairs (§2.3); costs ε."""
+
+    count: int = Field(default=20, ge=1, le=1000)
+    epsilon: Epsilon
+    quality: QualityParameters
+    options: SerenadeOptions = Field(default_factory=SerenadeOptions)
+
+
+class ExtendOneResponse(WireModel):
+    """The chosen candidate: its position and redescription (``changed`` = it was extended)."""
+
+    position: int
+    redescription: Redescription
+    changed: bool
+    threshold_mode: Literal["continuous", "grid"]
+    receipt: Receipt
+
+
+class ExtendOneRequest(OperationRequest[ExtendOneResponse]):
     """One extension step (§2.4). ``cs``: a collection of one redescription; ``es``: one draw
     over the union of the candidates of every redescription of the collection."""
 
@@ -179,13 +189,3 @@ class ExtendOneRequest(WireModel):
         if self.mode == "cs" and len(self.collection) != 1:
             raise ValueError("mode 'cs' extends exactly one redescription")
         return self
-
-
-class ExtendOneResponse(WireModel):
-    """The chosen candidate: its position and redescription (``changed`` = it was extended)."""
-
-    position: int
-    redescription: Redescription
-    changed: bool
-    threshold_mode: Literal["continuous", "grid"]
-    receipt: Receipt

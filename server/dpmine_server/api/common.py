@@ -47,15 +47,29 @@ def run_operation(
     idempotency_key: str | None,
     response: Response,
 ) -> dict[str, Any]:
-    """Validate, charge, compute, store; or replay the stored release of a retry."""
+    """Validate, charge, compute, store; or replay the stored release of a retry.
+
+    An ``inline`` operation is computed in the calling thread; a ``job`` operation is submitted
+    to the job runner and waited for (the same ledger entry and job a ``POST .../jobs`` makes).
+    """
     executor = services.executor
-    release = executor.execute(
-        principal=principal,
-        dataset_id=dataset_id,
-        spec=executor.spec(operation),
-        request=request,
-        idempotency_key=idempotency_key,
-    )
+    spec = executor.spec(operation)
+    if spec.mode == "job":
+        release = services.jobs.execute(
+            principal=principal,
+            dataset_id=dataset_id,
+            operation=spec.name,
+            request=request.model_dump(mode="json"),
+            idempotency_key=idempotency_key,
+        )
+    else:
+        release = executor.execute(
+            principal=principal,
+            dataset_id=dataset_id,
+            spec=spec,
+            request=request,
+            idempotency_key=idempotency_key,
+        )
     if release.replayed:
         response.headers["Idempotent-Replayed"] = "true"
     response.headers["Cache-Control"] = "no-store"
@@ -138,12 +152,15 @@ async def _hold(
     await anyio.sleep(policy.remaining(arrival, budget))
 
 
-def operation_router(specs: Sequence[OperationSpec]) -> APIRouter:
+def operation_router(specs: Sequence[OperationSpec[Any, Any]]) -> APIRouter:
     """A router with one ``POST /datasets/{dataset_id}/<spec.path>`` per operation.
 
     Every endpoint is the same thin function (validate, charge, compute, store via
     :func:`run_operation`); its body parameter is typed with the operation's request model so
-    the OpenAPI document shows the exact request and response schemas.
+    the OpenAPI document shows the exact request and response schemas. The route answers with
+    the release whatever the operation's mode: an ``inline`` operation is computed in the
+    request, a ``job`` operation by the job runner while the request waits (``POST .../jobs``
+    returns at once for either).
     """
     router = APIRouter(tags=["operations"])
     for spec in specs:
@@ -159,7 +176,7 @@ def operation_router(specs: Sequence[OperationSpec]) -> APIRouter:
     return router
 
 
-def _operation_endpoint(spec: OperationSpec) -> Callable[..., Awaitable[dict[str, Any]]]:
+def _operation_endpoint(spec: OperationSpec[Any, Any]) -> Callable[..., Awaitable[dict[str, Any]]]:
     async def endpoint(
         arrival: ArrivalDep,
         dataset_id: str,

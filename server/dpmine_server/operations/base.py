@@ -9,16 +9,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
-from pydantic import BaseModel
 
-from dpmine.wire import DatasetKind, DatasetMetadata, Guarantee
+from dpmine.wire import (
+    DatasetKind,
+    DatasetMetadata,
+    ExecutionMode,
+    Guarantee,
+    Operation,
+    OperationRequest,
+    WireModel,
+)
 from dpmine_server.data.columns import ColumnStore
 from dpmine_server.dp.budget import Epsilon
 
 __all__ = ["OperationSpec", "Progress", "no_progress"]
+
+RequestT = TypeVar("RequestT", bound=OperationRequest[Any])
+ResponseT = TypeVar("ResponseT", bound=WireModel)
 
 
 class Progress(Protocol):
@@ -33,24 +43,55 @@ def no_progress(fraction: float, message: str = "") -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class OperationSpec:
-    """One private operation.
+class OperationSpec(Generic[RequestT, ResponseT]):
+    """One private operation: its wire description (``operation``, from the wire table
+    :data:`dpmine.wire.OPERATIONS`: name, path, models, guarantee, execution mode) and what only
+    the server knows.
 
     * ``validate(request, metadata)`` raises ValueError with a message saying what to fix; it
       sees only public metadata and runs before anything is charged.
-    * ``cost(request)`` is the exact epsilon and guarantee, from public parameters only.
+    * ``cost(request)`` is the exact epsilon, from public parameters only (the guarantee is the
+      operation's, ``operation.guarantee``).
     * ``run(columns, request, epsilon, rng, progress)`` is the kernel; ``epsilon`` is the charged
       amount (use ``epsilon.for_mechanism()`` for noise scales). It returns the response fields
       except ``receipt``. Kernels keep no state between calls: each call is a fresh release
-      whose only cost is its own charge.
+      whose only cost is its own charge. ``progress`` receives public progress reports (a job's;
+      ignored when answered inline).
     """
 
-    name: str
-    path: str
+    operation: Operation[RequestT, ResponseT]
     summary: str
-    request_model: type[BaseModel]
-    response_model: type[BaseModel]
     dataset_kinds: frozenset[DatasetKind]
-    validate: Callable[[Any, DatasetMetadata], None]
-    cost: Callable[[Any], tuple[Epsilon, Guarantee]]
-    run: Callable[[ColumnStore, Any, Epsilon, np.random.Generator, Progress], dict[str, Any]]
+    validate: Callable[[RequestT, DatasetMetadata], None]
+    cost: Callable[[RequestT], Epsilon]
+    run: Callable[[ColumnStore, RequestT, Epsilon, np.random.Generator, Progress], dict[str, Any]]
+
+    @property
+    def name(self) -> str:
+        """The public name, e.g. ``count.noisy``."""
+        return self.operation.name
+
+    @property
+    def path(self) -> str:
+        """The route below ``/v1/datasets/{dataset_id}/``."""
+        return self.operation.path
+
+    @property
+    def request_model(self) -> type[RequestT]:
+        """The wire request model."""
+        return self.operation.request_model
+
+    @property
+    def response_model(self) -> type[ResponseT]:
+        """The wire response model."""
+        return self.operation.response_model
+
+    @property
+    def guarantee(self) -> Guarantee:
+        """The privacy guarantee of every release."""
+        return self.operation.guarantee
+
+    @property
+    def mode(self) -> ExecutionMode:
+        """``inline`` (answered in the request) or ``job`` (always run by the job runner)."""
+        return self.operation.mode

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from dpmine.wire import DatasetMetadata, Expr, Guarantee, NoisyCountRequest, NoisyCountResponse
+from dpmine.wire import COUNT_NOISY, DatasetMetadata, Expr, NoisyCountRequest
 from dpmine_server.data.columns import ColumnStore
 from dpmine_server.data.validation import validate_expr
 from dpmine_server.dp.budget import Epsilon
@@ -31,8 +31,8 @@ def _validate(request: NoisyCountRequest, metadata: DatasetMetadata) -> None:
         validate_expr(request.predicate, metadata, side="predicate")
 
 
-def _cost(request: NoisyCountRequest) -> tuple[Epsilon, Guarantee]:
-    return Epsilon.charge(request.epsilon), "pure"
+def _cost(request: NoisyCountRequest) -> Epsilon:
+    return Epsilon.charge(request.epsilon)
 
 
 def _run(
@@ -48,16 +48,13 @@ def _run(
     }
 
 
-OPERATIONS = [
-    OperationSpec(
-        name="count.noisy",
-        path="counts",
-        summary="Noisy count of the rows satisfying a predicate (or of all rows).",
-        request_model=NoisyCountRequest,
-        response_model=NoisyCountResponse,
-        dataset_kinds=frozenset({"views", "table", "transactions"}),
-        validate=_validate,
-        cost=_cost,
-        run=_run,
-    )
-]
+_NOISY_COUNT = OperationSpec(
+    operation=COUNT_NOISY,
+    summary="Noisy count of the rows satisfying a predicate (or of all rows).",
+    dataset_kinds=frozenset({"views", "table", "transactions"}),
+    validate=_validate,
+    cost=_cost,
+    run=_run,
+)
+
+OPERATIONS: list[OperationSpec[Any, Any]] = [_NOISY_COUNT]

@@ -26,7 +26,7 @@ data-dependent error exists after the charge.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -34,8 +34,10 @@ import numpy as np
 import numpy.typing as npt
 
 from dpmine.wire import (
+    FIM_TOPK_EM,
+    FIM_TOPK_LAPLACE,
     DatasetMetadata,
-    Guarantee,
+    Operation,
     TopKItemsetsRequest,
     TopKItemsetsResponse,
 )
@@ -347,11 +349,15 @@ def _validate(request: TopKItemsetsRequest, metadata: DatasetMetadata) -> None:
         raise ValueError("the itemset universe is too large for this server; use shorter itemsets")
 
 
-def _cost(request: TopKItemsetsRequest) -> tuple[Epsilon, Guarantee]:
-    return Epsilon.charge(request.epsilon), "pure"
+def _cost(request: TopKItemsetsRequest) -> Epsilon:
+    return Epsilon.charge(request.epsilon)
 
 
-def _runner(method: Method) -> Any:
+def _runner(
+    method: Method,
+) -> Callable[
+    [ColumnStore, TopKItemsetsRequest, Epsilon, np.random.Generator, Progress], dict[str, Any]
+]:
     def run(
         columns: ColumnStore,
         request: TopKItemsetsRequest,
@@ -387,22 +393,25 @@ def _runner(method: Method) -> Any:
     return run
 
 
+_OPERATIONS: dict[Method, Operation[TopKItemsetsRequest, TopKItemsetsResponse]] = {
+    "em": FIM_TOPK_EM,
+    "laplace": FIM_TOPK_LAPLACE,
+}
 _SUMMARIES: dict[Method, str] = {
     "em": "Top-K itemsets by the exponential mechanism (Bhaskar et al. Algorithm 1).",
     "laplace": "Top-K itemsets by Laplace noise (Bhaskar et al. Algorithm 2).",
 }
 
-OPERATIONS = [
-    OperationSpec(
-        name=f"fim.topk_{method}",
-        path=f"itemsets/top-k-{method}",
-        summary=summary,
-        request_model=TopKItemsetsRequest,
-        response_model=TopKItemsetsResponse,
+
+def _spec(method: Method) -> OperationSpec[TopKItemsetsRequest, TopKItemsetsResponse]:
+    return OperationSpec(
+        operation=_OPERATIONS[method],
+        summary=_SUMMARIES[method],
         dataset_kinds=frozenset({"transactions", "table", "views"}),
         validate=_validate,
         cost=_cost,
         run=_runner(method),
     )
-    for method, summary in _SUMMARIES.items()
-]
+
+
+OPERATIONS: list[OperationSpec[Any, Any]] = [_spec(method) for method in _OPERATIONS]

@@ -13,14 +13,13 @@ import numpy as np
 from dpmine.queries import attributes
 from dpmine.stats import jaccard, statistics_from_cells
 from dpmine.wire import (
+    RED_COMPUTE_QUALITY,
+    SERENADE_EXTEND_ONE,
+    SERENADE_INITIAL_PAIRS,
     ComputeQualityRequest,
-    ComputeQualityResponse,
     DatasetMetadata,
     ExtendOneRequest,
-    ExtendOneResponse,
-    Guarantee,
     InitialPairsRequest,
-    InitialPairsResponse,
     QualityMode,
     QualityParameters,
     Redescription,
@@ -123,8 +122,8 @@ def validate_redescription(redescription: Redescription, metadata: DatasetMetada
             )
 
 
-def _cost(request: ComputeQualityRequest) -> tuple[Epsilon, Guarantee]:
-    return Epsilon.charge(request.epsilon), "pure"
+def _cost(request: ComputeQualityRequest | InitialPairsRequest | ExtendOneRequest) -> Epsilon:
+    return Epsilon.charge(request.epsilon)
 
 
 def _run(
@@ -260,38 +259,29 @@ def _run_extend(
     }
 
 
-OPERATIONS = [
-    OperationSpec(
-        name="red.compute_quality",
-        path="redescriptions/quality",
-        summary="Noisy support cells, Jaccard and p-value of a redescription.",
-        request_model=ComputeQualityRequest,
-        response_model=ComputeQualityResponse,
-        dataset_kinds=frozenset({"views", "table"}),
-        validate=_validate,
-        cost=_cost,
-        run=_run,
-    ),
-    OperationSpec(
-        name="serenade.initial_pairs",
-        path="redescriptions/serenade/initial-pairs",
-        summary="Serenade initial pairs: independent exponential-mechanism draws of literal pairs.",
-        request_model=InitialPairsRequest,
-        response_model=InitialPairsResponse,
-        dataset_kinds=frozenset({"views", "table"}),
-        validate=_validate_pairs,
-        cost=_cost,
-        run=_run_pairs,
-    ),
-    OperationSpec(
-        name="serenade.extend_one",
-        path="redescriptions/serenade/extend",
-        summary="Serenade ExtendOne: one exponential-mechanism draw over all extensions.",
-        request_model=ExtendOneRequest,
-        response_model=ExtendOneResponse,
-        dataset_kinds=frozenset({"views", "table"}),
-        validate=_validate_extend,
-        cost=_cost,
-        run=_run_extend,
-    ),
-]
+_COMPUTE_QUALITY = OperationSpec(
+    operation=RED_COMPUTE_QUALITY,
+    summary="Noisy support cells, Jaccard and p-value of a redescription.",
+    dataset_kinds=frozenset({"views", "table"}),
+    validate=_validate,
+    cost=_cost,
+    run=_run,
+)
+_INITIAL_PAIRS = OperationSpec(
+    operation=SERENADE_INITIAL_PAIRS,
+    summary="Serenade initial pairs: independent exponential-mechanism draws of literal pairs.",
+    dataset_kinds=frozenset({"views", "table"}),
+    validate=_validate_pairs,
+    cost=_cost,
+    run=_run_pairs,
+)
+_EXTEND_ONE = OperationSpec(
+    operation=SERENADE_EXTEND_ONE,
+    summary="Serenade ExtendOne: one exponential-mechanism draw over all extensions.",
+    dataset_kinds=frozenset({"views", "table"}),
+    validate=_validate_extend,
+    cost=_cost,
+    run=_run_extend,
+)
+
+OPERATIONS: list[OperationSpec[Any, Any]] = [_COMPUTE_QUALITY, _INITIAL_PAIRS, _EXTEND_ONE]

@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 
-from dpmine.wire import DatasetMetadata, Receipt
+from dpmine.wire import DatasetMetadata, Guarantee, Receipt
 from dpmine_server.db.models import Principal
 from dpmine_server.dp.budget import BudgetError, Epsilon
 from dpmine_server.errors import Forbidden, InvalidRequest, OperationFailed
@@ -35,10 +35,10 @@ logger = logging.getLogger(__name__)
 class PricedCall:
     """A validated request and its exact cost."""
 
-    spec: OperationSpec
+    spec: OperationSpec[Any, Any]
     request: BaseModel
     cost: Epsilon
-    guarantee: str
+    guarantee: Guarantee
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +76,7 @@ class Executor:
         self._datasets = datasets
         self._rng_factory = rng_factory
 
-    def spec(self, operation: str) -> OperationSpec:
+    def spec(self, operation: str) -> OperationSpec[Any, Any]:
         """The operation called ``operation``."""
         spec = CATALOG.get(operation)
         if spec is None:
@@ -86,7 +86,10 @@ class Executor:
         return spec
 
     def price(
-        self, spec: OperationSpec, request: BaseModel | dict[str, Any], metadata: DatasetMetadata
+        self,
+        spec: OperationSpec[Any, Any],
+        request: BaseModel | dict[str, Any],
+        metadata: DatasetMetadata,
     ) -> PricedCall:
         """Validate a request against public metadata and compute its exact cost (free)."""
         if metadata.kind not in spec.dataset_kinds:
@@ -101,19 +104,19 @@ class Executor:
                 else spec.request_model.model_validate(request)
             )
             spec.validate(model, metadata)
-            cost, guarantee = spec.cost(model)
+            cost = spec.cost(model)
         except ValidationError as error:
             raise InvalidRequest(_first_errors(error)) from error
         except (ValueError, BudgetError) as error:
             raise InvalidRequest(str(error)) from error
-        return PricedCall(spec=spec, request=model, cost=cost, guarantee=guarantee)
+        return PricedCall(spec=spec, request=model, cost=cost, guarantee=spec.guarantee)
 
     def begin(
         self,
         *,
         principal: Principal,
         dataset_id: str,
-        spec: OperationSpec,
+        spec: OperationSpec[Any, Any],
         request: BaseModel | dict[str, Any],
         idempotency_key: str | None,
     ) -> Release | Pending:
@@ -170,7 +173,7 @@ class Executor:
         *,
         principal: Principal,
         dataset_id: str,
-        spec: OperationSpec,
+        spec: OperationSpec[Any, Any],
         request: BaseModel | dict[str, Any],
         idempotency_key: str | None,
         progress: Progress = no_progress,
@@ -203,7 +206,9 @@ class Executor:
             remaining_epsilon=reservation.remaining_after.display(),
             created_at=reservation.created_at,
         )
-        response = priced.spec.response_model.model_validate({**fields, "receipt": receipt})
+        response: BaseModel = priced.spec.response_model.model_validate(
+            {**fields, "receipt": receipt}
+        )
         return response.model_dump(mode="json")
 
 

@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,7 +30,14 @@ from sqlalchemy.orm import Session, sessionmaker
 from dpmine.wire import DatasetMetadata, JobInfo, JobStatus
 from dpmine_server.db.base import rows_affected
 from dpmine_server.db.models import Dataset, Job, LedgerEntry, Principal, utcnow
-from dpmine_server.errors import IdempotencyConflict, NotFound, ServerError
+from dpmine_server.errors import (
+    ChargeKeptNoResult,
+    IdempotencyConflict,
+    NotFound,
+    OperationFailed,
+    RequestInProgress,
+    ServerError,
+)
 from dpmine_server.services.executor import Executor, Pending, Release
 from dpmine_server.services.instances import dead_owners
 from dpmine_server.services.timing import TimingPolicy
@@ -72,6 +79,72 @@ class JobRunner:
         idempotency_key: str | None,
     ) -> JobInfo:
         """Charge now, compute in the background; a retry with the same key returns the job."""
+        job_id, _started = self._start(
+            principal=principal,
+            dataset_id=dataset_id,
+            operation=operation,
+            request=request,
+            idempotency_key=idempotency_key,
+        )
+        with self._sessions() as session:
+            return self._info(session, session.get_one(Job, job_id))
+
+    def execute(
+        self,
+        *,
+        principal: Principal,
+        dataset_id: str,
+        operation: str,
+        request: dict[str, Any],
+        idempotency_key: str | None,
+    ) -> Release:
+        """Submit a job and wait for its release: the synchronous route of a ``job``-mode
+        operation. A retry with the same key gets the stored release (marked replayed), or
+        RequestInProgress while the first job is still computing."""
+        job_id, started = self._start(
+            principal=principal,
+            dataset_id=dataset_id,
+            operation=operation,
+            request=request,
+            idempotency_key=idempotency_key,
+        )
+        if isinstance(started, Future):
+            return started.result()
+        if started is not None:
+            return started
+        with self._sessions() as session:
+            job = session.get_one(Job, job_id)
+            if job.status in {"queued", "running"}:
+                raise RequestInProgress(
+                    "the job with this Idempotency-Key is still running; retry later with the "
+                    "same key to get its result (nothing more is charged)"
+                )
+            entry = (
+                None
+                if job.ledger_entry_id is None
+                else session.get(LedgerEntry, job.ledger_entry_id)
+            )
+            if job.status != "done" or entry is None or entry.release is None:
+                raise ChargeKeptNoResult(
+                    "the job with this Idempotency-Key was charged but it failed: the charge was "
+                    "kept and no result exists. Use a new Idempotency-Key to ask again (it is "
+                    "charged again)"
+                )
+            body = dict(entry.release)
+            body["receipt"] = {**body["receipt"], "replayed": True}
+            return Release(body=body, replayed=True, entry_id=entry.id)
+
+    def _start(
+        self,
+        *,
+        principal: Principal,
+        dataset_id: str,
+        operation: str,
+        request: dict[str, Any],
+        idempotency_key: str | None,
+    ) -> tuple[str, Future[Release] | Release | None]:
+        """Create (or find, for a retry: ``None``) the job; a fresh one is charged and queued
+        (its future), a charged request's retry is replayed from the ledger (its release)."""
         arrival = utcnow()
         key = idempotency_key or f"job-{uuid.uuid4()}"
         with self._sessions() as session:
@@ -89,7 +162,7 @@ class JobRunner:
                         "this Idempotency-Key was already used for a different job; "
                         "use a new key for a new request"
                     )
-                return self._info(session, existing)
+                return existing.id, None
         spec = self._executor.spec(operation)
         started = self._executor.begin(
             principal=principal,
@@ -116,12 +189,11 @@ class JobRunner:
         )
         with self._sessions() as session, session.begin():
             session.add(job)
-        if isinstance(started, Pending):
-            self._pool.submit(self._run, job.id, started)
-        with self._sessions() as session:
-            return self._info(session, session.get_one(Job, job.id))
+        if isinstance(started, Release):
+            return job.id, started
+        return job.id, self._pool.submit(self._run, job.id, started)
 
-    def _run(self, job_id: str, pending: Pending) -> None:
+    def _run(self, job_id: str, pending: Pending) -> Release:
         self._set(job_id, status="running")
         last = 0.0
 
@@ -133,14 +205,18 @@ class JobRunner:
                 self._set(job_id, progress=min(max(fraction, 0.0), 1.0), message=message)
 
         try:
-            self._executor.finish(pending, report)
+            release = self._executor.finish(pending, report)
         except ServerError as error:
             self._set(job_id, status="failed", message=error.message)
+            raise
         except Exception:
             logger.exception("job %s failed", job_id)
             self._set(job_id, status="failed", message="internal error; the charge stands")
-        else:
-            self._set(job_id, status="done", progress=1.0, message="")
+            raise OperationFailed(
+                "the job failed after its charge; nothing was released and the charge stands"
+            ) from None
+        self._set(job_id, status="done", progress=1.0, message="")
+        return release
 
     def _set(self, job_id: str, **values: Any) -> None:
         with self._sessions() as session, session.begin():

@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, status
-from pydantic import Field
 
-from dpmine.wire import JobInfo, WireModel
+from dpmine.wire import JobInfo, SubmitJobRequest
 from dpmine_server.api.common import ERRORS
 from dpmine_server.api.deps import AnalystDep, IdempotencyKeyDep, PrincipalDep, ServicesDep
 
 router = APIRouter(tags=["jobs"])
-
-
-class SubmitJobRequest(WireModel):
-    """An operation by name and its request body."""
-
-    operation: str = Field(min_length=1, max_length=64)
-    request: dict[str, Any]
 
 
 @router.post(
