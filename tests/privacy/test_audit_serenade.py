@@ -36,13 +36,10 @@ seeded generators, so runs are reproducible.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from dpmine.wire import (
     AnyAttribute,
@@ -61,12 +58,20 @@ from dpmine_server.data.columns import ColumnStore
 from dpmine_server.data.loaders import load_store
 from dpmine_server.dp.budget import Epsilon
 from dpmine_server.dp.rng import seeded_generator
-from dpmine_server.operations import CATALOG, redescriptions
+from dpmine_server.operations import CATALOG
 from dpmine_server.operations.base import no_progress
 from dpmine_server.operations.serenade import ExtensionRules, QualityParams, ThresholdMode
 from dpmine_server.operations.serenade_quality import sensitivity
 from privacy.audit import AuditResult, assert_audit_flags, assert_audit_passes, audit_categorical
-from support.serenade_reference import Data, Key, extension_key, extension_law, pair_key, pairs_law
+from support.serenade_reference import (
+    Data,
+    Key,
+    extension_key,
+    extension_law,
+    pair_key,
+    pairs_law,
+    understated_sensitivity,
+)
 
 EPSILON = 1.0
 ALPHA = 1e-5
@@ -121,20 +126,6 @@ def ordered_categories(law_0: dict[Key, float], law_1: dict[Key, float]) -> list
 def exact_loss(law_0: dict[Key, float], law_1: dict[Key, float]) -> float:
     """The largest |log P1(o)/P0(o)| over single outcomes (unions cannot exceed it)."""
     return max(abs(math.log(law_1[key] / law_0[key])) for key in law_0)
-
-
-@contextmanager
-def understated_sensitivity(factor: float) -> Iterator[None]:
-    """BROKEN on purpose: the kernels see Δ divided by ``factor`` (c multiplied by it)."""
-    honest = redescriptions.quality_parameters
-
-    def broken(quality: QualityParameters, n_max: int) -> QualityParams:
-        params = honest(quality, n_max)
-        return replace(params, delta=params.delta / factor)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(redescriptions, "quality_parameters", broken)
-        yield
 
 
 # --------------------------------------------------------------------------------------------

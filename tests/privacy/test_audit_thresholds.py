@@ -19,7 +19,6 @@ import math
 from collections import Counter
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +39,12 @@ from dpmine_server.data.columns import ColumnStore
 from dpmine_server.data.loaders import load_store
 from dpmine_server.dp.lattice import PublicLattice
 from dpmine_server.dp.rng import seeded_generator
-from dpmine_server.operations import CATALOG, redescriptions
+from dpmine_server.operations import CATALOG
 from dpmine_server.operations.base import no_progress
 from dpmine_server.operations.redescriptions import quality_parameters
-from dpmine_server.operations.serenade import QualityParams
 from dpmine_server.operations.serenade_thresholds import ContinuousCells
 from privacy.audit import AuditResult, assert_audit_flags, assert_audit_passes, audit_categorical
+from support.serenade_reference import understated_sensitivity
 
 ALPHA = 1e-5
 #: The review's regime: N_max = 10⁴, x0 = 1,000, c = ε/(2Δ) = 10 per draw (enumeration path).
@@ -150,20 +149,6 @@ def legacy_float_thresholds() -> Iterator[None]:
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ContinuousCells, "draw", legacy)
-        yield
-
-
-@contextmanager
-def understated_sensitivity(factor: float) -> Iterator[None]:
-    """BROKEN on purpose: the kernels see Δ divided by ``factor`` (c multiplied by it)."""
-    honest = redescriptions.quality_parameters
-
-    def broken(quality: QualityParameters, n_max: int) -> QualityParams:
-        params = honest(quality, n_max)
-        return replace(params, delta=params.delta / factor)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(redescriptions, "quality_parameters", broken)
         yield
 
 

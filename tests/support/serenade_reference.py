@@ -14,8 +14,11 @@ import itertools
 import math
 from collections import defaultdict
 from collections.abc import Hashable, Iterator, Sequence
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from typing import Literal
+
+import pytest
 
 from dpmine.queries import format_query, serenade_steps
 from dpmine.wire import (
@@ -30,9 +33,11 @@ from dpmine.wire import (
     Not,
     NumericAttribute,
     NumLiteral,
+    QualityParameters,
     Redescription,
 )
 from dpmine.wire.queries import And, Or
+from dpmine_server.operations import redescriptions
 from dpmine_server.operations.serenade import ExtensionRules, QualityParams, ThresholdMode
 
 Side = Literal["left", "right"]
@@ -384,3 +389,18 @@ def pair_key(data: Data, mode: ThresholdMode, red: Redescription) -> Key:
         cell = cell_of(data, right)
         return ("pairnum", format_query(left), right.attribute, right.negated, *cell)
     return ("pair", format_query(left), right.attribute, format_query(right))
+
+
+@contextmanager
+def understated_sensitivity(factor: float) -> Iterator[None]:
+    """BROKEN on purpose, for the audits' power checks: the Serenade kernels see Δ divided by
+    ``factor`` (c multiplied by it)."""
+    honest = redescriptions.quality_parameters
+
+    def broken(quality: QualityParameters, n_max: int) -> QualityParams:
+        params = honest(quality, n_max)
+        return replace(params, delta=params.delta / factor)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(redescriptions, "quality_parameters", broken)
+        yield
