@@ -13,7 +13,7 @@ import anyio.to_thread
 from fastapi import APIRouter, Response
 from pydantic import BaseModel
 
-from dpmine.wire import DatasetMetadata, ErrorBody
+from dpmine.wire import ErrorBody
 from dpmine_server.api.deps import AnalystDep, ArrivalDep, IdempotencyKeyDep, ServicesDep
 from dpmine_server.db.models import Principal
 from dpmine_server.errors import OperationFailed, ServerError
@@ -77,14 +77,17 @@ def run_operation(
 
 
 def release_budget(
-    services: Services, *, dataset_id: str, operation: str, request: BaseModel
+    services: Services,
+    policy: TimingPolicy,
+    *,
+    dataset_id: str,
+    operation: str,
+    request: BaseModel,
 ) -> float:
     """Padding budget of a data-touching request (seconds; public values only)."""
-    policy = TimingPolicy.from_settings(services.settings)
     try:
         with services.sessions() as session:
-            dataset = services.datasets.get(session, dataset_id)
-            metadata = DatasetMetadata.model_validate(dataset.metadata_json)
+            metadata = services.datasets.public_metadata(session, dataset_id)
     except Exception:  # the dataset was read moments ago; never fail a release here
         logger.exception("no metadata for the padding budget of %s", dataset_id)
         return policy.base
@@ -144,6 +147,7 @@ async def _hold(
         functools.partial(
             release_budget,
             services,
+            policy,
             dataset_id=dataset_id,
             operation=operation,
             request=request,

@@ -76,6 +76,14 @@ __all__ = [
 ]
 
 
+def _not_granted(dataset_id: str) -> NotFound:
+    """The one answer for unknown, retired and not-granted datasets (they must look alike)."""
+    return NotFound(
+        f"dataset {dataset_id!r} does not exist or is not granted to you; list datasets to see "
+        "yours"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class _ParsedVersion:
     """The validated public metadata of one dataset version and whether its source is SQL."""
@@ -300,17 +308,15 @@ class DatasetService:
             )
         )
         if dataset is None:
-            raise NotFound(
-                f"dataset {dataset_id!r} does not exist or is not granted to you; "
-                "list datasets to see yours"
-            )
+            raise _not_granted(dataset_id)
         return dataset
 
     def metadata_for_analyst(
         self, session: Session, dataset_id: str, analyst: Principal
     ) -> DatasetMetadata:
         """The public metadata of an active dataset the analyst holds a grant on, checked like
-        :meth:`get_for_analyst` (same NotFound) and :meth:`require_snapshot`.
+        :meth:`get_for_analyst` (same NotFound); an SQL dataset without a snapshot for its version
+        (registered before snapshots existed) is refused before any charge.
 
         One indexed query for the version on every call (status and grant are never cached);
         the parsed metadata is cached per (id, version), which never changes.
@@ -319,10 +325,7 @@ class DatasetService:
             _ANALYST_VERSION, {"ds_id": dataset_id, "analyst": analyst.id}
         ).scalar_one_or_none()
         if version is None:
-            raise NotFound(
-                f"dataset {dataset_id!r} does not exist or is not granted to you; "
-                "list datasets to see yours"
-            )
+            raise _not_granted(dataset_id)
         parsed = self._parsed_version(session, dataset_id, int(version))
         if parsed.sql_source:
             snapshot = self._version_dir(dataset_id, version) / SNAPSHOT_FILE
@@ -334,6 +337,14 @@ class DatasetService:
                 )
         return parsed.metadata
 
+    def public_metadata(self, session: Session, dataset_id: str) -> DatasetMetadata:
+        """The current version's public metadata (no grant check), through the per-version
+        cache: for the padding budgets of requests and jobs, which read it on every answer."""
+        version = session.scalar(select(Dataset.version).where(Dataset.id == dataset_id))
+        if version is None:
+            raise _not_granted(dataset_id)
+        return self._parsed_version(session, dataset_id, int(version)).metadata
+
     def _parsed_version(self, session: Session, dataset_id: str, version: int) -> _ParsedVersion:
         key = (dataset_id, version)
         with self._parsed_lock:
@@ -343,10 +354,7 @@ class DatasetService:
                 return parsed
         row = session.execute(_VERSION_JSON, {"ds_id": dataset_id}).one_or_none()
         if row is None:
-            raise NotFound(
-                f"dataset {dataset_id!r} does not exist or is not granted to you; "
-                "list datasets to see yours"
-            )
+            raise _not_granted(dataset_id)
         parsed = _ParsedVersion(
             metadata=DatasetMetadata.model_validate(row.metadata_json),
             sql_source=isinstance(_SOURCE_ADAPTER.validate_python(row.source_json), SqlSource),
@@ -387,19 +395,6 @@ class DatasetService:
         self._cache.evict(dataset_id)
         self._forget_parsed(dataset_id)  # memory only: the status is checked on every request
         return dataset_info(dataset)
-
-    def require_snapshot(self, dataset: Dataset) -> None:
-        """Refuse (before any charge) a dataset whose SQL source has no snapshot for its current
-        version: one registered before snapshots existed would otherwise fail after the charge.
-        Whether a snapshot exists is deployment state, not data."""
-        source = _SOURCE_ADAPTER.validate_python(dataset.source_json)
-        snapshot = self._version_dir(dataset.id, dataset.version) / SNAPSHOT_FILE
-        if isinstance(source, SqlSource) and not snapshot.is_file():
-            raise InvalidRequest(
-                f"dataset {dataset.id!r} reads an SQL source that has no snapshot for version "
-                f"{dataset.version} yet; ask the owner to run `dpmine-server datasets refresh "
-                f"{dataset.id}` (nothing was charged)"
-            )
 
     def columns(self, dataset_id: str, version: int) -> ColumnStore:
         """The loaded columns of a dataset version (loaded once, then cached)."""

@@ -85,6 +85,10 @@ class Executor:
             )
         return spec
 
+    def public_metadata(self, session: Session, dataset_id: str) -> DatasetMetadata:
+        """The current public metadata of a dataset (cached per version; no grant check)."""
+        return self._datasets.public_metadata(session, dataset_id)
+
     def price(
         self,
         spec: OperationSpec[Any, Any],

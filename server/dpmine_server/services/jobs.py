@@ -27,9 +27,9 @@ from pydantic import TypeAdapter
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from dpmine.wire import DatasetMetadata, JobInfo, JobStatus
+from dpmine.wire import JobInfo, JobStatus
 from dpmine_server.db.base import rows_affected
-from dpmine_server.db.models import Dataset, Job, LedgerEntry, Principal, utcnow
+from dpmine_server.db.models import Job, LedgerEntry, Principal, utcnow
 from dpmine_server.errors import (
     ChargeKeptNoResult,
     IdempotencyConflict,
@@ -233,10 +233,10 @@ class JobRunner:
             return self._info(session, job)
 
     def _budget(self, session: Session, job: Job) -> float:
-        dataset = session.get(Dataset, job.dataset_id)
-        if dataset is None:
+        try:
+            metadata = self._executor.public_metadata(session, job.dataset_id)
+        except NotFound:
             return self._timing.base
-        metadata = DatasetMetadata.model_validate(dataset.metadata_json)
         return self._timing.budget(job.operation, job.request, metadata)
 
     def _info(self, session: Session, job: Job) -> JobInfo:
