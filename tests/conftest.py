@@ -51,6 +51,10 @@ def postgres() -> Iterator[PostgresDatabases]:
         databases.close()
 
 
+#: Worker liveness settings for the PostgreSQL servers of the tests.
+FAST_HEARTBEATS = {"DPMINE_WORKER_HEARTBEAT_S": "0.5", "DPMINE_WORKER_STALLED_AFTER_S": "3"}
+
+
 @pytest.fixture(scope="module")
 def sqlite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """A live server on a fresh SQLite file (one per test module)."""
@@ -72,7 +76,10 @@ def postgres_server(
     """A live server on a fresh PostgreSQL database (one per test module)."""
     database_url = postgres.create_database()
     workdir = tmp_path_factory.mktemp("postgres-server")
-    server = LiveServer(database_url=database_url, workdir=workdir, name="postgres")
+    # Fast heartbeats: a local worker killed with its server is taken for dead within seconds.
+    server = LiveServer(
+        database_url=database_url, workdir=workdir, name="postgres", extra_env=FAST_HEARTBEATS
+    )
     try:
         server.start()
         yield server

@@ -27,6 +27,7 @@ from dpmine.errors import (
 )
 from dpmine.queries import parse_query
 from dpmine.wire import (
+    FINAL_JOB_STATES,
     AuditEventInfo,
     BudgetStatus,
     ComputeQualityRequest,
@@ -97,7 +98,7 @@ class Job(Generic[ResponseT]):
 
     @property
     def status(self) -> JobStatus:
-        """queued, running, done or failed."""
+        """queued, running, done, failed, cancelled or interrupted."""
         return self.info.status
 
     def result(self) -> ResponseT | None:
@@ -309,11 +310,11 @@ class Connection:
         on_progress: Callable[[JobInfo], None] | None = None,
         timeout: float | None = None,
     ) -> Any:
-        """Poll a job until it is done or failed.
+        """Poll a job until it is settled (done, failed, cancelled or interrupted).
 
-        Given a job id, return its final :class:`JobInfo` (done or failed). Given a :class:`Job`
-        (from :meth:`submit`), return its release as the operation's response model, or raise
-        :class:`OperationFailedError` when it failed (its charge stands).
+        Given a job id, return its final :class:`JobInfo`. Given a :class:`Job` (from
+        :meth:`submit`), return its release as the operation's response model, or raise
+        :class:`OperationFailedError` when it released nothing (its charge stands).
         """
         job_id = job if isinstance(job, str) else job.id
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -321,16 +322,29 @@ class Connection:
             info = self.job(job_id)
             if on_progress is not None:
                 on_progress(info)
-            if info.status in {"done", "failed"}:
+            if info.status in FINAL_JOB_STATES:
                 break
             if deadline is not None and time.monotonic() > deadline:
                 raise DPMineError(f"job {job_id} still {info.status} after {timeout} s")
             time.sleep(poll_seconds)
         if isinstance(job, str):
             return info
-        if info.status == "failed" or info.result is None:
-            raise OperationFailedError("OperationFailed", info.message or f"job {job_id} failed")
+        if info.status != "done" or info.result is None:
+            raise OperationFailedError(
+                "OperationFailed", info.message or f"job {job_id} {info.status}"
+            )
         return job.operation.parse_response(info.result)
+
+    @overload
+    def cancel_job(self, job: str) -> JobInfo: ...
+    @overload
+    def cancel_job(self, job: Job[ResponseT]) -> Job[ResponseT]: ...
+    def cancel_job(self, job: str | Job[Any]) -> JobInfo | Job[Any]:
+        """Cancel one of your jobs: a queued job never runs, a running one stops at its next
+        public progress step. The charge stays; a job already settled is left as it is."""
+        job_id = job if isinstance(job, str) else job.id
+        info = JobInfo.model_validate(self.request("POST", f"/v1/jobs/{job_id}/cancel").json())
+        return info if isinstance(job, str) else Job(info=info, operation=job.operation)
 
 
 class DatasetHandle:

@@ -15,7 +15,8 @@
         │   ├── BudgetExhaustedError      nothing was charged
         │   ├── IdempotencyConflictError  the key was used for a different request
         │   ├── RequestInProgressError    retry later with the same Idempotency-Key
-        │   └── ChargeKeptNoResultError   charged, nothing released: use a new key
+        │   ├── ChargeKeptNoResultError   charged, nothing released: use a new key
+        │   └── JobCancelledError         you cancelled the job; the charge stands
         └── OperationFailedError  500: failed after its charge; nothing released
 """
 
@@ -31,6 +32,7 @@ __all__ = [
     "DPMineError",
     "IdempotencyConflictError",
     "InvalidRequestError",
+    "JobCancelledError",
     "NotFoundError",
     "OperationFailedError",
     "PayloadTooLargeError",
@@ -107,6 +109,10 @@ class ChargeKeptNoResultError(ConflictError):
     and no result exists. Send the request again with a new Idempotency-Key (charged again)."""
 
 
+class JobCancelledError(ConflictError):
+    """The job was cancelled at your request before it released anything; the charge stands."""
+
+
 class RateLimitedError(ServerError):
     """Too many failed logins from here; wait :attr:`retry_after` seconds."""
 
@@ -134,6 +140,7 @@ _BY_NAME: dict[str, type[ServerError]] = {
     "BudgetExhausted": BudgetExhaustedError,
     "RequestInProgress": RequestInProgressError,
     "ChargeKeptNoResult": ChargeKeptNoResultError,
+    "JobCancelled": JobCancelledError,
     "RateLimited": RateLimitedError,
     "OperationFailed": OperationFailedError,
     "PayloadTooLarge": PayloadTooLargeError,

@@ -9,10 +9,12 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from dpmine_server import __version__
+from dpmine_server.api.common import operation_router
 from dpmine_server.api.deps import flush_failed_logins
 from dpmine_server.api.errors import add_exception_handlers
 from dpmine_server.api.limits import UPLOAD_FORM_ALLOWANCE, UPLOAD_PATHS, BodySizeLimit, LoginGuard
 from dpmine_server.api.router import api_router
+from dpmine_server.operations.testing import TEST_OPERATIONS
 from dpmine_server.services.container import Services, build_services
 from dpmine_server.services.principals import SecretKeyMismatch
 from dpmine_server.settings import Settings, get_settings
@@ -57,6 +59,8 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     )
     add_exception_handlers(app)
     app.include_router(api_router)
+    if resolved.environment == "test":  # test-only operations (operations/testing.py)
+        app.include_router(operation_router(TEST_OPERATIONS), prefix="/v1", include_in_schema=False)
     # Outermost: refuses oversized bodies before routing, authentication and parsing.
     upload_limit = resolved.max_upload_bytes + UPLOAD_FORM_ALLOWANCE
     app.add_middleware(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -44,6 +45,7 @@ from dpmine_server.services.principals import (
     rotate_key,
     set_disabled,
 )
+from dpmine_server.services.queues import run_worker
 from dpmine_server.settings import Settings, UnsafeSettingsError
 
 app = typer.Typer(help="dpmine server: run it, and manage principals, datasets and grants.")
@@ -80,7 +82,7 @@ def _settings() -> Settings:
 
 @contextmanager
 def _owner_session() -> Iterator[tuple[Services, Session]]:
-    services = build_services(_settings(), recover=False)
+    services = build_services(_settings(), recover=False, start_workers=False)
     try:
         with services.sessions() as session:
             try:
@@ -129,10 +131,29 @@ def serve(
     )
 
 
+@app.command()
+def worker(
+    concurrency: Annotated[
+        int, typer.Option(min=1, max=16, help="Jobs this process runs at once (threads).")
+    ] = 1,
+) -> None:
+    """Run jobs from the shared PostgreSQL database until stopped (SIGTERM/Ctrl-C: the
+    current job finishes first). Run as many as you like, on any hosts that reach the
+    database and the data folder. On SQLite, `serve` runs its own workers."""
+    settings = _settings()
+    if settings.database_url.startswith("sqlite"):
+        raise _fail(
+            "`dpmine-server worker` takes jobs from a shared PostgreSQL database; on SQLite, "
+            "`dpmine-server serve` runs its own worker processes (DPMINE_JOB_WORKERS)"
+        )
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    run_worker(settings, concurrency=concurrency)
+
+
 @db_app.command("upgrade")
 def db_upgrade() -> None:
     """Create or migrate the database schema to the newest revision."""
-    services = build_services(_settings(), recover=False)
+    services = build_services(_settings(), recover=False, start_workers=False)
     services.close()
     typer.echo("database is at the newest revision")
 

@@ -17,6 +17,7 @@ __all__ = [
     "IdempotencyConflict",
     "InternalError",
     "InvalidRequest",
+    "JobCancelled",
     "NotFound",
     "OperationFailed",
     "PayloadTooLarge",
@@ -115,6 +116,13 @@ class OperationFailed(ServerError):
     """The operation failed after its charge; the charge stands and nothing was released."""
 
     status_code = 500
+
+
+class JobCancelled(ServerError):
+    """The analyst cancelled the job: it stopped at a public progress step, the charge stands
+    and nothing was released."""
+
+    status_code = 409
 
 
 class InternalError(AssertionError):

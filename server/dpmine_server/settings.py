@@ -53,7 +53,36 @@ class Settings(BaseSettings):
     )
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
-    job_workers: int = Field(default=2, ge=1, le=64, description="Threads for background jobs.")
+    job_workers: int = Field(
+        default=2,
+        ge=0,
+        le=64,
+        description="Worker processes this server starts for jobs. SQLite: the embedded pool "
+        "(at least 1). PostgreSQL: local `dpmine-server worker` processes started and stopped "
+        "with the server; 0 when workers run elsewhere.",
+    )
+    worker_heartbeat_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        allow_inf_nan=False,
+        description="PostgreSQL workers: seconds between heartbeats (and stalled-job sweeps).",
+    )
+    worker_stalled_after_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=86_400,
+        allow_inf_nan=False,
+        description="PostgreSQL workers: a worker silent this long is dead; its job is marked "
+        "interrupted (charge kept, never run again).",
+    )
+    job_wait_s: float = Field(
+        default=3600.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="How long the synchronous route of a job operation waits for its job "
+        "before answering 409 (the job goes on; fetch it with the same Idempotency-Key).",
+    )
     max_cached_datasets: int = Field(
         default=16, ge=1, description="Dataset versions kept loaded in memory."
     )
@@ -147,6 +176,16 @@ class Settings(BaseSettings):
             raise UnsafeSettingsError(
                 "DPMINE_TEST_SEED makes the noise reproducible and is allowed only with "
                 "DPMINE_ENVIRONMENT=test; unset it"
+            )
+        if self.job_workers == 0 and self.database_url.startswith("sqlite"):
+            raise UnsafeSettingsError(
+                "DPMINE_JOB_WORKERS=0 leaves jobs without workers: on SQLite the server runs "
+                "its own worker processes; set it to 1 or more"
+            )
+        if self.worker_stalled_after_s <= self.worker_heartbeat_s:
+            raise UnsafeSettingsError(
+                "DPMINE_WORKER_STALLED_AFTER_S must exceed DPMINE_WORKER_HEARTBEAT_S "
+                "(a live worker would be taken for dead)"
             )
         if self.environment == "production":
             if self.secret_key == DEVELOPMENT_SECRET:

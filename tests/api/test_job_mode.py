@@ -1,88 +1,32 @@
-"""Operations declared ``mode="job"``: always computed by the job runner.
+"""Operations declared ``mode="job"`` run in worker processes (services/queues.py, workers.py).
 
 ``POST /v1/datasets/{id}/<path>`` submits a job and waits for its release (same answer, receipt
-and idempotency as an inline operation); ``POST /v1/datasets/{id}/jobs`` returns at once. Every
-catalogued operation is inline today, so a test-only operation (``count.noisy``'s kernel under
-another name and route) is registered in the catalog and mounted on the app.
+and idempotency as an inline operation); ``POST /v1/datasets/{id}/jobs`` returns at once. The
+test-mode operation ``test.spin`` (a public-length GIL-holding loop, then ``count.noisy``) is
+the job; on the SQLite app of these tests it runs in the embedded process pool, so these tests
+also cover cancellation and a pool process killed mid-job.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import threading
-from collections.abc import Iterator
+import multiprocessing
+import os
+import signal
+import time
 from typing import Any
 
-import numpy as np
 import pytest
-from fastapi import FastAPI
 from sqlalchemy import select
 
-from dpmine.wire import JobInfo, NoisyCountRequest, NoisyCountResponse, Operation
-from dpmine_server.api.common import operation_router
-from dpmine_server.app import create_app
-from dpmine_server.data.columns import ColumnStore
+import dpmine
+from dpmine.wire import JobInfo, NoisyCountResponse
 from dpmine_server.db.models import Job, LedgerEntry
-from dpmine_server.dp.budget import Epsilon
-from dpmine_server.operations import CATALOG, OperationSpec, counts
-from dpmine_server.operations.base import Progress
+from dpmine_server.operations.testing import TEST_SPIN, SpinCountRequest
 from dpmine_server.services.container import Services
-from dpmine_server.settings import Settings
-from support.inprocess import TestClient
+from support.inprocess import TestClient, bearer
 
-SLOW_COUNT = Operation(
-    name="test.slow_count",
-    path="test/slow-count",
-    request_model=NoisyCountRequest,
-    response_model=NoisyCountResponse,
-    guarantee="pure",
-    mode="job",
-)
-
-
-class Kernel:
-    """``count.noisy``'s kernel that records its thread and can be held or made to fail."""
-
-    def __init__(self) -> None:
-        self.threads: list[str] = []
-        self.release = threading.Event()
-        self.release.set()
-        self.fail = False
-
-    def __call__(
-        self,
-        columns: ColumnStore,
-        request: NoisyCountRequest,
-        epsilon: Epsilon,
-        rng: np.random.Generator,
-        progress: Progress,
-    ) -> dict[str, Any]:
-        """Test kernel: ``count.noisy`` (ALGORITHMS.md §0.6), pure ε-DP."""
-        self.threads.append(threading.current_thread().name)
-        assert self.release.wait(timeout=30)
-        if self.fail:
-            raise RuntimeError("kernel failure")
-        return counts.OPERATIONS[0].run(columns, request, epsilon, rng, progress)
-
-
-@pytest.fixture
-def kernel() -> Kernel:
-    return Kernel()
-
-
-@pytest.fixture
-def app(
-    api_settings: Settings, kernel: Kernel, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[FastAPI]:
-    """The app with ``test.slow_count`` in the catalog and its route mounted."""
-    spec: OperationSpec[NoisyCountRequest, NoisyCountResponse] = dataclasses.replace(
-        counts.OPERATIONS[0], operation=SLOW_COUNT, run=kernel
-    )
-    monkeypatch.setitem(CATALOG, SLOW_COUNT.name, spec)
-    application = create_app(api_settings)
-    application.include_router(operation_router([spec]), prefix="/v1")
-    yield application
-    kernel.release.set()
+SPIN = TEST_SPIN.path
+JOB_TIMEOUT_S = 60.0
 
 
 def _post(
@@ -91,9 +35,24 @@ def _post(
     return client.post(f"/v1/datasets/{toy}/{path}", json=body, headers=headers)
 
 
+def _body(seconds: float = 0.0, *, fail: bool = False) -> dict[str, Any]:
+    return SpinCountRequest(epsilon=0.5, seconds=seconds, fail=fail).model_dump(mode="json")
+
+
+def _submit(client: TestClient, toy: str, headers: dict[str, str], body: dict[str, Any]) -> JobInfo:
+    response = _post(client, toy, headers, "jobs", {"operation": TEST_SPIN.name, "request": body})
+    assert response.status_code == 202, response.text
+    return JobInfo.model_validate(response.json())
+
+
 def _jobs(services: Services) -> list[Job]:
     with services.sessions() as session:
-        return list(session.scalars(select(Job)))
+        return list(session.scalars(select(Job).order_by(Job.created_at)))
+
+
+def _job(services: Services, job_id: str) -> Job:
+    with services.sessions() as session:
+        return session.get_one(Job, job_id)
 
 
 def _entries(services: Services) -> list[LedgerEntry]:
@@ -101,26 +60,31 @@ def _entries(services: Services) -> list[LedgerEntry]:
         return list(session.scalars(select(LedgerEntry).order_by(LedgerEntry.id)))
 
 
-BODY = NoisyCountRequest(epsilon=0.5).model_dump(mode="json")
+def _wait_status(services: Services, job_id: str, wanted: set[str]) -> Job:
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while True:
+        job = _job(services, job_id)
+        if job.status in wanted:
+            return job
+        assert time.monotonic() < deadline, f"job {job_id} still {job.status}"
+        time.sleep(0.05)
 
 
-def test_the_synchronous_route_runs_a_job_and_answers_with_its_release(
-    client: TestClient,
-    toy: str,
-    analyst_headers: dict[str, str],
-    services: Services,
-    kernel: Kernel,
+def test_the_synchronous_route_runs_a_job_in_a_worker_process(
+    client: TestClient, toy: str, analyst_headers: dict[str, str], services: Services
 ) -> None:
     headers = {**analyst_headers, "Idempotency-Key": "sync-job-1"}
-    response = _post(client, toy, headers, SLOW_COUNT.path, BODY)
+    response = _post(client, toy, headers, SPIN, _body())
     assert response.status_code == 200, response.text
     released = NoisyCountResponse.model_validate(response.json())
-    assert released.receipt.operation == SLOW_COUNT.name
+    assert released.receipt.operation == TEST_SPIN.name
     assert not released.receipt.replayed
-    # Computed by the job runner's pool, recorded as a job, stored in the ledger.
-    assert [name.startswith("dpmine-job") for name in kernel.threads] == [True]
+    # Computed by a spawned pool process, not in this (the API) process.
+    workers = multiprocessing.active_children()
+    assert workers
+    assert all(worker.pid != os.getpid() for worker in workers)
     [job] = _jobs(services)
-    assert (job.operation, job.status, job.dataset_id) == (SLOW_COUNT.name, "done", toy)
+    assert (job.operation, job.status, job.dataset_id) == (TEST_SPIN.name, "done", toy)
     [entry] = _entries(services)
     assert (entry.id, entry.status, entry.release) == (
         released.receipt.ledger_entry_id,
@@ -128,54 +92,126 @@ def test_the_synchronous_route_runs_a_job_and_answers_with_its_release(
         response.json(),
     )
     # A retry with the same key replays the stored release: no new job, no new charge.
-    again = _post(client, toy, headers, SLOW_COUNT.path, BODY)
+    again = _post(client, toy, headers, SPIN, _body())
     assert again.status_code == 200, again.text
     assert again.headers["Idempotent-Replayed"] == "true"
     replayed = NoisyCountResponse.model_validate(again.json())
     assert replayed.count == released.count
     assert replayed.receipt.replayed
-    assert (len(_jobs(services)), len(_entries(services)), len(kernel.threads)) == (1, 1, 1)
+    assert (len(_jobs(services)), len(_entries(services))) == (1, 1)
 
 
 def test_the_jobs_route_returns_at_once(
-    client: TestClient,
-    toy: str,
-    analyst_headers: dict[str, str],
-    services: Services,
-    kernel: Kernel,
+    client: TestClient, toy: str, analyst_headers: dict[str, str], services: Services
 ) -> None:
-    kernel.release.clear()  # the kernel waits until the job was answered
-    submitted = _post(
-        client, toy, analyst_headers, "jobs", {"operation": SLOW_COUNT.name, "request": BODY}
-    )
-    assert submitted.status_code == 202, submitted.text
-    info = JobInfo.model_validate(submitted.json())
+    started = time.monotonic()
+    info = _submit(client, toy, analyst_headers, _body(seconds=3.0))
+    assert time.monotonic() - started < 3.0  # answered before the 3 s job could finish
     assert info.status in {"queued", "running"}
     assert info.result is None
-    kernel.release.set()
-    services.jobs.shutdown()  # waits for the pool
+    _wait_status(services, info.id, {"done"})
     done = JobInfo.model_validate(client.get(f"/v1/jobs/{info.id}", headers=analyst_headers).json())
     assert done.status == "done"
     assert done.result is not None
-    assert NoisyCountResponse.model_validate(done.result).receipt.operation == SLOW_COUNT.name
+    assert NoisyCountResponse.model_validate(done.result).receipt.operation == TEST_SPIN.name
 
 
 def test_a_failed_job_fails_the_synchronous_request_and_keeps_the_charge(
-    client: TestClient,
-    toy: str,
-    analyst_headers: dict[str, str],
-    services: Services,
-    kernel: Kernel,
+    client: TestClient, toy: str, analyst_headers: dict[str, str], services: Services
 ) -> None:
-    kernel.fail = True
     headers = {**analyst_headers, "Idempotency-Key": "sync-job-fails"}
-    response = _post(client, toy, headers, SLOW_COUNT.path, BODY)
+    response = _post(client, toy, headers, SPIN, _body(fail=True))
     assert response.status_code == 500, response.text
     assert response.json()["error"] == "OperationFailed"
     [job] = _jobs(services)
     assert job.status == "failed"
     [entry] = _entries(services)
-    assert entry.status == "failed"
-    retry = _post(client, toy, headers, SLOW_COUNT.path, BODY)
+    assert (entry.status, entry.release) == ("failed", None)
+    retry = _post(client, toy, headers, SPIN, _body(fail=True))
     assert retry.status_code == 409, retry.text
     assert retry.json()["error"] == "ChargeKeptNoResult"
+
+
+def test_cancel_stops_a_running_job_and_a_queued_one_never_runs(
+    client: TestClient, toy: str, analyst_headers: dict[str, str], services: Services
+) -> None:
+    # Two pool processes: the first two jobs run, the third waits in the queue.
+    running = [_submit(client, toy, analyst_headers, _body(seconds=30.0)) for _ in range(2)]
+    queued = _submit(client, toy, analyst_headers, _body(seconds=30.0))
+    for info in running:
+        _wait_status(services, info.id, {"running"})
+    assert _job(services, queued.id).status == "queued"
+
+    answer = client.post(f"/v1/jobs/{queued.id}/cancel", headers=analyst_headers)
+    assert answer.status_code == 200, answer.text
+    assert JobInfo.model_validate(answer.json()).status == "cancelled"
+
+    started = time.monotonic()
+    for info in running:
+        cancelled = client.post(f"/v1/jobs/{info.id}/cancel", headers=analyst_headers)
+        assert cancelled.status_code == 200, cancelled.text
+    for info in running:
+        job = _wait_status(services, info.id, {"cancelled", "done", "failed"})
+        assert job.status == "cancelled"
+    assert time.monotonic() - started < 20.0  # stopped at a progress step, not after 30 s
+
+    for info in [*running, queued]:
+        job = _job(services, info.id)
+        assert job.status == "cancelled"
+        with services.sessions() as session:
+            entry = session.get_one(LedgerEntry, job.ledger_entry_id)
+        # The charge stands; nothing was released.
+        assert (entry.status, entry.release) == ("failed", None)
+        assert entry.epsilon_units > 0
+    shown = JobInfo.model_validate(
+        client.get(f"/v1/jobs/{queued.id}", headers=analyst_headers).json()
+    )
+    assert (shown.status, shown.result) == ("cancelled", None)
+
+
+def test_cancel_is_refused_for_other_analysts_jobs(
+    client: TestClient,
+    toy: str,
+    analyst_headers: dict[str, str],
+    bob_headers: dict[str, str],
+    services: Services,
+) -> None:
+    info = _submit(client, toy, analyst_headers, _body())
+    answer = client.post(f"/v1/jobs/{info.id}/cancel", headers=bob_headers)
+    assert answer.status_code == 404, answer.text
+    assert _wait_status(services, info.id, {"done", "cancelled", "failed"}).status == "done"
+
+
+def test_a_pool_process_killed_mid_job_interrupts_the_job_and_keeps_the_charge(
+    client: TestClient, toy: str, analyst_headers: dict[str, str], services: Services
+) -> None:
+    victim = _submit(client, toy, analyst_headers, _body(seconds=30.0))
+    _wait_status(services, victim.id, {"running"})
+    workers = multiprocessing.active_children()
+    assert workers
+    for worker in workers:  # which process holds the job is not recorded: kill the pool
+        assert worker.pid is not None
+        os.kill(worker.pid, signal.SIGKILL)
+
+    job = _wait_status(services, victim.id, {"interrupted", "failed", "done"})
+    assert job.status == "interrupted"
+    with services.sessions() as session:
+        entry = session.get_one(LedgerEntry, job.ledger_entry_id)
+    assert (entry.status, entry.release) == ("interrupted", None)
+    assert entry.epsilon_units > 0
+    shown = JobInfo.model_validate(
+        client.get(f"/v1/jobs/{victim.id}", headers=analyst_headers).json()
+    )
+    assert shown.status == "interrupted"
+
+    # A fresh pool takes the next job; the interrupted one is never run again.
+    after = _post(client, toy, analyst_headers, SPIN, _body())
+    assert after.status_code == 200, after.text
+    assert _job(services, victim.id).status == "interrupted"
+
+
+@pytest.fixture
+def bob_headers(owner: dpmine.Connection, bob_key: str, toy: str) -> dict[str, str]:
+    """A second analyst with a grant on ``toy``."""
+    owner.admin.grant(toy, "bob", 1.0)
+    return bearer(bob_key)

@@ -19,7 +19,7 @@ import httpx
 import pytest
 import sqlalchemy
 from fastapi import FastAPI
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 import dpmine
 from dpmine.wire import (
@@ -748,10 +748,15 @@ class TestStartUp:
         services: Services,
         client: TestClient,
     ) -> None:
-        reserve_half(services, toy, "crashed")  # charged, then the process died before releasing
-        # The first process "dies": its liveness lock goes away (as the OS releases it on a
-        # crash); recovery runs in the second one's start-up.
-        services.instance.close()
+        crashed = reserve_half(services, toy, "crashed")  # charged, then its process died
+        # The entry is made to belong to a process that no longer exists (both apps of this
+        # test share one process, which is alive); recovery runs in the second one's start-up.
+        with services.write_sessions() as session, session.begin():
+            session.execute(
+                update(LedgerEntry)
+                .where(LedgerEntry.id == crashed.entry_id)
+                .values(instance_id=f"p{dead_pid()}-1")
+            )
         del app, client
         with TestClient(create_app(api_settings), raise_server_exceptions=False) as restarted:
             owner = bearer(settings_key(api_settings))
@@ -771,6 +776,14 @@ class TestStartUp:
         with TestClient(create_app(api_settings), raise_server_exceptions=False) as second:
             assert second.get("/v1/health").status_code == 200
             services.ledger.complete(in_flight.entry_id, {"count": 1, "receipt": {}})
+
+
+def dead_pid() -> int:
+    """A process id that no process has now."""
+    pid = 4_000_000
+    while Path(f"/proc/{pid}").exists():
+        pid += 1
+    return pid
 
 
 def reserve_half(services: Services, dataset_id: str, idempotency_key: str) -> Reservation:
@@ -825,9 +838,9 @@ class TestOpenAPI:
                     for code in ("401", "403", "404", "409", "422"):
                         schema = operation["responses"][code]["content"]["application/json"]
                         assert schema["schema"] == {"$ref": "#/components/schemas/ErrorBody"}
-                # Actions on a named principal or dataset (rotate-key, disable, refresh) take
-                # no body.
-                action = "{name}" in path or path.endswith("/refresh")
+                # Actions on a named principal, dataset or job (rotate-key, disable, refresh,
+                # cancel) take no body.
+                action = "{name}" in path or path.endswith(("/refresh", "/cancel"))
                 if method in {"post", "put"} and not action:
                     body = operation["requestBody"]["content"]
                     assert any("schema" in media for media in body.values()), where

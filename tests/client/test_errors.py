@@ -16,6 +16,7 @@ from dpmine.errors import (
     DPMineError,
     IdempotencyConflictError,
     InvalidRequestError,
+    JobCancelledError,
     NotFoundError,
     OperationFailedError,
     PayloadTooLargeError,
@@ -42,6 +43,7 @@ TREE: dict[type[DPMineError], type[Exception]] = {
     BudgetExhaustedError: ConflictError,
     RequestInProgressError: ConflictError,
     ChargeKeptNoResultError: ConflictError,
+    JobCancelledError: ConflictError,
     OperationFailedError: ServerError,
     PayloadTooLargeError: ServerError,
     RateLimitedError: ServerError,
@@ -60,6 +62,7 @@ SERVER_ERRORS: list[tuple[str, int, type[ServerError]]] = [
     ("OperationFailed", 500, OperationFailedError),
     ("PayloadTooLarge", 413, PayloadTooLargeError),
     ("ChargeKeptNoResult", 409, ChargeKeptNoResultError),
+    ("JobCancelled", 409, JobCancelledError),
     ("RateLimited", 429, RateLimitedError),
 ]
 

@@ -8,9 +8,13 @@ from pydantic import Field
 
 from dpmine.wire.common import Timestamp, WireModel
 
-__all__ = ["JobInfo", "JobStatus", "SubmitJobRequest"]
+__all__ = ["FINAL_JOB_STATES", "JobInfo", "JobStatus", "SubmitJobRequest"]
 
-JobStatus = Literal["queued", "running", "done", "failed"]
+#: ``cancelled``: stopped at the analyst's request; ``interrupted``: its worker process died.
+#: Both keep the charge and release nothing, like ``failed``.
+JobStatus = Literal["queued", "running", "done", "failed", "cancelled", "interrupted"]
+#: The states a job never leaves.
+FINAL_JOB_STATES: frozenset[str] = frozenset({"done", "failed", "cancelled", "interrupted"})
 
 
 class JobInfo(WireModel):

@@ -128,7 +128,9 @@ class LedgerEntry(Base):
 
 
 class Job(Base):
-    """A background operation; its result lives in the ledger entry it charged."""
+    """A background operation run by a worker process; its result lives in the ledger entry it
+    charged. Status: queued → running → done | failed | cancelled | interrupted (its worker
+    died); a job leaves ``queued`` once, so it is never run twice."""
 
     __tablename__ = "jobs"
 
@@ -145,6 +147,9 @@ class Job(Base):
         ForeignKey("ledger_entries.id"), nullable=True
     )
     instance_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    queue_job_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    remaining_units: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 

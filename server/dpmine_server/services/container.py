@@ -2,26 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
 from sqlalchemy import Engine, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from dpmine_server.db.base import make_engine, make_session_factory
+from dpmine_server.db.base import is_sqlite
 from dpmine_server.db.migrate import upgrade_to_head
 from dpmine_server.db.models import Principal
-from dpmine_server.dp.rng import secure_generator, seeded_generator
 from dpmine_server.services import audit
 from dpmine_server.services.datasets import DatasetService
 from dpmine_server.services.executor import Executor
-from dpmine_server.services.instances import InstanceLock
+from dpmine_server.services.instances import Liveness, liveness_for
 from dpmine_server.services.jobs import JobRunner
 from dpmine_server.services.ledger import Ledger
 from dpmine_server.services.principals import check_secret_key, create_principal
+from dpmine_server.services.queues import JobQueue, LocalPoolQueue, PostgresQueue
 from dpmine_server.services.timing import TimingPolicy
+from dpmine_server.services.workers import WorkerRuntime, build_runtime
 from dpmine_server.settings import Settings
 
 __all__ = ["Services", "build_services"]
@@ -32,85 +31,87 @@ class Services:
     """Everything a request handler needs, injected through ``api.deps``."""
 
     settings: Settings
-    engine: Engine
-    sessions: sessionmaker[Session]
-    write_sessions: sessionmaker[Session]
-    ledger: Ledger
-    datasets: DatasetService
-    executor: Executor
+    runtime: WorkerRuntime
     jobs: JobRunner
-    instance: InstanceLock
+    instance: Liveness
+
+    @property
+    def engine(self) -> Engine:
+        """The engine's own database."""
+        return self.runtime.engine
+
+    @property
+    def sessions(self) -> sessionmaker[Session]:
+        """Sessions for reads."""
+        return self.runtime.sessions
+
+    @property
+    def write_sessions(self) -> sessionmaker[Session]:
+        """Sessions for writes (``BEGIN IMMEDIATE`` on SQLite)."""
+        return self.runtime.write_sessions
+
+    @property
+    def ledger(self) -> Ledger:
+        """The privacy-budget ledger."""
+        return self.runtime.ledger
+
+    @property
+    def datasets(self) -> DatasetService:
+        """Registered datasets and their loaded columns."""
+        return self.runtime.datasets
+
+    @property
+    def executor(self) -> Executor:
+        """Prices and runs operations."""
+        return self.runtime.executor
 
     def close(self) -> None:
-        """Finish jobs, release connections and this process's liveness lock."""
+        """Stop the workers (running jobs finish), release connections and the liveness
+        token."""
         self.jobs.shutdown()
-        self.engine.dispose()
         self.instance.close()
+        self.runtime.close()
 
 
-def _rng_factory(settings: Settings) -> Callable[[], np.random.Generator]:
-    if settings.test_seed is None:
-        return secure_generator
-    # Test mode only (Settings refuses a seed elsewhere): reproducible but distinct per request.
-    counter = iter(range(1 << 62))
-    seed = settings.test_seed
-
-    def next_generator() -> np.random.Generator:
-        return seeded_generator(seed * 1_000_003 + next(counter))
-
-    return next_generator
+def _queue_for(runtime: WorkerRuntime, *, start_workers: bool) -> JobQueue:
+    """The embedded process pool on SQLite (spawned at the first job); procrastinate on
+    PostgreSQL, with ``job_workers`` local worker processes when ``start_workers``."""
+    workers = runtime.settings.job_workers
+    if is_sqlite(runtime.engine):
+        return LocalPoolQueue(runtime, workers=max(workers, 1))
+    return PostgresQueue(runtime, workers=workers if start_workers else 0)
 
 
-def build_services(settings: Settings, *, migrate: bool = True, recover: bool = True) -> Services:
-    """Connect, migrate, bootstrap the first owner and recover from a crash."""
-    engine = make_engine(settings.database_url)
+def build_services(
+    settings: Settings, *, migrate: bool = True, recover: bool = True, start_workers: bool = True
+) -> Services:
+    """Connect, migrate, bootstrap the first owner, recover from a crash, and set up the job
+    queue (``start_workers=False`` for the administration commands: no local workers)."""
+    runtime = build_runtime(settings)
     if migrate:
-        upgrade_to_head(engine)
-    sessions = make_session_factory(engine)
-    write_sessions = make_session_factory(engine, immediate=True)
-    instance = InstanceLock(settings.data_dir / "instances")
-    ledger = Ledger(engine, sessions, instance_id=instance.instance_id)
-    datasets = DatasetService(
-        data_dir=settings.data_dir,
-        sessions=sessions,
-        allow_sql=settings.allow_sql_sources,
-        max_cached=settings.max_cached_datasets,
-    )
-    executor = Executor(
-        sessions=sessions,
-        ledger=ledger,
-        datasets=datasets,
-        rng_factory=_rng_factory(settings),
-    )
-    jobs = JobRunner(
-        sessions=write_sessions,
-        executor=executor,
-        workers=settings.job_workers,
-        instance_id=instance.instance_id,
-        timing=TimingPolicy.from_settings(settings),
-    )
-    services = Services(
-        settings=settings,
-        engine=engine,
-        sessions=sessions,
-        write_sessions=write_sessions,
-        ledger=ledger,
-        datasets=datasets,
-        executor=executor,
-        jobs=jobs,
-        instance=instance,
-    )
+        upgrade_to_head(runtime.engine)
+    instance = liveness_for(runtime.engine)
+    runtime.ledger.set_instance(instance.instance_id)
     try:
-        _check_secret_key(services)
+        _check_secret_key(runtime)
+        jobs = JobRunner(
+            runtime=runtime,
+            queue=_queue_for(runtime, start_workers=start_workers),
+            instance_id=instance.instance_id,
+            timing=TimingPolicy.from_settings(settings),
+            wait_s=settings.job_wait_s,
+        )
     except BaseException:
-        services.close()
+        instance.close()
+        runtime.close()
         raise
+    services = Services(settings=settings, runtime=runtime, jobs=jobs, instance=instance)
     _bootstrap_owner(services)
     if recover:
-        interrupted = ledger.interrupt_reserved(is_alive=instance.is_alive)
+        interrupted = runtime.ledger.interrupt_reserved(is_alive=instance.is_alive)
         failed_jobs = jobs.interrupt_unfinished(instance.is_alive)
         if interrupted or failed_jobs:
-            with write_sessions() as session, session.begin():
+            with runtime.write_sessions() as session, session.begin():
                 audit.record(
                     session,
                     action="recovery",
@@ -119,12 +120,12 @@ def build_services(settings: Settings, *, migrate: bool = True, recover: bool = 
     return services
 
 
-def _check_secret_key(services: Services) -> None:
+def _check_secret_key(runtime: WorkerRuntime) -> None:
     """Refuse to start with another DPMINE_SECRET_KEY than the database's (SecretKeyMismatch)."""
     for _attempt in range(2):
         try:
-            with services.write_sessions() as session, session.begin():
-                check_secret_key(session, secret=services.settings.secret_key)
+            with runtime.write_sessions() as session, session.begin():
+                check_secret_key(session, secret=runtime.settings.secret_key)
             return
         except IntegrityError:
             continue  # another process stored the check value first: compare with it

@@ -18,9 +18,9 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dpmine.wire import DatasetMetadata, Guarantee, Receipt
-from dpmine_server.db.models import Principal
+from dpmine_server.db.models import Job, LedgerEntry, Principal
 from dpmine_server.dp.budget import BudgetError, Epsilon
-from dpmine_server.errors import Forbidden, InvalidRequest, OperationFailed
+from dpmine_server.errors import Forbidden, InvalidRequest, JobCancelled, OperationFailed
 from dpmine_server.operations import CATALOG, OperationSpec
 from dpmine_server.operations.base import Progress, no_progress
 from dpmine_server.services.datasets import DatasetService
@@ -69,19 +69,21 @@ class Executor:
         sessions: sessionmaker[Session],
         ledger: Ledger,
         datasets: DatasetService,
-        rng_factory: Callable[[], np.random.Generator],
+        rng_factory: Callable[[int], np.random.Generator],
+        extra_operations: dict[str, OperationSpec[Any, Any]] | None = None,
     ) -> None:
         self._sessions = sessions
         self._ledger = ledger
         self._datasets = datasets
         self._rng_factory = rng_factory
+        self._catalog = {**CATALOG, **(extra_operations or {})}
 
     def spec(self, operation: str) -> OperationSpec[Any, Any]:
         """The operation called ``operation``."""
-        spec = CATALOG.get(operation)
+        spec = self._catalog.get(operation)
         if spec is None:
             raise InvalidRequest(
-                f"unknown operation {operation!r}; known: {', '.join(sorted(CATALOG))}"
+                f"unknown operation {operation!r}; known: {', '.join(sorted(self._catalog))}"
             )
         return spec
 
@@ -158,6 +160,9 @@ class Executor:
         entry_id = pending.reservation.entry_id
         try:
             body = self._compute(pending, progress)
+        except JobCancelled:
+            self._ledger.fail(entry_id)
+            raise
         except Exception:
             logger.exception(
                 "operation %s failed after its charge (entry %s)",
@@ -171,6 +176,27 @@ class Executor:
             ) from None
         self._ledger.complete(entry_id, body)
         return Release(body=body, replayed=False, entry_id=entry_id)
+
+    def resume(self, job: Job, entry: LedgerEntry, principal: Principal) -> Pending:
+        """The pending computation of a submitted job, rebuilt from the database by the worker
+        process that runs it (the request was validated and charged at submission)."""
+        spec = self.spec(job.operation)
+        request = spec.request_model.model_validate(job.request)
+        cost = Epsilon(entry.epsilon_units)
+        reservation = Reservation(
+            entry_id=entry.id,
+            cost=cost,
+            guarantee="pure" if entry.guarantee == "pure" else "approximate",
+            created_at=entry.created_at,
+            remaining_after=Epsilon(job.remaining_units or 0),
+            dataset_version=entry.dataset_version,
+        )
+        return Pending(
+            priced=PricedCall(spec=spec, request=request, cost=cost, guarantee=spec.guarantee),
+            dataset_id=job.dataset_id,
+            reservation=reservation,
+            principal=principal,
+        )
 
     def execute(
         self,
@@ -198,7 +224,11 @@ class Executor:
         priced, dataset_id, reservation = pending.priced, pending.dataset_id, pending.reservation
         columns = self._datasets.columns(dataset_id, reservation.dataset_version)
         fields = priced.spec.run(
-            columns, priced.request, reservation.cost, self._rng_factory(), progress
+            columns,
+            priced.request,
+            reservation.cost,
+            self._rng_factory(reservation.entry_id),
+            progress,
         )
         receipt = Receipt(
             ledger_entry_id=reservation.entry_id,

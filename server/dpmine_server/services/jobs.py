@@ -1,8 +1,11 @@
-"""Background jobs: a charged operation computed in a worker thread, progress in the database.
+"""Background jobs, the API side: submit (charge now), wait, cancel, report.
 
 The charge is taken synchronously when the job is submitted (so a budget refusal is an immediate
-409 and costs nothing); the release is stored in the ledger entry, so any server process can
-report a job's progress and result, and a client that disconnects loses nothing.
+409 and costs nothing); the job is then handed to a worker *process* through the queue
+(services/queues.py; the worker side is services/workers.py) and its release is stored in the
+ledger entry, so any server process can report a job's progress and result, and a client that
+disconnects loses nothing. A job whose worker dies is left ``interrupted`` with its charge; a
+cancelled job stops at its next public progress step, with its charge.
 
 Time is an output (DESIGN.md contract item 7): the analyst never sees when the kernel started or
 ended. A job is shown ``running`` until its padded deadline (services/timing.py: submission time
@@ -15,17 +18,15 @@ change, truncated likewise. The precise times stay in the database for the owner
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import TypeAdapter
 from sqlalchemy import select, update
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from dpmine.wire import JobInfo, JobStatus
 from dpmine_server.db.base import rows_affected
@@ -33,41 +34,58 @@ from dpmine_server.db.models import Job, LedgerEntry, Principal, utcnow
 from dpmine_server.errors import (
     ChargeKeptNoResult,
     IdempotencyConflict,
+    JobCancelled,
     NotFound,
     OperationFailed,
     RequestInProgress,
-    ServerError,
 )
-from dpmine_server.services.executor import Executor, Pending, Release
+from dpmine_server.services.executor import Release
 from dpmine_server.services.instances import dead_owners
+from dpmine_server.services.queues import JobQueue
 from dpmine_server.services.timing import TimingPolicy
+from dpmine_server.services.workers import (
+    FINAL_STATES,
+    NOT_QUEUED,
+    SERVER_RESTARTED,
+    WorkerRuntime,
+    interrupt_jobs,
+)
 
 _JOBSTATUS: TypeAdapter[JobStatus] = TypeAdapter(JobStatus)
 
 __all__ = ["JobRunner"]
 
 logger = logging.getLogger(__name__)
-_PROGRESS_INTERVAL_SECONDS = 0.5
+
+#: Longest wait between two reads of a waited-for job's state: a safety net, since the queue
+#: wakes the waiter when the job settles.
+_RECHECK_S = 5.0
+_PAST = {
+    "failed": "failed",
+    "cancelled": "was cancelled",
+    "interrupted": "was interrupted",
+}
 
 
 class JobRunner:
-    """Submits charged operations to a thread pool and reports their state."""
+    """Charges jobs, hands them to worker processes through a queue and reports their state."""
 
     def __init__(
         self,
         *,
-        sessions: sessionmaker[Session],
-        executor: Executor,
-        workers: int,
+        runtime: WorkerRuntime,
+        queue: JobQueue,
         instance_id: str | None = None,
         timing: TimingPolicy | None = None,
+        wait_s: float = 3600.0,
     ) -> None:
-        self._sessions = sessions
-        self._executor = executor
+        self._runtime = runtime
+        self._sessions = runtime.write_sessions
+        self._executor = runtime.executor
+        self._queue = queue
         self._timing = timing or TimingPolicy(enabled=False, grid=0.0, base=0.0, scale=0.0)
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dpmine-job")
         self._instance_id = instance_id
-        self._lock = threading.Lock()
+        self._wait_s = wait_s
 
     def submit(
         self,
@@ -78,8 +96,8 @@ class JobRunner:
         request: dict[str, Any],
         idempotency_key: str | None,
     ) -> JobInfo:
-        """Charge now, compute in the background; a retry with the same key returns the job."""
-        job_id, _started = self._start(
+        """Charge now, compute in a worker; a retry with the same key returns the same job."""
+        job_id, _replay, _fresh = self._start(
             principal=principal,
             dataset_id=dataset_id,
             operation=operation,
@@ -101,20 +119,19 @@ class JobRunner:
         """Submit a job and wait for its release: the synchronous route of a ``job``-mode
         operation. A retry with the same key gets the stored release (marked replayed), or
         RequestInProgress while the first job is still computing."""
-        job_id, started = self._start(
+        job_id, replay, fresh = self._start(
             principal=principal,
             dataset_id=dataset_id,
             operation=operation,
             request=request,
             idempotency_key=idempotency_key,
         )
-        if isinstance(started, Future):
-            return started.result()
-        if started is not None:
-            return started
+        if replay is not None:
+            return replay
+        status = self._wait(job_id) if fresh else None
         with self._sessions() as session:
             job = session.get_one(Job, job_id)
-            if job.status in {"queued", "running"}:
+            if (status or job.status) in {"queued", "running"}:
                 raise RequestInProgress(
                     "the job with this Idempotency-Key is still running; retry later with the "
                     "same key to get its result (nothing more is charged)"
@@ -124,15 +141,34 @@ class JobRunner:
                 if job.ledger_entry_id is None
                 else session.get(LedgerEntry, job.ledger_entry_id)
             )
-            if job.status != "done" or entry is None or entry.release is None:
-                raise ChargeKeptNoResult(
-                    "the job with this Idempotency-Key was charged but it failed: the charge was "
-                    "kept and no result exists. Use a new Idempotency-Key to ask again (it is "
-                    "charged again)"
+            if job.status == "done" and entry is not None and entry.release is not None:
+                body = dict(entry.release)
+                if not fresh:
+                    body["receipt"] = {**body["receipt"], "replayed": True}
+                return Release(body=body, replayed=not fresh, entry_id=entry.id)
+            if fresh and job.status == "cancelled":
+                raise JobCancelled(job.message)
+            if fresh:
+                raise OperationFailed(
+                    job.message
+                    or "the job failed after its charge; nothing was released and the charge stands"
                 )
-            body = dict(entry.release)
-            body["receipt"] = {**body["receipt"], "replayed": True}
-            return Release(body=body, replayed=True, entry_id=entry.id)
+            raise ChargeKeptNoResult(
+                "the job with this Idempotency-Key was charged but released nothing (it "
+                f"{_PAST.get(job.status, 'failed')}): the charge was kept and no result exists. "
+                "Use a new Idempotency-Key to ask again (it is charged again)"
+            )
+
+    def _wait(self, job_id: str) -> str:
+        """Wait (at most ``job_wait_s``) until the job is settled; its last status."""
+        deadline = time.monotonic() + self._wait_s
+        while True:
+            with self._sessions() as session:
+                status = session.scalar(select(Job.status).where(Job.id == job_id)) or "failed"
+            left = deadline - time.monotonic()
+            if status in FINAL_STATES or left <= 0:
+                return status
+            self._queue.wait(job_id, min(left, _RECHECK_S))
 
     def _start(
         self,
@@ -142,9 +178,10 @@ class JobRunner:
         operation: str,
         request: dict[str, Any],
         idempotency_key: str | None,
-    ) -> tuple[str, Future[Release] | Release | None]:
-        """Create (or find, for a retry: ``None``) the job; a fresh one is charged and queued
-        (its future), a charged request's retry is replayed from the ledger (its release)."""
+    ) -> tuple[str, Release | None, bool]:
+        """Create the job, or find it for a retry. Returns its id, the stored release of a
+        charged request's retry (replayed from the ledger), and whether the job is new (charged
+        now and handed to the queue)."""
         arrival = utcnow()
         key = idempotency_key or f"job-{uuid.uuid4()}"
         with self._sessions() as session:
@@ -162,7 +199,7 @@ class JobRunner:
                         "this Idempotency-Key was already used for a different job; "
                         "use a new key for a new request"
                     )
-                return existing.id, None
+                return existing.id, None, False
         spec = self._executor.spec(operation)
         started = self._executor.begin(
             principal=principal,
@@ -171,58 +208,77 @@ class JobRunner:
             request=request,
             idempotency_key=key,
         )
+        replayed = isinstance(started, Release)
         job = Job(
             id=str(uuid.uuid4()),
             principal_id=principal.id,
             dataset_id=dataset_id,
             operation=spec.name,
-            status="done" if isinstance(started, Release) else "queued",
-            progress=1.0 if isinstance(started, Release) else 0.0,
+            status="done" if replayed else "queued",
+            progress=1.0 if replayed else 0.0,
             request=request,
             idempotency_key=key,
             instance_id=self._instance_id,
             ledger_entry_id=started.entry_id
             if isinstance(started, Release)
             else started.reservation.entry_id,
+            remaining_units=None
+            if isinstance(started, Release)
+            else started.reservation.remaining_after.units,
             created_at=arrival,
             updated_at=utcnow(),
         )
         with self._sessions() as session, session.begin():
             session.add(job)
         if isinstance(started, Release):
-            return job.id, started
-        return job.id, self._pool.submit(self._run, job.id, started)
-
-    def _run(self, job_id: str, pending: Pending) -> Release:
-        self._set(job_id, status="running")
-        last = 0.0
-
-        def report(fraction: float, message: str = "") -> None:
-            nonlocal last
-            now = time.monotonic()
-            if now - last >= _PROGRESS_INTERVAL_SECONDS:
-                last = now
-                self._set(job_id, progress=min(max(fraction, 0.0), 1.0), message=message)
-
+            return job.id, started, False
         try:
-            release = self._executor.finish(pending, report)
-        except ServerError as error:
-            self._set(job_id, status="failed", message=error.message)
-            raise
+            queue_job_id = self._queue.enqueue(job.id)
         except Exception:
-            logger.exception("job %s failed", job_id)
-            self._set(job_id, status="failed", message="internal error; the charge stands")
+            logger.exception("job %s could not be queued", job.id)
+            interrupt_jobs(self._runtime, [job.id], reason=NOT_QUEUED)
             raise OperationFailed(
-                "the job failed after its charge; nothing was released and the charge stands"
+                "the job was charged but could not be handed to a worker; nothing was released "
+                "and the charge stands. The owner can see the server log."
             ) from None
-        self._set(job_id, status="done", progress=1.0, message="")
-        return release
+        if queue_job_id is not None:
+            with self._sessions() as session, session.begin():
+                session.execute(
+                    update(Job).where(Job.id == job.id).values(queue_job_id=queue_job_id)
+                )
+        return job.id, None, True
 
-    def _set(self, job_id: str, **values: Any) -> None:
+    def cancel(self, principal: Principal, job_id: str) -> JobInfo:
+        """Cancel one of your jobs: a queued job never runs; a running one stops at its next
+        public progress step. The charge stays either way; a settled job is left as it is."""
         with self._sessions() as session, session.begin():
-            session.execute(
-                update(Job).where(Job.id == job_id).values(updated_at=utcnow(), **values)
+            job = session.get(Job, job_id)
+            if job is None or job.principal_id != principal.id:
+                raise NotFound(f"no job {job_id!r} of yours")
+            never_ran = rows_affected(
+                session.execute(
+                    update(Job)
+                    .where(Job.id == job_id, Job.status == "queued")
+                    .values(
+                        status="cancelled",
+                        cancel_requested=True,
+                        message="cancelled at your request; the charge stands and nothing was "
+                        "released",
+                        updated_at=utcnow(),
+                    )
+                )
             )
+            if not never_ran:
+                session.execute(
+                    update(Job)
+                    .where(Job.id == job_id, Job.status == "running")
+                    .values(cancel_requested=True)
+                )
+            entry_id = job.ledger_entry_id
+        if never_ran and entry_id is not None:
+            self._runtime.ledger.interrupt([entry_id], status="failed")
+        with self._sessions() as session:
+            return self._info(session, session.get_one(Job, job_id))
 
     def get(self, principal: Principal, job_id: str) -> JobInfo:
         """A job of this principal (others' jobs are not found)."""
@@ -243,7 +299,7 @@ class JobRunner:
         """What the analyst may see: state changes on the padded public schedule only."""
         created = _aware(job.created_at)
         submitted = _to_second(created)
-        finished = job.status in {"done", "failed"}
+        finished = job.status in FINAL_STATES
         if not self._timing.enabled:
             shown_at = _aware(job.updated_at) if finished else None
             deadline = 0.0
@@ -285,30 +341,24 @@ class JobRunner:
             updated_at=_to_second(shown_at),
         )
 
-    def interrupt_unfinished(self, is_alive: Callable[[str | None], bool] | None = None) -> int:
-        """At start-up: jobs that dead processes left queued or running are failed (charge
-        kept); jobs of live workers (``is_alive``) are left alone."""
-        active = Job.status.in_(("queued", "running"))
-        with self._sessions() as session, session.begin():
-            statement = update(Job).where(active)
-            if is_alive is not None:
-                dead = dead_owners(session, Job.instance_id, active, is_alive)
-                if dead is None:
-                    return 0
-                statement = statement.where(dead)
-            result = session.execute(
-                statement.values(
-                    status="failed",
-                    message="interrupted by a server restart; the charge stands, nothing was "
-                    "released; submit again with a new Idempotency-Key",
-                    updated_at=utcnow(),
-                )
-            )
-            return rows_affected(result)
+    def interrupt_unfinished(self, is_alive: Callable[[str | None], bool]) -> int:
+        """At start-up: jobs that dead API processes left behind are interrupted (charge kept).
+
+        Those are the jobs of the embedded pool (it dies with its server) and the jobs that
+        were charged but never handed to the queue engine. Jobs the queue engine holds
+        (``queue_job_id`` set) belong to their workers, whose heartbeats settle them
+        (services/queues.py)."""
+        active = Job.status.in_(("queued", "running")) & Job.queue_job_id.is_(None)
+        with self._sessions() as session:
+            dead = dead_owners(session, Job.instance_id, active, is_alive)
+            if dead is None:
+                return 0
+            job_ids = list(session.scalars(select(Job.id).where(active, dead)))
+        return interrupt_jobs(self._runtime, job_ids, reason=SERVER_RESTARTED)
 
     def shutdown(self) -> None:
-        """Wait for running jobs to finish."""
-        self._pool.shutdown(wait=True)
+        """Stop the queue (running jobs finish first)."""
+        self._queue.close()
 
 
 def _aware(moment: datetime) -> datetime:

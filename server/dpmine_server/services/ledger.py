@@ -14,19 +14,30 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Engine, Row, bindparam, event, func, insert, select, update
+from sqlalchemy import (
+    BigInteger,
+    Engine,
+    Row,
+    bindparam,
+    event,
+    exists,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dpmine.wire import BudgetStatus, Guarantee
 from dpmine_server.db.base import UtcDateTime, is_sqlite, make_engine, rows_affected
-from dpmine_server.db.models import Dataset, Grant, LedgerEntry, Principal, utcnow
+from dpmine_server.db.models import Dataset, Grant, Job, LedgerEntry, Principal, utcnow
 from dpmine_server.dp.budget import Epsilon
 from dpmine_server.errors import (
     BudgetExhausted,
@@ -150,6 +161,10 @@ class Ledger:
             ).execution_options(sqlite_begin="IMMEDIATE")
             self._reserve_engine = reserve_engine
             event.listen(engine, "engine_disposed", lambda _engine: reserve_engine.dispose())
+
+    def set_instance(self, instance_id: str) -> None:
+        """Name this process in the entries it reserves (for crash recovery)."""
+        self._instance_id = instance_id
 
     # -- spending ------------------------------------------------------------------------------
 
@@ -350,6 +365,21 @@ class Ledger:
             if changed != 1:
                 raise InternalError(f"ledger entry {entry_id} is not reserved")
 
+    def interrupt(self, entry_ids: Sequence[int], *, status: str = "interrupted") -> int:
+        """Mark these entries ``status`` (interrupted, or failed) if still reserved: their job's
+        worker died, the job was never handed to one, or it failed before its kernel ran. The
+        charge stands. Returns how many changed."""
+        if not entry_ids:
+            return 0
+        with self._write_engine.begin() as connection:
+            return rows_affected(
+                connection.execute(
+                    update(LedgerEntry)
+                    .where(LedgerEntry.id.in_(list(entry_ids)), LedgerEntry.status == "reserved")
+                    .values(status=status, completed_at=utcnow())
+                )
+            )
+
     def interrupt_reserved(
         self,
         *,
@@ -361,12 +391,19 @@ class Ledger:
         ``is_alive(instance_id)`` tells live workers apart (their entries are left alone);
         ``before`` limits it to entries reserved before that time.
         """
+        # Entries of jobs handed to the queue engine belong to their worker, not to the API
+        # process that reserved them: the queue's recovery settles them (services/queues.py).
+        queued = exists(
+            select(Job.id).where(
+                Job.ledger_entry_id == LedgerEntry.id, Job.queue_job_id.is_not(None)
+            )
+        )
+        reserved = (LedgerEntry.status == "reserved") & ~queued
         with self._write_session() as session, session.begin():
-            statement = update(LedgerEntry).where(LedgerEntry.status == "reserved")
+            statement = update(LedgerEntry).where(reserved)
             if before is not None:
                 statement = statement.where(LedgerEntry.created_at < before)
             if is_alive is not None:
-                reserved = LedgerEntry.status == "reserved"
                 dead = dead_owners(session, LedgerEntry.instance_id, reserved, is_alive)
                 if dead is None:
                     return 0

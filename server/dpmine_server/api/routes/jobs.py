@@ -38,3 +38,11 @@ def submit_job(
 def get_job(job_id: str, services: ServicesDep, principal: PrincipalDep) -> JobInfo:
     """Status, progress and (once done) the result of one of your jobs."""
     return services.jobs.get(principal, job_id)
+
+
+@router.post("/jobs/{job_id}/cancel", response_model=JobInfo, responses=ERRORS)
+def cancel_job(job_id: str, services: ServicesDep, analyst: AnalystDep) -> JobInfo:
+    """Cancel one of your jobs: a queued job never runs; a running one stops at its next public
+    progress step. The charge stays (nothing is refunded once charged); a settled job is
+    returned as it is."""
+    return services.jobs.cancel(analyst, job_id)

@@ -1,0 +1,277 @@
+"""The worker side of a job: what a worker process does with a job id (DESIGN.md "Jobs").
+
+A job was validated and charged when it was submitted (services/jobs.py); the worker
+
+1. claims it: ``queued → running`` in one conditional UPDATE. A job leaves ``queued`` exactly
+   once, so it is never run twice (a crash after the claim leaves it to the recovery, which
+   marks it ``interrupted``; nothing runs it again with fresh noise);
+2. rebuilds the charged request from the database and runs the kernel through the executor
+   (release stored in the ledger entry before anyone can read it);
+3. marks the job ``done``, ``failed`` or ``cancelled`` and, on PostgreSQL, notifies the API
+   processes waiting for it (``NOTIFY dpmine_job_done``).
+
+While the kernel runs, a reporter thread writes the kernel's latest progress (a fraction of the
+operation's *public* steps) at a fixed cadence, and reads the job's cancel flag; the kernel's
+next progress call then raises :class:`~dpmine_server.errors.JobCancelled` (the charge stays).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from sqlalchemy import Engine, select, text, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from dpmine_server.db.base import is_sqlite, make_engine, make_session_factory, rows_affected
+from dpmine_server.db.models import Job, LedgerEntry, Principal, utcnow
+from dpmine_server.dp.rng import secure_generator, seeded_generator
+from dpmine_server.errors import JobCancelled, ServerError
+from dpmine_server.operations.testing import TEST_OPERATIONS
+from dpmine_server.services.datasets import DatasetService
+from dpmine_server.services.executor import Executor
+from dpmine_server.services.ledger import Ledger
+from dpmine_server.settings import Settings
+
+__all__ = [
+    "FINAL_STATES",
+    "JOB_DONE_CHANNEL",
+    "NOT_QUEUED",
+    "PROGRESS_INTERVAL_S",
+    "SERVER_RESTARTED",
+    "WORKER_DIED",
+    "WorkerRuntime",
+    "build_runtime",
+    "interrupt_jobs",
+    "run_job",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between two progress writes of a running job (fixed: not data-dependent).
+PROGRESS_INTERVAL_S = 0.5
+#: PostgreSQL notification channel; the payload is the id of a job that reached a final state.
+JOB_DONE_CHANNEL = "dpmine_job_done"
+FINAL_STATES = frozenset({"done", "failed", "cancelled", "interrupted"})
+#: Why a job was interrupted, as the analyst reads it.
+WORKER_DIED = (
+    "interrupted: the worker process running this job stopped; the charge stands and nothing "
+    "was released. Submit again with a new Idempotency-Key (charged again)"
+)
+SERVER_RESTARTED = (
+    "interrupted by a server restart before the job finished; the charge stands and nothing "
+    "was released. Submit again with a new Idempotency-Key (charged again)"
+)
+NOT_QUEUED = (
+    "interrupted: the job could not be handed to a worker; the charge stands and nothing was "
+    "released. Submit again with a new Idempotency-Key (charged again)"
+)
+
+Outcome = Literal["done", "failed", "cancelled", "interrupted", "skipped"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRuntime:
+    """What runs operations in a process: database access, the ledger, the loaded datasets and
+    the executor. API processes and worker processes each build one (:func:`build_runtime`)."""
+
+    settings: Settings
+    engine: Engine
+    sessions: sessionmaker[Session]
+    write_sessions: sessionmaker[Session]
+    ledger: Ledger
+    datasets: DatasetService
+    executor: Executor
+
+    def close(self) -> None:
+        """Release the database connections."""
+        self.engine.dispose()
+
+
+def rng_factory(settings: Settings) -> Callable[[int], np.random.Generator]:
+    """The generator of one release, by its ledger entry id: the OS CSPRNG-seeded generator,
+    or in test mode (``DPMINE_TEST_SEED``; Settings refuses it elsewhere) one seeded from the
+    seed and the entry id, reproducible and distinct per release in every process."""
+    if settings.test_seed is None:
+        return lambda _entry_id: secure_generator()
+    seed = settings.test_seed
+    return lambda entry_id: seeded_generator(seed * 1_000_003 + entry_id)
+
+
+def build_runtime(settings: Settings, *, instance_id: str | None = None) -> WorkerRuntime:
+    """Connect to the engine's database and build the ledger, datasets and executor."""
+    engine = make_engine(settings.database_url)
+    sessions = make_session_factory(engine)
+    write_sessions = make_session_factory(engine, immediate=True)
+    ledger = Ledger(engine, sessions, instance_id=instance_id)
+    datasets = DatasetService(
+        data_dir=settings.data_dir,
+        sessions=sessions,
+        allow_sql=settings.allow_sql_sources,
+        max_cached=settings.max_cached_datasets,
+    )
+    test_operations = (
+        {spec.name: spec for spec in TEST_OPERATIONS} if settings.environment == "test" else None
+    )
+    executor = Executor(
+        sessions=sessions,
+        ledger=ledger,
+        datasets=datasets,
+        rng_factory=rng_factory(settings),
+        extra_operations=test_operations,
+    )
+    return WorkerRuntime(
+        settings=settings,
+        engine=engine,
+        sessions=sessions,
+        write_sessions=write_sessions,
+        ledger=ledger,
+        datasets=datasets,
+        executor=executor,
+    )
+
+
+class _Reporter:
+    """Writes the latest public progress every ``interval`` seconds and watches the cancel flag."""
+
+    def __init__(self, sessions: sessionmaker[Session], job_id: str, interval: float) -> None:
+        self._sessions = sessions
+        self._job_id = job_id
+        self._interval = interval
+        self._fraction = 0.0
+        self._cancelled = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="dpmine-progress", daemon=True)
+        self._thread.start()
+
+    def report(self, fraction: float, message: str = "") -> None:
+        """The kernel's progress callback: record the fraction; stop if the job was cancelled."""
+        del message
+        self._fraction = min(max(fraction, 0.0), 1.0)
+        if self._cancelled.is_set():
+            raise JobCancelled(
+                "the job was cancelled at your request; the charge stands and nothing was released"
+            )
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                with self._sessions() as session, session.begin():
+                    flag = session.scalar(
+                        update(Job)
+                        .where(Job.id == self._job_id)
+                        .values(progress=self._fraction)
+                        .returning(Job.cancel_requested)
+                    )
+            except Exception:  # a missed progress write is harmless; the next tick retries
+                logger.warning("progress of job %s not written", self._job_id, exc_info=True)
+                continue
+            if flag:
+                self._cancelled.set()
+
+    def close(self) -> None:
+        """Stop the reporter thread."""
+        self._stop.set()
+        self._thread.join()
+
+
+def _claim(sessions: sessionmaker[Session], job_id: str) -> bool:
+    """``queued → running`` if the job is still queued and not cancelled (exactly once)."""
+    with sessions() as session, session.begin():
+        claimed = session.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.status == "queued", Job.cancel_requested.is_(False))
+            .values(status="running", updated_at=utcnow())
+        )
+        return rows_affected(claimed) == 1
+
+
+def _finish(
+    engine: Engine, sessions: sessionmaker[Session], job_id: str, status: str, message: str
+) -> None:
+    """Record the final state (only from ``running``) and notify waiting API processes."""
+    with sessions() as session, session.begin():
+        session.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.status == "running")
+            .values(
+                status=status,
+                progress=1.0 if status == "done" else 0.0,
+                message=message,
+                updated_at=utcnow(),
+            )
+        )
+        if not is_sqlite(engine):
+            session.execute(
+                text("SELECT pg_notify(:channel, :job_id)"),
+                {"channel": JOB_DONE_CHANNEL, "job_id": job_id},
+            )
+
+
+def run_job(runtime: WorkerRuntime, job_id: str) -> Outcome:
+    """Claim, compute and settle one job; returns what happened (``skipped``: not claimable)."""
+    if not _claim(runtime.write_sessions, job_id):
+        return "skipped"
+    with runtime.sessions() as session:
+        job = session.get_one(Job, job_id)
+        entry = session.get_one(LedgerEntry, job.ledger_entry_id)
+        principal = session.get_one(Principal, job.principal_id)
+        session.expunge_all()
+    reporter = _Reporter(runtime.write_sessions, job_id, PROGRESS_INTERVAL_S)
+    status: Outcome
+    try:
+        pending = runtime.executor.resume(job, entry, principal)
+        runtime.executor.finish(pending, reporter.report)
+        status, message = "done", ""
+    except JobCancelled as cancelled:
+        status, message = "cancelled", cancelled.message
+    except ServerError as error:
+        status, message = "failed", error.message
+    except Exception:
+        logger.exception("job %s failed", job_id)
+        runtime.ledger.interrupt([entry.id], status="failed")
+        status, message = "failed", "internal error; the charge stands, nothing was released"
+    finally:
+        reporter.close()
+    _finish(runtime.engine, runtime.write_sessions, job_id, status, message)
+    return status
+
+
+def interrupt_jobs(runtime: WorkerRuntime, job_ids: list[str], *, reason: str) -> int:
+    """Mark these jobs ``interrupted`` if not yet final (their worker died, or their server
+    stopped before a worker took them) and their ledger entries interrupted, in one
+    transaction: the charge stands, nothing is released, and the job is never run again.
+    Returns how many jobs changed."""
+    if not job_ids:
+        return 0
+    with runtime.write_sessions() as session, session.begin():
+        active = Job.id.in_(job_ids) & Job.status.in_(("queued", "running"))
+        entries = [
+            entry
+            for entry in session.scalars(select(Job.ledger_entry_id).where(active))
+            if entry is not None
+        ]
+        changed = rows_affected(
+            session.execute(
+                update(Job)
+                .where(active)
+                .values(status="interrupted", progress=0.0, message=reason, updated_at=utcnow())
+            )
+        )
+        if entries:
+            session.execute(
+                update(LedgerEntry)
+                .where(LedgerEntry.id.in_(entries), LedgerEntry.status == "reserved")
+                .values(status="interrupted", completed_at=utcnow())
+            )
+        if changed and not is_sqlite(runtime.engine):
+            for job_id in job_ids:
+                session.execute(
+                    text("SELECT pg_notify(:channel, :job_id)"),
+                    {"channel": JOB_DONE_CHANNEL, "job_id": job_id},
+                )
+    return changed
