@@ -98,14 +98,17 @@ class LiveServer:
         workdir: Path,
         name: str = "server",
         owner_key: str | None = None,
+        secret_key: str | None = None,
+        data_dir: Path | None = None,
         extra_env: Mapping[str, str] | None = None,
     ) -> None:
         self.database_url = database_url
         self.workdir = workdir
-        self.data_dir = workdir / f"{name}-data"
+        # Another server on the same database shares its owner key, secret key and data folder.
+        self.data_dir = data_dir or workdir / f"{name}-data"
         self.log_path = workdir / f"{name}.log"
         self.owner_key = owner_key or "dpm_owner_" + secrets.token_urlsafe(24)
-        self.secret_key = secrets.token_urlsafe(32)
+        self.secret_key = secret_key or secrets.token_urlsafe(32)
         self.port = free_port()
         self._extra_env = dict(extra_env or {})
         self._process: subprocess.Popen[bytes] | None = None
