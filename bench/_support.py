@@ -51,6 +51,7 @@ __all__ = [
     "Backend",
     "PostgresCluster",
     "ServerHandle",
+    "WorkerHandle",
     "add_analysts",
     "free_port",
     "load_average",
@@ -60,6 +61,7 @@ __all__ = [
     "postgres_cluster",
     "register_files",
     "running_server",
+    "running_worker",
     "server_for_backend",
     "time_calls",
     "unwind_on_sigterm",
@@ -277,6 +279,8 @@ class ServerHandle:
     data_dir: Path
     log: Path
     process: subprocess.Popen[bytes] = field(repr=False)
+    #: The server process's environment (``DPMINE_*`` settings included): what its workers get.
+    env: dict[str, str] = field(default_factory=dict, repr=False)
 
     def connect(self, api_key: str | None = None, *, timeout: float = 120.0) -> dpmine.Connection:
         """A new client connection (its own ``httpx.Client``), as the owner by default."""
@@ -363,7 +367,65 @@ def running_server(
             data_dir=data_dir,
             log=log,
             process=process,
+            env=env,
         )
+    finally:
+        _stop_process(process)
+
+
+@dataclass
+class WorkerHandle:
+    """A running ``python -m dpmine_server worker`` process (PostgreSQL job queue)."""
+
+    log: Path
+    process: subprocess.Popen[bytes] = field(repr=False)
+
+    def log_tail(self) -> str:
+        """The end of the worker's log (for error reports)."""
+        return _log_tail(self.log)
+
+
+def _registered_workers(database_url: str) -> int:
+    """Rows of procrastinate's worker table (0 before its first worker registers)."""
+    conninfo = database_url.replace("postgresql+psycopg://", "postgresql://", 1)
+    with psycopg.connect(conninfo, connect_timeout=5) as connection:
+        exists = connection.execute("SELECT to_regclass('procrastinate_workers')").fetchone()
+        if exists is None or exists[0] is None:
+            return 0
+        row = connection.execute("SELECT count(*) FROM procrastinate_workers").fetchone()
+        return 0 if row is None else int(row[0])
+
+
+@contextlib.contextmanager
+def running_worker(server: ServerHandle, work_dir: Path, *, name: str) -> Iterator[WorkerHandle]:
+    """A ``dpmine-server worker`` process with ``server``'s environment (same database, data
+    folder and secrets), logging to ``work_dir/<name>.log``; returns once it has registered
+    with the queue (one more row in ``procrastinate_workers``: start workers one at a time).
+    Stopped with SIGTERM afterwards (it finishes its current job first)."""
+    if not server.database_url.startswith("postgresql"):
+        raise ValueError("worker processes take jobs from a PostgreSQL database")
+    work_dir.mkdir(parents=True, exist_ok=True)
+    log = work_dir / f"{name}.log"
+    known = _registered_workers(server.database_url)
+    with log.open("wb") as log_handle:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "dpmine_server", "worker"],
+            cwd=work_dir,
+            env=server.env,
+            stdin=subprocess.DEVNULL,
+            stdout=log_handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + _STARTUP_TIMEOUT_S
+        while _registered_workers(server.database_url) <= known:
+            if process.poll() is not None:
+                raise RuntimeError(f"the worker {name} exited at start-up:\n{_log_tail(log)}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the worker {name} did not register:\n{_log_tail(log)}")
+            time.sleep(0.1)
+        yield WorkerHandle(log=log, process=process)
     finally:
         _stop_process(process)
 
