@@ -98,6 +98,9 @@ class PostgresLiveness:
         self._engine = engine
         self.instance_id = uuid.uuid4().hex
         self._connection: Connection | None = engine.connect()
+        # Out of the pool: closing it ends the session (and its lock) instead of handing a
+        # connection that still holds the lock to someone else.
+        self._connection.detach()
         locked = self._connection.execute(
             text("SELECT pg_try_advisory_lock(:key)"), {"key": _advisory_key(self.instance_id)}
         ).scalar_one()

@@ -41,7 +41,7 @@ BEGIN
     FOR item IN SELECT t.typname FROM pg_type t
                 JOIN pg_namespace n ON n.oid = t.typnamespace
                 WHERE n.nspname = current_schema() AND t.typname LIKE 'procrastinate%'
-                  AND t.typtype = 'e' LOOP
+                  AND t.typtype IN ('e', 'c') LOOP
         EXECUTE format('DROP TYPE IF EXISTS %I CASCADE', item.typname);
     END LOOP;
 END $$;
