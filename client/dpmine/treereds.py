@@ -1,0 +1,536 @@
+"""Redescriptions from a pair of public trees and their released leaf counts (ALGORITHMS.md §3.6,
+§3.7): the client ``extractReds`` and the support-based pruning.
+
+The server op ``tree.leaf_counts`` (§3.6) releases, for public trees T_L (leaves 0..a−1) and T_R
+(leaves 0..b−1), a noisy leaf×leaf intersection matrix Ĩ (a×b) and a noisy left-leaf count vector
+ĉ_L (length a). Everything here is post-processing of that release: it reads no data and costs
+no budget. Noisy entries may be fractional or negative; the statistics clamp them (§3.6).
+
+Leaves are numbered from 0 here (row i of Ĩ and entry i of ĉ_L are leaf i); the spec numbers
+them from 1. A query over one tree is a :class:`LeafQuery`, a disjunction of signed leaves: +i is
+the conjunction of the tests on leaf i's root-to-leaf path, −i its complement (§1.1, §3.6).
+:func:`render_query` turns it into a query of the project's syntax from the leaves' paths.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, NamedTuple
+
+from dpmine.queries import tree_query
+from dpmine.stats import jaccard, p_value
+from dpmine.wire.queries import AnyLiteral, Expr, Redescription
+
+__all__ = [
+    "DEFAULT_MAX_CLAUSES",
+    "DEFAULT_MAX_SUPPORT_FRACTION",
+    "DEFAULT_MIN_JACCARD",
+    "DEFAULT_MIN_SUPPORT",
+    "DEFAULT_P_MAX",
+    "LeafCounts",
+    "LeafQuery",
+    "NoisyStatistics",
+    "SignedLeaf",
+    "TreeRedescription",
+    "active_leaves",
+    "clamped_statistics",
+    "derived_counts",
+    "extract_redescriptions",
+    "is_acceptable",
+    "is_tautology",
+    "leaf_counts",
+    "noisy_statistics",
+    "prune",
+    "render_query",
+    "render_redescription",
+    "save_support_jaccard_plot",
+]
+
+#: Defaults of §3.8 (paper Table 6, App. C.3).
+DEFAULT_P_MAX = 0.01
+DEFAULT_MIN_JACCARD = 0.1
+DEFAULT_MAX_CLAUSES = 3
+DEFAULT_MAX_SUPPORT_FRACTION = 0.8
+#: §3.8 has no universal minimum support: 10 (NPAS, MAMMAL) or 100 (CMS, MIMIC-III); the paper
+#: (App. C.3) calls ≥ 10 the preferable setting when nothing is known about the data size.
+DEFAULT_MIN_SUPPORT = 10.0
+
+_PLOT_EXTRA_HINT = "install the 'plot' extra: pip install 'dpmine[plot]'"
+
+
+# --------------------------------------------------------------------------------------------
+# Queries over one tree
+
+
+class SignedLeaf(NamedTuple):
+    """One disjunct of a tree query: leaf ``leaf`` (+i) or its negation (−i) (§3.6)."""
+
+    leaf: int
+    positive: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LeafQuery:
+    """A disjunction of signed leaves of one tree, in the order they were added (§1.1, §3.6).
+
+    Two queries with the same disjuncts in another order are the same query: compare
+    :attr:`key`, not the objects.
+    """
+
+    disjuncts: tuple[SignedLeaf, ...]
+
+    def __post_init__(self) -> None:
+        if not self.disjuncts:
+            raise ValueError("a leaf query needs at least one signed leaf")
+        for disjunct in self.disjuncts:
+            if not isinstance(disjunct, SignedLeaf):
+                raise TypeError(f"a disjunct must be a SignedLeaf, not {disjunct!r}")
+            if isinstance(disjunct.leaf, bool) or not isinstance(disjunct.leaf, int):
+                raise TypeError(f"a leaf index must be an int, not {disjunct.leaf!r}")
+            if disjunct.leaf < 0:
+                raise ValueError(f"leaf indices start at 0, not {disjunct.leaf}")
+
+    @classmethod
+    def of(cls, *disjuncts: tuple[int, bool]) -> LeafQuery:
+        """``LeafQuery.of((2, True), (5, False))`` is +2 ∨ −5."""
+        return cls(tuple(SignedLeaf(leaf, positive) for leaf, positive in disjuncts))
+
+    @property
+    def key(self) -> frozenset[SignedLeaf]:
+        """The set of disjuncts: equal for the same query written in another order."""
+        return frozenset(self.disjuncts)
+
+    @property
+    def used_leaves(self) -> frozenset[int]:
+        """Leaves appearing in the query, whatever their sign."""
+        return frozenset(disjunct.leaf for disjunct in self.disjuncts)
+
+    def extended(self, leaf: int, positive: bool) -> LeafQuery:
+        """This query ∨ the signed leaf (an extension of §3.6)."""
+        return LeafQuery((*self.disjuncts, SignedLeaf(leaf, positive)))
+
+
+def active_leaves(query: LeafQuery, n_leaves: int) -> frozenset[int]:
+    """Union over the disjuncts of {i} for +i and (all leaves but i) for −i (§3.6).
+
+    −i stands for the other leaves: the missing-value heuristic of paper §4.5.
+    """
+    _check_leaves(query, n_leaves)
+    active: set[int] = set()
+    for leaf, positive in query.disjuncts:
+        if positive:
+            active.add(leaf)
+        else:
+            active.update(other for other in range(n_leaves) if other != leaf)
+    return frozenset(active)
+
+
+def is_tautology(query: LeafQuery, n_leaves: int) -> bool:
+    """True when the active set is every leaf of the tree (§3.6): ¬a ∨ a, two negated leaves,
+    positive leaves covering the tree."""
+    return len(active_leaves(query, n_leaves)) == n_leaves
+
+
+def _check_leaves(query: LeafQuery, n_leaves: int) -> None:
+    if n_leaves < 1:
+        raise ValueError(f"a tree has at least one leaf, not {n_leaves}")
+    for leaf in query.used_leaves:
+        if leaf >= n_leaves:
+            raise ValueError(f"leaf {leaf} is out of range for a tree with {n_leaves} leaves")
+
+
+# --------------------------------------------------------------------------------------------
+# Released counts and derived counts
+
+
+@dataclass(frozen=True, slots=True)
+class LeafCounts:
+    """The release of ``tree.leaf_counts`` and the counts derived from it (§3.6).
+
+    ``intersections[i][j]`` = Ĩ[i][j], ``left`` = ĉ_L, ``right`` = ĉ_R[j] = Σ_i Ĩ[i][j],
+    ``n_rows`` = N̂ = Σ_i ĉ_L[i]; all as released (unclamped).
+    """
+
+    intersections: tuple[tuple[float, ...], ...]
+    left: tuple[float, ...]
+    right: tuple[float, ...]
+    n_rows: float
+
+    @property
+    def n_left(self) -> int:
+        """Number of leaves a of T_L."""
+        return len(self.left)
+
+    @property
+    def n_right(self) -> int:
+        """Number of leaves b of T_R."""
+        return len(self.right)
+
+
+def derived_counts(
+    intersections: Sequence[Sequence[float]], left_counts: Sequence[float]
+) -> tuple[tuple[float, ...], float]:
+    """(ĉ_R, N̂) with ĉ_R[j] = Σ_i Ĩ[i][j] and N̂ = Σ_i ĉ_L[i] (§3.6, paper §4.5).
+
+    Heuristics when rows miss a split attribute (they fall outside every leaf), as in the paper.
+    """
+    matrix, left = _checked_release(intersections, left_counts)
+    right = tuple(math.fsum(row[j] for row in matrix) for j in range(len(matrix[0])))
+    return right, math.fsum(left)
+
+
+def leaf_counts(
+    intersections: Sequence[Sequence[float]], left_counts: Sequence[float]
+) -> LeafCounts:
+    """Check the release (shapes, finite entries) and add the derived counts (§3.6)."""
+    matrix, left = _checked_release(intersections, left_counts)
+    right, n_rows = derived_counts(matrix, left)
+    return LeafCounts(intersections=matrix, left=left, right=right, n_rows=n_rows)
+
+
+def _checked_release(
+    intersections: Sequence[Sequence[float]], left_counts: Sequence[float]
+) -> tuple[tuple[tuple[float, ...], ...], tuple[float, ...]]:
+    matrix = tuple(tuple(float(value) for value in row) for row in intersections)
+    left = tuple(float(value) for value in left_counts)
+    if not matrix or not matrix[0]:
+        raise ValueError("the intersection matrix needs at least one row and one column")
+    if any(len(row) != len(matrix[0]) for row in matrix):
+        raise ValueError("the intersection matrix must be rectangular")
+    if len(left) != len(matrix):
+        raise ValueError(
+            f"{len(left)} left-leaf counts for an intersection matrix with {len(matrix)} rows"
+        )
+    if not all(math.isfinite(value) for row in (*matrix, left) for value in row):
+        raise ValueError("released counts must be finite")
+    return matrix, left
+
+
+# --------------------------------------------------------------------------------------------
+# Noisy statistics of a pair of tree queries
+
+
+@dataclass(frozen=True, slots=True)
+class NoisyStatistics:
+    """Clamped noisy statistics of a redescription (§3.6): N̂, s_L, s_R, I, U, J and p."""
+
+    n_rows: float
+    support_left: float
+    support_right: float
+    intersection: float
+    union: float
+    jaccard: float
+    p_value: float
+
+
+def clamped_statistics(
+    n_rows: float, support_left: float, support_right: float, intersection: float
+) -> NoisyStatistics:
+    """The clamps of §3.6 on raw noisy sums, then J and p.
+
+    Every value ≥ 0; s_L, s_R ≤ N̂; I ≤ min(s_L, s_R); U = s_L + s_R − I clamped to
+    [max(s_L, s_R, I), N̂]; J = I/U (0 when U = 0); p of §1.3 on (N̂, s_L, s_R, I) rounded.
+    """
+    n = max(n_rows, 0.0)
+    s_left = min(max(support_left, 0.0), n)
+    s_right = min(max(support_right, 0.0), n)
+    inter = min(max(intersection, 0.0), s_left, s_right)
+    union = min(max(s_left + s_right - inter, s_left, s_right, inter), n)
+    return NoisyStatistics(
+        n_rows=n,
+        support_left=s_left,
+        support_right=s_right,
+        intersection=inter,
+        union=union,
+        jaccard=jaccard(inter, union),
+        p_value=p_value(round(n), round(s_left), round(s_right), round(inter)),
+    )
+
+
+def noisy_statistics(counts: LeafCounts, left: LeafQuery, right: LeafQuery) -> NoisyStatistics:
+    """Statistics of (Q_L, Q_R) from the active leaf sets A_L, A_R (§3.6).
+
+    s_L = Σ_{i∈A_L} ĉ_L[i], s_R = Σ_{j∈A_R} ĉ_R[j], I = Σ_{i∈A_L, j∈A_R} Ĩ[i][j], then
+    :func:`clamped_statistics`.
+    """
+    active_left = sorted(active_leaves(left, counts.n_left))
+    active_right = sorted(active_leaves(right, counts.n_right))
+    return clamped_statistics(
+        counts.n_rows,
+        math.fsum(counts.left[i] for i in active_left),
+        math.fsum(counts.right[j] for j in active_right),
+        math.fsum(counts.intersections[i][j] for i in active_left for j in active_right),
+    )
+
+
+def is_acceptable(
+    new: NoisyStatistics, current: NoisyStatistics, *, max_support: float, p_max: float
+) -> bool:
+    """Whether ``new`` replaces ``current`` (§3.6).
+
+    I_new ≤ maxSupp and [ (J_new > J_cur and (p_cur ≥ p_max or p_new < p_max)) or
+    (p_cur > p_max and p_new < p_max) ].
+    """
+    if new.intersection > max_support:
+        return False
+    better_jaccard = new.jaccard > current.jaccard and (
+        current.p_value >= p_max or new.p_value < p_max
+    )
+    becomes_significant = current.p_value > p_max and new.p_value < p_max
+    return better_jaccard or becomes_significant
+
+
+# --------------------------------------------------------------------------------------------
+# extractReds
+
+
+@dataclass(frozen=True, slots=True)
+class TreeRedescription:
+    """A redescription (Q_L over T_L, Q_R over T_R) and its noisy statistics (§3.6)."""
+
+    left: LeafQuery
+    right: LeafQuery
+    statistics: NoisyStatistics
+
+    @property
+    def key(self) -> tuple[frozenset[SignedLeaf], frozenset[SignedLeaf]]:
+        """Identity of the pair of queries, whatever the order of their disjuncts."""
+        return (self.left.key, self.right.key)
+
+
+def extract_redescriptions(
+    intersections: Sequence[Sequence[float]],
+    left_counts: Sequence[float],
+    *,
+    min_supp: float = DEFAULT_MIN_SUPPORT,
+    max_supp_fraction: float = DEFAULT_MAX_SUPPORT_FRACTION,
+    min_jaccard: float = DEFAULT_MIN_JACCARD,
+    p_max: float = DEFAULT_P_MAX,
+    max_clauses: int = DEFAULT_MAX_CLAUSES,
+) -> list[TreeRedescription]:
+    """The client ``extractReds`` of §3.6 on a release (Ĩ, ĉ_L) of ``tree.leaf_counts``.
+
+    maxSupp = ``max_supp_fraction``·N̂ (N̂ clamped at 0). For every leaf pair (i, j), in row-major
+    order: start from (+i, +j); try (−i, +j), (+i, −j), (−i, −j) in that order, each replacing
+    the current when :func:`is_acceptable`; discard the pair if then I > maxSupp. Then
+    ``max_clauses`` − 1 rounds, each extending Q_L and then Q_R by the acceptable disjunct ±w of
+    largest J over the unused leaves w ([REC]: all unused leaves, skipping a disjunct that makes
+    the active set every leaf); the first of equal J wins, +w before −w. Keep the result iff
+    J ≥ ``min_jaccard``, p ≤ ``p_max``, ``min_supp`` ≤ I ≤ maxSupp, s_L < maxSupp and
+    s_R < maxSupp; drop tautologies (:func:`is_tautology` on either side) and duplicates (same
+    pair of queries, the first kept). ``min_supp`` defaults to 10 (see
+    :data:`DEFAULT_MIN_SUPPORT`).
+    """
+    _check_parameters(min_supp, max_supp_fraction, min_jaccard, p_max, max_clauses)
+    counts = leaf_counts(intersections, left_counts)
+    max_support = max_supp_fraction * max(counts.n_rows, 0.0)
+    results: list[TreeRedescription] = []
+    seen: set[tuple[frozenset[SignedLeaf], frozenset[SignedLeaf]]] = set()
+    for i in range(counts.n_left):
+        for j in range(counts.n_right):
+            red = _grow_pair(
+                counts, i, j, max_support=max_support, p_max=p_max, max_clauses=max_clauses
+            )
+            if red is None or red.key in seen:
+                continue
+            if _passes_filters(
+                red,
+                counts,
+                min_supp=min_supp,
+                max_support=max_support,
+                min_jaccard=min_jaccard,
+                p_max=p_max,
+            ):
+                seen.add(red.key)
+                results.append(red)
+    return results
+
+
+def _check_parameters(
+    min_supp: float, max_supp_fraction: float, min_jaccard: float, p_max: float, max_clauses: int
+) -> None:
+    if not (math.isfinite(min_supp) and min_supp >= 0):
+        raise ValueError(f"min_supp must be a finite number ≥ 0, not {min_supp!r}")
+    if not 0 < max_supp_fraction <= 1:
+        raise ValueError(f"max_supp_fraction must be in (0, 1], not {max_supp_fraction!r}")
+    if not 0 <= min_jaccard <= 1:
+        raise ValueError(f"min_jaccard must be in [0, 1], not {min_jaccard!r}")
+    if not 0 < p_max <= 1:
+        raise ValueError(f"p_max must be in (0, 1], not {p_max!r}")
+    if isinstance(max_clauses, bool) or not isinstance(max_clauses, int) or max_clauses < 1:
+        raise ValueError(f"max_clauses must be an int ≥ 1, not {max_clauses!r}")
+
+
+def _grow_pair(
+    counts: LeafCounts, i: int, j: int, *, max_support: float, p_max: float, max_clauses: int
+) -> TreeRedescription | None:
+    """Start, sign variants and extension rounds of one leaf pair (§3.6); None if discarded."""
+    current = _red(counts, LeafQuery.of((i, True)), LeafQuery.of((j, True)))
+    for left_positive, right_positive in ((False, True), (True, False), (False, False)):
+        candidate = _red(
+            counts, LeafQuery.of((i, left_positive)), LeafQuery.of((j, right_positive))
+        )
+        if is_acceptable(
+            candidate.statistics, current.statistics, max_support=max_support, p_max=p_max
+        ):
+            current = candidate
+    if current.statistics.intersection > max_support:
+        return None
+    for _ in range(max_clauses - 1):
+        current = _extend(counts, current, "left", max_support, p_max)
+        current = _extend(counts, current, "right", max_support, p_max)
+    return current
+
+
+def _extend(
+    counts: LeafCounts,
+    current: TreeRedescription,
+    side: Literal["left", "right"],
+    max_support: float,
+    p_max: float,
+) -> TreeRedescription:
+    """The acceptable one-disjunct extension of one side with the largest J, or ``current``."""
+    query = current.left if side == "left" else current.right
+    n_leaves = counts.n_left if side == "left" else counts.n_right
+    best: TreeRedescription | None = None
+    for leaf in range(n_leaves):
+        if leaf in query.used_leaves:
+            continue
+        for positive in (True, False):
+            extended = query.extended(leaf, positive)
+            if is_tautology(extended, n_leaves):
+                continue
+            candidate = (
+                _red(counts, extended, current.right)
+                if side == "left"
+                else _red(counts, current.left, extended)
+            )
+            if not is_acceptable(
+                candidate.statistics, current.statistics, max_support=max_support, p_max=p_max
+            ):
+                continue
+            if best is None or candidate.statistics.jaccard > best.statistics.jaccard:
+                best = candidate
+    return current if best is None else best
+
+
+def _red(counts: LeafCounts, left: LeafQuery, right: LeafQuery) -> TreeRedescription:
+    return TreeRedescription(left, right, noisy_statistics(counts, left, right))
+
+
+def _passes_filters(
+    red: TreeRedescription,
+    counts: LeafCounts,
+    *,
+    min_supp: float,
+    max_support: float,
+    min_jaccard: float,
+    p_max: float,
+) -> bool:
+    """The final filters of §3.6, tautologies included."""
+    stats = red.statistics
+    return (
+        stats.jaccard >= min_jaccard
+        and stats.p_value <= p_max
+        and min_supp <= stats.intersection <= max_support
+        and stats.support_left < max_support
+        and stats.support_right < max_support
+        and not is_tautology(red.left, counts.n_left)
+        and not is_tautology(red.right, counts.n_right)
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering
+
+
+def render_query(query: LeafQuery, paths: Sequence[Sequence[AnyLiteral]]) -> Expr:
+    """The query of the project's syntax for a tree query (§1.1, §3.6).
+
+    ``paths[i]`` holds the tests on leaf i's root-to-leaf path (thresholds as released); +i is
+    their conjunction, −i its complement ``Not`` (see :func:`dpmine.queries.tree_query`).
+    """
+    for leaf in query.used_leaves:
+        if leaf >= len(paths):
+            raise ValueError(f"no path given for leaf {leaf} ({len(paths)} paths)")
+    return tree_query([(positive, paths[leaf]) for leaf, positive in query.disjuncts])
+
+
+def render_redescription(
+    red: TreeRedescription,
+    left_paths: Sequence[Sequence[AnyLiteral]],
+    right_paths: Sequence[Sequence[AnyLiteral]],
+) -> Redescription:
+    """Both queries of ``red`` rendered with :func:`render_query` (§3.6 "Report")."""
+    return Redescription(
+        left=render_query(red.left, left_paths), right=render_query(red.right, right_paths)
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Pruning (§3.7, paper §4.6)
+
+
+def prune(reds: Iterable[TreeRedescription], min_noisy_support: float) -> list[TreeRedescription]:
+    """Keep the redescriptions whose noisy support I is at least ``min_noisy_support`` (§3.7).
+
+    The paper's thresholds: 2000 (MIMIC-III), 1000 (CMS), 500 (MAMMAL), 200 (NPAS); choose one
+    from :func:`save_support_jaccard_plot` (the dense low-support, high-J block is noise).
+    """
+    if not math.isfinite(min_noisy_support):
+        raise ValueError(f"min_noisy_support must be finite, not {min_noisy_support!r}")
+    return [red for red in reds if red.statistics.intersection >= min_noisy_support]
+
+
+def save_support_jaccard_plot(
+    reds: Iterable[TreeRedescription], path: str | Path, threshold: float | None = None
+) -> Path:
+    """Scatter plot of noisy support I against noisy Jaccard J, written to ``path`` (§3.7).
+
+    The format follows the file suffix (PNG, PDF, SVG, ...). With ``threshold``, a vertical line
+    marks it and the redescriptions :func:`prune` would drop are grey diamonds. Needs
+    matplotlib (the ``plot`` extra).
+    """
+    try:
+        from matplotlib.figure import Figure  # noqa: PLC0415 (optional dependency)
+    except ImportError as exc:
+        raise ImportError(
+            f"save_support_jaccard_plot needs matplotlib; {_PLOT_EXTRA_HINT}"
+        ) from exc
+    items = list(reds)
+    kept = items if threshold is None else prune(items, threshold)
+    dropped = (
+        []
+        if threshold is None
+        else [red for red in items if red.statistics.intersection < threshold]
+    )
+    figure = Figure(figsize=(6.4, 4.8))
+    axes = figure.add_subplot()
+    if dropped:
+        axes.scatter(
+            [red.statistics.intersection for red in dropped],
+            [red.statistics.jaccard for red in dropped],
+            marker="D",
+            s=14,
+            color="lightgrey",
+            label="pruned",
+        )
+    axes.scatter(
+        [red.statistics.intersection for red in kept],
+        [red.statistics.jaccard for red in kept],
+        s=18,
+        color="tab:blue",
+        label="kept",
+    )
+    if threshold is not None:
+        axes.axvline(threshold, color="tab:red", linestyle="--", label=f"threshold {threshold:g}")
+        axes.legend(loc="lower right")
+    axes.set_xlabel("noisy support I")
+    axes.set_ylabel("noisy Jaccard J")
+    axes.set_ylim(0.0, 1.05)
+    axes.set_title(f"{len(items)} redescriptions")
+    figure.savefig(path)
+    return Path(path)
