@@ -130,6 +130,12 @@ class PostgresLiveness:
     def close(self) -> None:
         """Release the lock (the process is shutting down cleanly)."""
         if self._connection is not None:
+            # Unlock first: the server ends a closed session a moment later, and until then
+            # the lock would still look held.
+            self._connection.execute(
+                text("SELECT pg_advisory_unlock(:key)"), {"key": _advisory_key(self.instance_id)}
+            )
+            self._connection.commit()
             self._connection.close()
             self._connection = None
 
