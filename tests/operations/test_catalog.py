@@ -20,6 +20,7 @@ from pydantic import BaseModel
 import dpmine_server.operations
 from dpmine.wire import (
     OPERATIONS,
+    AttributeTarget,
     BooleanAttribute,
     BoolLiteral,
     CategoricalAttribute,
@@ -27,8 +28,10 @@ from dpmine.wire import (
     ComputeQualityRequest,
     DatasetKind,
     DatasetMetadata,
+    DecisionTree,
     ExtendOneRequest,
     InitialPairsRequest,
+    LeafCountsRequest,
     NoisyCountRequest,
     NumericAttribute,
     NumLiteral,
@@ -38,6 +41,11 @@ from dpmine.wire import (
     SerenadeOptions,
     SubmitJobRequest,
     TopKItemsetsRequest,
+    TreeExpMechRequest,
+    TreeMCMCRequest,
+    TreePairMCMCRequest,
+    TreeSplit,
+    TreeTarget,
     WireModel,
 )
 from dpmine_server.app import create_app
@@ -66,6 +74,10 @@ SECTIONS = {
     "fim.topk_laplace": "§4.3",
     "serenade.initial_pairs": "§2.3",
     "serenade.extend_one": "§2.4",
+    "tree.expmech": "§3.3",
+    "tree.mcmc": "§3.4",
+    "tree.pair_mcmc": "§3.5",
+    "tree.leaf_counts": "§3.6",
 }
 ROWS = 12
 
@@ -148,7 +160,42 @@ def _example_requests(kind: DatasetKind) -> dict[str, list[BaseModel]]:
             options=SerenadeOptions(threshold_mode="grid", operators=["and"]),
         ),
     ]
+    if kind == "views":
+        examples.update(_tree_examples())
     return examples
+
+
+def _tree_examples() -> dict[str, list[BaseModel]]:
+    """Requests of the tree operations (§3) on the two-view dataset of :func:`_metadata`."""
+    left_tree = DecisionTree(
+        view="left",
+        depth=2,
+        splits=[
+            TreeSplit(attribute="a"),
+            TreeSplit(attribute="colour", category="red"),
+            TreeSplit(attribute="colour", category="green"),
+        ],
+    )
+    right_tree = DecisionTree(
+        view="right", depth=1, splits=[TreeSplit(attribute="size", threshold=5.0)]
+    )
+    return {
+        "tree.expmech": [
+            TreeExpMechRequest(
+                view="left", target=AttributeTarget(attribute="size", bins=3), depth=2, epsilon=1.0
+            ),
+            TreeExpMechRequest(view="right", target=TreeTarget(tree=left_tree), epsilon=0.5),
+        ],
+        "tree.mcmc": [
+            TreeMCMCRequest(
+                view="right", target=AttributeTarget(attribute="colour"), iterations=50, epsilon=1.0
+            )
+        ],
+        "tree.pair_mcmc": [TreePairMCMCRequest(attribute="a", depth=2, iterations=50, epsilon=1.0)],
+        "tree.leaf_counts": [
+            LeafCountsRequest(left_tree=left_tree, right_tree=right_tree, epsilon=1.0)
+        ],
+    }
 
 
 def _family_modules() -> list[Any]:

@@ -263,6 +263,53 @@ def _options(rng: random.Random) -> dict[str, Any]:
     }
 
 
+def _tree_split(attribute: AnyAttribute, rng: random.Random) -> dict[str, Any]:
+    """A split on ``attribute``: lattice end points and mid-point, or an invalid threshold."""
+    if isinstance(attribute, NumericAttribute):
+        middle = attribute.lo / 2 + attribute.hi / 2
+        return {
+            "attribute": attribute.name,
+            "threshold": rng.choice([attribute.lo, attribute.hi, middle, 0.3]),
+        }
+    if isinstance(attribute, CategoricalAttribute):
+        return {"attribute": attribute.name, "category": rng.choice([*attribute.categories, "no"])}
+    return {"attribute": attribute.name}
+
+
+def _tree(metadata: DatasetMetadata, view: str, rng: random.Random) -> dict[str, Any]:
+    """A random tree of depth 1 or 2 on ``view`` (often invalid: repeats, wrong types)."""
+    attributes = [a for a in metadata.attributes if a.view == view] or list(metadata.attributes)
+    depth = rng.choice([1, 1, 2])
+    splits = [
+        _tree_split(rng.choice(attributes), rng) if attributes else {"attribute": "x"}
+        for _ in range(2**depth - 1)
+    ]
+    return {"view": view, "depth": depth, "splits": splits}
+
+
+def _tree_request(
+    operation: str, metadata: DatasetMetadata, epsilon: float, rng: random.Random
+) -> dict[str, Any]:
+    """A request of a tree operation (§3) with edge-case depths, targets and iterations."""
+    names = [a.name for a in metadata.attributes] or ["x"]
+    if operation == "tree.leaf_counts":
+        left, right = _tree(metadata, "left", rng), _tree(metadata, "right", rng)
+        return {"left_tree": left, "right_tree": right, "epsilon": epsilon}
+    common = {"depth": rng.choice([1, 2, 3, 6]), "epsilon": epsilon}
+    if operation != "tree.expmech":
+        common["iterations"] = rng.choice([1, 7, 200])
+    if operation == "tree.pair_mcmc":
+        return {"attribute": rng.choice(names), **common}
+    view = rng.choice(["left", "right"])
+    target = rng.choice(
+        [
+            {"kind": "attribute", "attribute": rng.choice(names), "bins": rng.choice([None, 2])},
+            {"kind": "tree", "tree": _tree(metadata, "left" if view == "right" else "right", rng)},
+        ]
+    )
+    return {"view": view, "target": target, **common}
+
+
 def _requests(operation: str, metadata: DatasetMetadata, seed: int) -> Iterator[dict[str, Any]]:
     """PER_DATASET requests for ``operation`` on a dataset with ``metadata``."""
     rng = random.Random(seed)
@@ -285,6 +332,8 @@ def _requests(operation: str, metadata: DatasetMetadata, seed: int) -> Iterator[
                 "quality": _quality(metadata, rng),
                 "options": _options(rng),
             }
+        elif operation.startswith("tree."):
+            yield _tree_request(operation, metadata, epsilon, rng)
         elif operation == "serenade.extend_one":
             collection = rng.sample(reds, k=min(len(reds), rng.choice([1, 3]))) or [
                 {"left": exprs[0], "right": exprs[1]}
@@ -357,5 +406,9 @@ def test_the_matrix_covers_every_catalog_operation() -> None:
         "serenade.extend_one",
         "fim.topk_em",
         "fim.topk_laplace",
+        "tree.expmech",
+        "tree.mcmc",
+        "tree.pair_mcmc",
+        "tree.leaf_counts",
     }
     assert set(CATALOG) == known

@@ -10,3 +10,4 @@ from dpmine.wire.jobs import *  # noqa: F403
 from dpmine.wire.operations import *  # noqa: F403
 from dpmine.wire.queries import *  # noqa: F403
 from dpmine.wire.redescriptions import *  # noqa: F403
+from dpmine.wire.trees import *  # noqa: F403

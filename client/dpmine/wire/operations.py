@@ -27,6 +27,16 @@ from dpmine.wire.redescriptions import (
     InitialPairsRequest,
     InitialPairsResponse,
 )
+from dpmine.wire.trees import (
+    LeafCountsRequest,
+    LeafCountsResponse,
+    TreeExpMechRequest,
+    TreeExpMechResponse,
+    TreeMCMCRequest,
+    TreeMCMCResponse,
+    TreePairMCMCRequest,
+    TreePairMCMCResponse,
+)
 
 __all__ = [
     "COUNT_NOISY",
@@ -36,6 +46,10 @@ __all__ = [
     "RED_COMPUTE_QUALITY",
     "SERENADE_EXTEND_ONE",
     "SERENADE_INITIAL_PAIRS",
+    "TREE_EXPMECH",
+    "TREE_LEAF_COUNTS",
+    "TREE_MCMC",
+    "TREE_PAIR_MCMC",
     "ExecutionMode",
     "Operation",
     "operation_for",
@@ -128,6 +142,38 @@ FIM_TOPK_LAPLACE = Operation(
     response_model=TopKItemsetsResponse,
     guarantee="pure",
 )
+TREE_EXPMECH = Operation(
+    name="tree.expmech",
+    path="trees/expmech",
+    request_model=TreeExpMechRequest,
+    response_model=TreeExpMechResponse,
+    guarantee="pure",
+    mode="job",
+)
+TREE_MCMC = Operation(
+    name="tree.mcmc",
+    path="trees/mcmc",
+    request_model=TreeMCMCRequest,
+    response_model=TreeMCMCResponse,
+    guarantee="approximate",
+    mode="job",
+)
+TREE_PAIR_MCMC = Operation(
+    name="tree.pair_mcmc",
+    path="trees/pair-mcmc",
+    request_model=TreePairMCMCRequest,
+    response_model=TreePairMCMCResponse,
+    guarantee="approximate",
+    mode="job",
+)
+TREE_LEAF_COUNTS = Operation(
+    name="tree.leaf_counts",
+    path="trees/leaf-counts",
+    request_model=LeafCountsRequest,
+    response_model=LeafCountsResponse,
+    guarantee="pure",
+    mode="job",
+)
 
 _ALL: tuple[Operation[Any, Any], ...] = (
     COUNT_NOISY,
@@ -136,6 +182,10 @@ _ALL: tuple[Operation[Any, Any], ...] = (
     SERENADE_EXTEND_ONE,
     FIM_TOPK_EM,
     FIM_TOPK_LAPLACE,
+    TREE_EXPMECH,
+    TREE_MCMC,
+    TREE_PAIR_MCMC,
+    TREE_LEAF_COUNTS,
 )
 
 #: Every operation by its public name (e.g. ``"count.noisy"``).

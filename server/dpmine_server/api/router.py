@@ -10,6 +10,7 @@ from dpmine_server.api.routes import (
     itemsets,
     jobs,
     redescriptions,
+    trees,
 )
 
 api_router = APIRouter(prefix="/v1")
@@ -18,5 +19,6 @@ api_router.include_router(datasets.router)
 api_router.include_router(counts.router)
 api_router.include_router(redescriptions.router)
 api_router.include_router(itemsets.router)
+api_router.include_router(trees.router)
 api_router.include_router(jobs.router)
 api_router.include_router(admin.router)

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from dpmine_server.operations import counts, itemsets, redescriptions
+from dpmine_server.operations import counts, itemsets, redescriptions, trees
 from dpmine_server.operations.base import OperationSpec
 
 __all__ = ["CATALOG", "OperationSpec"]
@@ -10,5 +10,7 @@ __all__ = ["CATALOG", "OperationSpec"]
 #: Every operation by its public name (e.g. "count.noisy"); each spec's name, path, models,
 #: guarantee and mode come from its entry of the wire table ``dpmine.wire.OPERATIONS``.
 CATALOG: dict[str, OperationSpec[Any, Any]] = {
-    spec.name: spec for module in (counts, itemsets, redescriptions) for spec in module.OPERATIONS
+    spec.name: spec
+    for module in (counts, itemsets, redescriptions, trees)
+    for spec in module.OPERATIONS
 }

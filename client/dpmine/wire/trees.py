@@ -1,0 +1,257 @@
+"""Tree-based DP redescription mining (ALGORITHMS.md §3): trees, targets and the four operations
+``tree.expmech``, ``tree.mcmc``, ``tree.pair_mcmc`` and ``tree.leaf_counts``.
+
+A :class:`DecisionTree` is public syntax: a complete binary tree of ``depth`` split levels whose
+inner nodes are listed in heap order (node i has children 2i+1 and 2i+2). A row goes left when
+its value satisfies the node's split (numeric ``value ≤ threshold``, categorical
+``value = category``, Boolean ``value = true``), right when it does not, and to no child when its
+value is missing (§3.1). Leaves are numbered 0 … 2^depth − 1 from left to right.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Discriminator, Field, model_validator
+
+from dpmine.wire.common import Epsilon, OperationRequest, Receipt, WireModel
+from dpmine.wire.datasets import View
+
+__all__ = [
+    "DEFAULT_TARGET_BINS",
+    "DEFAULT_TREE_ITERATIONS",
+    "MAX_TREE_DEPTH",
+    "MAX_TREE_ITERATIONS",
+    "AttributeTarget",
+    "DecisionTree",
+    "LeafCountsRequest",
+    "LeafCountsResponse",
+    "SplitKey",
+    "TreeExpMechRequest",
+    "TreeExpMechResponse",
+    "TreeMCMCRequest",
+    "TreeMCMCResponse",
+    "TreePairMCMCRequest",
+    "TreePairMCMCResponse",
+    "TreePairResponse",
+    "TreeResponse",
+    "TreeSplit",
+    "TreeTarget",
+    "TreeTargetSpec",
+    "tree_nodes",
+]
+
+#: Public limits checked before any data is read.
+MAX_TREE_DEPTH = 6
+MAX_TREE_ITERATIONS = 200_000
+DEFAULT_TREE_ITERATIONS = 10_000
+#: Equal-width bins of a numeric target over its public range (§3.2 [REC]).
+DEFAULT_TARGET_BINS = 10
+MAX_TARGET_BINS = 1_000
+
+Name = Annotated[str, Field(min_length=1, max_length=200)]
+
+#: What makes two splits the same (no-reuse rule of §3.1): (attribute, threshold, category).
+SplitKey = tuple[str, float | None, str | None]
+
+
+class TreeSplit(WireModel):
+    """The test of one inner node: ``threshold`` for a numeric attribute (a point of its public
+    lattice; rows with value ≤ threshold go left), ``category`` for a categorical one (rows equal
+    to it go left), neither for a Boolean one (true rows go left)."""
+
+    attribute: Name
+    threshold: float | None = Field(default=None, allow_inf_nan=False)
+    category: str | None = Field(default=None, max_length=200)
+
+    @model_validator(mode="after")
+    def _one_test(self) -> TreeSplit:
+        if self.threshold is not None and self.category is not None:
+            raise ValueError(
+                f"split on {self.attribute!r}: give a threshold or a category, not both"
+            )
+        return self
+
+    @property
+    def key(self) -> SplitKey:
+        """The identity used by the no-reuse rule."""
+        return (self.attribute, self.threshold, self.category)
+
+
+def tree_nodes(depth: int) -> int:
+    """Number of inner nodes of a complete binary tree with ``depth`` split levels."""
+    nodes: int = 2**depth - 1
+    return nodes
+
+
+class DecisionTree(WireModel):
+    """A complete binary tree of splits in heap order (ALGORITHMS.md §3.1)."""
+
+    view: View
+    depth: int = Field(ge=1, le=MAX_TREE_DEPTH, description="Number of split levels.")
+    splits: list[TreeSplit] = Field(
+        min_length=1,
+        max_length=tree_nodes(MAX_TREE_DEPTH),
+        description="Inner nodes in heap order: node i has children 2i+1 and 2i+2.",
+    )
+
+    @model_validator(mode="after")
+    def _complete_and_no_reuse(self) -> DecisionTree:
+        if len(self.splits) != tree_nodes(self.depth):
+            raise ValueError(
+                f"a tree of depth {self.depth} has {tree_nodes(self.depth)} splits, "
+                f"got {len(self.splits)}"
+            )
+        for node in range(1, len(self.splits)):
+            parent = (node - 1) // 2
+            while True:
+                if self.splits[parent].key == self.splits[node].key:
+                    raise ValueError(
+                        f"node {node} repeats the split of its ancestor {parent} "
+                        f"({self.splits[node].attribute!r}); a split is used once per path"
+                    )
+                if parent == 0:
+                    break
+                parent = (parent - 1) // 2
+        return self
+
+    @property
+    def n_leaves(self) -> int:
+        """Number of leaves (2^depth)."""
+        leaves: int = 2**self.depth
+        return leaves
+
+
+TargetBins = Annotated[
+    int | None,
+    Field(
+        ge=2,
+        le=MAX_TARGET_BINS,
+        description=(
+            f"Numeric target attributes only: public number of equal-width bins over [lo, hi] "
+            f"(default {DEFAULT_TARGET_BINS})."
+        ),
+    ),
+]
+
+
+class AttributeTarget(WireModel):
+    """Classes from one attribute (makeTarget, §3.2): the value of a Boolean or categorical
+    attribute, or for a numeric one its equal-width bin over the public range."""
+
+    kind: Literal["attribute"] = "attribute"
+    attribute: Name
+    bins: TargetBins = None
+
+
+class TreeTarget(WireModel):
+    """Classes from a released tree: the class of a row is the index of the leaf it reaches."""
+
+    kind: Literal["tree"] = "tree"
+    tree: DecisionTree
+
+
+TreeTargetSpec = Annotated[AttributeTarget | TreeTarget, Discriminator("kind")]
+
+
+class TreeResponse(WireModel):
+    """One released tree (structure and splits only; no counts, §3.3–3.4)."""
+
+    tree: DecisionTree
+    receipt: Receipt
+
+
+class TreeExpMechResponse(TreeResponse):
+    """The tree of ``tree.expmech``."""
+
+
+class TreeMCMCResponse(TreeResponse):
+    """The tree of ``tree.mcmc``."""
+
+
+class TreePairResponse(WireModel):
+    """A pair of released trees, one per view (§3.5)."""
+
+    left_tree: DecisionTree
+    right_tree: DecisionTree
+    receipt: Receipt
+
+
+class TreePairMCMCResponse(TreePairResponse):
+    """The trees of ``tree.pair_mcmc``."""
+
+
+Depth = Annotated[int, Field(ge=1, le=MAX_TREE_DEPTH, description="Number of split levels.")]
+Iterations = Annotated[
+    int,
+    Field(
+        ge=1,
+        le=MAX_TREE_ITERATIONS,
+        description="Public number of Metropolis–Hastings steps; the final state is released.",
+    ),
+]
+
+
+class TreeExpMechRequest(OperationRequest[TreeExpMechResponse]):
+    """A tree grown top-down by one exponential mechanism per node (§3.3), ε/depth per level."""
+
+    view: View
+    target: TreeTargetSpec
+    depth: Depth = 3
+    epsilon: Epsilon
+
+
+class TreeMCMCRequest(OperationRequest[TreeMCMCResponse]):
+    """A tree sampled by Metropolis–Hastings from exp(ε·g₁/4) × base measure (§3.4); DP only
+    at convergence (guarantee "approximate")."""
+
+    view: View
+    target: TreeTargetSpec
+    depth: Depth = 3
+    iterations: Iterations = DEFAULT_TREE_ITERATIONS
+    epsilon: Epsilon
+
+
+class TreePairMCMCRequest(OperationRequest[TreePairMCMCResponse]):
+    """A pair of trees sampled jointly (§3.5): the tree on the view without ``attribute``
+    predicts makeTarget(attribute), the other predicts that tree's leaves."""
+
+    attribute: Name
+    bins: TargetBins = None
+    depth: Depth = 3
+    iterations: Iterations = DEFAULT_TREE_ITERATIONS
+    epsilon: Epsilon
+
+    @property
+    def target(self) -> AttributeTarget:
+        """makeTarget(a), the first tree's target."""
+        return AttributeTarget(attribute=self.attribute, bins=self.bins)
+
+
+class LeafCountsResponse(WireModel):
+    """Noisy leaf statistics of a tree pair (§3.6), integers that may be negative."""
+
+    intersections: list[list[int]] = Field(
+        description=(
+            "intersections[i][j] = |leaf i of the left tree ∩ leaf j of the right tree| + "
+            "discrete Laplace noise of scale 2/ε."
+        )
+    )
+    left_counts: list[int] = Field(
+        description="|leaf i of the left tree| + discrete Laplace noise of scale 2/ε."
+    )
+    receipt: Receipt
+
+
+class LeafCountsRequest(OperationRequest[LeafCountsResponse]):
+    """Noisy leaf × leaf intersections and left leaf sizes of two released trees (§3.6)."""
+
+    left_tree: DecisionTree
+    right_tree: DecisionTree
+    epsilon: Epsilon
+
+    @model_validator(mode="after")
+    def _views(self) -> LeafCountsRequest:
+        if self.left_tree.view != "left" or self.right_tree.view != "right":
+            raise ValueError("left_tree must be a left-view tree and right_tree a right-view tree")
+        return self

@@ -1,0 +1,531 @@
+"""Pure kernels of the tree family (ALGORITHMS.md §3): split spaces, routing, targets, scores,
+``tree.expmech`` and ``tree.leaf_counts``. The Metropolis–Hastings samplers are in
+:mod:`dpmine_server.operations.tree_mcmc`.
+
+Representation. A split is a key (family, value): family = position of the attribute in the
+view's :class:`SplitSpace`, value = lattice index (numeric), category code (categorical) or 0
+(Boolean). Row sets are packed bitsets (``uint64`` words, :mod:`dpmine_server.data.bitsets`);
+a tree's node row sets form a ``(2m + 1, W)`` array in heap order (m inner nodes, then the
+2^depth leaves, left to right). A node's children are its rows ∧ the split's left mask and ∧ its
+right mask; rows whose value is missing are in neither mask, so they reach no leaf (§3.1).
+
+Everything here is private (row sets, counts, scores); only the chosen splits leave, as public
+syntax (:class:`dpmine.wire.TreeSplit` with lattice thresholds).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from dpmine.wire import (
+    DEFAULT_TARGET_BINS,
+    AttributeTarget,
+    CategoricalAttribute,
+    DatasetMetadata,
+    DecisionTree,
+    NumericAttribute,
+    TreeSplit,
+    TreeTarget,
+    View,
+)
+from dpmine_server.data.bitsets import Bitset
+from dpmine_server.data.columns import (
+    BooleanColumn,
+    CategoricalColumn,
+    ColumnStore,
+    NumericColumn,
+)
+from dpmine_server.dp.lattice import LatticeCells, PublicLattice
+from dpmine_server.dp.mechanisms import discrete_laplace, exponential_mechanism
+
+__all__ = [
+    "GINI_SENSITIVITY",
+    "Labels",
+    "SplitFamily",
+    "SplitKey",
+    "SplitMasks",
+    "SplitSpace",
+    "ancestors",
+    "exact_leaf_counts",
+    "grow_tree_expmech",
+    "leaf_class_counts",
+    "leaf_counts",
+    "make_target",
+    "node_rows",
+    "normalised_purity",
+    "reroute_subtree",
+    "subtree_levels",
+    "tree_gini",
+    "weighted_gini",
+]
+
+WordArray = npt.NDArray[np.uint64]
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+#: Sensitivity of q = −Σ_children |c|·Gini(c) and of g₁ (§3.3, §3.4; Friedman–Schuster).
+GINI_SENSITIVITY = 2.0
+
+#: (family index, value index) of one split.
+SplitKey = tuple[int, int]
+
+
+# --------------------------------------------------------------------------------------------
+# The public candidate space of one view (§3.1)
+
+
+@dataclass(frozen=True, slots=True)
+class SplitFamily:
+    """All splits of one attribute: ``size`` values (lattice points, categories, or 1)."""
+
+    name: str
+    kind: Literal["boolean", "categorical", "numeric"]
+    size: int
+    lattice: PublicLattice | None = None
+    categories: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SplitSpace:
+    """Candidate splits of one view with the public base measure of §3.1 [REC]: the attribute
+    uniformly among the view's attributes (without an excluded target attribute), then a lattice
+    point (numeric) or a category (categorical) uniformly; a Boolean attribute has one split."""
+
+    view: View
+    families: tuple[SplitFamily, ...]
+
+    @classmethod
+    def of(cls, metadata: DatasetMetadata, view: View, exclude: str | None = None) -> SplitSpace:
+        """The space of ``view``'s attributes (public metadata only), without ``exclude``."""
+        families: list[SplitFamily] = []
+        for attribute in metadata.attributes:
+            if attribute.view != view or attribute.name == exclude:
+                continue
+            if isinstance(attribute, NumericAttribute):
+                lattice = PublicLattice.of(attribute)
+                families.append(SplitFamily(attribute.name, "numeric", lattice.size, lattice))
+            elif isinstance(attribute, CategoricalAttribute):
+                categories = tuple(attribute.categories)
+                families.append(
+                    SplitFamily(attribute.name, "categorical", len(categories), None, categories)
+                )
+            else:
+                families.append(SplitFamily(attribute.name, "boolean", 1))
+        return cls(view=view, families=tuple(families))
+
+    @property
+    def n_splits(self) -> int:
+        """Number of distinct splits (public)."""
+        return sum(family.size for family in self.families)
+
+    def log_mass(self, key: SplitKey) -> float:
+        """log μ(split) under the normalised base measure."""
+        return -math.log(len(self.families)) - math.log(self.families[key[0]].size)
+
+    def draw(self, rng: np.random.Generator, excluded: Iterable[SplitKey] = ()) -> SplitKey:
+        """One split from the base measure conditioned on not being ``excluded`` (rejection:
+        exact; validation guarantees that some split remains)."""
+        banned = set(excluded)
+        while True:
+            family = int(rng.integers(len(self.families)))
+            key = (family, int(rng.integers(self.families[family].size)))
+            if key not in banned:
+                return key
+
+    def key_of(self, split: TreeSplit) -> SplitKey:
+        """The key of a validated wire split of this view."""
+        family = next(i for i, f in enumerate(self.families) if f.name == split.attribute)
+        spec = self.families[family]
+        if spec.kind == "numeric":
+            assert spec.lattice is not None
+            assert split.threshold is not None
+            return family, int(np.searchsorted(spec.lattice.points, split.threshold))
+        if spec.kind == "categorical":
+            assert split.category is not None
+            return family, spec.categories.index(split.category)
+        return family, 0
+
+    def split_of(self, key: SplitKey) -> TreeSplit:
+        """The public wire form of a split: a lattice look-up or a category name."""
+        family = self.families[key[0]]
+        if family.kind == "numeric":
+            assert family.lattice is not None
+            return TreeSplit(attribute=family.name, threshold=family.lattice.point(key[1]))
+        if family.kind == "categorical":
+            return TreeSplit(attribute=family.name, category=family.categories[key[1]])
+        return TreeSplit(attribute=family.name)
+
+    def tree(self, depth: int, keys: Sequence[SplitKey]) -> DecisionTree:
+        """The released tree of ``keys`` (heap order)."""
+        return DecisionTree(
+            view=self.view, depth=depth, splits=[self.split_of(key) for key in keys]
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Row masks and routing
+
+
+def _pack(mask: BoolArray) -> WordArray:
+    return Bitset.from_bool_array(mask).words
+
+
+class SplitMasks:
+    """Packed left/right row masks of the splits of a :class:`SplitSpace` on one store.
+
+    Numeric columns keep, per row, the number of lattice points below the value, so a threshold
+    at lattice index k sends left exactly the rows with that rank ≤ k (value ≤ point k). Masks of
+    Boolean and categorical splits are cached; numeric ones are computed on demand."""
+
+    def __init__(self, columns: ColumnStore, space: SplitSpace) -> None:
+        self._space = space
+        self._columns = [columns.column(family.name) for family in space.families]
+        self._ranks: dict[int, IntArray] = {}
+        self._present: dict[int, BoolArray] = {}
+        self._cache: dict[SplitKey, tuple[WordArray, WordArray]] = {}
+        for index, (family, column) in enumerate(zip(space.families, self._columns, strict=True)):
+            if isinstance(column, NumericColumn):
+                assert family.lattice is not None
+                present = ~np.isnan(column.values)
+                ranks = np.searchsorted(family.lattice.points, column.values, side="left")
+                self._ranks[index] = np.where(present, ranks, family.size).astype(np.int64)
+                self._present[index] = present
+
+    @property
+    def space(self) -> SplitSpace:
+        return self._space
+
+    def masks(self, key: SplitKey) -> tuple[WordArray, WordArray]:
+        """(rows going left, rows going right) of a split; missing rows are in neither."""
+        family, value = key
+        if family in self._ranks:
+            left = self._ranks[family] <= value
+            return _pack(left), _pack(self._present[family] & ~left)
+        cached = self._cache.get(key)
+        if cached is None:
+            column = self._columns[family]
+            if isinstance(column, CategoricalColumn):
+                left_set = column.category_bitset(column.categories[value])
+            else:
+                assert isinstance(column, BooleanColumn)
+                left_set = column.true
+            cached = (left_set.words, (column.present - left_set).words)
+            self._cache[key] = cached
+        return cached
+
+    def stacked(self, keys: Sequence[SplitKey]) -> tuple[WordArray, WordArray]:
+        """Left and right masks of ``keys`` as two ``(len(keys), W)`` arrays."""
+        pairs = [self.masks(key) for key in keys]
+        return np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
+
+
+def ancestors(node: int) -> list[int]:
+    """Heap indices of the ancestors of ``node``, nearest first."""
+    found: list[int] = []
+    while node > 0:
+        node = (node - 1) // 2
+        found.append(node)
+    return found
+
+
+def subtree_levels(node: int, depth: int) -> list[tuple[int, int]]:
+    """The heap ranges [start, stop) of ``node``'s subtree, one per level from ``node``'s own
+    level down to the leaves (each level of a subtree is contiguous in heap order)."""
+    level = (node + 1).bit_length() - 1
+    return [((node + 1) * 2**r - 1, (node + 1) * 2**r - 1 + 2**r) for r in range(depth + 1 - level)]
+
+
+def reroute_subtree(
+    nodes: WordArray, left: WordArray, right: WordArray, node: int, depth: int
+) -> None:
+    """Recompute (in place) the row sets of every node below ``node`` from ``node``'s rows:
+    children = parent ∧ left mask and parent ∧ right mask, level by level."""
+    for start, stop in subtree_levels(node, depth)[:-1]:
+        parents = nodes[start:stop]
+        np.bitwise_and(parents, left[start:stop], out=nodes[2 * start + 1 : 2 * stop + 1 : 2])
+        np.bitwise_and(parents, right[start:stop], out=nodes[2 * start + 2 : 2 * stop + 2 : 2])
+
+
+def node_rows(root: WordArray, left: WordArray, right: WordArray, depth: int) -> WordArray:
+    """Row sets of every node (heap order, leaves last) given the splits' row masks."""
+    nodes = np.zeros((2 ** (depth + 1) - 1, root.shape[0]), dtype=np.uint64)
+    nodes[0] = root
+    reroute_subtree(nodes, left, right, 0, depth)
+    return nodes
+
+
+def tree_leaves(columns: ColumnStore, tree: DecisionTree) -> WordArray:
+    """The leaf row sets ``(2^depth, W)`` of a released tree (§3.1 routing)."""
+    space = SplitSpace.of(columns.metadata, tree.view)
+    masks = SplitMasks(columns, space)
+    left, right = masks.stacked([space.key_of(split) for split in tree.splits])
+    nodes = node_rows(columns.all_rows().words, left, right, tree.depth)
+    return nodes[len(tree.splits) :]
+
+
+# --------------------------------------------------------------------------------------------
+# Targets (§3.2) and scores
+
+
+@dataclass(frozen=True, slots=True)
+class Labels:
+    """The class of every row (−1: no class) among ``n_classes`` public classes."""
+
+    classes: IntArray
+    n_classes: int
+
+    def class_words(self) -> WordArray:
+        """The rows of every class as a ``(n_classes, W)`` packed array."""
+        return np.stack([_pack(self.classes == k) for k in range(self.n_classes)])
+
+
+def _leaf_labels(leaves: WordArray, n_rows: int) -> Labels:
+    classes = np.full(n_rows, -1, dtype=np.int64)
+    for index, words in enumerate(leaves):
+        classes[Bitset(words.copy(), n_rows).to_bool_array()] = index
+    return Labels(classes=classes, n_classes=int(leaves.shape[0]))
+
+
+def make_target(columns: ColumnStore, target: AttributeTarget | TreeTarget) -> Labels:
+    """makeTarget (§3.2 [REC]): the value of a Boolean or categorical attribute, the equal-width
+    bin of a numeric one over its public range (``bins`` public, default 10), or the leaf a row
+    reaches in a released tree. Missing values give no class. Never data-dependent bins."""
+    if isinstance(target, TreeTarget):
+        return _leaf_labels(tree_leaves(columns, target.tree), columns.n_rows)
+    column = columns.column(target.attribute)
+    if isinstance(column, BooleanColumn):
+        classes = np.where(column.true.to_bool_array(), 1, 0)
+        classes = np.where(column.present.to_bool_array(), classes, -1)
+        return Labels(classes=classes.astype(np.int64), n_classes=2)
+    if isinstance(column, CategoricalColumn):
+        return Labels(classes=column.codes.astype(np.int64), n_classes=len(column.categories))
+    bins = target.bins or DEFAULT_TARGET_BINS
+    present = ~np.isnan(column.values)
+    scaled = np.floor(
+        (np.where(present, column.values, column.lo) - column.lo) * bins / (column.hi - column.lo)
+    )
+    classes = np.where(present, np.clip(scaled, 0, bins - 1), -1).astype(np.int64)
+    return Labels(classes=classes, n_classes=bins)
+
+
+def leaf_class_counts(leaves: WordArray, classes: WordArray) -> IntArray:
+    """``counts[i, k]`` = |leaf i ∩ class k| by popcount (one pass per class)."""
+    counts = np.empty((leaves.shape[0], classes.shape[0]), dtype=np.int64)
+    for k in range(classes.shape[0]):
+        counts[:, k] = np.bitwise_count(leaves & classes[k]).sum(axis=1, dtype=np.int64)
+    return counts
+
+
+def weighted_gini(counts: npt.NDArray[np.integer] | FloatArray) -> FloatArray:
+    """|c|·Gini(c) = |c| − Σ_k c_k²/|c| per row of a (…, classes) count table; 0 when empty."""
+    values = np.asarray(counts, dtype=np.float64)
+    sizes = values.sum(axis=-1)
+    squares = (values * values).sum(axis=-1)
+    return np.asarray(sizes - squares / np.maximum(sizes, 1.0), dtype=np.float64)
+
+
+def tree_gini(counts: IntArray) -> float:
+    """g₁(T) = −Σ_leaves τ_n·Gini(n) (§3.4), from the leaf × class table; sensitivity 2."""
+    return -float(weighted_gini(counts).sum())
+
+
+def normalised_purity(counts: IntArray, total_rows: int) -> float:
+    """g(T) = Σ_leaves (τ_n/τ)·Σ_c (τ_{n,c}/τ_n)² (§3.5, eq. 5), τ = all rows; ∈ [0, 1]."""
+    values = counts.astype(np.float64)
+    sizes = values.sum(axis=1)
+    purity = (values * values).sum(axis=1) / np.maximum(sizes, 1.0)
+    return float(purity.sum()) / max(total_rows, 1)
+
+
+# --------------------------------------------------------------------------------------------
+# tree.expmech (§3.3)
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidates:
+    """The candidate splits of one attribute at one node: the left child's class table per
+    candidate, the class table of all rows with a value (so right = present − left), the log
+    base mass per candidate and, for a numeric attribute, the cells' lattice index edges."""
+
+    left: FloatArray
+    present: FloatArray
+    log_mass: FloatArray
+    edges: IntArray | None = None
+
+    def quality(self) -> FloatArray:
+        """q = −(|L|·Gini(L) + |R|·Gini(R)) per candidate (§3.3); empty children give 0."""
+        return -(weighted_gini(self.left) + weighted_gini(self.present[None, :] - self.left))
+
+
+def _numeric_candidates(
+    column: NumericColumn, family: SplitFamily, rows: BoolArray, labels: Labels
+) -> tuple[FloatArray, FloatArray, IntArray]:
+    """Per upper cell b = #{distinct values of the node's labelled rows ≤ t}, b = 0 … V: the
+    left class table, the number of lattice points in the cell and the cells' index edges.
+    The quality is constant on a cell, so the EM over cells weighted by their lattice points is
+    the EM over lattice points (§0.3, §1.4)."""
+    assert family.lattice is not None
+    order = column.sorted_order[rows[column.sorted_order]]
+    onehot = np.zeros((order.size + 1, labels.n_classes))
+    onehot[np.arange(1, order.size + 1), labels.classes[order]] = 1.0
+    cumulative = np.cumsum(onehot, axis=0)  # cumulative[k] = classes of the first k rows
+    distinct, first = np.unique(column.values[order], return_index=True)
+    ends = np.append(first, order.size)[1:]  # rows with a value ≤ each distinct value
+    cells = LatticeCells.build(family.lattice, distinct)
+    points = cells.counts()[1][: distinct.size + 1]
+    return cumulative[np.concatenate([[0], ends])], points, cells.upper_edges
+
+
+def _excluded_by_cell(edges: IntArray, excluded: Sequence[int], cells: int) -> FloatArray:
+    """How many excluded lattice indices lie in each upper cell."""
+    found = np.searchsorted(edges, np.asarray(excluded, dtype=np.int64), side="right") - 1
+    return np.bincount(found, minlength=cells)[:cells].astype(np.float64)
+
+
+def _nth_free_index(start: int, pick: int, excluded: Sequence[int]) -> int:
+    """The ``pick``-th lattice index ≥ ``start`` (from 0) that is not excluded."""
+    index = start + pick
+    for banned in sorted(excluded):
+        if start <= banned <= index:
+            index += 1
+    return index
+
+
+def _attribute_candidates(
+    column: BooleanColumn | CategoricalColumn | NumericColumn,
+    family: SplitFamily,
+    rows: BoolArray,
+    labels: Labels,
+    banned: Sequence[int],
+) -> _Candidates:
+    """Candidates of one attribute at a node with labelled rows ``rows``; ``banned`` are the
+    values used by ancestors (mass 0; for numeric cells one lattice point less each)."""
+    classes, n_classes = labels.classes, labels.n_classes
+    if isinstance(column, NumericColumn):
+        left, points, edges = _numeric_candidates(column, family, rows, labels)
+        free = points - _excluded_by_cell(edges, banned, points.size)
+        with np.errstate(divide="ignore"):
+            log_mass = np.log(free) - math.log(family.size)
+        return _Candidates(left, left[-1], log_mass, edges)
+    if isinstance(column, CategoricalColumn):
+        codes = column.codes.astype(np.int64)
+        keep = rows & (codes >= 0)
+        table = np.bincount(
+            codes[keep] * n_classes + classes[keep], minlength=family.size * n_classes
+        ).reshape(family.size, n_classes)
+        present = table.sum(axis=0)
+    else:
+        keep = column.present.to_bool_array() & rows
+        true = column.true.to_bool_array() & rows
+        table = np.bincount(classes[true], minlength=n_classes)[None, :]
+        present = np.bincount(classes[keep], minlength=n_classes)
+    log_mass = np.full(family.size, -math.log(family.size))
+    log_mass[list(banned)] = -np.inf
+    return _Candidates(table.astype(np.float64), present.astype(np.float64), log_mass)
+
+
+def _node_split(
+    columns: ColumnStore,
+    space: SplitSpace,
+    rows: BoolArray,
+    labels: Labels,
+    *,
+    excluded: set[SplitKey],
+    epsilon: float,
+    rng: np.random.Generator,
+) -> SplitKey:
+    """One exponential mechanism over the splits of a node (§3.3): weight μ(split)·exp(c·q),
+    c = ε/(2·2), μ = the base measure without the ancestors' splits. A numeric candidate is a
+    cell of lattice points with one quality; the released threshold is a uniform non-excluded
+    lattice point of the chosen cell (an integer draw and a table look-up)."""
+    labelled = rows & (labels.classes >= 0)
+    families: list[_Candidates] = []
+    for index, family in enumerate(space.families):
+        banned = [value for f, value in excluded if f == index]
+        column = columns.column(family.name)
+        families.append(_attribute_candidates(column, family, labelled, labels, banned))
+    pick = exponential_mechanism(
+        np.concatenate([candidates.quality() for candidates in families]),
+        epsilon=epsilon,
+        sensitivity=GINI_SENSITIVITY,
+        rng=rng,
+        log_base_measure=np.concatenate([c.log_mass for c in families]) - math.log(len(families)),
+    )
+    chosen = 0
+    while pick >= families[chosen].log_mass.size:
+        pick -= families[chosen].log_mass.size
+        chosen += 1
+    edges = families[chosen].edges
+    if edges is None:
+        return chosen, pick
+    start, stop = int(edges[pick]), int(edges[pick + 1])
+    banned = [value for f, value in excluded if f == chosen and start <= value < stop]
+    return chosen, _nth_free_index(start, int(rng.integers(stop - start - len(banned))), banned)
+
+
+def grow_tree_expmech(
+    columns: ColumnStore,
+    space: SplitSpace,
+    labels: Labels,
+    *,
+    depth: int,
+    epsilon: float,
+    rng: np.random.Generator,
+    progress: Callable[[float], None] | None = None,
+) -> list[SplitKey]:
+    """The splits (heap order) of a tree grown top-down with ε/depth per level (§3.3): nodes of
+    one level hold disjoint rows (parallel composition). Every node gets a split, empty or pure
+    ones included (no data-dependent shape). ε-DP. ``progress`` hears the fraction of nodes
+    done (a public count)."""
+    masks = SplitMasks(columns, space)
+    inner = 2**depth - 1
+    nodes = np.zeros((2 * inner + 1, columns.all_rows().words.shape[0]), dtype=np.uint64)
+    nodes[0] = columns.all_rows().words
+    keys: list[SplitKey] = []
+    for node in range(inner):
+        rows = Bitset(nodes[node].copy(), columns.n_rows).to_bool_array()
+        excluded = {keys[parent] for parent in ancestors(node)}
+        key = _node_split(
+            columns, space, rows, labels, excluded=excluded, epsilon=epsilon / depth, rng=rng
+        )
+        keys.append(key)
+        left, right = masks.masks(key)
+        nodes[2 * node + 1] = nodes[node] & left
+        nodes[2 * node + 2] = nodes[node] & right
+        if progress is not None:
+            progress((node + 1) / inner)
+    return keys
+
+
+# --------------------------------------------------------------------------------------------
+# tree.leaf_counts (§3.6)
+
+
+def exact_leaf_counts(
+    columns: ColumnStore, left_tree: DecisionTree, right_tree: DecisionTree
+) -> tuple[IntArray, IntArray]:
+    """Exact |leaf_i(T_L) ∩ leaf_j(T_R)| (a × b) and |leaf_i(T_L)| (private)."""
+    left_leaves = tree_leaves(columns, left_tree)
+    right_leaves = tree_leaves(columns, right_tree)
+    intersections = leaf_class_counts(left_leaves, right_leaves)
+    sizes = np.bitwise_count(left_leaves).sum(axis=1, dtype=np.int64)
+    return intersections, sizes
+
+
+def leaf_counts(
+    columns: ColumnStore, left_tree: DecisionTree, right_tree: DecisionTree, *, epsilon: float
+) -> tuple[IntArray, IntArray]:
+    """Noisy leaf statistics (§3.6): the intersection matrix and the left leaf sizes, each a
+    count vector over disjoint row sets (sensitivity 1) + discrete Laplace at ε/2 (scale 2/ε).
+    Total ε-DP."""
+    intersections, sizes = exact_leaf_counts(columns, left_tree, right_tree)
+    half = epsilon / 2.0
+    noisy = discrete_laplace(intersections.ravel(), epsilon=half, sensitivity=1)
+    return noisy.reshape(intersections.shape), discrete_laplace(sizes, epsilon=half, sensitivity=1)

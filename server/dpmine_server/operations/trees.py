@@ -1,0 +1,291 @@
+"""Tree-based redescription operations (ALGORITHMS.md §3): ``tree.expmech``, ``tree.mcmc``,
+``tree.pair_mcmc`` and ``tree.leaf_counts``.
+
+Validation reads public metadata only: a two-view dataset, attributes in the right view, numeric
+thresholds that are points of the attribute's public lattice, declared categories, and a view
+with enough distinct splits for a complete tree without repeats on a path (so every sampler
+always finds a split). The cost is the requested ε. The kernels are in
+:mod:`~dpmine_server.operations.tree_kernels` and :mod:`~dpmine_server.operations.tree_mcmc`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dpmine.wire import (
+    TREE_EXPMECH,
+    TREE_LEAF_COUNTS,
+    TREE_MCMC,
+    TREE_PAIR_MCMC,
+    AttributeTarget,
+    BooleanAttribute,
+    CategoricalAttribute,
+    DatasetKind,
+    DatasetMetadata,
+    DecisionTree,
+    LeafCountsRequest,
+    NumericAttribute,
+    TreeExpMechRequest,
+    TreeMCMCRequest,
+    TreePairMCMCRequest,
+    TreeSplit,
+    TreeTarget,
+    View,
+    tree_nodes,
+)
+from dpmine_server.data.columns import ColumnStore
+from dpmine_server.dp.budget import Epsilon
+from dpmine_server.dp.lattice import PublicLattice
+from dpmine_server.operations.base import OperationSpec, Progress
+from dpmine_server.operations.tree_kernels import (
+    SplitSpace,
+    grow_tree_expmech,
+    leaf_counts,
+    make_target,
+)
+from dpmine_server.operations.tree_mcmc import sample_tree_mcmc, sample_tree_pair
+
+__all__ = ["OPERATIONS", "validate_split", "validate_target", "validate_tree"]
+
+Request = TreeExpMechRequest | TreeMCMCRequest | TreePairMCMCRequest | LeafCountsRequest
+
+# --------------------------------------------------------------------------------------------
+# Validation (public metadata only)
+
+
+def _other(view: View) -> View:
+    return "right" if view == "left" else "left"
+
+
+def _require_views(metadata: DatasetMetadata) -> None:
+    if metadata.kind != "views":
+        raise ValueError(f"tree operations need a two-view dataset, not kind {metadata.kind!r}")
+
+
+def _attribute(
+    metadata: DatasetMetadata, name: str
+) -> BooleanAttribute | CategoricalAttribute | NumericAttribute:
+    try:
+        return metadata.attribute(name)
+    except KeyError:
+        raise ValueError(f"unknown attribute {name!r}") from None
+
+
+def validate_split(split: TreeSplit, view: View, metadata: DatasetMetadata) -> None:
+    """A split names an attribute of ``view`` with a test of the attribute's type (§3.1)."""
+    attribute = _attribute(metadata, split.attribute)
+    if attribute.view != view:
+        raise ValueError(f"attribute {split.attribute!r} is not in the {view} view")
+    if isinstance(attribute, NumericAttribute):
+        if split.threshold is None or split.category is not None:
+            raise ValueError(f"numeric attribute {split.attribute!r} needs a threshold")
+        points = PublicLattice.of(attribute).points
+        index = int(np.searchsorted(points, split.threshold))
+        if index >= points.size or float(points[index]) != split.threshold:
+            raise ValueError(
+                f"threshold {split.threshold} of {split.attribute!r} is not a point of its "
+                f"public lattice ({points.size} points of [{attribute.lo}, {attribute.hi}])"
+            )
+    elif isinstance(attribute, CategoricalAttribute):
+        if split.category is None or split.threshold is not None:
+            raise ValueError(f"categorical attribute {split.attribute!r} needs a category")
+        if split.category not in attribute.categories:
+            raise ValueError(f"{split.category!r} is not a category of {split.attribute!r}")
+    elif split.threshold is not None or split.category is not None:
+        raise ValueError(f"Boolean attribute {split.attribute!r} takes no threshold or category")
+
+
+def validate_tree(tree: DecisionTree, metadata: DatasetMetadata) -> None:
+    """Every split of a released tree fits the metadata (the shape is checked by the model)."""
+    for split in tree.splits:
+        validate_split(split, tree.view, metadata)
+
+
+def validate_target(target: AttributeTarget | TreeTarget, metadata: DatasetMetadata) -> None:
+    """An attribute target exists (``bins`` only for numeric ones); a tree target is valid."""
+    if isinstance(target, TreeTarget):
+        validate_tree(target.tree, metadata)
+        return
+    attribute = _attribute(metadata, target.attribute)
+    if target.bins is not None and not isinstance(attribute, NumericAttribute):
+        raise ValueError(f"'bins' applies to numeric targets only, not {target.attribute!r}")
+
+
+def _require_splits(space: SplitSpace, depth: int) -> None:
+    """A complete tree of ``depth`` needs more distinct splits than a node's ancestors and
+    descendants can use (2^depth − 2), so every proposal and every EM has a candidate."""
+    if space.n_splits < tree_nodes(depth):
+        raise ValueError(
+            f"the {space.view} view offers {space.n_splits} distinct splits (without the target); "
+            f"a tree of depth {depth} needs at least {tree_nodes(depth)}: use a smaller depth"
+        )
+
+
+def _target_exclusion(target: AttributeTarget | TreeTarget) -> str | None:
+    return target.attribute if isinstance(target, AttributeTarget) else None
+
+
+def _validate_single(
+    request: TreeExpMechRequest | TreeMCMCRequest, metadata: DatasetMetadata
+) -> None:
+    _require_views(metadata)
+    validate_target(request.target, metadata)
+    space = SplitSpace.of(metadata, request.view, exclude=_target_exclusion(request.target))
+    _require_splits(space, request.depth)
+
+
+def _pair_spaces(
+    request: TreePairMCMCRequest, metadata: DatasetMetadata
+) -> tuple[SplitSpace, SplitSpace]:
+    """(first tree's space: the view without a; second tree's space: a's view), §3.5."""
+    view = _attribute(metadata, request.attribute).view
+    assert view is not None
+    return SplitSpace.of(metadata, _other(view)), SplitSpace.of(metadata, view)
+
+
+def _validate_pair(request: TreePairMCMCRequest, metadata: DatasetMetadata) -> None:
+    _require_views(metadata)
+    validate_target(request.target, metadata)
+    for space in _pair_spaces(request, metadata):
+        _require_splits(space, request.depth)
+
+
+def _validate_leaf_counts(request: LeafCountsRequest, metadata: DatasetMetadata) -> None:
+    _require_views(metadata)
+    validate_tree(request.left_tree, metadata)
+    validate_tree(request.right_tree, metadata)
+
+
+def _cost(request: Request) -> Epsilon:
+    return Epsilon.charge(request.epsilon)
+
+
+# --------------------------------------------------------------------------------------------
+# Kernels
+
+
+def _run_expmech(
+    columns: ColumnStore,
+    request: TreeExpMechRequest,
+    epsilon: Epsilon,
+    rng: np.random.Generator,
+    progress: Progress,
+) -> dict[str, Any]:
+    """Kernel of ``tree.expmech`` (ALGORITHMS.md §3.3): pure ε-DP, ε/depth per level."""
+    space = SplitSpace.of(columns.metadata, request.view, _target_exclusion(request.target))
+    labels = make_target(columns, request.target)
+    keys = grow_tree_expmech(
+        columns,
+        space,
+        labels,
+        depth=request.depth,
+        epsilon=epsilon.for_mechanism(),
+        rng=rng,
+        progress=progress,
+    )
+    return {"tree": space.tree(request.depth, keys)}
+
+
+def _run_mcmc(
+    columns: ColumnStore,
+    request: TreeMCMCRequest,
+    epsilon: Epsilon,
+    rng: np.random.Generator,
+    progress: Progress,
+) -> dict[str, Any]:
+    """Kernel of ``tree.mcmc`` (ALGORITHMS.md §3.4): approximate ε-DP (exact at convergence of
+    a fixed, public number of Metropolis–Hastings steps)."""
+    space = SplitSpace.of(columns.metadata, request.view, _target_exclusion(request.target))
+    keys = sample_tree_mcmc(
+        columns,
+        space,
+        make_target(columns, request.target),
+        depth=request.depth,
+        iterations=request.iterations,
+        epsilon=epsilon.for_mechanism(),
+        rng=rng,
+        progress=progress,
+    )
+    return {"tree": space.tree(request.depth, keys)}
+
+
+def _run_pair(
+    columns: ColumnStore,
+    request: TreePairMCMCRequest,
+    epsilon: Epsilon,
+    rng: np.random.Generator,
+    progress: Progress,
+) -> dict[str, Any]:
+    """Kernel of ``tree.pair_mcmc`` (ALGORITHMS.md §3.5): approximate ε-DP (exact at
+    convergence of a fixed, public number of Metropolis–Hastings steps)."""
+    spaces = _pair_spaces(request, columns.metadata)
+    first, second = sample_tree_pair(
+        columns,
+        spaces,
+        make_target(columns, request.target),
+        depth=request.depth,
+        iterations=request.iterations,
+        epsilon=epsilon.for_mechanism(),
+        rng=rng,
+        progress=progress,
+    )
+    trees = {
+        spaces[0].view: spaces[0].tree(request.depth, first),
+        spaces[1].view: spaces[1].tree(request.depth, second),
+    }
+    return {"left_tree": trees["left"], "right_tree": trees["right"]}
+
+
+def _run_leaf_counts(
+    columns: ColumnStore,
+    request: LeafCountsRequest,
+    epsilon: Epsilon,
+    _rng: np.random.Generator,
+    _progress: Progress,
+) -> dict[str, Any]:
+    """Kernel of ``tree.leaf_counts`` (ALGORITHMS.md §3.6): pure ε-DP (ε/2 for the
+    intersection matrix, ε/2 for the left leaf sizes)."""
+    intersections, sizes = leaf_counts(
+        columns, request.left_tree, request.right_tree, epsilon=epsilon.for_mechanism()
+    )
+    return {"intersections": intersections.tolist(), "left_counts": sizes.tolist()}
+
+
+_VIEWS: frozenset[DatasetKind] = frozenset({"views"})
+
+OPERATIONS: list[OperationSpec[Any, Any]] = [
+    OperationSpec(
+        operation=TREE_EXPMECH,
+        summary="A decision tree grown by one exponential mechanism per node (AltExpM).",
+        dataset_kinds=_VIEWS,
+        validate=_validate_single,
+        cost=_cost,
+        run=_run_expmech,
+    ),
+    OperationSpec(
+        operation=TREE_MCMC,
+        summary="A decision tree sampled by Metropolis–Hastings (AltMCMC); DP at convergence.",
+        dataset_kinds=_VIEWS,
+        validate=_validate_single,
+        cost=_cost,
+        run=_run_mcmc,
+    ),
+    OperationSpec(
+        operation=TREE_PAIR_MCMC,
+        summary="A pair of trees, one per view, sampled jointly (MCMCTreePair); DP at convergence.",
+        dataset_kinds=_VIEWS,
+        validate=_validate_pair,
+        cost=_cost,
+        run=_run_pair,
+    ),
+    OperationSpec(
+        operation=TREE_LEAF_COUNTS,
+        summary="Noisy leaf × leaf intersections and left leaf sizes of two released trees.",
+        dataset_kinds=_VIEWS,
+        validate=_validate_leaf_counts,
+        cost=_cost,
+        run=_run_leaf_counts,
+    ),
+]

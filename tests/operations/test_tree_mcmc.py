@@ -1,0 +1,329 @@
+"""The Metropolis–Hastings samplers of ``tree.mcmc`` (ALGORITHMS.md §3.4) and ``tree.pair_mcmc``
+(§3.5) against their exact target distributions on state spaces small enough to enumerate:
+π(T) ∝ Π_nodes μ(split) · exp(c·score(T)), with scores recomputed here by plain row-by-row
+routing. Many independent chains (seeded test-mode generators) run a fixed number of steps from
+random starts; their final states are compared with π by a chi-square test (p > 1e-4).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from scipy.stats import chisquare
+
+from dpmine.wire import (
+    AttributeTarget,
+    DatasetMetadata,
+    DecisionTree,
+    SplitKey,
+    TreeExpMechRequest,
+    TreeMCMCRequest,
+    TreePairMCMCRequest,
+    TreeSplit,
+)
+from dpmine_server.data.columns import BooleanColumn, Column, ColumnStore, NumericColumn
+from dpmine_server.dp.rng import seeded_generator
+from dpmine_server.operations import CATALOG
+from dpmine_server.operations.base import no_progress
+from dpmine_server.operations.tree_kernels import SplitSpace, make_target
+from dpmine_server.operations.tree_mcmc import (
+    descendants,
+    excluded_splits,
+    sample_tree_mcmc,
+    sample_tree_pair,
+)
+from dpmine_server.services.timing import operation_work
+
+SEEDED_P_VALUE = 1e-4
+ROWS = 40
+
+#: Left view: a (Boolean), x (numeric on [0, 4], lattice 0, 2, 4). Right view: t (Boolean, the
+#: target), z (numeric on [0, 1], lattice 0, 0.5, 1). About 10 % missing values in each column.
+_DATA = np.random.default_rng(20261124)
+A = np.where(_DATA.random(ROWS) < 0.1, -1, (_DATA.random(ROWS) < 0.5).astype(int)).tolist()
+X = np.where(_DATA.random(ROWS) < 0.1, np.nan, _DATA.uniform(0, 4, ROWS)).tolist()
+T = np.where(
+    _DATA.random(ROWS) < 0.1, -1, ((np.nan_to_num(X) > 2) ^ (_DATA.random(ROWS) < 0.2)).astype(int)
+).tolist()
+Z = np.where(_DATA.random(ROWS) < 0.1, np.nan, _DATA.uniform(0, 1, ROWS)).tolist()
+VALUES: dict[str, list[float]] = {"a": A, "x": X, "t": T, "z": Z}
+
+
+def _metadata() -> DatasetMetadata:
+    numeric = {"type": "numeric", "lattice_bits": 1}
+    return DatasetMetadata.model_validate(
+        {
+            "kind": "views",
+            "n_max": 100,
+            "attributes": [
+                {"type": "boolean", "name": "a", "view": "left"},
+                {**numeric, "name": "x", "view": "left", "lo": 0.0, "hi": 4.0},
+                {"type": "boolean", "name": "t", "view": "right"},
+                {**numeric, "name": "z", "view": "right", "lo": 0.0, "hi": 1.0},
+            ],
+        }
+    )
+
+
+def _store() -> ColumnStore:
+    def boolean(name: str) -> BooleanColumn:
+        array = np.asarray(VALUES[name])
+        return BooleanColumn.from_arrays(name, array == 1, array >= 0)
+
+    columns: dict[str, Column] = {
+        "a": boolean("a"),
+        "x": NumericColumn.from_values("x", np.asarray(X), lo=0.0, hi=4.0),
+        "t": boolean("t"),
+        "z": NumericColumn.from_values("z", np.asarray(Z), lo=0.0, hi=1.0),
+    }
+    return ColumnStore(_metadata(), n_rows=ROWS, columns=columns)
+
+
+# --------------------------------------------------------------------------------------------
+# Brute force
+
+
+def _splits(view: str) -> list[tuple[TreeSplit, float]]:
+    """Every split of a view with its base mass: the Boolean ½, each of 3 lattice points ⅙."""
+    boolean, numeric, points = (
+        ("a", "x", (0.0, 2.0, 4.0)) if view == "left" else ("t", "z", (0.0, 0.5, 1.0))
+    )
+    return [(TreeSplit(attribute=boolean), 0.5)] + [
+        (TreeSplit(attribute=numeric, threshold=point), 0.5 / 3) for point in points
+    ]
+
+
+def _goes_left(split: TreeSplit, row: int) -> bool | None:
+    value = VALUES[split.attribute][row]
+    if split.threshold is None:
+        return None if value < 0 else value == 1
+    return None if math.isnan(value) else value <= split.threshold
+
+
+def _leaf(tree: DecisionTree, row: int) -> int:
+    node = 0
+    while node < len(tree.splits):
+        side = _goes_left(tree.splits[node], row)
+        if side is None:
+            return -1
+        node = 2 * node + (1 if side else 2)
+    return node - len(tree.splits)
+
+
+def _table(tree: DecisionTree, labels: list[int]) -> dict[int, Counter[int]]:
+    table: dict[int, Counter[int]] = {leaf: Counter() for leaf in range(tree.n_leaves)}
+    for row in range(ROWS):
+        leaf = _leaf(tree, row)
+        if leaf >= 0 and labels[row] >= 0:
+            table[leaf][labels[row]] += 1
+    return table
+
+
+def _g1(tree: DecisionTree, labels: list[int]) -> float:
+    """−Σ_leaves τ_n·Gini(n) (§3.4)."""
+    total = 0.0
+    for counts in _table(tree, labels).values():
+        size = sum(counts.values())
+        if size:
+            total += size - sum(c * c for c in counts.values()) / size
+    return -total
+
+
+def _g(tree: DecisionTree, labels: list[int]) -> float:
+    """Σ_leaves (τ_n/τ)·Σ_c (τ_{n,c}/τ_n)², τ = all rows (§3.5)."""
+    total = 0.0
+    for counts in _table(tree, labels).values():
+        size = sum(counts.values())
+        if size:
+            total += sum(c * c for c in counts.values()) / size
+    return total / ROWS
+
+
+def _trees(view: str, depth: int) -> list[tuple[DecisionTree, float]]:
+    """Every valid tree of ``view`` and ``depth`` ≤ 2 with its product base mass."""
+    splits = _splits(view)
+    found: list[tuple[DecisionTree, float]] = []
+    for combination in itertools.product(splits, repeat=2**depth - 1):
+        keys = [split.key for split, _ in combination]
+        if depth == 2 and keys[0] in keys[1:]:
+            continue
+        tree = DecisionTree(
+            view="left" if view == "left" else "right",
+            depth=depth,
+            splits=[s for s, _ in combination],
+        )
+        found.append((tree, math.prod(mass for _, mass in combination)))
+    return found
+
+
+#: A sampled state: the split keys (attribute, threshold, category) of each tree, heap order.
+State = tuple[tuple[SplitKey, ...], ...]
+
+
+def _state(*trees: DecisionTree) -> State:
+    return tuple(tuple(split.key for split in tree.splits) for tree in trees)
+
+
+def _chi_square(samples: list[State], weights: dict[State, float]) -> float:
+    total = sum(weights.values())
+    states = list(weights)
+    observed = Counter(samples)
+    assert set(observed) <= set(states)
+    expected = [weights[state] / total * len(samples) for state in states]
+    return float(chisquare([observed[state] for state in states], expected).pvalue)
+
+
+# --------------------------------------------------------------------------------------------
+# Structure of the proposals
+
+
+def test_a_proposal_excludes_exactly_the_ancestors_and_descendants() -> None:
+    assert descendants(0, 3) == [1, 2, 3, 4, 5, 6]
+    assert descendants(1, 3) == [3, 4]
+    assert descendants(4, 3) == []
+    keys = [(0, k) for k in range(7)]
+    assert excluded_splits(keys, 1, 3) == {(0, 0), (0, 3), (0, 4)}
+    assert excluded_splits(keys, 5, 3) == {(0, 2), (0, 0)}
+
+
+# --------------------------------------------------------------------------------------------
+# Exact target distributions
+
+
+def _chains(run: Callable[[int], State], chains: int) -> list[State]:
+    return [run(seed) for seed in range(chains)]
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_tree_mcmc_final_states_follow_the_exact_target(depth: int) -> None:
+    store, metadata = _store(), _metadata()
+    space = SplitSpace.of(metadata, "left")
+    labels = make_target(store, AttributeTarget(attribute="t"))
+    epsilon = {1: 4.0, 2: 1.2}[depth]
+    coefficient = epsilon / 4
+    trees = _trees("left", depth)
+    scores = [coefficient * _g1(tree, T) for tree, _ in trees]
+    assert max(scores) - min(scores) > 1.0  # the target is far from the base measure
+    weights = {
+        _state(tree): mass * math.exp(score)
+        for (tree, mass), score in zip(trees, scores, strict=True)
+    }
+    # The same samples must fail against a chain run at twice the coefficient (test power).
+    wrong = {
+        _state(tree): mass * math.exp(2 * score)
+        for (tree, mass), score in zip(trees, scores, strict=True)
+    }
+
+    def run(seed: int) -> State:
+        keys = sample_tree_mcmc(
+            store,
+            space,
+            labels,
+            depth=depth,
+            iterations=40 * depth,
+            epsilon=epsilon,
+            rng=seeded_generator(1000 * depth + seed),
+            progress=no_progress,
+        )
+        return _state(space.tree(depth, keys))
+
+    samples = _chains(run, 1500)
+    assert _chi_square(samples, weights) > SEEDED_P_VALUE
+    assert _chi_square(samples, wrong) < SEEDED_P_VALUE
+
+
+def test_tree_pair_mcmc_final_states_follow_the_exact_target() -> None:
+    store, metadata = _store(), _metadata()
+    spaces = (SplitSpace.of(metadata, "left"), SplitSpace.of(metadata, "right"))
+    labels = make_target(store, AttributeTarget(attribute="t"))
+    epsilon = 100.0  # the pair score only spans ~0.04 on this data
+    coefficient = epsilon / 2
+    weights: dict[State, float] = {}
+    wrong: dict[State, float] = {}
+    for (first, first_mass), (second, second_mass) in itertools.product(
+        _trees("left", 1), _trees("right", 1)
+    ):
+        leaves = [_leaf(first, row) for row in range(ROWS)]
+        score = _g(first, T) * (1 + _g(second, leaves)) / 2
+        weights[_state(first, second)] = first_mass * second_mass * math.exp(coefficient * score)
+        wrong[_state(first, second)] = first_mass * second_mass * math.exp(2 * coefficient * score)
+    spread = [math.log(weights[state] / wrong[state]) for state in weights]  # = −c·score
+    assert max(spread) - min(spread) > 1.5  # the target is far from the base measure
+
+    def run(seed: int) -> State:
+        first, second = sample_tree_pair(
+            store,
+            spaces,
+            labels,
+            depth=1,
+            iterations=60,
+            epsilon=epsilon,
+            rng=seeded_generator(50_000 + seed),
+            progress=no_progress,
+        )
+        return _state(spaces[0].tree(1, first), spaces[1].tree(1, second))
+
+    samples = _chains(run, 1500)
+    assert _chi_square(samples, weights) > SEEDED_P_VALUE
+    assert _chi_square(samples, wrong) < SEEDED_P_VALUE
+
+
+# --------------------------------------------------------------------------------------------
+# Operations
+
+
+def test_mcmc_reports_progress_at_public_steps_and_releases_a_valid_tree() -> None:
+    spec = CATALOG["tree.mcmc"]
+    request = TreeMCMCRequest(
+        view="left",
+        target=AttributeTarget(attribute="z", bins=3),
+        depth=2,
+        iterations=1000,
+        epsilon=1.0,
+    )
+    spec.validate(request, _metadata())
+    reports: list[float] = []
+    fields = spec.run(
+        _store(),
+        request,
+        spec.cost(request),
+        seeded_generator(3),
+        lambda fraction, message="": reports.append(fraction) if message == "" else None,
+    )
+    assert len(reports) == 100
+    assert reports == sorted(reports)
+    assert reports[-1] == 1.0
+    assert fields["tree"].view == "left"
+    assert fields["tree"].depth == 2
+
+
+def test_pair_operation_builds_the_first_tree_on_the_other_view() -> None:
+    spec = CATALOG["tree.pair_mcmc"]
+    request = TreePairMCMCRequest(attribute="t", depth=1, iterations=30, epsilon=1.0)
+    spec.validate(request, _metadata())
+    fields = spec.run(_store(), request, spec.cost(request), seeded_generator(4), no_progress)
+    assert fields["left_tree"].view == "left"
+    assert fields["right_tree"].view == "right"
+    assert spec.guarantee == "approximate"
+
+
+def test_work_estimates_grow_with_the_public_parameters() -> None:
+    metadata = _metadata()
+    target = AttributeTarget(attribute="t")
+
+    def mcmc(depth: int, iterations: int) -> float:
+        request = TreeMCMCRequest(
+            view="left", target=target, depth=depth, iterations=iterations, epsilon=1.0
+        )
+        return operation_work("tree.mcmc", request, metadata)
+
+    assert 0 < mcmc(2, 1_000) < mcmc(2, 10_000) < mcmc(4, 10_000)
+    pair = TreePairMCMCRequest(attribute="t", depth=2, iterations=10_000, epsilon=1.0)
+    assert operation_work("tree.pair_mcmc", pair, metadata) > mcmc(2, 10_000)
+    grown = TreeExpMechRequest(view="left", target=target, depth=2, epsilon=1.0)
+    assert operation_work("tree.expmech", grown, metadata) > 0

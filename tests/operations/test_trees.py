@@ -1,0 +1,477 @@
+"""Tree operations (ALGORITHMS.md §3): the wire models, routing with packed bitsets, makeTarget,
+validation against public metadata, ``tree.leaf_counts`` and the exact exponential mechanism of
+``tree.expmech`` (chi-square against brute-force probabilities on a tiny dataset).
+
+Seeded draws (test-mode generators) are checked at p > 1e-4; OpenDP's noise cannot be seeded, so
+the noisy means use 5-sigma bands from the exact discrete Laplace variance.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from pydantic import ValidationError
+from scipy.stats import chisquare
+
+from dpmine.wire import (
+    AttributeTarget,
+    DatasetMetadata,
+    DecisionTree,
+    LeafCountsRequest,
+    TreeExpMechRequest,
+    TreeMCMCRequest,
+    TreePairMCMCRequest,
+    TreeSplit,
+    TreeTarget,
+)
+from dpmine_server.data.columns import (
+    BooleanColumn,
+    CategoricalColumn,
+    Column,
+    ColumnStore,
+    NumericColumn,
+)
+from dpmine_server.dp.budget import Epsilon
+from dpmine_server.dp.rng import seeded_generator
+from dpmine_server.operations import CATALOG
+from dpmine_server.operations.base import no_progress
+from dpmine_server.operations.tree_kernels import (
+    SplitSpace,
+    _node_split,
+    exact_leaf_counts,
+    grow_tree_expmech,
+    make_target,
+    tree_leaves,
+)
+
+SEEDED_P_VALUE = 1e-4
+Z = 5.0
+NAN = math.nan
+
+#: Twelve hand-made rows. Left view: a (Boolean), colour (categorical), x (numeric on [0, 4],
+#: lattice 0, 1, 2, 3, 4). Right view: b (Boolean), y (numeric on [0, 10], lattice 0, 2.5, …).
+A = [1, 1, 0, 0, 1, 0, 1, 0, 1, 0, -1, 1]
+COLOUR = [0, 1, 2, 0, 1, 2, 0, -1, 1, 2, 0, 0]  # red, green, blue; -1 missing
+X = [0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, NAN, 0.2, 3.9]
+B = [1, 0, 1, 0, 1, 1, 0, 0, 1, -1, 0, 1]
+Y = [0.0, 9.0, 2.5, 3.0, 7.5, 10.0, NAN, 5.0, 1.0, 6.0, 8.0, 4.0]
+ROWS = len(A)
+
+
+def _metadata() -> DatasetMetadata:
+    return DatasetMetadata.model_validate(
+        {
+            "kind": "views",
+            "n_max": 100,
+            "attributes": [
+                {"type": "boolean", "name": "a", "view": "left"},
+                {
+                    "type": "categorical",
+                    "name": "colour",
+                    "view": "left",
+                    "categories": ["red", "green", "blue"],
+                },
+                {
+                    "type": "numeric",
+                    "name": "x",
+                    "view": "left",
+                    "lo": 0.0,
+                    "hi": 4.0,
+                    "lattice_bits": 2,
+                },
+                {"type": "boolean", "name": "b", "view": "right"},
+                {
+                    "type": "numeric",
+                    "name": "y",
+                    "view": "right",
+                    "lo": 0.0,
+                    "hi": 10.0,
+                    "lattice_bits": 2,
+                },
+            ],
+        }
+    )
+
+
+def _boolean(name: str, values: list[int]) -> BooleanColumn:
+    array = np.asarray(values)
+    return BooleanColumn.from_arrays(name, array == 1, array >= 0)
+
+
+def _store() -> ColumnStore:
+    columns: dict[str, Column] = {
+        "a": _boolean("a", A),
+        "colour": CategoricalColumn(
+            "colour", ("red", "green", "blue"), np.asarray(COLOUR, dtype=np.int32)
+        ),
+        "x": NumericColumn.from_values("x", np.asarray(X), lo=0.0, hi=4.0),
+        "b": _boolean("b", B),
+        "y": NumericColumn.from_values("y", np.asarray(Y), lo=0.0, hi=10.0),
+    }
+    return ColumnStore(_metadata(), n_rows=ROWS, columns=columns)
+
+
+def _goes_left(split: TreeSplit, row: int) -> bool | None:
+    """Reference routing in plain Python: True/False, None for a missing value (§3.1)."""
+    if split.attribute in {"a", "b"}:
+        value = (A if split.attribute == "a" else B)[row]
+        return None if value < 0 else value == 1
+    if split.attribute == "colour":
+        code = COLOUR[row]
+        return None if code < 0 else ["red", "green", "blue"][code] == split.category
+    number = (X if split.attribute == "x" else Y)[row]
+    assert split.threshold is not None
+    return None if math.isnan(number) else min(number, 10.0) <= split.threshold
+
+
+def _reference_leaf(tree: DecisionTree, row: int) -> int:
+    node = 0
+    while node < len(tree.splits):
+        left = _goes_left(tree.splits[node], row)
+        if left is None:
+            return -1
+        node = 2 * node + (1 if left else 2)
+    return node - len(tree.splits)
+
+
+def _leaf_of_rows(leaves: npt.NDArray[np.uint64]) -> list[int]:
+    found = [-1] * ROWS
+    for leaf, words in enumerate(leaves):
+        for row in range(ROWS):
+            if int(words[row // 64]) >> (row % 64) & 1:
+                assert found[row] == -1, "a row is in two leaves"
+                found[row] = leaf
+    return found
+
+
+LEFT_TREE = DecisionTree(
+    view="left",
+    depth=2,
+    splits=[
+        TreeSplit(attribute="x", threshold=2.0),
+        TreeSplit(attribute="a"),
+        TreeSplit(attribute="colour", category="red"),
+    ],
+)
+RIGHT_TREE = DecisionTree(
+    view="right",
+    depth=2,
+    splits=[
+        TreeSplit(attribute="b"),
+        TreeSplit(attribute="y", threshold=5.0),
+        TreeSplit(attribute="y", threshold=2.5),
+    ],
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Wire models
+
+
+def test_a_tree_needs_a_complete_shape_and_no_repeat_on_a_path() -> None:
+    with pytest.raises(ValidationError, match="has 3 splits"):
+        DecisionTree(view="left", depth=2, splits=[TreeSplit(attribute="a")])
+    with pytest.raises(ValidationError, match="repeats the split of its ancestor 0"):
+        DecisionTree(
+            view="left",
+            depth=2,
+            splits=[TreeSplit(attribute="a"), TreeSplit(attribute="b"), TreeSplit(attribute="a")],
+        )
+    # The same split in two sibling subtrees is allowed (different paths).
+    tree = DecisionTree(
+        view="left",
+        depth=2,
+        splits=[TreeSplit(attribute="a"), TreeSplit(attribute="b"), TreeSplit(attribute="b")],
+    )
+    assert tree.n_leaves == 4
+    with pytest.raises(ValidationError, match="not both"):
+        TreeSplit(attribute="x", threshold=1.0, category="red")
+    with pytest.raises(ValidationError):
+        DecisionTree(view="left", depth=7, splits=[TreeSplit(attribute="a")] * 127)
+
+
+def test_requests_have_public_defaults_and_bounds() -> None:
+    target = AttributeTarget(attribute="b")
+    request = TreeMCMCRequest(view="left", target=target, epsilon=1.0)
+    assert (request.depth, request.iterations) == (3, 10_000)
+    with pytest.raises(ValidationError):
+        TreeMCMCRequest(view="left", target=target, epsilon=1.0, iterations=200_001)
+    with pytest.raises(ValidationError, match="left-view tree"):
+        LeafCountsRequest(left_tree=RIGHT_TREE, right_tree=LEFT_TREE, epsilon=1.0)
+    parsed = TreeExpMechRequest.model_validate(
+        {"view": "right", "target": {"kind": "tree", "tree": LEFT_TREE.model_dump()}, "epsilon": 1}
+    )
+    assert isinstance(parsed.target, TreeTarget)
+
+
+# --------------------------------------------------------------------------------------------
+# Routing and targets
+
+
+@pytest.mark.parametrize("tree", [LEFT_TREE, RIGHT_TREE], ids=["left", "right"])
+def test_bitset_routing_matches_row_by_row_routing(tree: DecisionTree) -> None:
+    leaves = tree_leaves(_store(), tree)
+    assert leaves.shape == (4, 1)
+    assert _leaf_of_rows(leaves) == [_reference_leaf(tree, row) for row in range(ROWS)]
+
+
+def test_routing_by_hand() -> None:
+    # x ≤ 2 then a / colour = red; missing x (row 9), missing a (row 10) and missing colour
+    # (row 7) reach no leaf.
+    assert _leaf_of_rows(tree_leaves(_store(), LEFT_TREE)) == [
+        0, 0, 1, 1, 0, 3, 2, -1, 3, -1, -1, 2,
+    ]  # fmt: skip
+
+
+def test_make_target_of_each_attribute_type_and_of_a_tree() -> None:
+    store = _store()
+    boolean = make_target(store, AttributeTarget(attribute="b"))
+    assert (boolean.n_classes, boolean.classes.tolist()) == (2, B)
+    categorical = make_target(store, AttributeTarget(attribute="colour"))
+    assert (categorical.n_classes, categorical.classes.tolist()) == (3, COLOUR)
+    binned = make_target(store, AttributeTarget(attribute="y", bins=4))
+    # Equal-width bins of the public range [0, 10]: [0, 2.5), [2.5, 5), [5, 7.5), [7.5, 10].
+    assert binned.n_classes == 4
+    assert binned.classes.tolist() == [0, 3, 1, 1, 3, 3, -1, 2, 0, 2, 3, 1]
+    assert make_target(store, AttributeTarget(attribute="x")).n_classes == 10
+    leaves = make_target(store, TreeTarget(tree=LEFT_TREE))
+    assert leaves.n_classes == 4
+    assert leaves.classes.tolist() == [_reference_leaf(LEFT_TREE, row) for row in range(ROWS)]
+
+
+# --------------------------------------------------------------------------------------------
+# Validation (public metadata only)
+
+
+def _validate(name: str, request: Any) -> None:
+    CATALOG[name].validate(request, _metadata())
+
+
+@pytest.mark.parametrize(
+    ("split", "message"),
+    [
+        (TreeSplit(attribute="b"), "not in the left view"),
+        (TreeSplit(attribute="x", threshold=2.5), "not a point of its public lattice"),
+        (TreeSplit(attribute="x"), "needs a threshold"),
+        (TreeSplit(attribute="colour", category="pink"), "not a category"),
+        (TreeSplit(attribute="a", threshold=1.0), "takes no threshold"),
+        (TreeSplit(attribute="zz"), "unknown attribute"),
+    ],
+)
+def test_validation_refuses_splits_that_do_not_fit_the_metadata(
+    split: TreeSplit, message: str
+) -> None:
+    tree = DecisionTree(view="left", depth=1, splits=[split])
+    with pytest.raises(ValueError, match=message):
+        _validate(
+            "tree.leaf_counts",
+            LeafCountsRequest(left_tree=tree, right_tree=RIGHT_TREE, epsilon=1.0),
+        )
+    target = TreeTarget(tree=tree)
+    with pytest.raises(ValueError, match=message):
+        _validate("tree.expmech", TreeExpMechRequest(view="right", target=target, epsilon=1.0))
+
+
+def test_validation_needs_enough_splits_for_the_depth() -> None:
+    small = DatasetMetadata.model_validate(
+        {
+            "kind": "views",
+            "n_max": 10,
+            "attributes": [
+                {"type": "boolean", "name": "p", "view": "left"},
+                {"type": "boolean", "name": "q", "view": "left"},
+                {"type": "boolean", "name": "r", "view": "right"},
+            ],
+        }
+    )
+    spec = CATALOG["tree.mcmc"]
+    target = AttributeTarget(attribute="r")
+    spec.validate(TreeMCMCRequest(view="left", target=target, depth=1, epsilon=1.0), small)
+    with pytest.raises(ValueError, match="needs at least 3"):
+        spec.validate(TreeMCMCRequest(view="left", target=target, depth=2, epsilon=1.0), small)
+    # A target in the same view is not a candidate split.
+    same_view = AttributeTarget(attribute="q")
+    with pytest.raises(ValueError, match="offers 1 distinct splits"):
+        spec.validate(TreeMCMCRequest(view="left", target=same_view, depth=2, epsilon=1.0), small)
+    with pytest.raises(ValueError, match="right view offers 1"):
+        CATALOG["tree.pair_mcmc"].validate(
+            TreePairMCMCRequest(attribute="p", depth=2, epsilon=1.0), small
+        )
+    with pytest.raises(ValueError, match="numeric targets only"):
+        CATALOG["tree.pair_mcmc"].validate(
+            TreePairMCMCRequest(attribute="r", bins=3, depth=1, epsilon=1.0), small
+        )
+    binned = AttributeTarget(attribute="r", bins=3)
+    with pytest.raises(ValueError, match="numeric targets only"):
+        spec.validate(TreeMCMCRequest(view="left", target=binned, depth=1, epsilon=1.0), small)
+
+
+# --------------------------------------------------------------------------------------------
+# tree.leaf_counts (§3.6)
+
+
+def test_exact_leaf_counts_by_hand() -> None:
+    intersections, sizes = exact_leaf_counts(_store(), LEFT_TREE, RIGHT_TREE)
+    left = [_reference_leaf(LEFT_TREE, row) for row in range(ROWS)]
+    right = [_reference_leaf(RIGHT_TREE, row) for row in range(ROWS)]
+    expected = np.zeros((4, 4), dtype=np.int64)
+    for i, j in zip(left, right, strict=True):
+        if i >= 0 and j >= 0:
+            expected[i, j] += 1
+    assert intersections.tolist() == expected.tolist()
+    assert sizes.tolist() == [left.count(leaf) for leaf in range(4)]
+
+
+def test_leaf_counts_are_integers_centred_on_the_exact_counts() -> None:
+    spec = CATALOG["tree.leaf_counts"]
+    request = LeafCountsRequest(left_tree=LEFT_TREE, right_tree=RIGHT_TREE, epsilon=2.0)
+    store = _store()
+    cost = spec.cost(request)
+    assert cost == Epsilon.charge(2.0)
+    intersections, sizes = exact_leaf_counts(store, LEFT_TREE, RIGHT_TREE)
+    runs = 2_000
+    matrices, vectors = [], []
+    for _ in range(runs):
+        fields = spec.run(store, request, cost, seeded_generator(1), no_progress)
+        assert all(isinstance(v, int) for row in fields["intersections"] for v in row)
+        assert all(isinstance(v, int) for v in fields["left_counts"])
+        matrices.append(fields["intersections"])
+        vectors.append(fields["left_counts"])
+    # Scale 2/ε = 1 per cell: variance 2e^{-1}/(1 − e^{-1})².
+    variance = 2 * math.exp(-1.0) / (1 - math.exp(-1.0)) ** 2
+    band = Z * math.sqrt(variance / runs)
+    assert np.abs(np.mean(matrices, axis=0) - intersections).max() < band
+    assert np.abs(np.mean(vectors, axis=0) - sizes).max() < band
+    spread = np.var(np.asarray(matrices) - intersections)
+    assert 0.8 * variance < spread < 1.25 * variance
+
+
+# --------------------------------------------------------------------------------------------
+# tree.expmech (§3.3): exact probabilities on a tiny space
+
+
+def _gini_quality(
+    split: TreeSplit, labels: list[int], rows: range | list[int] = range(ROWS)
+) -> float:
+    """q = −Σ_children |c|·Gini(c) over labelled rows with a value (brute force)."""
+    children: dict[bool, Counter[int]] = {True: Counter(), False: Counter()}
+    for row in rows:
+        side = _goes_left(split, row)
+        if side is not None and labels[row] >= 0:
+            children[side][labels[row]] += 1
+    total = 0.0
+    for counts in children.values():
+        size = sum(counts.values())
+        if size:
+            total += size - sum(c * c for c in counts.values()) / size
+    return -total
+
+
+def _depth_one_splits() -> list[tuple[TreeSplit, float]]:
+    """Every depth-1 split of the left view without colour, with its base mass."""
+    splits = [(TreeSplit(attribute="a"), 0.5)]
+    splits += [(TreeSplit(attribute="x", threshold=float(t)), 0.5 / 5) for t in range(5)]
+    return splits
+
+
+def test_expmech_matches_the_exact_distribution_on_a_tiny_space() -> None:
+    metadata = _metadata()
+    store = _store()
+    space = SplitSpace(
+        view="left",
+        families=tuple(f for f in SplitSpace.of(metadata, "left").families if f.name != "colour"),
+    )
+    labels = make_target(store, AttributeTarget(attribute="b"))
+    epsilon = 3.0
+    splits = _depth_one_splits()
+    weights = [mass * math.exp(epsilon / 4 * _gini_quality(split, B)) for split, mass in splits]
+    expected = np.asarray(weights) / sum(weights)
+    draws = 4_000
+    rng = seeded_generator(11)
+    observed = Counter(
+        space.split_of(
+            grow_tree_expmech(store, space, labels, depth=1, epsilon=epsilon, rng=rng)[0]
+        )
+        for _ in range(draws)
+    )
+    counts = [observed[split] for split, _ in splits]
+    assert sum(counts) == draws
+    assert chisquare(counts, expected * draws).pvalue > SEEDED_P_VALUE
+    # Power: the same draws refute an EM run with half the sensitivity (Δ = 1).
+    wrong = np.asarray(
+        [mass * math.exp(epsilon / 2 * _gini_quality(split, B)) for split, mass in splits]
+    )
+    assert chisquare(counts, wrong / wrong.sum() * draws).pvalue < SEEDED_P_VALUE
+
+
+def test_a_node_em_gives_an_ancestor_split_no_mass_inside_its_numeric_cell() -> None:
+    # A node holding rows 1 and 7 (x = 0.5 and 3.5): lattice points 1, 2, 3 share one cell.
+    # The ancestor used x ≤ 2, so that cell loses the point 2 and the released threshold is
+    # 1 or 3, equally likely.
+    store = _store()
+    space = SplitSpace(
+        view="left",
+        families=tuple(
+            f for f in SplitSpace.of(_metadata(), "left").families if f.name != "colour"
+        ),
+    )
+    labels = make_target(store, AttributeTarget(attribute="b"))
+    epsilon = 3.0
+    excluded_key = space.key_of(TreeSplit(attribute="x", threshold=2.0))
+    splits = _depth_one_splits()
+    weights = np.asarray(
+        [
+            0.0
+            if split.threshold == 2.0
+            else mass * math.exp(epsilon / 4 * _gini_quality(split, B, [1, 7]))
+            for split, mass in splits
+        ]
+    )
+    draws = 4_000
+    rng = seeded_generator(13)
+    rows = np.isin(np.arange(ROWS), [1, 7])
+    observed = Counter(
+        space.split_of(
+            _node_split(
+                store, space, rows, labels, excluded={excluded_key}, epsilon=epsilon, rng=rng
+            )
+        )
+        for _ in range(draws)
+    )
+    counts = [observed[split] for split, _ in splits]
+    assert counts[splits.index((TreeSplit(attribute="x", threshold=2.0), 0.1))] == 0
+    keep = weights > 0
+    expected = weights[keep] / weights.sum() * draws
+    assert chisquare(np.asarray(counts)[keep], expected).pvalue > SEEDED_P_VALUE
+
+
+def test_expmech_never_reuses_a_split_on_a_path_and_fills_every_node() -> None:
+    metadata = _metadata()
+    store = _store()
+    space = SplitSpace.of(metadata, "left")
+    labels = make_target(store, AttributeTarget(attribute="y"))
+    rng = seeded_generator(5)
+    for _ in range(200):
+        keys = grow_tree_expmech(store, space, labels, depth=3, epsilon=50.0, rng=rng)
+        tree = space.tree(3, keys)  # the model re-checks the no-reuse rule
+        assert len(tree.splits) == 7
+
+
+def test_expmech_operation_releases_a_valid_tree() -> None:
+    spec = CATALOG["tree.expmech"]
+    request = TreeExpMechRequest(
+        view="right", target=TreeTarget(tree=LEFT_TREE), depth=2, epsilon=1.0
+    )
+    spec.validate(request, _metadata())
+    fields = spec.run(_store(), request, spec.cost(request), seeded_generator(2), no_progress)
+    tree = fields["tree"]
+    assert isinstance(tree, DecisionTree)
+    assert tree.view == "right"
+    CATALOG["tree.leaf_counts"].validate(
+        LeafCountsRequest(left_tree=LEFT_TREE, right_tree=tree, epsilon=1.0), _metadata()
+    )

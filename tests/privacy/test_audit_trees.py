@@ -1,0 +1,330 @@
+"""End-to-end privacy audits of ``tree.expmech`` (ALGORITHMS.md §3.3) and ``tree.leaf_counts``
+(§3.6) on neighbouring toy datasets (DP-ENGINES.md §5; harness in ``audit.py``).
+
+Each audit runs the registered kernel (``CATALOG[...].run`` with the charged ``Epsilon``) N times
+on D and on D' = D plus one row, and checks the Clopper-Pearson lower bound on the privacy loss
+against the charged ε = 1 (alpha = 1e-5). Each has a broken variant that the audit must flag:
+
+* ``tree.expmech`` at depth 1 (one exponential mechanism over the splits p, q and x ≤ 0, 2, 4):
+  the added row (p = 1, q and x missing, t = 0) changes only the quality of the split on p, by
+  4/3 of the sensitivity bound Δ = 2. The broken variant uses Δ/10 (c = 10·ε/4).
+* ``tree.mcmc`` at depth 1 on the same data (target: the same EM; final state after 40 steps),
+  broken variant Δ/10 (marked slow: 16,000 chains).
+* ``tree.leaf_counts``: the added row falls in leaf 0 of both trees, so it moves one cell of the
+  intersection matrix and one left count; the joint audit of those two releases passes at ε,
+  the broken variant (a tenth of the noise scale) is flagged.
+
+The expmech draws come from seeded generators (reproducible); the counts from OpenDP's
+unseedable sampler.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from dpmine.wire import (
+    AttributeTarget,
+    DatasetMetadata,
+    DecisionTree,
+    LeafCountsRequest,
+    TreeExpMechRequest,
+    TreeMCMCRequest,
+    TreeSplit,
+)
+from dpmine_server.data.columns import BooleanColumn, Column, ColumnStore, NumericColumn
+from dpmine_server.dp.budget import Epsilon
+from dpmine_server.dp.mechanisms import discrete_laplace
+from dpmine_server.dp.rng import seeded_generator
+from dpmine_server.operations import CATALOG
+from dpmine_server.operations.base import no_progress
+from dpmine_server.operations.tree_kernels import (
+    SplitSpace,
+    exact_leaf_counts,
+    grow_tree_expmech,
+    make_target,
+)
+from dpmine_server.operations.tree_mcmc import sample_tree_mcmc
+from privacy.audit import AuditResult, assert_audit_flags, assert_audit_passes, audit_categorical
+
+IntArray = npt.NDArray[np.int64]
+Row = tuple[int | None, int | None, float | None, int | None]
+
+EPSILON = 1.0
+CHARGE = Epsilon.charge(EPSILON)
+ALPHA = 1e-5
+SPLIT_SAMPLES = 6_000
+COUNT_SAMPLES = 4_000
+WINDOW = 3
+
+METADATA = DatasetMetadata.model_validate(
+    {
+        "kind": "views",
+        "n_max": 100,
+        "attributes": [
+            {"type": "boolean", "name": "p", "view": "left"},
+            {"type": "boolean", "name": "q", "view": "left"},
+            {"type": "numeric", "name": "x", "view": "left", "lo": 0, "hi": 4, "lattice_bits": 1},
+            {"type": "boolean", "name": "t", "view": "right"},
+        ],
+    }
+)
+#: D: (p, q, x, t) per row, None = missing. p = 1 rows are pure t = 1, so adding a t = 0 row
+#: there costs 4/3 of Gini weight; q and x are missing in the added row.
+BASE_ROWS: tuple[Row, ...] = (
+    (1, 1, 0.5, 1),
+    (1, 0, 1.5, 1),
+    (0, 1, 2.5, 0),
+    (0, 0, 3.5, 1),
+    (0, 1, 3.0, 0),
+    (0, 0, 1.0, 0),
+)
+ADDED: Row = (1, None, None, 0)
+
+
+def _store(rows: Sequence[Row]) -> ColumnStore:
+    def boolean(name: str, position: int) -> BooleanColumn:
+        values = [row[position] for row in rows]
+        present = np.array([v is not None for v in values], dtype=bool)
+        return BooleanColumn.from_arrays(name, np.array([v == 1 for v in values]), present)
+
+    x = np.array([math.nan if row[2] is None else row[2] for row in rows], dtype=np.float64)
+    columns: dict[str, Column] = {
+        "p": boolean("p", 0),
+        "q": boolean("q", 1),
+        "x": NumericColumn.from_values("x", x, lo=0.0, hi=4.0),
+        "t": boolean("t", 3),
+    }
+    return ColumnStore(METADATA, n_rows=len(rows), columns=columns)
+
+
+def _neighbours() -> tuple[ColumnStore, ColumnStore]:
+    return _store(BASE_ROWS), _store((*BASE_ROWS, ADDED))
+
+
+# --------------------------------------------------------------------------------------------
+# tree.expmech
+
+
+SPLITS = ["p", "q", "x<=0.0", "x<=2.0", "x<=4.0"]
+MASSES = [1 / 3, 1 / 3, 1 / 9, 1 / 9, 1 / 9]
+
+
+def _label(tree: DecisionTree) -> str:
+    split = tree.splits[0]
+    return split.attribute if split.threshold is None else f"x<={split.threshold}"
+
+
+def _quality(rows: Sequence[Row], split: str) -> float:
+    """q = −Σ_children |c|·Gini(c) over rows with a value and a label (brute force)."""
+    children: dict[bool, list[int]] = {True: [0, 0], False: [0, 0]}
+    for p, q, x, t in rows:
+        value: float | None = {"p": p, "q": q}.get(split, x)
+        if value is None or t is None:
+            continue
+        left = value == 1 if split in {"p", "q"} else value <= float(split.split("<=")[1])
+        children[left][t] += 1
+    return -float(
+        sum(sum(c) - (c[0] ** 2 + c[1] ** 2) / sum(c) for c in children.values() if sum(c))
+    )
+
+
+def _exact_loss(coefficient: float) -> float:
+    """The largest |log P(split | D) − log P(split | D')| of the depth-1 EM."""
+    laws = []
+    for rows in (BASE_ROWS, (*BASE_ROWS, ADDED)):
+        weights = [
+            m * math.exp(coefficient * _quality(rows, s))
+            for s, m in zip(SPLITS, MASSES, strict=True)
+        ]
+        laws.append([w / sum(weights) for w in weights])
+    return max(abs(math.log(a / b)) for a, b in zip(*laws, strict=True))
+
+
+def test_the_added_row_moves_only_the_split_on_p() -> None:
+    moved = [_quality((*BASE_ROWS, ADDED), s) - _quality(BASE_ROWS, s) for s in SPLITS]
+    assert moved == pytest.approx([-4 / 3, 0, 0, 0, 0])
+    assert _exact_loss(EPSILON / 4) < EPSILON
+    assert _exact_loss(10 * EPSILON / 4) > 2.0  # what the broken variant loses (2.18)
+
+
+def _expmech_outputs(store: ColumnStore, seed: int, broken: bool) -> list[Hashable]:
+    request = TreeExpMechRequest(
+        view="left", target=AttributeTarget(attribute="t"), depth=1, epsilon=EPSILON
+    )
+    spec = CATALOG["tree.expmech"]
+    cost = spec.cost(request)
+    assert cost == CHARGE
+    assert spec.guarantee == "pure"
+    rng = seeded_generator(seed)
+    if not broken:
+        return [
+            _label(spec.run(store, request, cost, rng, no_progress)["tree"])
+            for _ in range(SPLIT_SAMPLES)
+        ]
+    space = SplitSpace.of(store.metadata, "left")
+    labels = make_target(store, AttributeTarget(attribute="t"))
+    # Δ/10: the same mechanism with ten times the coefficient.
+    return [
+        _label(
+            space.tree(
+                1, grow_tree_expmech(store, space, labels, depth=1, epsilon=10 * EPSILON, rng=rng)
+            )
+        )
+        for _ in range(SPLIT_SAMPLES)
+    ]
+
+
+def _expmech_audit(broken: bool) -> AuditResult:
+    data, neighbour = _neighbours()
+    return audit_categorical(
+        _expmech_outputs(data, 31, broken),
+        _expmech_outputs(neighbour, 32, broken),
+        categories=SPLITS,
+        alpha=ALPHA,
+    )
+
+
+def test_expmech_passes_the_audit() -> None:
+    assert_audit_passes(_expmech_audit(broken=False), EPSILON)
+
+
+def test_audit_flags_expmech_with_a_tenth_of_the_sensitivity() -> None:
+    assert_audit_flags(_expmech_audit(broken=True), EPSILON)
+
+
+# --------------------------------------------------------------------------------------------
+# tree.mcmc: at depth 1, g₁ of a tree is the quality of its one split, so the chain's target is
+# the depth-1 exponential mechanism above; its final states after a fixed number of steps are
+# audited like expmech's draws (the guarantee is "approximate": DP at convergence).
+
+MCMC_SAMPLES = 4_000
+MCMC_ITERATIONS = 40
+
+
+def _mcmc_outputs(store: ColumnStore, seed: int, broken: bool) -> list[Hashable]:
+    request = TreeMCMCRequest(
+        view="left",
+        target=AttributeTarget(attribute="t"),
+        depth=1,
+        iterations=MCMC_ITERATIONS,
+        epsilon=EPSILON,
+    )
+    spec = CATALOG["tree.mcmc"]
+    cost = spec.cost(request)
+    assert cost == CHARGE
+    assert spec.guarantee == "approximate"
+    rng = seeded_generator(seed)
+    if not broken:
+        return [
+            _label(spec.run(store, request, cost, rng, no_progress)["tree"])
+            for _ in range(MCMC_SAMPLES)
+        ]
+    space = SplitSpace.of(store.metadata, "left")
+    labels = make_target(store, AttributeTarget(attribute="t"))
+    outputs: list[Hashable] = []
+    for _ in range(MCMC_SAMPLES):
+        keys = sample_tree_mcmc(
+            store,
+            space,
+            labels,
+            depth=1,
+            iterations=MCMC_ITERATIONS,
+            epsilon=10 * EPSILON,  # Δ/10
+            rng=rng,
+            progress=no_progress,
+        )
+        outputs.append(_label(space.tree(1, keys)))
+    return outputs
+
+
+def _mcmc_audit(broken: bool) -> AuditResult:
+    data, neighbour = _neighbours()
+    return audit_categorical(
+        _mcmc_outputs(data, 41, broken),
+        _mcmc_outputs(neighbour, 42, broken),
+        categories=SPLITS,
+        alpha=ALPHA,
+    )
+
+
+@pytest.mark.slow
+def test_mcmc_final_states_pass_the_audit() -> None:
+    assert_audit_passes(_mcmc_audit(broken=False), EPSILON)
+
+
+@pytest.mark.slow
+def test_audit_flags_mcmc_with_a_tenth_of_the_sensitivity() -> None:
+    assert_audit_flags(_mcmc_audit(broken=True), EPSILON)
+
+
+# --------------------------------------------------------------------------------------------
+# tree.leaf_counts
+
+LEFT_TREE = DecisionTree(view="left", depth=1, splits=[TreeSplit(attribute="p")])
+RIGHT_TREE = DecisionTree(view="right", depth=1, splits=[TreeSplit(attribute="t")])
+
+
+def test_the_added_row_moves_one_intersection_and_one_left_count() -> None:
+    data, neighbour = _neighbours()
+    before = exact_leaf_counts(data, LEFT_TREE, RIGHT_TREE)
+    after = exact_leaf_counts(neighbour, LEFT_TREE, RIGHT_TREE)
+    assert (after[0] - before[0]).tolist() == [[0, 1], [0, 0]]  # leaf 0 of T_L, leaf 1 of T_R
+    assert (after[1] - before[1]).tolist() == [1, 0]
+
+
+def _count_pairs(
+    store: ColumnStore, release: Callable[[ColumnStore], dict[str, Any]]
+) -> list[Hashable]:
+    """(intersection[0][1], left_counts[0]) minus D's truth, clipped to ±WINDOW."""
+    base = exact_leaf_counts(_store(BASE_ROWS), LEFT_TREE, RIGHT_TREE)
+    truth = np.array([base[0][0, 1], base[1][0]])
+    outputs: list[Hashable] = []
+    for _ in range(COUNT_SAMPLES):
+        fields = release(store)
+        pair = np.array([fields["intersections"][0][1], fields["left_counts"][0]]) - truth
+        outputs.append(tuple(np.clip(pair, -WINDOW, WINDOW).tolist()))
+    return outputs
+
+
+def _count_audit(release: Callable[[ColumnStore], dict[str, Any]]) -> AuditResult:
+    data, neighbour = _neighbours()
+    grid = itertools.product(range(-WINDOW, WINDOW + 1), repeat=2)
+    ordered: list[tuple[int, ...]] = sorted(grid, key=lambda pair: (sum(pair), pair))
+    categories: list[Hashable] = list(ordered)
+    return audit_categorical(
+        _count_pairs(data, release),
+        _count_pairs(neighbour, release),
+        categories=categories,
+        alpha=ALPHA,
+    )
+
+
+def test_leaf_counts_pass_the_joint_audit() -> None:
+    request = LeafCountsRequest(left_tree=LEFT_TREE, right_tree=RIGHT_TREE, epsilon=EPSILON)
+    spec = CATALOG["tree.leaf_counts"]
+    cost = spec.cost(request)
+    assert cost == CHARGE
+    rng = seeded_generator(7)
+    result = _count_audit(lambda store: spec.run(store, request, cost, rng, no_progress))
+    assert_audit_passes(result, EPSILON)
+    assert result.lower_bound > 0.4 * EPSILON, result.describe()  # the audit is not vacuous
+
+
+def test_audit_flags_leaf_counts_with_a_tenth_of_the_scale() -> None:
+    def broken(store: ColumnStore) -> dict[str, Any]:
+        intersections, sizes = exact_leaf_counts(store, LEFT_TREE, RIGHT_TREE)
+        half = 10 * CHARGE.for_mechanism() / 2  # scale 2/(10ε)
+        noisy = discrete_laplace(intersections.ravel(), epsilon=half, sensitivity=1)
+        return {
+            "intersections": noisy.reshape(intersections.shape).tolist(),
+            "left_counts": discrete_laplace(sizes, epsilon=half, sensitivity=1).tolist(),
+        }
+
+    assert_audit_flags(_count_audit(broken), EPSILON)
