@@ -6,6 +6,7 @@ Each check imports in a fresh interpreter and reads ``sys.modules``.
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -29,6 +30,9 @@ WEB_AND_DATABASE = ("fastapi", "sqlalchemy")
 WEB_FRAMEWORK = ("fastapi", "starlette")
 #: Packages below the API layer: they raise the plain error classes and import no web framework.
 BELOW_THE_API = ("services", "operations", "dp", "data")
+#: Client modules the server must not import: the text parser/printer and the analyst's helpers.
+#: What the server shares with the client lives in ``dpmine.wire`` (query_tree, statistics).
+CLIENT_ONLY = ("dpmine.queries", "dpmine.stats")
 
 
 def loaded_after_imports(steps: list[tuple[str, ...]], watched: tuple[str, ...]) -> list[list[str]]:
@@ -90,3 +94,49 @@ def test_public_names_are_sorted_and_complete() -> None:
     assert dpmine.__all__ == public
     for name in dpmine.__all__:
         assert getattr(dpmine, name).__module__.startswith("dpmine."), name
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Absolute module names a source file imports (``from a import b`` gives a and a.b)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_the_server_imports_neither_the_query_parser_nor_the_client_stats() -> None:
+    root = Path(dpmine_server.__file__).parent
+    offenders = {
+        str(path.relative_to(root)): sorted(
+            name
+            for name in imported_modules(path)
+            if any(name == banned or name.startswith(f"{banned}.") for banned in CLIENT_ONLY)
+        )
+        for path in sorted(root.rglob("*.py"))
+    }
+    assert {path: names for path, names in offenders.items() if names} == {}
+
+
+def test_the_check_sees_client_only_imports() -> None:
+    # Guards against a check that can never fail: the client's own modules import them.
+    client = Path(dpmine.__file__).parent
+    assert "dpmine.queries" in imported_modules(client / "__init__.py")
+    assert "dpmine.wire.statistics" in imported_modules(client / "stats.py")
+
+
+def test_the_wire_package_imports_only_pydantic_and_the_standard_library() -> None:
+    wire = Path(dpmine.__file__).parent / "wire"
+    allowed = {*sys.stdlib_module_names, "pydantic", "pydantic_core", "typing_extensions"}
+    foreign = {
+        path.name: sorted(
+            name
+            for name in imported_modules(path)
+            if name.split(".")[0] not in allowed and not name.startswith("dpmine.wire")
+        )
+        for path in sorted(wire.glob("*.py"))
+    }
+    assert {name: names for name, names in foreign.items() if names} == {}

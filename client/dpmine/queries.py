@@ -30,6 +30,10 @@ numeric literal an attribute name that reads as a number must be quoted (``["201
 Missing values: a literal is false on a row where its attribute is missing, and so is the
 negated literal ``![...]``; ``!( ... )`` is the plain complement of the support, so it is true on
 such rows. Hence ``!([A])`` and ``![A]`` differ exactly on the rows where A is missing.
+
+The structural helpers and builders (:func:`literals`, :func:`attributes`, :func:`extend_query`,
+:func:`serenade_query`, :func:`serenade_steps`, :func:`tree_query`, …) live in
+:mod:`dpmine.wire.query_tree`, shared with the server, and are re-exported here.
 """
 
 from __future__ import annotations
@@ -37,7 +41,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from dpmine.wire.queries import (
     MAX_QUERY_DEPTH,
@@ -52,6 +55,16 @@ from dpmine.wire.queries import (
     Or,
     Redescription,
     check_query_limits,
+)
+from dpmine.wire.query_tree import (
+    SerenadeOp,
+    attributes,
+    extend_query,
+    literals,
+    query_length,
+    serenade_query,
+    serenade_steps,
+    tree_query,
 )
 
 __all__ = [
@@ -69,9 +82,6 @@ __all__ = [
     "serenade_steps",
     "tree_query",
 ]
-
-#: The two Serenade extension operators (§1.1): ``q ← q and literal`` and ``q ← q or literal``.
-SerenadeOp = Literal["and", "or"]
 
 _SPECIAL = frozenset('[]=<>!&|()"')
 _NOT = ("!", "¬")
@@ -457,99 +467,3 @@ class _Parser:
                 found=f"{len(token.text)} characters",
             )
         return token.text
-
-
-# --------------------------------------------------------------------------------------------
-# Inspection
-
-
-def literals(expr: Expr) -> list[AnyLiteral]:
-    """The literals of a query, left to right as written."""
-    if isinstance(expr, And | Or):
-        return [lit for term in expr.terms for lit in literals(term)]
-    if isinstance(expr, Not):
-        return literals(expr.term)
-    return [expr]
-
-
-def attributes(expr: Expr) -> set[str]:
-    """The attribute names a query uses."""
-    return {lit.attribute for lit in literals(expr)}
-
-
-def query_length(expr: Expr) -> int:
-    """The number of literals of a query (what MAX_QUERY_LITERALS bounds)."""
-    return len(literals(expr))
-
-
-# --------------------------------------------------------------------------------------------
-# Serenade and tree queries
-
-
-def extend_query(expr: Expr, op: SerenadeOp, literal: AnyLiteral) -> Expr:
-    """One Serenade step ``q ← q op literal`` on the whole query (§1.1), flattening same ops."""
-    node = _node_type(op)
-    if query_length(expr) >= MAX_QUERY_LITERALS:
-        raise ValueError(f"cannot extend: a query has at most {MAX_QUERY_LITERALS} literals")
-    terms: list[Expr] = [*expr.terms, literal] if isinstance(expr, node) else [expr, literal]
-    extended = node(terms=terms)
-    check_query_limits(extended)
-    return extended
-
-
-def serenade_query(first: AnyLiteral, steps: Sequence[tuple[SerenadeOp, AnyLiteral]]) -> Expr:
-    """The Serenade left-to-right fold (§1.1): ``q ← first``, then ``q ← q op literal``."""
-    expr: Expr = first
-    for op, literal in steps:
-        expr = extend_query(expr, op, literal)
-    return expr
-
-
-def serenade_steps(expr: Expr) -> tuple[AnyLiteral, list[tuple[SerenadeOp, AnyLiteral]]] | None:
-    """Inverse of :func:`serenade_query`; None when ``expr`` is not such a fold."""
-    if isinstance(expr, BoolLiteral | CatLiteral | NumLiteral):
-        return expr, []
-    if not isinstance(expr, And | Or):
-        return None
-    head, *tail = expr.terms
-    tail_literals = [
-        term for term in tail if isinstance(term, BoolLiteral | CatLiteral | NumLiteral)
-    ]
-    if isinstance(head, type(expr)) or len(tail_literals) != len(tail):
-        return None
-    inner = serenade_steps(head)
-    if inner is None:
-        return None
-    op: SerenadeOp = "and" if isinstance(expr, And) else "or"
-    first, steps = inner
-    return first, [*steps, *((op, literal) for literal in tail_literals)]
-
-
-def tree_query(paths: Sequence[tuple[bool, Sequence[AnyLiteral]]]) -> Expr:
-    """Disjunction of signed leaf paths of one tree (§1.1, §3.6).
-
-    A path is the conjunction of its tests; a negative path is its complement ``Not``, so a
-    negative one-test path is ``Not(literal)``, not the negated literal (they differ on missing
-    values).
-    """
-    if not paths:
-        raise ValueError("a tree query needs at least one leaf path")
-    terms = [_leaf_query(positive, tests) for positive, tests in paths]
-    expr = terms[0] if len(terms) == 1 else Or(terms=terms)
-    check_query_limits(expr, side="tree query")
-    return expr
-
-
-def _leaf_query(positive: bool, tests: Sequence[AnyLiteral]) -> Expr:
-    if not tests:
-        raise ValueError("a leaf path needs at least one test (a root-only tree has no query)")
-    path: Expr = tests[0] if len(tests) == 1 else And(terms=list(tests))
-    return path if positive else Not(term=path)
-
-
-def _node_type(op: SerenadeOp) -> type[And] | type[Or]:
-    if op == "and":
-        return And
-    if op == "or":
-        return Or
-    raise ValueError(f"Serenade operator must be 'and' or 'or', not {op!r}")

@@ -1,5 +1,5 @@
 """Redescription statistics from (noisy) counts: Jaccard, p-value, derived cells (ALGORITHMS.md
-§1.2, §1.3, §1.6 [REC])."""
+§1.2, §1.3, §1.6 [REC]); defined in dpmine.wire.statistics, re-exported by dpmine.stats."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 from scipy.stats import binom
 
 from dpmine.stats import CellStatistics, jaccard, p_value, statistics_from_cells
+from dpmine.wire.statistics import binomial_upper_tail
 
 # --------------------------------------------------------------------------------------------
 # p-value (§1.3)
@@ -37,6 +38,23 @@ def test_p_value_is_the_upper_tail_including_k() -> None:
     expected = sum(binom.pmf(x, n, probability) for x in range(k, n + 1))
     assert p_value(n, s_left, s_right, k) == pytest.approx(expected, rel=1e-12)
     assert p_value(n, s_left, s_right, k) > p_value(n, s_left, s_right, k + 1)
+
+
+@pytest.mark.parametrize("n", [1, 7, 50, 2575, 100_000, 1_000_000])
+@pytest.mark.parametrize("probability", [1e-6, 0.004, 0.2, 0.5, 0.93])
+def test_the_pure_python_binomial_tail_matches_scipy(n: int, probability: float) -> None:
+    # The wire package has no scipy: its log-space sum must agree with binom.sf to ~1e-12.
+    mean, sd = n * probability, math.sqrt(n * probability * (1.0 - probability))
+    ks = {0, 1, 2, n - 1, n, int(mean), int(mean) + 1, int(mean - 3 * sd), int(mean + 3 * sd)}
+    ks |= {int(mean + 12 * sd), int(mean + 40 * sd)}
+    for k in sorted(k for k in ks if 0 <= k <= n):
+        want = float(binom.sf(k - 1, n, probability))
+        got = binomial_upper_tail(n, probability, k)
+        assert 0.0 <= got <= 1.0
+        if want > 1e-290:
+            assert got == pytest.approx(want, rel=1e-11), (n, probability, k)
+        else:
+            assert got < 1e-280, (n, probability, k)
 
 
 def test_p_value_of_intersection_zero_is_one() -> None:

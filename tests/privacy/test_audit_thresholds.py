@@ -37,12 +37,12 @@ from dpmine.wire import (
 )
 from dpmine_server.data.columns import ColumnStore
 from dpmine_server.data.loaders import load_store
+from dpmine_server.dp.candidates import ContinuousCells
 from dpmine_server.dp.lattice import PublicLattice
 from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.operations import CATALOG
 from dpmine_server.operations.base import no_progress
 from dpmine_server.operations.redescriptions import quality_parameters
-from dpmine_server.operations.serenade_thresholds import ContinuousCells
 from privacy.audit import AuditResult, assert_audit_flags, assert_audit_passes, audit_categorical
 from support.serenade_reference import understated_sensitivity
 

@@ -12,8 +12,8 @@ complement of its support (rows where the expression is false, missing values in
 what the tree queries of §3.6 need for negated leaves.
 
 Serenade queries (left-to-right folds of ∧/∨) and tree queries (disjunctions of signed leaf paths)
-are both expressions of this form; :mod:`dpmine.queries` builds and recognises them and holds the
-text syntax.
+are both expressions of this form; :mod:`dpmine.wire.query_tree` builds and recognises them and
+:mod:`dpmine.queries` holds the text syntax.
 """
 
 from __future__ import annotations

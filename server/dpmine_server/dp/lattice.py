@@ -40,6 +40,7 @@ __all__ = [
     "DEFAULT_LATTICE_BITS",
     "LatticeCells",
     "PublicLattice",
+    "draw_threshold",
     "draw_threshold_pair",
 ]
 
@@ -98,6 +99,11 @@ def _uniform_index(start: int, stop: int, rng: np.random.Generator) -> int:
     if stop <= start:
         raise ValueError("a cell without lattice points cannot be drawn from")
     return start + int(rng.integers(stop - start))
+
+
+def draw_threshold(lattice: PublicLattice, rng: np.random.Generator) -> float:
+    """A draw from §3.1's base measure of one threshold ``A ≤ t``: a uniform lattice point."""
+    return lattice.point(_uniform_index(0, lattice.size, rng))
 
 
 def draw_threshold_pair(
@@ -179,6 +185,13 @@ class LatticeCells:
         with np.errstate(divide="ignore"):
             return np.asarray(np.log(mass) - math.log(total), dtype=np.float64)
 
+    def upper_log_mass(self) -> FloatArray:
+        """Normalised log μ of the upper cells b = 0 … V+1 of one threshold ``A ≤ t`` uniform
+        on the lattice (§3.1): log(#points in cell b / L); −inf for the atom b = V+1."""
+        _lower, upper, _gaps = self.counts()
+        with np.errstate(divide="ignore"):
+            return np.asarray(np.log(upper) - math.log(self.lattice.size), dtype=np.float64)
+
     def draw(
         self, lower: int, upper: int, rng: np.random.Generator
     ) -> tuple[float | None, float | None]:
@@ -196,18 +209,10 @@ class LatticeCells:
             return self.lattice.point(start + low), self.lattice.point(start + high)
         if lower >= 1 and upper <= size and lower - 1 > upper:
             raise ValueError(f"cell pair ({lower}, {upper}) has no bounds with lower ≤ upper")
-        low_value = (
-            None
-            if lower == 0
-            else self.lattice.point(
-                _uniform_index(int(self.lower_edges[lower - 1]), int(self.lower_edges[lower]), rng)
-            )
-        )
-        high_value = (
-            None
-            if upper == size + 1
-            else self.lattice.point(
-                _uniform_index(int(self.upper_edges[upper]), int(self.upper_edges[upper + 1]), rng)
-            )
-        )
+        low_value = None if lower == 0 else self._point_in(self.lower_edges, lower - 1, rng)
+        high_value = None if upper == size + 1 else self._point_in(self.upper_edges, upper, rng)
         return low_value, high_value
+
+    def _point_in(self, edges: IntArray, start: int, rng: np.random.Generator) -> float:
+        """A uniform lattice point of indices ``edges[start]`` … ``edges[start + 1]`` − 1."""
+        return self.lattice.point(_uniform_index(int(edges[start]), int(edges[start + 1]), rng))

@@ -10,8 +10,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-from dpmine.queries import attributes
-from dpmine.stats import jaccard, statistics_from_cells
 from dpmine.wire import (
     RED_COMPUTE_QUALITY,
     SERENADE_EXTEND_ONE,
@@ -24,6 +22,9 @@ from dpmine.wire import (
     QualityParameters,
     Redescription,
     SerenadeOptions,
+    attributes,
+    jaccard,
+    statistics_from_cells,
 )
 from dpmine_server.data.columns import ColumnStore
 from dpmine_server.data.validation import validate_expr

@@ -8,11 +8,11 @@ otherwise uniform on the public range; a ≤ b; not both unbounded), one unit fo
 unextended". Numeric thresholds are handled in one of two exact ways, chosen from public
 quantities only:
 
-* ``continuous`` (the default while c ≤ 8): exact EM over the threshold cells of §1.4 — by
-  rejection from the base measure while c ≤ 8
-  (:class:`~dpmine_server.dp.mechanisms.RejectionSampler`), by enumerating every cell
-  pair with prefix sums and a chunked Gumbel-max above (O(V²) time, O(128·V) memory per
-  numeric attribute); a threshold is drawn uniformly inside its cell, never a data value;
+* ``continuous`` (the default while c ≤ 8): exact EM over the threshold cells of §1.4 by
+  :class:`~dpmine_server.dp.candidates.CandidateSampler` — by rejection from the base measure
+  while c ≤ 8, by enumerating every cell pair with prefix sums and a chunked Gumbel-max above
+  (O(V²) time, O(128·V) memory per numeric attribute); a threshold is a lattice point drawn
+  uniformly inside its cell, never a data value;
 * ``grid`` (what "auto" picks above c = 8, since enumeration is slow on large data):
   thresholds on the attribute's public grid (owner's grid, else 20 equal-width interior
   points), every interval a discrete candidate, exact enumeration with Gumbel-max.
@@ -24,14 +24,13 @@ filters. Nothing but the chosen candidate leaves this module.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from dpmine.queries import extend_query, serenade_steps
 from dpmine.wire import (
     AnyLiteral,
     BooleanAttribute,
@@ -43,14 +42,20 @@ from dpmine.wire import (
     NumericAttribute,
     NumLiteral,
     Redescription,
+    extend_query,
+    serenade_steps,
 )
 from dpmine_server.data.bitsets import Bitset
 from dpmine_server.data.columns import ColumnStore, NumericColumn
-from dpmine_server.dp.lattice import PublicLattice, draw_threshold_pair
-from dpmine_server.dp.mechanisms import LogWeightSampler, RejectionSampler, gumbel_scores
+from dpmine_server.dp.candidates import (
+    Bounds,
+    CandidateSampler,
+    ContinuousCells,
+    continuous_cells,
+)
+from dpmine_server.dp.lattice import PublicLattice
 from dpmine_server.operations.serenade_quality import jaccard, quality
 from dpmine_server.operations.serenade_thresholds import (
-    continuous_cells,
     interval_counts,
     numeric_rows,
     threshold_grid,
@@ -382,64 +387,101 @@ class _Candidates:
         self.blocks.append(_Block(np.atleast_1d(mass), np.atleast_1d(q), outcomes))
 
 
+@dataclass(frozen=True, slots=True)
+class _WeightedFamily:
+    """A numeric-threshold family of the collection's position ``position``, weighted for one
+    EM with coefficient c: the :class:`~dpmine_server.dp.candidates.ThresholdFamily` of a §1.4
+    threshold pair (Serenade's quality of the extended redescription or initial pair)."""
+
+    position: int
+    family: _Family
+    params: QualityParams
+    c: float
+
+    @property
+    def bounds(self) -> Bounds:
+        """Serenade's numeric literals are bound pairs (§1.4)."""
+        return "pair"
+
+    @property
+    def log_mass(self) -> float:
+        """The family's base mass (1 unless its pair's left literal carries less)."""
+        return self.family.log_mass
+
+    @property
+    def lattice(self) -> PublicLattice:
+        """The public lattice of the attribute."""
+        return PublicLattice.of(self.family.attribute)
+
+    def cells(self) -> ContinuousCells:
+        """The column's cells over the lattice (cached on the column)."""
+        return continuous_cells(self.family.column, self.lattice)
+
+    def cell_weights(
+        self, cells: ContinuousCells
+    ) -> Callable[[npt.NDArray[np.int64]], npt.NDArray[np.float64]]:
+        """c·Q of every cell pair from prefix sums of the |I| and |U| row masks (§7)."""
+        family, params, c = self.family, self.params, self.c
+        terms = family.make.terms()
+        i_prefix, u_prefix = cells.prefix(terms.i_rows), cells.prefix(terms.u_rows)
+
+        def weights(lower: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+            i_rows = cells.selected(i_prefix, lower)
+            u_rows = cells.selected(u_prefix, lower)
+            if family.negated:  # present rows outside [a, b]
+                i_rows, u_rows = i_prefix[-1] - i_rows, u_prefix[-1] - u_rows
+            q = params.evaluate(terms.i_constant + i_rows, terms.u_constant + u_rows)
+            return np.asarray(c * q, dtype=np.float64)
+
+        return weights
+
+    def outcome(self, lower: float | None, upper: float | None) -> tuple[Outcome, float]:
+        """The redescription with the literal [lower ≤ A ≤ upper] (negated if the family is)
+        at this position, and its c·Q."""
+        family = self.family
+        literal = NumLiteral(
+            attribute=family.attribute.name, lower=lower, upper=upper, negated=family.negated
+        )
+        rows = numeric_rows(family.column, lower, upper, family.negated)
+        red, i, u = family.make.evaluate(literal, rows)
+        return (self.position, red), self.c * float(self.params.evaluate(i, u))
+
+
 class _Draws:
     """The EM, weight μ·exp(c·Q), over the union of the groups' candidates (§2.3, §2.4),
     prepared once for any number of independent draws.
 
     Continuous families are sampled by rejection from the base measure while c ≤ 8, and by exact
-    enumeration of their cell pairs above (both exact; the choice depends on c only)."""
+    enumeration of their cell pairs above (both exact; the choice depends on c only), by
+    :class:`~dpmine_server.dp.candidates.CandidateSampler`."""
 
     def __init__(self, groups: Sequence[tuple[int, _Candidates]], *, c: float) -> None:
-        self._c = c
         self._blocks = [(position, block) for position, group in groups for block in group.blocks]
-        self._families = [
-            (position, family) for position, group in groups for family in group.families
+        families = [
+            _WeightedFamily(position, family, group.params, c)
+            for position, group in groups
+            for family in group.families
         ]
-        self._params = groups[0][1].params if groups else None
         explicit = (
             np.concatenate([block.log_mass + c * block.quality for _p, block in self._blocks])
             if self._blocks
             else np.zeros(0)
         )
-        self._explicit_size = explicit.size
-        self._enumerated: LogWeightSampler | None = None
-        self._rejection: RejectionSampler | None = None
-        if self._families and self._params is not None and c > REJECTION_MAX_EXPONENT:
-            params = self._params
-            totals = [_family_log_total(family, params, c) for _p, family in self._families]
-            masses = [family.log_mass for _p, family in self._families]
-            self._enumerated = LogWeightSampler(
-                np.concatenate([explicit, np.asarray(totals) + masses])
-            )
-        else:
-            self._rejection = RejectionSampler(
-                explicit,
-                np.asarray([family.log_mass for _p, family in self._families], dtype=np.float64),
-                log_weight_bound=c,
-            )
+        self._sampler = CandidateSampler(
+            explicit,
+            families,
+            log_weight_bound=c,
+            enumerate_cells=c > REJECTION_MAX_EXPONENT,
+        )
 
     def draw(self, rng: np.random.Generator) -> Outcome:
         """One exact draw."""
-        if self._enumerated is not None:
-            index = self._enumerated.draw(rng)
-            if index < self._explicit_size:
-                return _block_choice(self._blocks, index)
-            position, family = self._families[index - self._explicit_size]
-            assert self._params is not None
-            return position, _enumerated_draw(family, self._params, self._c, rng)
-        assert self._rejection is not None
-        kind, chosen = self._rejection.draw(self._propose, rng)
+        kind, chosen = self._sampler.draw(rng)
         if kind == "family":
             assert not isinstance(chosen, int)
             return chosen
         assert isinstance(chosen, int)
         return _block_choice(self._blocks, chosen)
-
-    def _propose(self, index: int, generator: np.random.Generator) -> tuple[Outcome, float]:
-        position, family = self._families[index]
-        assert self._params is not None
-        red, q = _propose(family, self._params, generator)
-        return (position, red), self._c * q
 
 
 def _block_choice(blocks: Sequence[tuple[int, _Block]], index: int) -> Outcome:
@@ -448,72 +490,6 @@ def _block_choice(blocks: Sequence[tuple[int, _Block]], index: int) -> Outcome:
             return position, block.outcomes[index]
         index -= block.quality.size
     raise IndexError("candidate index outside the blocks")
-
-
-# -- exact enumeration of a continuous family (§1.4, §7) -------------------------------------
-
-_ENUMERATION_ROWS = 128  # lower cells per chunk: memory O(128·V) per family
-
-
-def _family_weights(
-    family: _Family, params: QualityParams, c: float
-) -> Iterator[tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]]:
-    """(lower cells, log μ + c·Q for every upper cell) in chunks of lower cells."""
-    attribute = family.attribute
-    cells = continuous_cells(family.column, PublicLattice.of(attribute))
-    terms = family.make.terms()
-    i_prefix, u_prefix = cells.prefix(terms.i_rows), cells.prefix(terms.u_rows)
-    for start in range(0, cells.size + 2, _ENUMERATION_ROWS):
-        lower = np.arange(start, min(start + _ENUMERATION_ROWS, cells.size + 2))
-        i_rows = cells.selected(i_prefix, lower)
-        u_rows = cells.selected(u_prefix, lower)
-        if family.negated:  # present rows outside [a, b]
-            i_rows, u_rows = i_prefix[-1] - i_rows, u_prefix[-1] - u_rows
-        q = params.evaluate(terms.i_constant + i_rows, terms.u_constant + u_rows)
-        yield lower, cells.log_mass(lower) + c * q
-
-
-def _family_log_total(family: _Family, params: QualityParams, c: float) -> float:
-    """log Σ over the family's cell pairs of μ·exp(c·Q) (exact)."""
-    total = -math.inf
-    for _lower, weights in _family_weights(family, params, c):
-        top = float(np.max(weights))
-        if top > -math.inf:
-            total = float(np.logaddexp(total, top + math.log(np.sum(np.exp(weights - top)))))
-    return total
-
-
-def _enumerated_draw(
-    family: _Family, params: QualityParams, c: float, rng: np.random.Generator
-) -> Redescription:
-    """A cell pair ∝ μ·exp(c·Q) by Gumbel-max over all pairs, thresholds uniform inside."""
-    best = (-math.inf, 0, 0)
-    for lower, weights in _family_weights(family, params, c):
-        keys = gumbel_scores(weights, rng=rng)
-        flat = int(np.argmax(keys))
-        row, column = divmod(flat, keys.shape[1])
-        if keys[row, column] > best[0]:
-            best = (float(keys[row, column]), int(lower[row]), column)
-    attribute = family.attribute
-    cells = continuous_cells(family.column, PublicLattice.of(attribute))
-    low, high = cells.draw(best[1], best[2], rng)
-    literal = NumLiteral(attribute=attribute.name, lower=low, upper=high, negated=family.negated)
-    red, _i, _u = family.make.evaluate(
-        literal, numeric_rows(family.column, low, high, family.negated)
-    )
-    return red
-
-
-def _propose(
-    family: _Family, params: QualityParams, rng: np.random.Generator
-) -> tuple[Redescription, float]:
-    lower, upper = draw_threshold_pair(PublicLattice.of(family.attribute), rng)
-    literal = NumLiteral(
-        attribute=family.attribute.name, lower=lower, upper=upper, negated=family.negated
-    )
-    rows = numeric_rows(family.column, lower, upper, family.negated)
-    red, i, u = family.make.evaluate(literal, rows)
-    return red, float(params.evaluate(i, u))
 
 
 def _extended(red: Redescription, side: Side, op: Op, literal: AnyLiteral) -> Redescription:

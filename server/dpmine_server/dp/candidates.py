@@ -1,0 +1,279 @@
+"""Exact exponential mechanism over discrete candidates and numeric threshold cells
+(ALGORITHMS.md §0.3 "continuous candidates", §1.4, §3.1, §7 "exact EM by rejection").
+
+A selection draws, with probability ∝ μ(x)·exp(c·q(x)), either an explicit candidate (given by
+its log-weight log μ + c·q) or a member of a *threshold family*: one numeric attribute whose base
+mass exp(log_mass) is spread over thresholds by a data-independent measure on the public lattice
+(:mod:`dpmine_server.dp.lattice`). Two threshold shapes are supported:
+
+* ``"pair"``: a bound pair (a, b), each unbounded with probability ½, otherwise a uniform lattice
+  point, a ≤ b, not both unbounded (§1.4 step 3; Serenade's interval literals);
+* ``"upper"``: one threshold t uniform on the lattice (§3.1: a tree split ``A ≤ t``), which is the
+  pair with the lower bound unbounded, in upper cell b = #{v ≤ t}.
+
+The quality of a family member is constant on each *cell* of the column's distinct values (§1.4),
+so the EM is exact in either of two ways, chosen by the caller from public quantities only:
+
+* rejection from the base measure (:class:`~dpmine_server.dp.mechanisms.RejectionSampler`): a
+  threshold is drawn from the family's normalised measure and accepted with probability
+  exp(c·q − bound);
+* enumeration: every cell gets log μ(cell) (its exact share of lattice points) + c·q(cell); the
+  family is chosen by its exact total, the cell by Gumbel-max over chunks of cells.
+
+Either way the released thresholds are lattice points, uniform inside the chosen cell
+(:meth:`ContinuousCells.draw`), never a data value nor arithmetic on one. The family decides only
+what a threshold means (its quality and the outcome it builds), not how it is sampled.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Generic, Literal, Protocol, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from dpmine_server.data.bitsets import Bitset
+from dpmine_server.data.columns import NumericColumn
+from dpmine_server.dp.lattice import (
+    LatticeCells,
+    PublicLattice,
+    draw_threshold,
+    draw_threshold_pair,
+)
+from dpmine_server.dp.mechanisms import LogWeightSampler, RejectionSampler, gumbel_scores
+
+__all__ = [
+    "ENUMERATION_ROWS",
+    "Bounds",
+    "CandidateSampler",
+    "ContinuousCells",
+    "ThresholdFamily",
+    "cell_log_mass",
+    "continuous_cells",
+    "draw_base_thresholds",
+    "family_cell_weights",
+    "family_log_total",
+]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+#: The shape of a family's thresholds: a bound pair (§1.4) or one upper bound ``A ≤ t`` (§3.1).
+Bounds = Literal["pair", "upper"]
+Thresholds = tuple[float | None, float | None]
+
+#: Lower cells per enumeration chunk: memory O(128·V) per family.
+ENUMERATION_ROWS = 128
+
+
+@dataclass(frozen=True, slots=True)
+class ContinuousCells:
+    """The cells of §1.4 for one numeric column: distinct present values v_1 < … < v_V, lower
+    cells a ∈ {atom, 1 … V+1} and upper cells b ∈ {0 … V, atom}, their base measure on the
+    public lattice and, for a row mask, the number of its rows each pair selects. Released bounds
+    are lattice points (:mod:`dpmine_server.dp.lattice`), never arithmetic on a value."""
+
+    values: FloatArray
+    value_index: IntArray  # per row: 1 … V, or 0 when missing
+    lattice: LatticeCells
+
+    @property
+    def size(self) -> int:
+        """V, the number of distinct present values."""
+        return int(self.values.size)
+
+    def nbytes(self) -> int:
+        """Estimated memory of the arrays (the public lattice's points are not counted)."""
+        edges = self.lattice.lower_edges.nbytes + self.lattice.upper_edges.nbytes
+        return int(self.values.nbytes + self.value_index.nbytes + edges)
+
+    def log_mass(self, lower: IntArray) -> FloatArray:
+        """log μ of the pairs (a, b) for lower cells ``lower`` (rows) and every upper cell b."""
+        return self.lattice.log_mass(lower)
+
+    def prefix(self, rows: Bitset) -> IntArray:
+        """P[i] = rows of the mask whose value index is ≤ i (i = 0 … V)."""
+        indices = self.value_index[rows.to_bool_array()]
+        counts = np.bincount(indices[indices > 0], minlength=self.size + 1)
+        return np.asarray(np.cumsum(counts), dtype=np.int64)
+
+    def selected(self, prefix: IntArray, lower: IntArray) -> IntArray:
+        """Rows of the mask (given by its prefix) that each pair (a in ``lower``, every b)
+        selects: values with index in [max(a, 1), b] (b = V for the upper atom)."""
+        size = self.size
+        start = np.maximum(lower, 1)[:, None]
+        end = np.minimum(np.arange(size + 2), size)[None, :]
+        count = prefix[end] - prefix[np.minimum(start - 1, size)]
+        return np.asarray(np.where(start <= end, count, 0), dtype=np.int64)
+
+    def draw(self, lower: int, upper: int, rng: np.random.Generator) -> Thresholds:
+        """Released bounds: uniform lattice points of the pair of cells (§1.4 on the lattice);
+        lower cell 0 (the atom) for a single upper threshold."""
+        return self.lattice.draw(lower, upper, rng)
+
+
+def continuous_cells(column: NumericColumn, lattice: PublicLattice) -> ContinuousCells:
+    """The §1.4 cells of a numeric column (all present values are cut-points), cached on the
+    column."""
+    return column.derived.get_or_build(
+        ("continuous_cells", lattice),
+        lambda: _build_continuous_cells(column, lattice),
+        nbytes=ContinuousCells.nbytes,
+    )
+
+
+def _build_continuous_cells(column: NumericColumn, lattice: PublicLattice) -> ContinuousCells:
+    present = column.present.to_bool_array()
+    values = np.unique(column.values[present])
+    index = np.zeros(present.size, dtype=np.int64)
+    index[present] = np.searchsorted(values, column.values[present]) + 1
+    return ContinuousCells(
+        values=values, value_index=index, lattice=LatticeCells.build(lattice, values)
+    )
+
+
+class ThresholdFamily(Protocol[T_co]):
+    """A continuous candidate family of one numeric attribute (§0.3, §1.4): what a threshold
+    means is the family's; how it is sampled is :class:`CandidateSampler`'s."""
+
+    @property
+    def bounds(self) -> Bounds:
+        """The shape of the thresholds: a bound pair or a single upper bound."""
+        ...
+
+    @property
+    def log_mass(self) -> float:
+        """log of the family's total base mass (relative to the explicit candidates')."""
+        ...
+
+    @property
+    def lattice(self) -> PublicLattice:
+        """The public lattice of the attribute's range."""
+        ...
+
+    def cells(self) -> ContinuousCells:
+        """The cells of the attribute's column over :attr:`lattice`."""
+        ...
+
+    def cell_weights(self, cells: ContinuousCells) -> Callable[[IntArray], FloatArray]:
+        """c·q of the pairs (a in the given lower cells, every upper cell b = 0 … V+1), prepared
+        once per enumeration (for ``"upper"`` only a = 0 is asked)."""
+        ...
+
+    def outcome(self, lower: float | None, upper: float | None) -> tuple[T_co, float]:
+        """The candidate with these released thresholds and its c·q."""
+        ...
+
+
+def cell_log_mass(cells: ContinuousCells, bounds: Bounds, lower: IntArray) -> FloatArray:
+    """Normalised log μ of the cells (a in ``lower``, every b) under the family's measure:
+    §1.4's pair measure, or a uniform lattice point in upper cell b (a = 0 only)."""
+    if bounds == "pair":
+        return cells.log_mass(lower)
+    return np.broadcast_to(cells.lattice.upper_log_mass(), (lower.size, cells.size + 2))
+
+
+def _lower_cells(cells: ContinuousCells, bounds: Bounds) -> int:
+    """Number of lower cells to enumerate: all V+2 for pairs, the atom alone for one bound."""
+    return cells.size + 2 if bounds == "pair" else 1
+
+
+def family_cell_weights(
+    family: ThresholdFamily[object], cells: ContinuousCells
+) -> Iterator[tuple[IntArray, FloatArray]]:
+    """(lower cells, log μ + c·q for every upper cell) in chunks of lower cells (§1.4, §7)."""
+    weights = family.cell_weights(cells)
+    rows = _lower_cells(cells, family.bounds)
+    for start in range(0, rows, ENUMERATION_ROWS):
+        lower = np.arange(start, min(start + ENUMERATION_ROWS, rows))
+        yield lower, cell_log_mass(cells, family.bounds, lower) + weights(lower)
+
+
+def family_log_total(family: ThresholdFamily[object], cells: ContinuousCells) -> float:
+    """log Σ over the family's cells of μ·exp(c·q), exact (relative to its base mass)."""
+    total = -math.inf
+    for _lower, weights in family_cell_weights(family, cells):
+        top = float(np.max(weights))
+        if top > -math.inf:
+            total = float(np.logaddexp(total, top + math.log(np.sum(np.exp(weights - top)))))
+    return total
+
+
+def draw_base_thresholds(
+    bounds: Bounds, lattice: PublicLattice, rng: np.random.Generator
+) -> Thresholds:
+    """One draw from the family's normalised base measure on the lattice (§1.4, §3.1)."""
+    if bounds == "pair":
+        return draw_threshold_pair(lattice, rng)
+    return None, draw_threshold(lattice, rng)
+
+
+def _enumerated_draw(family: ThresholdFamily[T], rng: np.random.Generator) -> T:
+    """A cell ∝ μ·exp(c·q) by Gumbel-max over all cells, thresholds uniform inside."""
+    cells = family.cells()
+    best = (-math.inf, 0, 0)
+    for lower, weights in family_cell_weights(family, cells):
+        keys = gumbel_scores(weights, rng=rng)
+        flat = int(np.argmax(keys))
+        row, column = divmod(flat, keys.shape[1])
+        if keys[row, column] > best[0]:
+            best = (float(keys[row, column]), int(lower[row]), column)
+    low, high = cells.draw(best[1], best[2], rng)
+    return family.outcome(low, high)[0]
+
+
+class CandidateSampler(Generic[T]):
+    """The exact EM over explicit candidates and threshold families (module docstring),
+    prepared once for any number of independent draws.
+
+    ``explicit_log_weights`` are log μ + c·q of the explicit candidates; every family's c·q must
+    be ≤ ``log_weight_bound``. ``enumerate_cells`` picks enumeration (exact totals per family,
+    O(V²) for pairs, O(V) for one bound) over rejection (expected proposals ≤
+    exp(bound − min c·q)); the choice must depend on public quantities only. The number of
+    proposals is a timing side channel, never reported (README "Timing")."""
+
+    def __init__(
+        self,
+        explicit_log_weights: npt.ArrayLike,
+        families: Sequence[ThresholdFamily[T]],
+        *,
+        log_weight_bound: float,
+        enumerate_cells: bool,
+    ) -> None:
+        explicit = np.asarray(explicit_log_weights, dtype=np.float64)
+        self._explicit_size = int(explicit.size)
+        self._families = list(families)
+        self._enumerated: LogWeightSampler | None = None
+        self._rejection: RejectionSampler | None = None
+        masses = [family.log_mass for family in self._families]
+        if self._families and enumerate_cells:
+            totals = [family_log_total(family, family.cells()) for family in self._families]
+            self._enumerated = LogWeightSampler(
+                np.concatenate([explicit, np.asarray(totals) + masses])
+            )
+        else:
+            self._rejection = RejectionSampler(
+                explicit, np.asarray(masses, dtype=np.float64), log_weight_bound=log_weight_bound
+            )
+
+    def draw(
+        self, rng: np.random.Generator
+    ) -> tuple[Literal["explicit"], int] | tuple[Literal["family"], T]:
+        """One exact draw: ("explicit", index) or ("family", the family's outcome)."""
+        if self._enumerated is not None:
+            index = self._enumerated.draw(rng)
+            if index < self._explicit_size:
+                return "explicit", index
+            return "family", _enumerated_draw(self._families[index - self._explicit_size], rng)
+        assert self._rejection is not None
+        return self._rejection.draw(self._propose, rng)
+
+    def _propose(self, index: int, rng: np.random.Generator) -> tuple[T, float]:
+        family = self._families[index]
+        lower, upper = draw_base_thresholds(family.bounds, family.lattice, rng)
+        return family.outcome(lower, upper)

@@ -1,0 +1,206 @@
+"""The exact exponential mechanism over discrete candidates and threshold cells
+(dp/candidates.py; ALGORITHMS.md §0.3, §1.4, §3.1, §7).
+
+On tiny columns and coarse lattices every threshold of the base measure can be enumerated, so
+the EM's law over released outcomes is computed by brute force (one atom per lattice point or
+pair of points, weighted μ·exp(c·q)) and compared with the sampler's draws, by enumeration and by
+rejection. Outcomes are exact floats: a released bound off the lattice is a key the brute force
+never produces."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from scipy.stats import chisquare
+
+from dpmine_server.data.bitsets import Bitset
+from dpmine_server.data.columns import NumericColumn
+from dpmine_server.dp.candidates import (
+    Bounds,
+    CandidateSampler,
+    ContinuousCells,
+    continuous_cells,
+    draw_base_thresholds,
+    family_log_total,
+)
+from dpmine_server.dp.lattice import LatticeCells, PublicLattice, public_lattice
+from dpmine_server.dp.rng import seeded_generator
+
+SEEDED_P_VALUE = 1e-4
+DRAWS = 30_000
+
+Thresholds = tuple[float | None, float | None]
+Outcome = tuple[str, float | None, float | None]
+
+
+@dataclass(frozen=True)
+class ToyFamily:
+    """q = share of the marked rows whose value lies in [lower, upper] (None: unbounded)."""
+
+    name: str
+    bounds: Bounds
+    log_mass: float
+    lattice: PublicLattice
+    column: NumericColumn
+    marked: npt.NDArray[np.bool_]
+    c: float
+
+    def cells(self) -> ContinuousCells:
+        return continuous_cells(self.column, self.lattice)
+
+    def cell_weights(
+        self, cells: ContinuousCells
+    ) -> Callable[[npt.NDArray[np.int64]], npt.NDArray[np.float64]]:
+        prefix = cells.prefix(Bitset.from_bool_array(self.marked))
+        total = max(int(self.marked.sum()), 1)
+
+        def weights(lower: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+            return np.asarray(self.c * cells.selected(prefix, lower) / total, dtype=np.float64)
+
+        return weights
+
+    def quality(self, lower: float | None, upper: float | None) -> float:
+        values = self.column.values
+        inside = self.marked & ~np.isnan(values)
+        if lower is not None:
+            inside &= values >= lower
+        if upper is not None:
+            inside &= values <= upper
+        return float(inside.sum()) / max(int(self.marked.sum()), 1)
+
+    def outcome(self, lower: float | None, upper: float | None) -> tuple[Outcome, float]:
+        return (self.name, lower, upper), self.c * self.quality(lower, upper)
+
+
+def base_measure(bounds: Bounds, lattice: PublicLattice) -> dict[Thresholds, float]:
+    """Every atom of the family's normalised base measure: §1.4's pairs (each bound unbounded
+    w.p. ½ or a uniform point, a ≤ b, not both unbounded) or one uniform upper bound (§3.1)."""
+    points = lattice.points.tolist()
+    if bounds == "upper":
+        return {(None, y): 1.0 / len(points) for y in points}
+    mass: dict[Thresholds, float] = {}
+    for x, y in itertools.product([None, *points], repeat=2):
+        if (x is None and y is None) or (x is not None and y is not None and x > y):
+            continue
+        mass[(x, y)] = (0.5 if x is None else 0.5 / len(points)) * (
+            0.5 if y is None else 0.5 / len(points)
+        )
+    total = sum(mass.values())
+    return {key: weight / total for key, weight in mass.items()}
+
+
+def brute_force_law(explicit: list[float], families: list[ToyFamily]) -> dict[Hashable, float]:
+    """P(outcome) ∝ exp(explicit log-weight), or mass_f·μ_f(t)·exp(c·q_f(t)) per threshold t."""
+    weights: dict[Hashable, float] = {("explicit", k): math.exp(w) for k, w in enumerate(explicit)}
+    for family in families:
+        for (x, y), share in base_measure(family.bounds, family.lattice).items():
+            outcome, log_weight = family.outcome(x, y)
+            weights[outcome] = (
+                weights.get(outcome, 0.0) + math.exp(family.log_mass + log_weight) * share
+            )
+    total = sum(weights.values())
+    return {key: weight / total for key, weight in weights.items()}
+
+
+def toy_families(c: float) -> list[ToyFamily]:
+    lattice = public_lattice(0.0, 4.0, 2)  # points 0, 1, 2, 3, 4
+    values = np.asarray([0.5, 1.0, 1.0, 2.5, np.nan, 3.9, 0.5], dtype=np.float64)
+    column = NumericColumn.from_values("x", values, lo=0.0, hi=4.0)
+    marked = np.asarray([True, True, False, True, True, False, False])
+    return [
+        ToyFamily("pair", "pair", 0.0, lattice, column, marked, c),
+        ToyFamily("upper", "upper", math.log(0.5), lattice, column, ~marked, c),
+    ]
+
+
+def sampled_law(sampler: CandidateSampler[Outcome], seed: int) -> Counter[Hashable]:
+    rng = seeded_generator(seed)
+    return Counter(_key(sampler.draw(rng)) for _ in range(DRAWS))
+
+
+def _key(draw: tuple[str, int] | tuple[str, Outcome]) -> Hashable:
+    kind, chosen = draw
+    return (kind, chosen) if kind == "explicit" else chosen
+
+
+def assert_matches(observed: Counter[Hashable], law: dict[Hashable, float]) -> None:
+    assert set(observed) <= set(law), set(observed) - set(law)
+    keys = list(law)
+    wanted = [DRAWS * law[key] for key in keys]
+    assert min(wanted) > 5, "the toy law must give every outcome a testable mass"
+    assert chisquare([observed[key] for key in keys], wanted).pvalue > SEEDED_P_VALUE
+
+
+@pytest.mark.parametrize("enumerate_cells", [True, False])
+@pytest.mark.parametrize("c", [0.5, 2.0])
+def test_draws_follow_the_exact_law_of_outcomes(enumerate_cells: bool, c: float) -> None:
+    families = toy_families(c)
+    explicit = [math.log(0.3) + c * 0.2, math.log(0.2) + c * 0.9]
+    law = brute_force_law(explicit, families)
+    sampler = CandidateSampler(
+        explicit, families, log_weight_bound=c, enumerate_cells=enumerate_cells
+    )
+    observed = sampled_law(sampler, seed=17 if enumerate_cells else 18)
+    assert_matches(observed, law)
+
+
+def test_released_bounds_are_lattice_points_and_upper_families_have_no_lower_bound() -> None:
+    families = toy_families(1.0)
+    points = set(families[0].lattice.points.tolist())
+    for enumerate_cells in (True, False):
+        sampler = CandidateSampler(
+            np.zeros(0), families, log_weight_bound=1.0, enumerate_cells=enumerate_cells
+        )
+        rng = seeded_generator(23)
+        for _ in range(2_000):
+            kind, chosen = sampler.draw(rng)
+            assert kind == "family"
+            assert not isinstance(chosen, int)
+            name, lower, upper = chosen
+            assert {b for b in (lower, upper) if b is not None} <= points
+            if name == "upper":
+                assert lower is None
+                assert upper is not None
+
+
+@pytest.mark.parametrize("bounds", ["pair", "upper"])
+def test_family_total_is_the_brute_force_sum(bounds: Bounds) -> None:
+    family = next(f for f in toy_families(1.5) if f.bounds == bounds)
+    want = sum(
+        share * math.exp(family.outcome(x, y)[1])
+        for (x, y), share in base_measure(bounds, family.lattice).items()
+    )
+    assert math.exp(family_log_total(family, family.cells())) == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("values", [[], [2.0], [0.0, 10.0], [1.3, 2.5, 2.6, 7.0], [4.9, 5.0]])
+def test_upper_cell_mass_is_the_share_of_lattice_points(values: list[float]) -> None:
+    lattice = public_lattice(0.0, 10.0, 3)
+    cells = LatticeCells.build(lattice, np.asarray(values, dtype=np.float64))
+    counts = Counter(sum(v <= t for v in values) for t in lattice.points.tolist())
+    got = np.exp(cells.upper_log_mass())
+    assert got.size == len(values) + 2
+    assert got[-1] == 0.0  # the "unbounded" atom is not a threshold
+    for b in range(len(values) + 1):
+        assert got[b] == pytest.approx(counts[b] / lattice.size, abs=1e-15), b
+
+
+def test_upper_base_draws_are_uniform_lattice_points() -> None:
+    lattice = public_lattice(-1.0, 1.0, 2)
+    rng = seeded_generator(29)
+    draws = Counter(draw_base_thresholds("upper", lattice, rng) for _ in range(10_000))
+    assert set(draws) == {(None, point) for point in lattice.points.tolist()}
+    assert chisquare(list(draws.values())).pvalue > SEEDED_P_VALUE
+
+
+def test_cells_are_cached_on_the_column() -> None:
+    family = toy_families(1.0)[0]
+    assert family.cells() is family.cells()
+    assert family.cells().size == 4  # 0.5, 1.0, 2.5, 3.9; the missing row is in no cell
