@@ -23,6 +23,8 @@ CLIENT_MODULES = (
     "dpmine.queries",
     "dpmine.errors",
     "dpmine.stats",
+    "dpmine.treereds",
+    "dpmine.miners",
 )
 SERVER_STACK = ("fastapi", "sqlalchemy", "starlette", "uvicorn", "opendp", "randomgen")
 KERNEL_MODULES = ("dpmine_server.dp.mechanisms", "dpmine_server.operations")

@@ -9,12 +9,23 @@ from dpmine.miners.greedy import (
     SerenadeParameters,
 )
 from dpmine.miners.itemsets import AssociationRule, MinedItemset, TopKItemsets, association_rules
+from dpmine.miners.trees import (
+    AltExpM,
+    AltMCMC,
+    MCMCTreePair,
+    MinedTreeRedescription,
+    TreeMinerParameters,
+)
 
 __all__ = [
+    "AltExpM",
+    "AltMCMC",
     "AssociationRule",
     "BaseMiner",
+    "MCMCTreePair",
     "MinedItemset",
     "MinedRedescription",
+    "MinedTreeRedescription",
     "NoSens",
     "NotMinedError",
     "Plan",
@@ -22,5 +33,6 @@ __all__ = [
     "SerenadeES",
     "SerenadeParameters",
     "TopKItemsets",
+    "TreeMinerParameters",
     "association_rules",
 ]

@@ -1,0 +1,583 @@
+"""Tree-based DP redescription miners ``AltExpM``, ``AltMCMC`` and ``MCMCTreePair``
+(ALGORITHMS.md §3.7). Orchestration only: every data access is a charged server call
+(``tree.expmech``, ``tree.mcmc``, ``tree.pair_mcmc``, ``tree.leaf_counts``); the redescriptions
+are extracted from the released noisy leaf counts on the client (:mod:`dpmine.treereds`, free).
+
+* AltExpM / AltMCMC: ε_unit = ε / (InTr·(2·RMIter + 1)). InTr times: draw an attribute a
+  uniformly from both views (data-independent), grow a tree on the other view with target a,
+  then RMIter times grow a tree on the other view with the previous tree's leaves as target and
+  release the leaf counts of the pair. "standard" = (InTr 1, RMIter k), "stable" = (k, 1).
+* MCMCTreePair: ε_iter = ε / InTr; per iteration a random attribute a, a tree pair sampled with
+  ω·ε_iter, and the pair's leaf counts with (1 − ω)·ε_iter.
+
+The attribute draws use the miner's own generator (``seed``): they are public choices.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from abc import abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
+from pathlib import Path
+from typing import Self, TypedDict, Unpack
+
+import numpy as np
+from rich.progress import Progress
+
+from dpmine.connection import DatasetHandle
+from dpmine.miners._base import BaseMiner, NotMinedError, _Spent
+from dpmine.queries import format_query
+from dpmine.treereds import (
+    DEFAULT_MAX_CLAUSES,
+    DEFAULT_MAX_SUPPORT_FRACTION,
+    DEFAULT_MIN_JACCARD,
+    DEFAULT_P_MAX,
+    LeafQuery,
+    NoisyStatistics,
+    SignedLeaf,
+    TreeRedescription,
+    extract_redescriptions,
+    render_redescription,
+    save_support_jaccard_plot,
+)
+from dpmine.wire import (
+    DEFAULT_TREE_ITERATIONS,
+    AnyLiteral,
+    AttributeTarget,
+    BooleanAttribute,
+    BoolLiteral,
+    CategoricalAttribute,
+    CatLiteral,
+    DatasetMetadata,
+    DecisionTree,
+    LeafCountsRequest,
+    LeafCountsResponse,
+    NumericAttribute,
+    NumLiteral,
+    PlannedCall,
+    Redescription,
+    TreeExpMechRequest,
+    TreeExpMechResponse,
+    TreeMCMCRequest,
+    TreeMCMCResponse,
+    TreePairMCMCRequest,
+    TreeSplit,
+    TreeTarget,
+    TreeTargetSpec,
+    View,
+)
+from dpmine.wire.operations import TREE_EXPMECH, TREE_LEAF_COUNTS, TREE_MCMC, TREE_PAIR_MCMC
+
+__all__ = [
+    "AltExpM",
+    "AltMCMC",
+    "MCMCTreePair",
+    "MinedTreeRedescription",
+    "TreeMinerParameters",
+    "leaf_paths",
+]
+
+#: Default depth: 3 split levels, the reference's maxTreeDepth = 4 (§3.1, §3.8).
+DEFAULT_DEPTH = 3
+#: Default minimum noisy support for mammals-sized data (§3.8: 10 for NPAS and MAMMAL).
+DEFAULT_MIN_SUPPORT = 10.0
+
+
+@dataclass(frozen=True)
+class MinedTreeRedescription:
+    """One redescription: readable queries, noisy statistics (post-processed from noisy leaf
+    counts whose every cell carries Laplace noise of scale ``noise_scale``) and the round that
+    released them."""
+
+    redescription: Redescription
+    statistics: NoisyStatistics
+    noise_scale: float
+    round: int
+
+    @property
+    def left(self) -> str:
+        """The left query in the project's query syntax."""
+        return format_query(self.redescription.left)
+
+    @property
+    def right(self) -> str:
+        """The right query in the project's query syntax."""
+        return format_query(self.redescription.right)
+
+
+class TreeMinerParameters(TypedDict, total=False):
+    """Keyword parameters shared by the three tree miners."""
+
+    epsilon: float
+    depth: int
+    min_support: float
+    max_support_fraction: float
+    min_jaccard: float
+    p_max: float
+    max_clauses: int
+    target_bins: int | None
+    seed: int | None
+    progress: bool
+
+
+def _literal(split: TreeSplit, attribute: object, *, left: bool) -> AnyLiteral:
+    """The test of a split as a literal: the left branch, or its negation (right branch; rows
+    with a missing value go to neither, as a negated literal requires a present value)."""
+    negated = not left
+    if isinstance(attribute, NumericAttribute):
+        return NumLiteral(attribute=split.attribute, upper=split.threshold, negated=negated)
+    if isinstance(attribute, CategoricalAttribute):
+        assert split.category is not None
+        return CatLiteral(attribute=split.attribute, category=split.category, negated=negated)
+    return BoolLiteral(attribute=split.attribute, negated=negated)
+
+
+def leaf_paths(tree: DecisionTree, schema: DatasetMetadata) -> list[list[AnyLiteral]]:
+    """The tests on each leaf's root-to-leaf path (leaf 0 = always left), §3.1 and §3.6."""
+    attributes = {attribute.name: attribute for attribute in schema.attributes}
+    paths: list[list[AnyLiteral]] = []
+    for leaf in range(tree.n_leaves):
+        node, tests = 0, []
+        for level in reversed(range(tree.depth)):
+            goes_left = not (leaf >> level) & 1
+            split = tree.splits[node]
+            tests.append(_literal(split, attributes[split.attribute], left=goes_left))
+            node = 2 * node + (1 if goes_left else 2)
+        paths.append(tests)
+    return paths
+
+
+def _placeholder_tree(schema: DatasetMetadata, view: View, depth: int) -> DecisionTree:
+    """A valid public tree of the view, only for pricing a plan (costs do not depend on it):
+    level ℓ of the tree repeats the ℓ-th distinct split key, so no path reuses one."""
+    keys: list[TreeSplit] = []
+    for attribute in schema.attributes:
+        if attribute.view != view:
+            continue
+        if isinstance(attribute, NumericAttribute):
+            keys += [
+                TreeSplit(attribute=attribute.name, threshold=attribute.lo),
+                TreeSplit(attribute=attribute.name, threshold=attribute.hi),
+            ]
+        elif isinstance(attribute, CategoricalAttribute):
+            keys += [TreeSplit(attribute=attribute.name, category=c) for c in attribute.categories]
+        elif isinstance(attribute, BooleanAttribute):
+            keys.append(TreeSplit(attribute=attribute.name))
+    if len(keys) < depth:
+        raise ValueError(f"the {view} view has too few attributes for a tree of depth {depth}")
+    return DecisionTree(
+        view=view,
+        depth=depth,
+        splits=[keys[(node + 1).bit_length() - 1] for node in range(2**depth - 1)],
+    )
+
+
+#: The ledger's unit: a pico-ε. Charges are rounded up to it.
+_UNITS_PER_EPSILON = 10**12
+
+
+def share_of(epsilon: float, fraction: Fraction) -> float:
+    """``epsilon · fraction`` rounded down to the ledger's pico-ε grid, so that the rounded-up
+    charges of the parts never sum to more than ``epsilon``."""
+    units = math.floor(Fraction(repr(epsilon)) * fraction * _UNITS_PER_EPSILON)
+    if units < 1:
+        raise ValueError(f"ε = {epsilon!r} split {fraction!r} is below the ledger's unit")
+    return float(Decimal(units) / _UNITS_PER_EPSILON)
+
+
+def _other(view: View) -> View:
+    return "right" if view == "left" else "left"
+
+
+class _TreeMinerBase(BaseMiner):
+    """Parameters and plumbing of the three tree miners."""
+
+    def __init__(
+        self,
+        *,
+        epsilon: float = 1.0,
+        depth: int = DEFAULT_DEPTH,
+        min_support: float = DEFAULT_MIN_SUPPORT,
+        max_support_fraction: float = DEFAULT_MAX_SUPPORT_FRACTION,
+        min_jaccard: float = DEFAULT_MIN_JACCARD,
+        p_max: float = DEFAULT_P_MAX,
+        max_clauses: int = DEFAULT_MAX_CLAUSES,
+        target_bins: int | None = None,
+        seed: int | None = None,
+        progress: bool = False,
+    ) -> None:
+        self.epsilon = epsilon
+        self.depth = depth
+        self.min_support = min_support
+        self.max_support_fraction = max_support_fraction
+        self.min_jaccard = min_jaccard
+        self.p_max = p_max
+        self.max_clauses = max_clauses
+        self.target_bins = target_bins
+        self.seed = seed
+        self.progress = progress
+
+    @abstractmethod
+    def mine(self, dataset: DatasetHandle) -> Self:
+        """Run the miner; returns self (results in ``redescriptions_``)."""
+
+    # -- parameters ----------------------------------------------------------------------------
+
+    def _check_params(self) -> None:
+        if not self.epsilon > 0:
+            raise ValueError(f"epsilon must be positive, got {self.epsilon!r}")
+        for name in ("in_trees", "rm_iterations"):
+            value = getattr(self, name, 1)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
+
+    def _attribute_draws(self, schema: DatasetMetadata, count: int) -> list[str]:
+        """``count`` attributes drawn uniformly from both views (public choices, §3.7)."""
+        names = [a.name for a in schema.attributes if a.view in ("left", "right")]
+        rng = np.random.default_rng(self.seed)
+        return [names[int(index)] for index in rng.integers(0, len(names), size=count)]
+
+    def _target(self, attribute: str) -> AttributeTarget:
+        return AttributeTarget(attribute=attribute, bins=self.target_bins)
+
+    # -- calls ---------------------------------------------------------------------------------
+
+    def _leaf_counts(
+        self, dataset: DatasetHandle, trees: tuple[DecisionTree, DecisionTree], epsilon: float
+    ) -> list[MinedTreeRedescription]:
+        """Release the pair's noisy leaf counts and extract its redescriptions (free)."""
+        left, right = sorted(trees, key=lambda tree: tree.view != "left")
+        response = dataset.run(LeafCountsRequest(left_tree=left, right_tree=right, epsilon=epsilon))
+        self._spent.receipts.append(response.receipt)
+        self.leaf_counts_.append(response)
+        found = extract_redescriptions(
+            response.intersections,
+            response.left_counts,
+            min_supp=self.min_support,
+            max_supp_fraction=self.max_support_fraction,
+            min_jaccard=self.min_jaccard,
+            p_max=self.p_max,
+            max_clauses=self.max_clauses,
+        )
+        left_paths = leaf_paths(left, dataset.schema)
+        right_paths = leaf_paths(right, dataset.schema)
+        self.trees_.append((left, right))
+        return [
+            self._result_of(red, left_paths, right_paths, noise_scale=2.0 / epsilon)
+            for red in found
+        ]
+
+    def _result_of(
+        self,
+        red: TreeRedescription,
+        left_paths: Sequence[Sequence[AnyLiteral]],
+        right_paths: Sequence[Sequence[AnyLiteral]],
+        *,
+        noise_scale: float,
+    ) -> MinedTreeRedescription:
+        return MinedTreeRedescription(
+            redescription=render_redescription(red, left_paths, right_paths),
+            statistics=red.statistics,
+            noise_scale=noise_scale,
+            round=len(self.trees_) - 1,
+        )
+
+    def _start(self, dataset: DatasetHandle) -> None:
+        self._check_params()
+        self._check_budget(dataset)
+        self._spent = _Spent()
+        self.trees_: list[tuple[DecisionTree, DecisionTree]] = []
+        self.leaf_counts_: list[LeafCountsResponse] = []
+        self.redescriptions_: list[MinedTreeRedescription] = []
+
+    @contextmanager
+    def _progress_bar(self, total: int, label: str) -> Iterator[Callable[[], None]]:
+        if not self.progress:
+            yield lambda: None
+            return
+        with Progress(transient=True) as bar:
+            task = bar.add_task(label, total=total)
+            yield lambda: bar.advance(task)
+
+    # -- results -------------------------------------------------------------------------------
+
+    def _results(self) -> list[MinedTreeRedescription]:
+        found: list[MinedTreeRedescription] | None = getattr(self, "redescriptions_", None)
+        if found is None:
+            raise NotMinedError(f"{type(self).__name__} has not mined yet; call mine() first")
+        return found
+
+    def pruned(self, min_noisy_support: float) -> list[MinedTreeRedescription]:
+        """The redescriptions with noisy support I ≥ ``min_noisy_support`` (§3.7 pruning; choose
+        the threshold from :meth:`save_plot`)."""
+        return [r for r in self._results() if r.statistics.intersection >= min_noisy_support]
+
+    def save_plot(self, path: Path, threshold: float | None = None) -> Path:
+        """Noisy support against noisy Jaccard of every result (needs the ``plot`` extra)."""
+        reds = [
+            TreeRedescription(left=_no_query(), right=_no_query(), statistics=r.statistics)
+            for r in self._results()
+        ]
+        return save_support_jaccard_plot(reds, path, threshold)
+
+    def _rows(self) -> list[dict[str, object]]:
+        return [
+            {
+                "left": r.left,
+                "right": r.right,
+                "round": r.round,
+                "noise_scale": r.noise_scale,
+                "noisy_support_left": r.statistics.support_left,
+                "noisy_support_right": r.statistics.support_right,
+                "noisy_intersection": r.statistics.intersection,
+                "noisy_union": r.statistics.union,
+                "noisy_jaccard": r.statistics.jaccard,
+                "noisy_p_value": r.statistics.p_value,
+                "noisy_rows": r.statistics.n_rows,
+            }
+            for r in self._results()
+        ]
+
+    def to_json(self, path: Path) -> None:
+        """Write the redescriptions (queries, noisy statistics), the released trees and the
+        receipts."""
+        payload = {
+            "miner": type(self).__name__,
+            "redescriptions": [
+                {**row, "query": red.redescription.model_dump(mode="json")}
+                for row, red in zip(self._rows(), self._results(), strict=True)
+            ],
+            "trees": [
+                {"left": left.model_dump(mode="json"), "right": right.model_dump(mode="json")}
+                for left, right in self.trees_
+            ],
+            "receipts": [receipt.model_dump(mode="json") for receipt in self.receipts_],
+        }
+        path.write_text(json.dumps(payload, indent=2), encoding="utf-8")
+
+    def to_csv(self, path: Path) -> None:
+        """Write one row per redescription with its noisy statistics and noise scale."""
+        rows = self._rows()
+        with path.open("w", newline="", encoding="utf-8") as handle:
+            fields = list(rows[0]) if rows else ["left", "right"]
+            writer = csv.DictWriter(handle, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+def _no_query() -> LeafQuery:
+    """A stand-in query for plotting (the plot reads only the statistics)."""
+    return LeafQuery((SignedLeaf(0, True),))
+
+
+class _Alternation(_TreeMinerBase):
+    """AltExpM / AltMCMC (§3.7): alternate trees between the views."""
+
+    def __init__(
+        self,
+        *,
+        in_trees: int = 1,
+        rm_iterations: int = 4,
+        **parameters: Unpack[TreeMinerParameters],
+    ) -> None:
+        super().__init__(**parameters)
+        self.in_trees = in_trees
+        self.rm_iterations = rm_iterations
+
+    @property
+    def epsilon_unit(self) -> float:
+        """ε / (InTr·(2·RMIter + 1)): the budget of every tree and leaf-count call."""
+        return share_of(self.epsilon, Fraction(1, self.in_trees * (2 * self.rm_iterations + 1)))
+
+    def _tree_request(
+        self, view: View, target: TreeTargetSpec
+    ) -> TreeExpMechRequest | TreeMCMCRequest:
+        raise NotImplementedError  # each subclass names its tree operation
+
+    def _calls(self, dataset: DatasetHandle) -> list[PlannedCall]:
+        schema = dataset.schema
+        unit = self.epsilon_unit
+        placeholder = {
+            view: _placeholder_tree(schema, view, self.depth) for view in ("left", "right")
+        }
+        calls: list[PlannedCall] = []
+        for attribute in self._attribute_draws(schema, self.in_trees):
+            view = _other(_view_of(schema, attribute))
+            calls.append(_planned(self._tree_request(view, self._target(attribute))))
+            for _ in range(self.rm_iterations):
+                view = _other(view)
+                target = TreeTarget(tree=placeholder[_other(view)])
+                calls.append(_planned(self._tree_request(view, target)))
+                counts = LeafCountsRequest(
+                    left_tree=placeholder["left"], right_tree=placeholder["right"], epsilon=unit
+                )
+                calls.append(TREE_LEAF_COUNTS.plan(counts))
+        return calls
+
+    def mine(self, dataset: DatasetHandle) -> Self:
+        """Run the alternations; returns self (results in ``redescriptions_``)."""
+        self._start(dataset)
+        schema = dataset.schema
+        steps = self.in_trees * (2 * self.rm_iterations + 1)
+        with self._progress_bar(steps, type(self).__name__) as advance:
+            for attribute in self._attribute_draws(schema, self.in_trees):
+                previous = self._tree(
+                    dataset, _other(_view_of(schema, attribute)), self._target(attribute)
+                )
+                advance()
+                for _ in range(self.rm_iterations):
+                    new = self._tree(dataset, _other(previous.view), TreeTarget(tree=previous))
+                    advance()
+                    self.redescriptions_ += self._leaf_counts(
+                        dataset, (previous, new), self.epsilon_unit
+                    )
+                    advance()
+                    previous = new
+        return self
+
+    def _tree(self, dataset: DatasetHandle, view: View, target: TreeTargetSpec) -> DecisionTree:
+        request = self._tree_request(view, target)
+        response: TreeExpMechResponse | TreeMCMCResponse
+        if isinstance(request, TreeExpMechRequest):
+            response = dataset.run(request)
+        else:
+            response = dataset.run(request)
+        self._spent.receipts.append(response.receipt)
+        return response.tree
+
+
+def _planned(request: TreeExpMechRequest | TreeMCMCRequest) -> PlannedCall:
+    """The planned call of a tree request (its operation follows from its model)."""
+    if isinstance(request, TreeExpMechRequest):
+        return TREE_EXPMECH.plan(request)
+    return TREE_MCMC.plan(request)
+
+
+def _view_of(schema: DatasetMetadata, attribute: str) -> View:
+    for candidate in schema.attributes:
+        if candidate.name == attribute and candidate.view is not None:
+            return candidate.view
+    raise ValueError(f"attribute {attribute!r} is in neither view")
+
+
+class AltExpM(_Alternation):
+    """Alternating exponential-mechanism trees (§3.3, §3.7)."""
+
+    def _tree_request(self, view: View, target: TreeTargetSpec) -> TreeExpMechRequest:
+        return TreeExpMechRequest(
+            view=view, target=target, depth=self.depth, epsilon=self.epsilon_unit
+        )
+
+    @classmethod
+    def standard(cls, k: int = 4, **parameters: Unpack[TreeMinerParameters]) -> AltExpM:
+        """InTr = 1, RMIter = k (§3.7 "standard")."""
+        return cls(in_trees=1, rm_iterations=k, **parameters)
+
+    @classmethod
+    def stable(cls, k: int = 4, **parameters: Unpack[TreeMinerParameters]) -> AltExpM:
+        """InTr = k, RMIter = 1 (§3.7 "stable")."""
+        return cls(in_trees=k, rm_iterations=1, **parameters)
+
+
+class AltMCMC(_Alternation):
+    """Alternating MCMC-sampled trees (§3.4, §3.7): a fixed public number of iterations."""
+
+    def __init__(
+        self,
+        *,
+        in_trees: int = 1,
+        rm_iterations: int = 4,
+        iterations: int = DEFAULT_TREE_ITERATIONS,
+        **parameters: Unpack[TreeMinerParameters],
+    ) -> None:
+        super().__init__(in_trees=in_trees, rm_iterations=rm_iterations, **parameters)
+        self.iterations = iterations
+
+    def _tree_request(self, view: View, target: TreeTargetSpec) -> TreeMCMCRequest:
+        return TreeMCMCRequest(
+            view=view,
+            target=target,
+            depth=self.depth,
+            iterations=self.iterations,
+            epsilon=self.epsilon_unit,
+        )
+
+    @classmethod
+    def standard(cls, k: int = 4, **parameters: Unpack[TreeMinerParameters]) -> AltMCMC:
+        """InTr = 1, RMIter = k (§3.7 "standard")."""
+        return cls(in_trees=1, rm_iterations=k, **parameters)
+
+    @classmethod
+    def stable(cls, k: int = 4, **parameters: Unpack[TreeMinerParameters]) -> AltMCMC:
+        """InTr = k, RMIter = 1 (§3.7 "stable")."""
+        return cls(in_trees=k, rm_iterations=1, **parameters)
+
+
+class MCMCTreePair(_TreeMinerBase):
+    """Tree pairs sampled jointly (§3.5, §3.7); ω = 0.1 "standard", 0.5 "balanced"."""
+
+    def __init__(
+        self,
+        *,
+        in_trees: int = 4,
+        omega: float = 0.1,
+        iterations: int = DEFAULT_TREE_ITERATIONS,
+        **parameters: Unpack[TreeMinerParameters],
+    ) -> None:
+        super().__init__(**parameters)
+        self.in_trees = in_trees
+        self.omega = omega
+        self.iterations = iterations
+
+    def _check_params(self) -> None:
+        super()._check_params()
+        if not 0 < self.omega < 1:
+            raise ValueError(f"omega must be in (0, 1), got {self.omega!r}")
+
+    @property
+    def _budgets(self) -> tuple[float, float]:
+        omega = Fraction(repr(self.omega))
+        return (
+            share_of(self.epsilon, omega / self.in_trees),
+            share_of(self.epsilon, (1 - omega) / self.in_trees),
+        )
+
+    def _pair_request(self, attribute: str) -> TreePairMCMCRequest:
+        return TreePairMCMCRequest(
+            attribute=attribute,
+            bins=self.target_bins,
+            depth=self.depth,
+            iterations=self.iterations,
+            epsilon=self._budgets[0],
+        )
+
+    def _calls(self, dataset: DatasetHandle) -> list[PlannedCall]:
+        schema = dataset.schema
+        left = _placeholder_tree(schema, "left", self.depth)
+        right = _placeholder_tree(schema, "right", self.depth)
+        calls: list[PlannedCall] = []
+        for attribute in self._attribute_draws(schema, self.in_trees):
+            calls.append(TREE_PAIR_MCMC.plan(self._pair_request(attribute)))
+            counts = LeafCountsRequest(left_tree=left, right_tree=right, epsilon=self._budgets[1])
+            calls.append(TREE_LEAF_COUNTS.plan(counts))
+        return calls
+
+    def mine(self, dataset: DatasetHandle) -> Self:
+        """Run InTr tree-pair iterations; returns self (results in ``redescriptions_``)."""
+        self._start(dataset)
+        with self._progress_bar(2 * self.in_trees, "MCMCTreePair") as advance:
+            for attribute in self._attribute_draws(dataset.schema, self.in_trees):
+                pair = dataset.run(self._pair_request(attribute))
+                self._spent.receipts.append(pair.receipt)
+                advance()
+                self.redescriptions_ += self._leaf_counts(
+                    dataset, (pair.left_tree, pair.right_tree), self._budgets[1]
+                )
+                advance()
+        return self
