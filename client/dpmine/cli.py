@@ -7,6 +7,7 @@ The server URL and API key come from ``--url``/``--api-key`` or ``DPMINE_URL``/`
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,9 +20,12 @@ from rich.table import Table
 
 from dpmine.connection import Connection, connect
 from dpmine.errors import DPMineError
-from dpmine.miners import Plan, SerenadeCS, SerenadeES, TopKItemsets
+from dpmine.miners import AltExpM, AltMCMC, MCMCTreePair, Plan, SerenadeCS, SerenadeES, TopKItemsets
+from dpmine.miners.trees import DEFAULT_DEPTH, DEFAULT_MIN_SUPPORT, TreeMinerParameters
 from dpmine.queries import QuerySyntaxError, format_query, parse_query
+from dpmine.treereds import DEFAULT_MIN_JACCARD, DEFAULT_P_MAX
 from dpmine.wire import (
+    DEFAULT_TREE_ITERATIONS,
     BooleanAttribute,
     CategoricalAttribute,
     ComputeQualityResponse,
@@ -510,6 +514,270 @@ def mine_serenade_cs(
         progress=not plan_only,
     )
     _run_serenade(ctx, dataset_id, miner, plan_only, output, min_jaccard)
+
+
+# --------------------------------------------------------------------------------------------
+# Tree-based miners (ALGORITHMS.md §3.7)
+
+TreeMiner = AltExpM | AltMCMC | MCMCTreePair
+DepthOption = Annotated[int, typer.Option(help="Split levels of every tree", min=1)]
+SettingOption = Annotated[
+    str, typer.Option(help="standard (InTr 1, RMIter k) or stable (InTr k, RMIter 1)")
+]
+KOption = Annotated[int, typer.Option("--k", help="k of the standard/stable setting", min=1)]
+InTreesOption = Annotated[
+    int | None, typer.Option(help="InTr: initial trees (overrides --setting)", min=1)
+]
+RMIterOption = Annotated[
+    int | None, typer.Option(help="RMIter: alternations per initial tree (overrides --setting)")
+]
+IterationsOption = Annotated[int, typer.Option(help="MCMC iterations per sampled tree", min=1)]
+SeedOption = Annotated[int | None, typer.Option(help="Seed of the (public) attribute draws")]
+MinSupportOption = Annotated[float, typer.Option(help="Minimum noisy support of a result")]
+MinJaccardOption = Annotated[float, typer.Option(help="Minimum noisy Jaccard of a result")]
+PMaxOption = Annotated[float, typer.Option(help="Maximum noisy p-value of a result")]
+BinsOption = Annotated[
+    int | None, typer.Option(help="Bins of a numeric target attribute (server default if unset)")
+]
+PruneOption = Annotated[
+    float | None, typer.Option(help="Show only noisy support I at least this (see --plot)")
+]
+OutputsOption = Annotated[
+    list[Path] | None,
+    typer.Option("--output", help="Write results to .json or .csv (repeatable)"),
+]
+PlotOption = Annotated[
+    Path | None, typer.Option(help="Save the noisy support/Jaccard plot (.png, .pdf, .svg)")
+]
+
+
+def _alternation_shape(
+    setting: str, k: int, in_trees: int | None, rm_iterations: int | None
+) -> tuple[int, int]:
+    """(InTr, RMIter) of --setting and --k, overridden by --in-trees / --rm-iterations."""
+    if setting not in {"standard", "stable"}:
+        raise _fail("--setting must be 'standard' or 'stable'")
+    shape = (1, k) if setting == "standard" else (k, 1)
+    return (
+        shape[0] if in_trees is None else in_trees,
+        shape[1] if rm_iterations is None else rm_iterations,
+    )
+
+
+def _tree_parameters(
+    epsilon: float,
+    depth: int,
+    min_support: float,
+    min_jaccard: float,
+    p_max: float,
+    target_bins: int | None,
+    seed: int | None,
+    progress: bool,
+) -> TreeMinerParameters:
+    return TreeMinerParameters(
+        epsilon=epsilon,
+        depth=depth,
+        min_support=min_support,
+        min_jaccard=min_jaccard,
+        p_max=p_max,
+        target_bins=target_bins,
+        seed=seed,
+        progress=progress,
+    )
+
+
+def _run_tree_miner(
+    ctx: typer.Context,
+    dataset_id: str,
+    make: Callable[[bool], TreeMiner],
+    plan_only: bool,
+    outputs: list[Path] | None,
+    plot: Path | None,
+    prune: float | None,
+) -> None:
+    """Build the miner (``make(progress)``), plan or mine it, then show and write its results."""
+    options = _options(ctx)
+    for output in outputs or []:
+        if output.suffix not in {".json", ".csv"}:
+            raise _fail(f"--output must end in .json or .csv, got {str(output)!r}")
+    try:
+        miner = make(not plan_only and not options.as_json)
+    except (ValueError, ValidationError) as error:
+        raise _fail(str(error).splitlines()[0]) from error
+
+    def action(connection: Connection) -> Any:
+        dataset = connection.dataset(dataset_id)
+        try:
+            return miner.plan(dataset) if plan_only else miner.mine(dataset)
+        except ValueError as error:
+            if isinstance(error, ValidationError):
+                raise
+            raise _fail(str(error)) from error
+
+    result = _run(options, action)
+    if isinstance(result, Plan):
+        _emit_plan(options, dataset_id, result)
+        return
+    for output in outputs or []:
+        (miner.to_csv if output.suffix == ".csv" else miner.to_json)(output)
+    if plot is not None:
+        try:
+            miner.save_plot(plot, prune)
+        except ImportError as error:
+            raise _fail(str(error)) from error
+    found = miner.redescriptions_ if prune is None else miner.pruned(prune)
+    table = Table(
+        "round",
+        "left",
+        "right",
+        "noisy I",
+        "noisy J",
+        "p-value",
+        title=f"{type(miner).__name__} redescriptions",
+    )
+    for red in sorted(found, key=lambda r: -r.statistics.jaccard):
+        stats = red.statistics
+        table.add_row(
+            str(red.round),
+            escape(red.left),
+            escape(red.right),
+            f"{stats.intersection:g}",
+            f"{stats.jaccard:.3f}",
+            "-" if stats.p_value is None else f"{stats.p_value:.2g}",
+        )
+    shown = "" if prune is None else f" ({len(found)} with noisy I ≥ {prune:g})"
+    table.caption = (
+        f"{len(miner.redescriptions_)} redescriptions{shown} from {len(miner.trees_)} tree "
+        f"pairs; {len(miner.receipts_)} charged calls, ε spent = {miner.budget_spent_:g}"
+    )
+    payload = {
+        "miner": type(miner).__name__,
+        "redescriptions": [
+            {
+                "left": r.left,
+                "right": r.right,
+                "round": r.round,
+                "noise_scale": r.noise_scale,
+                "noisy_intersection": r.statistics.intersection,
+                "noisy_jaccard": r.statistics.jaccard,
+                "noisy_p_value": r.statistics.p_value,
+            }
+            for r in found
+        ],
+        "budget_spent": miner.budget_spent_,
+        "receipts": [receipt.model_dump(mode="json") for receipt in miner.receipts_],
+    }
+    _emit(options, payload, table)
+
+
+@mine_app.command("alt-expm")
+def mine_alt_expm(
+    ctx: typer.Context,
+    dataset_id: Annotated[str, typer.Argument(metavar="DATASET")],
+    epsilon: EpsilonOption,
+    setting: SettingOption = "standard",
+    k: KOption = 4,
+    in_trees: InTreesOption = None,
+    rm_iterations: RMIterOption = None,
+    depth: DepthOption = DEFAULT_DEPTH,
+    seed: SeedOption = None,
+    min_support: MinSupportOption = DEFAULT_MIN_SUPPORT,
+    min_jaccard: MinJaccardOption = DEFAULT_MIN_JACCARD,
+    p_max: PMaxOption = DEFAULT_P_MAX,
+    target_bins: BinsOption = None,
+    prune: PruneOption = None,
+    output: OutputsOption = None,
+    plot: PlotOption = None,
+    plan_only: PlanOption = False,
+) -> None:
+    """AltExpM: trees alternated between the views, grown by the exponential mechanism."""
+    shape = _alternation_shape(setting, k, in_trees, rm_iterations)
+
+    def make(progress: bool) -> AltExpM:
+        return AltExpM(
+            in_trees=shape[0],
+            rm_iterations=shape[1],
+            **_tree_parameters(
+                epsilon, depth, min_support, min_jaccard, p_max, target_bins, seed, progress
+            ),
+        )
+
+    _run_tree_miner(ctx, dataset_id, make, plan_only, output, plot, prune)
+
+
+@mine_app.command("alt-mcmc")
+def mine_alt_mcmc(
+    ctx: typer.Context,
+    dataset_id: Annotated[str, typer.Argument(metavar="DATASET")],
+    epsilon: EpsilonOption,
+    setting: SettingOption = "standard",
+    k: KOption = 4,
+    in_trees: InTreesOption = None,
+    rm_iterations: RMIterOption = None,
+    iterations: IterationsOption = DEFAULT_TREE_ITERATIONS,
+    depth: DepthOption = DEFAULT_DEPTH,
+    seed: SeedOption = None,
+    min_support: MinSupportOption = DEFAULT_MIN_SUPPORT,
+    min_jaccard: MinJaccardOption = DEFAULT_MIN_JACCARD,
+    p_max: PMaxOption = DEFAULT_P_MAX,
+    target_bins: BinsOption = None,
+    prune: PruneOption = None,
+    output: OutputsOption = None,
+    plot: PlotOption = None,
+    plan_only: PlanOption = False,
+) -> None:
+    """AltMCMC: trees alternated between the views, sampled by MCMC (fixed iterations)."""
+    shape = _alternation_shape(setting, k, in_trees, rm_iterations)
+
+    def make(progress: bool) -> AltMCMC:
+        return AltMCMC(
+            in_trees=shape[0],
+            rm_iterations=shape[1],
+            iterations=iterations,
+            **_tree_parameters(
+                epsilon, depth, min_support, min_jaccard, p_max, target_bins, seed, progress
+            ),
+        )
+
+    _run_tree_miner(ctx, dataset_id, make, plan_only, output, plot, prune)
+
+
+@mine_app.command("tree-pair")
+def mine_tree_pair(
+    ctx: typer.Context,
+    dataset_id: Annotated[str, typer.Argument(metavar="DATASET")],
+    epsilon: EpsilonOption,
+    in_trees: Annotated[int, typer.Option(help="InTr: sampled tree pairs", min=1)] = 4,
+    omega: Annotated[
+        float, typer.Option(help="ω: share of ε for sampling (0.1 standard, 0.5 balanced)")
+    ] = 0.1,
+    iterations: IterationsOption = DEFAULT_TREE_ITERATIONS,
+    depth: DepthOption = DEFAULT_DEPTH,
+    seed: SeedOption = None,
+    min_support: MinSupportOption = DEFAULT_MIN_SUPPORT,
+    min_jaccard: MinJaccardOption = DEFAULT_MIN_JACCARD,
+    p_max: PMaxOption = DEFAULT_P_MAX,
+    target_bins: BinsOption = None,
+    prune: PruneOption = None,
+    output: OutputsOption = None,
+    plot: PlotOption = None,
+    plan_only: PlanOption = False,
+) -> None:
+    """MCMCTreePair: InTr tree pairs sampled jointly by MCMC, then their noisy leaf counts."""
+    if not 0 < omega < 1:
+        raise _fail(f"--omega must be strictly between 0 and 1, got {omega:g}")
+
+    def make(progress: bool) -> MCMCTreePair:
+        return MCMCTreePair(
+            in_trees=in_trees,
+            omega=omega,
+            iterations=iterations,
+            **_tree_parameters(
+                epsilon, depth, min_support, min_jaccard, p_max, target_bins, seed, progress
+            ),
+        )
+
+    _run_tree_miner(ctx, dataset_id, make, plan_only, output, plot, prune)
 
 
 def main() -> None:

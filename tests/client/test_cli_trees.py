@@ -1,0 +1,283 @@
+"""``dpmine mine alt-expm | alt-mcmc | tree-pair`` (ALGORITHMS.md §3.7) against a real server.
+
+Like ``test_cli.py``: ``typer.testing.CliRunner`` against a live uvicorn server on SQLite (the
+``sqlite_server`` fixture), on the two-view UCI Mushroom data registered through the client. The
+checks are on the wiring of the command line: the planned and charged calls (operation names,
+exact ε shares), the budget moved by exactly the receipts, the written JSON / CSV / plot files
+agreeing with each other and with what is printed, pruning, and one-line errors (exit 2, no
+traceback) that charge nothing. The miners' numerical behaviour is tested in
+``tests/e2e/test_tree_miners.py``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shlex
+from collections import Counter
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner, Result
+
+import dpmine
+from dpmine.cli import app as analyst_app
+from dpmine.wire import BudgetStatus, DatasetInfo, EstimateResponse
+from support.datasets import register_mushroom
+from support.servers import Account, LiveServer, add_analyst
+
+RUNNER = CliRunner()
+ANALYST_ENV = {"COLUMNS": "250", "DPMINE_URL": "", "DPMINE_API_KEY": ""}
+GRANT = 200.0
+#: Small, fast runs: trees of depth 2, few MCMC iterations.
+SMALL = "--depth 2 --iterations 300 --seed 7"
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def dpmine_cli(server: LiveServer, api_key: str, command: str) -> Result:
+    """``dpmine --url URL --api-key KEY <command>``."""
+    args = ["--url", server.url, "--api-key", api_key, *shlex.split(command)]
+    return RUNNER.invoke(analyst_app, args, env=ANALYST_ENV)
+
+
+def _ok(result: Result) -> str:
+    assert result.exit_code == 0, (result.exit_code, result.output, repr(result.exception))
+    return result.stdout
+
+
+def _json(result: Result) -> Any:
+    return json.loads(_ok(result))
+
+
+def _error(result: Result) -> str:
+    """A clean exit 2 with one 'error:' line and no traceback."""
+    assert result.exit_code == 2, (result.exit_code, result.output, repr(result.exception))
+    assert isinstance(result.exception, SystemExit), repr(result.exception)
+    text = _flat(result.stderr)
+    assert text.startswith("error:"), text
+    assert "Traceback" not in result.output
+    return text
+
+
+@pytest.fixture(scope="module")
+def server(sqlite_server: LiveServer) -> LiveServer:
+    return sqlite_server
+
+
+@pytest.fixture(scope="module")
+def owner_connection(server: LiveServer) -> Iterator[dpmine.Connection]:
+    with dpmine.connect(server.url, server.owner_key, retries=0) as connection:
+        yield connection
+
+
+@pytest.fixture(scope="module")
+def mushroom(owner_connection: dpmine.Connection) -> DatasetInfo:
+    return register_mushroom(owner_connection, epsilon_cap=1000.0)
+
+
+@pytest.fixture
+def account(
+    server: LiveServer, owner_connection: dpmine.Connection, mushroom: DatasetInfo
+) -> Iterator[Account]:
+    """A fresh analyst with GRANT ε on the mushroom dataset."""
+    created = add_analyst(server, owner_connection)
+    owner_connection.admin.grant(mushroom.id, created.name, GRANT)
+    try:
+        yield created
+    finally:
+        created.connection.close()
+
+
+def _remaining(server: LiveServer, account: Account, dataset_id: str) -> Decimal:
+    status = BudgetStatus.model_validate(
+        _json(dpmine_cli(server, account.api_key, f"--json budget {dataset_id}"))
+    )
+    return Decimal(repr(status.remaining_epsilon))
+
+
+def _charged(payload: dict[str, Any]) -> Decimal:
+    return sum((Decimal(r["epsilon_exact"]) for r in payload["receipts"]), Decimal(0))
+
+
+# --------------------------------------------------------------------------------------------
+# --plan-only: priced, free
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        # standard: InTr 1, RMIter 3 -> 1 + 3 trees, 3 leaf counts; ε_unit = 14 / 7 = 2
+        ("alt-expm --epsilon 14 --setting standard --k 3", {"tree.expmech": 4}),
+        # stable: InTr 3, RMIter 1 -> 3·2 trees, 3 leaf counts; ε_unit = 18 / 9 = 2
+        ("alt-mcmc --epsilon 18 --setting stable --k 3", {"tree.mcmc": 6}),
+        # explicit InTr 2, RMIter 2 override the setting -> 2·3 trees, 4 leaf counts; 20/10
+        ("alt-mcmc --epsilon 20 --in-trees 2 --rm-iterations 2", {"tree.mcmc": 6}),
+    ],
+)
+def test_plan_only_prices_the_alternations_without_charging(
+    server: LiveServer,
+    account: Account,
+    mushroom: DatasetInfo,
+    command: str,
+    expected: dict[str, int],
+) -> None:
+    before = _remaining(server, account, mushroom.id)
+    verb, rest = command.split(" ", 1)
+    estimate = EstimateResponse.model_validate(
+        _json(
+            dpmine_cli(
+                server, account.api_key, f"--json mine {verb} {mushroom.id} {rest} --plan-only"
+            )
+        )
+    )
+    operations = Counter(call.operation for call in estimate.calls)
+    leaf_counts = operations.pop("tree.leaf_counts")
+    assert dict(operations) == expected
+    assert leaf_counts == len(estimate.calls) - sum(expected.values())
+    assert {call.epsilon_exact for call in estimate.calls} == {"2"}
+    assert Decimal(estimate.total_epsilon_exact) == 2 * len(estimate.calls)
+    assert estimate.fits is (Decimal(estimate.total_epsilon_exact) <= Decimal(repr(GRANT)))
+    assert _remaining(server, account, mushroom.id) == before
+
+
+def test_plan_only_of_tree_pair_splits_epsilon_by_omega(
+    server: LiveServer, account: Account, mushroom: DatasetInfo
+) -> None:
+    result = dpmine_cli(
+        server,
+        account.api_key,
+        f"mine tree-pair {mushroom.id} --epsilon 8 --in-trees 2 --omega 0.25 --plan-only",
+    )
+    text = _flat(_ok(result))
+    # ε_iter = 8 / 2 = 4: the pair with ω·4 = 1, its leaf counts with (1 − ω)·4 = 3.
+    assert "│ tree.pair_mcmc │ 2 │ 1 │" in text, text
+    assert "│ tree.leaf_counts │ 2 │ 3 │" in text, text
+    assert "total ε=8;" in text
+    assert "fits: True" in text
+
+
+# --------------------------------------------------------------------------------------------
+# Mining: receipts, budget, files
+
+
+def test_alt_expm_writes_json_csv_and_plot_that_agree_with_the_output(
+    server: LiveServer, account: Account, mushroom: DatasetInfo, tmp_path: Path
+) -> None:
+    before = _remaining(server, account, mushroom.id)
+    json_file, csv_file, plot_file = tmp_path / "r.json", tmp_path / "r.csv", tmp_path / "r.png"
+    result = dpmine_cli(
+        server,
+        account.api_key,
+        f"--json mine alt-expm {mushroom.id} --epsilon 12 --setting stable --k 2 --depth 2 "
+        f"--seed 3 --min-support 1 --min-jaccard 0 --p-max 1 "
+        f"--output {json_file} --output {csv_file} --plot {plot_file}",
+    )
+    payload = _json(result)
+    assert payload["miner"] == "AltExpM"
+    # stable k=2: 2 × (tree on the other view, tree back, leaf counts), ε_unit = 12 / 6 = 2.
+    operations = [r["operation"] for r in payload["receipts"]]
+    assert operations == ["tree.expmech", "tree.expmech", "tree.leaf_counts"] * 2
+    assert {r["epsilon_exact"] for r in payload["receipts"]} == {"2"}
+    assert _charged(payload) == 12
+    assert before - _remaining(server, account, mushroom.id) == 12
+
+    written = json.loads(json_file.read_text(encoding="utf-8"))
+    assert written["miner"] == "AltExpM"
+    assert len(written["trees"]) == 2
+    assert all(pair["left"]["depth"] == 2 for pair in written["trees"])
+    assert written["receipts"] == payload["receipts"]
+    # With these loose filters the depth-2 pairs of Mushroom yield redescriptions.
+    assert written["redescriptions"], "expected redescriptions with min support 1, J 0, p 1"
+    printed = [(r["left"], r["right"], r["noisy_jaccard"]) for r in payload["redescriptions"]]
+    in_json = [(r["left"], r["right"], r["noisy_jaccard"]) for r in written["redescriptions"]]
+    assert printed == in_json
+    with csv_file.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(r["left"], r["right"]) for r in rows] == [(r[0], r[1]) for r in in_json]
+    assert [float(r["noise_scale"]) for r in rows] == [1.0] * len(rows)  # 2 / ε_unit
+    assert plot_file.read_bytes().startswith(b"\x89PNG")
+
+
+def test_alt_mcmc_table_lists_every_redescription_and_the_spend(
+    server: LiveServer, account: Account, mushroom: DatasetInfo, tmp_path: Path
+) -> None:
+    json_file = tmp_path / "r.json"
+    result = dpmine_cli(
+        server,
+        account.api_key,
+        f"mine alt-mcmc {mushroom.id} --epsilon 5 --setting standard --k 2 {SMALL} "
+        f"--min-support 1 --min-jaccard 0 --p-max 1 --output {json_file}",
+    )
+    text = _flat(_ok(result))
+    written = json.loads(json_file.read_text(encoding="utf-8"))
+    assert [r["operation"] for r in written["receipts"]] == [
+        "tree.mcmc",
+        *["tree.mcmc", "tree.leaf_counts"] * 2,
+    ]
+    assert "AltMCMC redescriptions" in text
+    for red in written["redescriptions"]:
+        assert _flat(red["left"]) in text
+        assert _flat(red["right"]) in text
+    found = len(written["redescriptions"])
+    assert f"{found} redescriptions from 2 tree pairs; 5 charged calls, ε spent = 5" in text
+
+
+@pytest.mark.parametrize("threshold", ["1", "1e9"])
+def test_tree_pair_prune_keeps_exactly_the_large_noisy_supports(
+    server: LiveServer, account: Account, mushroom: DatasetInfo, tmp_path: Path, threshold: str
+) -> None:
+    json_file = tmp_path / "r.json"
+    shown = _json(
+        dpmine_cli(
+            server,
+            account.api_key,
+            f"--json mine tree-pair {mushroom.id} --epsilon 40 --in-trees 4 --omega 0.5 "
+            f"--depth 2 --iterations 2000 --seed 7 --min-support 1 --min-jaccard 0 --p-max 1 "
+            f"--output {json_file} --prune {threshold}",
+        )
+    )
+    assert [r["operation"] for r in shown["receipts"]] == ["tree.pair_mcmc", "tree.leaf_counts"] * 4
+    # ε_iter = 10: the pair and its leaf counts 5 each.
+    assert {r["epsilon_exact"] for r in shown["receipts"]} == {"5"}
+    # The file holds every redescription of the run (all have I ≥ --min-support 1); the output
+    # only those with I ≥ --prune: all of them at 1, none at 1e9.
+    everything = json.loads(json_file.read_text(encoding="utf-8"))["redescriptions"]
+    assert everything, "four depth-2 pairs of Mushroom at ε = 5 give redescriptions"
+    kept = [(r["left"], r["right"]) for r in shown["redescriptions"]]
+    large = [
+        (r["left"], r["right"]) for r in everything if r["noisy_intersection"] >= float(threshold)
+    ]
+    assert kept == large
+    assert len(kept) == (len(everything) if threshold == "1" else 0)
+
+
+# --------------------------------------------------------------------------------------------
+# Errors: one line, exit 2, nothing charged
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        ("tree-pair {ds} --epsilon 1 --omega 1.5", "--omega must be strictly between 0 and 1"),
+        ("alt-expm {ds} --epsilon 1 --setting balanced", "--setting must be 'standard' or"),
+        ("alt-mcmc {ds} --epsilon 1 --output out.txt", "--output must end in .json or .csv"),
+        ("alt-expm {ds} --epsilon 1e-14", "below the ledger's unit"),
+        ("alt-mcmc {ds} --epsilon 1 --rm-iterations 0", "rm_iterations must be a whole number"),
+        ("tree-pair {ds} --epsilon 1000", "only ε=200 remains; nothing was spent"),
+        ("alt-expm no-such-dataset --epsilon 1", "error:"),
+        ("tree-pair {ds} --epsilon 1 --depth 99", "too few attributes for a tree of depth 99"),
+    ],
+)
+def test_tree_miner_errors_are_one_line_and_charge_nothing(
+    server: LiveServer, account: Account, mushroom: DatasetInfo, command: str, message: str
+) -> None:
+    before = _remaining(server, account, mushroom.id)
+    text = _error(dpmine_cli(server, account.api_key, "mine " + command.format(ds=mushroom.id)))
+    assert message in text, text
+    assert _remaining(server, account, mushroom.id) == before
