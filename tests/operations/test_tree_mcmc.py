@@ -273,6 +273,118 @@ def test_tree_pair_mcmc_final_states_follow_the_exact_target() -> None:
     assert _chi_square(samples, wrong) < SEEDED_P_VALUE
 
 
+#: Depth-2 pairs: three Boolean attributes per view (each split of base mass ⅓), so 3·2·2 = 12
+#: trees per view and 144 pair states. Left a, b, c; right t (the target), u, v; ~10 % missing.
+_DATA2 = np.random.default_rng(20261125)
+
+
+def _boolean_column(probability: np.ndarray) -> list[float]:
+    present = _DATA2.random(ROWS) >= 0.1
+    column: list[float] = np.where(
+        present, (_DATA2.random(ROWS) < probability).astype(int), -1
+    ).tolist()
+    return column
+
+
+_B2 = _DATA2.random(ROWS) < 0.5
+_C2 = _DATA2.random(ROWS) < 0.5
+VALUES["b"] = np.where(_DATA2.random(ROWS) < 0.1, -1, _B2.astype(int)).tolist()
+VALUES["c"] = np.where(_DATA2.random(ROWS) < 0.1, -1, _C2.astype(int)).tolist()
+VALUES["u"] = _boolean_column(np.where(_B2, 0.85, 0.15))
+VALUES["v"] = _boolean_column(np.where(_B2 & _C2, 0.9, 0.2))
+PAIR2_LEFT, PAIR2_RIGHT = ("a", "b", "c"), ("t", "u", "v")
+
+
+def _boolean_metadata() -> DatasetMetadata:
+    return DatasetMetadata.model_validate(
+        {
+            "kind": "views",
+            "n_max": 100,
+            "attributes": [
+                *({"type": "boolean", "name": name, "view": "left"} for name in PAIR2_LEFT),
+                *({"type": "boolean", "name": name, "view": "right"} for name in PAIR2_RIGHT),
+            ],
+        }
+    )
+
+
+def _boolean_store() -> ColumnStore:
+    columns: dict[str, Column] = {}
+    for name in (*PAIR2_LEFT, *PAIR2_RIGHT):
+        array = np.asarray(VALUES[name])
+        columns[name] = BooleanColumn.from_arrays(name, array == 1, array >= 0)
+    return ColumnStore(_boolean_metadata(), n_rows=ROWS, columns=columns)
+
+
+def _boolean_trees(view: str, names: tuple[str, ...]) -> list[DecisionTree]:
+    """Every valid depth-2 tree over Boolean ``names`` (children differ from the root)."""
+    return [
+        DecisionTree(
+            view="left" if view == "left" else "right",
+            depth=2,
+            splits=[TreeSplit(attribute=name) for name in (root, left, right)],
+        )
+        for root, left, right in itertools.product(names, repeat=3)
+        if root not in (left, right)
+    ]
+
+
+def _pooled_chi_square(samples: list[State], weights: dict[State, float]) -> float:
+    """:func:`_chi_square` with the states of expected count < 5 pooled into one cell (144
+    states for 1500 chains: the rare ones would otherwise make the statistic unreliable)."""
+    total = sum(weights.values())
+    observed = Counter(samples)
+    assert set(observed) <= set(weights)
+    expected = {state: w / total * len(samples) for state, w in weights.items()}
+    big = [state for state in weights if expected[state] >= 5]
+    small = [state for state in weights if expected[state] < 5]
+    counts = [observed[state] for state in big]
+    means = [expected[state] for state in big]
+    if small:
+        counts.append(sum(observed[state] for state in small))
+        means.append(sum(expected[state] for state in small))
+    return float(chisquare(counts, means).pvalue)
+
+
+def test_tree_pair_mcmc_at_depth_2_follows_the_exact_target() -> None:
+    """Depth 2: the second tree predicts the first's four leaves, and a proposal at a node
+    excludes its ancestors' and descendants' splits in both trees."""
+    store, metadata = _boolean_store(), _boolean_metadata()
+    spaces = (SplitSpace.of(metadata, "left"), SplitSpace.of(metadata, "right"))
+    labels = make_target(store, AttributeTarget(attribute="t"))
+    epsilon = 30.0
+    coefficient = epsilon / 2
+    # Every split has base mass ⅓, so the base measure is uniform over the 144 pairs.
+    scores: dict[State, float] = {}
+    for first, second in itertools.product(
+        _boolean_trees("left", PAIR2_LEFT), _boolean_trees("right", PAIR2_RIGHT)
+    ):
+        leaves = [_leaf(first, row) for row in range(ROWS)]
+        scores[_state(first, second)] = _g(first, T) * (1 + _g(second, leaves)) / 2
+    assert len(scores) == 144
+    weights = {state: math.exp(coefficient * s) for state, s in scores.items()}
+    wrong = {state: math.exp(2 * coefficient * s) for state, s in scores.items()}
+    spread = [math.log(weights[state] / wrong[state]) for state in weights]  # = −c·score
+    assert max(spread) - min(spread) > 1.5  # the target is far from the uniform base measure
+
+    def run(seed: int) -> State:
+        first, second = sample_tree_pair(
+            store,
+            spaces,
+            labels,
+            depth=2,
+            iterations=100,
+            epsilon=epsilon,
+            rng=seeded_generator(70_000 + seed),
+            progress=no_progress,
+        )
+        return _state(spaces[0].tree(2, first), spaces[1].tree(2, second))
+
+    samples = _chains(run, 1500)
+    assert _pooled_chi_square(samples, weights) > SEEDED_P_VALUE
+    assert _pooled_chi_square(samples, wrong) < SEEDED_P_VALUE
+
+
 # --------------------------------------------------------------------------------------------
 # Operations
 
