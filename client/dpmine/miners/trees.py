@@ -509,14 +509,26 @@ class AltMCMC(_Alternation):
         )
 
     @classmethod
-    def standard(cls, k: int = 4, **parameters: Unpack[TreeMinerParameters]) -> AltMCMC:
+    def standard(
+        cls,
+        k: int = 4,
+        *,
+        iterations: int = DEFAULT_TREE_ITERATIONS,
+        **parameters: Unpack[TreeMinerParameters],
+    ) -> AltMCMC:
         """InTr = 1, RMIter = k (§3.7 "standard")."""
-        return cls(in_trees=1, rm_iterations=k, **parameters)
+        return cls(in_trees=1, rm_iterations=k, iterations=iterations, **parameters)
 
     @classmethod
-    def stable(cls, k: int = 4, **parameters: Unpack[TreeMinerParameters]) -> AltMCMC:
+    def stable(
+        cls,
+        k: int = 4,
+        *,
+        iterations: int = DEFAULT_TREE_ITERATIONS,
+        **parameters: Unpack[TreeMinerParameters],
+    ) -> AltMCMC:
         """InTr = k, RMIter = 1 (§3.7 "stable")."""
-        return cls(in_trees=k, rm_iterations=1, **parameters)
+        return cls(in_trees=k, rm_iterations=1, iterations=iterations, **parameters)
 
 
 class MCMCTreePair(_TreeMinerBase):
