@@ -18,7 +18,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, Protocol, TypeVar
 
 from dpmine.queries import tree_query
 from dpmine.stats import jaccard, p_value
@@ -30,6 +30,7 @@ __all__ = [
     "DEFAULT_MIN_JACCARD",
     "DEFAULT_MIN_SUPPORT",
     "DEFAULT_P_MAX",
+    "HasNoisyStatistics",
     "LeafCounts",
     "LeafQuery",
     "NoisyStatistics",
@@ -474,7 +475,17 @@ def render_redescription(
 # Pruning (§3.7, paper §4.6)
 
 
-def prune(reds: Iterable[TreeRedescription], min_noisy_support: float) -> list[TreeRedescription]:
+class HasNoisyStatistics(Protocol):
+    """Anything carrying the noisy statistics of a redescription (the pruning reads only them)."""
+
+    @property
+    def statistics(self) -> NoisyStatistics: ...
+
+
+StatisticsT = TypeVar("StatisticsT", bound=HasNoisyStatistics)
+
+
+def prune(reds: Iterable[StatisticsT], min_noisy_support: float) -> list[StatisticsT]:
     """Keep the redescriptions whose noisy support I is at least ``min_noisy_support`` (§3.7).
 
     The paper's thresholds: 2000 (MIMIC-III), 1000 (CMS), 500 (MAMMAL), 200 (NPAS); choose one
@@ -486,7 +497,7 @@ def prune(reds: Iterable[TreeRedescription], min_noisy_support: float) -> list[T
 
 
 def save_support_jaccard_plot(
-    reds: Iterable[TreeRedescription], path: str | Path, threshold: float | None = None
+    reds: Iterable[HasNoisyStatistics], path: str | Path, threshold: float | None = None
 ) -> Path:
     """Scatter plot of noisy support I against noisy Jaccard J, written to ``path`` (§3.7).
 

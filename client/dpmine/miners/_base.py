@@ -8,8 +8,12 @@ remaining budget cannot cover the plan, runs it, and returns ``self``. Results e
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
+
+from rich.progress import Progress
 
 from dpmine.connection import DatasetHandle
 from dpmine.errors import BudgetExhaustedError, DPMineError
@@ -57,6 +61,16 @@ class BaseMiner(ABC):
         """Price the run on the server; nothing is charged and no data is read."""
         calls = self._calls(dataset)
         return Plan(calls=calls, estimate=dataset.estimate(calls))
+
+    @contextmanager
+    def _progress(self, total: int, label: str) -> Iterator[Callable[[], None]]:
+        """An ``advance()`` callback: a transient progress bar when ``self.progress`` is set."""
+        if not getattr(self, "progress", False):
+            yield lambda: None
+            return
+        with Progress(transient=True) as bar:
+            task = bar.add_task(label, total=total)
+            yield lambda: bar.advance(task)
 
     def _check_budget(self, dataset: DatasetHandle) -> Plan:
         plan = self.plan(dataset)

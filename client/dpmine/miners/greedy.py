@@ -17,13 +17,10 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypedDict, Unpack
-
-from rich.progress import Progress
 
 from dpmine.connection import DatasetHandle
 from dpmine.miners._base import BaseMiner, NotMinedError, _Spent
@@ -221,15 +218,6 @@ class _SerenadeBase(BaseMiner):
         response = dataset.run(request)
         spent.receipts.append(response.receipt)
         return MinedRedescription(red, response.statistics, response.cells)
-
-    @contextmanager
-    def _progress(self, total: int, label: str) -> Iterator[Callable[[], None]]:
-        if not self.progress:
-            yield lambda: None
-            return
-        with Progress(transient=True) as bar:
-            task = bar.add_task(label, total=total)
-            yield lambda: bar.advance(task)
 
     # -- results -------------------------------------------------------------------------------
 

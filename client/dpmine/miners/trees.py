@@ -19,8 +19,7 @@ import csv
 import json
 import math
 from abc import abstractmethod
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -28,7 +27,6 @@ from pathlib import Path
 from typing import Self, TypedDict, Unpack
 
 import numpy as np
-from rich.progress import Progress
 
 from dpmine.connection import DatasetHandle
 from dpmine.miners._base import BaseMiner, NotMinedError, _Spent
@@ -38,9 +36,7 @@ from dpmine.treereds import (
     DEFAULT_MAX_SUPPORT_FRACTION,
     DEFAULT_MIN_JACCARD,
     DEFAULT_P_MAX,
-    LeafQuery,
     NoisyStatistics,
-    SignedLeaf,
     TreeRedescription,
     extract_redescriptions,
     render_redescription,
@@ -296,15 +292,6 @@ class _TreeMinerBase(BaseMiner):
         self.leaf_counts_: list[LeafCountsResponse] = []
         self.redescriptions_: list[MinedTreeRedescription] = []
 
-    @contextmanager
-    def _progress_bar(self, total: int, label: str) -> Iterator[Callable[[], None]]:
-        if not self.progress:
-            yield lambda: None
-            return
-        with Progress(transient=True) as bar:
-            task = bar.add_task(label, total=total)
-            yield lambda: bar.advance(task)
-
     # -- results -------------------------------------------------------------------------------
 
     def _results(self) -> list[MinedTreeRedescription]:
@@ -320,11 +307,7 @@ class _TreeMinerBase(BaseMiner):
 
     def save_plot(self, path: Path, threshold: float | None = None) -> Path:
         """Noisy support against noisy Jaccard of every result (needs the ``plot`` extra)."""
-        reds = [
-            TreeRedescription(left=_no_query(), right=_no_query(), statistics=r.statistics)
-            for r in self._results()
-        ]
-        return save_support_jaccard_plot(reds, path, threshold)
+        return save_support_jaccard_plot(self._results(), path, threshold)
 
     def _rows(self) -> list[dict[str, object]]:
         return [
@@ -371,11 +354,6 @@ class _TreeMinerBase(BaseMiner):
             writer.writerows(rows)
 
 
-def _no_query() -> LeafQuery:
-    """A stand-in query for plotting (the plot reads only the statistics)."""
-    return LeafQuery((SignedLeaf(0, True),))
-
-
 class _Alternation(_TreeMinerBase):
     """AltExpM / AltMCMC (§3.7): alternate trees between the views."""
 
@@ -395,10 +373,11 @@ class _Alternation(_TreeMinerBase):
         """ε / (InTr·(2·RMIter + 1)): the budget of every tree and leaf-count call."""
         return share_of(self.epsilon, Fraction(1, self.in_trees * (2 * self.rm_iterations + 1)))
 
+    @abstractmethod
     def _tree_request(
         self, view: View, target: TreeTargetSpec
     ) -> TreeExpMechRequest | TreeMCMCRequest:
-        raise NotImplementedError  # each subclass names its tree operation
+        """The request of one tree of this miner's operation."""
 
     def _calls(self, dataset: DatasetHandle) -> list[PlannedCall]:
         schema = dataset.schema
@@ -425,7 +404,7 @@ class _Alternation(_TreeMinerBase):
         self._start(dataset)
         schema = dataset.schema
         steps = self.in_trees * (2 * self.rm_iterations + 1)
-        with self._progress_bar(steps, type(self).__name__) as advance:
+        with self._progress(steps, type(self).__name__) as advance:
             for attribute in self._attribute_draws(schema, self.in_trees):
                 previous = self._tree(
                     dataset, _other(_view_of(schema, attribute)), self._target(attribute)
@@ -583,7 +562,7 @@ class MCMCTreePair(_TreeMinerBase):
     def mine(self, dataset: DatasetHandle) -> Self:
         """Run InTr tree-pair iterations; returns self (results in ``redescriptions_``)."""
         self._start(dataset)
-        with self._progress_bar(2 * self.in_trees, "MCMCTreePair") as advance:
+        with self._progress(2 * self.in_trees, "MCMCTreePair") as advance:
             for attribute in self._attribute_draws(dataset.schema, self.in_trees):
                 pair = dataset.run(self._pair_request(attribute))
                 self._spent.receipts.append(pair.receipt)

@@ -179,6 +179,16 @@ class _Reporter:
         self._thread.join()
 
 
+def _notify_settled(session: Session, job_ids: list[str]) -> None:
+    """``NOTIFY dpmine_job_done`` per job, delivered when the session's transaction commits
+    (PostgreSQL only): wakes the API processes waiting for these jobs."""
+    for job_id in job_ids:
+        session.execute(
+            text("SELECT pg_notify(:channel, :job_id)"),
+            {"channel": JOB_DONE_CHANNEL, "job_id": job_id},
+        )
+
+
 def _claim(sessions: sessionmaker[Session], job_id: str) -> bool:
     """``queued → running`` if the job is still queued and not cancelled (exactly once)."""
     with sessions() as session, session.begin():
@@ -206,10 +216,7 @@ def _finish(
             )
         )
         if not is_sqlite(engine):
-            session.execute(
-                text("SELECT pg_notify(:channel, :job_id)"),
-                {"channel": JOB_DONE_CHANNEL, "job_id": job_id},
-            )
+            _notify_settled(session, [job_id])
 
 
 def run_job(runtime: WorkerRuntime, job_id: str) -> Outcome:
@@ -269,9 +276,5 @@ def interrupt_jobs(runtime: WorkerRuntime, job_ids: list[str], *, reason: str) -
                 .values(status="interrupted", completed_at=utcnow())
             )
         if changed and not is_sqlite(runtime.engine):
-            for job_id in job_ids:
-                session.execute(
-                    text("SELECT pg_notify(:channel, :job_id)"),
-                    {"channel": JOB_DONE_CHANNEL, "job_id": job_id},
-                )
+            _notify_settled(session, job_ids)
     return changed
