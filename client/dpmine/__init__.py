@@ -26,6 +26,7 @@ from dpmine.errors import (
     TransportError,
 )
 from dpmine.queries import format_query, format_redescription, parse_query, parse_redescription
+from dpmine.rule_lists import DPBayesianRuleList, RuleList
 
 __version__ = "0.1.0"
 
@@ -36,6 +37,7 @@ __all__ = [
     "ChargeKeptNoResultError",
     "ConflictError",
     "Connection",
+    "DPBayesianRuleList",
     "DPMineError",
     "DatasetHandle",
     "IdempotencyConflictError",
@@ -48,6 +50,7 @@ __all__ = [
     "PermissionDeniedError",
     "RateLimitedError",
     "RequestInProgressError",
+    "RuleList",
     "ServerError",
     "TransportError",
     "connect",

@@ -1,4 +1,5 @@
-"""``dpmine``: the analyst's command line (datasets, schema, budget, counts, quality).
+"""``dpmine``: the analyst's command line (datasets, schema, budget, counts, quality, miners,
+rule lists).
 
 The server URL and API key come from ``--url``/``--api-key`` or ``DPMINE_URL``/``DPMINE_API_KEY``.
 ``--json`` prints machine-readable output instead of tables.
@@ -6,6 +7,8 @@ The server URL and API key come from ``--url``/``--api-key`` or ``DPMINE_URL``/`
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -23,8 +26,16 @@ from dpmine.errors import DPMineError
 from dpmine.miners import AltExpM, AltMCMC, MCMCTreePair, Plan, SerenadeCS, SerenadeES, TopKItemsets
 from dpmine.miners.trees import DEFAULT_DEPTH, DEFAULT_MIN_SUPPORT, TreeMinerParameters
 from dpmine.queries import QuerySyntaxError, format_query, parse_query
+from dpmine.rule_lists import (
+    DEFAULT_ITERATIONS,
+    DEFAULT_K_PER_CLASS,
+    DEFAULT_MAX_LENGTH,
+    DPBayesianRuleList,
+    RuleList,
+)
 from dpmine.treereds import DEFAULT_MIN_JACCARD, DEFAULT_P_MAX
 from dpmine.wire import (
+    DEFAULT_NUMERIC_BINS,
     DEFAULT_TREE_ITERATIONS,
     BooleanAttribute,
     CategoricalAttribute,
@@ -778,6 +789,187 @@ def mine_tree_pair(
         )
 
     _run_tree_miner(ctx, dataset_id, make, plan_only, output, plot, prune)
+
+
+# --------------------------------------------------------------------------------------------
+# DP Bayesian rule lists (ALGORITHMS.md §5)
+
+fit_app = typer.Typer(help="Fit a private model (plan first with --plan-only; free).")
+app.add_typer(fit_app, name="fit")
+predict_app = typer.Typer(help="Predict with a saved model on public rows (no server, free).")
+app.add_typer(predict_app, name="predict")
+
+
+def _numbers(text: str, count: int, option: str) -> tuple[float, ...]:
+    """``count`` comma-separated numbers, e.g. ``1,1`` for --alpha."""
+    try:
+        parts = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise _fail(f"{option} takes {count} numbers like {','.join(['1'] * count)}") from None
+    if len(parts) != count:
+        raise _fail(f"{option} takes {count} numbers like {','.join(['1'] * count)}, got {text!r}")
+    return parts
+
+
+@fit_app.command("rule-list")
+def fit_rule_list(
+    ctx: typer.Context,
+    dataset_id: Annotated[str, typer.Argument(metavar="DATASET")],
+    epsilon: EpsilonOption,
+    k_per_class: Annotated[
+        int | None,
+        typer.Option(
+            help=f"K antecedents selected per class [default: {DEFAULT_K_PER_CLASS}, or all "
+            "possible antecedents when the schema allows fewer]",
+            min=1,
+        ),
+    ] = None,
+    max_length: Annotated[
+        int, typer.Option(help="L: items per antecedent at most", min=1)
+    ] = DEFAULT_MAX_LENGTH,
+    expected_length: Annotated[float, typer.Option(help="λ: prior mean list length")] = 3.0,
+    expected_cardinality: Annotated[
+        float, typer.Option(help="η: prior mean antecedent length")
+    ] = 1.0,
+    alpha: Annotated[str, typer.Option(help="α0,α1 of the Dirichlet prior")] = "1,1",
+    iterations: Annotated[
+        int, typer.Option(help="MCMC steps of the sampler", min=1)
+    ] = DEFAULT_ITERATIONS,
+    numeric_bins: Annotated[
+        int, typer.Option(help="Equal-width public bins of a numeric attribute", min=2)
+    ] = DEFAULT_NUMERIC_BINS,
+    method: Annotated[str, typer.Option(help="Top-K selection: em or laplace")] = "em",
+    target: Annotated[
+        str,
+        typer.Option(
+            help="Sampler target: likelihood (prior as base measure) or posterior (the "
+            "thesis' tempered posterior)"
+        ),
+    ] = "likelihood",
+    split: Annotated[
+        str, typer.Option(help="Relative ε weights antecedents,sampler,estimates")
+    ] = "1,1,1",
+    output: Annotated[
+        Path | None, typer.Option(help="Save the model (.json); predict with it offline")
+    ] = None,
+    plan_only: PlanOption = False,
+) -> None:
+    """A DP Bayesian rule list (DP-BRL): antecedents, an MCMC-sampled list, noisy estimates;
+    costs --epsilon in all (ε/3 each by default; the sampled list is DP at convergence)."""
+    options = _options(ctx)
+    if method not in {"em", "laplace"}:
+        raise _fail("--method must be 'em' or 'laplace'")
+    if target not in {"likelihood", "posterior"}:
+        raise _fail("--target must be 'likelihood' or 'posterior'")
+    if output is not None and output.suffix != ".json":
+        raise _fail(f"--output must end in .json, got {str(output)!r}")
+    alpha_pair = _numbers(alpha, 2, "--alpha")
+    weights = _numbers(split, 3, "--split")
+    model = DPBayesianRuleList(
+        epsilon=epsilon,
+        epsilon_split=None if len(set(weights)) == 1 else (weights[0], weights[1], weights[2]),
+        k_per_class=k_per_class,
+        max_length=max_length,
+        expected_length=expected_length,
+        expected_cardinality=expected_cardinality,
+        alpha=(alpha_pair[0], alpha_pair[1]),
+        iterations=iterations,
+        numeric_bins=numeric_bins,
+        method="em" if method == "em" else "laplace",
+        target="likelihood" if target == "likelihood" else "posterior",
+        progress=not plan_only and not options.as_json,
+    )
+
+    def action(connection: Connection) -> Any:
+        dataset = connection.dataset(dataset_id)
+        try:
+            return model.plan(dataset) if plan_only else model.fit(dataset)
+        except ValueError as error:
+            if isinstance(error, ValidationError):
+                raise
+            raise _fail(str(error)) from error
+
+    result = _run(options, action)
+    if isinstance(result, Plan):
+        _emit_plan(options, dataset_id, result)
+        return
+    if output is not None:
+        model.to_json(output)
+    if options.as_json:
+        typer.echo(json.dumps(model.to_dict(), indent=2))
+        return
+    console.print(escape(model.rule_list_.to_text()), soft_wrap=True)
+    console.print(
+        f"{len(model.rule_list_)} rules over {len(model.antecedents_)} antecedents; "
+        f"ε spent = {model.budget_spent_:g}"
+    )
+    for receipt in model.receipts_:
+        console.print(escape(f"{receipt.operation}: {_receipt_line(receipt)}"), soft_wrap=True)
+    if output is not None:
+        console.print(f"model saved to {escape(str(output))}")
+
+
+def _read_rows(path: Path) -> dict[str, list[str]]:
+    """A CSV file with a header as columns of cell texts (as the server reads its files)."""
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.reader(handle)
+            header = [name.strip() for name in next(reader, [])]
+            columns: dict[str, list[str]] = {name: [] for name in header}
+            for row in reader:
+                for name, cell in zip(header, row + [""] * (len(header) - len(row)), strict=False):
+                    columns[name].append(cell)
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise _fail(f"cannot read {str(path)!r}: {error}") from error
+    if not header:
+        raise _fail(f"{str(path)!r} has no header row")
+    return columns
+
+
+@predict_app.command("rule-list")
+def predict_rule_list(
+    ctx: typer.Context,
+    model_path: Annotated[Path, typer.Argument(metavar="MODEL.json")],
+    rows_path: Annotated[Path, typer.Argument(metavar="ROWS.csv")],
+    threshold: Annotated[float, typer.Option(help="Predict positive above this")] = 0.5,
+    output: Annotated[Path | None, typer.Option(help="Write the predictions to a .csv")] = None,
+) -> None:
+    """Predict with a rule list saved by ``fit rule-list --output``: one line per row with the
+    capturing rule, P(positive) and the predicted class. Offline and free."""
+    options = _options(ctx)
+    try:
+        rule_list = RuleList.from_json(model_path)
+    except (OSError, ValueError, KeyError) as error:
+        raise _fail(f"cannot load the model {str(model_path)!r}: {error}") from error
+    columns = _read_rows(rows_path)
+    try:
+        captured = rule_list.capture(columns)
+    except ValueError as error:
+        raise _fail(str(error)) from error
+    estimates = [r.estimate for r in (*rule_list.rules, rule_list.default)]
+    negative, positive = rule_list.classes
+    header = ["rule", f"p_{positive}", "prediction"]
+    lines = [
+        [
+            "default" if j == len(rule_list) else str(j + 1),
+            f"{estimates[j]:.6g}",
+            positive if estimates[j] > threshold else negative,
+        ]
+        for j in (int(x) for x in captured)
+    ]
+    if options.as_json:
+        typer.echo(json.dumps([dict(zip(header, line, strict=True)) for line in lines], indent=2))
+    elif output is None:
+        text = io.StringIO()
+        csv.writer(text, lineterminator="\n").writerows([header, *lines])
+        typer.echo(text.getvalue(), nl=False)
+    if output is not None:
+        with output.open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(header)
+            writer.writerows(lines)
+        if not options.as_json:
+            console.print(f"{len(lines)} predictions written to {escape(str(output))}")
 
 
 def main() -> None:

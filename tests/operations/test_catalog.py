@@ -20,6 +20,7 @@ from pydantic import BaseModel
 import dpmine_server.operations
 from dpmine.wire import (
     OPERATIONS,
+    Antecedent,
     AttributeTarget,
     BooleanAttribute,
     BoolLiteral,
@@ -35,9 +36,12 @@ from dpmine.wire import (
     NoisyCountRequest,
     NumericAttribute,
     NumLiteral,
+    PointEstimatesRequest,
     QualityParameters,
     Receipt,
     Redescription,
+    RuleListAntecedentsRequest,
+    SampleRuleListRequest,
     SerenadeOptions,
     SubmitJobRequest,
     TopKItemsetsRequest,
@@ -78,6 +82,9 @@ SECTIONS = {
     "tree.mcmc": "§3.4",
     "tree.pair_mcmc": "§3.5",
     "tree.leaf_counts": "§3.6",
+    "brl.antecedents": "§5.2",
+    "brl.sample_rule_list": "§5.3",
+    "brl.point_estimates": "§5.4",
 }
 ROWS = 12
 
@@ -93,7 +100,12 @@ def _metadata(kind: DatasetKind) -> DatasetMetadata:
         NumericAttribute(name="size", view=right, lo=0.0, hi=10.0),
     ]
     return DatasetMetadata.model_validate(
-        {"kind": kind, "n_max": 100, "attributes": [a.model_dump() for a in attributes]}
+        {
+            "kind": kind,
+            "n_max": 100,
+            "attributes": [a.model_dump() for a in attributes],
+            "label": {"attribute": "b", "positive": "true"},  # for the rule lists (§5)
+        }
     )
 
 
@@ -162,7 +174,35 @@ def _example_requests(kind: DatasetKind) -> dict[str, list[BaseModel]]:
     ]
     if kind == "views":
         examples.update(_tree_examples())
+    examples.update(_rule_list_examples())
     return examples
+
+
+def _rule_list_examples() -> dict[str, list[BaseModel]]:
+    """Requests of the rule-list operations (§5) on the labelled data of :func:`_metadata`."""
+    rules = [
+        Antecedent(items=[BoolLiteral(attribute="a")]),
+        Antecedent(
+            items=[
+                CatLiteral(attribute="colour", category="red"),
+                NumLiteral(attribute="size", lower=0.0, upper=5.0),
+            ]
+        ),
+    ]
+    return {
+        "brl.antecedents": [
+            RuleListAntecedentsRequest(k_per_class=3, max_length=2, epsilon=1.0),
+            RuleListAntecedentsRequest(k_per_class=1, max_length=1, epsilon=0.5, method="laplace"),
+        ],
+        "brl.sample_rule_list": [
+            SampleRuleListRequest(antecedents=rules, epsilon=1.0, iterations=50),
+            SampleRuleListRequest(antecedents=rules, epsilon=0.5, iterations=5, initial=[1, 0]),
+        ],
+        "brl.point_estimates": [
+            PointEstimatesRequest(rules=rules, epsilon=1.0),
+            PointEstimatesRequest(epsilon=0.5),
+        ],
+    }
 
 
 def _tree_examples() -> dict[str, list[BaseModel]]:

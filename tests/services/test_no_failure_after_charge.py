@@ -28,6 +28,7 @@ from dpmine.wire import (
     DatasetKind,
     DatasetMetadata,
     FimiSource,
+    LabelSpec,
     NumericAttribute,
 )
 from dpmine_server.db.models import LedgerEntry, Principal
@@ -81,9 +82,16 @@ ROWS = (
 
 def _cases() -> list[Case]:
     cases: list[Case] = []
+    # Labels for the rule lists (§5): categorical on the views, Boolean on the tables.
+    labels = {
+        "views": LabelSpec(attribute="c2", positive="x"),
+        "table": LabelSpec(attribute="b2", positive="1"),
+    }
     for kind in ("views", "table"):
         for rows, n_max, suffix in ((ROWS, 5, "full"), (ROWS[:1], 1, "one"), ((), 3, "empty")):
-            metadata = DatasetMetadata(kind=kind, n_max=n_max, attributes=_attributes(kind))
+            metadata = DatasetMetadata(
+                kind=kind, n_max=n_max, attributes=_attributes(kind), label=labels[kind]
+            )
             cases.append(Case(f"{kind}-{suffix}", metadata, _csv(HEADER, rows)))
     numeric_only = DatasetMetadata(
         kind="views",
@@ -310,6 +318,54 @@ def _tree_request(
     return {"view": view, "target": target, **common}
 
 
+def _antecedents(metadata: DatasetMetadata, rng: random.Random) -> list[dict[str, Any]]:
+    """0–3 antecedents of 1–3 literals on distinct attributes (some invalid: undeclared
+    categories, bounds outside the range, the label's attribute)."""
+    literals = _literals(metadata, valid=rng.random() < 0.8)
+    antecedents = []
+    for _ in range(rng.choice([0, 1, 2, 3])):
+        chosen: dict[str, dict[str, Any]] = {}
+        for literal in rng.sample(literals, k=min(len(literals), rng.choice([1, 2, 3]))):
+            chosen.setdefault(literal["attribute"], literal)
+        antecedents.append({"items": list(chosen.values())})
+    return [a for i, a in enumerate(antecedents) if a not in antecedents[:i]]
+
+
+def _rule_list_request(
+    operation: str, metadata: DatasetMetadata, epsilon: float, rng: random.Random
+) -> dict[str, Any]:
+    """A request of a rule-list operation (§5) with edge-case parameters."""
+    if operation == "brl.antecedents":
+        return {
+            "k_per_class": rng.choice([1, 2, 5, 40]),  # 40 exceeds some universes
+            "max_length": rng.choice([1, 2, 3]),
+            "epsilon": epsilon,
+            "method": rng.choice(["em", "laplace"]),
+            "rho": rng.choice([1e-300, 0.1, 0.999999]),
+            "numeric_bins": rng.choice([2, 4, 64]),
+        }
+    rules = _antecedents(metadata, rng)
+    if operation == "brl.point_estimates":
+        return {"rules": rules, "epsilon": epsilon}
+    if not rules:  # the sampler needs at least one antecedent
+        valid = _literals(metadata, valid=True)
+        rules = [{"items": [valid[0]]}] if valid else []
+    extreme = [1e-6, 1.0, 1e6]
+    request: dict[str, Any] = {
+        "antecedents": rules,
+        "epsilon": epsilon,
+        "iterations": rng.choice([1, 7, 200]),
+        "expected_length": rng.choice(extreme),
+        "expected_cardinality": rng.choice(extreme),
+        "alpha_negative": rng.choice(extreme),
+        "alpha_positive": rng.choice(extreme),
+        "target": rng.choice(["likelihood", "posterior"]),
+    }
+    if rules and rng.random() < 0.5:
+        request["initial"] = rng.sample(range(len(rules)), k=rng.randint(0, len(rules)))
+    return request
+
+
 def _requests(operation: str, metadata: DatasetMetadata, seed: int) -> Iterator[dict[str, Any]]:
     """PER_DATASET requests for ``operation`` on a dataset with ``metadata``."""
     rng = random.Random(seed)
@@ -334,6 +390,8 @@ def _requests(operation: str, metadata: DatasetMetadata, seed: int) -> Iterator[
             }
         elif operation.startswith("tree."):
             yield _tree_request(operation, metadata, epsilon, rng)
+        elif operation.startswith("brl."):
+            yield _rule_list_request(operation, metadata, epsilon, rng)
         elif operation == "serenade.extend_one":
             collection = rng.sample(reds, k=min(len(reds), rng.choice([1, 3]))) or [
                 {"left": exprs[0], "right": exprs[1]}
@@ -410,5 +468,8 @@ def test_the_matrix_covers_every_catalog_operation() -> None:
         "tree.mcmc",
         "tree.pair_mcmc",
         "tree.leaf_counts",
+        "brl.antecedents",
+        "brl.sample_rule_list",
+        "brl.point_estimates",
     }
     assert set(CATALOG) == known

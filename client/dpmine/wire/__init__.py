@@ -11,5 +11,6 @@ from dpmine.wire.operations import *  # noqa: F403
 from dpmine.wire.queries import *  # noqa: F403
 from dpmine.wire.query_tree import *  # noqa: F403
 from dpmine.wire.redescriptions import *  # noqa: F403
+from dpmine.wire.rule_lists import *  # noqa: F403
 from dpmine.wire.statistics import *  # noqa: F403
 from dpmine.wire.trees import *  # noqa: F403

@@ -15,6 +15,8 @@ from pydantic import Discriminator, Field, model_validator
 from dpmine.wire.common import Timestamp, WireModel
 
 __all__ = [
+    "BOOLEAN_FALSE",
+    "BOOLEAN_TRUE",
     "DEFAULT_MISSING_VALUES",
     "AnyAttribute",
     "BooleanAttribute",
@@ -47,6 +49,9 @@ DatasetId = Annotated[
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 
 DEFAULT_MISSING_VALUES: tuple[str, ...] = ("", "?", "NA", "N/A", "nan", "NaN", "null")
+#: The cell texts (lower-cased) a Boolean attribute reads as true and as false.
+BOOLEAN_TRUE = frozenset({"1", "1.0", "true", "t", "yes"})
+BOOLEAN_FALSE = frozenset({"0", "0.0", "false", "f", "no"})
 
 #: Largest public row bound accepted (sensitivities are computed from it).
 MAX_N_MAX = 1_000_000_000

@@ -27,6 +27,14 @@ from dpmine.wire.redescriptions import (
     InitialPairsRequest,
     InitialPairsResponse,
 )
+from dpmine.wire.rule_lists import (
+    PointEstimatesRequest,
+    PointEstimatesResponse,
+    RuleListAntecedentsRequest,
+    RuleListAntecedentsResponse,
+    SampleRuleListRequest,
+    SampleRuleListResponse,
+)
 from dpmine.wire.trees import (
     LeafCountsRequest,
     LeafCountsResponse,
@@ -39,6 +47,9 @@ from dpmine.wire.trees import (
 )
 
 __all__ = [
+    "BRL_ANTECEDENTS",
+    "BRL_POINT_ESTIMATES",
+    "BRL_SAMPLE_RULE_LIST",
     "COUNT_NOISY",
     "FIM_TOPK_EM",
     "FIM_TOPK_LAPLACE",
@@ -175,6 +186,29 @@ TREE_LEAF_COUNTS = Operation(
     mode="job",
 )
 
+BRL_ANTECEDENTS = Operation(
+    name="brl.antecedents",
+    path="rule-lists/antecedents",
+    request_model=RuleListAntecedentsRequest,
+    response_model=RuleListAntecedentsResponse,
+    guarantee="pure",
+)
+BRL_SAMPLE_RULE_LIST = Operation(
+    name="brl.sample_rule_list",
+    path="rule-lists/sample",
+    request_model=SampleRuleListRequest,
+    response_model=SampleRuleListResponse,
+    guarantee="approximate",
+    mode="job",
+)
+BRL_POINT_ESTIMATES = Operation(
+    name="brl.point_estimates",
+    path="rule-lists/point-estimates",
+    request_model=PointEstimatesRequest,
+    response_model=PointEstimatesResponse,
+    guarantee="pure",
+)
+
 _ALL: tuple[Operation[Any, Any], ...] = (
     COUNT_NOISY,
     RED_COMPUTE_QUALITY,
@@ -186,6 +220,9 @@ _ALL: tuple[Operation[Any, Any], ...] = (
     TREE_MCMC,
     TREE_PAIR_MCMC,
     TREE_LEAF_COUNTS,
+    BRL_ANTECEDENTS,
+    BRL_SAMPLE_RULE_LIST,
+    BRL_POINT_ESTIMATES,
 )
 
 #: Every operation by its public name (e.g. ``"count.noisy"``).

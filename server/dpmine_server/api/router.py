@@ -10,6 +10,7 @@ from dpmine_server.api.routes import (
     itemsets,
     jobs,
     redescriptions,
+    rule_lists,
     trees,
 )
 
@@ -20,5 +21,6 @@ api_router.include_router(counts.router)
 api_router.include_router(redescriptions.router)
 api_router.include_router(itemsets.router)
 api_router.include_router(trees.router)
+api_router.include_router(rule_lists.router)
 api_router.include_router(jobs.router)
 api_router.include_router(admin.router)

@@ -6,8 +6,13 @@
   items of one attribute form a group; an itemset holds at most one item per group, so the
   universe of ℓ-itemsets has size e_ℓ(group sizes) (elementary symmetric polynomial), which is
   C(m, ℓ) for transactions.
+* :func:`rule_list_catalog` is the item universe of rule-list antecedents (ALGORITHMS.md §5.1,
+  :mod:`dpmine.wire.rule_lists`): ``[A = c]`` per category, ``[A]`` and ``![A]`` per Boolean
+  attribute, one closed interval per public bin of a numeric attribute; the label's attribute
+  gives none. One group per attribute.
 * :class:`TransactionIndex` is private: exact counts of itemsets (bitset intersections) and
-  frequent-itemset mining above a count threshold with Borgelt's Eclat (PyPI ``pyfim``, C code).
+  frequent-itemset mining above a count threshold with Borgelt's Eclat (PyPI ``pyfim``, C code),
+  over every row or over a subset of the rows (one label class, §5.2).
   Nothing it returns may be released.
 """
 
@@ -16,7 +21,7 @@ from __future__ import annotations
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,12 +36,21 @@ from dpmine.wire import (
     CategoricalAttribute,
     CatLiteral,
     DatasetMetadata,
+    rule_list_items,
 )
 from dpmine_server.data.bitsets import Bitset
 from dpmine_server.data.columns import ColumnStore
 from dpmine_server.errors import InternalError
 
-__all__ = ["ItemCatalog", "Itemset", "TransactionIndex", "item_catalog", "transaction_index"]
+__all__ = [
+    "ItemCatalog",
+    "Itemset",
+    "TransactionIndex",
+    "item_catalog",
+    "row_subset_index",
+    "rule_list_catalog",
+    "transaction_index",
+]
 
 #: Largest n_max × items for which Eclat may use bit vectors (64 MiB of them).
 _MAX_BITVECTOR_BITS = 2**29
@@ -110,19 +124,55 @@ def item_catalog(metadata: DatasetMetadata) -> ItemCatalog:
     return ItemCatalog(names=tuple(names), literals=tuple(item_literals), groups=tuple(groups))
 
 
+def _item_name(literal: AnyLiteral) -> str:
+    """The catalog name of a rule-list item, in the query syntax."""
+    if isinstance(literal, BoolLiteral):
+        return f"{'!' if literal.negated else ''}[{literal.attribute}]"
+    if isinstance(literal, CatLiteral):
+        return f"[{literal.attribute} = {literal.category}]"
+    return f"[{literal.lower!r} <= {literal.attribute} <= {literal.upper!r}]"
+
+
+def rule_list_catalog(metadata: DatasetMetadata, *, numeric_bins: int) -> ItemCatalog:
+    """The public item universe of rule-list antecedents (§5.1, §5.2): ``[A = c]`` for every
+    category, ``[A]`` and ``![A]`` for a Boolean attribute, one closed interval
+    ``[e_i <= A <= e_{i+1}⁻]`` per public bin of a numeric attribute (:func:`numeric_bins_of`:
+    disjoint bins, a cut-point belongs to the bin above it). The label's attribute gives no
+    items; the items of one attribute form one group (an antecedent holds at most one of them)."""
+    names: list[str] = []
+    literals: list[AnyLiteral] = []
+    groups: list[tuple[int, ...]] = []
+    for items in rule_list_items(metadata, numeric_bins):
+        start = len(names)
+        for literal in items:
+            names.append(_item_name(literal))
+            literals.append(literal)
+        groups.append(tuple(range(start, len(names))))
+    return ItemCatalog(names=tuple(names), literals=tuple(literals), groups=tuple(groups))
+
+
 class TransactionIndex:
     """Exact itemset counts and frequent-itemset mining over one loaded dataset. PRIVATE.
 
     ``weak``: hold the store by a weak reference, for an index cached on the store itself
     (:func:`transaction_index`), so that the store and its index form no reference cycle and are
-    freed as soon as the store is dropped.
+    freed as soon as the store is dropped. ``rows``: count and mine only these rows (e.g. one
+    label class, §5.2); every other row is left out of the miner's input.
     """
 
-    def __init__(self, store: ColumnStore, catalog: ItemCatalog, *, weak: bool = False) -> None:
+    def __init__(
+        self,
+        store: ColumnStore,
+        catalog: ItemCatalog,
+        *,
+        weak: bool = False,
+        rows: Bitset | None = None,
+    ) -> None:
         self._store_ref: Callable[[], ColumnStore | None] = (
             weakref.ref(store) if weak else lambda: store
         )
         self._catalog = catalog
+        self._rows = rows
         self._lock = threading.Lock()
         self._transactions: list[list[int]] | None = None
         self._transactions_bytes = 0
@@ -140,8 +190,9 @@ class TransactionIndex:
         return store
 
     def item_rows(self, item: int) -> Bitset:
-        """Rows holding item ``item``."""
-        return self._store.literal_bitset(self._catalog.literals[item])
+        """Rows (of the index's subset) holding item ``item``."""
+        rows = self._store.literal_bitset(self._catalog.literals[item])
+        return rows if self._rows is None else rows & self._rows
 
     def count(self, itemset: Itemset) -> int:
         """Exact number of rows holding every item of ``itemset``."""
@@ -168,13 +219,14 @@ class TransactionIndex:
         rows_sorted, items_sorted = rows_all[order], items_all[order]
         bounds = np.searchsorted(rows_sorted, np.arange(n_rows + 1))
         item_list = items_sorted.tolist()
+        kept = range(n_rows) if self._rows is None else self._rows.to_indices().tolist()
         # Lists (outer and per row), their slots, and an int object per item position > 256.
         self._transactions_bytes = (
-            (n_rows + 1) * _LIST_BYTES
-            + (n_rows + items_sorted.size) * _SLOT_BYTES
+            (len(kept) + 1) * _LIST_BYTES
+            + (len(kept) + items_sorted.size) * _SLOT_BYTES
             + sys.getsizeof(2**16) * int(np.count_nonzero(items_sorted > 256))
         )
-        return [item_list[bounds[row] : bounds[row + 1]] for row in range(n_rows)]
+        return [item_list[bounds[row] : bounds[row + 1]] for row in kept]
 
     def nbytes(self) -> int:
         """Estimated memory of what the index built (the miner's input, once built)."""
@@ -237,5 +289,18 @@ def transaction_index(store: ColumnStore) -> TransactionIndex:
     return store.derived.get_or_build(
         ("itemsets.transaction_index",),
         lambda: TransactionIndex(store, item_catalog(store.metadata), weak=True),
+        nbytes=TransactionIndex.nbytes,
+    )
+
+
+def row_subset_index(
+    store: ColumnStore, catalog: ItemCatalog, rows: Bitset, *, key: tuple[Hashable, ...]
+) -> TransactionIndex:
+    """An index of ``catalog`` over the subset ``rows`` of a loaded store, cached on the store
+    under ``("itemsets.row_subset_index", *key)``; ``key`` (public values) must identify both the
+    catalog and the subset (e.g. the label spec, the class and the catalog's parameters)."""
+    return store.derived.get_or_build(
+        ("itemsets.row_subset_index", *key),
+        lambda: TransactionIndex(store, catalog, weak=True, rows=rows),
         nbytes=TransactionIndex.nbytes,
     )

@@ -23,6 +23,8 @@ import pandas as pd
 import sqlalchemy
 
 from dpmine.wire.datasets import (
+    BOOLEAN_FALSE,
+    BOOLEAN_TRUE,
     AnyAttribute,
     BooleanAttribute,
     CategoricalAttribute,
@@ -43,8 +45,6 @@ from dpmine_server.data.columns import (
 )
 
 __all__ = [
-    "BOOLEAN_FALSE",
-    "BOOLEAN_TRUE",
     "MAX_PROBLEMS",
     "SNAPSHOT_FILE",
     "DataValidationError",
@@ -57,8 +57,6 @@ __all__ = [
     "snapshot_sql",
 ]
 
-BOOLEAN_TRUE = frozenset({"1", "1.0", "true", "t", "yes"})
-BOOLEAN_FALSE = frozenset({"0", "0.0", "false", "f", "no"})
 #: Problems collected before loading stops and reports them together.
 MAX_PROBLEMS = 10
 _MAX_SHOWN = 20

@@ -15,6 +15,8 @@ import numpy as np
 import pandas as pd
 
 from dpmine.wire.datasets import (
+    BOOLEAN_FALSE,
+    BOOLEAN_TRUE,
     DEFAULT_MISSING_VALUES,
     MAX_N_MAX,
     AnyAttribute,
@@ -31,8 +33,6 @@ from dpmine.wire.datasets import (
     View,
 )
 from dpmine_server.data.loaders import (
-    BOOLEAN_FALSE,
-    BOOLEAN_TRUE,
     read_csv_strings,
     read_fimi_lines,
     read_sql_strings,

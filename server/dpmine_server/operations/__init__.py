@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from dpmine_server.operations import counts, itemsets, redescriptions, trees
+from dpmine_server.operations import counts, itemsets, redescriptions, rule_lists, trees
 from dpmine_server.operations.base import OperationSpec
 
 __all__ = ["CATALOG", "OperationSpec"]
@@ -11,6 +11,6 @@ __all__ = ["CATALOG", "OperationSpec"]
 #: guarantee and mode come from its entry of the wire table ``dpmine.wire.OPERATIONS``.
 CATALOG: dict[str, OperationSpec[Any, Any]] = {
     spec.name: spec
-    for module in (counts, itemsets, redescriptions, trees)
+    for module in (counts, itemsets, redescriptions, trees, rule_lists)
     for spec in module.OPERATIONS
 }

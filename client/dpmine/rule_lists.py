@@ -1,0 +1,923 @@
+"""Differentially private Bayesian rule lists (DP-BRL, ALGORITHMS.md §5) on the client.
+
+:class:`DPBayesianRuleList` orchestrates the three charged server calls of §5.5 and predicts
+locally; no data ever reaches the client:
+
+1. ``brl.antecedents`` (ε1): K private top itemsets on each class's rows (§5.2); their union,
+   deduplicated, is the public antecedent set A;
+2. ``brl.sample_rule_list`` (ε2, a background job): a rule list over A drawn by MCMC from
+   exp(ε2·u(d)/(2Δu)) (§5.3; DP only once the chain has converged: ``guarantee="approximate"``);
+3. ``brl.point_estimates`` (ε3): noisy capture counts Ñ_{j,y} of every rule (§5.4), turned into
+   the estimates PE_j = (Ñ_{j,1}+α1)/(Ñ_{j,0}+Ñ_{j,1}+α0+α1), Ñ clamped at 0, here.
+
+By default ε1 = ε2 = ε3 = ε/3 (§5.5). The fitted :class:`RuleList` is public (post-processing of
+the three releases): it renders as if / else-if text in the project's query syntax, predicts on
+public rows (a pandas DataFrame, a mapping of columns, or a 2-D array with column names) and is
+saved to JSON and loaded again without a server.
+
+Local evaluation of a literal matches the server's (:mod:`dpmine.wire.queries`): cells are
+stripped strings, the dataset's missing-value tokens (and None/NaN) are missing, a literal and its
+negation are both false on a missing value, numeric values are clipped to the public range and
+compared with closed bounds, Boolean cells read 1/0, true/false, t/f or yes/no.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Literal, Self
+
+import numpy as np
+import numpy.typing as npt
+from rich.progress import Progress
+
+from dpmine.connection import DatasetHandle
+from dpmine.miners._base import BaseMiner, NotMinedError, _Spent
+from dpmine.miners.trees import share_of
+from dpmine.queries import format_query
+from dpmine.wire import (
+    BOOLEAN_FALSE,
+    BOOLEAN_TRUE,
+    DEFAULT_NUMERIC_BINS,
+    AnyLiteral,
+    BooleanAttribute,
+    BoolLiteral,
+    CategoricalAttribute,
+    CatLiteral,
+    DatasetMetadata,
+    LabelSpec,
+    NumericAttribute,
+    NumLiteral,
+    PlannedCall,
+    Receipt,
+)
+from dpmine.wire.operations import BRL_ANTECEDENTS, BRL_POINT_ESTIMATES, BRL_SAMPLE_RULE_LIST
+from dpmine.wire.rule_lists import (
+    Antecedent,
+    ClassAntecedents,
+    PointEstimatesRequest,
+    RuleListAntecedentsRequest,
+    RuleListTarget,
+    SampleRuleListRequest,
+    antecedent_universe,
+    every_antecedent,
+)
+
+__all__ = [
+    "DEFAULT_ITERATIONS",
+    "DEFAULT_K_PER_CLASS",
+    "DEFAULT_MAX_LENGTH",
+    "MODEL_FORMAT",
+    "DPBayesianRuleList",
+    "Rule",
+    "RuleList",
+    "antecedent_text",
+    "point_estimate",
+    "union_antecedents",
+]
+
+#: Public defaults, data-independent and the same for every dataset (bench/README.md "Rule lists
+#: benchmark" says how they were chosen): single-item antecedents, because the most frequent
+#: pairs of a class are mostly pairs of near-universal items; K = 40 per class, or every possible
+#: antecedent when the public schema allows fewer; T = 3000 steps, the thesis' largest run (§5.3).
+DEFAULT_K_PER_CLASS = 40
+DEFAULT_MAX_LENGTH = 1
+DEFAULT_ITERATIONS = 3000
+#: The ``format`` tag of a saved model; :meth:`RuleList.from_dict` refuses any other.
+MODEL_FORMAT = "dpmine.rule_list/1"
+
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+ObjectArray = npt.NDArray[np.object_]
+
+
+# --------------------------------------------------------------------------------------------
+# Pure pieces: antecedent set, estimates, text
+
+
+def point_estimate(negative: int, positive: int, alpha: tuple[float, float] = (1.0, 1.0)) -> float:
+    """PE = (Ñ1 + α1)/(Ñ0 + Ñ1 + α0 + α1) with the noisy counts clamped at 0 (§5.4)."""
+    alpha_negative, alpha_positive = alpha
+    kept_negative, kept_positive = max(negative, 0), max(positive, 0)
+    return (kept_positive + alpha_positive) / (
+        kept_negative + kept_positive + alpha_negative + alpha_positive
+    )
+
+
+def union_antecedents(by_class: Sequence[ClassAntecedents]) -> list[Antecedent]:
+    """The antecedent set A of §5.2: the per-class lists interleaved rank by rank (positive
+    class first), each antecedent kept at its first occurrence.
+
+    The order only fixes the sampler's public start ([A_1], §5.3): the top positive itemset.
+    Antecedents that differ only in the order of their items are the same conjunction.
+    """
+    ordered = sorted(by_class, key=lambda entry: entry.label != "positive")
+    longest = max((len(entry.antecedents) for entry in ordered), default=0)
+    seen: set[str] = set()
+    union: list[Antecedent] = []
+    for rank in range(longest):
+        for entry in ordered:
+            if rank >= len(entry.antecedents):
+                continue
+            antecedent = entry.antecedents[rank]
+            key = _antecedent_key(antecedent)
+            if key not in seen:
+                seen.add(key)
+                union.append(antecedent)
+    return union
+
+
+def _antecedent_key(antecedent: Antecedent) -> str:
+    return "\n".join(sorted(item.model_dump_json() for item in antecedent.items))
+
+
+def antecedent_text(antecedent: Antecedent) -> str:
+    """An antecedent in the project's query syntax, e.g. ``[odor = n] & [18.0 <= age <= 40.0]``."""
+    return " & ".join(format_query(item) for item in antecedent.items)
+
+
+# --------------------------------------------------------------------------------------------
+# Local evaluation of literals on public rows
+
+
+def _is_missing(value: object, tokens: frozenset[str]) -> bool:
+    """None, NaN, pandas' NA/NaT, or a missing-value token (after stripping)."""
+    if value is None or type(value).__name__ in {"NAType", "NaTType"}:
+        return True
+    if isinstance(value, str):
+        return value.strip() in tokens
+    if isinstance(value, float | np.floating):
+        return bool(np.isnan(value))
+    return False
+
+
+def _cell_text(value: object) -> str:
+    """A present cell as the stripped text the server's CSV loader would have read."""
+    if isinstance(value, str):
+        return value.strip()
+    if isinstance(value, bool | np.bool_):
+        return "true" if value else "false"
+    if isinstance(value, int | np.integer):
+        return str(int(value))
+    if isinstance(value, float | np.floating):
+        number = float(value)
+        return str(int(number)) if number.is_integer() else repr(number)
+    return str(value).strip()
+
+
+def _categorical_column(cells: ObjectArray, tokens: frozenset[str]) -> ObjectArray:
+    """Category texts, None where missing (an undeclared category is a present value that
+    matches no literal ``[A = c]``)."""
+    return np.array(
+        [None if _is_missing(cell, tokens) else _cell_text(cell) for cell in cells], dtype=object
+    )
+
+
+def _boolean_column(name: str, cells: ObjectArray, tokens: frozenset[str]) -> FloatArray:
+    """1.0 / 0.0, NaN where missing; any other cell is an error, as on the server."""
+    values = np.empty(len(cells), dtype=np.float64)
+    for index, cell in enumerate(cells):
+        if _is_missing(cell, tokens):
+            values[index] = np.nan
+            continue
+        text = _cell_text(cell).lower()
+        if text in BOOLEAN_TRUE:
+            values[index] = 1.0
+        elif text in BOOLEAN_FALSE:
+            values[index] = 0.0
+        else:
+            raise ValueError(
+                f"column {name!r}, row {index}: {cell!r} is not a Boolean "
+                "(use 1/0, true/false, t/f or yes/no, or a missing-value token)"
+            )
+    return values
+
+
+def _numeric_column(
+    attribute: NumericAttribute, cells: ObjectArray, tokens: frozenset[str]
+) -> FloatArray:
+    """Floats clipped to the public range [lo, hi], NaN where missing."""
+    values = np.empty(len(cells), dtype=np.float64)
+    for index, cell in enumerate(cells):
+        if _is_missing(cell, tokens):
+            values[index] = np.nan
+            continue
+        try:
+            number = float(_cell_text(cell))
+        except ValueError:
+            number = math.nan
+        if not math.isfinite(number):
+            raise ValueError(
+                f"column {attribute.name!r}, row {index}: {cell!r} is not a finite number"
+            )
+        values[index] = number
+    clipped: FloatArray = np.clip(values, attribute.lo, attribute.hi)
+    return clipped
+
+
+Column = ObjectArray | FloatArray
+
+
+def _typed_column(
+    attribute: BooleanAttribute | CategoricalAttribute | NumericAttribute,
+    cells: ObjectArray,
+    tokens: frozenset[str],
+) -> Column:
+    if isinstance(attribute, CategoricalAttribute):
+        return _categorical_column(cells, tokens)
+    if isinstance(attribute, BooleanAttribute):
+        return _boolean_column(attribute.name, cells, tokens)
+    return _numeric_column(attribute, cells, tokens)
+
+
+def _literal_mask(literal: AnyLiteral, column: Column) -> BoolArray:
+    """Rows where the literal holds; false on a missing value, negated or not (§1.1)."""
+    if isinstance(literal, CatLiteral):
+        present = np.array([cell is not None for cell in column], dtype=bool)
+        test = np.array([cell == literal.category for cell in column], dtype=bool)
+    else:
+        numbers = np.asarray(column, dtype=np.float64)
+        present = ~np.isnan(numbers)
+        if isinstance(literal, BoolLiteral):
+            test = numbers == 1.0
+        else:
+            test = present.copy()
+            if literal.lower is not None:
+                test &= numbers >= literal.lower
+            if literal.upper is not None:
+                test &= numbers <= literal.upper
+    holds: BoolArray = present & (test != literal.negated)
+    return holds
+
+
+def _check_literal_type(
+    literal: AnyLiteral, attribute: BooleanAttribute | CategoricalAttribute | NumericAttribute
+) -> None:
+    expected = {CatLiteral: CategoricalAttribute, BoolLiteral: BooleanAttribute}.get(
+        type(literal), NumericAttribute
+    )
+    if not isinstance(attribute, expected):
+        raise ValueError(
+            f"literal {format_query(literal)} does not fit the {attribute.type} attribute "
+            f"{attribute.name!r}"
+        )
+
+
+def _named_columns(
+    rows: object, names: Sequence[str], columns: Sequence[str] | None, default: Sequence[str]
+) -> dict[str, ObjectArray]:
+    """The cells of the columns ``names`` from a DataFrame, a mapping of columns or a 2-D
+    array (whose columns are ``columns``, else ``default``)."""
+    if columns is None and hasattr(rows, "columns") and hasattr(rows, "__getitem__"):
+        available = [str(name) for name in rows.columns]
+        frame: Any = rows
+        lookup = {str(name): name for name in frame.columns}
+        missing = [name for name in names if name not in lookup]
+        if missing:
+            raise ValueError(f"the rows have no column {missing}; they have {available}")
+        return {name: np.asarray(frame[lookup[name]], dtype=object) for name in names}
+    if columns is None and isinstance(rows, Mapping):
+        missing = [name for name in names if name not in rows]
+        if missing:
+            raise ValueError(f"the rows have no column {missing}; they have {sorted(rows)}")
+        return {name: np.asarray(rows[name], dtype=object).reshape(-1) for name in names}
+    table = np.asarray(rows, dtype=object)
+    if table.ndim != 2:
+        raise ValueError(f"expected a 2-D table of rows, got an array of shape {table.shape}")
+    header = list(default if columns is None else columns)
+    if len(header) != table.shape[1]:
+        raise ValueError(
+            f"the rows have {table.shape[1]} columns but {len(header)} names were given "
+            f"({header}); pass columns=[...] with the names of the table's columns"
+        )
+    missing = [name for name in names if name not in header]
+    if missing:
+        raise ValueError(f"no column {missing} among the given column names {header}")
+    return {name: table[:, header.index(name)] for name in names}
+
+
+def _row_count(columns: Mapping[str, ObjectArray], rows: object) -> int:
+    if columns:
+        return len(next(iter(columns.values())))
+    if hasattr(rows, "shape"):
+        return int(rows.shape[0])
+    if isinstance(rows, Mapping):
+        first: Sequence[object] = next(iter(rows.values()), [])
+        return len(first)
+    return len(np.asarray(rows, dtype=object))
+
+
+# --------------------------------------------------------------------------------------------
+# The fitted model
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule of a fitted list: its antecedent (None for the default rule), the released
+    noisy capture counts (negative, positive) and the point estimate P(positive)."""
+
+    antecedent: Antecedent | None
+    noisy_negative: int
+    noisy_positive: int
+    estimate: float
+
+    @property
+    def text(self) -> str:
+        """The antecedent in query syntax (``"(default)"`` for the default rule)."""
+        return "(default)" if self.antecedent is None else antecedent_text(self.antecedent)
+
+
+@dataclass(frozen=True)
+class RuleList:
+    """A fitted DP rule list: rules in order, then the default rule (§5.1), with the public
+    schema needed to evaluate them on new rows. Capture: the first rule a row satisfies; the
+    default rule's estimate applies to every row no rule captures."""
+
+    rules: tuple[Rule, ...]
+    default: Rule
+    noise_scale: float
+    alpha: tuple[float, float]
+    schema: DatasetMetadata
+    dataset_id: str = ""
+    guarantee: Literal["pure", "approximate"] = "approximate"
+
+    @classmethod
+    def from_counts(
+        cls,
+        antecedents: Sequence[Antecedent],
+        negative_counts: Sequence[int],
+        positive_counts: Sequence[int],
+        *,
+        noise_scale: float,
+        alpha: tuple[float, float],
+        schema: DatasetMetadata,
+        dataset_id: str = "",
+    ) -> RuleList:
+        """The list from the released counts (rules 1..m, then the default rule last)."""
+        if not len(negative_counts) == len(positive_counts) == len(antecedents) + 1:
+            raise ValueError(
+                f"{len(antecedents)} rules need {len(antecedents) + 1} counts per class, got "
+                f"{len(negative_counts)} and {len(positive_counts)}"
+            )
+        if schema.label is None:
+            raise ValueError("the schema declares no label column")
+        rules = [
+            Rule(a, int(n0), int(n1), point_estimate(n0, n1, alpha))
+            for a, n0, n1 in zip(antecedents, negative_counts, positive_counts, strict=False)
+        ]
+        n0, n1 = negative_counts[-1], positive_counts[-1]
+        for antecedent in antecedents:
+            for item in antecedent.items:
+                _check_literal_type(item, schema.attribute(item.attribute))
+        return cls(
+            rules=tuple(rules),
+            default=Rule(None, int(n0), int(n1), point_estimate(n0, n1, alpha)),
+            noise_scale=noise_scale,
+            alpha=alpha,
+            schema=schema,
+            dataset_id=dataset_id,
+        )
+
+    @property
+    def label(self) -> LabelSpec:
+        """The label column and its positive value (declared by the data owner)."""
+        assert self.schema.label is not None  # checked when built
+        return self.schema.label
+
+    @property
+    def classes(self) -> tuple[str, str]:
+        """(negative, positive) class names: the other category of a two-category label, else
+        ``"not <positive>"``."""
+        positive = self.label.positive
+        attribute = self.schema.attribute(self.label.attribute)
+        if isinstance(attribute, CategoricalAttribute) and len(attribute.categories) == 2:
+            other = next(c for c in attribute.categories if c != positive)
+            return other, positive
+        return f"not {positive}", positive
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    @property
+    def average_antecedent_length(self) -> float:
+        """Mean number of items per antecedent (0 for an empty list)."""
+        if not self.rules:
+            return 0.0
+        return sum(len(r.antecedent.items) for r in self.rules if r.antecedent) / len(self.rules)
+
+    # -- prediction ----------------------------------------------------------------------------
+
+    def _used_attributes(self) -> list[str]:
+        names: list[str] = []
+        for rule in self.rules:
+            assert rule.antecedent is not None
+            for item in rule.antecedent.items:
+                if item.attribute not in names:
+                    names.append(item.attribute)
+        return names
+
+    def _default_columns(self, width: int) -> list[str]:
+        names = [a.name for a in self.schema.attributes]
+        features = [name for name in names if name != self.label.attribute]
+        return features if width == len(features) else names
+
+    def capture(
+        self, rows: object, *, columns: Sequence[str] | None = None
+    ) -> npt.NDArray[np.int64]:
+        """Index of the rule capturing each row: 0..m-1, or m for the default rule.
+
+        ``rows``: a pandas DataFrame, a mapping column → values, or a 2-D array whose columns
+        are ``columns`` (default: the schema's attributes, with or without the label).
+        """
+        names = self._used_attributes()
+        width = np.asarray(rows, dtype=object).shape[1] if _is_plain_table(rows) else 0
+        cells = _named_columns(rows, names, columns, self._default_columns(width))
+        tokens = frozenset(self.schema.missing_values)
+        typed = {
+            name: _typed_column(self.schema.attribute(name), cells[name], tokens) for name in names
+        }
+        count = _row_count(cells, rows)
+        captured = np.full(count, len(self.rules), dtype=np.int64)
+        free = np.ones(count, dtype=bool)
+        for index, rule in enumerate(self.rules):
+            assert rule.antecedent is not None
+            holds = free.copy()
+            for item in rule.antecedent.items:
+                holds &= _literal_mask(item, typed[item.attribute])
+            captured[holds] = index
+            free &= ~holds
+        return captured
+
+    def predict_proba(self, rows: object, *, columns: Sequence[str] | None = None) -> FloatArray:
+        """(n, 2) probabilities of (negative, positive): the capturing rule's estimate."""
+        estimates = np.array([r.estimate for r in (*self.rules, self.default)], dtype=np.float64)
+        positive = estimates[self.capture(rows, columns=columns)]
+        proba: FloatArray = np.column_stack([1.0 - positive, positive])
+        return proba
+
+    # -- text ----------------------------------------------------------------------------------
+
+    def to_text(self, *, digits: int = 3) -> str:
+        """The list as if / else-if text with each estimate and its noisy counts."""
+        target = f"P({format_query(_label_literal(self.label, self.schema))})"
+        lines = []
+        for index, rule in enumerate(self.rules):
+            keyword = "if" if index == 0 else "else if"
+            lines.append(f"{keyword} {rule.text} then {_estimate_text(rule, target, digits)}")
+        keyword = "else" if self.rules else "always"
+        lines.append(f"{keyword} {_estimate_text(self.default, target, digits)}")
+        lines.append(
+            f"(noisy counts: discrete Laplace of scale {self.noise_scale:.3g} each, clamped at 0; "
+            f"α = ({self.alpha[0]:g}, {self.alpha[1]:g}); guarantee: {self.guarantee})"
+        )
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    # -- JSON ----------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready description (everything needed to predict; all of it public)."""
+
+        def rule_dict(rule: Rule) -> dict[str, Any]:
+            return {
+                "text": rule.text,
+                "antecedent": None
+                if rule.antecedent is None
+                else rule.antecedent.model_dump(mode="json"),
+                "noisy_negative": rule.noisy_negative,
+                "noisy_positive": rule.noisy_positive,
+                "estimate": rule.estimate,
+            }
+
+        return {
+            "format": MODEL_FORMAT,
+            "dataset_id": self.dataset_id,
+            "guarantee": self.guarantee,
+            "label": self.label.model_dump(mode="json"),
+            "classes": list(self.classes),
+            "alpha": list(self.alpha),
+            "noise_scale": self.noise_scale,
+            "rules": [rule_dict(rule) for rule in self.rules],
+            "default": rule_dict(self.default),
+            "text": self.to_text(),
+            "schema": self.schema.model_dump(mode="json"),
+        }
+
+    @classmethod
+    def from_dict(cls, payload: Mapping[str, Any]) -> RuleList:
+        """The list saved by :meth:`to_dict`; estimates are recomputed from the counts."""
+        if payload.get("format") != MODEL_FORMAT:
+            raise ValueError(
+                f"not a saved dpmine rule list (format {payload.get('format')!r}, "
+                f"expected {MODEL_FORMAT!r})"
+            )
+        rules = payload["rules"]
+        alpha = payload["alpha"]
+        built = cls.from_counts(
+            [Antecedent.model_validate(rule["antecedent"]) for rule in rules],
+            [rule["noisy_negative"] for rule in rules] + [payload["default"]["noisy_negative"]],
+            [rule["noisy_positive"] for rule in rules] + [payload["default"]["noisy_positive"]],
+            noise_scale=float(payload["noise_scale"]),
+            alpha=(float(alpha[0]), float(alpha[1])),
+            schema=DatasetMetadata.model_validate(payload["schema"]),
+            dataset_id=str(payload.get("dataset_id", "")),
+        )
+        if payload.get("guarantee", "approximate") == "pure":
+            return replace(built, guarantee="pure")
+        return built
+
+    def to_json(self, path: Path) -> None:
+        """Write :meth:`to_dict` as JSON."""
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+
+    @classmethod
+    def from_json(cls, path: Path) -> RuleList:
+        """Load a list written by :meth:`to_json` (or by ``DPBayesianRuleList.to_json``)."""
+        payload = json.loads(path.read_text(encoding="utf-8"))
+        return cls.from_dict(payload.get("model", payload))
+
+
+def _is_plain_table(rows: object) -> bool:
+    return not hasattr(rows, "columns") and not isinstance(rows, Mapping)
+
+
+def _label_literal(label: LabelSpec, schema: DatasetMetadata) -> AnyLiteral:
+    if isinstance(schema.attribute(label.attribute), BooleanAttribute):
+        return BoolLiteral(attribute=label.attribute)
+    return CatLiteral(attribute=label.attribute, category=label.positive)
+
+
+def _estimate_text(rule: Rule, target: str, digits: int) -> str:
+    return (
+        f"{target} = {rule.estimate:.{digits}f}  "
+        f"(noisy counts {rule.noisy_negative} / {rule.noisy_positive})"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The estimator
+
+
+def _placeholder_antecedent(schema: DatasetMetadata, numeric_bins: int) -> Antecedent:
+    """A valid one-item antecedent over the schema, only for pricing a plan (the costs do not
+    depend on the antecedents): the first item of the first non-label attribute."""
+    label = schema.label.attribute if schema.label is not None else None
+    for attribute in schema.attributes:
+        if attribute.name == label:
+            continue
+        item: AnyLiteral
+        if isinstance(attribute, CategoricalAttribute):
+            item = CatLiteral(attribute=attribute.name, category=attribute.categories[0])
+        elif isinstance(attribute, BooleanAttribute):
+            item = BoolLiteral(attribute=attribute.name)
+        else:
+            width = (attribute.hi - attribute.lo) / numeric_bins
+            item = NumLiteral(
+                attribute=attribute.name, lower=attribute.lo, upper=attribute.lo + width
+            )
+        return Antecedent(items=[item])
+    raise ValueError("the dataset has no attribute besides its label to build rules from")
+
+
+class DPBayesianRuleList(BaseMiner):
+    """A differentially private Bayesian rule list (DP-BRL, ALGORITHMS.md §5), fitted remotely.
+
+    Parameters (keyword-only, stored unchanged; scikit-learn's ``get_params``/``set_params``):
+
+    * ``epsilon``: total budget of a fit; ``epsilon_split``: relative weights of (antecedents,
+      sampler, point estimates), default equal thirds (§5.5);
+    * ``k_per_class``: K itemsets selected per class (§5.2; default ``None``: 40, or every
+      possible antecedent when the public schema allows fewer); ``max_length``: L, items per
+      antecedent; ``numeric_bins``: equal-width public bins of a numeric attribute without a
+      declared grid; ``method``: "em" or "laplace" top-K selection; ``rho``: its truncation
+      failure probability;
+    * ``expected_length`` λ and ``expected_cardinality`` η of the prior, ``alpha`` = (α0, α1)
+      of the Dirichlet prior (§5.1); ``iterations``: MCMC steps of the sampler (§5.3);
+      ``target``: the sampler's target, "likelihood" (the prior as base measure, short lists)
+      or "posterior" (the thesis' tempered posterior; :data:`dpmine.wire.RuleListTarget`);
+    * ``progress``: show a progress bar.
+
+    ``fit(dataset)`` returns self; results: ``rule_list_``, ``antecedents_``, ``classes_``,
+    ``receipts_``, ``budget_spent_``.
+    """
+
+    def __init__(
+        self,
+        *,
+        epsilon: float = 1.0,
+        epsilon_split: tuple[float, float, float] | None = None,
+        k_per_class: int | None = None,
+        max_length: int = DEFAULT_MAX_LENGTH,
+        expected_length: float = 3.0,
+        expected_cardinality: float = 1.0,
+        alpha: tuple[float, float] = (1.0, 1.0),
+        iterations: int = DEFAULT_ITERATIONS,
+        target: RuleListTarget = "likelihood",
+        numeric_bins: int = DEFAULT_NUMERIC_BINS,
+        method: Literal["em", "laplace"] = "em",
+        rho: float = 0.1,
+        progress: bool = False,
+    ) -> None:
+        self.epsilon = epsilon
+        self.epsilon_split = epsilon_split
+        self.k_per_class = k_per_class
+        self.max_length = max_length
+        self.expected_length = expected_length
+        self.expected_cardinality = expected_cardinality
+        self.alpha = alpha
+        self.iterations = iterations
+        self.target = target
+        self.numeric_bins = numeric_bins
+        self.method = method
+        self.rho = rho
+        self.progress = progress
+
+    # -- scikit-learn conventions --------------------------------------------------------------
+
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        signature = inspect.signature(cls.__init__)
+        return [p.name for p in signature.parameters.values() if p.kind is p.KEYWORD_ONLY]
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The constructor parameters (``deep`` is accepted for scikit-learn; nothing nests)."""
+        del deep
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params: Any) -> Self:
+        """Set constructor parameters; an unknown name is an error."""
+        known = self._param_names()
+        for name, value in params.items():
+            if name not in known:
+                raise ValueError(f"unknown parameter {name!r}; the parameters are {known}")
+            setattr(self, name, value)
+        return self
+
+    def __repr__(self) -> str:
+        defaults = type(self)().get_params()
+        changed = [f"{k}={v!r}" for k, v in self.get_params().items() if v != defaults[k]]
+        return f"{type(self).__name__}({', '.join(changed)})"
+
+    # -- budget --------------------------------------------------------------------------------
+
+    @property
+    def budgets(self) -> tuple[float, float, float]:
+        """(ε1, ε2, ε3): antecedents, sampler, point estimates; each rounded down to the
+        ledger's pico-ε, so they never sum to more than ``epsilon``."""
+        first, second, third = self._shares(self._weights())
+        return first, second, third
+
+    def _weights(self) -> tuple[float, float, float]:
+        weights = (1.0, 1.0, 1.0) if self.epsilon_split is None else self.epsilon_split
+        if len(weights) != 3 or not all(math.isfinite(w) and w > 0 for w in weights):
+            raise ValueError(f"epsilon_split takes three positive weights, got {weights!r}")
+        return weights
+
+    def _shares(self, weights: Sequence[float]) -> list[float]:
+        """ε in the proportions of ``weights``, each rounded down to the ledger's pico-ε."""
+        exact = [Fraction(repr(float(w))) for w in weights]
+        total = sum(exact, Fraction(0))
+        return [share_of(self.epsilon, w / total) for w in exact]
+
+    def selects_antecedents(self, schema: DatasetMetadata) -> bool:
+        """False when K per class reaches the public number of possible antecedents
+        (:func:`antecedent_universe`): the selection would release all of them, so the fit skips
+        it, uses every antecedent (:func:`every_antecedent`, schema order) and gives its share
+        of ε to the sampler and the point estimates."""
+        universe = antecedent_universe(schema, self.max_length, self.numeric_bins)
+        return self.k_for(schema) < universe
+
+    def budgets_for(self, schema: DatasetMetadata) -> tuple[float, float, float]:
+        """(ε1, ε2, ε3) of a fit on ``schema``: :attr:`budgets`, or (0, ε2, ε3) in the
+        proportions of ``epsilon_split`` when the selection is skipped
+        (:meth:`selects_antecedents`)."""
+        if self.selects_antecedents(schema):
+            return self.budgets
+        second, third = self._shares(self._weights()[1:])
+        return 0.0, second, third
+
+    def _check_params(self, schema: DatasetMetadata) -> None:
+        if not (isinstance(self.epsilon, int | float) and math.isfinite(self.epsilon)):
+            raise ValueError(f"epsilon must be a positive number, got {self.epsilon!r}")
+        if not self.epsilon > 0:
+            raise ValueError(f"epsilon must be positive, got {self.epsilon!r}")
+        if self.target not in {"likelihood", "posterior"}:
+            raise ValueError(f"target must be 'likelihood' or 'posterior', got {self.target!r}")
+        if self.method not in {"em", "laplace"}:
+            raise ValueError(f"method must be 'em' or 'laplace', got {self.method!r}")
+        if len(self.alpha) != 2 or not all(a > 0 for a in self.alpha):
+            raise ValueError(f"alpha takes two positive numbers (α0, α1), got {self.alpha!r}")
+        if schema.kind == "transactions" or schema.label is None:
+            raise ValueError(
+                "rule lists need a table with a label column: the dataset's owner declares it "
+                "(metadata 'label': attribute and positive value)"
+            )
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def k_for(self, schema: DatasetMetadata) -> int:
+        """K per class: ``k_per_class``, or by default 40 capped at the public number of
+        possible antecedents (:func:`antecedent_universe`)."""
+        if self.k_per_class is not None:
+            return self.k_per_class
+        universe = antecedent_universe(schema, self.max_length, self.numeric_bins)
+        return max(1, min(DEFAULT_K_PER_CLASS, universe))
+
+    def _antecedents_request(self, schema: DatasetMetadata) -> RuleListAntecedentsRequest:
+        return RuleListAntecedentsRequest(
+            k_per_class=self.k_for(schema),
+            max_length=self.max_length,
+            epsilon=self.budgets_for(schema)[0],
+            method=self.method,
+            rho=self.rho,
+            numeric_bins=self.numeric_bins,
+        )
+
+    def _sample_request(
+        self, schema: DatasetMetadata, antecedents: list[Antecedent]
+    ) -> SampleRuleListRequest:
+        return SampleRuleListRequest(
+            antecedents=antecedents,
+            epsilon=self.budgets_for(schema)[1],
+            iterations=self.iterations,
+            expected_length=self.expected_length,
+            expected_cardinality=self.expected_cardinality,
+            alpha_negative=self.alpha[0],
+            alpha_positive=self.alpha[1],
+            target=self.target,
+        )
+
+    def _estimates_request(
+        self, schema: DatasetMetadata, rules: list[Antecedent]
+    ) -> PointEstimatesRequest:
+        return PointEstimatesRequest(rules=rules, epsilon=self.budgets_for(schema)[2])
+
+    def _calls(self, dataset: DatasetHandle) -> list[PlannedCall]:
+        """The calls of a fit (placeholder antecedents: the costs do not depend on them); the
+        selection only when :meth:`selects_antecedents`."""
+        schema = dataset.schema
+        self._check_params(schema)
+        placeholder = [_placeholder_antecedent(schema, self.numeric_bins)]
+        selection = (
+            [BRL_ANTECEDENTS.plan(self._antecedents_request(schema))]
+            if self.selects_antecedents(schema)
+            else []
+        )
+        return [
+            *selection,
+            BRL_SAMPLE_RULE_LIST.plan(self._sample_request(schema, placeholder)),
+            BRL_POINT_ESTIMATES.plan(self._estimates_request(schema, placeholder)),
+        ]
+
+    # -- fitting -------------------------------------------------------------------------------
+
+    def fit(self, dataset: DatasetHandle) -> Self:
+        """Run the three charged calls (refused up front when the remaining budget cannot cover
+        them); returns self with ``rule_list_`` set."""
+        self._check_params(dataset.schema)
+        self._check_budget(dataset)
+        self._spent = _Spent()
+        schema = dataset.schema
+        with self._stages() as report:
+            if self.selects_antecedents(schema):
+                report("selecting antecedents", 0.0)
+                selected = dataset.run(self._antecedents_request(schema))
+                self._spent.receipts.append(selected.receipt)
+                self.antecedents_ = union_antecedents(selected.by_class)
+            else:  # every possible antecedent: public, nothing to select
+                self.antecedents_ = every_antecedent(schema, self.max_length, self.numeric_bins)
+            report("sampling a rule list", 1.0)
+            connection = dataset.connection
+            job = connection.submit(dataset.id, self._sample_request(schema, self.antecedents_))
+            sampled = connection.wait_for_job(
+                job, on_progress=lambda info: report("sampling a rule list", 1.0 + info.progress)
+            )
+            self._spent.receipts.append(sampled.receipt)
+            report("noisy point estimates", 2.0)
+            counts = dataset.run(self._estimates_request(schema, sampled.rules))
+            self._spent.receipts.append(counts.receipt)
+            report("done", 3.0)
+        self.iterations_ = sampled.iterations
+        self.budgets_ = self.budgets_for(schema)
+        self.rule_list_ = RuleList.from_counts(
+            sampled.rules,
+            counts.negative_counts,
+            counts.positive_counts,
+            noise_scale=counts.noise_scale,
+            alpha=(float(self.alpha[0]), float(self.alpha[1])),
+            schema=dataset.schema,
+            dataset_id=dataset.id,
+        )
+        return self
+
+    def mine(self, dataset: DatasetHandle) -> Self:
+        """The miners' name for :meth:`fit`."""
+        return self.fit(dataset)
+
+    @contextmanager
+    def _stages(self) -> Iterator[Callable[[str, float], None]]:
+        """A ``report(stage, done)`` callback; ``done`` counts the calls finished (0..3)."""
+        if not self.progress:
+            yield lambda _stage, _done: None
+            return
+        with Progress(transient=True) as bar:
+            task = bar.add_task("DP rule list", total=3.0)
+
+            def report(stage: str, done: float) -> None:
+                bar.update(task, completed=done, description=f"DP rule list: {stage}")
+
+            yield report
+
+    # -- results -------------------------------------------------------------------------------
+
+    def _fitted(self) -> RuleList:
+        rule_list: RuleList | None = getattr(self, "rule_list_", None)
+        if rule_list is None:
+            raise NotMinedError(f"{type(self).__name__} is not fitted yet; call fit() first")
+        return rule_list
+
+    @property
+    def receipts_(self) -> list[Receipt]:
+        """Receipts of the charged calls of the last fit."""
+        spent: _Spent | None = getattr(self, "_spent", None)
+        if spent is None:
+            raise NotMinedError(f"{type(self).__name__} is not fitted yet; call fit() first")
+        return spent.receipts
+
+    @property
+    def classes_(self) -> npt.NDArray[np.str_]:
+        """The (negative, positive) class names, in the column order of ``predict_proba``."""
+        return np.array(self._fitted().classes)
+
+    def predict_proba(self, rows: object, *, columns: Sequence[str] | None = None) -> FloatArray:
+        """(n, 2) probabilities of (negative, positive) for public rows (see
+        :meth:`RuleList.capture` for the accepted inputs)."""
+        return self._fitted().predict_proba(rows, columns=columns)
+
+    def predict(
+        self, rows: object, *, columns: Sequence[str] | None = None, threshold: float = 0.5
+    ) -> npt.NDArray[np.str_]:
+        """The positive class where P(positive) > ``threshold``, else the negative class."""
+        positive = self.predict_proba(rows, columns=columns)[:, 1]
+        negative_name, positive_name = self._fitted().classes
+        return np.where(positive > threshold, positive_name, negative_name)
+
+    def __str__(self) -> str:
+        rule_list: RuleList | None = getattr(self, "rule_list_", None)
+        return repr(self) if rule_list is None else rule_list.to_text()
+
+    # -- JSON ----------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fitted model, the parameters, the antecedent set and the receipts."""
+        params = self.get_params()
+        return {
+            "model": self._fitted().to_dict(),
+            "params": {
+                **params,
+                "alpha": list(params["alpha"]),
+                "epsilon_split": None
+                if params["epsilon_split"] is None
+                else list(params["epsilon_split"]),
+            },
+            "budgets": list(getattr(self, "budgets_", self.budgets)),
+            "antecedents": [a.model_dump(mode="json") for a in getattr(self, "antecedents_", [])],
+            "receipts": [
+                r.model_dump(mode="json") for r in getattr(self, "_spent", _Spent()).receipts
+            ],
+        }
+
+    def to_json(self, path: Path) -> None:
+        """Write :meth:`to_dict` as JSON; :meth:`from_json` loads it without a server."""
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+
+    @classmethod
+    def from_dict(cls, payload: Mapping[str, Any]) -> DPBayesianRuleList:
+        """A fitted estimator from :meth:`to_dict` (predicts; cannot refit without a server)."""
+        params = dict(payload.get("params", {}))
+        for name in ("alpha", "epsilon_split"):
+            if params.get(name) is not None:
+                params[name] = tuple(params[name])
+        estimator = cls().set_params(**params)
+        estimator.rule_list_ = RuleList.from_dict(payload["model"])
+        estimator.antecedents_ = [
+            Antecedent.model_validate(a) for a in payload.get("antecedents", [])
+        ]
+        estimator._spent = _Spent(
+            receipts=[Receipt.model_validate(r) for r in payload.get("receipts", [])]
+        )
+        return estimator
+
+    @classmethod
+    def from_json(cls, path: Path) -> DPBayesianRuleList:
+        """Load a model written by :meth:`to_json`."""
+        return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))

@@ -1,0 +1,272 @@
+"""DP Bayesian rule lists (ALGORITHMS.md §5): `brl.antecedents`, `brl.sample_rule_list`,
+`brl.point_estimates`.
+
+The label is the owner's: the dataset metadata declares the label column and its positive value
+(``DatasetMetadata.label``); a row is *positive* when its label equals that value, *negative*
+when it holds any other value, and in neither class when the label is missing.
+
+Items (the binary features antecedents are made of) are literals of the query model
+(:mod:`dpmine.wire.queries`): ``[A = c]`` for every category c of a categorical attribute,
+``[A]`` and ``![A]`` for a Boolean one, and one closed interval ``[a <= A <= b]`` per public bin of
+a numeric one (the attribute's public ``grid`` as cut-points when it declares one, else
+``numeric_bins`` equal-width bins over its public range). The label's attribute gives no items.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from dpmine.wire.common import Epsilon, OperationRequest, Receipt, WireModel
+from dpmine.wire.datasets import (
+    BooleanAttribute,
+    CategoricalAttribute,
+    DatasetMetadata,
+    NumericAttribute,
+)
+from dpmine.wire.itemsets import TopKMethod
+from dpmine.wire.queries import AnyLiteral, BoolLiteral, CatLiteral, NumLiteral
+
+__all__ = [
+    "DEFAULT_NUMERIC_BINS",
+    "MAX_ANTECEDENTS",
+    "MAX_ANTECEDENTS_PER_CLASS",
+    "MAX_ANTECEDENT_LENGTH",
+    "MAX_NUMERIC_BINS",
+    "MAX_RULE_LIST_ITERATIONS",
+    "Antecedent",
+    "ClassAntecedents",
+    "PointEstimatesRequest",
+    "PointEstimatesResponse",
+    "RuleClass",
+    "RuleListAntecedentsRequest",
+    "RuleListAntecedentsResponse",
+    "RuleListTarget",
+    "SampleRuleListRequest",
+    "SampleRuleListResponse",
+    "antecedent_universe",
+    "every_antecedent",
+    "numeric_bin_edges",
+    "numeric_bins_of",
+    "rule_list_items",
+]
+
+#: Public resource limits, checked before any data is read.
+MAX_ANTECEDENTS_PER_CLASS = 500
+MAX_ANTECEDENT_LENGTH = 3
+MAX_ANTECEDENTS = 2 * MAX_ANTECEDENTS_PER_CLASS
+MAX_RULE_LIST_ITERATIONS = 200_000
+MAX_NUMERIC_BINS = 64
+DEFAULT_NUMERIC_BINS = 4
+
+# --------------------------------------------------------------------------------------------
+# The public item universe (metadata only; the server's catalog and the client use the same)
+
+
+def numeric_bin_edges(attribute: NumericAttribute, numeric_bins: int) -> list[float]:
+    """Public bin edges lo = e_0 < … < e_B = hi of a numeric attribute (§5.1): its declared
+    ``grid`` values strictly inside (lo, hi) as cut-points, else ``numeric_bins`` equal-width
+    bins."""
+    lo, hi = attribute.lo, attribute.hi
+    if attribute.grid is not None:
+        cuts = [value for value in attribute.grid if lo < value < hi]
+    else:
+        cuts = [lo + (hi - lo) * step / numeric_bins for step in range(1, numeric_bins)]
+        cuts = [value for value in cuts if lo < value < hi]
+    return [lo, *cuts, hi]
+
+
+def numeric_bins_of(attribute: NumericAttribute, numeric_bins: int) -> list[tuple[float, float]]:
+    """The public bins of a numeric attribute as closed (lower, upper) bounds (§5.1): [e_0, e_1),
+    [e_1, e_2), …, [e_{B−1}, e_B] of :func:`numeric_bin_edges`, each half-open bin written with
+    the largest float below its cut-point as upper bound. Bins are disjoint, so no row holds two
+    items of one attribute (the invariant the itemset miner relies on, as for categories)."""
+    edges = numeric_bin_edges(attribute, numeric_bins)
+    last = len(edges) - 2
+    return [
+        (lower, upper if position == last else math.nextafter(upper, -math.inf))
+        for position, (lower, upper) in enumerate(itertools.pairwise(edges))
+    ]
+
+
+def _attribute_items(
+    attribute: BooleanAttribute | CategoricalAttribute | NumericAttribute, numeric_bins: int
+) -> list[AnyLiteral]:
+    name = attribute.name
+    if isinstance(attribute, BooleanAttribute):
+        return [BoolLiteral(attribute=name), BoolLiteral(attribute=name, negated=True)]
+    if isinstance(attribute, CategoricalAttribute):
+        return [CatLiteral(attribute=name, category=c) for c in attribute.categories]
+    return [
+        NumLiteral(attribute=name, lower=lower, upper=upper)
+        for lower, upper in numeric_bins_of(attribute, numeric_bins)
+    ]
+
+
+def rule_list_items(metadata: DatasetMetadata, numeric_bins: int) -> list[list[AnyLiteral]]:
+    """The items of every attribute but the label, one list per attribute (§5.1, the module
+    docstring): ``[A = c]`` per category, ``[A]`` and ``![A]`` for a Boolean attribute, one
+    closed interval per public bin of a numeric one (:func:`numeric_bins_of`)."""
+    label = metadata.label.attribute if metadata.label is not None else None
+    return [
+        _attribute_items(attribute, numeric_bins)
+        for attribute in metadata.attributes
+        if attribute.name != label
+    ]
+
+
+def antecedent_universe(metadata: DatasetMetadata, max_length: int, numeric_bins: int) -> int:
+    """How many antecedents of 1..L items, at most one per attribute, the public schema allows:
+    Σ_ℓ e_ℓ(items per attribute), e_ℓ the elementary symmetric polynomial (§5.2)."""
+    coefficients = [1] + [0] * max_length
+    for items in rule_list_items(metadata, numeric_bins):
+        for order in range(max_length, 0, -1):
+            coefficients[order] += coefficients[order - 1] * len(items)
+    return sum(coefficients[1:])
+
+
+def every_antecedent(
+    metadata: DatasetMetadata, max_length: int, numeric_bins: int
+) -> list[Antecedent]:
+    """Every antecedent of 1..L items in schema order (by length, then attribute and item
+    order). Meant for schemas whose :func:`antecedent_universe` is small."""
+    groups = rule_list_items(metadata, numeric_bins)
+    found: list[Antecedent] = []
+    for length in range(1, max_length + 1):
+        for chosen in itertools.combinations(groups, length):
+            found.extend(Antecedent(items=list(items)) for items in itertools.product(*chosen))
+    return found
+
+
+#: The two label classes (§5.1: y = 1 positive, y = 0 negative).
+RuleClass = Literal["positive", "negative"]
+
+
+class Antecedent(WireModel):
+    """A conjunction of 1..L items, at most one per attribute (§5.1)."""
+
+    items: list[AnyLiteral] = Field(min_length=1, max_length=MAX_ANTECEDENT_LENGTH)
+
+    @model_validator(mode="after")
+    def _one_item_per_attribute(self) -> Antecedent:
+        names = [item.attribute for item in self.items]
+        if len(set(names)) != len(names):
+            raise ValueError(f"an antecedent holds at most one item per attribute, got {names}")
+        return self
+
+
+class ClassAntecedents(WireModel):
+    """The itemsets selected on one class's rows, in selection order (no counts)."""
+
+    label: RuleClass
+    antecedents: list[Antecedent]
+
+
+class RuleListAntecedentsResponse(WireModel):
+    """K itemsets per class (§5.2). Their union is the antecedent set A of the rule list."""
+
+    by_class: list[ClassAntecedents]
+    receipt: Receipt
+
+
+class RuleListAntecedentsRequest(OperationRequest[RuleListAntecedentsResponse]):
+    """Private top-K itemset selection (Bhaskar, selection only) run on the positive rows and on
+    the negative rows in one call: the classes partition the rows, so the call costs ε once
+    (parallel composition, §5.2)."""
+
+    k_per_class: int = Field(
+        default=40, ge=1, le=MAX_ANTECEDENTS_PER_CLASS, description="K itemsets per class."
+    )
+    max_length: int = Field(
+        default=2, ge=1, le=MAX_ANTECEDENT_LENGTH, description="L: itemsets of 1..L items."
+    )
+    epsilon: Epsilon
+    method: TopKMethod = "em"
+    rho: float = Field(default=0.1, gt=0, lt=1, description="Failure probability of truncation.")
+    numeric_bins: int = Field(
+        default=DEFAULT_NUMERIC_BINS,
+        ge=2,
+        le=MAX_NUMERIC_BINS,
+        description="Equal-width public bins of a numeric attribute without a declared grid.",
+    )
+
+
+PositiveFloat = Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)]
+
+
+class SampleRuleListResponse(WireModel):
+    """The final state of the Metropolis–Hastings chain (§5.3): a rule list over the given
+    antecedents, in order (the default rule is implicit). Nothing about the chain is released."""
+
+    rules: list[Antecedent]
+    iterations: int
+    receipt: Receipt
+
+
+#: The chain's target (§5.3). ``likelihood``: π(d) ∝ p(d)·exp(ε·ℓ(d)/Δu), the data-independent
+#: prior p as the base measure of an exponential mechanism on the log-likelihood ℓ, whose
+#: sensitivity is one-sided (a added row only lowers ℓ, by at most Δu; §0.8). ``posterior``:
+#: π(d) ∝ exp(ε·u(d)/(2Δu)) with u = ℓ + ln p, the thesis' tempered posterior, which tempers
+#: the prior too (at small ε the length prior then barely acts and lists grow long).
+RuleListTarget = Literal["likelihood", "posterior"]
+
+
+class SampleRuleListRequest(OperationRequest[SampleRuleListResponse]):
+    """A rule list drawn by Metropolis–Hastings from an exponential mechanism over rule lists
+    (see :data:`RuleListTarget`), Δu = ln((N_max − 1 + α0 + α1)/min(α0, α1)) from public values
+    (§5.3). Approximate DP: ε-DP once the chain has converged; a fixed, public number of
+    iterations; the final state only."""
+
+    antecedents: list[Antecedent] = Field(min_length=1, max_length=MAX_ANTECEDENTS)
+    epsilon: Epsilon
+    iterations: int = Field(default=1000, ge=1, le=MAX_RULE_LIST_ITERATIONS)
+    expected_length: PositiveFloat = Field(default=3.0, description="λ: prior mean list length.")
+    expected_cardinality: PositiveFloat = Field(
+        default=1.0, description="η: prior mean antecedent cardinality."
+    )
+    alpha_negative: PositiveFloat = Field(default=1.0, description="α0 of the Dirichlet prior.")
+    alpha_positive: PositiveFloat = Field(default=1.0, description="α1 of the Dirichlet prior.")
+    target: RuleListTarget = Field(
+        default="likelihood", description="likelihood (prior as base measure) or posterior."
+    )
+    initial: list[int] | None = Field(
+        default=None,
+        max_length=MAX_ANTECEDENTS,
+        description="Start list as positions in `antecedents` (default: [0], the thesis' start).",
+    )
+
+    @model_validator(mode="after")
+    def _distinct(self) -> SampleRuleListRequest:
+        keys = [antecedent.model_dump_json() for antecedent in self.antecedents]
+        if len(set(keys)) != len(keys):
+            raise ValueError("antecedents must be distinct")
+        if self.initial is not None:
+            if len(set(self.initial)) != len(self.initial):
+                raise ValueError("initial lists an antecedent twice")
+            bad = [i for i in self.initial if not 0 <= i < len(self.antecedents)]
+            if bad:
+                raise ValueError(
+                    f"initial positions {bad} are outside 0..{len(self.antecedents) - 1}"
+                )
+        return self
+
+
+class PointEstimatesResponse(WireModel):
+    """Noisy capture counts Ñ_{j,y} of every rule j = 1..m and of the default rule (last):
+    N + discrete Laplace of scale 1/ε (one partition of the rows, Δ = 1; §5.4). Counts may be
+    negative; clamp at 0 before forming estimates."""
+
+    negative_counts: list[int]
+    positive_counts: list[int]
+    noise_scale: float
+    receipt: Receipt
+
+
+class PointEstimatesRequest(OperationRequest[PointEstimatesResponse]):
+    """Noisy capture counts of a public rule list (§5.4). An empty list has the default only."""
+
+    rules: list[Antecedent] = Field(default_factory=list, max_length=MAX_ANTECEDENTS)
+    epsilon: Epsilon

@@ -1,0 +1,332 @@
+"""End-to-end privacy audits of the DP Bayesian rule-list operations (ALGORITHMS.md §5;
+DP-ENGINES.md §5; harness in ``audit.py``).
+
+Each audit runs the registered kernel (``CATALOG[...].run`` with the charged ``Epsilon``) N times
+on a toy dataset D and on D' = D plus one row, compares the outputs exactly as categories, and
+checks the Clopper-Pearson lower bound on the privacy loss against the charged ε = 1
+(alpha = 1e-5). Each has a broken variant that the audit must flag:
+
+* ``brl.antecedents`` (K = 1, single items [p] and ![p], ρ = 10⁻³): the added row is positive
+  with p = 0, so it lifts ![p] into a tie with [p] in the positive class and leaves the
+  negative class alone; the output is the pair (positive pick, negative pick). Exact loss 0.64.
+  Broken: both selections at ten times ε (a tenth of the noise scale, the truncation margin Γ
+  recomputed at that ε): exact loss 6.9.
+* ``brl.sample_rule_list`` over A = ([p], [q]) (five rule lists), N_max = 4, final states after
+  40 steps from [0] (approximate DP: the audit checks the chain as run, a fixed number of
+  steps), for both targets (exact loss 0.29 for ``likelihood``, 0.14 for ``posterior``). The
+  added row (p = q = 1, positive) lands in a rule of one negative when [p] comes first, in a
+  rule of two positives when [q] comes first. Broken: Δu/10 (marked slow, like the tree
+  samplers' audits).
+* ``brl.point_estimates``: the added row moves one capture count; broken: a tenth of the noise
+  scale.
+
+Selections and chains draw from seeded generators (reproducible); the released counts from
+OpenDP's unseedable sampler.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dpmine.wire import (
+    Antecedent,
+    BoolLiteral,
+    DatasetMetadata,
+    PointEstimatesRequest,
+    RuleListAntecedentsRequest,
+    RuleListTarget,
+    SampleRuleListRequest,
+)
+from dpmine_server.data.columns import BooleanColumn, Column, ColumnStore
+from dpmine_server.dp.budget import Epsilon
+from dpmine_server.dp.mechanisms import discrete_laplace
+from dpmine_server.dp.rng import seeded_generator
+from dpmine_server.operations import CATALOG, rule_list_mcmc
+from dpmine_server.operations.base import no_progress
+from dpmine_server.operations.itemsets import margin
+from dpmine_server.operations.rule_list_mcmc import (
+    PriorTables,
+    log_likelihood,
+    log_prior,
+    utility_sensitivity,
+)
+from dpmine_server.operations.rule_lists import exact_capture_counts
+from privacy.audit import AuditResult, assert_audit_flags, assert_audit_passes, audit_categorical
+
+EPSILON = 1.0
+CHARGE = Epsilon.charge(EPSILON)
+ALPHA = 1e-5
+#: (p, q, t) per row; None = missing. t is the label (positive "1").
+Row = tuple[int | None, int | None, int | None]
+
+
+def _metadata(n_max: int) -> DatasetMetadata:
+    return DatasetMetadata.model_validate(
+        {
+            "kind": "table",
+            "n_max": n_max,
+            "attributes": [
+                {"type": "boolean", "name": "p"},
+                {"type": "boolean", "name": "q"},
+                {"type": "boolean", "name": "t"},
+            ],
+            "label": {"attribute": "t", "positive": "1"},
+        }
+    )
+
+
+def _store(rows: Sequence[Row], n_max: int) -> ColumnStore:
+    def boolean(name: str, position: int) -> BooleanColumn:
+        values = [row[position] for row in rows]
+        present = np.array([v is not None for v in values], dtype=bool)
+        return BooleanColumn.from_arrays(name, np.array([v == 1 for v in values]), present)
+
+    columns: dict[str, Column] = {"p": boolean("p", 0), "q": boolean("q", 1), "t": boolean("t", 2)}
+    return ColumnStore(_metadata(n_max), n_rows=len(rows), columns=columns)
+
+
+# --------------------------------------------------------------------------------------------
+# brl.antecedents
+
+SELECTION_SAMPLES = 5_000
+SELECTION_RHO = 1e-3
+#: Positives: [p] 3, ![p] 2; negatives: [p] 1, ![p] 2; q is missing everywhere (no q items
+#: reach the top: K = 1 over [p], ![p], [q], ![q], all q counts are 0).
+SELECTION_ROWS: tuple[Row, ...] = (
+    *((1, None, 1),) * 3,
+    *((0, None, 1),) * 2,
+    (1, None, 0),
+    *((0, None, 0),) * 2,
+)
+SELECTION_ADDED: Row = (0, None, 1)
+PICKS = ("[p]", "![p]", "[q]", "![q]")
+
+
+def _pick(antecedent: Any) -> str:
+    literal = antecedent.items[0]
+    return f"{'!' if literal.negated else ''}[{literal.attribute}]"
+
+
+def _selection_law(counts: Sequence[int], epsilon: float) -> list[float]:
+    """The K = 1 selection's law over the four items with the given counts (§4.2, §0.8):
+    weights exp(ε·max(c, c_1 − Γ)) with Γ at ε."""
+    gamma = margin("em", k=1, universe=4, epsilon_selection=epsilon, rho=SELECTION_RHO)
+    tau = max(max(counts) - gamma, 0.0)
+    weights = [math.exp(epsilon * max(c, tau)) for c in counts]
+    return [w / sum(weights) for w in weights]
+
+
+def _selection_loss(epsilon: float) -> float:
+    before = _selection_law([3, 2, 0, 0], epsilon)
+    after = _selection_law([3, 3, 0, 0], epsilon)
+    return max(abs(math.log(a / b)) for a, b in zip(before, after, strict=True))
+
+
+def test_the_added_row_lifts_not_p_in_the_positive_class() -> None:
+    assert _selection_loss(EPSILON) == pytest.approx(0.642, abs=1e-3)
+    assert _selection_loss(10 * EPSILON) > 6.0  # what the broken variant loses
+
+
+def _selection_outputs(rows: Sequence[Row], seed: int, broken: bool) -> list[Hashable]:
+    store = _store(rows, 100)
+    request = RuleListAntecedentsRequest(
+        k_per_class=1, max_length=1, epsilon=EPSILON, rho=SELECTION_RHO
+    )
+    spec = CATALOG["brl.antecedents"]
+    spec.validate(request, store.metadata)
+    cost = spec.cost(request)
+    assert cost == CHARGE
+    assert spec.guarantee == "pure"
+    # Broken: both selections at ten times the charged ε (a tenth of the noise scale).
+    charged = Epsilon.charge(10 * EPSILON) if broken else cost
+    rng = seeded_generator(seed)
+    outputs: list[Hashable] = []
+    for _ in range(SELECTION_SAMPLES):
+        fields = spec.run(store, request, charged, rng, no_progress)
+        picks = {entry["label"]: _pick(entry["antecedents"][0]) for entry in fields["by_class"]}
+        outputs.append((picks["positive"], picks["negative"]))
+    return outputs
+
+
+def _selection_audit(broken: bool) -> AuditResult:
+    categories: list[Hashable] = list(itertools.product(PICKS, repeat=2))
+    return audit_categorical(
+        _selection_outputs(SELECTION_ROWS, 61, broken),
+        _selection_outputs((*SELECTION_ROWS, SELECTION_ADDED), 62, broken),
+        categories=categories,
+        alpha=ALPHA,
+    )
+
+
+def test_antecedents_pass_the_audit() -> None:
+    result = _selection_audit(broken=False)
+    assert_audit_passes(result, EPSILON)
+    assert result.lower_bound > 0.3, result.describe()  # the audit is not vacuous
+
+
+def test_audit_flags_antecedents_with_a_tenth_of_the_noise() -> None:
+    assert_audit_flags(_selection_audit(broken=True), EPSILON)
+
+
+# --------------------------------------------------------------------------------------------
+# brl.sample_rule_list
+
+CHAIN_SAMPLES = 4_000
+CHAIN_ITERATIONS = 40
+CHAIN_N_MAX = 4
+CHAIN_ROWS: tuple[Row, ...] = ((0, 1, 1), (0, 1, 1), (1, 0, 0))
+CHAIN_ADDED: Row = (1, 1, 1)
+CHAIN_ANTECEDENTS = [
+    Antecedent(items=[BoolLiteral(attribute="p")]),
+    Antecedent(items=[BoolLiteral(attribute="q")]),
+]
+LISTS: list[tuple[int, ...]] = [(), (0,), (1,), (0, 1), (1, 0)]
+
+
+def _chain_law(rows: Sequence[Row], target: RuleListTarget, coefficient: float) -> list[float]:
+    """π over the five lists (§5.3), defaults λ = 3, η = 1, α = (1, 1): ``likelihood``
+    p(d)·exp(c·ℓ(d)), ``posterior`` exp(c·(ℓ(d) + ln p(d)))."""
+    store = _store(rows, CHAIN_N_MAX)
+    tables = PriorTables.of([1, 1], expected_length=3.0, expected_cardinality=1.0)
+    log_weights = []
+    for rules in LISTS:
+        captures = exact_capture_counts(store, [CHAIN_ANTECEDENTS[i] for i in rules])
+        likelihood, prior = log_likelihood(captures, (1.0, 1.0)), log_prior(rules, tables)
+        log_weights.append(
+            prior + coefficient * likelihood
+            if target == "likelihood"
+            else coefficient * (likelihood + prior)
+        )
+    weights = [math.exp(w - max(log_weights)) for w in log_weights]
+    return [w / sum(weights) for w in weights]
+
+
+def _chain_loss(target: RuleListTarget, coefficient: float) -> float:
+    before = _chain_law(CHAIN_ROWS, target, coefficient)
+    after = _chain_law((*CHAIN_ROWS, CHAIN_ADDED), target, coefficient)
+    return max(abs(math.log(a / b)) for a, b in zip(before, after, strict=True))
+
+
+def test_the_added_row_moves_the_rule_list_target() -> None:
+    sensitivity = utility_sensitivity(CHAIN_N_MAX, (1.0, 1.0))
+    assert sensitivity == pytest.approx(math.log(5))
+    # likelihood target: c = ε/Δu (one-sided ℓ); posterior: c = ε/(2Δu).
+    assert 0.2 < _chain_loss("likelihood", EPSILON / sensitivity) < EPSILON  # 0.29
+    assert 0.1 < _chain_loss("posterior", EPSILON / (2 * sensitivity)) < EPSILON  # 0.14
+    # what the broken variant (Δu/10) loses
+    assert _chain_loss("likelihood", 10 * EPSILON / sensitivity) > 2.0
+    assert _chain_loss("posterior", 10 * EPSILON / (2 * sensitivity)) > 1.5
+
+
+def _chain_outputs(rows: Sequence[Row], seed: int, target: RuleListTarget) -> list[Hashable]:
+    store = _store(rows, CHAIN_N_MAX)
+    request = SampleRuleListRequest(
+        antecedents=CHAIN_ANTECEDENTS, epsilon=EPSILON, iterations=CHAIN_ITERATIONS, target=target
+    )
+    spec = CATALOG["brl.sample_rule_list"]
+    spec.validate(request, store.metadata)
+    cost = spec.cost(request)
+    assert cost == CHARGE
+    assert spec.guarantee == "approximate"
+    rng = seeded_generator(seed)
+    positions = {a.model_dump_json(): i for i, a in enumerate(CHAIN_ANTECEDENTS)}
+    return [
+        tuple(
+            positions[a.model_dump_json()]
+            for a in spec.run(store, request, cost, rng, no_progress)["rules"]
+        )
+        for _ in range(CHAIN_SAMPLES)
+    ]
+
+
+def _chain_audit(target: RuleListTarget) -> AuditResult:
+    categories: list[Hashable] = list(LISTS)
+    return audit_categorical(
+        _chain_outputs(CHAIN_ROWS, 71, target),
+        _chain_outputs((*CHAIN_ROWS, CHAIN_ADDED), 72, target),
+        categories=categories,
+        alpha=ALPHA,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["likelihood", "posterior"])
+def test_sampler_final_states_pass_the_audit(target: RuleListTarget) -> None:
+    assert_audit_passes(_chain_audit(target), EPSILON)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["likelihood", "posterior"])
+def test_audit_flags_the_sampler_with_a_tenth_of_the_sensitivity(
+    target: RuleListTarget, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = rule_list_mcmc.utility_sensitivity
+    monkeypatch.setattr(
+        rule_list_mcmc, "utility_sensitivity", lambda n_max, alpha: real(n_max, alpha) / 10
+    )
+    assert_audit_flags(_chain_audit(target), EPSILON)
+
+
+# --------------------------------------------------------------------------------------------
+# brl.point_estimates
+
+COUNT_SAMPLES = 4_000
+WINDOW = 4
+COUNT_RULES = [Antecedent(items=[BoolLiteral(attribute="p")])]
+
+
+def test_the_added_row_moves_one_capture_count() -> None:
+    before = exact_capture_counts(_store(CHAIN_ROWS, 100), COUNT_RULES)
+    after = exact_capture_counts(_store((*CHAIN_ROWS, CHAIN_ADDED), 100), COUNT_RULES)
+    assert (after - before).tolist() == [[0, 1], [0, 0]]  # rule [p], positive
+
+
+def _count_offsets(
+    rows: Sequence[Row], release: Callable[[ColumnStore], dict[str, Any]]
+) -> list[Hashable]:
+    """The released positive count of rule [p] minus D's truth, clipped to ±WINDOW, jointly with
+    the other three released counts (unchanged by the added row) minus theirs."""
+    truth = exact_capture_counts(_store(CHAIN_ROWS, 100), COUNT_RULES)
+    store = _store(rows, 100)
+    outputs: list[Hashable] = []
+    for _ in range(COUNT_SAMPLES):
+        fields = release(store)
+        noisy = np.array([fields["negative_counts"], fields["positive_counts"]]).T
+        outputs.append(int(np.clip(noisy[0, 1] - truth[0, 1], -WINDOW, WINDOW)))
+    return outputs
+
+
+def _count_audit(release: Callable[[ColumnStore], dict[str, Any]]) -> AuditResult:
+    categories: list[Hashable] = list(range(-WINDOW, WINDOW + 1))
+    return audit_categorical(
+        _count_offsets(CHAIN_ROWS, release),
+        _count_offsets((*CHAIN_ROWS, CHAIN_ADDED), release),
+        categories=categories,
+        alpha=ALPHA,
+    )
+
+
+def test_point_estimates_pass_the_audit() -> None:
+    request = PointEstimatesRequest(rules=COUNT_RULES, epsilon=EPSILON)
+    spec = CATALOG["brl.point_estimates"]
+    cost = spec.cost(request)
+    assert cost == CHARGE
+    rng = seeded_generator(8)
+    result = _count_audit(lambda store: spec.run(store, request, cost, rng, no_progress))
+    assert_audit_passes(result, EPSILON)
+    assert result.lower_bound > 0.4 * EPSILON, result.describe()  # the audit is not vacuous
+
+
+def test_audit_flags_point_estimates_with_a_tenth_of_the_scale() -> None:
+    def broken(store: ColumnStore) -> dict[str, Any]:
+        captures = exact_capture_counts(store, COUNT_RULES)
+        noisy = discrete_laplace(captures.T.ravel(), epsilon=10 * EPSILON, sensitivity=1)
+        return {"negative_counts": noisy[:2].tolist(), "positive_counts": noisy[2:].tolist()}
+
+    assert_audit_flags(_count_audit(broken), EPSILON)
