@@ -291,6 +291,18 @@ class _TreeMinerBase(BaseMiner):
         self.trees_: list[tuple[DecisionTree, DecisionTree]] = []
         self.leaf_counts_: list[LeafCountsResponse] = []
         self.redescriptions_: list[MinedTreeRedescription] = []
+        self._seen: set[tuple[str, str]] = set()
+
+    def _keep_new(self, found: Sequence[MinedTreeRedescription]) -> None:
+        """Add the redescriptions whose pair of queries no earlier round released (§3.6 "drop
+        duplicates", across rounds). The first release of a pair is kept with its round's noisy
+        statistics and later copies are dropped: picking the copy with the best noisy figures
+        would favour the copy whose noise happened to flatter it."""
+        for red in found:
+            key = (red.left, red.right)
+            if key not in self._seen:
+                self._seen.add(key)
+                self.redescriptions_.append(red)
 
     # -- results -------------------------------------------------------------------------------
 
@@ -413,9 +425,7 @@ class _Alternation(_TreeMinerBase):
                 for _ in range(self.rm_iterations):
                     new = self._tree(dataset, _other(previous.view), TreeTarget(tree=previous))
                     advance()
-                    self.redescriptions_ += self._leaf_counts(
-                        dataset, (previous, new), self.epsilon_unit
-                    )
+                    self._keep_new(self._leaf_counts(dataset, (previous, new), self.epsilon_unit))
                     advance()
                     previous = new
         return self
@@ -567,8 +577,8 @@ class MCMCTreePair(_TreeMinerBase):
                 pair = dataset.run(self._pair_request(attribute))
                 self._spent.receipts.append(pair.receipt)
                 advance()
-                self.redescriptions_ += self._leaf_counts(
-                    dataset, (pair.left_tree, pair.right_tree), self._budgets[1]
+                self._keep_new(
+                    self._leaf_counts(dataset, (pair.left_tree, pair.right_tree), self._budgets[1])
                 )
                 advance()
         return self
