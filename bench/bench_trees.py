@@ -650,7 +650,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
     default_datasets = "mammals" if args.quick else "mammals,asia"
     default_epsilons = "1" if args.quick else ",".join(f"{e:g}" for e in EPSILONS)
     return Config(
-        out=args.out,
+        out=args.out.resolve(),  # clired runs in its own directory: relative paths would break
         datasets=_names(args.datasets or default_datasets, DATASETS, "dataset"),
         miners=_names(args.miners, MINERS, "miner"),
         epsilons=tuple(float(e) for e in (args.epsilons or default_epsilons).split(",")),

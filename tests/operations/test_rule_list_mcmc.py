@@ -25,9 +25,11 @@ from scipy.stats import chisquare
 
 from dpmine.wire import (
     Antecedent,
+    BooleanAttribute,
     BoolLiteral,
     CatLiteral,
     DatasetMetadata,
+    LabelSpec,
     NumLiteral,
     RuleListTarget,
 )
@@ -51,6 +53,7 @@ from dpmine_server.operations.rule_list_mcmc import (
     utility_sensitivity,
 )
 from dpmine_server.operations.rule_lists import antecedent_words
+from dpmine_server.services.timing import operation_work
 
 SEEDED_P_VALUE = 1e-4
 ROWS = 36
@@ -488,3 +491,28 @@ def _collect(reports: list[float]) -> Progress:
         reports.append(fraction)
 
     return report
+
+
+def test_the_padding_budget_grows_with_the_public_parameters() -> None:
+    """brl.* have their own public work estimates (services/timing.py), not the count default:
+    the sampler's grows with the iterations, the antecedents and n_max."""
+    metadata = DatasetMetadata(
+        kind="table",
+        n_max=30_000,
+        attributes=[BooleanAttribute(name="p"), BooleanAttribute(name="y")],
+        label=LabelSpec(attribute="y", positive="1"),
+    )
+    one = {"items": [{"kind": "bool", "attribute": "p"}]}
+
+    def sample(iterations: int, antecedents: int, n_max: int = 30_000) -> float:
+        request = {"antecedents": [one] * antecedents, "iterations": iterations}
+        return operation_work(
+            "brl.sample_rule_list", request, metadata.model_copy(update={"n_max": n_max})
+        )
+
+    assert sample(3000, 100) > sample(1000, 100) > sample(1000, 10)
+    assert sample(1000, 100, n_max=300_000) > sample(1000, 100)
+    assert sample(3000, 136) > 1.0  # the measured 0.45 ms a step at 32k rows
+    count = operation_work("count.noisy", {}, metadata)
+    assert operation_work("brl.antecedents", {"max_length": 2}, metadata) > count
+    assert operation_work("brl.point_estimates", {"rules": [one] * 5}, metadata) > count

@@ -28,7 +28,7 @@ from dpmine.wire import (
 )
 from dpmine_server.data.columns import BooleanColumn, Column, ColumnStore, NumericColumn
 from dpmine_server.dp.rng import seeded_generator
-from dpmine_server.operations import CATALOG
+from dpmine_server.operations import CATALOG, tree_mcmc
 from dpmine_server.operations.base import no_progress
 from dpmine_server.operations.tree_kernels import SplitSpace, make_target
 from dpmine_server.operations.tree_mcmc import (
@@ -383,6 +383,63 @@ def test_tree_pair_mcmc_at_depth_2_follows_the_exact_target() -> None:
     samples = _chains(run, 1500)
     assert _pooled_chi_square(samples, weights) > SEEDED_P_VALUE
     assert _pooled_chi_square(samples, wrong) < SEEDED_P_VALUE
+
+
+def test_exhausted_candidate_pools_are_topped_up_without_bias(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One pooled candidate per step is too few (a depth-2 root rejects two of the three
+    splits): the pools of both samplers run out and are refilled mid-chunk, and the pair chain
+    still follows its exact target (the depth-2 setting above)."""
+    monkeypatch.setattr(tree_mcmc, "POOL_PER_STEP", 1)
+    refills = Counter[str]()
+    refill = tree_mcmc._Pool.refill
+
+    def counted(pool: tree_mcmc._Pool) -> None:
+        refills["pool"] += 1
+        refill(pool)
+
+    monkeypatch.setattr(tree_mcmc._Pool, "refill", counted)
+    store, metadata = _boolean_store(), _boolean_metadata()
+    spaces = (SplitSpace.of(metadata, "left"), SplitSpace.of(metadata, "right"))
+    labels = make_target(store, AttributeTarget(attribute="t"))
+    sample_tree_mcmc(
+        store,
+        spaces[0],
+        labels,
+        depth=2,
+        iterations=200,
+        epsilon=1.0,
+        rng=seeded_generator(1),
+        progress=no_progress,
+    )
+    assert refills["pool"] > 0
+    refills.clear()
+    epsilon = 30.0
+    weights: dict[State, float] = {}
+    for first, second in itertools.product(
+        _boolean_trees("left", PAIR2_LEFT), _boolean_trees("right", PAIR2_RIGHT)
+    ):
+        leaves = [_leaf(first, row) for row in range(ROWS)]
+        score = _g(first, T) * (1 + _g(second, leaves)) / 2
+        weights[_state(first, second)] = math.exp(epsilon / 2 * score)
+
+    def run(seed: int) -> State:
+        first, second = sample_tree_pair(
+            store,
+            spaces,
+            labels,
+            depth=2,
+            iterations=100,
+            epsilon=epsilon,
+            rng=seeded_generator(90_000 + seed),
+            progress=no_progress,
+        )
+        return _state(spaces[0].tree(2, first), spaces[1].tree(2, second))
+
+    samples = _chains(run, 1500)
+    assert refills["pool"] > 100
+    assert _pooled_chi_square(samples, weights) > SEEDED_P_VALUE
 
 
 # --------------------------------------------------------------------------------------------

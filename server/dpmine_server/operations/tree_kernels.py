@@ -58,16 +58,16 @@ __all__ = [
     "leaf_counts",
     "make_target",
     "node_rows",
-    "normalised_purity",
     "reroute_subtree",
+    "split_codes",
     "subtree_levels",
-    "tree_gini",
     "weighted_gini",
 ]
 
 WordArray = npt.NDArray[np.uint64]
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+CodeArray = npt.NDArray[np.int32]
 BoolArray = npt.NDArray[np.bool_]
 
 #: Sensitivity of q = −Σ_children |c|·Gini(c) and of g₁ (§3.3, §3.4; Friedman–Schuster).
@@ -180,23 +180,14 @@ def _pack(mask: BoolArray) -> WordArray:
 class SplitMasks:
     """Packed left/right row masks of the splits of a :class:`SplitSpace` on one store.
 
-    Numeric columns keep, per row, the number of lattice points below the value, so a threshold
-    at lattice index k sends left exactly the rows with that rank ≤ k (value ≤ point k). Masks of
-    Boolean and categorical splits are cached; numeric ones are computed on demand."""
+    A threshold at lattice index k of a numeric column sends left exactly the rows whose value
+    is ≤ point k (``value ≤ points[k]``); rows with a missing value go to neither side. All
+    masks are computed on demand (a tree needs a handful) and cached."""
 
     def __init__(self, columns: ColumnStore, space: SplitSpace) -> None:
         self._space = space
         self._columns = [columns.column(family.name) for family in space.families]
-        self._ranks: dict[int, IntArray] = {}
-        self._present: dict[int, BoolArray] = {}
         self._cache: dict[SplitKey, tuple[WordArray, WordArray]] = {}
-        for index, (family, column) in enumerate(zip(space.families, self._columns, strict=True)):
-            if isinstance(column, NumericColumn):
-                assert family.lattice is not None
-                present = ~np.isnan(column.values)
-                ranks = np.searchsorted(family.lattice.points, column.values, side="left")
-                self._ranks[index] = np.where(present, ranks, family.size).astype(np.int64)
-                self._present[index] = present
 
     @property
     def space(self) -> SplitSpace:
@@ -204,26 +195,56 @@ class SplitMasks:
 
     def masks(self, key: SplitKey) -> tuple[WordArray, WordArray]:
         """(rows going left, rows going right) of a split; missing rows are in neither."""
-        family, value = key
-        if family in self._ranks:
-            left = self._ranks[family] <= value
-            return _pack(left), _pack(self._present[family] & ~left)
         cached = self._cache.get(key)
         if cached is None:
-            column = self._columns[family]
-            if isinstance(column, CategoricalColumn):
-                left_set = column.category_bitset(column.categories[value])
-            else:
-                assert isinstance(column, BooleanColumn)
-                left_set = column.true
-            cached = (left_set.words, (column.present - left_set).words)
+            cached = self._compute(key)
             self._cache[key] = cached
         return cached
+
+    def _compute(self, key: SplitKey) -> tuple[WordArray, WordArray]:
+        family, value = key
+        column = self._columns[family]
+        if isinstance(column, NumericColumn):
+            lattice = self._space.families[family].lattice
+            assert lattice is not None
+            present = ~np.isnan(column.values)
+            left = present & (column.values <= lattice.point(value))
+            return _pack(left), _pack(present & ~left)
+        if isinstance(column, CategoricalColumn):
+            left_set = column.category_bitset(column.categories[value])
+        else:
+            assert isinstance(column, BooleanColumn)
+            left_set = column.true
+        return left_set.words, (column.present - left_set).words
 
     def stacked(self, keys: Sequence[SplitKey]) -> tuple[WordArray, WordArray]:
         """Left and right masks of ``keys`` as two ``(len(keys), W)`` arrays."""
         pairs = [self.masks(key) for key in keys]
         return np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
+
+
+def split_codes(columns: ColumnStore, space: SplitSpace) -> tuple[CodeArray, BoolArray]:
+    """Per-row split codes of a view for the compiled samplers (:mod:`.tree_native`): a
+    ``(families, rows)`` int32 array and, per family, whether a split is a threshold. Numeric:
+    the number of lattice points below the value (split k sends left the codes ≤ k);
+    categorical: the category code; Boolean: 0 = true, 1 = false (split 0 sends left the code
+    0); −1 = missing (no child)."""
+    codes = np.empty((len(space.families), columns.n_rows), dtype=np.int32)
+    ordered = np.zeros(len(space.families), dtype=np.bool_)
+    for index, family in enumerate(space.families):
+        column = columns.column(family.name)
+        if isinstance(column, NumericColumn):
+            assert family.lattice is not None
+            ranks = np.searchsorted(family.lattice.points, column.values, side="left")
+            codes[index] = np.where(np.isnan(column.values), -1, ranks)
+            ordered[index] = True
+        elif isinstance(column, CategoricalColumn):
+            codes[index] = column.codes
+        else:
+            assert isinstance(column, BooleanColumn)
+            false = np.where(column.true.to_bool_array(), 0, 1)
+            codes[index] = np.where(column.present.to_bool_array(), false, -1)
+    return codes, ordered
 
 
 def ancestors(node: int) -> list[int]:
@@ -331,19 +352,6 @@ def weighted_gini(counts: npt.NDArray[np.integer] | FloatArray) -> FloatArray:
     return np.asarray(sizes - squares / np.maximum(sizes, 1.0), dtype=np.float64)
 
 
-def tree_gini(counts: IntArray) -> float:
-    """g₁(T) = −Σ_leaves τ_n·Gini(n) (§3.4), from the leaf × class table; sensitivity 2."""
-    return -float(weighted_gini(counts).sum())
-
-
-def normalised_purity(counts: IntArray, total_rows: int) -> float:
-    """g(T) = Σ_leaves (τ_n/τ)·Σ_c (τ_{n,c}/τ_n)² (§3.5, eq. 5), τ = all rows; ∈ [0, 1]."""
-    values = counts.astype(np.float64)
-    sizes = values.sum(axis=1)
-    purity = (values * values).sum(axis=1) / np.maximum(sizes, 1.0)
-    return float(purity.sum()) / max(total_rows, 1)
-
-
 # --------------------------------------------------------------------------------------------
 # tree.expmech (§3.3)
 
@@ -372,15 +380,22 @@ def _numeric_candidates(
     The quality is constant on a cell, so the EM over cells weighted by their lattice points is
     the EM over lattice points (§0.3, §1.4)."""
     assert family.lattice is not None
-    order = column.sorted_order[rows[column.sorted_order]]
-    onehot = np.zeros((order.size + 1, labels.n_classes))
-    onehot[np.arange(1, order.size + 1), labels.classes[order]] = 1.0
-    cumulative = np.cumsum(onehot, axis=0)  # cumulative[k] = classes of the first k rows
-    distinct, first = np.unique(column.values[order], return_index=True)
-    ends = np.append(first, order.size)[1:]  # rows with a value ≤ each distinct value
+    keep = rows[column.sorted_order]
+    values = column.sorted_values[keep]  # the node's labelled rows, by increasing value
+    starts = np.ones(values.size, dtype=np.bool_)
+    starts[1:] = values[1:] != values[:-1]
+    distinct = values[starts]
+    group = np.cumsum(starts) - 1  # the index of each row's distinct value
+    n_classes = labels.n_classes
+    table = np.bincount(
+        group * n_classes + labels.classes[column.sorted_order[keep]],
+        minlength=distinct.size * n_classes,
+    ).reshape(distinct.size, n_classes)
+    cumulative = np.zeros((distinct.size + 1, n_classes))
+    np.cumsum(table, axis=0, out=cumulative[1:])  # row b: classes of the values ≤ distinct b
     cells = LatticeCells.build(family.lattice, distinct)
     points = cells.counts()[1][: distinct.size + 1]
-    return cumulative[np.concatenate([[0], ends])], points, cells.upper_edges
+    return cumulative, points, cells.upper_edges
 
 
 def _excluded_by_cell(edges: IntArray, excluded: Sequence[int], cells: int) -> FloatArray:

@@ -13,17 +13,16 @@ invariant: the exponential mechanism over valid trees with the product base meas
 The chains run a fixed, public number of iterations and release the final state only; nothing
 stops early on the data (§0.1, §0.4), so the guarantee is "approximate" (ε-DP at convergence).
 
-A move at v changes only v's split: the row sets of v's subtree are re-routed (bitset ANDs,
-level by level) and only the leaves below v get new class counts by popcount. In the pair
-sampler a move in the first tree also changes the second tree's classes (its leaves), so the
-second tree's leaf × class table is recounted.
+The steps run compiled (:mod:`~dpmine_server.operations.tree_native`). This module draws the
+initial tree and every random number of the chain from the call's generator up front: the node
+of every step, one uniform per acceptance test, and pools of candidate splits from the base
+measure (a step takes the next pooled candidate its node may use; an exhausted pool is topped
+up with fresh draws). Progress is reported after every 1 % of the public iteration count.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Iterator
 
 import numpy as np
 import numpy.typing as npt
@@ -35,29 +34,32 @@ from dpmine_server.operations.tree_kernels import (
     GINI_SENSITIVITY,
     Labels,
     SplitKey,
-    SplitMasks,
     SplitSpace,
     ancestors,
     leaf_class_counts,
     node_rows,
-    normalised_purity,
-    reroute_subtree,
+    split_codes,
     subtree_levels,
-    tree_gini,
+)
+from dpmine_server.operations.tree_native import (
+    Chain,
+    Draws,
+    PairTarget,
+    Pool,
+    Target,
+    fill_masks,
+    mcmc_steps,
+    pair_steps,
 )
 
 __all__ = [
     "PAIR_SENSITIVITY",
-    "TreeState",
     "descendants",
     "excluded_splits",
-    "pair_score",
-    "random_tree",
     "sample_tree_mcmc",
     "sample_tree_pair",
 ]
 
-WordArray = npt.NDArray[np.uint64]
 IntArray = npt.NDArray[np.int64]
 
 #: Sensitivity of the normalised pair score g(T_L)·(1 + g(T_R))/2 (§3.5, Lemma 1).
@@ -65,6 +67,10 @@ PAIR_SENSITIVITY = 1.0
 
 #: Progress is reported after every 1 % of the (public) iterations.
 PROGRESS_STEPS = 100
+
+#: Pooled candidate splits per step: a step rejects the splits its node's ancestors and
+#: descendants use, so it may take more than one; an exhausted pool is topped up.
+POOL_PER_STEP = 2
 
 
 def descendants(node: int, depth: int) -> list[int]:
@@ -79,85 +85,104 @@ def descendants(node: int, depth: int) -> list[int]:
 
 
 def excluded_splits(keys: list[SplitKey], node: int, depth: int) -> set[SplitKey]:
-    """Splits a proposal at ``node`` may not use: those of its ancestors and descendants."""
-    return {keys[other] for other in ancestors(node) + descendants(node, depth)}
+    """Splits a proposal at ``node`` may not use: those of its ancestors and descendants (the
+    rule the compiled steps apply through :func:`_related`)."""
+    return {keys[other] for other in _related_nodes(node, depth)}
 
 
-@dataclass(frozen=True, slots=True)
-class TreeState:
-    """One tree of a chain: splits (heap order), their row masks and every node's row set."""
+def _related_nodes(node: int, depth: int) -> list[int]:
+    return ancestors(node) + descendants(node, depth)
 
-    depth: int
-    keys: list[SplitKey]
-    left: WordArray
-    right: WordArray
-    nodes: WordArray
+
+def _related(depth: int) -> IntArray:
+    """``(m, 2^depth − 2)``: the ancestors and descendants of every inner node, −1 padded."""
+    inner = 2**depth - 1
+    table = np.full((inner, max(inner - 1, 0)), -1, dtype=np.int64)
+    for node in range(inner):
+        related = _related_nodes(node, depth)
+        table[node, : len(related)] = related
+    return table
+
+
+class _Pool:
+    """Candidate splits drawn i.i.d. from a view's base measure (§3.1): the attribute
+    uniformly, then its value uniformly; consumed in order by the compiled steps."""
+
+    def __init__(self, space: SplitSpace, rng: np.random.Generator, size: int) -> None:
+        self._sizes = np.array([family.size for family in space.families], dtype=np.int64)
+        self._rng = rng
+        self._size = size
+        self.arrays = self._draw()
+        self.cursor = 0
+
+    def _draw(self) -> tuple[IntArray, IntArray]:
+        families = self._rng.integers(self._sizes.size, size=self._size)
+        return families, self._rng.integers(0, self._sizes[families])
 
     @property
-    def leaves(self) -> WordArray:
-        """Leaf row sets, left to right."""
-        return self.nodes[len(self.keys) :]
+    def state(self) -> Pool:
+        """The candidates and the first unused one, as the compiled steps take them."""
+        return self.arrays[0], self.arrays[1], self.cursor
 
-    def leaf_range(self, node: int) -> tuple[int, int]:
-        """The leaves [start, stop) below ``node`` (leaf numbering)."""
-        start, stop = subtree_levels(node, self.depth)[-1]
-        return start - len(self.keys), stop - len(self.keys)
+    @property
+    def exhausted(self) -> bool:
+        return self.cursor == self.arrays[0].size
 
-    def with_split(self, node: int, key: SplitKey, masks: SplitMasks) -> TreeState:
-        """The tree with ``node``'s split replaced (subtrees kept, their rows re-routed)."""
-        keys = list(self.keys)
-        keys[node] = key
-        left, right = self.left.copy(), self.right.copy()
-        left[node], right[node] = masks.masks(key)
-        nodes = self.nodes.copy()
-        reroute_subtree(nodes, left, right, node, self.depth)
-        return TreeState(self.depth, keys, left, right, nodes)
+    def refill(self) -> None:
+        """Fresh candidates (the unused rest of the old pool was all rejected)."""
+        self.arrays, self.cursor = self._draw(), 0
 
 
-def random_tree(
-    space: SplitSpace, masks: SplitMasks, root: WordArray, depth: int, rng: np.random.Generator
-) -> TreeState:
+def _random_keys(space: SplitSpace, depth: int, rng: np.random.Generator) -> list[SplitKey]:
     """A tree drawn top-down from the base measure, each split avoiding its ancestors' (§3.4)."""
     keys: list[SplitKey] = []
     for node in range(2**depth - 1):
         keys.append(space.draw(rng, {keys[parent] for parent in ancestors(node)}))
-    left, right = masks.stacked(keys)
-    return TreeState(depth, keys, left, right, node_rows(root, left, right, depth))
+    return keys
 
 
-def _accept(log_ratio: float, rng: np.random.Generator) -> bool:
-    """Metropolis acceptance with probability min(1, exp(log_ratio)), in log space (§0.3)."""
-    return log_ratio >= 0.0 or math.log(1.0 - rng.random()) < log_ratio
+def _chain(columns: ColumnStore, space: SplitSpace, depth: int, rng: np.random.Generator) -> Chain:
+    """The arrays of a chain started from a random tree of ``space``."""
+    codes, ordered = split_codes(columns, space)
+    keys = np.array(_random_keys(space, depth, rng), dtype=np.int64)
+    root = columns.all_rows().words
+    left = np.zeros((keys.shape[0], root.size), dtype=np.uint64)
+    right = np.zeros_like(left)
+    for node, (family, value) in enumerate(keys):
+        fill_masks(codes[family], bool(ordered[family]), int(value), left[node], right[node])
+    nodes = node_rows(root, left, right, depth)
+    return Chain(
+        codes=codes,
+        ordered=ordered,
+        related=_related(depth),
+        keys=keys,
+        left=left,
+        right=right,
+        nodes=nodes,
+        scratch=np.zeros_like(nodes),
+        new_left=np.zeros_like(root),
+        new_right=np.zeros_like(root),
+    )
 
 
-def _reporter(iterations: int, progress: Progress) -> Callable[[int], None]:
-    """Reports ``progress`` after every 1 % of the public iteration count."""
+def _final_keys(chain: Chain) -> list[SplitKey]:
+    return [(int(family), int(value)) for family, value in chain.keys]
+
+
+def _leaves(chain: Chain) -> npt.NDArray[np.uint64]:
+    return chain.nodes[chain.keys.shape[0] :]
+
+
+def _checkpoints(iterations: int) -> Iterator[int]:
+    """The step counts after which progress is reported: every 1 %, and the last step."""
     every = max(1, iterations // PROGRESS_STEPS)
-
-    def report(done: int) -> None:
-        if done % every == 0 or done == iterations:
-            progress(done / iterations)
-
-    return report
+    yield from range(every, iterations, every)
+    yield iterations
 
 
-def _update_counts(counts: IntArray, tree: TreeState, node: int, classes: WordArray) -> IntArray:
-    """The leaf × class table after a move at ``node``: only the leaves below it change."""
-    start, stop = tree.leaf_range(node)
-    updated = counts.copy()
-    updated[start:stop] = leaf_class_counts(tree.leaves[start:stop], classes)
-    return updated
-
-
-def _update_classes(
-    counts: IntArray, tree: TreeState, new_classes: TreeState, node: int
-) -> IntArray:
-    """The second tree's leaf × class table after a first-tree move at ``node``: its classes are
-    the first tree's leaves, and only the leaves below ``node`` (columns) change."""
-    start, stop = new_classes.leaf_range(node)
-    updated = counts.copy()
-    updated[:, start:stop] = leaf_class_counts(tree.leaves, new_classes.leaves[start:stop])
-    return updated
+def _draws(rng: np.random.Generator, nodes: int, iterations: int, coefficient: float) -> Draws:
+    """The node of every step (uniform among ``nodes``) and its acceptance uniform."""
+    return Draws(rng.integers(nodes, size=iterations), rng.random(iterations), coefficient)
 
 
 def sample_tree_mcmc(
@@ -173,31 +198,21 @@ def sample_tree_mcmc(
 ) -> list[SplitKey]:
     """AltMCMC's tree (§3.4): Metropolis–Hastings on g₁ = −Σ_leaves τ_n·Gini(n) (Δ = 2),
     c = ε/(2·2), ``iterations`` steps, final state. ε-DP at convergence (approximate)."""
-    coefficient = em_coefficient(epsilon, GINI_SENSITIVITY)
-    masks = SplitMasks(columns, space)
+    chain = _chain(columns, space, depth, rng)
     classes = labels.class_words()
-    tree = random_tree(space, masks, columns.all_rows().words, depth, rng)
-    counts = leaf_class_counts(tree.leaves, classes)
-    score = tree_gini(counts)
-    report = _reporter(iterations, progress)
-    for done in range(1, iterations + 1):
-        node = int(rng.integers(len(tree.keys)))
-        key = space.draw(rng, excluded_splits(tree.keys, node, depth))
-        proposal = tree.with_split(node, key, masks)
-        proposal_counts = _update_counts(counts, proposal, node, classes)
-        proposal_score = tree_gini(proposal_counts)
-        if _accept(coefficient * (proposal_score - score), rng):
-            tree, counts, score = proposal, proposal_counts, proposal_score
-        report(done)
-    return tree.keys
-
-
-def pair_score(first: IntArray, second: IntArray, total_rows: int) -> float:
-    """score(T_1, T_2) = g(T_1)·(1 + g(T_2))/2 (§3.5, eq. 6): T_1 against makeTarget(a), T_2
-    against T_1's leaves; ∈ [0, 1], sensitivity 1."""
-    return (
-        normalised_purity(first, total_rows) * (1.0 + normalised_purity(second, total_rows)) / 2.0
-    )
+    table = leaf_class_counts(_leaves(chain), classes)
+    target = Target(classes, table, table.copy())
+    coefficient = em_coefficient(epsilon, GINI_SENSITIVITY)
+    draws = _draws(rng, chain.keys.shape[0], iterations, coefficient)
+    pool = _Pool(space, rng, POOL_PER_STEP * iterations)
+    step = 0
+    for stop in _checkpoints(iterations):
+        while step < stop:
+            if pool.exhausted:
+                pool.refill()
+            step, pool.cursor = mcmc_steps(chain, target, draws, (step, stop), pool.state)
+        progress(stop / iterations)
+    return _final_keys(chain)
 
 
 def sample_tree_pair(
@@ -211,39 +226,29 @@ def sample_tree_pair(
     rng: np.random.Generator,
     progress: Progress,
 ) -> tuple[list[SplitKey], list[SplitKey]]:
-    """MCMCTreePair's sampler (§3.5): the first tree (view of ``spaces[0]``) predicts
-    ``labels`` (makeTarget(a)), the second predicts the first's leaves. A step picks an inner
-    node of either tree uniformly. c = ε/(2·1); ``iterations`` steps, final state. ε-DP at
-    convergence (approximate)."""
-    coefficient = em_coefficient(epsilon, PAIR_SENSITIVITY)
-    first_masks, second_masks = SplitMasks(columns, spaces[0]), SplitMasks(columns, spaces[1])
-    root, total_rows = columns.all_rows().words, columns.n_rows
+    """MCMCTreePair's sampler (§3.5) on score = g(T_1)·(1 + g(T_2))/2 (eqs. 5–6): the first
+    tree (view of ``spaces[0]``) predicts ``labels`` (makeTarget(a)), the second predicts the
+    first's leaves. A step picks an inner node of either tree uniformly. c = ε/(2·1);
+    ``iterations`` steps, final state. ε-DP at convergence (approximate)."""
+    chains = (_chain(columns, spaces[0], depth, rng), _chain(columns, spaces[1], depth, rng))
     classes = labels.class_words()
-    first = random_tree(spaces[0], first_masks, root, depth, rng)
-    second = random_tree(spaces[1], second_masks, root, depth, rng)
-    first_counts = leaf_class_counts(first.leaves, classes)
-    second_counts = leaf_class_counts(second.leaves, first.leaves)
-    score = pair_score(first_counts, second_counts, total_rows)
-    inner = len(first.keys)
-    report = _reporter(iterations, progress)
-    for done in range(1, iterations + 1):
-        node = int(rng.integers(2 * inner))
-        if node < inner:
-            key = spaces[0].draw(rng, excluded_splits(first.keys, node, depth))
-            new_first = first.with_split(node, key, first_masks)
-            new_first_counts = _update_counts(first_counts, new_first, node, classes)
-            new_second = second
-            new_second_counts = _update_classes(second_counts, second, new_first, node)
-        else:
-            node -= inner
-            key = spaces[1].draw(rng, excluded_splits(second.keys, node, depth))
-            new_first, new_first_counts = first, first_counts
-            new_second = second.with_split(node, key, second_masks)
-            new_second_counts = _update_counts(second_counts, new_second, node, first.leaves)
-        new_score = pair_score(new_first_counts, new_second_counts, total_rows)
-        if _accept(coefficient * (new_score - score), rng):
-            first, first_counts = new_first, new_first_counts
-            second, second_counts = new_second, new_second_counts
-            score = new_score
-        report(done)
-    return first.keys, second.keys
+    first = leaf_class_counts(_leaves(chains[0]), classes)
+    second = leaf_class_counts(_leaves(chains[1]), _leaves(chains[0]))
+    target = PairTarget(classes, first, second, first.copy(), second.copy(), columns.n_rows)
+    coefficient = em_coefficient(epsilon, PAIR_SENSITIVITY)
+    draws = _draws(rng, 2 * chains[0].keys.shape[0], iterations, coefficient)
+    pools = (
+        _Pool(spaces[0], rng, POOL_PER_STEP * iterations),
+        _Pool(spaces[1], rng, POOL_PER_STEP * iterations),
+    )
+    step = 0
+    for stop in _checkpoints(iterations):
+        while step < stop:
+            for pool in pools:
+                if pool.exhausted:
+                    pool.refill()
+            step, pools[0].cursor, pools[1].cursor = pair_steps(
+                chains, target, draws, (step, stop), (pools[0].state, pools[1].state)
+            )
+        progress(stop / iterations)
+    return _final_keys(chains[0]), _final_keys(chains[1])

@@ -5,7 +5,8 @@ Validation reads public metadata only: a two-view dataset, attributes in the rig
 thresholds that are points of the attribute's public lattice, declared categories, and a view
 with enough distinct splits for a complete tree without repeats on a path (so every sampler
 always finds a split). The cost is the requested ε. The kernels are in
-:mod:`~dpmine_server.operations.tree_kernels` and :mod:`~dpmine_server.operations.tree_mcmc`.
+:mod:`~dpmine_server.operations.tree_kernels` and :mod:`~dpmine_server.operations.tree_mcmc`
+(whose Metropolis–Hastings steps are compiled in :mod:`~dpmine_server.operations.tree_native`).
 """
 
 from __future__ import annotations
