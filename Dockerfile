@@ -17,14 +17,16 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     DPMINE_HOST=0.0.0.0 \
     DPMINE_PORT=8000 \
-    DPMINE_DATA_DIR=/var/lib/dpmine/data
+    DPMINE_DATA_DIR=/var/lib/dpmine/data \
+    NUMBA_CACHE_DIR=/var/lib/dpmine/numba-cache
 
 COPY --from=builder /dist/ /tmp/dist/
 RUN wheel="$(ls /tmp/dist/dpmine-*-py3-none-any.whl)" \
     && pip install --no-cache-dir "${wheel}[server]" \
     && rm -rf /tmp/dist \
     && useradd --system --home /var/lib/dpmine --create-home dpmine \
-    && mkdir -p /var/lib/dpmine/data && chown -R dpmine /var/lib/dpmine
+    && mkdir -p /var/lib/dpmine/data /var/lib/dpmine/numba-cache \
+    && chown -R dpmine /var/lib/dpmine
 
 USER dpmine
 # The migrations run from the installed package; relative default paths land in dpmine's home.
