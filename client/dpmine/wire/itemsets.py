@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -15,6 +16,7 @@ __all__ = [
     "TopKItemsetsRequest",
     "TopKItemsetsResponse",
     "TopKMethod",
+    "elementary_symmetric",
 ]
 
 #: Public resource limits, checked before any data is read (§4.1).
@@ -22,6 +24,16 @@ MAX_TOP_K = 1000
 MAX_ITEMSET_LENGTH = 6
 
 TopKMethod = Literal["em", "laplace"]
+
+
+def elementary_symmetric(sizes: Sequence[int], degree: int) -> list[int]:
+    """[e_0, …, e_degree] of ``sizes`` (exact integers): e_ℓ counts the itemsets of ℓ items with
+    at most one item per group when the groups hold ``sizes`` items (§4.1)."""
+    coefficients = [1] + [0] * degree
+    for size in sizes:
+        for order in range(degree, 0, -1):
+            coefficients[order] += coefficients[order - 1] * size
+    return coefficients
 
 
 class ReleasedItemset(WireModel):

@@ -27,7 +27,7 @@ from dpmine.wire.datasets import (
     DatasetMetadata,
     NumericAttribute,
 )
-from dpmine.wire.itemsets import TopKMethod
+from dpmine.wire.itemsets import TopKMethod, elementary_symmetric
 from dpmine.wire.queries import AnyLiteral, BoolLiteral, CatLiteral, NumLiteral
 
 __all__ = [
@@ -121,11 +121,8 @@ def rule_list_items(metadata: DatasetMetadata, numeric_bins: int) -> list[list[A
 def antecedent_universe(metadata: DatasetMetadata, max_length: int, numeric_bins: int) -> int:
     """How many antecedents of 1..L items, at most one per attribute, the public schema allows:
     Σ_ℓ e_ℓ(items per attribute), e_ℓ the elementary symmetric polynomial (§5.2)."""
-    coefficients = [1] + [0] * max_length
-    for items in rule_list_items(metadata, numeric_bins):
-        for order in range(max_length, 0, -1):
-            coefficients[order] += coefficients[order - 1] * len(items)
-    return sum(coefficients[1:])
+    sizes = [len(items) for items in rule_list_items(metadata, numeric_bins)]
+    return sum(elementary_symmetric(sizes, max_length)[1:])
 
 
 def every_antecedent(

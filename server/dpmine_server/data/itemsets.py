@@ -36,6 +36,7 @@ from dpmine.wire import (
     CategoricalAttribute,
     CatLiteral,
     DatasetMetadata,
+    elementary_symmetric,
     rule_list_items,
 )
 from dpmine_server.data.bitsets import Bitset
@@ -80,21 +81,12 @@ class ItemCatalog:
 
     def universe_size(self, lengths: Sequence[int]) -> int:
         """Exact number of valid itemsets with a length in ``lengths`` (≤ one item per group)."""
-        polynomial = _elementary_symmetric([len(group) for group in self.groups], max(lengths))
+        polynomial = elementary_symmetric([len(group) for group in self.groups], max(lengths))
         return sum(polynomial[length] for length in set(lengths))
 
     def position(self, name: str) -> int:
         """Position of the item called ``name``."""
         return self.names.index(name)
-
-
-def _elementary_symmetric(sizes: Sequence[int], degree: int) -> list[int]:
-    """[e_0, …, e_degree] of ``sizes`` (exact integers)."""
-    coefficients = [1] + [0] * degree
-    for size in sizes:
-        for order in range(degree, 0, -1):
-            coefficients[order] += coefficients[order - 1] * size
-    return coefficients
 
 
 def item_catalog(metadata: DatasetMetadata) -> ItemCatalog:

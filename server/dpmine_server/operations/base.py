@@ -7,7 +7,7 @@ store and return the release. A family module lists its operations in ``OPERATIO
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -25,7 +25,7 @@ from dpmine.wire import (
 from dpmine_server.data.columns import ColumnStore
 from dpmine_server.dp.budget import Epsilon
 
-__all__ = ["OperationSpec", "Progress", "no_progress"]
+__all__ = ["PROGRESS_STEPS", "OperationSpec", "Progress", "no_progress", "progress_checkpoints"]
 
 RequestT = TypeVar("RequestT", bound=OperationRequest[Any])
 ResponseT = TypeVar("ResponseT", bound=WireModel)
@@ -40,6 +40,18 @@ class Progress(Protocol):
 def no_progress(fraction: float, message: str = "") -> None:
     """A progress sink that ignores reports (synchronous requests)."""
     del fraction, message
+
+
+#: Iterative kernels (the MCMC samplers) report progress after every 1 % of their public steps.
+PROGRESS_STEPS = 100
+
+
+def progress_checkpoints(iterations: int) -> Iterator[int]:
+    """The step counts after which an iterative kernel reports progress: every 1 % of the public
+    ``iterations``, and the last step."""
+    every = max(1, iterations // PROGRESS_STEPS)
+    yield from range(every, iterations, every)
+    yield iterations
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ unchanged, so only the positions from p on are recomputed.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -28,7 +28,7 @@ from scipy.special import gammaln, logsumexp
 
 from dpmine.wire import RuleListTarget
 from dpmine_server.dp.mechanisms import OneSided, em_coefficient
-from dpmine_server.operations.base import Progress
+from dpmine_server.operations.base import Progress, progress_checkpoints
 
 __all__ = [
     "Chain",
@@ -55,8 +55,6 @@ FloatArray = npt.NDArray[np.float64]
 
 MoveType = Literal["move", "add", "cut"]
 
-#: Progress is reported after every 1 % of the (public) iterations.
-PROGRESS_STEPS = 100
 #: Uniform draws generated at once (four per iteration).
 _BLOCK = 1024
 
@@ -369,17 +367,6 @@ def _uniform_blocks(rng: np.random.Generator, iterations: int) -> Iterator[list[
         done += block
 
 
-def _reporter(iterations: int, progress: Progress) -> Callable[[int], None]:
-    """Reports ``progress`` after every 1 % of the public iteration count."""
-    every = max(1, iterations // PROGRESS_STEPS)
-
-    def report(done: int) -> None:
-        if done % every == 0 or done == iterations:
-            progress(done / iterations)
-
-    return report
-
-
 def sample_rule_list(
     words: ClassWords,
     tables: PriorTables,
@@ -403,7 +390,7 @@ def sample_rule_list(
     utility = target_log_density(chain, target, coefficient)
     used = set(chain.rules)
     unused = [a for a in range(size) if a not in used]
-    report = _reporter(iterations, progress)
+    checkpoints = set(progress_checkpoints(iterations))
     for done, (pick, first, second, accept) in enumerate(_uniform_blocks(rng, iterations), 1):
         proposal = propose(chain.rules, unused, size, (pick, first, second))
         candidate = extend_chain(words, alpha, tables, chain, proposal)
@@ -413,7 +400,8 @@ def sample_rule_list(
             if len(candidate.rules) != len(chain.rules):
                 unused = _unused_after(unused, chain.rules, candidate.rules)
             chain, utility = candidate, candidate_utility
-        report(done)
+        if done in checkpoints:
+            progress(done / iterations)
     return chain.rules
 
 

@@ -22,14 +22,12 @@ up with fresh draws). Progress is reported after every 1 % of the public iterati
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import numpy.typing as npt
 
 from dpmine_server.data.columns import ColumnStore
 from dpmine_server.dp.mechanisms import em_coefficient
-from dpmine_server.operations.base import Progress
+from dpmine_server.operations.base import Progress, progress_checkpoints
 from dpmine_server.operations.tree_kernels import (
     GINI_SENSITIVITY,
     Labels,
@@ -65,8 +63,6 @@ IntArray = npt.NDArray[np.int64]
 #: Sensitivity of the normalised pair score g(T_L)·(1 + g(T_R))/2 (§3.5, Lemma 1).
 PAIR_SENSITIVITY = 1.0
 
-#: Progress is reported after every 1 % of the (public) iterations.
-PROGRESS_STEPS = 100
 
 #: Pooled candidate splits per step: a step rejects the splits its node's ancestors and
 #: descendants use, so it may take more than one; an exhausted pool is topped up.
@@ -173,13 +169,6 @@ def _leaves(chain: Chain) -> npt.NDArray[np.uint64]:
     return chain.nodes[chain.keys.shape[0] :]
 
 
-def _checkpoints(iterations: int) -> Iterator[int]:
-    """The step counts after which progress is reported: every 1 %, and the last step."""
-    every = max(1, iterations // PROGRESS_STEPS)
-    yield from range(every, iterations, every)
-    yield iterations
-
-
 def _draws(rng: np.random.Generator, nodes: int, iterations: int, coefficient: float) -> Draws:
     """The node of every step (uniform among ``nodes``) and its acceptance uniform."""
     return Draws(rng.integers(nodes, size=iterations), rng.random(iterations), coefficient)
@@ -206,7 +195,7 @@ def sample_tree_mcmc(
     draws = _draws(rng, chain.keys.shape[0], iterations, coefficient)
     pool = _Pool(space, rng, POOL_PER_STEP * iterations)
     step = 0
-    for stop in _checkpoints(iterations):
+    for stop in progress_checkpoints(iterations):
         while step < stop:
             if pool.exhausted:
                 pool.refill()
@@ -242,7 +231,7 @@ def sample_tree_pair(
         _Pool(spaces[1], rng, POOL_PER_STEP * iterations),
     )
     step = 0
-    for stop in _checkpoints(iterations):
+    for stop in progress_checkpoints(iterations):
         while step < stop:
             for pool in pools:
                 if pool.exhausted:
