@@ -43,6 +43,13 @@ ATTRIBUTION = (
     "doi:10.24432/C5959T, licensed CC BY 4.0"
 )
 console = Console()
+#: A receipt and the run of the demo it paid for ("itemsets", "SerenadeES").
+RunReceipt = tuple[str, Receipt]
+
+
+def eps(value: float | Decimal | str) -> str:
+    """A budget amount as the demo prints every one of them: ε and three decimals."""
+    return f"ε {Decimal(str(value)):.3f}"
 
 
 def free_port() -> int:
@@ -98,15 +105,33 @@ def owner_setup(url: str, owner_key: str) -> str:
         owner.admin.upload_dataset(request, {"path": DATA})
         analyst = owner.admin.add_principal("demo-analyst", "analyst")
         owner.admin.grant("mushroom", "demo-analyst", 2.0)
-    console.print("[bold]owner[/]: registered 'mushroom', created analyst, granted ε = 2")
+    console.print(f"[bold]owner[/]: registered 'mushroom', created an analyst, granted {eps(2)}")
     return analyst.api_key
 
 
-def mine_itemsets(mushroom: dpmine.DatasetHandle) -> list[Receipt]:
+def explain_noise(counts: list[int], n_hat: int | None) -> None:
+    """Say why a noisy count can pass the row count and a frequency can pass 1."""
+    console.print(
+        "  Every count above carries noise, so a count can exceed the true number of rows (not "
+        "released: the analyst only has the noisy row count"
+        + ("" if n_hat is None else f" {n_hat}")
+        + "), and a frequency, noisy count / noisy row count, can exceed 1. That is the privacy "
+        "at work, not an error."
+    )
+    if n_hat is not None and any(count > n_hat for count in counts):
+        console.print(
+            f"  Here {sum(c > n_hat for c in counts)} count(s) exceed the noisy row count."
+        )
+
+
+def mine_itemsets(mushroom: dpmine.DatasetHandle) -> list[RunReceipt]:
     """Top-10 itemsets of length 1-3 (ε = 0.5 + 0.1 for the row count) and their rules."""
     miner = TopKItemsets(k=10, length=(1, 3), epsilon=0.5, frequency_epsilon=0.1)
     plan = miner.plan(mushroom)
-    console.print(f"plan: {len(plan.calls)} calls, ε = {plan.estimate.total_epsilon_exact}")
+    console.print(
+        f"[bold]run 1, itemsets[/]: plan of {len(plan.calls)} calls, "
+        f"{eps(plan.estimate.total_epsilon_exact)}"
+    )
     with console.status("mining the top-10 itemsets on the server"):
         miner.mine(mushroom)
     table = Table("rank", "itemset", "noisy count", "noisy frequency")
@@ -120,22 +145,29 @@ def mine_itemsets(mushroom: dpmine.DatasetHandle) -> list[Receipt]:
             "-" if frequency is None else f"{frequency:.3f}",
         )
     console.print(table)
+    explain_noise(
+        [i.noisy_count for i in miner.itemsets_ if i.noisy_count is not None],
+        miner.noisy_row_count_,
+    )
     rules = miner.rules(min_confidence=0.95)[:5]
     for rule in rules:
         console.print(
             f"  rule {escape(' & '.join(rule.antecedent))} → {escape(' & '.join(rule.consequent))}"
             f"  confidence {rule.confidence:.3f} (from noisy counts)"
         )
-    return miner.receipts_
+    return [("1 itemsets", receipt) for receipt in miner.receipts_]
 
 
-def redescriptions(mushroom: dpmine.DatasetHandle) -> list[Receipt]:
+def redescriptions(mushroom: dpmine.DatasetHandle) -> list[RunReceipt]:
     """SerenadeES (I = 10 pairs, K = 20 rounds, ε = 1 + 0.05 for the row count behind x0)."""
     miner = SerenadeES(
         epsilon=1.0, n_initial=10, rounds=20, x0_fraction=0.1, count_epsilon=0.05, progress=True
     )
     plan = miner.plan(mushroom)
-    console.print(f"plan: {len(plan.calls)} calls, ε = {plan.estimate.total_epsilon_exact}")
+    console.print(
+        f"[bold]run 2, SerenadeES[/]: plan of {len(plan.calls)} calls, "
+        f"{eps(plan.estimate.total_epsilon_exact)}"
+    )
     miner.mine(mushroom)
     table = Table("left query (cap, gills, odor)", "right query (stalk, ring, spores, class, …)")
     table.add_column("noisy |I|")
@@ -149,36 +181,40 @@ def redescriptions(mushroom: dpmine.DatasetHandle) -> list[Receipt]:
             f"{found.noisy_jaccard:.3f}",
         )
     console.print(table)
-    return miner.receipts_
+    console.print(
+        "  noisy |I| and J come from noisy cell counts, so |I| can exceed the row count and J "
+        "is only an estimate of the true Jaccard."
+    )
+    return [("2 SerenadeES", receipt) for receipt in miner.receipts_]
 
 
-def analyse(url: str, analyst_key: str) -> list[Receipt]:
+def analyse(url: str, analyst_key: str) -> list[RunReceipt]:
     """The analyst's private run over HTTP; returns the receipts of every charged call."""
     with dpmine.connect(url, analyst_key) as connection:
         mushroom = connection.dataset("mushroom")
         console.print(
-            f"[bold]analyst[/]: budget before: ε = {mushroom.budget().remaining_epsilon:g}"
+            f"[bold]analyst[/]: budget before: {eps(mushroom.budget().remaining_epsilon)}"
         )
         receipts = mine_itemsets(mushroom)
         receipts += redescriptions(mushroom)
     return receipts
 
 
-def print_receipts(receipts: list[Receipt]) -> None:
-    """The budget receipt: charges grouped by operation, the exact total and what is left."""
-    groups: dict[tuple[str, str, str], list[Receipt]] = {}
-    for receipt in receipts:
-        key = (receipt.operation, receipt.epsilon_exact, receipt.guarantee)
+def print_receipts(receipts: list[RunReceipt]) -> None:
+    """The budget receipt: charges grouped by run and operation, the exact total, what is left."""
+    groups: dict[tuple[str, str, str, str], list[Receipt]] = {}
+    for run, receipt in receipts:
+        key = (run, receipt.operation, receipt.epsilon_exact, receipt.guarantee)
         groups.setdefault(key, []).append(receipt)
     table = Table(
-        "operation", "calls", "ε each", "guarantee", "ledger entries", title="budget receipt"
+        "run", "operation", "calls", "ε each", "guarantee", "ledger entries", title="budget receipt"
     )
-    for (operation, epsilon, guarantee), group in groups.items():
+    for (run, operation, epsilon, guarantee), group in groups.items():
         ids = [r.ledger_entry_id for r in group]
         span = str(ids[0]) if len(ids) == 1 else f"{min(ids)}–{max(ids)}"
-        table.add_row(operation, str(len(group)), epsilon, guarantee, span)
-    total = sum((Decimal(r.epsilon_exact) for r in receipts), Decimal(0))
-    table.caption = f"spent ε = {total}; remaining ε = {receipts[-1].remaining_epsilon:g}"
+        table.add_row(run, operation, str(len(group)), eps(epsilon), guarantee, span)
+    total = sum((Decimal(r.epsilon_exact) for _, r in receipts), Decimal(0))
+    table.caption = f"spent {eps(total)}; remaining {eps(receipts[-1][1].remaining_epsilon)}"
     console.print(table)
 
 
