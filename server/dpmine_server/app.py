@@ -10,6 +10,7 @@ from fastapi import FastAPI
 
 from dpmine_server import __version__
 from dpmine_server.api.common import operation_router
+from dpmine_server.api.console import router as console_router
 from dpmine_server.api.deps import flush_failed_logins
 from dpmine_server.api.errors import add_exception_handlers
 from dpmine_server.api.limits import UPLOAD_FORM_ALLOWANCE, UPLOAD_PATHS, BodySizeLimit, LoginGuard
@@ -59,6 +60,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     )
     add_exception_handlers(app)
     app.include_router(api_router)
+    app.include_router(console_router)  # the owner console's pages under /console
     if resolved.environment == "test":  # test-only operations (operations/testing.py)
         app.include_router(operation_router(TEST_OPERATIONS), prefix="/v1", include_in_schema=False)
     # Outermost: refuses oversized bodies before routing, authentication and parsing.

@@ -447,6 +447,27 @@ class DatasetService:
         session.flush()
         return grant_info(grant, analyst.name)
 
+    def revoke_grant(self, session: Session, dataset_id: str, analyst_name: str) -> GrantInfo:
+        """Stop an analyst's spending on a dataset. A grant with charges shrinks to what was
+        spent (it stays: the ledger check sums it); one without charges is deleted."""
+        dataset = self.get(session, dataset_id)
+        analyst = get_principal(session, analyst_name)
+        grant = session.scalar(
+            select(Grant).where(Grant.dataset_id == dataset.id, Grant.analyst_id == analyst.id)
+        )
+        if grant is None:
+            raise NotFound(f"{analyst_name!r} holds no grant on dataset {dataset_id!r}")
+        if grant.spent_units == 0:
+            session.delete(grant)
+            session.flush()
+            return GrantInfo(
+                analyst=analyst.name, dataset_id=dataset.id, epsilon=0.0, spent=0.0, remaining=0.0
+            )
+        grant.limit_units = grant.spent_units
+        grant.updated_at = utcnow()
+        session.flush()
+        return grant_info(grant, analyst.name)
+
     @staticmethod
     def list_grants(session: Session, dataset_id: str) -> list[GrantInfo]:
         """All grants on a dataset."""
