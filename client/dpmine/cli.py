@@ -2,7 +2,13 @@
 rule lists).
 
 The server URL and API key come from ``--url``/``--api-key`` or ``DPMINE_URL``/``DPMINE_API_KEY``.
-``--json`` prints machine-readable output instead of tables.
+``--json`` prints machine-readable output instead of tables. These global options may come before
+or after the command (``dpmine schema mammals --json``).
+
+A mistake prints one line ``error: …`` on stderr and no traceback (DESIGN.md "Errors"): exit code
+2 when the command or its request must change (a bad option, a parameter refused on the client,
+or a request the server refused without charging it), 1 when the run itself failed (server
+unreachable, an operation that failed after its charge, a job still running or cancelled).
 """
 
 from __future__ import annotations
@@ -10,7 +16,9 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Callable
+import math
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -20,9 +28,21 @@ from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperGroup
 
 from dpmine.connection import Connection, connect
-from dpmine.errors import DPMineError
+from dpmine.errors import (
+    ChargeKeptNoResultError,
+    DPMineError,
+    JobCancelledError,
+    OperationFailedError,
+    ParameterError,
+    RateLimitedError,
+    RequestInProgressError,
+    ServerError,
+    TransportError,
+    parameter_error,
+)
 from dpmine.miners import AltExpM, AltMCMC, MCMCTreePair, Plan, SerenadeCS, SerenadeES, TopKItemsets
 from dpmine.miners.trees import DEFAULT_DEPTH, DEFAULT_MIN_SUPPORT, TreeMinerParameters
 from dpmine.queries import QuerySyntaxError, format_query, parse_query
@@ -46,8 +66,123 @@ from dpmine.wire import (
     SerenadeOptions,
 )
 
-app = typer.Typer(help="Query a dpmine server: every data-touching call is charged to your budget.")
+#: Global options and how many values each takes; accepted before or after the command.
+GLOBAL_OPTIONS = {"--json": 0, "--url": 1, "--api-key": 1}
+#: Failures of the run itself (exit 1); every other DPMineError asks to change the command (2).
+_RUN_FAILURES: tuple[type[DPMineError], ...] = (
+    TransportError,
+    OperationFailedError,
+    ChargeKeptNoResultError,
+    RequestInProgressError,
+    JobCancelledError,
+    RateLimitedError,
+)
+
+
+def hoist_global_options(args: Sequence[str]) -> list[str]:
+    """``args`` with the global options (and their values) moved before the command, so that
+    ``schema mammals --json`` reads as ``--json schema mammals``; ``--`` ends the search."""
+    front: list[str] = []
+    rest: list[str] = []
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if arg == "--":
+            rest += args[index:]
+            break
+        name = arg.partition("=")[0]
+        width = 1 if "=" in arg else 1 + GLOBAL_OPTIONS.get(name, 0)
+        if (
+            name in GLOBAL_OPTIONS
+            and (arg == name or GLOBAL_OPTIONS[name] == 1)
+            and index + width <= len(args)
+        ):
+            front += args[index : index + width]
+            index += width
+            continue
+        rest.append(arg)
+        index += 1
+    return front + rest
+
+
+def exit_code_of(error: DPMineError) -> int:
+    """1 when the run failed (server unreachable or failing, work in flight), 2 when the command
+    or request must change (refused on the client, or by the server without a charge)."""
+    if isinstance(error, _RUN_FAILURES):
+        return 1
+    if isinstance(error, ServerError):
+        status = error.status_code
+        return 1 if status is not None and status >= 500 else 2
+    return 2 if isinstance(error, ParameterError) else 1
+
+
+def _print_error(message: str) -> None:
+    """One line ``error: …`` on stderr."""
+    line = " ".join(message.split())
+    Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(line)}")
+
+
+class _DPMineGroup(TyperGroup):
+    """The ``dpmine`` command: global options in either position, and every mistake reported as
+    one ``error:`` line (exit 2 for usage errors) instead of a usage box or a traceback."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        arguments = hoist_global_options(sys.argv[1:] if args is None else list(args))
+        settings: dict[str, Any] = {
+            "prog_name": prog_name,
+            "complete_var": complete_var,
+            "standalone_mode": False,
+            "windows_expand_args": windows_expand_args,
+            **extra,
+        }
+        if not standalone_mode:
+            return super().main(arguments, **settings)
+        try:
+            outcome = super().main(arguments, **settings)
+        except typer.TyperException as error:
+            sys.exit(_report_usage_error(error))
+        except DPMineError as error:
+            _print_error(str(error))
+            sys.exit(exit_code_of(error))
+        except ValidationError as error:
+            _print_error(str(parameter_error(error)))
+            sys.exit(2)
+        except typer.Abort:
+            _print_error("aborted")
+            sys.exit(1)
+        sys.exit(outcome if isinstance(outcome, int) else 0)
+
+
+def _report_usage_error(error: typer.TyperException) -> int:
+    """Print a click usage error as one line (or the help it carries) and give its exit code."""
+    message = error.format_message()
+    if "\n" in message.strip():  # no arguments: the error is the command's help
+        typer.echo(message)
+        return error.exit_code
+    context = getattr(error, "ctx", None)
+    hint = f"; see '{context.command_path} --help'" if context is not None else ""
+    _print_error(f"{message.rstrip('.')}{hint}")
+    return error.exit_code
+
+
+app = typer.Typer(
+    cls=_DPMineGroup,
+    rich_markup_mode=None,
+    no_args_is_help=True,
+    help="Query a dpmine server: every data-touching call is charged to your budget. The "
+    "global options --url, --api-key and --json may come before or after the command.",
+)
 console = Console()
+#: Significant digits of the thresholds in printed tables (JSON and files keep them exact).
+DISPLAY_DIGITS = 4
 
 
 @dataclass
@@ -83,19 +218,42 @@ def _connect(options: _Options) -> Connection:
     return connect(options.url, options.api_key)
 
 
-def _fail(message: str) -> typer.Exit:
-    Console(stderr=True).print(f"[bold red]error:[/] {escape(message)}")
-    return typer.Exit(code=2)
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    """Print ``error: message`` and give the exit to raise (2: change the command)."""
+    _print_error(message)
+    return typer.Exit(code=code)
 
 
 def _emit(options: _Options, value: BaseModel | list[Any] | dict[str, Any], table: Table) -> None:
+    """``value`` as JSON with --json, else ``table``; a table without rows is one line, e.g.
+    ``top-10 itemsets: none``, then its caption (the receipts)."""
     if options.as_json:
         if isinstance(value, BaseModel):
             typer.echo(value.model_dump_json(indent=2))
         else:
             typer.echo(json.dumps(value, indent=2, default=str))
+    elif table.row_count == 0:
+        console.print(f"{table.title or 'results'}: none", highlight=False)
+        if table.caption:
+            console.print(table.caption, highlight=False, soft_wrap=True)
     else:
         console.print(table)
+
+
+def _check_output(
+    path: Path | None, suffixes: Sequence[str] = (), option: str = "--output"
+) -> None:
+    """Refuse, before anything is charged, an output file that could not be written: a wrong
+    suffix or a folder that does not exist."""
+    if path is None:
+        return
+    if suffixes and path.suffix not in suffixes:
+        raise _fail(f"{option} must end in {' or '.join(suffixes)}, got {str(path)!r}")
+    folder = path.parent
+    if not folder.is_dir():
+        raise _fail(f"{option}: the folder {str(folder)!r} does not exist; create it first")
+    if path.is_dir():
+        raise _fail(f"{option}: {str(path)!r} is a folder; give a file name")
 
 
 def _receipt_line(receipt: Receipt) -> str:
@@ -110,14 +268,10 @@ def _run(options: _Options, action: Any) -> Any:
     try:
         with _connect(options) as connection:
             return action(connection)
-    except QuerySyntaxError as error:
-        raise _fail(str(error)) from error
     except DPMineError as error:
-        raise _fail(str(error)) from error
+        raise _fail(str(error), exit_code_of(error)) from error
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise _fail(f"invalid request: {where}: {first['msg']}") from error
+        raise _fail(str(parameter_error(error))) from error
 
 
 @app.command()
@@ -183,7 +337,34 @@ def budget(
     _emit(options, status, table)
 
 
-EpsilonOption = Annotated[float, typer.Option(help="Privacy cost of this call", min=0.0)]
+def _range_check(
+    low: float, high: float, *, open_low: bool, open_high: bool
+) -> Callable[[float | None], float | None]:
+    """A typer callback refusing a value outside the interval (None passes: option not given)."""
+    shown = f"{'(' if open_low else '['}{low:g}, {high:g}{')' if open_high else ']'}"
+
+    def check(value: float | None) -> float | None:
+        if value is None:
+            return None
+        below = value <= low if open_low else value < low
+        above = value >= high if open_high else value > high
+        if math.isnan(value) or below or above:
+            wanted = f"> {low:g}" if math.isinf(high) and open_low else f"in {shown}"
+            wanted = f">= {low:g}" if math.isinf(high) and not open_low else wanted
+            raise typer.BadParameter(f"must be {wanted} (got {value:g})")
+        return value
+
+    return check
+
+
+_positive = _range_check(0.0, math.inf, open_low=True, open_high=True)
+_non_negative = _range_check(0.0, math.inf, open_low=False, open_high=True)
+_open_unit = _range_check(0.0, 1.0, open_low=True, open_high=True)
+_closed_unit = _range_check(0.0, 1.0, open_low=False, open_high=False)
+
+EpsilonOption = Annotated[
+    float, typer.Option(help="Privacy cost of this call (ε > 0)", callback=_positive)
+]
 
 
 @app.command()
@@ -192,7 +373,8 @@ def count(
     dataset_id: Annotated[str, typer.Argument(metavar="DATASET")],
     epsilon: EpsilonOption,
     where: Annotated[
-        str | None, typer.Option(help='Predicate, e.g. "[odor = n] & [bruises]"')
+        str | None,
+        typer.Option(help='Predicate, e.g. "[odor = n] & [bruises]"'),
     ] = None,
 ) -> None:
     """Noisy count of rows (satisfying --where); costs --epsilon."""
@@ -232,15 +414,23 @@ def _quality_table(result: ComputeQualityResponse, left: str, right: str) -> Tab
 def quality(
     ctx: typer.Context,
     dataset_id: Annotated[str, typer.Argument(metavar="DATASET")],
-    left: Annotated[str, typer.Option(help="Left query")],
-    right: Annotated[str, typer.Option(help="Right query")],
     epsilon: EpsilonOption,
+    left_query: Annotated[
+        str | None, typer.Argument(metavar="LEFT", help="Left query (or --left)")
+    ] = None,
+    right_query: Annotated[
+        str | None, typer.Argument(metavar="RIGHT", help="Right query (or --right)")
+    ] = None,
+    left_option: Annotated[str | None, typer.Option("--left", help="Left query")] = None,
+    right_option: Annotated[str | None, typer.Option("--right", help="Right query")] = None,
     mode: Annotated[str, typer.Option(help="cells (default) or paper")] = "cells",
 ) -> None:
-    """Noisy support cells, Jaccard and p-value of a redescription; costs --epsilon."""
+    """Noisy support cells, Jaccard and p-value of a redescription LEFT <=> RIGHT (given as
+    arguments or as --left/--right); costs --epsilon."""
     options = _options(ctx)
     if mode not in {"cells", "paper"}:
         raise _fail("--mode must be 'cells' or 'paper'")
+    left, right = _sides(left_query, right_query, left_option, right_option)
 
     def action(connection: Connection) -> Any:
         return connection.dataset(dataset_id).quality(
@@ -251,7 +441,30 @@ def quality(
     _emit(options, result, _quality_table(result, left, right))
 
 
-mine_app = typer.Typer(help="Run a private miner (plan first with --plan-only; free).")
+def _sides(
+    left_query: str | None,
+    right_query: str | None,
+    left_option: str | None,
+    right_option: str | None,
+) -> tuple[str, str]:
+    """The two queries of ``quality``, from the LEFT RIGHT arguments or --left/--right."""
+    given = [q for q in (left_query, right_query) if q is not None]
+    if left_option is not None or right_option is not None:
+        if given:
+            raise _fail("give the queries either as LEFT RIGHT or as --left/--right, not both")
+        if left_option is None or right_option is None:
+            raise _fail("give both --left and --right")
+        return left_option, right_option
+    if left_query is None or right_query is None:
+        raise _fail('give the two queries, e.g. quality DATASET "[odor = n]" "[class = e]"')
+    return left_query, right_query
+
+
+mine_app = typer.Typer(
+    rich_markup_mode=None,
+    no_args_is_help=True,
+    help="Run a private miner (plan first with --plan-only; free).",
+)
 app.add_typer(mine_app, name="mine")
 
 
@@ -268,17 +481,28 @@ def mine_itemsets(
     ctx: typer.Context,
     dataset_id: Annotated[str, typer.Argument(metavar="DATASET")],
     epsilon: EpsilonOption,
-    k: Annotated[int, typer.Option("--k", help="How many itemsets")] = 10,
+    k: Annotated[int, typer.Option("--k", help="How many itemsets", min=1)] = 10,
     length: Annotated[str, typer.Option(help="Itemset length or range, e.g. 3 or 1-3")] = "3",
     method: Annotated[str, typer.Option(help="em (Algorithm 1) or laplace (Algorithm 2)")] = "em",
-    rho: Annotated[float, typer.Option(help="Truncation failure probability")] = 0.1,
+    rho: Annotated[
+        float, typer.Option(help="Truncation failure probability, in (0, 1)", callback=_open_unit)
+    ] = 0.1,
     counts: Annotated[bool, typer.Option(help="Also release noisy counts")] = True,
-    count_share: Annotated[float, typer.Option(help="Share of ε for the counts")] = 0.5,
+    count_share: Annotated[
+        float, typer.Option(help="Share of ε for the counts, in (0, 1)", callback=_open_unit)
+    ] = 0.5,
     frequency_epsilon: Annotated[
-        float, typer.Option(help="ε for a noisy row count (frequencies); 0 = none")
+        float,
+        typer.Option(
+            help="ε for a noisy row count (frequencies); 0 = none", callback=_non_negative
+        ),
     ] = 0.0,
     rules: Annotated[
-        float | None, typer.Option(help="Show association rules with this minimum confidence")
+        float | None,
+        typer.Option(
+            help="Show association rules with this minimum confidence, in [0, 1]",
+            callback=_closed_unit,
+        ),
     ] = None,
     output: Annotated[Path | None, typer.Option(help="Write results to .json or .csv")] = None,
     plan_only: Annotated[bool, typer.Option(help="Only price the run (free)")] = False,
@@ -287,6 +511,7 @@ def mine_itemsets(
     options = _options(ctx)
     if method not in {"em", "laplace"}:
         raise _fail("--method must be 'em' or 'laplace'")
+    _check_output(output, (".json", ".csv"))
     miner = TopKItemsets(
         k=k,
         length=_parse_length(length),
@@ -354,14 +579,26 @@ def _serenade_options(
         raise _fail("--operators takes 'and', 'or' or 'and,or'")
     if thresholds not in {"auto", "continuous", "grid"}:
         raise _fail("--thresholds must be auto, continuous or grid")
-    return SerenadeOptions.model_validate(
-        {
-            "operators": chosen,
-            "negations": negations,
-            "max_literals": max_literals,
-            "threshold_mode": thresholds,
-        }
-    )
+    try:
+        return SerenadeOptions.model_validate(
+            {
+                "operators": chosen,
+                "negations": negations,
+                "max_literals": max_literals,
+                "threshold_mode": thresholds,
+            }
+        )
+    except ValidationError as error:
+        raise _fail(str(parameter_error(error))) from error
+
+
+def _check_x0(x0: float | None, x0_fraction: float | None) -> None:
+    """At most one of --x0 and --x0-fraction (ALGORITHMS.md §2.1: x0 is public)."""
+    if x0 is not None and x0_fraction is not None:
+        raise _fail(
+            "give only one of --x0 (a support count, e.g. --x0 100) and --x0-fraction "
+            "(a share of a noisy row count, e.g. --x0-fraction 0.05)"
+        )
 
 
 def _split(text: str) -> tuple[float, float, float]:
@@ -406,8 +643,8 @@ def _run_serenade(
     for red in sorted(found, key=lambda r: -r.noisy_jaccard):
         stats = red.statistics
         table.add_row(
-            escape(red.left),
-            escape(red.right),
+            escape(format_query(red.redescription.left, digits=DISPLAY_DIGITS)),
+            escape(format_query(red.redescription.right, digits=DISPLAY_DIGITS)),
             str(stats.support),
             f"{stats.jaccard:.3f}",
             "-" if stats.p_value is None else f"{stats.p_value:.2g}",
@@ -445,9 +682,17 @@ def _emit_plan(options: _Options, dataset_id: str, plan: Plan) -> None:
     _emit(options, plan.estimate, table)
 
 
-X0Option = Annotated[float | None, typer.Option(help="Support centre x0 as a count")]
+X0Option = Annotated[
+    float | None,
+    typer.Option(
+        help="Support centre x0 as a count (> 0); or give --x0-fraction", callback=_positive
+    ),
+]
 X0FractionOption = Annotated[
-    float | None, typer.Option(help="x0 as a fraction of a noisy row count (bought first)")
+    float | None,
+    typer.Option(
+        help="x0 as a fraction in (0, 1) of a noisy row count (bought first)", callback=_open_unit
+    ),
 ]
 SplitOption = Annotated[str, typer.Option(help="ε shares init,extend,quality")]
 OperatorsOption = Annotated[str, typer.Option(help="Extension operators: and, or or and,or")]
@@ -455,8 +700,11 @@ ThresholdOption = Annotated[str, typer.Option(help="Numeric thresholds: auto, co
 OutputOption = Annotated[Path | None, typer.Option(help="Write results to .json or .csv")]
 PlanOption = Annotated[bool, typer.Option(help="Only price the run (free)")]
 DisplayOption = Annotated[
-    float | None, typer.Option(help="Show only noisy J at least this (paper: 0.3)")
+    float | None,
+    typer.Option(help="Show only noisy J at least this (paper: 0.3)", callback=_closed_unit),
 ]
+InitialOption = Annotated[int, typer.Option(help="Initial pairs I", min=1)]
+MaxLiteralsOption = Annotated[int, typer.Option(help="Literals per query at most", min=1)]
 
 
 @mine_app.command("serenade-es")
@@ -466,12 +714,12 @@ def mine_serenade_es(
     epsilon: EpsilonOption,
     x0: X0Option = None,
     x0_fraction: X0FractionOption = None,
-    initial: Annotated[int, typer.Option(help="Initial pairs I")] = 20,
-    rounds: Annotated[int, typer.Option(help="Extension rounds K")] = 80,
+    initial: InitialOption = 20,
+    rounds: Annotated[int, typer.Option(help="Extension rounds K", min=1)] = 80,
     split: SplitOption = "0.6,0.3,0.1",
     operators: OperatorsOption = "and,or",
     negations: Annotated[bool, typer.Option(help="Allow negated literals")] = False,
-    max_literals: Annotated[int, typer.Option(help="Literals per query at most")] = 4,
+    max_literals: MaxLiteralsOption = 4,
     thresholds: ThresholdOption = "auto",
     jaccard_quality: Annotated[bool, typer.Option(help="NoSens ablation: plain Jaccard")] = False,
     min_jaccard: DisplayOption = None,
@@ -479,6 +727,8 @@ def mine_serenade_es(
     plan_only: PlanOption = False,
 ) -> None:
     """SerenadeES: I redescriptions grown together over K rounds (paper defaults)."""
+    _check_x0(x0, x0_fraction)
+    _check_output(output, (".json", ".csv"))
     miner = SerenadeES(
         rounds=rounds,
         epsilon=epsilon,
@@ -500,19 +750,23 @@ def mine_serenade_cs(
     epsilon: EpsilonOption,
     x0: X0Option = None,
     x0_fraction: X0FractionOption = None,
-    initial: Annotated[int, typer.Option(help="Initial pairs I")] = 20,
-    tau: Annotated[int, typer.Option(help="Extension rounds per chain τ")] = 4,
-    min_chain_jaccard: Annotated[float, typer.Option(help="J_min of the chains")] = 0.3,
+    initial: InitialOption = 20,
+    tau: Annotated[int, typer.Option(help="Extension rounds per chain τ", min=1)] = 4,
+    min_chain_jaccard: Annotated[
+        float, typer.Option(help="J_min of the chains, in [0, 1]", callback=_closed_unit)
+    ] = 0.3,
     split: SplitOption = "0.6,0.3,0.1",
     operators: OperatorsOption = "and,or",
     negations: Annotated[bool, typer.Option(help="Allow negated literals")] = False,
-    max_literals: Annotated[int, typer.Option(help="Literals per query at most")] = 4,
+    max_literals: MaxLiteralsOption = 4,
     thresholds: ThresholdOption = "auto",
     min_jaccard: DisplayOption = None,
     output: OutputOption = None,
     plan_only: PlanOption = False,
 ) -> None:
     """SerenadeCS: each initial pair extended alone for up to τ rounds (paper defaults)."""
+    _check_x0(x0, x0_fraction)
+    _check_output(output, (".json", ".csv"))
     miner = SerenadeCS(
         tau=tau,
         min_jaccard=min_chain_jaccard,
@@ -609,12 +863,14 @@ def _run_tree_miner(
     """Build the miner (``make(progress)``), plan or mine it, then show and write its results."""
     options = _options(ctx)
     for output in outputs or []:
-        if output.suffix not in {".json", ".csv"}:
-            raise _fail(f"--output must end in .json or .csv, got {str(output)!r}")
+        _check_output(output, (".json", ".csv"))
+    _check_output(plot, option="--plot")
     try:
         miner = make(not plan_only and not options.as_json)
-    except (ValueError, ValidationError) as error:
-        raise _fail(str(error).splitlines()[0]) from error
+    except ValidationError as error:
+        raise _fail(str(parameter_error(error))) from error
+    except ValueError as error:
+        raise _fail(str(error)) from error
 
     def action(connection: Connection) -> Any:
         dataset = connection.dataset(dataset_id)
@@ -650,8 +906,8 @@ def _run_tree_miner(
         stats = red.statistics
         table.add_row(
             str(red.round),
-            escape(red.left),
-            escape(red.right),
+            escape(format_query(red.redescription.left, digits=DISPLAY_DIGITS)),
+            escape(format_query(red.redescription.right, digits=DISPLAY_DIGITS)),
             f"{stats.intersection:g}",
             f"{stats.jaccard:.3f}",
             "-" if stats.p_value is None else f"{stats.p_value:.2g}",
@@ -794,9 +1050,17 @@ def mine_tree_pair(
 # --------------------------------------------------------------------------------------------
 # DP Bayesian rule lists (ALGORITHMS.md §5)
 
-fit_app = typer.Typer(help="Fit a private model (plan first with --plan-only; free).")
+fit_app = typer.Typer(
+    rich_markup_mode=None,
+    no_args_is_help=True,
+    help="Fit a private model (plan first with --plan-only; free).",
+)
 app.add_typer(fit_app, name="fit")
-predict_app = typer.Typer(help="Predict with a saved model on public rows (no server, free).")
+predict_app = typer.Typer(
+    rich_markup_mode=None,
+    no_args_is_help=True,
+    help="Predict with a saved model on public rows (no server, free).",
+)
 app.add_typer(predict_app, name="predict")
 
 
@@ -861,8 +1125,7 @@ def fit_rule_list(
         raise _fail("--method must be 'em' or 'laplace'")
     if target not in {"likelihood", "posterior"}:
         raise _fail("--target must be 'likelihood' or 'posterior'")
-    if output is not None and output.suffix != ".json":
-        raise _fail(f"--output must end in .json, got {str(output)!r}")
+    _check_output(output, (".json",))
     alpha_pair = _numbers(alpha, 2, "--alpha")
     weights = _numbers(split, 3, "--split")
     model = DPBayesianRuleList(
@@ -910,19 +1173,33 @@ def fit_rule_list(
 
 
 def _read_rows(path: Path) -> dict[str, list[str]]:
-    """A CSV file with a header as columns of cell texts (as the server reads its files)."""
+    """A UTF-8 CSV file with a header as columns of cell texts (as the server reads its files);
+    a mistake names the file and, for bad bytes, the line."""
     try:
-        with path.open(newline="", encoding="utf-8") as handle:
-            reader = csv.reader(handle)
-            header = [name.strip() for name in next(reader, [])]
-            columns: dict[str, list[str]] = {name: [] for name in header}
-            for row in reader:
-                for name, cell in zip(header, row + [""] * (len(header) - len(row)), strict=False):
-                    columns[name].append(cell)
-    except (OSError, UnicodeDecodeError, csv.Error) as error:
-        raise _fail(f"cannot read {str(path)!r}: {error}") from error
+        raw = path.read_bytes()
+    except OSError as error:
+        raise _fail(f"cannot read {str(path)!r}: {error.strerror or error}") from error
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = raw.count(b"\n", 0, error.start) + 1
+        raise _fail(
+            f"{str(path)!r} line {line} is not UTF-8 text (byte 0x{raw[error.start]:02x}); "
+            "save the file as UTF-8"
+        ) from error
+    try:
+        reader = csv.reader(io.StringIO(text, newline=""))
+        header = [name.strip() for name in next(reader, [])]
+        columns: dict[str, list[str]] = {name: [] for name in header}
+        for row in reader:
+            for name, cell in zip(header, row + [""] * (len(header) - len(row)), strict=False):
+                columns[name].append(cell)
+    except csv.Error as error:
+        raise _fail(f"cannot read {str(path)!r} line {reader.line_num}: {error}") from error
     if not header:
-        raise _fail(f"{str(path)!r} has no header row")
+        raise _fail(f"{str(path)!r} is empty: it needs a header row and at least one row")
+    if not any(columns.values()):
+        raise _fail(f"{str(path)!r} has a header but no rows to predict")
     return columns
 
 
@@ -931,12 +1208,15 @@ def predict_rule_list(
     ctx: typer.Context,
     model_path: Annotated[Path, typer.Argument(metavar="MODEL.json")],
     rows_path: Annotated[Path, typer.Argument(metavar="ROWS.csv")],
-    threshold: Annotated[float, typer.Option(help="Predict positive above this")] = 0.5,
+    threshold: Annotated[
+        float, typer.Option(help="Predict positive above this, in [0, 1]", callback=_closed_unit)
+    ] = 0.5,
     output: Annotated[Path | None, typer.Option(help="Write the predictions to a .csv")] = None,
 ) -> None:
     """Predict with a rule list saved by ``fit rule-list --output``: one line per row with the
     capturing rule, P(positive) and the predicted class. Offline and free."""
     options = _options(ctx)
+    _check_output(output, (".csv",))
     try:
         rule_list = RuleList.from_json(model_path)
     except (OSError, ValueError, KeyError) as error:

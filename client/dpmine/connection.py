@@ -21,8 +21,10 @@ from pydantic import BaseModel, TypeAdapter
 from dpmine.errors import (
     DPMineError,
     OperationFailedError,
+    ParameterError,
     RequestInProgressError,
     TransportError,
+    checked_parameters,
     error_from_response,
 )
 from dpmine.queries import parse_query
@@ -121,7 +123,7 @@ class Connection:
         retries: int = 3,
     ) -> None:
         if retries < 0:
-            raise ValueError("retries must be >= 0")
+            raise ParameterError(f"retries must be >= 0 (got {retries})")
         self._owns_http = http is None
         self._http = http or httpx.Client(base_url=url, timeout=timeout)
         self._headers = {"Authorization": f"Bearer {api_key}"}
@@ -373,16 +375,16 @@ class DatasetHandle:
 
     def estimate(self, calls: Sequence[PlannedCall | tuple[str, BaseModel]]) -> EstimateResponse:
         """Exact cost of planned calls and whether they fit; free."""
-        planned = [
-            call
-            if isinstance(call, PlannedCall)
-            else PlannedCall(operation=call[0], request=call[1].model_dump(mode="json"))
-            for call in calls
-        ]
+        with checked_parameters():
+            planned = [
+                call
+                if isinstance(call, PlannedCall)
+                else PlannedCall(operation=call[0], request=call[1].model_dump(mode="json"))
+                for call in calls
+            ]
+            body = EstimateRequest(calls=planned)
         response = self.connection.request(
-            "POST",
-            f"/v1/datasets/{self.id}/estimate",
-            json=EstimateRequest(calls=planned).model_dump(mode="json"),
+            "POST", f"/v1/datasets/{self.id}/estimate", json=body.model_dump(mode="json")
         )
         return EstimateResponse.model_validate(response.json())
 
@@ -406,9 +408,10 @@ class DatasetHandle:
         idempotency_key: str | None = None,
     ) -> NoisyCountResponse:
         """Noisy number of rows satisfying ``predicate`` (all rows if None); costs ``epsilon``."""
-        body = NoisyCountRequest(
-            predicate=None if predicate is None else as_expr(predicate), epsilon=epsilon
-        )
+        with checked_parameters():
+            body = NoisyCountRequest(
+                predicate=None if predicate is None else as_expr(predicate), epsilon=epsilon
+            )
         return self.run(body, idempotency_key=idempotency_key)
 
     def quality(
@@ -421,11 +424,12 @@ class DatasetHandle:
         idempotency_key: str | None = None,
     ) -> ComputeQualityResponse:
         """Noisy support cells, Jaccard and p-value of (left, right); costs ``epsilon``."""
-        body = ComputeQualityRequest(
-            redescription=Redescription(left=as_expr(left), right=as_expr(right)),
-            epsilon=epsilon,
-            mode=mode,
-        )
+        with checked_parameters():
+            body = ComputeQualityRequest(
+                redescription=Redescription(left=as_expr(left), right=as_expr(right)),
+                epsilon=epsilon,
+                mode=mode,
+            )
         return self.run(body, idempotency_key=idempotency_key)
 
     def submit(
@@ -444,11 +448,9 @@ class AdminClient:
 
     def add_principal(self, name: str, role: Role) -> PrincipalCreated:
         """Create an owner or analyst; the answer holds the new key (shown once)."""
-        response = self._connection.request(
-            "POST",
-            "/v1/admin/principals",
-            json=PrincipalCreateRequest(name=name, role=role).model_dump(),
-        )
+        with checked_parameters():
+            body = PrincipalCreateRequest(name=name, role=role)
+        response = self._connection.request("POST", "/v1/admin/principals", json=body.model_dump())
         return PrincipalCreated.model_validate(response.json())
 
     def principals(self) -> list[PrincipalInfo]:
@@ -505,10 +507,10 @@ class AdminClient:
 
     def grant(self, dataset_id: str, analyst: str, epsilon: float) -> GrantInfo:
         """Set an analyst's allotment on a dataset."""
+        with checked_parameters():
+            body = GrantRequest(analyst=analyst, epsilon=epsilon)
         response = self._connection.request(
-            "PUT",
-            f"/v1/admin/datasets/{dataset_id}/grants",
-            json=GrantRequest(analyst=analyst, epsilon=epsilon).model_dump(),
+            "PUT", f"/v1/admin/datasets/{dataset_id}/grants", json=body.model_dump()
         )
         return GrantInfo.model_validate(response.json())
 

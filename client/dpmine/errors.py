@@ -3,6 +3,8 @@
 ::
 
     DPMineError
+    ├── ParameterError            (also a ValueError) a bad parameter, refused before sending
+    │   └── QuerySyntaxError      a query text that does not parse
     ├── TransportError            the server could not be reached (after retries)
     └── ServerError               the server answered with an error
         ├── InvalidRequestError   422: fix the request (nothing was charged)
@@ -22,7 +24,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
 import httpx
+from pydantic import ValidationError
 
 __all__ = [
     "AuthenticationError",
@@ -35,18 +42,165 @@ __all__ = [
     "JobCancelledError",
     "NotFoundError",
     "OperationFailedError",
+    "ParameterError",
     "PayloadTooLargeError",
     "PermissionDeniedError",
+    "QuerySyntaxError",
     "RateLimitedError",
     "RequestInProgressError",
     "ServerError",
     "TransportError",
+    "checked_parameters",
     "error_from_response",
+    "parameter_error",
 ]
 
 
 class DPMineError(Exception):
     """Base of every error raised by the client."""
+
+
+class ParameterError(DPMineError, ValueError):
+    """A parameter out of range or of the wrong kind, refused on the client before anything was
+    sent (nothing was charged). Also a ``ValueError``; ``errors`` holds pydantic's details when
+    the check was a wire model's."""
+
+    def __init__(self, message: str, errors: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.errors = errors or []
+
+
+#: Widest excerpt of a query text that a QuerySyntaxError quotes.
+EXCERPT_WIDTH = 60
+_FOUND_WIDTH = 40
+
+
+class QuerySyntaxError(ParameterError):
+    """A query text that does not parse (ALGORITHMS.md §1.1): the 1-based ``column`` of the
+    problem, what was expected and found there, and a fix. The message quotes at most
+    :data:`EXCERPT_WIDTH` characters of the text around the column, on one line."""
+
+    def __init__(
+        self, text: str, column: int, problem: str, hint: str, found: str | None = None
+    ) -> None:
+        self.text = text
+        self.column = column
+        self.problem = problem
+        self.hint = hint
+        self.found = found
+        found_part = "" if found is None else f" but found {_shorten(found, _FOUND_WIDTH)}"
+        size = "" if len(text) <= EXCERPT_WIDTH else f" (of a {len(text)}-character text)"
+        super().__init__(
+            f'{problem} at column {column} in "{excerpt(text, column)}"{size}{found_part}; {hint}'
+        )
+
+
+def excerpt(text: str, column: int, width: int = EXCERPT_WIDTH) -> str:
+    """At most ``width`` characters of ``text`` around the 1-based ``column`` on one line, with
+    ``…`` where text was cut."""
+    start = min(max(0, column - 1 - width // 2), max(0, len(text) - width))
+    end = min(len(text), start + width)
+    shown = "".join(" " if char.isspace() else char for char in text[start:end])
+    return ("…" if start > 0 else "") + shown + ("…" if end < len(text) else "")
+
+
+def _shorten(text: str, width: int) -> str:
+    flat = "".join(" " if char.isspace() else char for char in text)
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def parameter_error(error: ValidationError) -> ParameterError:
+    """A one-line :class:`ParameterError` for a wire model's ``ValidationError``: the first
+    problem's field and what to fix, e.g. ``epsilon must be > 0 (got 0)``."""
+    details = error.errors(include_url=False)
+    first = _describe(details[0]) if details else str(error).splitlines()[0]
+    more = len(details) - 1
+    extra = f"; and {more} more problem{'s' if more > 1 else ''}" if more > 0 else ""
+    return ParameterError(f"{first}{extra}", [dict(detail) for detail in details])
+
+
+@contextmanager
+def checked_parameters() -> Iterator[None]:
+    """Turn a wire model's ``ValidationError`` raised inside into a :class:`ParameterError`."""
+    try:
+        yield
+    except ValidationError as error:
+        raise parameter_error(error) from None
+
+
+_BOUNDS = {
+    "greater_than": ("gt", ">"),
+    "greater_than_equal": ("ge", ">="),
+    "less_than": ("lt", "<"),
+    "less_than_equal": ("le", "<="),
+    "multiple_of": ("multiple_of", "a multiple of"),
+}
+_KINDS = {
+    "finite_number": "a finite number",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "int_type": "a whole number",
+    "int_parsing": "a whole number",
+    "int_from_float": "a whole number",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "string_type": "a text",
+    "list_type": "a list",
+    "tuple_type": "a list",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+}
+_SIZES = {
+    "too_short": ("min_length", "at least"),
+    "string_too_short": ("min_length", "at least"),
+    "too_long": ("max_length", "at most"),
+    "string_too_long": ("max_length", "at most"),
+}
+
+
+def _describe(detail: Any) -> str:
+    """``<field> must be …`` for one pydantic error detail."""
+    field = _field(tuple(detail.get("loc", ())))
+    fix = _requirement(str(detail.get("type", "")), detail.get("ctx") or {})
+    if fix is None:
+        message = str(detail.get("msg", "is invalid")).removeprefix("Value error, ")
+        return f"{field}: {message}" if detail.get("loc") else message
+    if fix.startswith("must"):
+        fix += f" (got {_shorten(_number(detail.get('input')), _FOUND_WIDTH)})"
+    return f"{field} {fix}"
+
+
+def _requirement(kind: str, context: dict[str, Any]) -> str | None:
+    """What a value of this pydantic error type must be, or None for a custom check."""
+    if kind in _BOUNDS and _BOUNDS[kind][0] in context:
+        key, relation = _BOUNDS[kind]
+        return f"must be {relation} {_number(context[key])}"
+    if kind in _SIZES and _SIZES[kind][0] in context:
+        key, relation = _SIZES[kind]
+        unit = "character" if kind.startswith("string") else "item"
+        plural = "" if context[key] == 1 else "s"
+        return f"must have {relation} {context[key]} {unit}{plural}"
+    if kind in {"literal_error", "enum"} and "expected" in context:
+        return f"must be {context['expected']}"
+    fixed = {"missing": "is required", "extra_forbidden": "is not a parameter here; remove it"}
+    if kind in fixed:
+        return fixed[kind]
+    return f"must be {_KINDS[kind]}" if kind in _KINDS else None
+
+
+def _field(loc: tuple[Any, ...]) -> str:
+    """``split[2]``, ``options.max_literals``: where the problem is."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}" if text else str(part)
+    return text or "the value"
+
+
+def _number(value: Any) -> str:
+    """A number as written by a person (``0``, ``1000``, ``0.5``), anything else by ``repr``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return repr(value)
+    return f"{value:g}" if isinstance(value, float) and value.is_integer() else str(value)
 
 
 class TransportError(DPMineError):

@@ -42,6 +42,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from dpmine.errors import QuerySyntaxError
 from dpmine.wire.queries import (
     MAX_QUERY_DEPTH,
     MAX_QUERY_LITERALS,
@@ -72,6 +73,7 @@ __all__ = [
     "SerenadeOp",
     "attributes",
     "extend_query",
+    "format_number",
     "format_query",
     "format_redescription",
     "literals",
@@ -95,34 +97,21 @@ _MAX_GROUP_NESTING = 4 * MAX_QUERY_DEPTH
 _QUOTE_HINT = 'names containing any of []=<>!&|()" or edge spaces must be in double quotes'
 
 
-class QuerySyntaxError(ValueError):
-    """A query text that does not parse, with the 1-based column of the problem and a fix."""
-
-    def __init__(
-        self, text: str, column: int, problem: str, hint: str, found: str | None = None
-    ) -> None:
-        self.text = text
-        self.column = column
-        self.problem = problem
-        self.hint = hint
-        self.found = found
-        found_part = f" but found {found}" if found is not None else ""
-        super().__init__(f'{problem} at column {column} in "{text}"{found_part}; {hint}')
-
-
 # --------------------------------------------------------------------------------------------
 # Formatting
 
 
-def format_query(expr: Expr) -> str:
-    """Canonical text of a query: ``parse_query(format_query(e)) == e``."""
+def format_query(expr: Expr, *, digits: int | None = None) -> str:
+    """Canonical text of a query: ``parse_query(format_query(e)) == e``. With ``digits``, a text
+    for display whose numeric thresholds are rounded to that many significant digits (it no
+    longer parses back to ``e`` exactly)."""
     if isinstance(expr, And):
-        return " & ".join(_operand(term, grouped=(And, Or)) for term in expr.terms)
+        return " & ".join(_operand(term, (And, Or), digits) for term in expr.terms)
     if isinstance(expr, Or):
-        return " | ".join(_operand(term, grouped=(Or,)) for term in expr.terms)
+        return " | ".join(_operand(term, (Or,), digits) for term in expr.terms)
     if isinstance(expr, Not):
-        return f"!({format_query(expr.term)})"
-    return _format_literal(expr)
+        return f"!({format_query(expr.term, digits=digits)})"
+    return _format_literal(expr, digits)
 
 
 def format_redescription(redescription: Redescription) -> str:
@@ -130,32 +119,42 @@ def format_redescription(redescription: Redescription) -> str:
     return f"{format_query(redescription.left)} <=> {format_query(redescription.right)}"
 
 
-def _operand(expr: Expr, *, grouped: tuple[type[And] | type[Or], ...]) -> str:
-    text = format_query(expr)
+def _operand(expr: Expr, grouped: tuple[type[And] | type[Or], ...], digits: int | None) -> str:
+    text = format_query(expr, digits=digits)
     return f"({text})" if isinstance(expr, grouped) else text
 
 
-def _format_literal(literal: AnyLiteral) -> str:
+def _format_literal(literal: AnyLiteral, digits: int | None) -> str:
     prefix = "!" if literal.negated else ""
-    return f"{prefix}[{_literal_body(literal)}]"
+    return f"{prefix}[{_literal_body(literal, digits)}]"
 
 
-def _literal_body(literal: AnyLiteral) -> str:
+def _literal_body(literal: AnyLiteral, digits: int | None) -> str:
     if isinstance(literal, BoolLiteral):
         return _quote(literal.attribute)
     if isinstance(literal, CatLiteral):
         return f"{_quote(literal.attribute)} = {_quote(literal.category)}"
-    return _numeric_body(literal)
+    return _numeric_body(literal, digits)
 
 
-def _numeric_body(literal: NumLiteral) -> str:
+def _numeric_body(literal: NumLiteral, digits: int | None) -> str:
     one_sided = literal.lower is None or literal.upper is None
     parts = [_quote(literal.attribute, numeric_ambiguous=one_sided)]
     if literal.lower is not None:
-        parts.insert(0, repr(float(literal.lower)))
+        parts.insert(0, format_number(literal.lower, digits))
     if literal.upper is not None:
-        parts.append(repr(float(literal.upper)))
+        parts.append(format_number(literal.upper, digits))
     return " <= ".join(parts)
+
+
+def format_number(value: float, digits: int | None = None) -> str:
+    """``repr`` of a threshold (exact), or rounded to ``digits`` significant digits for display:
+    ``format_number(0.30000000000000004, 4) == "0.3"``, ``format_number(123456.7, 4) ==
+    "123500"``."""
+    if digits is None:
+        return repr(float(value))
+    rounded = float(f"{float(value):.{digits}g}")
+    return f"{rounded:.{max(digits, 6)}g}"
 
 
 def _quote(name: str, *, numeric_ambiguous: bool = False) -> str:
@@ -461,9 +460,14 @@ class _Parser:
     def checked_name(self, token: _Token, what: str) -> str:
         if len(token.text) > _MAX_NAME_LENGTH:
             raise self.error(
-                f"a {what} of at most {_MAX_NAME_LENGTH} characters",
+                f"{_article(what)} {what} of at most {_MAX_NAME_LENGTH} characters",
                 f"shorten the {what}",
                 at=token.start,
                 found=f"{len(token.text)} characters",
             )
         return token.text
+
+
+def _article(noun: str) -> str:
+    """``a`` or ``an`` before ``noun``."""
+    return "an" if noun[:1].lower() in "aeiou" else "a"

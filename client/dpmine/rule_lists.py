@@ -38,6 +38,7 @@ import numpy.typing as npt
 from rich.progress import Progress
 
 from dpmine.connection import DatasetHandle
+from dpmine.errors import ParameterError
 from dpmine.miners._base import BaseMiner, NotMinedError, _Spent
 from dpmine.miners.trees import share_of
 from dpmine.queries import format_query
@@ -658,7 +659,7 @@ class DPBayesianRuleList(BaseMiner):
         known = self._param_names()
         for name, value in params.items():
             if name not in known:
-                raise ValueError(f"unknown parameter {name!r}; the parameters are {known}")
+                raise ParameterError(f"unknown parameter {name!r}; the parameters are {known}")
             setattr(self, name, value)
         return self
 
@@ -679,7 +680,7 @@ class DPBayesianRuleList(BaseMiner):
     def _weights(self) -> tuple[float, float, float]:
         weights = (1.0, 1.0, 1.0) if self.epsilon_split is None else self.epsilon_split
         if len(weights) != 3 or not all(math.isfinite(w) and w > 0 for w in weights):
-            raise ValueError(f"epsilon_split takes three positive weights, got {weights!r}")
+            raise ParameterError(f"epsilon_split takes three positive weights, got {weights!r}")
         return weights
 
     def _shares(self, weights: Sequence[float]) -> list[float]:
@@ -707,17 +708,17 @@ class DPBayesianRuleList(BaseMiner):
 
     def _check_params(self, schema: DatasetMetadata) -> None:
         if not (isinstance(self.epsilon, int | float) and math.isfinite(self.epsilon)):
-            raise ValueError(f"epsilon must be a positive number, got {self.epsilon!r}")
+            raise ParameterError(f"epsilon must be a positive number, got {self.epsilon!r}")
         if not self.epsilon > 0:
-            raise ValueError(f"epsilon must be positive, got {self.epsilon!r}")
+            raise ParameterError(f"epsilon must be positive, got {self.epsilon!r}")
         if self.target not in {"likelihood", "posterior"}:
-            raise ValueError(f"target must be 'likelihood' or 'posterior', got {self.target!r}")
+            raise ParameterError(f"target must be 'likelihood' or 'posterior', got {self.target!r}")
         if self.method not in {"em", "laplace"}:
-            raise ValueError(f"method must be 'em' or 'laplace', got {self.method!r}")
+            raise ParameterError(f"method must be 'em' or 'laplace', got {self.method!r}")
         if len(self.alpha) != 2 or not all(a > 0 for a in self.alpha):
-            raise ValueError(f"alpha takes two positive numbers (α0, α1), got {self.alpha!r}")
+            raise ParameterError(f"alpha takes two positive numbers (α0, α1), got {self.alpha!r}")
         if schema.kind == "transactions" or schema.label is None:
-            raise ValueError(
+            raise ParameterError(
                 "rule lists need a table with a label column: the dataset's owner declares it "
                 "(metadata 'label': attribute and positive value)"
             )

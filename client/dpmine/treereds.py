@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, NamedTuple, Protocol, TypeVar
 
+from dpmine.errors import ParameterError
 from dpmine.queries import tree_query
 from dpmine.stats import jaccard, p_value
 from dpmine.wire.queries import AnyLiteral, Expr, Redescription
@@ -354,15 +355,15 @@ def _check_parameters(
     min_supp: float, max_supp_fraction: float, min_jaccard: float, p_max: float, max_clauses: int
 ) -> None:
     if not (math.isfinite(min_supp) and min_supp >= 0):
-        raise ValueError(f"min_supp must be a finite number ≥ 0, not {min_supp!r}")
+        raise ParameterError(f"min_supp must be a finite number ≥ 0, not {min_supp!r}")
     if not 0 < max_supp_fraction <= 1:
-        raise ValueError(f"max_supp_fraction must be in (0, 1], not {max_supp_fraction!r}")
+        raise ParameterError(f"max_supp_fraction must be in (0, 1], not {max_supp_fraction!r}")
     if not 0 <= min_jaccard <= 1:
-        raise ValueError(f"min_jaccard must be in [0, 1], not {min_jaccard!r}")
+        raise ParameterError(f"min_jaccard must be in [0, 1], not {min_jaccard!r}")
     if not 0 < p_max <= 1:
-        raise ValueError(f"p_max must be in (0, 1], not {p_max!r}")
+        raise ParameterError(f"p_max must be in (0, 1], not {p_max!r}")
     if isinstance(max_clauses, bool) or not isinstance(max_clauses, int) or max_clauses < 1:
-        raise ValueError(f"max_clauses must be an int ≥ 1, not {max_clauses!r}")
+        raise ParameterError(f"max_clauses must be an int ≥ 1, not {max_clauses!r}")
 
 
 def _grow_pair(

@@ -1,60 +1,145 @@
 """``dpmine-server``: run the server and manage it on the server machine (owner's tool).
 
 The management commands work directly on the engine's database (the same one the server uses,
-from ``DPMINE_DATABASE_URL``); they are for the data owner, who is trusted.
+from ``DPMINE_DATABASE_URL``); they are for the data owner, who is trusted. Input mistakes are
+reported as one ``error:`` line (exit 2), never a traceback. Heavy modules (the engine, pandas,
+SQLAlchemy, uvicorn) are imported inside the commands, so ``--help`` answers at once.
 """
 
 from __future__ import annotations
 
 import csv
 import json
-import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-import uvicorn
-from pydantic import BaseModel, ValidationError
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from typer.core import TyperGroup
 
-from dpmine.wire import (
-    CreateDatasetRequest,
-    CsvPairSource,
-    CsvSource,
-    DatasetMetadata,
-    DatasetSource,
-    FimiSource,
-    SqlSource,
-)
-from dpmine_server.data.loaders import DataValidationError
-from dpmine_server.data.propose import parse_label, propose_metadata
-from dpmine_server.db.models import Principal
-from dpmine_server.errors import ServerError
-from dpmine_server.services import audit
-from dpmine_server.services.container import Services, build_services
-from dpmine_server.services.datasets import StoredFile, dataset_info
-from dpmine_server.services.exports import ledger_entries
-from dpmine_server.services.principals import (
-    SecretKeyMismatch,
-    create_principal,
-    principal_info,
-    rotate_key,
-    set_disabled,
-)
-from dpmine_server.services.queues import run_worker
-from dpmine_server.settings import Settings, UnsafeSettingsError
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+    from sqlalchemy.orm import Session
 
-app = typer.Typer(help="dpmine server: run it, and manage principals, datasets and grants.")
-principals_app = typer.Typer(help="Owners and analysts and their API keys.")
-datasets_app = typer.Typer(help="Register, inspect and retire datasets.")
-grants_app = typer.Typer(help="Analysts' budgets on datasets.")
-ledger_app = typer.Typer(help="The privacy-budget ledger.")
-audit_app = typer.Typer(help="The audit log.")
-db_app = typer.Typer(help="The engine's own database.")
+    from dpmine.wire import DatasetMetadata, DatasetSource
+    from dpmine_server.services.container import Services
+    from dpmine_server.services.datasets import StoredFile
+    from dpmine_server.settings import Settings
+
+
+def _print_error(message: str) -> None:
+    """One line ``error: …`` on stderr."""
+    typer.echo(f"error: {' '.join(message.split())}", err=True)
+
+
+def _fail(message: str) -> typer.Exit:
+    _print_error(message)
+    return typer.Exit(code=2)
+
+
+def _validation_line(error: ValidationError, what: str) -> str:
+    """The first problem of a pydantic error on one line: where, what, how many more."""
+    problems = error.errors()
+    first = problems[0]
+    where = ".".join(str(part) for part in first["loc"])
+    message = str(first["msg"]).removeprefix("Value error, ")
+    more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+    return f"{what}: {where + ': ' if where else ''}{message}{more}"
+
+
+def _input_mistake(error: Exception) -> str | None:
+    """The one-line message for an error the owner can fix, or None for a bug (re-raised)."""
+    from pydantic import ValidationError
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from dpmine_server.services.principals import SecretKeyMismatch
+
+    if isinstance(error, ValidationError):
+        return _validation_line(error, f"invalid {error.title}")
+    if isinstance(error, SQLAlchemyError):
+        reason = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
+        return (
+            f"cannot use the database named by DPMINE_DATABASE_URL ({reason}); check the URL "
+            "and that the database is reachable"
+        )
+    if isinstance(error, SecretKeyMismatch | ValueError):
+        return str(error)
+    if isinstance(error, OSError):
+        where = f" '{error.filename}'" if error.filename else ""
+        return f"{error.strerror or error}{where}; check the paths in the command and settings"
+    return None
+
+
+def _report_usage_error(error: typer.TyperException) -> int:
+    """A click usage error as one line (or the help it carries, if no arguments were given)."""
+    format_message = getattr(error, "format_message", None)
+    message = format_message() if callable(format_message) else str(error)
+    code = int(getattr(error, "exit_code", 2))
+    if "\n" in message.strip():
+        typer.echo(message)
+        return code
+    context = getattr(error, "ctx", None)
+    hint = f"; see '{context.command_path} --help'" if context is not None else ""
+    _print_error(f"{message.rstrip('.')}{hint}")
+    return code
+
+
+class _ServerGroup(TyperGroup):
+    """``dpmine-server``: every mistake is reported as one ``error:`` line (exit 2)."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        settings: dict[str, Any] = {
+            "prog_name": prog_name,
+            "complete_var": complete_var,
+            "standalone_mode": False,
+            "windows_expand_args": windows_expand_args,
+            **extra,
+        }
+        if not standalone_mode:
+            return super().main(args, **settings)
+        try:
+            outcome = super().main(args, **settings)
+        except typer.TyperException as error:
+            sys.exit(_report_usage_error(error))
+        except typer.Abort:
+            _print_error("aborted")
+            sys.exit(1)
+        except Exception as error:
+            message = _input_mistake(error)
+            if message is None:
+                raise
+            _print_error(message)
+            sys.exit(2)
+        sys.exit(outcome if isinstance(outcome, int) else 0)
+
+
+def _typer(help_text: str, **options: Any) -> typer.Typer:
+    # Plain help: Rich markup would swallow "[lo, hi]"-like examples in help texts.
+    return typer.Typer(help=help_text, rich_markup_mode=None, **options)
+
+
+app = _typer(
+    "dpmine server: run it, and manage principals, datasets and grants.",
+    cls=_ServerGroup,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+principals_app = _typer("Owners and analysts and their API keys.")
+datasets_app = _typer("Register, inspect and retire datasets.")
+grants_app = _typer("Analysts' budgets on datasets.")
+ledger_app = _typer("The privacy-budget ledger.")
+audit_app = _typer("The audit log.")
+db_app = _typer("The engine's own database.")
 for sub, name in (
     (principals_app, "principals"),
     (datasets_app, "datasets"),
@@ -66,23 +151,46 @@ for sub, name in (
     app.add_typer(sub, name=name)
 
 
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code=2)
-
-
 def _settings() -> Settings:
+    from pydantic import ValidationError
+
+    from dpmine_server.settings import Settings, UnsafeSettingsError
+
     try:
         return Settings()
     except ValidationError as error:
-        raise _fail(f"bad settings: {error.errors()[0]['msg']}") from error
+        raise _fail(_validation_line(error, "bad settings (DPMINE_* variables)")) from error
     except UnsafeSettingsError as error:
         raise _fail(f"bad settings: {error}") from error
 
 
+def _services(*, recover: bool, start_workers: bool = False) -> Services:
+    """The engine on the configured database; a path or database problem is one line."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from dpmine_server.services.container import build_services
+
+    settings = _settings()
+    try:
+        return build_services(settings, recover=recover, start_workers=start_workers)
+    except OSError as error:
+        where = f" '{error.filename}'" if error.filename else ""
+        raise _fail(
+            f"cannot create or open{where}: {error.strerror or error}; check "
+            "DPMINE_DATABASE_URL (an SQLite file needs a folder that can be created) and "
+            "DPMINE_DATA_DIR"
+        ) from error
+    except SQLAlchemyError as error:
+        message = _input_mistake(error)
+        raise _fail(message or str(error)) from error
+
+
 @contextmanager
 def _owner_session() -> Iterator[tuple[Services, Session]]:
-    services = build_services(_settings(), recover=False, start_workers=False)
+    from dpmine_server.data.loaders import DataValidationError
+    from dpmine_server.errors import ServerError
+
+    services = _services(recover=False)
     try:
         with services.sessions() as session:
             try:
@@ -99,6 +207,8 @@ def _owner_session() -> Iterator[tuple[Services, Session]]:
 
 
 def _print_json(value: Any) -> None:
+    from pydantic import BaseModel
+
     if isinstance(value, BaseModel):
         typer.echo(value.model_dump_json(indent=2))
     elif isinstance(value, list):
@@ -108,6 +218,8 @@ def _print_json(value: Any) -> None:
 
 
 def _plain(value: Any) -> Any:
+    from pydantic import BaseModel
+
     return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
 
 
@@ -121,6 +233,8 @@ def serve(
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
 ) -> None:
     """Run the HTTP server (migrates the database first)."""
+    import uvicorn
+
     settings = _settings()
     uvicorn.run(
         "dpmine_server.app:create_app",
@@ -140,6 +254,10 @@ def worker(
     """Run jobs from the shared PostgreSQL database until stopped (SIGTERM/Ctrl-C: the
     current job finishes first). Run as many as you like, on any hosts that reach the
     database and the data folder. On SQLite, `serve` runs its own workers."""
+    import logging
+
+    from dpmine_server.services.queues import run_worker
+
     settings = _settings()
     if settings.database_url.startswith("sqlite"):
         raise _fail(
@@ -153,8 +271,7 @@ def worker(
 @db_app.command("upgrade")
 def db_upgrade() -> None:
     """Create or migrate the database schema to the newest revision."""
-    services = build_services(_settings(), recover=False, start_workers=False)
-    services.close()
+    _services(recover=False).close()
     typer.echo("database is at the newest revision")
 
 
@@ -169,6 +286,9 @@ def principals_add(
     """Create a principal and print its API key (shown only this once)."""
     if role not in {"owner", "analyst"}:
         raise _fail("--role must be 'owner' or 'analyst'")
+    from dpmine_server.services import audit
+    from dpmine_server.services.principals import create_principal
+
     with _owner_session() as (services, session):
         created = create_principal(
             session,
@@ -183,6 +303,11 @@ def principals_add(
 @principals_app.command("list")
 def principals_list() -> None:
     """List principals (never their keys)."""
+    from sqlalchemy import select
+
+    from dpmine_server.db.models import Principal
+    from dpmine_server.services.principals import principal_info
+
     with _owner_session() as (_services, session):
         rows = [
             principal_info(p) for p in session.scalars(select(Principal).order_by(Principal.id))
@@ -193,6 +318,9 @@ def principals_list() -> None:
 @principals_app.command("rotate-key")
 def principals_rotate(name: str) -> None:
     """Issue a new key for NAME; the old key stops working."""
+    from dpmine_server.services import audit
+    from dpmine_server.services.principals import rotate_key
+
     with _owner_session() as (services, session):
         rotated = rotate_key(session, name, secret=services.settings.secret_key)
         audit.record(session, action="key_rotated", target=name, details={"via": "cli"})
@@ -202,6 +330,9 @@ def principals_rotate(name: str) -> None:
 @principals_app.command("disable")
 def principals_disable(name: str) -> None:
     """Disable NAME."""
+    from dpmine_server.services import audit
+    from dpmine_server.services.principals import set_disabled
+
     with _owner_session() as (_services, session):
         info = set_disabled(session, name, disabled=True)
         audit.record(session, action="principal_disabled", target=name, details={"via": "cli"})
@@ -222,9 +353,14 @@ def _source_and_files(
     table: str | None,
     query: str | None,
 ) -> tuple[DatasetSource, dict[str, StoredFile]]:
+    from dpmine.wire import CsvPairSource, CsvSource, FimiSource, SqlSource
+    from dpmine_server.services.datasets import StoredFile
+
     given = [x is not None for x in (csv_path, left or right, fimi, sql_url)]
     if sum(given) != 1:
         raise _fail("give exactly one source: --csv, --left/--right, --fimi or --sql-url")
+    if id_column is not None and (left is None or right is None):
+        raise _fail("--id-column names the row id of a --left/--right pair; drop it here")
     if csv_path is not None:
         return CsvSource(path=csv_path.name), {"path": StoredFile(csv_path, csv_path.name)}
     if fimi is not None:
@@ -239,10 +375,64 @@ def _source_and_files(
     )
 
 
+def _local_source(source: DatasetSource, files: dict[str, StoredFile]) -> DatasetSource:
+    """``source`` naming the owner's local files by absolute path (to read them in place)."""
+    updates = {field: str(stored.path.resolve()) for field, stored in files.items()}
+    return source.model_copy(update=updates)
+
+
+def _read_text(path: Path, what: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise _fail(f"{what} '{path}' does not exist") from None
+    except UnicodeDecodeError:
+        raise _fail(f"{what} '{path}' is not UTF-8 text") from None
+    except OSError as error:
+        raise _fail(f"cannot read {what} '{path}': {error.strerror}") from None
+
+
+def _read_views(path: Path) -> dict[str, str]:
+    """The --views file: a JSON object mapping column names to 'left' or 'right'."""
+    text = _read_text(path, "views file")
+    try:
+        views = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise _fail(
+            f"views file '{path}' is not JSON: line {error.lineno} column {error.colno}: "
+            f"{error.msg}"
+        ) from None
+    if not isinstance(views, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in views.items()
+    ):
+        raise _fail(
+            f'views file \'{path}\' must be a JSON object like {{"age": "left", "class": "right"}}'
+        )
+    return views
+
+
+def _read_metadata(path: Path) -> DatasetMetadata:
+    from pydantic import ValidationError
+
+    from dpmine.wire import DatasetMetadata
+
+    text = _read_text(path, "metadata file")
+    try:
+        return DatasetMetadata.model_validate_json(text)
+    except ValidationError as error:
+        raise _fail(_validation_line(error, f"metadata file '{path}'")) from None
+
+
 CsvOption = Annotated[Path | None, typer.Option("--csv", help="One CSV (or .csv.gz) file")]
 LeftOption = Annotated[Path | None, typer.Option(help="Left-view CSV")]
 RightOption = Annotated[Path | None, typer.Option(help="Right-view CSV")]
-IdOption = Annotated[str | None, typer.Option(help="Row id column of a --left/--right pair")]
+IdOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Row id column of a --left/--right pair: rows are joined on it (each id once in "
+        "each file, the same ids in both), then it is dropped"
+    ),
+]
 FimiOption = Annotated[Path | None, typer.Option(help="FIMI .dat transactions file")]
 SqlUrlOption = Annotated[str | None, typer.Option(help="SQLAlchemy URL of a source database")]
 TableOption = Annotated[str | None, typer.Option(help="Table of --sql-url")]
@@ -264,10 +454,16 @@ def datasets_propose(
         str | None, typer.Option(help="Label column and positive value, e.g. class=p")
     ] = None,
     views: Annotated[
-        Path | None, typer.Option(help="JSON file mapping column → left/right (one-CSV views)")
+        Path | None,
+        typer.Option(help='JSON file mapping column to view, e.g. {"age": "left"} (one CSV)'),
     ] = None,
 ) -> None:
-    """Suggest public metadata from the data; review it, edit it, then pass it to 'add'."""
+    """Suggest public metadata from the data (JSON on stdout). It is derived from the private
+    data: review it (the reasons are in review.notes, also printed on stderr), edit it, set
+    review.reviewed to true, then pass it to 'add'. Identifier-like and high-cardinality
+    columns are left out; ranges [lo, hi] are rounded outward to round numbers."""
+    from dpmine_server.data.propose import REVIEW_REMINDER, parse_label, propose_metadata
+
     if kind not in {"views", "table", "transactions"}:
         raise _fail("--kind must be views, table or transactions")
     source, files = _source_and_files(
@@ -280,11 +476,10 @@ def datasets_propose(
         table=table,
         query=query,
     )
-    updates = {field: str(stored.path.resolve()) for field, stored in files.items()}
-    view_map = json.loads(views.read_text()) if views else None
+    view_map = _read_views(views) if views else None
     try:
         metadata = propose_metadata(
-            source.model_copy(update=updates),
+            _local_source(source, files),
             kind="views" if kind == "views" else "table" if kind == "table" else "transactions",
             base_dir=Path.cwd(),
             label=parse_label(label) if label else None,
@@ -293,6 +488,9 @@ def datasets_propose(
     except ValueError as error:
         raise _fail(str(error)) from error
     _print_json(metadata)
+    typer.echo(f"\n*** {REVIEW_REMINDER}", err=True)
+    for note in metadata.review.notes if metadata.review else []:
+        typer.echo(f"  - {note}", err=True)
 
 
 @datasets_app.command("add")
@@ -311,8 +509,19 @@ def datasets_add(
     sql_url: SqlUrlOption = None,
     table: TableOption = None,
     query: QueryOption = None,
+    force: Annotated[
+        bool,
+        typer.Option(help="Register a proposal whose review.reviewed is still false"),
+    ] = False,
 ) -> None:
-    """Register a dataset (files are copied into the data folder)."""
+    """Register a dataset (files are copied into the data folder). A proposal from
+    propose-metadata is refused until its review.reviewed is true (or --force); metadata written
+    by hand (no review field) is taken as is. Warns about ranges or category lists that look
+    copied from the data."""
+    from dpmine.wire import CreateDatasetRequest
+    from dpmine_server.data.propose import accept_reviewed
+    from dpmine_server.services import audit
+
     source, files = _source_and_files(
         csv_path=csv_path,
         left=left,
@@ -323,24 +532,43 @@ def datasets_add(
         table=table,
         query=query,
     )
+    proposal = _read_metadata(metadata)
     try:
-        request = CreateDatasetRequest(
-            id=dataset_id,
-            name=name or dataset_id,
-            description=description,
-            attribution=attribution,
-            epsilon_cap=epsilon_cap,
-            metadata=DatasetMetadata.model_validate_json(metadata.read_text()),
-            source=source,
-        )
-    except ValidationError as error:
+        accepted = accept_reviewed(proposal, force=force)
+    except ValueError as error:
         raise _fail(str(error)) from error
+    if proposal.review is not None and not proposal.review.reviewed:
+        typer.echo("warning: registering a proposal that was not reviewed (--force)", err=True)
+    request = CreateDatasetRequest(
+        id=dataset_id,
+        name=name or dataset_id,
+        description=description,
+        attribution=attribution,
+        epsilon_cap=epsilon_cap,
+        metadata=accepted,
+        source=source,
+    )
     with _owner_session() as (services, session):
         info, report = services.datasets.register(session, request, files=files)
         audit.record(
             session, action="dataset_registered", target=dataset_id, details={"via": "cli"}
         )
-    _print_json({"dataset": info.model_dump(mode="json"), "report": report.__dict__})
+    warnings = _copied_warnings(accepted, _local_source(source, files))
+    for warning in warnings:
+        typer.echo(f"warning: {warning}", err=True)
+    _print_json(
+        {"dataset": info.model_dump(mode="json"), "report": report.__dict__, "warnings": warnings}
+    )
+
+
+def _copied_warnings(metadata: DatasetMetadata, source: DatasetSource) -> list[str]:
+    """Ranges or category lists that look copied from the (just registered) data."""
+    from dpmine_server.data.propose import copied_value_warnings, source_tables
+
+    try:
+        return copied_value_warnings(metadata, source_tables(source, Path.cwd()))
+    except (ValueError, OSError) as error:
+        return [f"could not check the metadata for values copied from the data: {error}"]
 
 
 @datasets_app.command("list")
@@ -356,6 +584,8 @@ def datasets_list() -> None:
 @datasets_app.command("show")
 def datasets_show(dataset_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
     """Public metadata of a dataset."""
+    from dpmine_server.services.datasets import dataset_info
+
     with _owner_session() as (services, session):
         info = dataset_info(services.datasets.get(session, dataset_id))
     _print_json(info)
@@ -365,6 +595,8 @@ def datasets_show(dataset_id: Annotated[str, typer.Argument(metavar="ID")]) -> N
 def datasets_refresh(dataset_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
     """Re-read an SQL dataset's source, validate it and keep it as the next version (operations
     only read the snapshot; a source that no longer matches the metadata is refused)."""
+    from dpmine_server.services import audit
+
     with _owner_session() as (services, session):
         info, report = services.datasets.refresh(session, dataset_id)
         audit.record(
@@ -379,6 +611,8 @@ def datasets_refresh(dataset_id: Annotated[str, typer.Argument(metavar="ID")]) -
 @datasets_app.command("retire")
 def datasets_retire(dataset_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
     """Stop all further queries on a dataset (its ledger is kept)."""
+    from dpmine_server.services import audit
+
     with _owner_session() as (services, session):
         info = services.datasets.retire(session, dataset_id)
         audit.record(session, action="dataset_retired", target=dataset_id, details={"via": "cli"})
@@ -391,6 +625,8 @@ def datasets_retire(dataset_id: Annotated[str, typer.Argument(metavar="ID")]) ->
 @grants_app.command("set")
 def grants_set(dataset_id: str, analyst: str, epsilon: float) -> None:
     """Set ANALYST's allotment on DATASET_ID to EPSILON."""
+    from dpmine_server.services import audit
+
     with _owner_session() as (services, session):
         grant = services.datasets.set_grant(session, dataset_id, analyst, epsilon)
         audit.record(
@@ -443,6 +679,8 @@ def ledger_export(
     output: Annotated[Path | None, typer.Option(help="File (default: stdout)")] = None,
 ) -> None:
     """Every ledger entry, with parameters and releases."""
+    from dpmine_server.services.exports import ledger_entries
+
     with _owner_session() as (_services, session):
         rows = [e.model_dump(mode="json") for e in ledger_entries(session, dataset_id=dataset)]
     _write_rows(rows, export_format, output)
@@ -465,8 +703,7 @@ def ledger_recover() -> None:
     """Mark entries and jobs left running by dead server processes as interrupted (charges
     kept). Safe while servers run: live processes hold their liveness locks (each server also
     does this at start-up)."""
-    services = build_services(_settings(), recover=True)
-    services.close()
+    _services(recover=True).close()
     typer.echo("recovered")
 
 
@@ -476,6 +713,8 @@ def audit_export(
     output: Annotated[Path | None, typer.Option(help="File (default: stdout)")] = None,
 ) -> None:
     """The audit log, newest first."""
+    from dpmine_server.services import audit
+
     with _owner_session() as (_services, session):
         rows = [e.model_dump(mode="json") for e in audit.list_events(session)]
     _write_rows(rows, export_format, output)
@@ -483,11 +722,7 @@ def audit_export(
 
 def main() -> None:
     """Entry point of ``dpmine-server``."""
-    try:
-        app()
-    except SecretKeyMismatch as error:
-        typer.echo(f"error: {error}", err=True)
-        raise SystemExit(2) from error
+    app()
 
 
 if __name__ == "__main__":

@@ -189,13 +189,17 @@ def register(owner: dpmine.Connection) -> Register:
 
 @pytest.fixture(scope="session")
 def mushroom_metadata(tmp_path_factory: pytest.TempPathFactory) -> DatasetMetadata:
-    """Owner-proposed metadata of the mushroom data: 12 columns left, 11 right."""
+    """Owner-proposed metadata of the mushroom data (12 columns left, 11 right), reviewed."""
     views = {name: "left" if name in MUSHROOM_LEFT else "right" for name in _mushroom_columns()}
-    return propose_metadata(
+    proposal = propose_metadata(
         CsvSource(path=str(MUSHROOM_CSV)),
         kind="views",
         base_dir=tmp_path_factory.mktemp("propose"),
         views=views,
+    )
+    assert proposal.review is not None
+    return proposal.model_copy(
+        update={"review": proposal.review.model_copy(update={"reviewed": True})}
     )
 
 

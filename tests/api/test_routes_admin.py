@@ -470,6 +470,56 @@ class TestProposeMetadata:
         response = self._propose(client, owner_headers, toy_csv, **fields)
         assert fragment in expect_error(response, 422, "InvalidRequest")
 
+    def test_an_unreviewed_proposal_is_refused_unless_reviewed_or_forced(
+        self, client: TestClient, owner_headers: dict[str, str], toy_csv: Path
+    ) -> None:
+        response = self._propose(client, owner_headers, toy_csv, kind="table")
+        proposal = DatasetMetadata.model_validate(response.json())
+        assert proposal.review is not None
+        assert not proposal.review.reviewed
+        assert any("column 'age': range" in note for note in proposal.review.notes)
+        refused = upload(client, owner_headers, toy_request(proposal, "prop"), {"path": toy_csv})
+        detail = expect_error(refused, 422, "InvalidRequest")
+        assert "has not been reviewed" in detail
+        assert "column 'age': range" in detail  # the proposal's reasons come back
+        forced = client.post(
+            "/v1/admin/datasets/upload",
+            params={"force": "true"},
+            data={"request": json.dumps(toy_request(proposal, "prop"))},
+            files={"path": ("toy.csv", toy_csv.read_bytes())},
+            headers=owner_headers,
+        )
+        assert forced.status_code == 201, forced.text
+        reviewed = proposal.model_copy(
+            update={"review": proposal.review.model_copy(update={"reviewed": True})}
+        )
+        accepted = upload(client, owner_headers, toy_request(reviewed, "prop2"), {"path": toy_csv})
+        assert accepted.status_code == 201, accepted.text
+        assert accepted.json()["warnings"] == []
+        for dataset_id in ("prop", "prop2"):  # the owner-only review is never kept
+            shown = client.get(f"/v1/datasets/{dataset_id}", headers=owner_headers).json()
+            assert shown["metadata"]["review"] is None
+
+    def test_a_range_copied_from_the_data_is_warned(
+        self,
+        client: TestClient,
+        owner_headers: dict[str, str],
+        toy_csv: Path,
+        toy_metadata: DatasetMetadata,
+        toy_rows: list[dict[str, str]],
+    ) -> None:
+        ages = [int(r["age"]) for r in toy_rows if r["age"] != "NA"]
+        assert max(ages) % 5  # a maximum that is not a round number
+        attributes = [
+            a.model_copy(update={"lo": 0, "hi": max(ages)}) if a.name == "age" else a
+            for a in toy_metadata.attributes
+        ]
+        metadata = toy_metadata.model_copy(update={"attributes": attributes})
+        response = upload(client, owner_headers, toy_request(metadata, "copied"), {"path": toy_csv})
+        assert response.status_code == 201, response.text
+        [warning] = response.json()["warnings"]
+        assert "attribute 'age': hi equals the data's maximum exactly" in warning
+
     def test_bad_source_field(self, client: TestClient, owner_headers: dict[str, str]) -> None:
         response = client.post(
             "/v1/admin/datasets/propose-metadata",

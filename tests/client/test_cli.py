@@ -25,11 +25,30 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+import typer
+from rich.table import Table
 from typer.testing import CliRunner, Result
 
 import dpmine
+from dpmine.cli import _emit, _Options, _read_rows, exit_code_of, hoist_global_options
 from dpmine.cli import app as analyst_app
+from dpmine.errors import (
+    AuthenticationError,
+    BudgetExhaustedError,
+    ChargeKeptNoResultError,
+    DPMineError,
+    InvalidRequestError,
+    NotFoundError,
+    OperationFailedError,
+    ParameterError,
+    QuerySyntaxError,
+    RateLimitedError,
+    RequestInProgressError,
+    ServerError,
+    TransportError,
+)
 from dpmine.wire import (
     AuditEventInfo,
     BudgetStatus,
@@ -52,6 +71,11 @@ RUNNER = CliRunner()
 ANALYST_ENV = {"COLUMNS": "250", "DPMINE_URL": "", "DPMINE_API_KEY": ""}
 GRANT = 1.0
 MUSHROOM = str(MUSHROOM_PATH)
+
+
+def _answer(status: int) -> httpx.Response:
+    """An error answer with this status (for the exit-code mapping)."""
+    return httpx.Response(status, request=httpx.Request("GET", "http://dpmine.test/v1/x"))
 
 
 def _flat(text: str) -> str:
@@ -379,6 +403,231 @@ def test_an_epsilon_outside_the_wire_range_exits_2(
     assert "epsilon" in _error(result)
 
 
+def test_an_epsilon_above_the_wire_range_names_the_bound(
+    server: LiveServer, account: Account, mushroom: DatasetInfo
+) -> None:
+    result = dpmine_cli(server, account.api_key, f"count {mushroom.id} --epsilon 1001")
+    assert _error(result) == "error: epsilon must be <= 1000 (got 1001)"
+    assert _budget(server, account, mushroom.id).grant_spent == 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# dpmine: usage mistakes are one line without a server; global options in either position
+
+
+def offline_cli(command: str) -> Result:
+    """``dpmine <command>`` with no server behind it (usage errors are caught before)."""
+    return RUNNER.invoke(analyst_app, shlex.split(command), env=ANALYST_ENV, prog_name="dpmine")
+
+
+def _usage_error(result: Result) -> str:
+    """One 'error:' line on stderr, exit 2, nothing on stdout, no traceback."""
+    text = _error(result)
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stdout == ""
+    assert "Traceback" not in result.output
+    return text
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        ("count d --epsilon 0", "Invalid value for '--epsilon': must be > 0 (got 0)"),
+        ("count d --epsilon -2", "must be > 0 (got -2)"),
+        ("count d --epsilon nan", "must be > 0 (got nan)"),
+        ("count d", "Missing option '--epsilon'; see 'dpmine count --help'"),
+        ("count d --epsilon 1 --colour red", "No such option: --colour"),
+        ("counts d", "No such command 'counts'"),
+        ("quality d --left '[a]' --right '[b]' --epsilon 0", "must be > 0 (got 0)"),
+        ("mine serenade-es d --epsilon 1 --rounds 0", "Invalid value for '--rounds'"),
+        ("mine serenade-cs d --epsilon 1 --tau 0", "Invalid value for '--tau'"),
+        ("mine serenade-es d --epsilon 1 --x0 0", "'--x0': must be > 0 (got 0)"),
+        ("mine serenade-es d --epsilon 1 --x0-fraction 1", "must be in (0, 1) (got 1)"),
+        ("mine serenade-es d --epsilon 1 --x0 5 --x0-fraction 0.1", "give only one of --x0"),
+        ("mine serenade-es d --epsilon 1 --min-jaccard 2", "must be in [0, 1] (got 2)"),
+        ("mine itemsets d --epsilon 1 --k 0", "Invalid value for '--k'"),
+        ("mine itemsets d --epsilon 1 --rho 1", "'--rho': must be in (0, 1) (got 1)"),
+        ("mine itemsets d --epsilon 1 --frequency-epsilon -1", "must be >= 0 (got -1)"),
+        ("mine itemsets d --epsilon 1 --rules 1.5", "must be in [0, 1] (got 1.5)"),
+        ("mine itemsets d --epsilon 1 --output out.txt", "--output must end in .json or .csv"),
+        (
+            "mine itemsets d --epsilon 1 --output /no/such/folder/out.json",
+            "--output: the folder '/no/such/folder' does not exist; create it first",
+        ),
+        ("mine alt-expm d --epsilon 1 --plot /no/such/folder/p.png", "the folder '/no/such"),
+        ("quality d --epsilon 1 '[a]'", 'give the two queries, e.g. quality DATASET "[odor'),
+        ("quality d '[a]' '[b]' --left '[a]' --epsilon 1", "as LEFT RIGHT or as --left/--right"),
+        ("quality d --left '[a]' --epsilon 1", "give both --left and --right"),
+        ("fit rule-list d --epsilon 0", "must be > 0 (got 0)"),
+        ("predict rule-list m.json rows.csv --threshold 2", "must be in [0, 1] (got 2)"),
+    ],
+)
+def test_usage_mistakes_are_one_line_without_a_server(command: str, message: str) -> None:
+    assert message in _usage_error(offline_cli(command))
+
+
+def test_help_texts_state_the_ranges_and_keep_their_brackets() -> None:
+    count_help = _flat(_ok(offline_cli("count --help")))
+    assert "Privacy cost of this call (ε > 0)" in count_help
+    assert "x>=0" not in count_help
+    assert 'e.g. "[odor = n] & [bruises]"' in count_help
+    fit_help = _flat(_ok(offline_cli("fit rule-list --help")))
+    assert "[default: 40, or all possible antecedents" in fit_help
+    serenade_help = _flat(_ok(offline_cli("mine serenade-es --help")))
+    assert "fraction in (0, 1)" in serenade_help
+    root_help = _flat(_ok(offline_cli("--help")))
+    assert "may come before or after the command" in root_help
+    for command in ("", "mine", "fit", "predict"):
+        shown = offline_cli(command)  # no command: the help, not an error
+        assert "Usage:" in shown.stdout
+        assert "error:" not in shown.output
+
+
+def test_global_options_work_after_the_command(
+    server: LiveServer, account: Account, mushroom: DatasetInfo
+) -> None:
+    before = _json(dpmine_cli(server, account.api_key, f"--json schema {mushroom.id}"))
+    after = _json(dpmine_cli(server, account.api_key, f"schema {mushroom.id} --json"))
+    assert after == before
+    trailing = [
+        "budget",
+        mushroom.id,
+        "--json",
+        f"--url={server.url}",
+        "--api-key",
+        account.api_key,
+    ]
+    status = BudgetStatus.model_validate(
+        _json(RUNNER.invoke(analyst_app, trailing, env=ANALYST_ENV))
+    )
+    assert status.grant_epsilon == GRANT
+    counted = _json(
+        dpmine_cli(server, account.api_key, f"count {mushroom.id} --epsilon 0.1 --json")
+    )
+    assert NoisyCountResponse.model_validate(counted).receipt.epsilon_exact == "0.1"
+
+
+def test_quality_takes_the_queries_as_arguments_too(
+    server: LiveServer, account: Account, mushroom: DatasetInfo
+) -> None:
+    command = f'quality {mushroom.id} "[gill-size = b]" "[class = e]" --epsilon 0.2 --json'
+    result = ComputeQualityResponse.model_validate(
+        _json(dpmine_cli(server, account.api_key, command))
+    )
+    assert result.receipt.epsilon_exact == "0.2"
+    cells = result.cells
+    noisy = [value for value in (cells.e11, cells.e10, cells.e01, cells.e00) if value is not None]
+    assert all(abs(value - exact) < 150 for value, exact in zip(noisy, GILL_CLASS, strict=True))
+    assert len(noisy) == 4
+
+
+def test_server_refusals_exit_2_and_run_failures_exit_1(
+    server: LiveServer, account: Account
+) -> None:
+    refused = dpmine_cli(server, account.api_key, "budget no-such-dataset")
+    assert _usage_error(refused).startswith("error: NotFound:")
+    unreachable = RUNNER.invoke(
+        analyst_app,
+        ["datasets", "--url", "http://127.0.0.1:9", "--api-key", account.api_key],
+        env=ANALYST_ENV,
+    )
+    assert unreachable.exit_code == 1, unreachable.output
+    text = _flat(unreachable.stderr)
+    assert text.startswith("error: GET /v1/datasets:"), text
+    assert unreachable.stderr.count("\n") == 1
+    assert "Traceback" not in unreachable.output
+
+
+# --------------------------------------------------------------------------------------------
+# dpmine: the pieces of the error and output handling
+
+
+@pytest.mark.parametrize(
+    ("args", "hoisted"),
+    [
+        (["schema", "x", "--json"], ["--json", "schema", "x"]),
+        (
+            ["count", "x", "--url", "u", "--epsilon", "1"],
+            ["--url", "u", "count", "x", "--epsilon", "1"],
+        ),
+        (["--json", "datasets"], ["--json", "datasets"]),
+        (["budget", "x", "--api-key=k"], ["--api-key=k", "budget", "x"]),
+        (["schema", "x", "--url"], ["schema", "x", "--url"]),  # no value: left for click
+        (["predict", "rule-list", "--", "--json"], ["predict", "rule-list", "--", "--json"]),
+        (["schema", "x", "--json=1"], ["schema", "x", "--json=1"]),
+    ],
+)
+def test_hoist_global_options(args: list[str], hoisted: list[str]) -> None:
+    assert hoist_global_options(args) == hoisted
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (ParameterError("epsilon must be > 0 (got 0)"), 2),
+        (QuerySyntaxError("[A", 3, "expected ']'", "close it"), 2),
+        (InvalidRequestError("InvalidRequest", "d", _answer(422)), 2),
+        (NotFoundError("NotFound", "d", _answer(404)), 2),
+        (AuthenticationError("Unauthorized", "d", _answer(401)), 2),
+        (BudgetExhaustedError("BudgetExhausted", "d"), 2),
+        (ServerError("HTTP418", "d", _answer(418)), 2),
+        (TransportError("GET /v1/datasets: refused"), 1),
+        (OperationFailedError("OperationFailed", "d", _answer(500)), 1),
+        (ServerError("HTTP502", "bad gateway", _answer(502)), 1),
+        (RequestInProgressError("RequestInProgress", "d"), 1),
+        (ChargeKeptNoResultError("ChargeKeptNoResult", "d"), 1),
+        (RateLimitedError("RateLimited", "d"), 1),
+        (DPMineError("job still running after 60 s"), 1),
+    ],
+)
+def test_exit_codes(error: DPMineError, code: int) -> None:
+    assert exit_code_of(error) == code
+
+
+def test_an_empty_table_is_one_line_with_its_caption() -> None:
+    table = Table("left", "right", title="SerenadeES redescriptions")
+    table.caption = "3 charged calls, ε spent = 1"
+    result = RUNNER.invoke(_emitting(table), [], env=ANALYST_ENV)
+    assert result.stdout.splitlines() == [
+        "SerenadeES redescriptions: none",
+        "3 charged calls, ε spent = 1",
+    ]
+    table.add_row("a", "b")
+    shown = RUNNER.invoke(_emitting(table), [], env=ANALYST_ENV).stdout
+    assert "│ a    │ b     │" in shown
+
+
+def _emitting(table: Table) -> typer.Typer:
+    """A one-command app printing ``table`` through the CLI's ``_emit`` (table mode)."""
+    app = typer.Typer()
+
+    @app.command()
+    def show() -> None:
+        _emit(_Options(url="", api_key="", as_json=False), {}, table)
+
+    return app
+
+
+def test_rows_files_name_the_bad_line_and_refuse_a_header_only_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes("odor,cap-shape\nn,x\nn,caf\xe9\n".encode("latin-1"))
+    with pytest.raises(typer.Exit) as info:
+        _read_rows(bad)
+    assert info.value.exit_code == 2
+    message = _flat(capsys.readouterr().err)
+    assert f"error: '{bad}' line 3 is not UTF-8 text (byte 0xe9); save the file as UTF-8" == message
+    header_only = tmp_path / "header.csv"
+    header_only.write_text("odor,cap-shape\n")
+    with pytest.raises(typer.Exit):
+        _read_rows(header_only)
+    assert "has a header but no rows to predict" in capsys.readouterr().err
+    good = tmp_path / "good.csv"
+    good.write_text("\ufeffodor,cap-shape\nn,x\n", encoding="utf-8")
+    assert _read_rows(good) == {"odor": ["n"], "cap-shape": ["x"]}
+
+
 # --------------------------------------------------------------------------------------------
 # dpmine-server (owner CLI) on the live server's database
 
@@ -408,8 +657,18 @@ def cli_metadata(server: LiveServer, tmp_path_factory: pytest.TempPathFactory) -
     stalk_root = by_name["stalk-root"]
     assert stalk_root.type == "categorical"
     assert "?" not in stalk_root.categories  # "?" is a missing-value token
+    assert metadata.review is not None
+    assert not metadata.review.reviewed  # the owner must review the proposal before 'add'
     path = folder / "metadata.json"
     path.write_text(metadata.model_dump_json())
+    refused = owner_cli(
+        server,
+        f"datasets add {unique_id('unreviewed')} --metadata {path} --epsilon-cap 1 "
+        f"--csv {MUSHROOM}",
+    )
+    assert "has not been reviewed" in _owner_error(refused)
+    reviewed = metadata.review.model_copy(update={"reviewed": True})
+    path.write_text(metadata.model_copy(update={"review": reviewed}).model_dump_json())
     return path
 
 

@@ -35,12 +35,15 @@ from dpmine.errors import (
     InvalidRequestError,
     NotFoundError,
     OperationFailedError,
+    ParameterError,
     PermissionDeniedError,
     RequestInProgressError,
     ServerError,
     TransportError,
 )
+from dpmine.miners import MCMCTreePair, SerenadeES, TopKItemsets
 from dpmine.queries import QuerySyntaxError, parse_query
+from dpmine.rule_lists import DPBayesianRuleList
 from dpmine.wire import (
     COUNT_NOISY,
     BooleanAttribute,
@@ -530,6 +533,89 @@ class TestTextQueries:
                 handle.count("[flag] &", epsilon=0.1)
         assert len(flaky.seen) == sent
         assert entries(services) == []
+
+
+# -- invalid parameters: one-line ParameterError, nothing sent -------------------------------------
+
+
+def _refused_before_sending(
+    server: TestClient, key: str, call: Callable[[dpmine.DatasetHandle], object]
+) -> ParameterError:
+    """The ParameterError of ``call`` on dataset ``mini``; asserts that no request was sent."""
+    flaky = Flaky(server)
+    connection, http = flaky_connection(flaky, key)
+    with http:
+        handle = connection.dataset("mini")
+        sent = len(flaky.seen)
+        with pytest.raises(ParameterError) as info:
+            call(handle)
+    assert len(flaky.seen) == sent
+    return info.value
+
+
+class TestParameters:
+    @pytest.mark.parametrize(
+        ("call", "message"),
+        [
+            (lambda h: h.count(epsilon=0), "epsilon must be > 0 (got 0)"),
+            (lambda h: h.count("[flag]", epsilon=-1.0), "epsilon must be > 0 (got -1)"),
+            (lambda h: h.count(epsilon=math.inf), "epsilon must be a finite number (got inf)"),
+            (lambda h: h.count(epsilon=5000), "epsilon must be <= 1000 (got 5000)"),
+            (
+                lambda h: h.quality("[flag]", "[group = a]", epsilon=0.1, mode="exact"),
+                "mode must be 'cells' or 'paper' (got 'exact')",
+            ),
+            (lambda h: h.estimate([]), "calls must have at least 1 item (got [])"),
+            (lambda h: TopKItemsets(k=0, epsilon=1.0).plan(h), "k must be >= 1 (got 0)"),
+            (
+                lambda h: SerenadeES(epsilon=1.0, x0=5.0, x0_fraction=0.1).plan(h),
+                "give exactly one of x0",
+            ),
+            (lambda h: SerenadeES(epsilon=1.0, x0=5.0, rounds=0).mine(h), "rounds must be"),
+            (lambda h: MCMCTreePair(omega=1.5).plan(h), "omega must be in (0, 1)"),
+            (lambda h: DPBayesianRuleList(alpha=(0.0, 1.0)).plan(h), "alpha takes two positive"),
+        ],
+    )
+    def test_invalid_parameters_raise_before_anything_is_sent(
+        self,
+        server: TestClient,
+        analyst_key: str,
+        services: Services,
+        call: Callable[[dpmine.DatasetHandle], object],
+        message: str,
+    ) -> None:
+        error = _refused_before_sending(server, analyst_key, call)
+        assert message in str(error), str(error)
+        assert isinstance(error, DPMineError)
+        assert isinstance(error, ValueError)  # `except ValueError` keeps working
+        assert "\n" not in str(error)
+        assert entries(services) == []
+
+    def test_the_exact_message_of_a_zero_epsilon(
+        self, server: TestClient, analyst_key: str
+    ) -> None:
+        error = _refused_before_sending(server, analyst_key, lambda h: h.count(epsilon=0))
+        assert str(error) == "epsilon must be > 0 (got 0)"
+        assert error.errors[0]["loc"] == ("epsilon",)
+
+    def test_a_bad_query_text_is_a_parameter_error(
+        self, server: TestClient, analyst_key: str
+    ) -> None:
+        error = _refused_before_sending(
+            server, analyst_key, lambda h: h.count("[flag] &", epsilon=0.1)
+        )
+        assert isinstance(error, QuerySyntaxError)
+        assert "expected a literal" in str(error)
+
+    def test_admin_parameters(self, owner: dpmine.Connection) -> None:
+        with pytest.raises(ParameterError, match="role must be 'owner' or 'analyst'"):
+            owner.admin.add_principal("bob", "auditor")  # type: ignore[arg-type]
+        with pytest.raises(ParameterError, match=r"epsilon must be > 0 \(got -1\)"):
+            owner.admin.grant("mini", "alice", -1.0)
+
+    def test_negative_retries(self) -> None:
+        with pytest.raises(ParameterError, match=r"retries must be >= 0 \(got -1\)"):
+            dpmine.connect(BASE_URL, "key", retries=-1)
 
 
 def test_estimate_and_job_through_the_client(

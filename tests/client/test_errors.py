@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import math
+
 import httpx
 import pytest
+from pydantic import ValidationError
 
 import dpmine
 import dpmine.errors
@@ -19,19 +22,31 @@ from dpmine.errors import (
     JobCancelledError,
     NotFoundError,
     OperationFailedError,
+    ParameterError,
     PayloadTooLargeError,
     PermissionDeniedError,
+    QuerySyntaxError,
     RateLimitedError,
     RequestInProgressError,
     ServerError,
     TransportError,
+    checked_parameters,
     error_from_response,
+    parameter_error,
+)
+from dpmine.wire import (
+    NoisyCountRequest,
+    SerenadeOptions,
+    TopKItemsetsRequest,
+    TreeMCMCRequest,
 )
 from dpmine_server import errors as server_errors
 
-#: The tree drawn in the module docstring of dpmine.errors: class -> its parent.
-TREE: dict[type[DPMineError], type[Exception]] = {
+#: The tree drawn in the module docstring of dpmine.errors: class -> its parents.
+TREE: dict[type[DPMineError], type[Exception] | tuple[type[Exception], ...]] = {
     DPMineError: Exception,
+    ParameterError: (DPMineError, ValueError),
+    QuerySyntaxError: ParameterError,
     TransportError: DPMineError,
     ServerError: DPMineError,
     InvalidRequestError: ServerError,
@@ -77,7 +92,7 @@ def answer(status: int, body: object | None = None, text: str | None = None) -> 
 
 def test_tree_matches_the_docstring() -> None:
     for cls, parent in TREE.items():
-        assert cls.__bases__ == (parent,), cls
+        assert cls.__bases__ == (parent if isinstance(parent, tuple) else (parent,)), cls
         assert cls.__name__ in (dpmine.errors.__doc__ or ""), cls
     exported = {getattr(dpmine.errors, name) for name in dpmine.errors.__all__}
     assert {cls for cls in exported if isinstance(cls, type)} == set(TREE)
@@ -169,3 +184,81 @@ def test_errors_without_an_answer() -> None:
     assert failure.status_code is None
     assert failure.response is None
     assert isinstance(TransportError("GET /v1/health: refused"), DPMineError)
+
+
+# -- parameters refused on the client -------------------------------------------------------------
+
+
+def _validation_error(build: object) -> ValidationError:
+    assert callable(build)
+    with pytest.raises(ValidationError) as info:
+        build()
+    return info.value
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: NoisyCountRequest(epsilon=0), "epsilon must be > 0 (got 0)"),
+        (lambda: NoisyCountRequest(epsilon=-0.5), "epsilon must be > 0 (got -0.5)"),
+        (lambda: NoisyCountRequest(epsilon=2000.0), "epsilon must be <= 1000 (got 2000)"),
+        (lambda: NoisyCountRequest(epsilon=math.nan), "epsilon must be a finite number (got nan)"),
+        (lambda: NoisyCountRequest(epsilon="a lot"), "epsilon must be a number (got 'a lot')"),
+        (
+            lambda: NoisyCountRequest(epsilon=1.0, colour="red"),
+            "colour is not a parameter here; remove it",
+        ),
+        (
+            lambda: SerenadeOptions.model_validate({"threshold_mode": "fine"}),
+            "threshold_mode must be 'auto', 'continuous' or 'grid' (got 'fine')",
+        ),
+        (
+            lambda: SerenadeOptions.model_validate({"max_literals": 0}),
+            "max_literals must be >= 1 (got 0)",
+        ),
+        (
+            lambda: TopKItemsetsRequest(k=5, min_length=3, max_length=2, epsilon=1.0),
+            "max_length 2 is below min_length 3",  # a model check: its message alone
+        ),
+    ],
+)
+def test_validation_errors_become_one_line_parameter_errors(build: object, message: str) -> None:
+    error = parameter_error(_validation_error(build))
+    assert isinstance(error, ParameterError)
+    assert isinstance(error, ValueError)
+    assert message in str(error)
+    assert "\n" not in str(error)
+    assert "pydantic" not in str(error)
+    assert error.errors, "the details stay available"
+
+
+def test_several_problems_name_the_first_and_count_the_others() -> None:
+    error = parameter_error(_validation_error(lambda: TreeMCMCRequest.model_validate({})))
+    assert str(error).endswith("is required; and 2 more problems")
+    assert len(error.errors) == 3
+
+
+def test_checked_parameters_converts_and_hides_the_pydantic_error() -> None:
+    with pytest.raises(ParameterError) as info, checked_parameters():
+        NoisyCountRequest(epsilon=0)
+    assert str(info.value) == "epsilon must be > 0 (got 0)"
+    assert info.value.__cause__ is None
+    assert info.value.__suppress_context__
+    with checked_parameters():
+        assert NoisyCountRequest(epsilon=0.5).epsilon == 0.5
+
+
+def test_a_long_input_is_shortened() -> None:
+    error = parameter_error(_validation_error(lambda: NoisyCountRequest(epsilon="x" * 10_000)))
+    assert len(str(error)) < 100
+    assert str(error).endswith("…)")
+
+
+def test_query_syntax_errors_are_parameter_errors() -> None:
+    error = QuerySyntaxError("[A", 3, "expected ']'", "close the literal with ']'", "end of input")
+    assert isinstance(error, ParameterError)
+    assert isinstance(error, DPMineError)
+    assert isinstance(error, ValueError)
+    assert str(error) == (
+        "expected ']' at column 3 in \"[A\" but found end of input; close the literal with ']'"
+    )

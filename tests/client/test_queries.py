@@ -9,11 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpmine.queries
+from dpmine.errors import EXCERPT_WIDTH, DPMineError, ParameterError
 from dpmine.queries import (
     QuerySyntaxError,
     SerenadeOp,
     attributes,
     extend_query,
+    format_number,
     format_query,
     format_redescription,
     literals,
@@ -239,6 +241,72 @@ class TestErrors:
             parse_query(f"[A = {'c' * 201}]")
         assert info.value.column == 6
         assert parse_query(f"[{'a' * 200}]") == BoolLiteral(attribute="a" * 200)
+
+    def test_names_take_the_right_article(self) -> None:
+        with pytest.raises(QuerySyntaxError) as info:
+            parse_query(f"[{'a' * 201}]")
+        assert "expected an attribute name of at most 200 characters" in str(info.value)
+        assert "found 201 characters; shorten the attribute name" in str(info.value)
+        with pytest.raises(QuerySyntaxError, match="expected a category of at most 200"):
+            parse_query(f"[A = {'c' * 201}]")
+
+    def test_a_huge_text_is_quoted_around_the_column_only(self) -> None:
+        text = "[A] & " * 200_000 + "[B"
+        with pytest.raises(QuerySyntaxError) as info:
+            parse_query(text)
+        message = str(info.value)
+        assert len(message) < 250, message
+        assert info.value.column == 7 * 64 - 63  # the 65th literal
+        quoted = message.split(' in "', 1)[1].split('"', 1)[0]
+        assert len(quoted) <= EXCERPT_WIDTH + 2  # two "…" marks
+        assert quoted.startswith("…")
+        assert quoted.endswith("…")
+        assert f"(of a {len(text)}-character text)" in message
+        assert info.value.text == text  # the whole text stays available
+
+    def test_the_excerpt_ends_at_the_error_near_the_end(self) -> None:
+        text = "[A] & " * 20 + "[B <= 1"
+        with pytest.raises(QuerySyntaxError) as info:
+            parse_query(text)
+        quoted = str(info.value).split(' in "', 1)[1].split('"', 1)[0]
+        assert quoted == "…" + text[-EXCERPT_WIDTH:]
+        assert info.value.column == len(text) + 1
+
+    def test_a_long_found_token_is_shortened_and_the_message_is_one_line(self) -> None:
+        with pytest.raises(QuerySyntaxError) as info:
+            parse_query('[A <= "' + "9" * 500 + '"]')
+        message = str(info.value)
+        assert "numbers are not quoted" in message
+        assert len(message) < 300
+        with pytest.raises(QuerySyntaxError) as multi:
+            parse_query("[A] &\n\t[B")
+        assert "\n" not in str(multi.value)
+        assert 'in "[A] &  [B"' in str(multi.value)
+
+    def test_the_error_is_a_dpmine_parameter_error(self) -> None:
+        with pytest.raises(ParameterError):
+            parse_query("[A")
+        with pytest.raises(DPMineError):
+            parse_redescription("[A] <=>")
+
+
+class TestDisplayPrecision:
+    def test_thresholds_rounded_for_display_only(self) -> None:
+        expr = parse_query("[0.30000000000000004 <= A <= 123456.789] & ![B <= 2.0000001]")
+        assert format_query(expr, digits=4) == "[0.3 <= A <= 123500] & ![B <= 2]"
+        assert parse_query(format_query(expr)) == expr  # the canonical text stays exact
+
+    @pytest.mark.parametrize(
+        ("value", "shown"),
+        [(0.30000000000000004, "0.3"), (1e-7, "1e-07"), (-3.14159, "-3.142"), (2.0, "2")],
+    )
+    def test_format_number(self, value: float, shown: str) -> None:
+        assert format_number(value, 4) == shown
+        assert format_number(value) == repr(value)
+
+    def test_a_rounded_one_sided_number_name_is_still_quoted(self) -> None:
+        expr = NumLiteral(attribute="2019", upper=0.123456789)
+        assert format_query(expr, digits=4) == '["2019" <= 0.1235]'
 
 
 class TestLimits:

@@ -25,7 +25,7 @@ from dpmine.wire.datasets import (
 from dpmine.wire.queries import And, BoolLiteral, CatLiteral, NumLiteral
 from dpmine_server.data.cache import DatasetCache
 from dpmine_server.data.columns import BooleanColumn, ColumnStore, NumericColumn
-from dpmine_server.data.loaders import MAX_PROBLEMS, DataValidationError, load_store
+from dpmine_server.data.loaders import MAX_PROBLEMS, DataValidationError, load_store, snapshot_sql
 
 REPO = Path(__file__).resolve().parents[2]
 MUSHROOM = REPO / "data" / "uci_mushroom" / "agaricus-lepiota.csv.gz"
@@ -139,8 +139,16 @@ def test_missing_declared_column_and_n_max(tmp_path: Path) -> None:
 def test_unreadable_files(tmp_path: Path) -> None:
     assert "does not exist" in _load_error(TABLE, CsvSource(path="nope.csv"), tmp_path)
     _write(tmp_path / "empty.csv", "")
-    assert "not a readable CSV" in _load_error(TABLE, CsvSource(path="empty.csv"), tmp_path)
-    _write(tmp_path / "items.dat", "1 2\n")
+    assert "is empty" in _load_error(TABLE, CsvSource(path="empty.csv"), tmp_path)
+    _write(tmp_path / "header.csv", "flag,colour,size\n")
+    message = _load_error(TABLE, CsvSource(path="header.csv"), tmp_path)
+    assert "has a header but no rows" in message
+    (tmp_path / "latin1.csv").write_bytes(
+        "flag,colour,size\n1,red,2\n0,gr\xfcn,3\n".encode("latin-1")
+    )
+    message = _load_error(TABLE, CsvSource(path="latin1.csv"), tmp_path)
+    assert "is not UTF-8 text: line 3 holds byte 0xfc" in message
+    _write(tmp_path / "items.dat", "1 2\n2\n")
     items = DatasetMetadata(kind="transactions", n_max=10, items=["1", "2"])
     assert "FIMI source" in _load_error(items, CsvSource(path="items.dat"), tmp_path)
     _write(tmp_path / "dup.csv", "a, a\n1,2\n")
@@ -176,12 +184,29 @@ def test_csv_pair_loads_both_views(tmp_path: Path) -> None:
     assert report.clipped == {"size": 1}
 
 
+def test_csv_pair_joins_the_views_on_the_id(tmp_path: Path) -> None:
+    """--id-column matches rows by id, whatever the order of the right file."""
+    _write(tmp_path / "l.csv", LEFT_CSV)
+    _write(tmp_path / "r.csv", "rid,size\nc,?\na,2\nb,20\n")
+    source = CsvPairSource(left="l.csv", right="r.csv", id_column="rid")
+    store, report = load_store(PAIR, source, base_dir=tmp_path)
+    assert _rows(store, NumLiteral(attribute="size", lower=5.0)) == [1]  # row b
+    assert report.missing["size"] == 1
+    _write(tmp_path / "r.csv", "rid,size\nc,oops\na,2\nb,20\n")
+    assert "right file 'r.csv', column 'size', line 2: value 'oops'" in _load_error(
+        PAIR, source, tmp_path
+    )
+
+
 def test_csv_pair_errors(tmp_path: Path) -> None:
     _write(tmp_path / "l.csv", LEFT_CSV)
     _write(tmp_path / "r.csv", RIGHT_CSV.replace("b,20", "x,20"))
     source = CsvPairSource(left="l.csv", right="r.csv", id_column="rid")
     message = _load_error(PAIR, source, tmp_path)
-    assert "id column 'rid' differs at line 3: left 'b', right 'x' (1 rows differ)" in message
+    assert "id 'b' of the left file (line 3) is not in the right file" in message
+    _write(tmp_path / "r.csv", RIGHT_CSV.replace("b,20", "a,20"))
+    message = _load_error(PAIR, source, tmp_path)
+    assert "of the right file repeats id 'a' at line 3" in message
 
     _write(tmp_path / "short.csv", "rid,size\na,1\n")
     message = _load_error(PAIR, source.model_copy(update={"right": "short.csv"}), tmp_path)
@@ -301,6 +326,12 @@ def test_sql_table_and_query(tmp_path: Path) -> None:
     )
     store2, _ = load_store(TABLE, query, base_dir=tmp_path)
     assert store2.n_rows == 2
+
+
+def test_an_empty_sql_source_is_refused(tmp_path: Path) -> None:
+    empty = SqlSource(url=_sqlite(tmp_path), query='SELECT * FROM "patient records" WHERE 0')
+    with pytest.raises(DataValidationError, match="SQL query has no rows"):
+        snapshot_sql(TABLE, empty, tmp_path / "v1")
 
 
 def test_sql_errors_never_echo_the_url(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from dpmine.wire.datasets import (
 )
 from dpmine.wire.queries import CatLiteral
 from dpmine_server.data.loaders import load_store
-from dpmine_server.data.propose import nice_ceil, nice_range, propose_metadata
+from dpmine_server.data.propose import nice_ceil, propose_metadata, public_range
 
 MUSHROOM = Path(__file__).resolve().parents[2] / "data" / "uci_mushroom" / "agaricus-lepiota.csv.gz"
 
@@ -55,12 +55,17 @@ def test_nice_rounding() -> None:
     assert nice_ceil(16_248) == 20_000
     assert nice_ceil(100) == 100
     assert nice_ceil(101) == 200
-    assert nice_range(3.7, 187.2) == (0.0, 190.0)
-    assert nice_range(0.0, 1.0) == (0.0, 1.0)
-    assert nice_range(-0.0031, 0.0042) == (-0.0031, 0.0042)
-    assert nice_range(-2.55, 7.01) == (-2.6, 7.1)
-    assert nice_range(5.0, 5.0) == (5.0, 5.1)
-    low, high = nice_range(0.3, 0.7)
+    # Outward to a grid step of 1, 2 or 5 x 10^k at least a fifth of the span (or of a tenth of
+    # the magnitude): endpoints equal the data's extremes only when those are round numbers.
+    assert public_range(50, 101) == (40.0, 120.0)
+    assert public_range(3.7, 187.2) == (0.0, 200.0)
+    assert public_range(0.0, 1.0) == (0.0, 1.0)
+    assert public_range(-0.0031, 0.0042) == (-0.004, 0.006)
+    assert public_range(-2.55, 7.01) == (-4.0, 8.0)
+    assert public_range(1013.2, 1013.9) == (1000.0, 1050.0)
+    assert public_range(5.0, 5.0) == (5.0, 5.1)
+    assert public_range(0.0, 0.0) == (0.0, 1.0)
+    low, high = public_range(0.3, 0.7)
     assert low <= 0.3
     assert high >= 0.7
 
@@ -73,17 +78,18 @@ def test_table_types_categories_ranges_and_n_max(tmp_path: Path) -> None:
     # Few distinct integers: categorical, sorted numerically.
     assert by_name["grade"] == CategoricalAttribute(name="grade", categories=["1", "2", "3", "10"])
     assert by_name["level"] == CategoricalAttribute(name="level", categories=["3", "4", "5"])
-    assert by_name["weight"] == NumericAttribute(name="weight", lo=0.0, hi=190.0)
+    # 187.2 lies beyond Q3 + 3 IQR: the range covers the bulk, the outlier gets clipped.
+    assert by_name["weight"] == NumericAttribute(name="weight", lo=0.0, hi=80.0)
     assert by_name["city"] == CategoricalAttribute(
         name="city", categories=["oslo", "paris", "rome"]
     )
     # 14 distinct integers (> 12): numeric.
-    assert by_name["score"] == NumericAttribute(name="score", lo=0.0, hi=13.0)
+    assert by_name["score"] == NumericAttribute(name="score", lo=0.0, hi=15.0)
     assert metadata.n_max == 50  # 14 rows x 2 rounded up to 1/2/5 x 10^k
     # The proposal loads the same data back without problems.
     store, report = load_store(metadata, CsvSource(path="t.csv"), base_dir=tmp_path)
     assert store.n_rows == len(ROWS)
-    assert report.clipped == {"weight": 0, "score": 0}
+    assert report.clipped == {"weight": 1, "score": 0}
 
 
 def test_headroom_and_label(tmp_path: Path) -> None:
@@ -136,7 +142,7 @@ def test_csv_pair_views_come_from_the_files(tmp_path: Path) -> None:
         ("b", "left"),
         ("c", "right"),
     ]
-    assert metadata.attribute("c") == NumericAttribute(name="c", view="right", lo=2.5, hi=3.5)
+    assert metadata.attribute("c") == NumericAttribute(name="c", view="right", lo=2.4, hi=3.6)
     store, _ = load_store(metadata, source, base_dir=tmp_path)
     assert store.evaluate(CatLiteral(attribute="a", category="y")).count() == 1
     with pytest.raises(ValueError, match="kind 'views'"):
@@ -163,7 +169,7 @@ def test_sql_source(tmp_path: Path) -> None:
     source = SqlSource(url=f"sqlite:///{tmp_path / 's.db'}", table="t")
     metadata = propose_metadata(source, kind="table", base_dir=tmp_path)
     assert metadata.attribute("ok") == BooleanAttribute(name="ok")
-    assert metadata.attribute("amount") == NumericAttribute(name="amount", lo=0.2, hi=9.5)
+    assert metadata.attribute("amount") == NumericAttribute(name="amount", lo=0.0, hi=10.0)
 
 
 def test_all_missing_column_is_refused(tmp_path: Path) -> None:

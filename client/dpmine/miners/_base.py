@@ -16,7 +16,7 @@ from decimal import Decimal
 from rich.progress import Progress
 
 from dpmine.connection import DatasetHandle
-from dpmine.errors import BudgetExhaustedError, DPMineError
+from dpmine.errors import BudgetExhaustedError, DPMineError, checked_parameters
 from dpmine.wire import EstimateResponse, PlannedCall, Receipt
 
 __all__ = ["BaseMiner", "NotMinedError", "Plan"]
@@ -58,8 +58,10 @@ class BaseMiner(ABC):
         """The exact calls of a run, for pricing."""
 
     def plan(self, dataset: DatasetHandle) -> Plan:
-        """Price the run on the server; nothing is charged and no data is read."""
-        calls = self._calls(dataset)
+        """Price the run on the server; nothing is charged and no data is read. A parameter a
+        request refuses raises :class:`~dpmine.errors.ParameterError`."""
+        with checked_parameters():
+            calls = self._calls(dataset)
         return Plan(calls=calls, estimate=dataset.estimate(calls))
 
     @contextmanager

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Literal, TypedDict, Unpack
 
 from dpmine.connection import DatasetHandle
+from dpmine.errors import ParameterError
 from dpmine.miners._base import BaseMiner, NotMinedError, _Spent
 from dpmine.queries import format_query
 from dpmine.wire import (
@@ -129,19 +130,21 @@ class _SerenadeBase(BaseMiner):
 
     def _check_params(self) -> None:
         if abs(sum(self.split) - 1.0) > 1e-9 or min(self.split) <= 0:
-            raise ValueError(f"split must be three positive shares summing to 1, got {self.split}")
+            raise ParameterError(
+                f"split must be three positive shares summing to 1, got {self.split}"
+            )
         if (self.x0 is None) == (self.x0_fraction is None):
-            raise ValueError("give exactly one of x0 (a count) or x0_fraction (of a noisy n)")
+            raise ParameterError("give exactly one of x0 (a count) or x0_fraction (of a noisy n)")
         if self.x0_fraction is not None and not 0 < self.x0_fraction < 1:
-            raise ValueError("x0_fraction must be in (0, 1)")
+            raise ParameterError("x0_fraction must be in (0, 1)")
         if self.n_initial < 1:
-            raise ValueError("n_initial must be at least 1")
+            raise ParameterError("n_initial must be at least 1")
         for name in ("rounds", "tau"):
             value = getattr(self, name, 1)
             if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
+                raise ParameterError(f"{name} must be a whole number of at least 1, got {value!r}")
         if not 0 <= getattr(self, "min_jaccard", 0.0) <= 1:
-            raise ValueError("min_jaccard must be in [0, 1]")
+            raise ParameterError("min_jaccard must be in [0, 1]")
 
     @property
     def _shares(self) -> tuple[float, float, float]:

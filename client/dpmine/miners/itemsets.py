@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from dpmine.connection import DatasetHandle
+from dpmine.errors import ParameterError
 from dpmine.miners._base import BaseMiner, NotMinedError, _Spent
 from dpmine.wire import (
     COUNT_NOISY,
@@ -94,7 +95,7 @@ class TopKItemsets(BaseMiner):
 
     def _operation(self) -> Operation[TopKItemsetsRequest, TopKItemsetsResponse]:
         if self.method not in _METHODS:
-            raise ValueError(f"method must be 'em' or 'laplace', got {self.method!r}")
+            raise ParameterError(f"method must be 'em' or 'laplace', got {self.method!r}")
         return _METHODS[self.method]
 
     def _calls(self, dataset: DatasetHandle) -> list[PlannedCall]:

@@ -29,6 +29,7 @@ from typing import Self, TypedDict, Unpack
 import numpy as np
 
 from dpmine.connection import DatasetHandle
+from dpmine.errors import ParameterError
 from dpmine.miners._base import BaseMiner, NotMinedError, _Spent
 from dpmine.queries import format_query
 from dpmine.treereds import (
@@ -166,7 +167,7 @@ def _placeholder_tree(schema: DatasetMetadata, view: View, depth: int) -> Decisi
         elif isinstance(attribute, BooleanAttribute):
             keys.append(TreeSplit(attribute=attribute.name))
     if len(keys) < depth:
-        raise ValueError(f"the {view} view has too few attributes for a tree of depth {depth}")
+        raise ParameterError(f"the {view} view has too few attributes for a tree of depth {depth}")
     return DecisionTree(
         view=view,
         depth=depth,
@@ -183,7 +184,7 @@ def share_of(epsilon: float, fraction: Fraction) -> float:
     charges of the parts never sum to more than ``epsilon``."""
     units = math.floor(Fraction(repr(epsilon)) * fraction * _UNITS_PER_EPSILON)
     if units < 1:
-        raise ValueError(f"ε = {epsilon!r} split {fraction!r} is below the ledger's unit")
+        raise ParameterError(f"ε = {epsilon!r} split {fraction!r} is below the ledger's unit")
     return float(Decimal(units) / _UNITS_PER_EPSILON)
 
 
@@ -227,11 +228,11 @@ class _TreeMinerBase(BaseMiner):
 
     def _check_params(self) -> None:
         if not self.epsilon > 0:
-            raise ValueError(f"epsilon must be positive, got {self.epsilon!r}")
+            raise ParameterError(f"epsilon must be positive, got {self.epsilon!r}")
         for name in ("in_trees", "rm_iterations"):
             value = getattr(self, name, 1)
             if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
+                raise ParameterError(f"{name} must be a whole number of at least 1, got {value!r}")
 
     def _attribute_draws(self, schema: DatasetMetadata, count: int) -> list[str]:
         """``count`` attributes drawn uniformly from both views (public choices, §3.7)."""
@@ -392,6 +393,7 @@ class _Alternation(_TreeMinerBase):
         """The request of one tree of this miner's operation."""
 
     def _calls(self, dataset: DatasetHandle) -> list[PlannedCall]:
+        self._check_params()
         schema = dataset.schema
         unit = self.epsilon_unit
         placeholder = {
@@ -539,7 +541,7 @@ class MCMCTreePair(_TreeMinerBase):
     def _check_params(self) -> None:
         super()._check_params()
         if not 0 < self.omega < 1:
-            raise ValueError(f"omega must be in (0, 1), got {self.omega!r}")
+            raise ParameterError(f"omega must be in (0, 1), got {self.omega!r}")
 
     @property
     def _budgets(self) -> tuple[float, float]:
@@ -559,6 +561,7 @@ class MCMCTreePair(_TreeMinerBase):
         )
 
     def _calls(self, dataset: DatasetHandle) -> list[PlannedCall]:
+        self._check_params()
         schema = dataset.schema
         left = _placeholder_tree(schema, "left", self.depth)
         right = _placeholder_tree(schema, "right", self.depth)

@@ -31,6 +31,7 @@ __all__ = [
     "FimiSource",
     "LabelSpec",
     "NumericAttribute",
+    "ProposalReview",
     "SqlSource",
     "View",
 ]
@@ -96,6 +97,13 @@ class NumericAttribute(WireModel):
         max_length=10_000,
         description="Optional public threshold grid (ALGORITHMS.md §1.4 grid mode).",
     )
+    text_as_missing: bool = Field(
+        default=False,
+        description=(
+            "Read cells that are not numbers as missing instead of refusing the data "
+            "(proposed for a numeric column spoiled by a few text cells)."
+        ),
+    )
     lattice_bits: int = Field(
         default=16,
         ge=1,
@@ -136,6 +144,24 @@ class LabelSpec(WireModel):
     positive: str = Field(max_length=200)
 
 
+class ProposalReview(WireModel):
+    """The owner's review of a ``propose-metadata`` proposal (DESIGN.md contract item 2).
+
+    Owner-side only: registration refuses a proposal whose ``reviewed`` is false (unless forced)
+    and drops this field, so analysts never see it. The notes name columns and reasons, never
+    data values or counts.
+    """
+
+    reviewed: bool = Field(
+        default=False, description="Set to true once the owner has checked every attribute."
+    )
+    notes: list[Annotated[str, Field(max_length=2000)]] = Field(
+        default_factory=list,
+        max_length=100_000,
+        description="Why columns were excluded or flagged, and what the owner should check.",
+    )
+
+
 class DatasetMetadata(WireModel):
     """Everything public about a dataset, declared by its owner (ALGORITHMS.md §0.2)."""
 
@@ -149,6 +175,13 @@ class DatasetMetadata(WireModel):
     )
     label: LabelSpec | None = None
     missing_values: list[str] = Field(default_factory=lambda: list(DEFAULT_MISSING_VALUES))
+    review: ProposalReview | None = Field(
+        default=None,
+        description=(
+            "Present only in a proposal: the owner's review. Metadata written by hand has none; "
+            "registration drops it."
+        ),
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> DatasetMetadata:
@@ -221,7 +254,10 @@ class CsvPairSource(WireModel):
     right: str = Field(min_length=1)
     id_column: str | None = Field(
         default=None,
-        description="Row id column present in both files; checked equal, then dropped.",
+        description=(
+            "Row id column present in both files: rows are matched on it (each id once in each "
+            "file, the same ids in both), then it is dropped."
+        ),
     )
 
 

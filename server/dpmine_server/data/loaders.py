@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import io
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +56,7 @@ __all__ = [
     "read_sql_strings",
     "resolve_path",
     "snapshot_sql",
+    "sniff_delimiter",
 ]
 
 #: Problems collected before loading stops and reports them together.
@@ -115,18 +117,94 @@ def resolve_path(path: str, base_dir: Path) -> Path:
     return candidate if candidate.is_absolute() else base_dir / candidate
 
 
-def read_csv_strings(path: Path) -> pd.DataFrame:
-    """Every cell of a CSV (gzip by extension) as a stripped string; short rows give ''."""
+#: Delimiters recognised besides the comma, in order of preference.
+DELIMITERS = (",", ";", "\t", "|")
+_SNIFF_BYTES = 1 << 16
+_SNIFF_ROWS = 50
+
+
+def _open_text(path: Path) -> io.TextIOBase:
+    """``path`` as UTF-8 text (gzip by extension)."""
+    if path.suffix == ".gz":
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
+    return path.open(encoding="utf-8", newline="")
+
+
+def _field_counts(lines: list[str], delimiter: str) -> list[int]:
+    """Fields per non-empty row of ``lines`` split at ``delimiter`` ([] if unreadable so)."""
     try:
-        frame = pd.read_csv(path, header=None, dtype=str, keep_default_na=False, na_filter=False)
+        return [len(row) for row in csv.reader(lines, delimiter=delimiter) if row]
+    except csv.Error:
+        return []
+
+
+def sniff_delimiter(path: Path) -> str:
+    """The delimiter of a CSV file: the first of :data:`DELIMITERS` that splits the header into
+    several fields and every sampled row into as many; a comma if none does.
+
+    Raises :class:`DataValidationError` if the file is missing or is not UTF-8 text.
+    """
+    try:
+        with _open_text(path) as handle:
+            sample = handle.read(_SNIFF_BYTES)
+            complete = len(sample) < _SNIFF_BYTES
     except FileNotFoundError:
         raise DataValidationError(f"file '{path}' does not exist") from None
-    except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+    except UnicodeDecodeError:
+        raise DataValidationError(_not_utf8(path)) from None
+    except (OSError, EOFError) as err:
+        raise DataValidationError(f"file '{path}' is not a readable CSV file: {err}") from None
+    lines = sample.splitlines()
+    if not complete:
+        lines = lines[:-1]  # the last line of a partial sample may be cut
+    lines = lines[:_SNIFF_ROWS]
+    for delimiter in DELIMITERS:
+        counts = _field_counts(lines, delimiter)
+        if counts and counts[0] > 1 and all(count == counts[0] for count in counts):
+            return delimiter
+    return ","
+
+
+def _not_utf8(path: Path) -> str:
+    """Owner-only message naming the line of the first byte that is not UTF-8."""
+    try:
+        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        return (
+            f"file '{path}' is not UTF-8 text: line {line} holds byte 0x{raw[err.start]:02x}; "
+            "save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+        )
+    except (OSError, EOFError) as err:
+        return f"file '{path}' is not a readable CSV file: {err}"
+    return f"file '{path}' is not UTF-8 text; save it as UTF-8"
+
+
+def read_csv_strings(path: Path) -> pd.DataFrame:
+    """Every cell of a CSV (gzip by extension) as a stripped string; short rows give ''.
+
+    The delimiter is sniffed (:func:`sniff_delimiter`). A file without a data row is refused.
+    """
+    delimiter = sniff_delimiter(path)
+    try:
+        frame = pd.read_csv(
+            path, header=None, dtype=str, keep_default_na=False, na_filter=False, sep=delimiter
+        )
+    except FileNotFoundError:
+        raise DataValidationError(f"file '{path}' does not exist") from None
+    except UnicodeDecodeError:
+        raise DataValidationError(_not_utf8(path)) from None
+    except pd.errors.EmptyDataError:
+        raise DataValidationError(f"file '{path}' is empty; it needs a header and rows") from None
+    except (OSError, pd.errors.ParserError) as err:
         raise DataValidationError(f"file '{path}' is not a readable CSV file: {err}") from None
     # The header is read as a row so that repeated names are seen (pandas would rename them).
     names = [str(name).strip() for name in frame.iloc[0]] if len(frame) else []
     if len(set(names)) != len(names):
         raise DataValidationError(f"file '{path}' repeats a column name in its header: {names}")
+    if len(frame) < 2:
+        raise DataValidationError(f"file '{path}' has a header but no rows; add the data rows")
     body = frame.iloc[1:].reset_index(drop=True)
     return pd.DataFrame(
         {
@@ -251,6 +329,9 @@ def _convert(
         report.missing[name] = int((codes < 0).sum())
         return None if bad.any() else CategoricalColumn(name, tuple(attribute.categories), codes)
     values = pd.to_numeric(raw.mask(missing), errors="coerce").to_numpy(dtype=np.float64)
+    if attribute.text_as_missing:
+        missing = missing | ~np.isfinite(values)
+        values = np.where(missing, np.nan, values)
     bad = ~np.isfinite(values) & ~missing
     _report_bad(problems, where, locate, raw, bad=bad, why="is not a finite number")
     report.missing[name] = int(missing.sum())
@@ -333,6 +414,43 @@ def _load_single(
     )
 
 
+def _first_repeat(ids: pd.Series) -> int | None:
+    repeated = np.flatnonzero(ids.duplicated().to_numpy())
+    return int(repeated[0]) if repeated.size else None
+
+
+def _match_ids(
+    left: pd.Series, right: pd.Series, id_column: str, problems: _Problems
+) -> npt.NDArray[np.int64] | None:
+    """For each left row, the position of the right row with the same id (a join on the id);
+    None after recording why the ids do not match one to one. Both sides have equal lengths."""
+    for side, ids in (("left", left), ("right", right)):
+        repeat = _first_repeat(ids)
+        if repeat is not None:
+            problems.add(
+                f"id column {id_column!r} of the {side} file repeats id {ids.iloc[repeat]!r} at "
+                f"{_csv_line(repeat)}; every row needs its own id"
+            )
+    if problems.messages:
+        return None
+    positions: npt.NDArray[np.int64] = pd.Index(right).get_indexer(pd.Index(left)).astype(np.int64)
+    unmatched = np.flatnonzero(positions < 0)
+    if unmatched.size:
+        first = int(unmatched[0])
+        problems.add(
+            f"id {left.iloc[first]!r} of the left file ({_csv_line(first)}) is not in the right "
+            f"file ({unmatched.size} left ids have no right row); both files must hold the "
+            "same ids"
+        )
+        return None
+    return positions  # equal lengths (checked first) and unique ids: one to one
+
+
+def _original_line(positions: npt.NDArray[np.int64]) -> Locate:
+    """Line of a right-file row after the join reordered the rows."""
+    return lambda position: _csv_line(int(positions[position]))
+
+
 def _load_pair(
     metadata: DatasetMetadata, source: CsvPairSource, base_dir: Path
 ) -> tuple[ColumnStore, LoadReport]:
@@ -351,6 +469,7 @@ def _load_pair(
     by_view = {
         view: [a for a in metadata.attributes if a.view == view] for view in ("left", "right")
     }
+    right_line: Locate = _csv_line
     id_column = source.id_column
     if id_column is not None:
         if id_column in {a.name for a in metadata.attributes}:
@@ -363,21 +482,20 @@ def _load_pair(
                     f"the {side} file {getattr(source, side)!r} has no id column {id_column!r}"
                 )
         if not problems.messages:
-            differs = np.flatnonzero(left[id_column].to_numpy() != right[id_column].to_numpy())
-            if differs.size:
-                first = int(differs[0])
-                problems.add(
-                    f"id column {id_column!r} differs at {_csv_line(first)}: left "
-                    f"{left[id_column].iloc[first]!r}, right {right[id_column].iloc[first]!r} "
-                    f"({differs.size} rows differ); both files must list the same rows in order"
-                )
+            positions = _match_ids(left[id_column], right[id_column], id_column, problems)
+            if positions is not None:
+                right = right.iloc[positions].reset_index(drop=True)
+                right_line = _original_line(positions)
     parts: list[tuple[pd.DataFrame, list[AnyAttribute], str, Locate]] = []
-    for side, frame, path in (("left", left, source.left), ("right", right, source.right)):
+    for side, frame, path, locate in (
+        ("left", left, source.left, _csv_line),
+        ("right", right, source.right, right_line),
+    ):
         file_what = f"{side} file {path!r}"
         _missing_columns(frame, by_view[side], file_what, problems)
         declared = {a.name for a in by_view[side]} | {id_column}
         report.ignored_columns += [f"{side}:{c}" for c in frame.columns if c not in declared]
-        parts.append((frame, by_view[side], file_what, _csv_line))
+        parts.append((frame, by_view[side], file_what, locate))
     _check_n_max(len(left), metadata, problems, what)
     problems.raise_if_any(what)
     return _table_store(metadata, parts, len(left), problems, report)
@@ -440,6 +558,8 @@ def snapshot_sql(metadata: DatasetMetadata, source: SqlSource, folder: Path) -> 
     """
     frame = read_sql_strings(source)
     what = f"SQL table {source.table!r}" if source.table is not None else "SQL query"
+    if frame.empty:
+        raise DataValidationError(f"{what} has no rows; a dataset needs its data rows")
     _store, report = _load_single(metadata, frame, what, _sql_row)  # n_max, columns, types
     names = [attribute.name for attribute in metadata.attributes]
     folder.mkdir(parents=True, exist_ok=True)

@@ -1,18 +1,27 @@
-"""Suggest public metadata from the data, for the trusted owner to confirm (DESIGN.md contract 2).
+"""Suggest public metadata from the data, for the trusted owner to review (DESIGN.md contract 2).
 
 The proposal looks at the data (types, categories, observed ranges, row count), so it is for the
-owner only; once confirmed, the metadata is public and fixed (ALGORITHMS.md §0.2). Numeric
-ranges are rounded outward and ``n_max`` upward, so the proposal does not pin the data exactly.
+owner only; once reviewed and registered, the metadata is public and fixed (ALGORITHMS.md §0.2).
+It never copies private values into the public schema: identifier-like and high-cardinality
+columns are excluded, numeric ranges are rounded outward to a coarse grid (:func:`public_range`)
+and cut to the bulk of the data when there are outliers, a numeric column spoiled by a few text
+cells reads them as missing. Every such decision is written, without data values or counts, into
+``review.notes``; ``review.reviewed`` stays false until the owner has checked the proposal, and
+registration refuses an unreviewed proposal unless forced (:func:`accept_reviewed`).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
+from pydantic import ValidationError
 
 from dpmine.wire.datasets import (
     BOOLEAN_FALSE,
@@ -30,6 +39,7 @@ from dpmine.wire.datasets import (
     FimiSource,
     LabelSpec,
     NumericAttribute,
+    ProposalReview,
     View,
 )
 from dpmine_server.data.loaders import (
@@ -37,39 +47,112 @@ from dpmine_server.data.loaders import (
     read_fimi_lines,
     read_sql_strings,
     resolve_path,
+    sniff_delimiter,
 )
 
-__all__ = ["MAX_INTEGER_CATEGORIES", "nice_ceil", "nice_range", "parse_label", "propose_metadata"]
+__all__ = [
+    "EXTRA_MISSING_TOKENS",
+    "IDENTIFIER_SHARE",
+    "MAX_INTEGER_CATEGORIES",
+    "MAX_PUBLIC_CATEGORIES",
+    "MAX_TEXT_SHARE",
+    "OUTLIER_FENCE",
+    "RARE_CATEGORY",
+    "REVIEW_REMINDER",
+    "UnreviewedProposal",
+    "accept_reviewed",
+    "copied_value_warnings",
+    "nice_ceil",
+    "nice_step",
+    "parse_label",
+    "propose_metadata",
+    "public_range",
+    "source_tables",
+]
 
 #: Integer-valued columns with at most this many distinct values are proposed as categorical.
 MAX_INTEGER_CATEGORIES = 12
+#: Text columns with more distinct values are excluded (a public list would copy the data).
+MAX_PUBLIC_CATEGORIES = 50
+#: A column whose share of distinct values among present cells reaches this looks like an id...
+IDENTIFIER_SHARE = 0.9
+#: ... once it has at least this many present cells.
+MIN_IDENTIFIER_CELLS = 20
+#: A column is proposed numeric when at most this share of its present cells are not numbers.
+MAX_TEXT_SHARE = 0.05
+#: Values beyond Q1 - k·IQR or Q3 + k·IQR are outliers (k = this).
+OUTLIER_FENCE = 3.0
+#: Categories seen fewer times are "rare": a public list reveals that such rows exist.
+RARE_CATEGORY = 5
+#: Missing-value tokens recognised besides the wire default (whole cells, case as written).
+EXTRA_MISSING_TOKENS: tuple[str, ...] = ("NULL", "Null", "n/a", "#N/A", "NAN", "-", "--", ".")
+
+_ID_WORDS = frozenset({"id", "key", "uuid", "guid"})
+
+REVIEW_REMINDER = (
+    "REVIEW REQUIRED: this proposal is derived from the private data and becomes public once "
+    "registered. Check every attribute, category list and range (replace ranges by the values "
+    "the columns can take by definition), read review.notes, then set review.reviewed to true; "
+    "'datasets add' refuses the proposal until then."
+)
 
 
 def nice_ceil(value: float) -> int:
     """Smallest 1, 2 or 5 times a power of ten that is at least ``value`` (and at least 1)."""
-    if value <= 1:
-        return 1
-    magnitude = 10 ** math.floor(math.log10(value))
-    for step in (1, 2, 5, 10):
-        if step * magnitude >= value:
-            return int(step * magnitude)
-    return int(10 * magnitude)  # pragma: no cover - the loop always returns
+    return max(1, int(nice_step(max(value, 1.0))))
 
 
-def nice_range(low: float, high: float) -> tuple[float, float]:
-    """[low, high] widened outward to multiples of a round step (a tenth of the span's decade)."""
-    span = high - low if high > low else max(abs(high), 1.0)
-    step = 10.0 ** (math.floor(math.log10(span)) - 1)
-    digits = max(0, -math.floor(math.log10(step)))
-    lo = round(math.floor(low / step) * step, digits)
-    hi = round(math.ceil(high / step) * step, digits)
+def nice_step(value: float) -> float:
+    """Smallest 1, 2 or 5 times a (possibly negative) power of ten that is at least ``value``."""
+    if not value > 0:
+        raise ValueError(f"a step must be positive, got {value}")
+    magnitude = 10.0 ** math.floor(math.log10(value))
+    for multiple in (1, 2, 5, 10):
+        step = _tidy(multiple * magnitude)
+        if step >= value:
+            return step
+    return _tidy(10 * magnitude)  # pragma: no cover - the loop always returns
+
+
+def _tidy(value: float) -> float:
+    """``value`` without binary noise (12 significant digits)."""
+    return float(f"{value:.12g}")
+
+
+def _grid_step(low: float, high: float) -> float:
+    """The grid step of :func:`public_range` for observed values in [low, high]."""
+    scale = max(high - low, max(abs(low), abs(high)) / 10)
+    return nice_step(scale / 5 if scale > 0 else 1.0)
+
+
+def public_range(low: float, high: float) -> tuple[float, float]:
+    """[low, high] rounded outward to a coarse grid, so that it does not pin the data.
+
+    The grid step is the smallest 1, 2 or 5 × 10^k that is at least a fifth of
+    ``max(high - low, max(|low|, |high|) / 10)``; an endpoint equals ``low`` or ``high`` only
+    when that value is itself on this grid (a round number). Age [50, 101] gives [40, 120].
+    """
+    step = _grid_step(low, high)
+    lo = _tidy(math.floor(low / step) * step)
+    hi = _tidy(math.ceil(high / step) * step)
     if lo > low:  # floating-point rounding must never cut into the observed range
-        lo = round(lo - step, digits)
+        lo = _tidy(lo - step)
     if hi < high:
-        hi = round(hi + step, digits)
+        hi = _tidy(hi + step)
     if not lo < hi:
-        hi = round(lo + step, digits)
-    return float(lo), float(hi)
+        hi = _tidy(lo + step)
+    return lo, hi
+
+
+# -- one column ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Column:
+    """What the proposal decided for one column: an attribute (or None if excluded) and notes."""
+
+    attribute: AnyAttribute | None
+    notes: list[str] = field(default_factory=list)
 
 
 def _sorted_categories(values: Sequence[str]) -> list[str]:
@@ -80,61 +163,206 @@ def _sorted_categories(values: Sequence[str]) -> list[str]:
     return sorted(values)
 
 
-def _propose_attribute(
-    name: str, raw: pd.Series, *, missing: list[str], view: View | None
-) -> AnyAttribute:
+def _looks_like_id_name(name: str) -> bool:
+    """``id``, ``patient_id``, ``row-key``, ``patientId`` and the like."""
+    words = set(re.split(r"[^a-z0-9]+", name.lower()))
+    return bool(words & _ID_WORDS) or re.search(r"[a-z]I[dD]$", name) is not None
+
+
+def _identifier_like(n_present: int, n_distinct: int) -> bool:
+    return n_present >= MIN_IDENTIFIER_CELLS and n_distinct >= IDENTIFIER_SHARE * n_present
+
+
+def _categorical(name: str, view: View | None, counts: pd.Series) -> _Column:
+    """A categorical attribute from value counts, flagged if some categories are rare."""
+    categories = _sorted_categories([str(v) for v in counts.index])
+    notes = []
+    if int(counts.min()) < RARE_CATEGORY:
+        notes.append(
+            f"column {name!r} flagged: some categories occur fewer than {RARE_CATEGORY} times; "
+            "the public list reveals that such rows exist (merge rare categories, or keep only "
+            "categories that are public knowledge)"
+        )
+    return _Column(CategoricalAttribute(name=name, view=view, categories=categories), notes)
+
+
+def _outlier_fences(values: npt.NDArray[np.float64]) -> tuple[float, float] | None:
+    """(low, high) fences at Q1 - k·IQR and Q3 + k·IQR, or None if the IQR is zero."""
+    q1, q3 = (float(q) for q in np.quantile(values, [0.25, 0.75]))
+    iqr = q3 - q1
+    if not iqr > 0:
+        return None
+    return q1 - OUTLIER_FENCE * iqr, q3 + OUTLIER_FENCE * iqr
+
+
+def _numeric(
+    name: str, view: View | None, values: npt.NDArray[np.float64], *, spoiled: bool
+) -> _Column:
+    """A numeric attribute with a public range from the bulk of ``values`` (finite numbers)."""
+    notes: list[str] = []
+    bulk = values
+    fences = _outlier_fences(values)
+    if fences is not None:
+        inside = (values >= fences[0]) & (values <= fences[1])
+        if not inside.all():
+            bulk = values[inside]
+            notes.append(
+                f"column {name!r} flagged: it has outliers (beyond {OUTLIER_FENCE:g} "
+                "inter-quartile ranges from the quartiles); the range covers the bulk of the "
+                "data and values outside it are clipped to it when loaded"
+            )
+    lo, hi = public_range(float(bulk.min()), float(bulk.max()))
+    notes.append(
+        f"column {name!r}: range [{lo:g}, {hi:g}] is the data's range rounded outward to a "
+        "round grid; replace it by the range the column can take by definition"
+    )
+    if spoiled:
+        notes.append(
+            f"column {name!r} flagged: a few cells are text, not numbers; they are read as "
+            "missing (text_as_missing); clean them or declare the column by hand"
+        )
+    integral = bool(np.all(values == np.round(values)))
+    if integral and np.unique(values).size == values.size and values.size >= MIN_IDENTIFIER_CELLS:
+        notes.append(
+            f"column {name!r} flagged: every value is distinct; if it is a row identifier, "
+            "drop it from the attributes"
+        )
+    return _Column(
+        NumericAttribute(name=name, view=view, lo=lo, hi=hi, text_as_missing=spoiled), notes
+    )
+
+
+def _propose_column(name: str, raw: pd.Series, *, missing: list[str], view: View | None) -> _Column:
+    """Type one column of string cells, or exclude it with the reason (ALGORITHMS.md §0.2)."""
     present = raw[~raw.isin(missing)]
-    distinct = [str(v) for v in pd.unique(present)]
-    if not distinct:
+    if present.empty:
         raise ValueError(f"column {name!r} has only missing values; drop it or declare it by hand")
+    counts = present.value_counts(sort=False)
+    distinct = [str(v) for v in counts.index]
     if {v.lower() for v in distinct} <= BOOLEAN_TRUE | BOOLEAN_FALSE:
-        return BooleanAttribute(name=name, view=view)
-    numbers = pd.to_numeric(pd.Series(distinct, dtype=object), errors="coerce").to_numpy(
+        return _Column(BooleanAttribute(name=name, view=view))
+    parsed = pd.to_numeric(pd.Series(distinct, dtype=object), errors="coerce").to_numpy(
         dtype=np.float64
     )
-    if np.all(np.isfinite(numbers)):
-        integral = bool(np.all(numbers == np.round(numbers)))
-        if len(distinct) > MAX_INTEGER_CATEGORIES or not integral:
-            lo, hi = nice_range(float(numbers.min()), float(numbers.max()))
-            return NumericAttribute(name=name, view=view, lo=lo, hi=hi)
-    if len(distinct) > 10_000:
-        raise ValueError(
-            f"column {name!r} has {len(distinct)} distinct values, too many for a categorical "
-            "attribute (at most 10000); drop it (an identifier?) or declare it by hand"
+    number = np.isfinite(parsed)
+    weights = counts.to_numpy(dtype=np.int64)
+    text_cells = int(weights[~number].sum())
+    identifier = _identifier_like(len(present), len(distinct))
+    if text_cells <= MAX_TEXT_SHARE * len(present) and number.any():
+        values = np.repeat(parsed[number], weights[number])
+        return _number_column(
+            name, view, counts, values, spoiled=text_cells > 0, identifier=identifier
         )
-    return CategoricalAttribute(name=name, view=view, categories=_sorted_categories(distinct))
+    return _text_column(name, view, counts, identifier=identifier)
+
+
+def _number_column(
+    name: str,
+    view: View | None,
+    counts: pd.Series,
+    values: npt.NDArray[np.float64],
+    *,
+    spoiled: bool,
+    identifier: bool,
+) -> _Column:
+    """A column of numbers (``values``, one per numeric cell): excluded if an id, categorical
+    if few distinct integers, else numeric."""
+    integral = bool(np.all(values == np.round(values)))
+    if identifier and integral and _looks_like_id_name(name):
+        return _excluded(name, "it looks like a row identifier (nearly every value distinct)")
+    if not spoiled and integral and len(counts) <= MAX_INTEGER_CATEGORIES:
+        return _categorical(name, view, counts)
+    return _numeric(name, view, values, spoiled=spoiled)
+
+
+def _text_column(name: str, view: View | None, counts: pd.Series, *, identifier: bool) -> _Column:
+    """A column of text: excluded if an id or too many values, else categorical."""
+    if identifier:
+        return _excluded(name, "it looks like a row identifier (nearly every value distinct)")
+    if len(counts) > MAX_PUBLIC_CATEGORIES:
+        return _excluded(
+            name,
+            f"it has more than {MAX_PUBLIC_CATEGORIES} distinct values, too many for a public "
+            "category list (group the values into fewer categories, or declare it by hand)",
+        )
+    return _categorical(name, view, counts)
+
+
+def _excluded(name: str, why: str) -> _Column:
+    return _Column(None, [f"column {name!r} excluded: {why}; its values are not copied"])
+
+
+def _label_column(
+    name: str, raw: pd.Series, proposed: _Column, *, missing: list[str], view: View | None
+) -> _Column:
+    """A label is Boolean or categorical: a numeric proposal becomes its category list."""
+    if proposed.attribute is None:
+        raise ValueError(f"the label column {name!r} cannot be proposed: {proposed.notes[0]}")
+    if proposed.attribute.type != "numeric":
+        return proposed
+    counts = raw[~raw.isin(missing)].value_counts(sort=False)
+    if len(counts) > MAX_PUBLIC_CATEGORIES:
+        raise ValueError(
+            f"the label column {name!r} has more than {MAX_PUBLIC_CATEGORIES} distinct values; "
+            "a label needs a short public list of classes"
+        )
+    return _categorical(name, view, counts)
+
+
+# -- the whole source ---------------------------------------------------------------------------
 
 
 def _n_max(n_rows: int, headroom: float) -> int:
     return min(MAX_N_MAX, nice_ceil(max(1.0, n_rows * headroom)))
 
 
+def _frames(
+    source: DatasetSource, base_dir: Path
+) -> tuple[list[tuple[pd.DataFrame, str | None]], list[str]]:
+    """(frame, side) of each file of the source (side None for one table), and notes on how the
+    files were read (their delimiters)."""
+    notes: list[str] = []
+    if isinstance(source, CsvPairSource):
+        sides: list[tuple[pd.DataFrame, str | None]] = []
+        for side, path in (("left", source.left), ("right", source.right)):
+            resolved = resolve_path(path, base_dir)
+            notes += _delimiter_notes(resolved, f"the {side} file")
+            sides.append((read_csv_strings(resolved), side))
+        return sides, notes
+    if isinstance(source, CsvSource):
+        resolved = resolve_path(source.path, base_dir)
+        notes += _delimiter_notes(resolved, "the file")
+        return [(read_csv_strings(resolved), None)], notes
+    if isinstance(source, FimiSource):
+        raise ValueError("a FIMI file holds transactions, not attribute columns")
+    return [(read_sql_strings(source), None)], notes
+
+
+def _delimiter_notes(path: Path, what: str) -> list[str]:
+    delimiter = sniff_delimiter(path)
+    if delimiter == ",":
+        return []
+    shown = {"\t": "tab", ";": "semicolon", "|": "vertical bar"}[delimiter]
+    return [f"{what} is {shown}-delimited; it is read so here and when the dataset is added"]
+
+
 def _columns_with_views(
-    source: DatasetSource, kind: DatasetKind, base_dir: Path, views: dict[str, str] | None
-) -> tuple[list[tuple[str, pd.Series, View | None]], int]:
-    """(name, cells, view) for every column to describe, and the row count."""
+    source: DatasetSource,
+    frames: list[tuple[pd.DataFrame, str | None]],
+    kind: DatasetKind,
+    views: dict[str, str] | None,
+) -> list[tuple[str, pd.Series, View | None]]:
+    """(name, cells, view) for every column to describe."""
     if isinstance(source, CsvPairSource):
         if kind != "views":
             raise ValueError(f"a CSV pair holds a two-view dataset (kind 'views'), not {kind!r}")
-        frames = {
-            "left": read_csv_strings(resolve_path(source.left, base_dir)),
-            "right": read_csv_strings(resolve_path(source.right, base_dir)),
-        }
-        columns: list[tuple[str, pd.Series, View | None]] = []
-        for side in ("left", "right"):
-            frame = frames[side]
-            for name in frame.columns:
-                if name != source.id_column:
-                    view = (views or {}).get(str(name), side)
-                    columns.append((str(name), frame[name], _as_view(str(name), view)))
-        return columns, len(frames["left"])
-    if isinstance(source, FimiSource):
-        raise ValueError("a FIMI file holds transactions, not attribute columns")
-    frame = (
-        read_csv_strings(resolve_path(source.path, base_dir))
-        if isinstance(source, CsvSource)
-        else read_sql_strings(source)
-    )
+        return [
+            (str(name), frame[name], _as_view(str(name), (views or {}).get(str(name), str(side))))
+            for frame, side in frames
+            for name in frame.columns
+            if name != source.id_column
+        ]
+    frame = frames[0][0]
     names = [str(name) for name in frame.columns]
     unknown = sorted(set(views or {}) - set(names))
     if unknown:
@@ -149,7 +377,7 @@ def _columns_with_views(
     return [
         (name, frame[name], _as_view(name, (views or {})[name]) if kind == "views" else None)
         for name in names
-    ], len(frame)
+    ]
 
 
 def _as_view(name: str, view: str) -> View:
@@ -158,6 +386,15 @@ def _as_view(name: str, view: str) -> View:
     if view == "right":
         return "right"
     raise ValueError(f"view of column {name!r} must be 'left' or 'right', got {view!r}")
+
+
+def _found_missing_tokens(frames: list[tuple[pd.DataFrame, str | None]]) -> list[str]:
+    """The extra missing-value tokens that occur as whole cells somewhere in the data."""
+    return [
+        token
+        for token in EXTRA_MISSING_TOKENS
+        if any(bool((frame == token).to_numpy().any()) for frame, _ in frames)
+    ]
 
 
 def _propose_items(source: FimiSource, base_dir: Path) -> tuple[list[str], int]:
@@ -177,14 +414,17 @@ def propose_metadata(
     views: dict[str, str] | None = None,
     headroom: float = 2.0,
 ) -> DatasetMetadata:
-    """Propose metadata for ``source``: types, categories, ranges, items, views and n_max.
+    """Propose metadata for ``source``, with ``review.reviewed`` false and the reasons in
+    ``review.notes`` (no data values there). Owner only: derived from the data.
 
-    Types: Boolean if every value is a Boolean token; numeric if every value is a number and
-    there are more than :data:`MAX_INTEGER_CATEGORIES` distinct values or some are not integers;
-    categorical otherwise (a label column is always categorical or Boolean). ``n_max`` is
+    Types: Boolean if every value is a Boolean token; numeric if at most
+    :data:`MAX_TEXT_SHARE` of the cells are text (read as missing) and there are more than
+    :data:`MAX_INTEGER_CATEGORIES` distinct values or some are not integers; categorical
+    otherwise, unless identifier-like or with more than :data:`MAX_PUBLIC_CATEGORIES` values
+    (excluded). Ranges: :func:`public_range` of the values within the outlier fences. Missing
+    tokens of :data:`EXTRA_MISSING_TOKENS` found in the data are declared. ``n_max`` is
     ``headroom`` times the row count rounded up to 1, 2 or 5 times a power of ten. Views come
     from ``views`` (column -> "left"/"right"), or for a CSV pair from the file of each column.
-    Owner only: the proposal is derived from the data and must be confirmed before use.
     """
     if headroom < 1:
         raise ValueError(f"headroom must be at least 1, got {headroom}")
@@ -194,21 +434,47 @@ def propose_metadata(
         items, n_rows = _propose_items(source, base_dir)
         if not items:
             raise ValueError("the FIMI file has no items; nothing to propose")
-        return DatasetMetadata(kind=kind, n_max=_n_max(n_rows, headroom), items=items)
-    missing = list(DEFAULT_MISSING_VALUES)
-    columns, n_rows = _columns_with_views(source, kind, base_dir, views)
+        notes = [
+            "the item universe lists every item seen in the data; remove items that are not "
+            "public knowledge (rare items reveal that some transaction holds them)"
+        ]
+        return DatasetMetadata(
+            kind=kind,
+            n_max=_n_max(n_rows, headroom),
+            items=items,
+            review=ProposalReview(reviewed=False, notes=notes),
+        )
+    frames, notes = _frames(source, base_dir)
+    extra_tokens = _found_missing_tokens(frames)
+    missing = [*DEFAULT_MISSING_VALUES, *extra_tokens]
+    if extra_tokens:
+        notes.append(
+            f"cells reading {', '.join(repr(t) for t in extra_tokens)} are read as missing "
+            "(added to missing_values); remove any that is a real value"
+        )
     attributes: list[AnyAttribute] = []
-    for name, raw, view in columns:
-        attribute = _propose_attribute(name, raw, missing=missing, view=view)
-        if label is not None and name == label.attribute and attribute.type == "numeric":
-            present = [str(v) for v in pd.unique(raw[~raw.isin(missing)])]
-            attribute = CategoricalAttribute(
-                name=name, view=view, categories=_sorted_categories(present)
-            )
-        attributes.append(attribute)
-    return DatasetMetadata(
-        kind=kind, n_max=_n_max(n_rows, headroom), attributes=attributes, label=label
-    )
+    for name, raw, view in _columns_with_views(source, frames, kind, views):
+        column = _propose_column(name, raw, missing=missing, view=view)
+        if label is not None and name == label.attribute:
+            column = _label_column(name, raw, column, missing=missing, view=view)
+        notes += column.notes
+        if column.attribute is not None:
+            attributes.append(column.attribute)
+    try:
+        return DatasetMetadata(
+            kind=kind,
+            n_max=_n_max(len(frames[0][0]), headroom),
+            attributes=attributes,
+            label=label,
+            missing_values=missing,
+            review=ProposalReview(reviewed=False, notes=notes),
+        )
+    except ValidationError as error:
+        problem = str(error.errors()[0]["msg"]).removeprefix("Value error, ")
+        raise ValueError(
+            f"no valid proposal once unsuitable columns are left out ({problem}); "
+            f"declare the metadata by hand. Notes: {'; '.join(notes)}"
+        ) from None
 
 
 def parse_label(text: str) -> LabelSpec:
@@ -217,3 +483,103 @@ def parse_label(text: str) -> LabelSpec:
     if not separator or not column.strip() or not positive.strip():
         raise ValueError(f"label {text!r} must read 'column=positive value', e.g. 'class=p'")
     return LabelSpec(attribute=column.strip(), positive=positive.strip())
+
+
+# -- registration -------------------------------------------------------------------------------
+
+
+class UnreviewedProposal(ValueError):
+    """The metadata is a proposal whose ``review.reviewed`` is still false."""
+
+
+def accept_reviewed(metadata: DatasetMetadata, *, force: bool = False) -> DatasetMetadata:
+    """The metadata to register: hand-written metadata (no ``review``) as is, a reviewed (or
+    forced) proposal without its owner-only ``review``. Raises :class:`UnreviewedProposal`
+    (listing the proposal's notes) for a proposal not marked reviewed."""
+    review = metadata.review
+    if review is None:
+        return metadata
+    if not review.reviewed and not force:
+        reasons = "; ".join(review.notes) if review.notes else "no notes"
+        raise UnreviewedProposal(
+            "the metadata is a proposal that has not been reviewed: check it, then set "
+            '"review": {"reviewed": true} in it (or force the registration). '
+            f"Notes of the proposal: {reasons}"
+        )
+    return metadata.model_copy(update={"review": None})
+
+
+def _is_round(value: float, low: float, high: float) -> bool:
+    """Whether ``value`` is a round number at the scale of observed values in [low, high]: a
+    multiple of the 1, 2 or 5 × 10^k step at least a tenth of :func:`public_range`'s step."""
+    ratio = value / nice_step(_grid_step(low, high) / 10)
+    return math.isclose(ratio, round(ratio), abs_tol=1e-9)
+
+
+def _numeric_cells(raw: pd.Series, missing: list[str]) -> npt.NDArray[np.float64]:
+    values = pd.to_numeric(raw[~raw.isin(missing)], errors="coerce").to_numpy(dtype=np.float64)
+    finite: npt.NDArray[np.float64] = values[np.isfinite(values)]
+    return finite
+
+
+def _copied_numeric(attribute: NumericAttribute, raw: pd.Series, missing: list[str]) -> list[str]:
+    values = _numeric_cells(raw, missing)
+    if values.size == 0:
+        return []
+    low, high = float(values.min()), float(values.max())
+    copied = [
+        end
+        for end, bound, extreme in (("lo", attribute.lo, low), ("hi", attribute.hi, high))
+        if bound == extreme and not _is_round(bound, low, high)
+    ]
+    if not copied:
+        return []
+    return [
+        f"attribute {attribute.name!r}: {' and '.join(copied)} "
+        f"{'equals' if len(copied) == 1 else 'equal'} the data's "
+        f"{'minimum' if copied == ['lo'] else 'maximum' if copied == ['hi'] else 'extremes'} "
+        "exactly; a public range copied from the data reveals it (round it outward)"
+    ]
+
+
+def _copied_categorical(
+    attribute: CategoricalAttribute, raw: pd.Series, missing: list[str]
+) -> list[str]:
+    counts = raw[~raw.isin(missing)].value_counts()
+    seen = counts.reindex(attribute.categories, fill_value=0)
+    if (seen == 0).any():
+        return []  # a category absent from the data was declared on purpose
+    if len(attribute.categories) > MAX_PUBLIC_CATEGORIES or _identifier_like(
+        int(counts.sum()), len(attribute.categories)
+    ):
+        return [
+            f"attribute {attribute.name!r}: its categories are exactly the distinct values of "
+            f"the data, more than {MAX_PUBLIC_CATEGORIES} or nearly one per row; the list looks "
+            "copied from the data (an identifier?)"
+        ]
+    return []
+
+
+def source_tables(source: DatasetSource, base_dir: Path) -> list[pd.DataFrame]:
+    """The tables of a CSV, CSV-pair or SQL source as string cells (none for a FIMI file)."""
+    if isinstance(source, FimiSource):
+        return []
+    frames, _notes = _frames(source, base_dir)
+    return [frame for frame, _side in frames]
+
+
+def copied_value_warnings(metadata: DatasetMetadata, frames: Sequence[pd.DataFrame]) -> list[str]:
+    """Warnings (owner only) about category lists or ranges that look copied from the data in
+    ``frames`` (the source's tables): a range endpoint equal to the data's extreme that is not
+    a round number, or a long category list that is exactly the data's distinct values."""
+    warnings: list[str] = []
+    for attribute in metadata.attributes:
+        frame = next((f for f in frames if attribute.name in f.columns), None)
+        if frame is None:
+            continue
+        raw = frame[attribute.name]
+        if isinstance(attribute, NumericAttribute):
+            warnings += _copied_numeric(attribute, raw, metadata.missing_values)
+        elif isinstance(attribute, CategoricalAttribute):
+            warnings += _copied_categorical(attribute, raw, metadata.missing_values)
+    return warnings

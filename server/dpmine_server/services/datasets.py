@@ -157,7 +157,13 @@ class DatasetService:
         ``files`` maps the source's path fields ("path", "left", "right") to files on this
         machine; they are copied into the dataset's folder and the source is rewritten to the
         copies. Without ``files`` a file source must already name files inside the data folder.
+        A proposal's owner-only ``review`` (its notes name the data's columns and problems) is
+        never stored, whoever calls: the routes have already refused an unreviewed one.
         """
+        if request.metadata.review is not None:
+            request = request.model_copy(
+                update={"metadata": request.metadata.model_copy(update={"review": None})}
+            )
         cap = _budget(request.epsilon_cap, "epsilon_cap")
         with self._sessions() as lookup:  # a short read, before any file is written
             if lookup.get(Dataset, request.id) is not None:

@@ -30,9 +30,17 @@ from dpmine.wire import (
     PrincipalInfo,
     WireModel,
 )
+from dpmine.wire.datasets import SqlSource
 from dpmine_server.api.common import ERRORS
 from dpmine_server.api.deps import OwnerDep, ServicesDep, SessionDep, WriteSessionDep
-from dpmine_server.data.propose import parse_label, propose_metadata
+from dpmine_server.data.propose import (
+    UnreviewedProposal,
+    accept_reviewed,
+    copied_value_warnings,
+    parse_label,
+    propose_metadata,
+    source_tables,
+)
 from dpmine_server.db.models import Principal
 from dpmine_server.errors import InvalidRequest, PayloadTooLarge
 from dpmine_server.services import audit
@@ -49,10 +57,36 @@ router = APIRouter(prefix="/admin", tags=["owner"], responses=ERRORS)
 
 
 class RegisteredDataset(WireModel):
-    """A new dataset and what loading it found (clipped values, ignored columns)."""
+    """A new dataset and what loading it found (clipped values, ignored columns), with warnings
+    about ranges or category lists that look copied from the data (owner only)."""
 
     dataset: DatasetInfo
     report: dict[str, Any]
+    warnings: list[str] = Field(default_factory=list)
+
+
+ForceQuery = Annotated[
+    bool,
+    Query(description="Register a propose-metadata proposal whose review.reviewed is false."),
+]
+
+
+def _reviewed(body: CreateDatasetRequest, *, force: bool) -> CreateDatasetRequest:
+    """``body`` with reviewed metadata (its owner-only review dropped), or 422 for a proposal
+    not marked reviewed, listing the proposal's reasons (ALGORITHMS.md §0.2)."""
+    try:
+        metadata = accept_reviewed(body.metadata, force=force)
+    except UnreviewedProposal as error:
+        raise InvalidRequest(str(error)) from error
+    return body.model_copy(update={"metadata": metadata})
+
+
+def _copied_warnings(metadata: DatasetMetadata, source: DatasetSource, base_dir: Path) -> list[str]:
+    """Warnings about values copied from the (already registered, hence readable) data."""
+    try:
+        return copied_value_warnings(metadata, source_tables(source, base_dir))
+    except (ValueError, OSError) as error:
+        return [f"could not check the metadata for values copied from the data: {error}"]
 
 
 class LedgerCheck(WireModel):
@@ -106,12 +140,23 @@ def disable_principal(name: str, owner: OwnerDep, session: WriteSessionDep) -> P
 
 @router.post("/datasets", response_model=RegisteredDataset, status_code=status.HTTP_201_CREATED)
 def register_dataset(
-    body: CreateDatasetRequest, owner: OwnerDep, services: ServicesDep, session: WriteSessionDep
+    body: CreateDatasetRequest,
+    owner: OwnerDep,
+    services: ServicesDep,
+    session: WriteSessionDep,
+    force: ForceQuery = False,
 ) -> RegisteredDataset:
-    """Register a dataset from an SQL source (files: use the upload endpoint)."""
+    """Register a dataset from an SQL source (files: use the upload endpoint). A proposal from
+    propose-metadata is refused until its ``review.reviewed`` is true (or ``force``)."""
+    body = _reviewed(body, force=force)
     info, report = services.datasets.register(session, body)
     audit.record(session, action="dataset_registered", principal=owner, target=body.id)
-    return RegisteredDataset(dataset=info, report=asdict(report))
+    warnings = (
+        _copied_warnings(body.metadata, body.source, services.settings.data_dir)
+        if isinstance(body.source, SqlSource)
+        else []
+    )
+    return RegisteredDataset(dataset=info, report=asdict(report), warnings=warnings)
 
 
 def _parse_json_field(raw: str, adapter: TypeAdapter[Any], field: str) -> Any:
@@ -159,9 +204,14 @@ def upload_dataset(
     path: Annotated[UploadFile | None, File(description="CSV or FIMI file")] = None,
     left: Annotated[UploadFile | None, File(description="left-view CSV")] = None,
     right: Annotated[UploadFile | None, File(description="right-view CSV")] = None,
+    force: ForceQuery = False,
 ) -> RegisteredDataset:
-    """Register a dataset from uploaded files (field names match the source's path fields)."""
-    body = _parse_json_field(request, TypeAdapter(CreateDatasetRequest), "request")
+    """Register a dataset from uploaded files (field names match the source's path fields).
+    A proposal from propose-metadata is refused until its ``review.reviewed`` is true (or
+    ``force``)."""
+    body = _reviewed(
+        _parse_json_field(request, TypeAdapter(CreateDatasetRequest), "request"), force=force
+    )
     with tempfile.TemporaryDirectory() as folder:
         files = _save_uploads(
             {"path": path, "left": left, "right": right},
@@ -169,8 +219,12 @@ def upload_dataset(
             limit=services.settings.max_upload_bytes,
         )
         info, report = services.datasets.register(session, body, files=files)
+        uploaded = body.source.model_copy(
+            update={field: stored.path.name for field, stored in files.items()}
+        )
+        warnings = _copied_warnings(body.metadata, uploaded, Path(folder))
     audit.record(session, action="dataset_registered", principal=owner, target=body.id)
-    return RegisteredDataset(dataset=info, report=asdict(report))
+    return RegisteredDataset(dataset=info, report=asdict(report), warnings=warnings)
 
 
 @router.post("/datasets/propose-metadata", response_model=DatasetMetadata)
@@ -187,7 +241,11 @@ def propose(
     left: Annotated[UploadFile | None, File()] = None,
     right: Annotated[UploadFile | None, File()] = None,
 ) -> DatasetMetadata:
-    """Suggest public metadata from the data, for the owner to review and confirm."""
+    """Suggest public metadata from the data, for the owner to review and confirm.
+
+    Identifier-like and high-cardinality columns are left out and ranges rounded outward; the
+    reasons are in ``review.notes``. Registration refuses the proposal until the owner sets
+    ``review.reviewed`` to true (or forces it)."""
     parsed_source = _parse_json_field(source, TypeAdapter(DatasetSource), "source")
     view_map = (
         _parse_json_field(views, TypeAdapter(dict[str, Literal["left", "right"]]), "views")

@@ -1,0 +1,238 @@
+"""Every shell and Python example of README.md runs, against live servers (issue #13, part 3).
+
+Each fenced ``sh`` or ``python`` block of the README is preceded by a marker comment that says
+how it is checked, and a block without a marker fails the test, so a new example cannot go
+untested by accident:
+
+* ``<!-- readme-test: owner -->``: a shell block of the data owner. It runs with bash in a fresh
+  folder (the repository's ``data`` and ``config`` folders linked in) on a fresh SQLite file.
+  A line starting ``dpmine-server serve`` starts the server in the background (the README's
+  port is replaced by a free one) and the rest of the block runs once it answers.
+* ``<!-- readme-test: analyst -->``: an analyst's block (Python or shell), run in README order
+  against a live server on which the owner registered the bundled Mushroom data as the dataset
+  ``mushroom`` and granted the analyst ε = 20. Python blocks share one namespace, like a
+  notebook. The README's placeholders are replaced: ``http://127.0.0.1:8000`` by the server's
+  URL and ``dpm_...`` by the analyst's key.
+* ``<!-- readme-test: skip REASON -->``: not run here; the reason names where it is covered.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import dpmine
+from dpmine.wire import CreateDatasetRequest, CsvSource, DatasetMetadata, LabelSpec
+from support.datasets import MUSHROOM_PATH
+from support.servers import LiveServer, free_port
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+README = REPO_ROOT / "README.md"
+#: The reviewed public metadata of the bundled Mushroom data (the demo's, with the README's views).
+DEMO_METADATA = REPO_ROOT / "config" / "demo" / "mushroom.metadata.json"
+PLACEHOLDER_URL = "http://127.0.0.1:8000"
+PLACEHOLDER_KEY = "dpm_..."
+_BLOCK = re.compile(
+    r"<!-- readme-test: (?P<mode>owner|analyst|skip)(?P<reason>[^>]*)-->\s*\n"
+    r"```(?P<language>sh|python)\n(?P<body>.*?)```",
+    re.DOTALL,
+)
+_FENCE = re.compile(r"^```(sh|python)\s*$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Example:
+    """One fenced example of the README."""
+
+    mode: str
+    language: str
+    body: str
+    line: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"README.md line {self.line} ({self.language}, {self.mode})"
+
+
+def readme_examples(text: str) -> list[Example]:
+    """The marked examples in README order."""
+    return [
+        Example(
+            mode=match["mode"],
+            language=match["language"],
+            body=match["body"],
+            line=text.count("\n", 0, match.start("body")) + 1,
+            reason=match["reason"].strip(),
+        )
+        for match in _BLOCK.finditer(text)
+    ]
+
+
+EXAMPLES = readme_examples(README.read_text(encoding="utf-8"))
+
+
+def test_every_example_is_marked() -> None:
+    """Every ``sh``/``python`` fence carries a marker; skipped ones say why."""
+    fences = len(_FENCE.findall(README.read_text(encoding="utf-8")))
+    assert fences == len(EXAMPLES), (
+        f"{fences} sh/python blocks but {len(EXAMPLES)} marked: put "
+        "'<!-- readme-test: owner|analyst|skip REASON -->' right before each block"
+    )
+    assert all(e.reason for e in EXAMPLES if e.mode == "skip"), "a skipped block needs a reason"
+    assert sum(e.mode == "analyst" for e in EXAMPLES) >= 5
+    assert any(e.mode == "owner" for e in EXAMPLES)
+
+
+def _environment(**extra: str) -> dict[str, str]:
+    """The test's environment without DPMINE_* settings, the venv's commands first on PATH."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPMINE_")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["DPMINE_ENVIRONMENT"] = "test"
+    env.update(extra)
+    return env
+
+
+def _run_shell(script: str, *, cwd: Path, env: dict[str, str], example: Example) -> str:
+    completed = subprocess.run(
+        ["bash", "-eu", "-c", script],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert completed.returncode == 0, (
+        f"{example} failed (exit {completed.returncode}):\n{script}\n"
+        f"--- stdout\n{completed.stdout[-3000:]}\n--- stderr\n{completed.stderr[-3000:]}"
+    )
+    return completed.stdout
+
+
+def _workspace(tmp_path: Path) -> Path:
+    """A fresh folder where the README's relative paths (data/, config/) resolve."""
+    for name in ("data", "config"):
+        (tmp_path / name).symlink_to(REPO_ROOT / name)
+    return tmp_path
+
+
+_WAIT_FOR_HEALTH = """python - "$DPMINE_PORT" <<'WAIT'
+import sys, time, httpx
+url = f"http://127.0.0.1:{sys.argv[1]}/v1/health"
+for _ in range(450):
+    try:
+        if httpx.get(url, timeout=1).status_code == 200:
+            sys.exit(0)
+    except httpx.TransportError:
+        pass
+    time.sleep(0.2)
+sys.exit("dpmine-server serve did not answer within 90 s")
+WAIT"""
+
+
+def owner_script(body: str, port: int) -> str:
+    """The owner's block as one bash script: ``dpmine-server serve`` runs in the background
+    (stopped when the script ends), the rest waits until it answers; then the datasets are
+    listed, so the test can see what the block registered."""
+    lines = []
+    for line in body.replace(PLACEHOLDER_URL, f"http://127.0.0.1:{port}").splitlines():
+        if line.startswith("dpmine-server serve"):
+            command = line.split("#", 1)[0].rstrip()
+            lines += [
+                f"{command} > serve.log 2>&1 &",
+                "serve_pid=$!",
+                "trap 'kill $serve_pid; wait $serve_pid || true' EXIT",
+                _WAIT_FOR_HEALTH,
+            ]
+        else:
+            lines.append(line)
+    lines.append("dpmine-server datasets list")
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize(
+    "example", [e for e in EXAMPLES if e.mode == "owner"], ids=lambda e: f"line{e.line}"
+)
+def test_owner_example_runs(example: Example, tmp_path: Path) -> None:
+    """An owner's shell block runs as written and registers a dataset; ``serve`` answers HTTP."""
+    port = free_port()
+    env = _environment(DPMINE_PORT=str(port), DPMINE_JOB_WORKERS="1")
+    output = _run_shell(
+        owner_script(example.body, port), cwd=_workspace(tmp_path), env=env, example=example
+    )
+    assert '"id": "mushroom"' in output, f"{example}: no dataset 'mushroom' after the block"
+
+
+@dataclass
+class AnalystSetting:
+    """What the analyst examples run against."""
+
+    url: str
+    api_key: str
+    workspace: Path
+
+
+@pytest.fixture(scope="module")
+def analyst_setting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AnalystSetting]:
+    """A live server with the bundled Mushroom data as ``mushroom``: the demo's two views and the
+    label ``class`` (positive ``p``), an analyst ``alice`` granted ε = 20."""
+    workdir = tmp_path_factory.mktemp("readme-server")
+    server = LiveServer(
+        database_url=f"sqlite:///{workdir / 'dpmine.sqlite3'}", workdir=workdir, name="readme"
+    )
+    server.start()
+    try:
+        with dpmine.connect(server.url, server.owner_key, retries=0) as owner:
+            metadata = DatasetMetadata.model_validate_json(DEMO_METADATA.read_text())
+            labelled = metadata.model_copy(
+                update={"label": LabelSpec(attribute="class", positive="p")}
+            )
+            request = CreateDatasetRequest(
+                id="mushroom",
+                name="UCI Mushroom",
+                epsilon_cap=50.0,
+                metadata=labelled,
+                source=CsvSource(path=MUSHROOM_PATH.name),
+            )
+            owner.admin.upload_dataset(request, {"path": MUSHROOM_PATH})
+            alice = owner.admin.add_principal("alice", "analyst")
+            owner.admin.grant("mushroom", "alice", 20.0)
+        workspace = _workspace(tmp_path_factory.mktemp("readme-analyst"))
+        yield AnalystSetting(url=server.url, api_key=alice.api_key, workspace=workspace)
+    finally:
+        server.stop()
+
+
+def _substitute(body: str, setting: AnalystSetting) -> str:
+    return body.replace(PLACEHOLDER_URL, setting.url).replace(PLACEHOLDER_KEY, setting.api_key)
+
+
+def test_analyst_examples_run(
+    analyst_setting: AnalystSetting, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The analyst's examples run in README order against one live server."""
+    examples = [e for e in EXAMPLES if e.mode == "analyst"]
+    monkeypatch.chdir(analyst_setting.workspace)
+    namespace: dict[str, object] = {"__name__": "readme"}
+    # The shell examples run where the reader exported the URL and key (the README's first one).
+    env = _environment(DPMINE_URL=analyst_setting.url, DPMINE_API_KEY=analyst_setting.api_key)
+    for example in examples:
+        body = _substitute(example.body, analyst_setting)
+        if example.language == "python":
+            code = compile(body, f"<{example}>", "exec")
+            exec(code, namespace)  # the README's own examples, run as documented
+        else:
+            _run_shell(body, cwd=analyst_setting.workspace, env=env, example=example)
+    for value in namespace.values():  # the README leaves its connection open, as a session would
+        if isinstance(value, dpmine.Connection):
+            value.close()
+    with dpmine.connect(analyst_setting.url, analyst_setting.api_key) as alice:
+        budget = alice.dataset("mushroom").budget()
+    assert budget.remaining_epsilon < 20.0, "the analyst examples spent nothing"

@@ -1,0 +1,152 @@
+"""``dpmine-server`` on a private SQLite database: proposals need a review before ``add``, input
+mistakes are one ``error:`` line, help texts are plain and ``--help`` imports no engine."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from dpmine.wire.datasets import DatasetMetadata
+from dpmine_server.cli import app
+
+RUNNER = CliRunner()
+
+
+def _env(folder: Path) -> dict[str, str]:
+    return {
+        "DPMINE_ENVIRONMENT": "test",
+        "DPMINE_DATABASE_URL": f"sqlite:///{folder / 'engine.sqlite3'}",
+        "DPMINE_DATA_DIR": str(folder / "data"),
+        "DPMINE_SECRET_KEY": "owner-cli-test-secret-key-0123456789",
+        "DPMINE_BOOTSTRAP_OWNER_KEY": "",
+    }
+
+
+def _run(folder: Path, *args: str, env: dict[str, str] | None = None) -> Result:
+    return RUNNER.invoke(app, list(args), env=env or _env(folder))
+
+
+def _ok(result: Result) -> Any:
+    assert result.exit_code == 0, (result.output, repr(result.exception))
+    return json.loads(result.stdout)
+
+
+def _one_line_error(result: Result) -> str:
+    """A clean exit 2 with one ``error:`` line on stderr and no traceback."""
+    assert result.exit_code == 2, (result.exit_code, result.output, repr(result.exception))
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+@pytest.fixture
+def patients(tmp_path: Path) -> Path:
+    """A messy CSV: patient ids, ages in [50, 101], a ward."""
+    rng = random.Random(11)
+    lines = ["patient_id,age,ward"]
+    lines += [f"P{i:05d},{rng.randint(51, 100)},{rng.choice('abc')}" for i in range(300)]
+    lines += ["P99998,50,a", "P99999,101,b"]
+    path = tmp_path / "patients.csv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _propose(folder: Path, csv_path: Path) -> tuple[DatasetMetadata, Result]:
+    result = _run(folder, "datasets", "propose-metadata", "--kind", "table", "--csv", str(csv_path))
+    return DatasetMetadata.model_validate(_ok(result)), result
+
+
+def test_propose_then_review_then_add(tmp_path: Path, patients: Path) -> None:
+    proposal, result = _propose(tmp_path, patients)
+    assert [a.name for a in proposal.attributes] == ["age", "ward"]  # the ids are left out
+    assert "P000" not in result.stdout
+    assert "REVIEW REQUIRED" in result.stderr
+    assert "column 'patient_id' excluded: it looks like a row identifier" in result.stderr
+    path = tmp_path / "proposal.json"
+    path.write_text(result.stdout, encoding="utf-8")
+    add = ("datasets", "add", "--metadata", str(path), "--epsilon-cap", "1", "--csv", str(patients))
+    refused = _one_line_error(_run(tmp_path, *add[:2], "p1", *add[2:]))
+    assert "has not been reviewed" in refused
+    assert "column 'patient_id' excluded" in refused  # the reasons come with the refusal
+    forced = _run(tmp_path, *add[:2], "p1", *add[2:], "--force")
+    assert "not reviewed (--force)" in forced.stderr
+    assert _ok(forced)["dataset"]["metadata"]["review"] is None  # never kept nor shown
+    assert proposal.review is not None
+    reviewed = proposal.review.model_copy(update={"reviewed": True})
+    path.write_text(proposal.model_copy(update={"review": reviewed}).model_dump_json())
+    added = _ok(_run(tmp_path, *add[:2], "p2", *add[2:]))
+    assert added["warnings"] == []
+    # Hand-written metadata (no review) is taken as is; a range copied from the data is warned.
+    hand = proposal.model_dump(mode="json", exclude={"review"})
+    hand["attributes"][0].update(lo=50, hi=101)
+    path.write_text(json.dumps(hand))
+    copied = _run(tmp_path, *add[:2], "p3", *add[2:])
+    assert "warning: attribute 'age': hi equals the data's maximum exactly" in copied.stderr
+    assert len(_ok(copied)["warnings"]) == 1
+
+
+def test_input_mistakes_are_one_line(tmp_path: Path, patients: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"kind": "table", "n_max": 0}')
+    add = ("datasets", "add", "x", "--epsilon-cap", "1", "--csv", str(patients), "--metadata")
+    assert "metadata file" in _one_line_error(_run(tmp_path, *add, str(bad)))
+    assert "n_max: Input should be greater than or equal to 1" in _one_line_error(
+        _run(tmp_path, *add, str(bad))
+    )
+    missing = _one_line_error(_run(tmp_path, *add, str(tmp_path / "nope.json")))
+    assert "nope.json' does not exist" in missing
+    bad.write_text("{")
+    assert "Invalid JSON" in _one_line_error(_run(tmp_path, *add, str(bad)))
+    views = tmp_path / "views.json"
+    views.write_text("[1, 2")
+    propose = ("datasets", "propose-metadata", "--kind", "views", "--csv", str(patients))
+    assert "views file" in _one_line_error(_run(tmp_path, *propose, "--views", str(views)))
+    usage = _one_line_error(_run(tmp_path, "datasets", "add", "x", "--epsilon-cap", "lots"))
+    assert "'--epsilon-cap'" in usage
+    sql = _one_line_error(
+        _run(tmp_path, "datasets", "propose-metadata", "--kind", "table", "--sql-url", "sqlite://")
+    )
+    assert "exactly one of 'table' or 'query'" in sql
+    header = tmp_path / "header.csv"
+    header.write_text("a,b\n")
+    empty = _one_line_error(
+        _run(tmp_path, "datasets", "propose-metadata", "--kind", "table", "--csv", str(header))
+    )
+    assert "has a header but no rows" in empty
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes("a,b\n1,x\n2,\xe9t\xe9\n".encode("latin-1"))
+    encoding = _one_line_error(
+        _run(tmp_path, "datasets", "propose-metadata", "--kind", "table", "--csv", str(latin))
+    )
+    assert "line 3" in encoding
+
+
+def test_an_impossible_database_path_is_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    env = _env(tmp_path) | {"DPMINE_DATABASE_URL": f"sqlite:///{blocker / 'db.sqlite3'}"}
+    message = _one_line_error(_run(tmp_path, "principals", "list", env=env))
+    assert "DPMINE_DATABASE_URL" in message
+
+
+def test_help_keeps_brackets_and_imports_no_engine() -> None:
+    help_text = RUNNER.invoke(app, ["datasets", "propose-metadata", "--help"]).stdout
+    assert "ranges [lo, hi]" in " ".join(help_text.split())
+    probe = (
+        "import sys, dpmine_server.cli; "
+        "print(sorted(m for m in ('pandas', 'sqlalchemy', 'uvicorn', 'numpy', 'fastapi') "
+        "if m in sys.modules))"
+    )
+    imported = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert imported == "[]"
