@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar, overload
+from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel, TypeAdapter
@@ -511,6 +512,13 @@ class AdminClient:
             body = GrantRequest(analyst=analyst, epsilon=epsilon)
         response = self._connection.request(
             "PUT", f"/v1/admin/datasets/{dataset_id}/grants", json=body.model_dump()
+        )
+        return GrantInfo.model_validate(response.json())
+
+    def revoke_grant(self, dataset_id: str, analyst: str) -> GrantInfo:
+        """Stop an analyst's spending on a dataset; what was spent stays spent."""
+        response = self._connection.request(
+            "DELETE", f"/v1/admin/datasets/{dataset_id}/grants/{quote(analyst, safe='')}"
         )
         return GrantInfo.model_validate(response.json())
 

@@ -90,6 +90,8 @@ __all__ = [
 DEFAULT_K_PER_CLASS = 40
 DEFAULT_MAX_LENGTH = 1
 DEFAULT_ITERATIONS = 3000
+#: Significant digits of the numeric bounds in :meth:`RuleList.to_text`.
+DISPLAY_DIGITS = 4
 #: The ``format`` tag of a saved model; :meth:`RuleList.from_dict` refuses any other.
 MODEL_FORMAT = "dpmine.rule_list/1"
 
@@ -139,9 +141,10 @@ def _antecedent_key(antecedent: Antecedent) -> str:
     return "\n".join(sorted(item.model_dump_json() for item in antecedent.items))
 
 
-def antecedent_text(antecedent: Antecedent) -> str:
-    """An antecedent in the project's query syntax, e.g. ``[odor = n] & [18.0 <= age <= 40.0]``."""
-    return " & ".join(format_query(item) for item in antecedent.items)
+def antecedent_text(antecedent: Antecedent, *, digits: int | None = None) -> str:
+    """An antecedent in the project's query syntax, e.g. ``[odor = n] & [18.0 <= age <= 40.0]``
+    (exact; with ``digits``, bounds rounded to that many significant digits, for display)."""
+    return " & ".join(format_query(item, digits=digits) for item in antecedent.items)
 
 
 # --------------------------------------------------------------------------------------------
@@ -466,12 +469,19 @@ class RuleList:
     # -- text ----------------------------------------------------------------------------------
 
     def to_text(self, *, digits: int = 3) -> str:
-        """The list as if / else-if text with each estimate and its noisy counts."""
+        """The list as if / else-if text with each estimate and its noisy counts (bin bounds to
+        ``DISPLAY_DIGITS`` significant digits: a bin's upper bound is the float just below the
+        next cut-point, which prints as 17 digits; :attr:`Rule.text` stays exact)."""
         target = f"P({format_query(_label_literal(self.label, self.schema))})"
         lines = []
         for index, rule in enumerate(self.rules):
             keyword = "if" if index == 0 else "else if"
-            lines.append(f"{keyword} {rule.text} then {_estimate_text(rule, target, digits)}")
+            shown = (
+                rule.text
+                if rule.antecedent is None
+                else antecedent_text(rule.antecedent, digits=DISPLAY_DIGITS)
+            )
+            lines.append(f"{keyword} {shown} then {_estimate_text(rule, target, digits)}")
         keyword = "else" if self.rules else "always"
         lines.append(f"{keyword} {_estimate_text(self.default, target, digits)}")
         lines.append(

@@ -622,6 +622,22 @@ def datasets_retire(dataset_id: Annotated[str, typer.Argument(metavar="ID")]) ->
 # -- grants ------------------------------------------------------------------------------------
 
 
+@grants_app.command("revoke")
+def grants_revoke(dataset_id: str, analyst: str) -> None:
+    """Stop ANALYST's spending on DATASET_ID (what was spent stays spent)."""
+    from dpmine_server.services import audit
+
+    with _owner_session() as (services, session):
+        grant = services.datasets.revoke_grant(session, dataset_id, analyst)
+        audit.record(
+            session,
+            action="grant_revoked",
+            target=f"{dataset_id}/{analyst}",
+            details={"epsilon": grant.epsilon, "via": "cli"},
+        )
+    _print_json(grant)
+
+
 @grants_app.command("set")
 def grants_set(dataset_id: str, analyst: str, epsilon: float) -> None:
     """Set ANALYST's allotment on DATASET_ID to EPSILON."""

@@ -631,6 +631,43 @@ class TestGrants:
         )
         expect_error(response, status, error)
 
+    def test_revoking_keeps_what_was_spent(
+        self,
+        client: TestClient,
+        toy: str,
+        owner_headers: dict[str, str],
+        analyst_headers: dict[str, str],
+    ) -> None:
+        url = f"/v1/admin/datasets/{toy}/grants"
+        client.put(url, json={"analyst": "alice", "epsilon": 1.0}, headers=owner_headers)
+        count(client, toy, analyst_headers, 0.25)
+        revoked = client.delete(f"{url}/alice", headers=owner_headers)
+        assert revoked.status_code == 200, revoked.text
+        assert GrantInfo.model_validate(revoked.json()) == GrantInfo(
+            analyst="alice", dataset_id=toy, epsilon=0.25, spent=0.25, remaining=0.0
+        )
+        refused = client.post(
+            f"/v1/datasets/{toy}/counts", json={"epsilon": 0.01}, headers=analyst_headers
+        )
+        expect_error(refused, 409, "BudgetExhausted")
+        events = client.get("/v1/admin/audit", headers=owner_headers).json()
+        assert any(e["action"] == "grant_revoked" for e in events)
+        assert client.get("/v1/admin/ledger/verify", headers=owner_headers).json()["consistent"]
+
+    def test_revoking_an_unused_grant_deletes_it(
+        self,
+        client: TestClient,
+        toy: str,
+        owner_headers: dict[str, str],
+        analyst_headers: dict[str, str],
+    ) -> None:
+        url = f"/v1/admin/datasets/{toy}/grants"
+        client.put(url, json={"analyst": "alice", "epsilon": 1.0}, headers=owner_headers)
+        assert client.delete(f"{url}/alice", headers=owner_headers).status_code == 200
+        assert client.get(url, headers=owner_headers).json() == []
+        expect_error(client.delete(f"{url}/alice", headers=owner_headers), 404, "NotFound")
+        expect_error(client.delete(f"{url}/alice", headers=analyst_headers), 403, "Forbidden")
+
     def test_grants_of_unknown_dataset_is_404(
         self, client: TestClient, owner_headers: dict[str, str]
     ) -> None:

@@ -658,3 +658,13 @@ def test_run_and_submit_are_typed_by_the_operation_table(analyst: dpmine.Connect
     assert info.result == result.model_dump(mode="json")
     # The id form keeps returning the raw JobInfo.
     assert assert_type(analyst.wait_for_job(job.id, timeout=30), JobInfo).status == "done"
+
+
+def test_owner_revokes_a_grant(owner: dpmine.Connection, analyst: dpmine.Connection) -> None:
+    """A revoked grant keeps what was spent and allows nothing more."""
+    analyst.dataset("mini").count(epsilon=0.5)
+    revoked = owner.admin.revoke_grant("mini", "alice")
+    assert (revoked.epsilon, revoked.spent, revoked.remaining) == (0.5, 0.5, 0.0)
+    with pytest.raises(dpmine.BudgetExhaustedError):
+        analyst.dataset("mini").count(epsilon=0.1)
+    assert [g.epsilon for g in owner.admin.grants("mini")] == [0.5]

@@ -266,7 +266,7 @@ def test_an_empty_list_predicts_the_default_estimate_everywhere() -> None:
 
 def test_the_list_renders_as_if_else_if_text_in_query_syntax() -> None:
     assert fitted_list().to_text().splitlines() == [
-        "if [0.0 <= age <= 25.0] & [smoker] then P([sick = yes]) = 0.250  (noisy counts 8 / 2)",
+        "if [0 <= age <= 25] & [smoker] then P([sick = yes]) = 0.250  (noisy counts 8 / 2)",
         "else if [region = north] then P([sick = yes]) = 0.031  (noisy counts 30 / -4)",
         "else if ![smoker] then P([sick = yes]) = 0.889  (noisy counts -3 / 7)",
         "else P([sick = yes]) = 0.177  (noisy counts 50 / 10)",
@@ -277,6 +277,15 @@ def test_the_list_renders_as_if_else_if_text_in_query_syntax() -> None:
         assert rule.antecedent is not None
         assert antecedent_text(rule.antecedent) == rule.text
         assert antecedent(rule.text) == rule.antecedent
+
+
+def test_bin_bounds_print_short_and_stay_exact_in_the_rules() -> None:
+    """A bin's upper bound is the float just below the next cut-point: the text rounds it, the
+    rule keeps it exactly (so that prediction matches the server)."""
+    below = math.nextafter(25.0, 0.0)
+    rule = antecedent(f"[0.0 <= age <= {below!r}]")
+    assert antecedent_text(rule, digits=4) == "[0 <= age <= 25]"
+    assert antecedent_text(rule) == "[0.0 <= age <= 24.999999999999996]"
 
 
 def test_classes_follow_the_label_declaration() -> None:

@@ -92,6 +92,11 @@ def test_propose_then_review_then_add(tmp_path: Path, patients: Path) -> None:
     copied = _run(tmp_path, *add[:2], "p3", *add[2:])
     assert "warning: attribute 'age': hi equals the data's maximum exactly" in copied.stderr
     assert len(_ok(copied)["warnings"]) == 1
+    # Grants: set, then revoke (nothing spent, so the grant goes).
+    _run(tmp_path, "principals", "add", "bob", "--role", "analyst")
+    assert _ok(_run(tmp_path, "grants", "set", "p2", "bob", "0.5"))["epsilon"] == 0.5
+    assert _ok(_run(tmp_path, "grants", "revoke", "p2", "bob"))["remaining"] == 0.0
+    assert "holds no grant" in _one_line_error(_run(tmp_path, "grants", "revoke", "p2", "bob"))
 
 
 def test_input_mistakes_are_one_line(tmp_path: Path, patients: Path) -> None:

@@ -444,15 +444,9 @@ def revoke_grant(
     dataset_id: Annotated[str, Form()],
     analyst: Annotated[str, Form()],
 ) -> Response:
-    """Stop an analyst's spending on a dataset (what was spent stays spent)."""
-    revoked = services.datasets.revoke_grant(session, dataset_id, analyst)
-    audit.record(
-        session,
-        action="grant_revoked",
-        principal=owner,
-        target=f"{dataset_id}/{analyst}",
-        details={"epsilon": revoked.epsilon},
-    )
+    """Stop an analyst's spending on a dataset (the owner API's operation: what was spent stays
+    spent)."""
+    admin.revoke_grant(dataset_id, analyst, owner, services, session)
     return RedirectResponse("/console/grants?notice=grant_revoked", status_code=303)
 
 

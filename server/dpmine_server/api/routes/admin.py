@@ -324,6 +324,23 @@ def set_grant(
     return grant
 
 
+@router.delete("/datasets/{dataset_id}/grants/{analyst}", response_model=GrantInfo)
+def revoke_grant(
+    dataset_id: str, analyst: str, owner: OwnerDep, services: ServicesDep, session: WriteSessionDep
+) -> GrantInfo:
+    """Stop an analyst's spending on a dataset. What was spent stays spent: a grant with charges
+    shrinks to them (the ledger check still adds up), one without is deleted."""
+    revoked = services.datasets.revoke_grant(session, dataset_id, analyst)
+    audit.record(
+        session,
+        action="grant_revoked",
+        principal=owner,
+        target=f"{dataset_id}/{analyst}",
+        details={"epsilon": revoked.epsilon},
+    )
+    return revoked
+
+
 @router.get("/datasets/{dataset_id}/grants", response_model=list[GrantInfo])
 def list_grants(
     dataset_id: str, _owner: OwnerDep, services: ServicesDep, session: SessionDep
