@@ -13,11 +13,19 @@
    scatter figure per dataset (noisy vs true Jaccard, a panel per method × ε).
 3. The non-private baseline, ReReMi of python-clired 6.0.9 (BASELINES.md §1), run once per
    dataset in a capped subprocess; its output is cached under ``--out`` and reused.
+4. ``--utility`` (issue #12): the auto defaults (``preset="auto"``: only ε and at most 4
+   literals per query given) against the paper preset, on mammals, asia and china, per ε ∈
+   {0.5, 1, 10}: results, median true J, share ≥ 0.3, share significant (§1.3 p-value on the
+   true counts < 0.01), median J − J_ind (J of independent queries of the same supports),
+   median support / n, Spearman of noisy against true J, and the coverage of the released
+   90 % Jaccard intervals (:mod:`dpmine.intervals`); the targets of the issue are checked for
+   auto on mammals and asia. Writes ``<out>/serenade_utility.json``.
 
 Usage::
 
     .venv/bin/python bench/bench_serenade.py [--quick] [--out bench/out]
                                              [--clired mammals,asia] [--clired-timeout MIN]
+    .venv/bin/python bench/bench_serenade.py --utility [--runs N] [--no-padding]
 
 Writes ``<out>/serenade.json``, ``<out>/serenade_scatter_<dataset>.png`` and the ReReMi cache
 ``<out>/clired/<dataset>/``; prints Markdown tables. See bench/README.md.
@@ -70,6 +78,7 @@ from _support import (
     wait_if_asked,
 )
 from dpmine.miners import SerenadeCS, SerenadeES
+from dpmine.miners.greedy import MinedRedescription, Preset
 from dpmine.wire import (
     And,
     BooleanAttribute,
@@ -87,6 +96,7 @@ from dpmine.wire import (
     Redescription,
     SerenadeOptions,
 )
+from dpmine.wire.statistics import p_value as binomial_p_value
 from dpmine_server.data.loaders import load_store
 from dpmine_server.data.propose import propose_metadata
 
@@ -95,8 +105,16 @@ mpl.use("Agg")
 DATA_ROOT = Path("/work/shared/data")
 Method = Literal["ES", "CS"]
 DATASET_KEYS = ("mammals", "asia")
-#: Chosen with --datasets only (28,886 rows: the scaling set).
-EXTRA_DATASET_KEYS = ("teeth",)
+#: Chosen with --datasets only (teeth: 28,886 rows, the scaling set; china: 4,416 rows).
+EXTRA_DATASET_KEYS = ("teeth", "china")
+#: The utility benchmark of issue #12 (--utility): three shared two-view sets.
+UTILITY_DATASET_KEYS = ("mammals", "asia", "china")
+UTILITY_RUNS = 3
+PRESETS: tuple[Preset, ...] = ("auto", "paper")
+#: "Significant": the §1.3 p-value on the true counts below this.
+SIGNIFICANCE = 0.01
+#: ReReMi's median Jaccard quoted by issue #12 (not measured by --utility).
+REREMI_QUOTED = {"mammals": 0.84}
 METHODS: tuple[Method, ...] = ("ES", "CS")
 EPSILONS = (0.5, 1.0, 10.0)
 RUNS = 5
@@ -159,6 +177,7 @@ class Config:
     data_root: Path
     wait_quiet: float
     padding: bool = True
+    utility: bool = False
 
 
 # -- data ----------------------------------------------------------------------------------------
@@ -259,10 +278,31 @@ def teeth_views(folder: Path) -> ViewChoice:
     )
 
 
+def china_views(folder: Path) -> ViewChoice:
+    """Left = the 11 dental-trait means flagged T; right = bio1..bio19 and NPP flagged T
+    (long/lat dropped): 4,416 rows, the third shared two-view set of issue #12."""
+    types_md = folder / "TYPES.md"
+    left = enabled_columns(types_md, "left.csv")
+    right = [c for c in enabled_columns(types_md, "right.csv") if c not in {"long", "lat"}]
+    if len(left) != 11 or len(right) != 20:
+        raise RuntimeError(f"china: expected 11 + 20 columns, found {len(left)} + {len(right)}")
+    return ViewChoice(
+        key="china",
+        title="China (dental traits vs climate)",
+        folder=folder,
+        left_file="left.csv",
+        right_file="right.csv",
+        left=left,
+        right=right,
+        note="left = 11 dental-trait means flagged T (numeric); right = bio1..bio19 + NPP",
+    )
+
+
 VIEW_CHOOSERS: dict[str, tuple[str, Callable[[Path], ViewChoice]]] = {
     "mammals": ("rm_european_mammals", mammals_views),
     "asia": ("rm_asia_neogene_present", asia_views),
     "teeth": ("rm_teeth_global", teeth_views),
+    "china": ("rm_china_traits", china_views),
 }
 
 
@@ -307,6 +347,9 @@ def prepare_dataset(choice: ViewChoice, directory: Path) -> PreparedData:
     right[["id", *choice.right]].to_csv(directory / "right.csv", index=False)
     source = CsvPairSource(left="left.csv", right="right.csv", id_column="id")
     metadata = propose_metadata(source, kind="views", base_dir=directory)
+    if metadata.review is not None:  # the harness is the owner: it takes the proposal as is
+        review = metadata.review.model_copy(update={"reviewed": True})
+        metadata = metadata.model_copy(update={"review": review})
     return PreparedData(choice=choice, directory=directory, n_rows=len(left), metadata=metadata)
 
 
@@ -460,6 +503,7 @@ def make_miner(method: Method, epsilon: float, x0: float) -> SerenadeES | Serena
     options = SerenadeOptions(max_literals=MAX_LITERALS)
     if method == "ES":
         return SerenadeES(
+            preset="paper",
             rounds=ROUNDS,
             epsilon=epsilon,
             split=SPLIT,
@@ -469,6 +513,7 @@ def make_miner(method: Method, epsilon: float, x0: float) -> SerenadeES | Serena
             options=options,
         )
     return SerenadeCS(
+        preset="paper",
         tau=TAU,
         min_jaccard=MIN_JACCARD,
         epsilon=epsilon,
@@ -1344,6 +1389,339 @@ def _comparison(summaries: Sequence[SettingSummary], clired: Sequence[CliredResu
 # -- main ----------------------------------------------------------------------------------------
 
 
+# -- issue #12: utility of the auto defaults against the paper preset (--utility) ----------------
+
+
+@dataclass(frozen=True)
+class UtilityRed:
+    """One released redescription scored on the data: noisy J with its 90 % interval, true J,
+    the §1.3 p-value on the true counts, J − J_ind and the support as a share of n."""
+
+    noisy_jaccard: float
+    jaccard_low: float
+    jaccard_high: float
+    true_jaccard: float
+    true_p_value: float
+    j_minus_independent: float
+    support_fraction: float
+    uninformative: bool
+
+
+@dataclass(frozen=True)
+class UtilityRun:
+    """One whole run of one (dataset, method, preset, ε)."""
+
+    dataset: str
+    method: str
+    preset: str
+    epsilon: float
+    repetition: int
+    wall_s: float
+    epsilon_spent: float
+    n_initial: int
+    steps: int
+    split: tuple[float, float, float]
+    x0: float
+    y0: float | None
+    plan_warnings: list[str]
+    redescriptions: list[UtilityRed]
+
+
+def make_utility_miner(
+    method: Method, preset: Preset, epsilon: float, x0: float
+) -> SerenadeES | SerenadeCS:
+    """``preset="paper"``: the paper's miner of :func:`make_miner` (x0 = 10 % of the true n);
+    ``preset="auto"``: nothing but ε and the options (at most 4 literals per query) given."""
+    if preset == "paper":
+        return make_miner(method, epsilon, x0)
+    options = SerenadeOptions(max_literals=MAX_LITERALS)
+    if method == "ES":
+        return SerenadeES(epsilon=epsilon, options=options)
+    return SerenadeCS(epsilon=epsilon, options=options)
+
+
+def independent_jaccard(n_rows: int, left: int, right: int) -> float:
+    """J_ind = E[|I|]/E[|U|] for independent queries of the same supports: E[|I|] = s_L·s_R/n."""
+    if n_rows == 0:
+        return 0.0
+    inter = left * right / n_rows
+    union = left + right - inter
+    return inter / union if union > 0 else 0.0
+
+
+def score_red(found: MinedRedescription, truth: HarnessData) -> UtilityRed:
+    """True statistics of one result (harness-side, direct data access)."""
+    exact = true_counts(found.redescription, truth)
+    interval = found.jaccard_interval
+    return UtilityRed(
+        noisy_jaccard=found.noisy_jaccard,
+        jaccard_low=interval.low,
+        jaccard_high=interval.high,
+        true_jaccard=exact.jaccard,
+        true_p_value=binomial_p_value(truth.n_rows, exact.left, exact.right, exact.support),
+        j_minus_independent=exact.jaccard
+        - independent_jaccard(truth.n_rows, exact.left, exact.right),
+        support_fraction=exact.support / truth.n_rows if truth.n_rows else 0.0,
+        uninformative=found.uninformative,
+    )
+
+
+def utility_once(
+    handle: dpmine.DatasetHandle,
+    data: PreparedData,
+    truth: HarnessData,
+    *,
+    method: Method,
+    preset: Preset,
+    epsilon: float,
+    repetition: int,
+) -> UtilityRun:
+    """Plan (for its warnings), mine, score every result."""
+    miner = make_utility_miner(method, preset, epsilon, data.x0)
+    warnings_ = miner.plan(handle).warnings
+    start = time.perf_counter()
+    miner.mine(handle)
+    wall = time.perf_counter() - start
+    settings = miner.settings_
+    return UtilityRun(
+        dataset=data.key,
+        method=method,
+        preset=preset,
+        epsilon=epsilon,
+        repetition=repetition,
+        wall_s=round(wall, 3),
+        epsilon_spent=miner.budget_spent_,
+        n_initial=settings.n_initial,
+        steps=settings.steps,
+        split=settings.split,
+        x0=miner.x0_,
+        y0=miner.y0_,
+        plan_warnings=warnings_,
+        redescriptions=[score_red(found, truth) for found in miner.redescriptions_],
+    )
+
+
+def run_utility_stage(
+    prepared: Sequence[PreparedData], truths: Mapping[str, HarnessData], config: Config
+) -> list[UtilityRun]:
+    """Every (dataset, ε, method, preset) ``runs`` times on one real server, repetition
+    outermost."""
+    runs: list[UtilityRun] = []
+    total = config.runs * len(prepared) * len(config.epsilons) * len(METHODS) * len(PRESETS)
+    with (
+        tempfile.TemporaryDirectory(prefix="dpmine-bench-serenade-utility-") as work,
+        server_for_backend(
+            "sqlite",
+            Path(work),
+            extra_env=None if config.padding else {"DPMINE_TIMING_PADDING": "false"},
+        ) as server,
+    ):
+        try:
+            key = register_all(server, prepared)
+            with server.connect(key, timeout=CLIENT_TIMEOUT_S) as connection:
+                handles = {data.key: connection.dataset(data.key) for data in prepared}
+                for repetition in range(config.runs):
+                    for data in prepared:
+                        for epsilon in config.epsilons:
+                            for method in METHODS:
+                                for preset in PRESETS:
+                                    run = utility_once(
+                                        handles[data.key],
+                                        data,
+                                        truths[data.key],
+                                        method=method,
+                                        preset=preset,
+                                        epsilon=epsilon,
+                                        repetition=repetition,
+                                    )
+                                    runs.append(run)
+                                    _print_utility_run(run, len(runs), total)
+        except BaseException:
+            print(f"server log tail:\n{server.log_tail()}", file=sys.stderr)
+            raise
+    return runs
+
+
+def _print_utility_run(run: UtilityRun, index: int, total: int) -> None:
+    true_j = [r.true_jaccard for r in run.redescriptions]
+    print(
+        f"  [{index:3}/{total}] {run.dataset:8} {run.method} {run.preset:5} ε={run.epsilon:<4g} "
+        f"run {run.repetition + 1}: {run.wall_s:6.1f} s, I={run.n_initial} steps={run.steps}, "
+        f"{len(true_j):2} reds, true J median "
+        f"{(median(true_j) if true_j else float('nan')):.3f}",
+        flush=True,
+    )
+
+
+@dataclass(frozen=True)
+class UtilitySummary:
+    """Pooled figures of one (dataset, method, preset, ε) over its runs (issue #12)."""
+
+    dataset: str
+    method: str
+    preset: str
+    epsilon: float
+    runs: int
+    results: int
+    results_per_run: float
+    true_j_median: float | None
+    share_good: float | None
+    share_significant: float | None
+    j_minus_independent_median: float | None
+    support_fraction_median: float | None
+    spearman_rho: float | None
+    interval_coverage: float | None
+    share_uninformative: float | None
+    settings: str
+
+
+def summarise_utility(runs: Sequence[UtilityRun]) -> list[UtilitySummary]:
+    """One summary per (dataset, method, preset, ε), in first-seen order."""
+    keys = list(dict.fromkeys((r.dataset, r.method, r.preset, r.epsilon) for r in runs))
+    return [
+        _utility_summary([r for r in runs if (r.dataset, r.method, r.preset, r.epsilon) == k])
+        for k in keys
+    ]
+
+
+def _mean_share(flags: Sequence[bool]) -> float | None:
+    return sum(flags) / len(flags) if flags else None
+
+
+def _utility_summary(runs: list[UtilityRun]) -> UtilitySummary:
+    first = runs[0]
+    reds = [red for run in runs for red in run.redescriptions]
+    true_j = [red.true_jaccard for red in reds]
+    rho, _p = spearman([red.noisy_jaccard for red in reds], true_j)
+    settings = sorted({f"I={r.n_initial} steps={r.steps}" for r in runs})
+    return UtilitySummary(
+        dataset=first.dataset,
+        method=first.method,
+        preset=first.preset,
+        epsilon=first.epsilon,
+        runs=len(runs),
+        results=len(reds),
+        results_per_run=median([len(run.redescriptions) for run in runs]),
+        true_j_median=median(true_j) if true_j else None,
+        share_good=_share(true_j),
+        share_significant=_mean_share([red.true_p_value < SIGNIFICANCE for red in reds]),
+        j_minus_independent_median=(
+            median([red.j_minus_independent for red in reds]) if reds else None
+        ),
+        support_fraction_median=median([red.support_fraction for red in reds]) if reds else None,
+        spearman_rho=rho,
+        interval_coverage=_mean_share(
+            [
+                red.jaccard_low - 1e-12 <= red.true_jaccard <= red.jaccard_high + 1e-12
+                for red in reds
+            ]
+        ),
+        share_uninformative=_mean_share([red.uninformative for red in reds]),
+        settings=", ".join(settings),
+    )
+
+
+#: Issue #12's targets for the auto defaults on mammals and asia: ε → (median true J, share
+#: significant, Spearman or None).
+UTILITY_TARGETS: dict[float, tuple[float, float, float | None]] = {
+    1.0: (0.6, 0.9, 0.8),
+    0.5: (0.5, 0.8, None),
+}
+
+
+def target_misses(summary: UtilitySummary) -> list[str]:
+    """What an auto setting on mammals/asia misses of the issue's targets (empty: met)."""
+    target = UTILITY_TARGETS.get(summary.epsilon)
+    if summary.preset != "auto" or summary.dataset not in ("mammals", "asia") or target is None:
+        return []
+    median_j, significant, rho = target
+    misses = []
+    if summary.true_j_median is None or summary.true_j_median < median_j:
+        misses.append(f"median J {_fmt(summary.true_j_median, 2)} < {median_j}")
+    if summary.share_significant is None or summary.share_significant < significant:
+        misses.append(f"significant {_pct(summary.share_significant)} < {significant:.0%}")
+    if rho is not None and (summary.spearman_rho is None or summary.spearman_rho < rho):
+        misses.append(f"Spearman {_fmt(summary.spearman_rho, 2)} < {rho}")
+    return misses
+
+
+def utility_markdown(summaries: Sequence[UtilitySummary], config: Config) -> str:
+    """The issue #12 table: per dataset and ε, auto and paper side by side."""
+    lines = [
+        f"## Serenade utility (issue #12): auto defaults vs the paper preset, {config.runs} "
+        "run(s) per setting",
+        "",
+        "| dataset | method | preset | ε | settings | results (per run) | median true J | "
+        "share J ≥ 0.3 | share significant (p < 0.01) | median J − J_ind | median support / n "
+        "| Spearman ρ | 90 % interval coverage | uninformative | targets |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in summaries:
+        misses = target_misses(s)
+        target = (
+            "–"
+            if s.preset != "auto"
+            or s.dataset not in ("mammals", "asia")
+            or s.epsilon not in UTILITY_TARGETS
+            else ("met" if not misses else "MISS: " + "; ".join(misses))
+        )
+        lines.append(
+            f"| {s.dataset} | {s.method} | {s.preset} | {s.epsilon:g} | {s.settings} | "
+            f"{s.results} ({s.results_per_run:g}) | {_fmt(s.true_j_median, 2)} | "
+            f"{_pct(s.share_good)} | {_pct(s.share_significant)} | "
+            f"{_fmt(s.j_minus_independent_median, 2)} | {_fmt(s.support_fraction_median, 3)} | "
+            f"{_fmt(s.spearman_rho, 2)} | {_pct(s.interval_coverage)} | "
+            f"{_pct(s.share_uninformative)} | {target} |"
+        )
+    lines += [
+        "",
+        "ReReMi (non-private): median Jaccard "
+        + ", ".join(f"{k} {v}" for k, v in REREMI_QUOTED.items())
+        + " as quoted by issue #12 (not run by --utility; the default mode runs and caches it).",
+    ]
+    return "\n".join(lines)
+
+
+def main_utility(config: Config) -> int:
+    """``--utility``: the issue #12 table; writes ``<out>/serenade_utility.json``."""
+    started = time.perf_counter()
+    info = machine_info()
+    print(
+        f"dpmine Serenade utility benchmark (issue #12): datasets={','.join(config.datasets)} "
+        f"runs={config.runs} ε={list(config.epsilons)} presets={list(PRESETS)} "
+        f"nproc={info['nproc']} load={info['load_average_start']}",
+        flush=True,
+    )
+    config.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="dpmine-bench-serenade-data-") as scratch:
+        print("[data] trimming the views and proposing metadata ...", flush=True)
+        prepared = _prepare(config, Path(scratch))
+        truths = {data.key: load_harness_data(data) for data in prepared}
+        runs = run_utility_stage(prepared, truths, config)
+    summaries = summarise_utility(runs)
+    report = utility_markdown(summaries, config)
+    payload = {
+        "machine": info,
+        "config": {
+            "datasets": list(config.datasets),
+            "epsilons": list(config.epsilons),
+            "runs": config.runs,
+            "presets": list(PRESETS),
+            "significance": SIGNIFICANCE,
+        },
+        "summaries": [asdict(s) for s in summaries],
+        "runs": [asdict(r) for r in runs],
+        "total_seconds": round(time.perf_counter() - started, 1),
+        "markdown": report,
+    }
+    out_file = config.out / "serenade_utility.json"
+    out_file.write_text(json.dumps(payload, indent=2) + "\n")
+    print()
+    print(report)
+    print(f"\nwrote {out_file}")
+    return 0
+
+
 def _names(
     text: str, allowed: Sequence[str], parser: argparse.ArgumentParser, flag: str
 ) -> tuple[str, ...]:
@@ -1364,7 +1742,9 @@ def parse_args(argv: list[str] | None = None) -> Config:
     )
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "out")
     parser.add_argument(
-        "--datasets", default=",".join(DATASET_KEYS), help="mammals,asia (also: teeth)"
+        "--datasets",
+        default=None,
+        help="mammals,asia (also: teeth, china); --utility: mammals,asia,china",
     )
     parser.add_argument("--runs", type=int, default=None, help=f"runs per setting ({RUNS})")
     parser.add_argument(
@@ -1399,6 +1779,12 @@ def parse_args(argv: list[str] | None = None) -> Config:
         'itself rather than the padded schedule that analysts see (README "Timing")',
     )
     parser.add_argument(
+        "--utility",
+        action="store_true",
+        help="issue #12: auto defaults vs the paper preset on mammals, asia and china (utility, "
+        f"significance, interval coverage; {UTILITY_RUNS} runs per setting by default)",
+    )
+    parser.add_argument(
         "--wait-quiet",
         type=float,
         default=0.0,
@@ -1406,10 +1792,16 @@ def parse_args(argv: list[str] | None = None) -> Config:
         help="first wait up to SECONDS for the 1-minute load average to drop below 0.5",
     )
     args = parser.parse_args(argv)
-    datasets = _names(args.datasets, DATASET_KEYS + EXTRA_DATASET_KEYS, parser, "--datasets")
+    default_datasets = UTILITY_DATASET_KEYS if args.utility else DATASET_KEYS
+    datasets = _names(
+        args.datasets or ",".join(default_datasets),
+        DATASET_KEYS + EXTRA_DATASET_KEYS,
+        parser,
+        "--datasets",
+    )
     default_clired = "none" if args.quick else ",".join(datasets)
     clired = _names(args.clired or default_clired, datasets, parser, "--clired")
-    runs = args.runs or (1 if args.quick else RUNS)
+    runs = args.runs or (1 if args.quick else UTILITY_RUNS if args.utility else RUNS)
     if runs < 1 or args.clired_timeout <= 0:
         parser.error("--runs and --clired-timeout must be positive")
     return Config(
@@ -1425,6 +1817,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         data_root=args.data_root,
         wait_quiet=args.wait_quiet,
         padding=not args.no_padding,
+        utility=args.utility,
     )
 
 
@@ -1448,6 +1841,8 @@ def main(argv: list[str] | None = None) -> int:
     config = parse_args(argv)
     unwind_on_sigterm()
     wait_if_asked(config.wait_quiet)
+    if config.utility:
+        return main_utility(config)
     started = time.perf_counter()
     info = machine_info()
     print(

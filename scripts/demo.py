@@ -7,8 +7,8 @@
 3. as the analyst, through the ``dpmine`` client over HTTP: a private top-10 frequent itemset
    run (Bhaskar et al.'s exponential mechanism, with noisy counts, frequencies from a noisy row
    count, and association rules derived from them), then a SerenadeES redescription mining run
-   (initial pairs, extension rounds, noisy quality) between the cap/gill/odor view and the
-   stalk/ring/spore/habitat/class view;
+   (auto preset: initial pairs, extension rounds, noisy quality with 90 % intervals) between the
+   cap/gill/odor view and the stalk/ring/spore/habitat/class view;
 4. prints the results and the budget receipts, shows the owner's ledger check, stops the server.
 """
 
@@ -31,6 +31,7 @@ from rich.markup import escape
 from rich.table import Table
 
 import dpmine
+from dpmine.intervals import format_with_interval
 from dpmine.miners import SerenadeES, TopKItemsets
 from dpmine.wire import CreateDatasetRequest, CsvSource, DatasetMetadata, Receipt
 
@@ -159,31 +160,31 @@ def mine_itemsets(mushroom: dpmine.DatasetHandle) -> list[RunReceipt]:
 
 
 def redescriptions(mushroom: dpmine.DatasetHandle) -> list[RunReceipt]:
-    """SerenadeES (I = 10 pairs, K = 20 rounds, ε = 1 + 0.05 for the row count behind x0)."""
-    miner = SerenadeES(
-        epsilon=1.0, n_initial=10, rounds=20, x0_fraction=0.1, count_epsilon=0.05, progress=True
-    )
+    """SerenadeES with the auto preset: ε = 1 in all, the noisy row count behind x0 included;
+    I, K and the split chosen from public quantities so that every draw carries signal."""
+    miner = SerenadeES(epsilon=1.0, progress=True)
     plan = miner.plan(mushroom)
     console.print(
-        f"[bold]run 2, SerenadeES[/]: plan of {len(plan.calls)} calls, "
-        f"{eps(plan.estimate.total_epsilon_exact)}"
+        f"[bold]run 2, SerenadeES[/]: plan of {eps(plan.estimate.total_epsilon_exact)} in all "
+        "(the run chooses its number of calls from its noisy row count, within that ε)"
     )
     miner.mine(mushroom)
     table = Table("left query (cap, gills, odor)", "right query (stalk, ring, spores, class, …)")
-    table.add_column("noisy |I|")
-    table.add_column("noisy J")
-    table.title = "SerenadeES redescriptions with noisy J ≥ 0.3 (the paper's display filter)"
-    for found in sorted(miner.displayed(0.3), key=lambda r: -r.noisy_jaccard):
+    table.add_column("noisy |I| [90 %]")
+    table.add_column("noisy J [90 %]")
+    table.title = "SerenadeES redescriptions whose J interval starts at 0.3 or more"
+    for found in sorted(miner.displayed(0.3, by="lower"), key=lambda r: -r.noisy_jaccard):
         table.add_row(
             escape(found.left),
             escape(found.right),
-            str(found.statistics.support),
-            f"{found.noisy_jaccard:.3f}",
+            escape(format_with_interval(found.statistics.support, found.support_interval, ".0f")),
+            escape(found.describe_jaccard()),
         )
     console.print(table)
     console.print(
         "  noisy |I| and J come from noisy cell counts, so |I| can exceed the row count and J "
-        "is only an estimate of the true Jaccard."
+        "is only an estimate of the true Jaccard; each interval holds the true value with "
+        "probability at least 90 %."
     )
     return [("2 SerenadeES", receipt) for receipt in miner.receipts_]
 

@@ -43,7 +43,18 @@ from dpmine.errors import (
     TransportError,
     parameter_error,
 )
-from dpmine.miners import AltExpM, AltMCMC, MCMCTreePair, Plan, SerenadeCS, SerenadeES, TopKItemsets
+from dpmine.intervals import StatisticIntervals, format_with_interval, quality_intervals
+from dpmine.miners import (
+    AltExpM,
+    AltMCMC,
+    MCMCTreePair,
+    Plan,
+    Preset,
+    SerenadeCS,
+    SerenadeES,
+    SerenadePlan,
+    TopKItemsets,
+)
 from dpmine.miners.trees import DEFAULT_DEPTH, DEFAULT_MIN_SUPPORT, TreeMinerParameters
 from dpmine.queries import QuerySyntaxError, format_query, parse_query
 from dpmine.rule_lists import (
@@ -396,18 +407,32 @@ def count(
 
 def _quality_table(result: ComputeQualityResponse, left: str, right: str) -> Table:
     stats = result.statistics
-    table = Table("left", "right", "support", "union", "Jaccard", "p-value", title="noisy quality")
-    p_value = "-" if stats.p_value is None else f"{stats.p_value:.3g}"
+    iv = quality_intervals(result)
+    table = Table(
+        "left",
+        "right",
+        "support [90 %]",
+        "union [90 %]",
+        "Jaccard [90 %]",
+        "p-value [90 %]",
+        title="noisy quality",
+    )
     table.add_row(
         escape(left),
         escape(right),
-        str(stats.support),
-        str(stats.union),
-        f"{stats.jaccard:.3f}",
-        p_value,
+        format_with_interval(stats.support, iv.support, ".0f"),
+        format_with_interval(stats.union, iv.union, ".0f"),
+        _jaccard_cell(stats.jaccard, iv),
+        "-" if stats.p_value is None else format_with_interval(stats.p_value, iv.p_value, ".2g"),
     )
-    table.caption = _receipt_line(result.receipt)
+    table.caption = f"{_receipt_line(result.receipt)}; noise scale {iv.scale:.3g} per cell"
     return table
+
+
+def _jaccard_cell(jaccard: float, intervals: StatisticIntervals) -> str:
+    """``0.70 [0.62, 0.77]``, marked when the interval spans most of [0, 1]."""
+    text = format_with_interval(jaccard, intervals.jaccard)
+    return f"{text} (uninformative)" if intervals.uninformative else text
 
 
 @app.command()
@@ -601,7 +626,15 @@ def _check_x0(x0: float | None, x0_fraction: float | None) -> None:
         )
 
 
-def _split(text: str) -> tuple[float, float, float]:
+def _preset(text: str) -> Preset:
+    if text not in {"auto", "paper"}:
+        raise _fail(f"--preset must be 'auto' or 'paper', got {text!r}")
+    return "auto" if text == "auto" else "paper"
+
+
+def _split(text: str | None) -> tuple[float, float, float] | None:
+    if text is None:
+        return None
     try:
         parts = tuple(float(x) for x in text.split(","))
     except ValueError:
@@ -618,8 +651,11 @@ def _run_serenade(
     plan_only: bool,
     output: Path | None,
     min_jaccard: float | None,
+    filter_by: str = "noisy",
 ) -> None:
     options = _options(ctx)
+    if filter_by not in {"noisy", "lower"}:
+        raise _fail("--filter-by must be 'noisy' (the noisy J) or 'lower' (its interval's low end)")
 
     def action(connection: Connection) -> Any:
         dataset = connection.dataset(dataset_id)
@@ -631,13 +667,17 @@ def _run_serenade(
         return
     if output is not None:
         (miner.to_csv if output.suffix == ".csv" else miner.to_json)(output)
-    found = miner.displayed(min_jaccard) if min_jaccard is not None else miner.redescriptions_
+    found = (
+        miner.displayed(min_jaccard, by="lower" if filter_by == "lower" else "noisy")
+        if min_jaccard is not None
+        else miner.redescriptions_
+    )
     table = Table(
         "left",
         "right",
-        "noisy |I|",
-        "noisy J",
-        "p-value",
+        "noisy |I| [90 %]",
+        "noisy J [90 %]",
+        "p-value [90 %]",
         title=f"{type(miner).__name__} redescriptions",
     )
     for red in sorted(found, key=lambda r: -r.noisy_jaccard):
@@ -645,23 +685,19 @@ def _run_serenade(
         table.add_row(
             escape(format_query(red.redescription.left, digits=DISPLAY_DIGITS)),
             escape(format_query(red.redescription.right, digits=DISPLAY_DIGITS)),
-            str(stats.support),
-            f"{stats.jaccard:.3f}",
-            "-" if stats.p_value is None else f"{stats.p_value:.2g}",
+            format_with_interval(stats.support, red.support_interval, ".0f"),
+            _jaccard_cell(stats.jaccard, red.intervals),
+            "-"
+            if stats.p_value is None
+            else format_with_interval(stats.p_value, red.p_value_interval, ".2g"),
         )
     table.caption = (
         f"{len(miner.receipts_)} charged calls, ε spent = {miner.budget_spent_:g}; "
-        f"x0 = {miner.x0_:g}; thresholds: {', '.join(sorted(set(miner.threshold_modes_)))}"
+        f"x0 = {miner.x0_:g}; thresholds: {', '.join(sorted(set(miner.threshold_modes_)))}; "
+        "intervals hold the true value with probability ≥ 90 %"
     )
     payload = {
-        "redescriptions": [
-            {
-                "left": r.left,
-                "right": r.right,
-                "noisy_statistics": r.statistics.model_dump(mode="json"),
-            }
-            for r in found
-        ],
+        "redescriptions": [r.to_dict() for r in found],
         "budget_spent": miner.budget_spent_,
     }
     _emit(options, payload, table)
@@ -679,6 +715,8 @@ def _emit_plan(options: _Options, dataset_id: str, plan: Plan) -> None:
         f"total ε={plan.estimate.total_epsilon_exact}; remaining "
         f"ε={plan.estimate.remaining_epsilon:g}; fits: {plan.fits}"
     )
+    if isinstance(plan, SerenadePlan):  # the signal of each draw kind, and its warnings
+        table.caption += "\n" + plan.report()
     _emit(options, plan.estimate, table)
 
 
@@ -694,7 +732,19 @@ X0FractionOption = Annotated[
         help="x0 as a fraction in (0, 1) of a noisy row count (bought first)", callback=_open_unit
     ),
 ]
-SplitOption = Annotated[str, typer.Option(help="ε shares init,extend,quality")]
+SplitOption = Annotated[
+    str | None, typer.Option(help="ε shares init,extend,quality (default: from the preset)")
+]
+PresetOption = Annotated[
+    str,
+    typer.Option(
+        help="auto: I, K/τ, the split and x0/y0 chosen from ε, a noisy n and the schema so that "
+        "every draw carries signal; paper: the paper's settings"
+    ),
+]
+FilterByOption = Annotated[
+    str, typer.Option(help="--min-jaccard applies to the noisy J or to its interval's lower end")
+]
 OperatorsOption = Annotated[str, typer.Option(help="Extension operators: and, or or and,or")]
 ThresholdOption = Annotated[str, typer.Option(help="Numeric thresholds: auto, continuous, grid")]
 OutputOption = Annotated[Path | None, typer.Option(help="Write results to .json or .csv")]
@@ -703,7 +753,9 @@ DisplayOption = Annotated[
     float | None,
     typer.Option(help="Show only noisy J at least this (paper: 0.3)", callback=_closed_unit),
 ]
-InitialOption = Annotated[int, typer.Option(help="Initial pairs I", min=1)]
+InitialOption = Annotated[
+    int | None, typer.Option(help="Initial pairs I (default: from the preset)", min=1)
+]
 MaxLiteralsOption = Annotated[int, typer.Option(help="Literals per query at most", min=1)]
 
 
@@ -714,24 +766,29 @@ def mine_serenade_es(
     epsilon: EpsilonOption,
     x0: X0Option = None,
     x0_fraction: X0FractionOption = None,
-    initial: InitialOption = 20,
-    rounds: Annotated[int, typer.Option(help="Extension rounds K", min=1)] = 80,
-    split: SplitOption = "0.6,0.3,0.1",
+    preset: PresetOption = "auto",
+    initial: InitialOption = None,
+    rounds: Annotated[
+        int | None, typer.Option(help="Extension rounds K (default: from the preset)", min=1)
+    ] = None,
+    split: SplitOption = None,
     operators: OperatorsOption = "and,or",
     negations: Annotated[bool, typer.Option(help="Allow negated literals")] = False,
     max_literals: MaxLiteralsOption = 4,
     thresholds: ThresholdOption = "auto",
     jaccard_quality: Annotated[bool, typer.Option(help="NoSens ablation: plain Jaccard")] = False,
     min_jaccard: DisplayOption = None,
+    filter_by: FilterByOption = "noisy",
     output: OutputOption = None,
     plan_only: PlanOption = False,
 ) -> None:
-    """SerenadeES: I redescriptions grown together over K rounds (paper defaults)."""
+    """SerenadeES: I redescriptions grown together over K rounds."""
     _check_x0(x0, x0_fraction)
     _check_output(output, (".json", ".csv"))
     miner = SerenadeES(
         rounds=rounds,
         epsilon=epsilon,
+        preset=_preset(preset),
         split=_split(split),
         n_initial=initial,
         x0=x0,
@@ -740,7 +797,7 @@ def mine_serenade_es(
         quality_function="jaccard" if jaccard_quality else "serenade",
         progress=not plan_only,
     )
-    _run_serenade(ctx, dataset_id, miner, plan_only, output, min_jaccard)
+    _run_serenade(ctx, dataset_id, miner, plan_only, output, min_jaccard, filter_by)
 
 
 @mine_app.command("serenade-cs")
@@ -750,27 +807,33 @@ def mine_serenade_cs(
     epsilon: EpsilonOption,
     x0: X0Option = None,
     x0_fraction: X0FractionOption = None,
-    initial: InitialOption = 20,
-    tau: Annotated[int, typer.Option(help="Extension rounds per chain τ", min=1)] = 4,
+    preset: PresetOption = "auto",
+    initial: InitialOption = None,
+    tau: Annotated[
+        int | None,
+        typer.Option(help="Extension rounds per chain τ (default: from the preset)", min=1),
+    ] = None,
     min_chain_jaccard: Annotated[
         float, typer.Option(help="J_min of the chains, in [0, 1]", callback=_closed_unit)
     ] = 0.3,
-    split: SplitOption = "0.6,0.3,0.1",
+    split: SplitOption = None,
     operators: OperatorsOption = "and,or",
     negations: Annotated[bool, typer.Option(help="Allow negated literals")] = False,
     max_literals: MaxLiteralsOption = 4,
     thresholds: ThresholdOption = "auto",
     min_jaccard: DisplayOption = None,
+    filter_by: FilterByOption = "noisy",
     output: OutputOption = None,
     plan_only: PlanOption = False,
 ) -> None:
-    """SerenadeCS: each initial pair extended alone for up to τ rounds (paper defaults)."""
+    """SerenadeCS: each initial pair extended alone for up to τ rounds."""
     _check_x0(x0, x0_fraction)
     _check_output(output, (".json", ".csv"))
     miner = SerenadeCS(
         tau=tau,
         min_jaccard=min_chain_jaccard,
         epsilon=epsilon,
+        preset=_preset(preset),
         split=_split(split),
         n_initial=initial,
         x0=x0,
@@ -778,7 +841,7 @@ def mine_serenade_cs(
         options=_serenade_options(operators, negations, max_literals, thresholds),
         progress=not plan_only,
     )
-    _run_serenade(ctx, dataset_id, miner, plan_only, output, min_jaccard)
+    _run_serenade(ctx, dataset_id, miner, plan_only, output, min_jaccard, filter_by)
 
 
 # --------------------------------------------------------------------------------------------

@@ -26,17 +26,27 @@ from dpmine.queries import parse_query
 from dpmine.wire import (
     And,
     BoolLiteral,
+    CalibrateResponse,
     ComputeQualityResponse,
     CreateDatasetRequest,
     DatasetMetadata,
     FimiSource,
+    InitialPairsResponse,
     JobInfo,
     NoisyCountRequest,
     NoisyCountResponse,
     Not,
+    QualityParameters,
 )
 from dpmine_server.db.models import Dataset, Grant, Job, LedgerEntry, Principal
 from dpmine_server.dp.budget import EPSILON_UNITS_PER_ONE
+from dpmine_server.operations.redescriptions import quality_parameters
+from dpmine_server.operations.serenade_quality import (
+    line_search,
+    one_sided,
+    sensitivities,
+    sensitivity,
+)
 from dpmine_server.services.container import Services
 from dpmine_server.settings import Settings
 from support.inprocess import TestClient, bearer, expect_error
@@ -912,4 +922,158 @@ class TestNoMemo:
         assert (
             "/v1/datasets/{dataset_id}/sessions" not in client.get("/openapi.json").json()["paths"]
         )
+        assert entries(services) == []
+
+
+# -- Serenade: calibration, coverage factor, range-calibrated draws (issue #12) -------------------
+
+
+CALIBRATE = "redescriptions/serenade/calibrate"
+PAIRS = "redescriptions/serenade/initial-pairs"
+
+
+class TestSerenadeCalibration:
+    """``serenade.calibrate`` is free and public-only (§2.1); it reports Δ_up, Δ_down, c per
+    unit ε (§0.8) and the x0 trade-off; old request bodies keep working."""
+
+    def test_an_old_body_gets_the_range_calibration(
+        self, client: TestClient, toy: str, analyst_headers: dict[str, str], services: Services
+    ) -> None:
+        response = post_to(client, toy, CALIBRATE, analyst_headers, {"x0": 100.0})
+        assert response.status_code == 200, response.text
+        answer = CalibrateResponse.model_validate(response.json())
+        s, sides = line_search(100.0, 1000)
+        assert (answer.s, answer.delta, answer.n_max) == (s, sides.symmetric, 1000)
+        assert (answer.delta_up, answer.delta_down) == (sides.up, sides.down)
+        assert answer.c_per_epsilon == pytest.approx(1.0 / (sides.up + sides.down))
+        assert (answer.calibration, answer.y0, answer.s2, answer.tradeoff) == (
+            "range",
+            None,
+            None,
+            [],
+        )
+        fixed = post_to(client, toy, CALIBRATE, analyst_headers, {"x0": 100.0, "s": 0.02})
+        assert fixed.json()["delta"] == sensitivity(0.02, 100.0, 1000)
+        assert entries(services) == []
+
+    def test_coverage_and_tradeoff(
+        self, client: TestClient, toy: str, analyst_headers: dict[str, str], services: Services
+    ) -> None:
+        body = {
+            "x0": 100.0,
+            "s": 0.02,
+            "y0": 300.0,
+            "s2": 0.5,
+            "calibration": "symmetric",
+            "tradeoff_x0": [50.0, 100.0, 300.0],
+        }
+        response = post_to(client, toy, CALIBRATE, analyst_headers, body)
+        assert response.status_code == 200, response.text
+        answer = CalibrateResponse.model_validate(response.json())
+        sides = sensitivities(0.02, 100.0, 1000, y0=300.0, s2=0.5)
+        assert sides.up > one_sided(0.02, 100.0, 1000).up  # the steep E00 term dominates
+        assert (answer.delta_up, answer.delta_down, answer.s2) == (sides.up, sides.down, 0.5)
+        assert answer.c_per_epsilon == pytest.approx(1.0 / (2 * sides.symmetric))
+        assert [row.x0 for row in answer.tradeoff] == [50.0, 100.0, 300.0]
+        for row in answer.tradeoff:
+            expected = sensitivities(0.02, row.x0, 1000, y0=300.0, s2=0.5)
+            assert (row.s, row.delta_up, row.delta_down) == (0.02, expected.up, expected.down)
+            assert row.c_per_epsilon == pytest.approx(1.0 / (2 * expected.symmetric))
+        searched = post_to(
+            client, toy, CALIBRATE, analyst_headers, {"x0": 100.0, "tradeoff_x0": [50.0, 300.0]}
+        )
+        rows = CalibrateResponse.model_validate(searched.json()).tradeoff
+        assert [row.s for row in rows] == [line_search(x0, 1000)[0] for x0 in (50.0, 300.0)]
+        assert rows[0].delta > rows[1].delta  # Δ shrinks as x0 grows
+        assert entries(services) == []
+
+    @pytest.mark.parametrize(
+        ("body", "message"),
+        [
+            ({"x0": 100.0, "s2": 0.1}, "give y0 too"),
+            ({"x0": 100.0, "tradeoff_x0": [10.0, 1000.0]}, "tradeoff_x0 = 1000.0"),
+            ({"x0": 100.0, "y0": -1.0}, "y0"),
+            ({"x0": 100.0, "calibration": "loose"}, "calibration"),
+        ],
+    )
+    def test_invalid_bodies_are_422(
+        self,
+        *,
+        client: TestClient,
+        toy: str,
+        analyst_headers: dict[str, str],
+        body: dict[str, Any],
+        message: str,
+    ) -> None:
+        response = post_to(client, toy, CALIBRATE, analyst_headers, body)
+        assert response.status_code == 422, response.text
+        assert message in response.text
+
+
+class TestSerenadeQualityOptions:
+    """Initial pairs accept the paper's body, the coverage factor and the symmetric switch; the
+    release states the calibration it used; bad quality options cost nothing."""
+
+    @pytest.mark.parametrize(
+        "quality",
+        [
+            {"x0": 10.0},
+            {"x0": 10.0, "s": 0.1, "y0": 20.0},
+            {"x0": 10.0, "y0": 20.0, "s2": 0.2, "calibration": "symmetric"},
+        ],
+        ids=["paper-body", "coverage", "symmetric"],
+    )
+    def test_initial_pairs(
+        self,
+        *,
+        client: TestClient,
+        toy: str,
+        analyst_headers: dict[str, str],
+        quality: dict[str, Any],
+    ) -> None:
+        body = {
+            "count": 2,
+            "epsilon": 0.1,
+            "quality": quality,
+            "options": {"threshold_mode": "grid"},
+        }
+        response = post_to(client, toy, PAIRS, analyst_headers, body)
+        assert response.status_code == 200, response.text
+        answer = InitialPairsResponse.model_validate(response.json())
+        assert len(answer.pairs) == 2
+        params = quality_parameters(QualityParameters.model_validate(quality), 1000)
+        assert (answer.s, answer.delta) == (params.s, params.delta)
+        assert (answer.delta_up, answer.delta_down) == (params.delta_up, params.delta_down)
+        assert answer.c_per_epsilon == pytest.approx(params.coefficient(1.0))
+        if quality.get("calibration") == "symmetric":
+            assert answer.delta_up is None
+            assert answer.c_per_epsilon == pytest.approx(1.0 / (2 * answer.delta))
+        else:
+            assert answer.delta_up is not None
+            assert answer.delta_down is not None
+            assert answer.c_per_epsilon == pytest.approx(
+                1.0 / (answer.delta_up + answer.delta_down)
+            )
+
+    @pytest.mark.parametrize(
+        ("quality", "message"),
+        [
+            ({"x0": 10.0, "s2": 0.2}, "give y0 too"),
+            ({"x0": 10.0, "function": "jaccard", "y0": 5.0}, "drop y0"),
+        ],
+    )
+    def test_bad_quality_options_are_refused_before_the_charge(
+        self,
+        *,
+        client: TestClient,
+        toy: str,
+        analyst_headers: dict[str, str],
+        services: Services,
+        quality: dict[str, Any],
+        message: str,
+    ) -> None:
+        body = {"count": 2, "epsilon": 0.1, "quality": quality}
+        response = post_to(client, toy, PAIRS, analyst_headers, body)
+        assert response.status_code == 422, response.text
+        assert message in response.text
         assert entries(services) == []

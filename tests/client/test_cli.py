@@ -276,13 +276,14 @@ def test_quality_cells_mode(server: LiveServer, account: Account, mushroom: Data
     assert "noisy quality" in table
     receipt = r"charged ε=0\.2 \(pure\) · ledger entry \d+ · remaining ε=0\.8"
     assert re.search(receipt, _flat(table)), table
-    row = re.search(
-        r"│\s*\[gill-size = b\]\s*│\s*\[class = e\]\s*│\s*(\d+)\s*│\s*(\d+)\s*│\s*([\d.]+)\s*│",
-        table,
-    )
+    with_interval = r"\s*([\d.]+) \[([\d.]+), ([\d.]+)\]\s*│"
+    row = re.search(r"│\s*\[gill-size = b\]\s*│\s*\[class = e\]\s*│" + with_interval * 3, table)
     assert row is not None, table
-    assert abs(int(row.group(1)) - GILL_CLASS[0]) < 150  # scale 5
-    assert 0.0 <= float(row.group(3)) <= 1.0
+    support, support_low, support_high, _, _, _, jaccard, j_low, j_high = map(float, row.groups())
+    assert abs(support - GILL_CLASS[0]) < 150  # scale 5
+    assert support_low <= support <= support_high  # the 90 % interval around the release
+    assert 0.0 <= j_low <= jaccard <= j_high <= 1.0
+    assert "noise scale 5 per cell" in _flat(table)
 
     command = f"--json quality {mushroom.id} {QUALITY} --epsilon 0.2"
     response = ComputeQualityResponse.model_validate_json(
@@ -445,6 +446,8 @@ def _usage_error(result: Result) -> str:
         ("mine serenade-es d --epsilon 1 --x0-fraction 1", "must be in (0, 1) (got 1)"),
         ("mine serenade-es d --epsilon 1 --x0 5 --x0-fraction 0.1", "give only one of --x0"),
         ("mine serenade-es d --epsilon 1 --min-jaccard 2", "must be in [0, 1] (got 2)"),
+        ("mine serenade-es d --epsilon 1 --preset best", "--preset must be 'auto' or 'paper'"),
+        ("mine serenade-cs d --epsilon 1 --filter-by best", "--filter-by must be 'noisy'"),
         ("mine itemsets d --epsilon 1 --k 0", "Invalid value for '--k'"),
         ("mine itemsets d --epsilon 1 --rho 1", "'--rho': must be in (0, 1) (got 1)"),
         ("mine itemsets d --epsilon 1 --frequency-epsilon -1", "must be >= 0 (got -1)"),
@@ -839,3 +842,47 @@ def test_owner_cli_retire_stops_queries(server: LiveServer, cli_metadata: Path) 
     # The ledger keeps the charge made before retirement, and nothing after it.
     entries = _json(owner_cli(server, f"ledger export --dataset {dataset_id}"))
     assert [(e["status"], e["epsilon_exact"]) for e in entries] == [("released", "0.1")]
+
+
+def test_serenade_plan_reports_the_signal_and_the_run_shows_intervals(
+    server: LiveServer, account: Account, mushroom: DatasetInfo, tmp_path: Path
+) -> None:
+    """`mine serenade-es`: the auto plan states its settings and each draw's signal; a run
+    prints every statistic with its 90 % interval and exports them; paper is still there."""
+    plan = _flat(
+        _ok(
+            dpmine_cli(
+                server, account.api_key, f"mine serenade-es {mushroom.id} --epsilon 0.8 --plan-only"
+            )
+        )
+    )
+    for expected in ("preset auto", "provisional", "serenade.extend_one", "c·R"):
+        assert expected in plan, plan
+    paper = _flat(
+        _ok(
+            dpmine_cli(
+                server,
+                account.api_key,
+                f"mine serenade-es {mushroom.id} "
+                "--epsilon 0.8 --preset paper --x0-fraction 0.1 --plan-only",
+            )
+        )
+    )
+    assert "preset paper: I = 20, steps = 80" in paper, paper
+    assert _budget(server, account, mushroom.id).grant_spent == 0.0  # plans are free
+
+    output = tmp_path / "reds.json"
+    command = (
+        f"mine serenade-es {mushroom.id} --epsilon 0.8 --min-jaccard 0.3 --filter-by lower "
+        f"--output {output}"
+    )
+    table = _ok(dpmine_cli(server, account.api_key, command))
+    saved = json.loads(output.read_text())["redescriptions"]
+    assert saved, "the auto preset found nothing on mushroom at ε = 0.8"
+    for record in saved:
+        low, high = record["intervals"]["jaccard"]
+        assert low <= record["noisy_statistics"]["jaccard"] <= high
+    shown = re.findall(r"(\d\.\d\d) \[(\d\.\d\d), (\d\.\d\d)\]", table)
+    assert shown, table
+    assert all(float(low) >= 0.3 for _, low, _ in shown)  # --filter-by lower
+    assert "probability ≥ 90 %" in _flat(table)

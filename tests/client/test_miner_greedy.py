@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -29,11 +30,21 @@ from typing import Any
 import pytest
 
 import dpmine
+from dpmine.intervals import intervals_for, quality_intervals
 from dpmine.miners import NoSens, NotMinedError, SerenadeCS, SerenadeES
+from dpmine.miners.greedy import (
+    DrawPrices,
+    Preset,
+    auto_cs,
+    auto_es,
+    log_extension_mass,
+    log_pair_mass,
+)
 from dpmine.queries import format_redescription
 from dpmine.wire import (
     AnyAttribute,
     BooleanAttribute,
+    BoolLiteral,
     CategoricalAttribute,
     ComputeQualityRequest,
     CreateDatasetRequest,
@@ -49,7 +60,6 @@ from dpmine.wire import (
 )
 from dpmine_server.app import create_app
 from dpmine_server.data.loaders import load_store
-from dpmine_server.dp.budget import Epsilon
 from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.operations.redescriptions import support_cells
 from support.inprocess import TestClient, connect, open_client, settings_for
@@ -184,7 +194,7 @@ def true_jaccard(red: Redescription, folder: Path) -> float:
 def test_es_plan_lists_the_exact_calls_and_charges_nothing(
     people: dpmine.DatasetHandle, owner: dpmine.Connection
 ) -> None:
-    miner = SerenadeES(epsilon=1.0, n_initial=4, rounds=6, x0=X0)
+    miner = SerenadeES(preset="paper", epsilon=1.0, n_initial=4, rounds=6, x0=X0)
     plan = miner.plan(people)
     ops = [call.operation for call in plan.calls]
     assert (
@@ -215,7 +225,9 @@ def test_es_plan_lists_the_exact_calls_and_charges_nothing(
 
 
 def test_cs_plan_is_the_upper_bound(people: dpmine.DatasetHandle) -> None:
-    miner = SerenadeCS(epsilon=1.0, n_initial=3, tau=2, x0=X0, split=(0.5, 0.3, 0.2))
+    miner = SerenadeCS(
+        preset="paper", epsilon=1.0, n_initial=3, tau=2, x0=X0, split=(0.5, 0.3, 0.2)
+    )
     plan = miner.plan(people)
     chain = ["red.compute_quality"] + ["serenade.extend_one", "red.compute_quality"] * 2
     assert [call.operation for call in plan.calls] == ["serenade.initial_pairs", *chain * 3]
@@ -238,7 +250,9 @@ def test_cs_plan_is_the_upper_bound(people: dpmine.DatasetHandle) -> None:
 
 
 def test_x0_fraction_buys_a_noisy_row_count_first(people: dpmine.DatasetHandle) -> None:
-    miner = SerenadeES(epsilon=2.0, n_initial=2, rounds=3, x0_fraction=0.1, count_epsilon=0.25)
+    miner = SerenadeES(
+        preset="paper", epsilon=2.0, n_initial=2, rounds=3, x0_fraction=0.1, count_epsilon=0.25
+    )
     plan = miner.plan(people)
     assert [call.operation for call in plan.calls][:2] == [
         "count.noisy",
@@ -253,14 +267,16 @@ def test_x0_fraction_buys_a_noisy_row_count_first(people: dpmine.DatasetHandle) 
     total = Decimal(plan.estimate.total_epsilon_exact)
     assert Decimal("2.25") <= total <= Decimal("2.25") + len(plan.calls) * PICO
 
-    cs = SerenadeCS(epsilon=1.0, n_initial=2, tau=1, x0_fraction=0.1, count_epsilon=0.5)
+    cs = SerenadeCS(
+        preset="paper", epsilon=1.0, n_initial=2, tau=1, x0_fraction=0.1, count_epsilon=0.5
+    )
     assert cs.plan(people).calls[0].operation == "count.noisy"
     cs_total = Decimal(cs.plan(people).estimate.total_epsilon_exact)
     assert Decimal("1.5") <= cs_total <= Decimal("1.5") + 20 * PICO
 
 
 def test_nosens_plan_uses_the_jaccard_quality(people: dpmine.DatasetHandle) -> None:
-    plan = NoSens(epsilon=1.0, n_initial=2, rounds=2, x0=X0).plan(people)
+    plan = NoSens(preset="paper", epsilon=1.0, n_initial=2, rounds=2, x0=X0).plan(people)
     assert [call.operation for call in plan.calls] == [
         "serenade.initial_pairs",
         "serenade.extend_one",
@@ -278,7 +294,9 @@ def test_options_are_passed_on(people: dpmine.DatasetHandle) -> None:
     options = SerenadeOptions(
         operators=["and"], negations=True, max_literals=2, threshold_mode="grid"
     )
-    plan = SerenadeES(n_initial=2, rounds=1, x0=X0, steepness=0.05, options=options).plan(people)
+    plan = SerenadeES(
+        preset="paper", n_initial=2, rounds=1, x0=X0, steepness=0.05, options=options
+    ).plan(people)
     for call in plan.calls[:2]:
         request = call.request
         assert request["options"] == options.model_dump(mode="json")
@@ -292,7 +310,7 @@ def test_options_are_passed_on(people: dpmine.DatasetHandle) -> None:
 def test_es_mine_spends_exactly_the_plan(
     people: dpmine.DatasetHandle, owner: dpmine.Connection, tmp_path: Path
 ) -> None:
-    miner = SerenadeES(epsilon=40.0, n_initial=4, rounds=8, x0=X0)
+    miner = SerenadeES(preset="paper", epsilon=40.0, n_initial=4, rounds=8, x0=X0)
     plan = miner.plan(people)
     assert miner.mine(people) is miner
     receipts = miner.receipts_
@@ -359,7 +377,7 @@ def chains_of(entries: list[LedgerEntryInfo], min_jaccard: float, tau: int) -> l
 def test_cs_mine_spends_at_most_the_plan(
     people: dpmine.DatasetHandle, owner: dpmine.Connection
 ) -> None:
-    miner = SerenadeCS(epsilon=30.0, n_initial=4, tau=3, x0=X0, min_jaccard=0.3)
+    miner = SerenadeCS(preset="paper", epsilon=30.0, n_initial=4, tau=3, x0=X0, min_jaccard=0.3)
     plan = miner.plan(people)
     miner.mine(people)
     receipts = miner.receipts_
@@ -377,6 +395,7 @@ def test_cs_mine_spends_at_most_the_plan(
 
 def test_x0_fraction_mine(people: dpmine.DatasetHandle) -> None:
     miner = SerenadeES(
+        preset="paper",
         epsilon=2.0,
         n_initial=2,
         rounds=2,
@@ -392,7 +411,7 @@ def test_x0_fraction_mine(people: dpmine.DatasetHandle) -> None:
 
 
 def test_nosens_mine(people: dpmine.DatasetHandle, owner: dpmine.Connection) -> None:
-    miner = NoSens(epsilon=5.0, n_initial=3, rounds=3, x0=X0)
+    miner = NoSens(preset="paper", epsilon=5.0, n_initial=3, rounds=3, x0=X0)
     miner.mine(people)
     assert len(miner.redescriptions_) == 3
     for entry in owner.admin.ledger("people"):
@@ -405,8 +424,10 @@ def test_a_plan_that_does_not_fit_is_refused_and_nothing_is_charged(
 ) -> None:
     tight = register(owner, http, tmp_path, dataset_id="tight", analyst="bea", grant=1.0)
     for miner in (
-        SerenadeES(epsilon=1.0, n_initial=2, rounds=2, x0_fraction=0.1, count_epsilon=0.05),
-        SerenadeCS(epsilon=1.5, n_initial=2, tau=2, x0=X0),
+        SerenadeES(
+            preset="paper", epsilon=1.0, n_initial=2, rounds=2, x0_fraction=0.1, count_epsilon=0.05
+        ),
+        SerenadeCS(preset="paper", epsilon=1.5, n_initial=2, tau=2, x0=X0),
     ):
         assert not miner.plan(tight).fits
         with pytest.raises(dpmine.BudgetExhaustedError, match="nothing was spent"):
@@ -417,7 +438,7 @@ def test_a_plan_that_does_not_fit_is_refused_and_nothing_is_charged(
     assert owner.admin.ledger("tight") == []
     assert tight.budget().grant_spent == 0.0
     # Exactly the grant fits, and ES spends all of it.
-    fitting = SerenadeES(epsilon=1.0, n_initial=2, rounds=2, x0=X0)
+    fitting = SerenadeES(preset="paper", epsilon=1.0, n_initial=2, rounds=2, x0=X0)
     fitting.mine(tight)
     assert fitting.budget_spent_ == 1.0
     assert tight.budget().remaining_epsilon == 0.0
@@ -428,7 +449,7 @@ def test_a_plan_that_does_not_fit_is_refused_and_nothing_is_charged(
 
 
 def test_displayed_and_exports(people: dpmine.DatasetHandle, tmp_path: Path) -> None:
-    miner = SerenadeES(epsilon=20.0, n_initial=5, rounds=5, x0=X0)
+    miner = SerenadeES(preset="paper", epsilon=20.0, n_initial=5, rounds=5, x0=X0)
     miner.mine(people)
     found = miner.redescriptions_
     assert miner.displayed(min_jaccard=0.0) == found
@@ -452,7 +473,14 @@ def test_displayed_and_exports(people: dpmine.DatasetHandle, tmp_path: Path) -> 
     csv_path = tmp_path / "serenade.csv"
     miner.to_csv(csv_path)
     rows = list(csv.reader(io.StringIO(csv_path.read_text())))
-    assert rows[0] == ["left", "right", "noisy_support", "noisy_union", "noisy_jaccard", "p_value"]
+    assert rows[0][:6] == [
+        "left",
+        "right",
+        "noisy_support",
+        "noisy_union",
+        "noisy_jaccard",
+        "p_value",
+    ]
     assert len(rows) == len(found) + 1
     for row, mined in zip(rows[1:], found, strict=True):
         assert row[:2] == [mined.left, mined.right]
@@ -495,7 +523,13 @@ def test_invalid_parameters_are_refused_before_any_call(
     parameters: dict[str, Any],
     message: str,
 ) -> None:
-    for miner in (SerenadeES(**parameters), SerenadeCS(**parameters), NoSens(**parameters)):
+    # Under "auto" no x0 at all is fine (x0_fraction = 0.1 is chosen): only "paper" refuses it.
+    presets: list[Preset] = ["paper"] if not parameters else ["paper", "auto"]
+    for miner in (
+        cls(preset=preset, **parameters)
+        for preset in presets
+        for cls in (SerenadeES, SerenadeCS, NoSens)
+    ):
         with pytest.raises(ValueError, match=message):
             miner.plan(people)
         with pytest.raises(ValueError, match=message):
@@ -567,4 +601,178 @@ def test_a_numeric_only_left_view_can_be_planned_and_mined(
     assert miner.plan(numeric).fits
     miner.mine(numeric)
     assert len(miner.redescriptions_) == 2
-    assert Epsilon.charge(miner.budget_spent_) == Epsilon.charge(1.0)
+    # The auto preset rounds each call down to whole nano-ε: never above ε, a few nano-ε below.
+    assert 1.0 - 1e-6 <= miner.budget_spent_ <= 1.0
+
+
+# --------------------------------------------------------------------------------------------
+# presets and the signal report (issue #12)
+
+
+def prices(budget_scale: float = 1.0) -> DrawPrices:
+    return DrawPrices(
+        c_per_epsilon=50.0 * budget_scale, log_pairs=math.log(18), log_extend_one=3.0, check=0.2
+    )
+
+
+def test_auto_es_rule_buys_signal_first_then_results() -> None:
+    p = prices()
+    per_result = [p.pair + p.check + p.extend(i) for i in range(1, 21)]
+    tiny = auto_es(0.01, p, max_rounds=100)
+    assert tiny[:2] == (1, 1)  # below one result's price: one result, one round, flagged later
+    mid_i, mid_k, mid_split = auto_es(2.0, p, max_rounds=100)
+    assert mid_i == max(i for i in range(1, 21) if i * per_result[i - 1] <= 2.0)
+    assert mid_k == mid_i  # one extension round per result
+    assert sum(mid_split) == pytest.approx(1.0)
+    # the split is proportional to the prices: each draw gets at least its price
+    assert mid_split[0] * 2.0 / mid_i >= p.pair * (1 - 1e-12)
+    assert mid_split[1] * 2.0 / mid_k >= p.extend(mid_i) * (1 - 1e-12)
+    assert mid_split[2] * 2.0 / mid_i >= p.check * (1 - 1e-12)
+    big_i, big_k, big_split = auto_es(1000.0, p, max_rounds=120)
+    assert (big_i, big_k) == (20, 20)
+    assert big_split == pytest.approx(mid_split, rel=0.5)  # the shares follow the prices
+    assert auto_es(1000.0, p, max_rounds=6)[1] == 6
+    counts = [auto_es(b, p, max_rounds=100)[0] for b in (0.5, 1, 2, 4, 8, 16)]
+    assert counts == sorted(counts)
+    assert auto_es(2.0, p, max_rounds=100, n_initial=3, rounds=7)[:2] == (3, 7)
+
+
+def test_auto_cs_rule_grows_tau_only_once_twenty_chains_fit() -> None:
+    p = prices()
+    chain = p.pair + p.extend(1) + 2 * p.check
+    i, tau, split = auto_cs(3.0, p, max_tau=4)
+    assert i == min(20, int(3.0 / chain))
+    # the spare ε that buys no further chain lengthens the chains while they fit
+    assert tau == max(
+        t for t in range(1, 5) if i * (p.pair + t * p.extend(1) + (t + 1) * p.check) <= 3.0
+    )
+    assert sum(split) == pytest.approx(1.0)
+    i, tau, _ = auto_cs(1000.0, p, max_tau=4)
+    assert (i, tau) == (20, 4)
+    assert auto_cs(1.0, p, max_tau=4, n_initial=2, tau=3)[:2] == (2, 3)
+
+
+def test_candidate_masses_come_from_the_schema() -> None:
+    schema = two_view_metadata()
+    options = SerenadeOptions()
+    # left: smoker, 4 regions, sporty = 6 units; right: sick, score, age = 3 units
+    assert log_pair_mass(schema, options) == pytest.approx(math.log(18))
+    assert log_extension_mass(schema, options, 1) == pytest.approx(math.log(1 + 2 * 9))
+    assert log_extension_mass(schema, options, 4) == pytest.approx(math.log(4 * 19))
+    negated = SerenadeOptions(negations=True, operators=["and"])
+    assert log_pair_mass(schema, negated) == pytest.approx(math.log(12 * 6))
+
+
+@pytest.mark.parametrize("miner_class", [SerenadeES, SerenadeCS])
+def test_auto_plan_gives_every_draw_signal(
+    people: dpmine.DatasetHandle,
+    owner: dpmine.Connection,
+    miner_class: type[SerenadeES] | type[SerenadeCS],
+) -> None:
+    plan = miner_class(epsilon=3.0).plan(people)
+    settings = plan.settings
+    assert settings is not None
+    assert (settings.preset, settings.calibration) == ("auto", "range")
+    assert settings.count_epsilon == pytest.approx(0.05)
+    ops = [call.operation for call in plan.calls]
+    assert ops[:2] == ["count.noisy", "serenade.initial_pairs"]
+    pairs = InitialPairsRequest.model_validate(plan.calls[1].request)
+    assert pairs.count == settings.n_initial
+    assert (pairs.quality.x0, pairs.quality.y0) == (0.1 * N_MAX, 0.1 * N_MAX)
+    assert pairs.quality.calibration == "range"
+    # ε is the whole run, the row count included; calls are rounded down to whole nano-ε.
+    total = Decimal(plan.estimate.total_epsilon_exact)
+    assert Decimal("2.99999") <= total <= Decimal(3)
+    assert len(plan.signals) == 2
+    for signal in plan.signals:
+        assert signal.signal >= 2.0 * signal.log_candidates * (1 - 1e-6), plan.report()
+        assert not signal.uniform_like
+    assert plan.signals[1].signal >= 4.0 * plan.signals[1].log_candidates * (1 - 1e-6)
+    assert plan.check_noise is not None
+    assert plan.check_noise.scale <= 0.1 * N_MAX / 20 * (1 + 1e-6)
+    assert plan.warnings == []
+    assert "serenade.initial_pairs" in plan.report()
+    assert "UNIFORM-LIKE" not in plan.report()
+    assert owner.admin.ledger("people") == []
+
+
+def test_paper_plan_at_small_epsilon_is_flagged_uniform_like(people: dpmine.DatasetHandle) -> None:
+    plan = SerenadeES(preset="paper", epsilon=1.0, x0=X0).plan(people)
+    settings = plan.settings
+    assert settings is not None
+    assert (settings.n_initial, settings.steps, settings.split) == (20, 80, (0.6, 0.3, 0.1))
+    assert settings.calibration == "symmetric"
+    assert InitialPairsRequest.model_validate(plan.calls[0].request).quality.y0 is None
+    assert all(signal.uniform_like for signal in plan.signals)
+    assert plan.check_noise is not None
+    assert plan.check_noise.noisy  # scale 200 per cell against x0 = 20
+    assert len(plan.warnings) == 3
+    assert plan.report().count("UNIFORM-LIKE") == 2
+
+
+def test_auto_count_must_leave_budget(people: dpmine.DatasetHandle) -> None:
+    with pytest.raises(ValueError, match="count_epsilon"):
+        SerenadeES(epsilon=0.1, count_epsilon=0.2).plan(people)
+
+
+def test_results_carry_intervals_and_the_lower_end_filter(
+    people: dpmine.DatasetHandle, tmp_path: Path
+) -> None:
+    miner = SerenadeES(epsilon=20.0)
+    miner.mine(people)
+    settings = miner.settings_
+    assert settings.preset == "auto"
+    assert miner.receipts_[0].operation == "count.noisy"
+    # The count costs 0.05 (scale 20): |n̂ − n| < 400 with probability 1 − 2e-9.
+    assert abs(miner.x0_ - 0.1 * N_ROWS) < 40
+    assert miner.y0_ == miner.x0_
+    assert miner.budget_spent_ <= 20.0
+    found = miner.redescriptions_
+    assert len(found) == settings.n_initial
+    checks = [r for r in miner.receipts_ if r.operation == "red.compute_quality"]
+    for mined, receipt in zip(found, checks, strict=True):
+        assert mined.epsilon == pytest.approx(receipt.epsilon)
+        assert mined.intervals == intervals_for(mined.cells, epsilon=mined.epsilon, mode="cells")
+        assert mined.noise_scale == pytest.approx(1.0 / mined.epsilon)
+        assert mined.jaccard_interval.low <= mined.jaccard_interval.high
+        assert mined.support_interval == mined.intervals.support
+        assert mined.p_value_interval == mined.intervals.p_value
+        assert mined.uninformative == (mined.jaccard_interval.width > 0.8)
+        assert mined.describe_jaccard().startswith(f"{mined.noisy_jaccard:.2f} [")
+    assert max(true_jaccard(r.redescription, tmp_path) for r in found) >= 0.8
+    lower = miner.displayed(min_jaccard=0.5, by="lower")
+    assert lower == [r for r in found if r.jaccard_interval.low >= 0.5]
+    assert all(r in miner.displayed(min_jaccard=0.5) or r.noisy_jaccard < 0.5 for r in lower)
+    with pytest.raises(ValueError, match="by must be"):
+        miner.displayed(by="upper")  # type: ignore[arg-type]
+
+    json_path = tmp_path / "auto.json"
+    miner.to_json(json_path)
+    items = json.loads(json_path.read_text())["redescriptions"]
+    for item, mined in zip(items, found, strict=True):
+        assert item["intervals"]["jaccard"] == mined.jaccard_interval.as_list()
+        assert item["intervals"]["level"] == 0.9
+        assert item["noise_scale"] == pytest.approx(1.0 / mined.epsilon)
+        assert item["uninformative"] == mined.uninformative
+    csv_path = tmp_path / "auto.csv"
+    miner.to_csv(csv_path)
+    rows = list(csv.DictReader(io.StringIO(csv_path.read_text())))
+    for row, mined in zip(rows, found, strict=True):
+        assert float(row["jaccard_low"]) == pytest.approx(mined.jaccard_interval.low, rel=1e-5)
+        assert float(row["jaccard_high"]) == pytest.approx(mined.jaccard_interval.high, rel=1e-5)
+        assert float(row["support_low"]) == mined.support_interval.low
+        assert row["uninformative"] == ("true" if mined.uninformative else "false")
+
+
+def test_quality_answers_have_intervals(people: dpmine.DatasetHandle, tmp_path: Path) -> None:
+    """At ε = 50 per call (scale 0.02) the cells are exact with probability 1 − 4e-22, so the
+    intervals shrink to the true values."""
+    response = people.quality("[smoker]", "[sick]", epsilon=50.0)
+    got = quality_intervals(response)
+    truth = true_jaccard(
+        Redescription(left=BoolLiteral(attribute="smoker"), right=BoolLiteral(attribute="sick")),
+        tmp_path,
+    )
+    assert got.jaccard.contains(truth)
+    assert got.jaccard.width == 0.0
+    assert got.scale == pytest.approx(0.02)

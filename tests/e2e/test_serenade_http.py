@@ -165,7 +165,7 @@ def assert_views(red: Redescription, metadata: DatasetMetadata) -> None:
 
 def test_serenade_es_on_mushroom(owner: dpmine.Connection, analyst: Account, mushroom: str) -> None:
     dataset = granted(owner, analyst, mushroom, 2.0)
-    miner = SerenadeES(epsilon=1.0, n_initial=4, rounds=6, x0=MUSHROOM_X0)
+    miner = SerenadeES(preset="paper", epsilon=1.0, n_initial=4, rounds=6, x0=MUSHROOM_X0)
     plan = miner.plan(dataset)
     assert entries_of(owner, mushroom, analyst) == []  # planning is free
     miner.mine(dataset)
@@ -181,7 +181,9 @@ def test_serenade_es_on_mushroom(owner: dpmine.Connection, analyst: Account, mus
 
 def test_serenade_cs_on_mushroom(owner: dpmine.Connection, analyst: Account, mushroom: str) -> None:
     dataset = granted(owner, analyst, mushroom, 2.0)
-    miner = SerenadeCS(epsilon=1.0, n_initial=4, tau=2, x0=MUSHROOM_X0, min_jaccard=0.2)
+    miner = SerenadeCS(
+        preset="paper", epsilon=1.0, n_initial=4, tau=2, x0=MUSHROOM_X0, min_jaccard=0.2
+    )
     plan = miner.plan(dataset)
     miner.mine(dataset)
     total = assert_ledger_matches(owner, dataset, analyst, miner)
@@ -199,7 +201,9 @@ def test_serenade_es_with_numeric_thresholds(
 ) -> None:
     dataset = granted(owner, analyst, numeric, 1.0)
     options = SerenadeOptions.model_validate({"threshold_mode": mode})
-    miner = SerenadeES(epsilon=0.5, n_initial=6, rounds=6, x0=TABLE_X0, options=options)
+    miner = SerenadeES(
+        preset="paper", epsilon=0.5, n_initial=6, rounds=6, x0=TABLE_X0, options=options
+    )
     miner.mine(dataset)
     assert set(miner.threshold_modes_) == {mode}
     assert_ledger_matches(owner, dataset, analyst, miner)
@@ -231,7 +235,9 @@ def test_serenade_cs_with_numeric_thresholds(
     owner: dpmine.Connection, analyst: Account, numeric: str
 ) -> None:
     dataset = granted(owner, analyst, numeric, 1.0)
-    miner = SerenadeCS(epsilon=0.5, n_initial=3, tau=2, x0=TABLE_X0, min_jaccard=0.0)
+    miner = SerenadeCS(
+        preset="paper", epsilon=0.5, n_initial=3, tau=2, x0=TABLE_X0, min_jaccard=0.0
+    )
     plan = miner.plan(dataset)
     miner.mine(dataset)
     total = assert_ledger_matches(owner, dataset, analyst, miner)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Hashable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
@@ -62,7 +63,12 @@ from dpmine_server.operations.serenade import (
     initial_pairs,
     parse_side,
 )
-from dpmine_server.operations.serenade_quality import sensitivity
+from dpmine_server.operations.serenade_quality import (
+    coverage_increase,
+    one_sided,
+    sensitivities,
+    sensitivity,
+)
 from support.serenade_reference import (
     Data,
     Key,
@@ -365,6 +371,70 @@ def test_continuous_cell_measure_is_the_spec_measure() -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# (b2) the coverage factor and the range-calibrated coefficient (§2.1, §0.8)
+
+#: Q·σ(1.5(E00 − 3)) on the ten rows (E00 = 10 − |U|, rows with missing values count as
+#: uncovered), range-calibrated: c = ε/(Δ_up + Δ_down) = 1/(0.3 + 0.1) = 2.5 at ε = 1.
+COVERED = QualityParams(s=0.8, x0=2.0, delta=0.3, y0=3.0, s2=1.5, delta_up=0.3, delta_down=0.1)
+
+
+def test_range_coefficient() -> None:
+    assert COVERED.coefficient(1.0) == pytest.approx(2.5)
+    assert replace(COVERED, delta_down=None).coefficient(1.0) == pytest.approx(1 / 0.6)
+
+
+def test_coverage_changes_the_law(views: tuple[ColumnStore, Data]) -> None:
+    """The coverage tests below can fail: without the factor the law is far from COVERED's."""
+    _store, data = views
+    laws = [
+        extension_law(
+            data, [red(A, B)], rules=ExtensionRules(), mode="grid", params=params, epsilon=1.0
+        )
+        for params in (COVERED, replace(COVERED, y0=None))
+    ]
+    assert sum(abs(laws[0][key] - laws[1][key]) for key in laws[0]) > 0.1
+
+
+@pytest.mark.parametrize(
+    ("collection", "mode", "seed"),
+    [
+        ([red(A, B)], "grid", 501),
+        ([red(GREEN, fold(B, ("or", X_MID))), red(D, B)], "grid", 502),
+        ([red(fold(RED, ("or", D)), B)], "continuous", 503),
+    ],
+    ids=["cs-grid", "es-grid", "cs-continuous"],
+)
+def test_extend_one_with_coverage_matches_the_exact_law(
+    views: tuple[ColumnStore, Data],
+    collection: list[Redescription],
+    mode: ThresholdMode,
+    seed: int,
+) -> None:
+    store, data = views
+    check_extension(store, data, collection, mode=mode, params=COVERED, seed=seed)
+
+
+@pytest.mark.parametrize(("mode", "seed"), [("grid", 504), ("continuous", 505)])
+def test_initial_pairs_with_coverage_match_the_exact_law(
+    views: tuple[ColumnStore, Data], mode: ThresholdMode, seed: int
+) -> None:
+    store, data = views
+    samples = 6_000
+    # count draws in one call at ε/count each: c = (ε/count)/(Δ_up + Δ_down) = 1.5.
+    pairs = initial_pairs(
+        store,
+        count=samples,
+        epsilon=1.5 * 0.4 * samples,
+        params=COVERED,
+        rules=ExtensionRules(),
+        mode=mode,
+        rng=seeded_generator(seed),
+    )
+    counts = Counter(pair_key(data, mode, pair) for pair in pairs)
+    assert_law(counts, pairs_law(data, negations=False, mode=mode, params=COVERED, c=1.5))
+
+
+# --------------------------------------------------------------------------------------------
 # (c) initial_pairs in both modes
 
 
@@ -637,15 +707,45 @@ def test_quality_params_coefficient() -> None:
 def test_nosens_quality_parameters() -> None:
     params = quality_parameters(QualityParameters(x0=3.0, function="jaccard"), 50)
     assert (params.delta, params.function) == (1.0, "jaccard")
-    assert params.evaluate([0, 1, 2], [0, 4, 2]).tolist() == [0.0, 0.25, 1.0]
+    assert (params.delta_up, params.delta_down) == (1.0, 0.5)  # 0 → 1 up, 1 → ½ down
+    assert params.coefficient(1.5) == pytest.approx(1.0)
+    assert params.evaluate([0, 1, 2], [0, 4, 2], 9).tolist() == [0.0, 0.25, 1.0]
+    paper = quality_parameters(
+        QualityParameters(x0=3.0, function="jaccard", calibration="symmetric"), 50
+    )
+    assert (paper.delta_up, paper.delta_down, paper.coefficient(2.0)) == (None, None, 1.0)
     serenade = quality_parameters(QualityParameters(x0=3.0, s=0.4), 50)
     assert serenade.delta == sensitivity(0.4, 3.0, 50)
-    calibrated = quality_parameters(QualityParameters(x0=3.0), 50)
-    assert calibrated.delta == min(
+    sides = one_sided(0.4, 3.0, 50)
+    assert (serenade.delta_up, serenade.delta_down) == (sides.up, sides.down)
+    assert serenade.coefficient(1.0) == pytest.approx(1.0 / (sides.up + sides.down))
+    symmetric = quality_parameters(QualityParameters(x0=3.0, calibration="symmetric"), 50)
+    assert symmetric.delta == min(
         sensitivity(s, 3.0, 50) for s in (0.0025 * k for k in range(1, 41))
+    )
+    calibrated = quality_parameters(QualityParameters(x0=3.0), 50)
+    assert calibrated.coefficient(1.0) == max(
+        one_sided(s, 3.0, 50).c_per_epsilon("range") for s in (0.0025 * k for k in range(1, 41))
     )
     with pytest.raises(ValueError, match="below the dataset's public row bound"):
         quality_parameters(QualityParameters(x0=50.0), 50)
+
+
+def test_coverage_quality_parameters() -> None:
+    """y0 adds the coverage factor with s₂ = s unless given; Δ_up takes the E00 term (§2.1)."""
+    params = quality_parameters(QualityParameters(x0=3.0, s=0.4, y0=5.0), 50)
+    assert (params.y0, params.s2) == (5.0, 0.4)
+    expected = sensitivities(0.4, 3.0, 50, y0=5.0, s2=0.4)
+    assert (params.delta_up, params.delta_down) == (expected.up, expected.down)
+    steep = quality_parameters(QualityParameters(x0=3.0, s=0.4, y0=5.0, s2=4.0), 50)
+    assert steep.s2 == 4.0
+    assert steep.delta_up == coverage_increase(0.4, 3.0, 4.0, 5.0, 50)
+    assert steep.delta_up is not None
+    assert steep.delta_up > one_sided(0.4, 3.0, 50).up
+    # Q·σ(s₂(E00 − y0)) with E00 = n − |U|: (i, u) = (2, 4) on 10 rows leaves 6 uncovered.
+    q = steep.evaluate([2, 0], [4, 0], 10)
+    by_hand = 0.5 / (1 + math.exp(-0.4 * (2 - 3.0))) / (1 + math.exp(-4.0 * (6 - 5.0)))
+    assert q.tolist() == pytest.approx([by_hand, 0.0], rel=1e-12)
 
 
 @pytest.mark.parametrize("mode", ["grid", "continuous"])

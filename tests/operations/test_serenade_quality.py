@@ -18,9 +18,16 @@ from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.operations import serenade_quality
 from dpmine_server.operations.serenade_quality import (
     DEFAULT_STEEPNESS_GRID,
+    JACCARD_SENSITIVITY,
     calibrate,
+    coverage,
+    coverage_increase,
+    covered_quality,
     jaccard,
+    line_search,
+    one_sided,
     quality,
+    sensitivities,
     sensitivity,
 )
 
@@ -206,3 +213,157 @@ def test_calibrate_rejects_an_empty_or_invalid_grid() -> None:
 def test_sensitivity_of_a_single_row_bound() -> None:
     """N_max = 1: only the jump (0,0) → (1,1) exists."""
     assert sensitivity(0.5, 3.0, 1) == pytest.approx(1.0 / (1.0 + math.exp(-0.5 * (1 - 3.0))))
+
+
+# --------------------------------------------------------------------------------------------
+# One-sided sensitivities and the coverage factor (§0.8, §2.1), against brute force
+
+
+def brute_force_one_sided(
+    s: float, x0: float, n_max: int, coverage_steepness: float | None, y0: float
+) -> tuple[float, float, float]:
+    """Largest increase and decrease of Q (times σ(s₂(E00 − y0)) when s₂ is given) over every
+    state (i, u, d) with i ≤ u and u + d < N_max and every added row: in E11 (i+1, u+1, d), in
+    E10 or E01 (i, u+1, d), in E00 (i, u, d+1). Also the largest increase from E00 moves alone.
+    Removing a row is the reverse move, so these are all neighbouring pairs."""
+    size = n_max + 1
+    i = np.arange(size, dtype=np.float64)[:, None, None]
+    u = np.arange(size, dtype=np.float64)[None, :, None]
+    d = np.arange(size, dtype=np.float64)[None, None, :]
+    q = np.where((u > 0) & (i <= u), i / np.maximum(u, 1.0) * _sigmoid(s * (i - x0)), 0.0)
+    if coverage_steepness is not None:
+        q = q * _sigmoid(coverage_steepness * (d - y0))
+    q = np.broadcast_to(q, (size, size, size))
+    valid = ((i <= u) & (u + d <= n_max - 1))[:-1, :-1, :-1]
+    now = q[:-1, :-1, :-1]
+    moves = [q[1:, 1:, :-1] - now, q[:-1, 1:, :-1] - now, q[:-1, :-1, 1:] - now]
+    changes = np.stack([m[valid] for m in moves])
+    return float(changes.max()), float(-changes.min()), float(changes[2].max())
+
+
+def _random_case(rng: np.random.Generator, top: int) -> tuple[float, float, int]:
+    n_max = int(rng.integers(1, top))
+    s = float(math.exp(rng.uniform(math.log(1e-2), math.log(5.0))))
+    x0 = float(rng.uniform(-3.0, n_max + 3.0))
+    return s, x0, n_max
+
+
+def test_one_sided_equals_brute_force_on_small_cases() -> None:
+    rng = seeded_generator(2103)
+    for _ in range(60):
+        s, x0, n_max = _random_case(rng, 40)
+        up, down, _e00 = brute_force_one_sided(s, x0, n_max, None, 0.0)
+        got = one_sided(s, x0, n_max)
+        assert got.up == pytest.approx(up, rel=1e-12, abs=1e-15), (s, x0, n_max)
+        assert got.down == pytest.approx(down, rel=1e-12, abs=1e-15), (s, x0, n_max)
+        assert got.symmetric == sensitivity(s, x0, n_max)
+
+
+def test_coverage_sensitivities_bound_brute_force() -> None:
+    """Every neighbour: Δ_up, Δ_down of Q·σ(s₂(E00 − y0)) cover the brute-force changes; the
+    E00 term is exact; Δ_down is the paper's; the issue's max(Δ, s₂/4) is never below."""
+    rng = seeded_generator(2104)
+    for _ in range(60):
+        s, x0, n_max = _random_case(rng, 30)
+        s2 = float(math.exp(rng.uniform(math.log(1e-2), math.log(10.0))))
+        y0 = float(rng.uniform(-3.0, n_max + 3.0))
+        up, down, e00_up = brute_force_one_sided(s, x0, n_max, s2, y0)
+        got = sensitivities(s, x0, n_max, y0=y0, s2=s2)
+        case = (s, x0, s2, y0, n_max)
+        assert got.up >= up - 1e-15, case
+        assert got.down >= down - 1e-15, case
+        assert got.down == one_sided(s, x0, n_max).down
+        assert coverage_increase(s, x0, s2, y0, n_max) == pytest.approx(
+            e00_up, rel=1e-12, abs=1e-15
+        )
+        assert max(sensitivity(s, x0, n_max), s2 / 4) >= got.symmetric
+
+
+def test_coverage_sensitivities_are_tight_when_the_factor_is_near_one() -> None:
+    """With y0 far below every E00 the factor is ≈ 1 and the bound is the brute-force value."""
+    for s, x0, s2, n_max in [(0.5, 5.0, 5.0, 25), (1.0, 2.0, 10.0, 12), (0.2, 10.0, 2.0, 30)]:
+        up, down, _e00 = brute_force_one_sided(s, x0, n_max, s2, -5.0)
+        got = sensitivities(s, x0, n_max, y0=-5.0, s2=s2)
+        assert got.up == pytest.approx(up, rel=1e-3)
+        assert got.down == pytest.approx(down, rel=1e-3)
+
+
+def test_coverage_term_can_dominate() -> None:
+    """A steep coverage factor makes Δ_up the E00 move: the old Δ alone would understate it."""
+    old = one_sided(1.0, 2.0, 5)
+    steep = sensitivities(1.0, 2.0, 5, y0=0.5, s2=10.0)
+    up, _down, e00_up = brute_force_one_sided(1.0, 2.0, 5, 10.0, 0.5)
+    assert steep.up == pytest.approx(up, rel=1e-12)
+    assert steep.up == pytest.approx(e00_up, rel=1e-12)
+    assert steep.up > 2.5 * old.up
+    assert steep.down == old.down
+
+
+def test_covered_quality_by_hand() -> None:
+    """E00 = n − |U|: (i, u) = (3, 4) on 10 rows leaves 6 rows uncovered, (5, 10) none."""
+    s, x0, s2, y0 = 0.5, 2.0, 0.7, 4.0
+    got = covered_quality([3, 0, 5], [4, 0, 10], 10, s=s, x0=x0, s2=s2, y0=y0)
+    by_hand = 0.75 / (1 + math.exp(-s * (3 - x0))) / (1 + math.exp(-s2 * (6 - y0)))
+    full = 0.5 / (1 + math.exp(-s * (5 - x0))) / (1 + math.exp(-s2 * (0 - y0)))
+    np.testing.assert_allclose(got, [by_hand, 0.0, full], rtol=1e-12)
+    assert float(coverage(4.0, s2=s2, y0=y0)) == 0.5
+
+
+def test_jaccard_sensitivity_is_brute_force() -> None:
+    """Plain J: Δ_up = 1 ((0,0) → (1,1)), Δ_down = ½ ((1,1) → (1,2))."""
+    size = 30
+    i = np.arange(size + 1, dtype=np.float64)[:, None]
+    u = np.arange(size + 1, dtype=np.float64)[None, :]
+    table = np.where((u > 0) & (i <= u), i / np.maximum(u, 1.0), 0.0)
+    valid = np.triu(np.ones((size, size), dtype=bool))
+    up = (table[1:, 1:] - table[:-1, :-1])[valid].max()
+    down = (table[:-1, :-1] - table[:-1, 1:])[valid].max()
+    assert (JACCARD_SENSITIVITY.up, JACCARD_SENSITIVITY.down) == (up, down) == (1.0, 0.5)
+
+
+# --------------------------------------------------------------------------------------------
+# Range calibration and the x0 trade-off (mammals-sized N_max = 2221)
+
+
+MAMMALS_N = 2221
+
+
+def test_range_calibration_gain_on_mammals() -> None:
+    """§0.8: c = ε/(Δ_up + Δ_down) gains ×1.36–1.42 over ε/(2Δ) at x0 = 10 %–30 % of n."""
+    for fraction, delta in [(0.1, 0.00625), (0.3, 0.0025)]:
+        x0 = fraction * MAMMALS_N
+        s, sides = line_search(x0, MAMMALS_N)
+        s_sym, sym = line_search(x0, MAMMALS_N, calibration="symmetric")
+        assert round(sym.symmetric, 5) == pytest.approx(delta, abs=1e-12)
+        gain = sides.c_per_epsilon("range") / sym.c_per_epsilon("symmetric")
+        assert 1.36 <= gain <= 1.43, (fraction, gain)
+        assert sides.denominator("range") == sides.up + sides.down
+        assert sym.denominator("symmetric") == 2 * sym.symmetric
+        assert s_sym > 0
+        assert s > 0
+
+
+def test_coverage_with_s2_equal_to_s_costs_nothing_on_mammals() -> None:
+    """s₂ = s: the E00 term ≤ tanh(s/4) is below the paper's Δ_up ≈ s/4 in the usual regime."""
+    for fraction in (0.1, 0.3):
+        x0 = fraction * MAMMALS_N
+        plain = line_search(x0, MAMMALS_N)
+        covered = line_search(x0, MAMMALS_N, y0=x0)
+        assert covered == plain
+
+
+def test_line_search_minimises_the_calibrated_denominator() -> None:
+    grid = [0.01, 0.02, 0.03]
+    for calibration in ("range", "symmetric"):
+        best, sides = line_search(257.5, 2575, grid, y0=100.0, s2=0.05, calibration=calibration)
+        scores = [
+            sensitivities(s, 257.5, 2575, y0=100.0, s2=0.05).denominator(calibration) for s in grid
+        ]
+        assert sides.denominator(calibration) == min(scores)
+        assert best == grid[scores.index(min(scores))]
+    with pytest.raises(ValueError, match="empty"):
+        line_search(10.0, 100, [])
+    with pytest.raises(ValueError, match="s2"):
+        sensitivities(0.1, 10.0, 100, y0=3.0, s2=-1.0)
+    with pytest.raises(ValueError, match="y0"):
+        sensitivities(0.1, 10.0, 100, y0=math.nan)

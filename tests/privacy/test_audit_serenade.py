@@ -9,25 +9,31 @@ privacy loss (``privacy.audit``). Categories are ordered by their exact log-rati
 D (computed by the independent reference of ``operations/test_serenade.py``), so the prefix and
 suffix unions are the events of largest loss in each direction.
 
-Worst cases. The loss of one outcome o is c·(Q'(o) − Q(o)) + log(Z/Z'), c = ε/(2Δ). Under
-add/remove neighbours a Jaccard can jump from 0 to 1 (the added row is in both supports of a pair
-whose union was empty) but drop by at most ½ (1/1 → 1/2), so a NoSens selection (Δ = 1) loses at
-most 1.5·c = 0.75ε. The datasets push towards that bound (exact losses asserted in the tests):
+Worst cases. The kernels are range-calibrated (§0.8): c = ε/(Δ_up + Δ_down), and the loss of
+one outcome o is c·(Q'(o) − Q(o)) + log(Z/Z'), at most c·(Δ_up + Δ_down) = ε. Under add/remove
+neighbours a Jaccard can jump from 0 to 1 (the added row is in both supports of a pair whose
+union was empty) but drop by at most ½ (1/1 → 1/2), so a NoSens selection has Δ_up = 1,
+Δ_down = ½, c = ε/1.5. The datasets push towards that bound (exact losses asserted in the tests):
 
 * initial pairs, NoSens: D = one row in [l1..l3] and [r1..r7]; the added row is in [l1..l3], [lt]
-  and [rt]: 21 pairs drop 1 → ½ and (lt, rt) jumps 0 → 1 (loss 0.645);
+  and [rt]: 21 pairs drop 1 → ½ and (lt, rt) jumps 0 → 1 (loss 0.868);
 * initial pairs, continuous thresholds on x, NoSens: the added row lifts [lt] × (the cells around
-  its value) to 1 and halves [l1] × (cells holding both values) (loss 0.43);
-* extend one (CS, grid), Serenade Q with s = 1, x0 = 2, N_max = 5 (Δ = 0.269): the added row
-  lifts |I| of ([l1], [b]) and of its extensions from 1 to 2, past x0 (loss 0.635);
-* extend one (CS, continuous thresholds; NoSens) and (ES over two positions; Serenade Q): 0.47
-  and 0.50.
+  its value) to 1 and halves [l1] × (cells holding both values) (loss 0.57);
+* extend one (CS, grid), Serenade Q with s = 1, x0 = 2, N_max = 5 (Δ_up = 0.269, Δ_down =
+  0.183): the added row lifts |I| of ([l1], [b]) and of its extensions from 1 to 2, past x0
+  (loss 0.76);
+* extend one (CS, continuous thresholds; NoSens) and (ES over two positions; Serenade Q): 0.62
+  and 0.61;
+* initial pairs with the coverage factor σ(10(E00 − ½)) (s = 0.3, x0 = 8, N_max = 16; Δ_up =
+  0.879 from the E00 move, Δ_down = 0.059): the added row leaves ([l1], [r1]) and lifts its
+  factor from σ(−5) to σ(5) (loss 0.59).
 
-Broken variant: Δ understated four-fold (``quality_parameters`` patched), i.e. c four times too
-large. Halving Δ cannot be witnessed cheaply: its loss is at most 1.5 by the bound above and
-is 1.32 (pairs) and 1.30 (extend) here, which needs ~10⁵ samples per side to show above 1 at
-alpha = 1e-5; a quarter Δ loses 2.74 (pairs) and 2.67 (extend) and is flagged with 2·10⁴ and 10⁴
-samples per side (bounds 2.18 and 1.66 with these seeds).
+Broken variants. (1) Δ understated four-fold (``quality_parameters`` patched), i.e. c four times
+too large: loss 3.69 (pairs) and about 3 (extend), flagged with 2·10⁴ and 10⁴ samples per side.
+(2) One-sided calibration c = ε/Δ_up (Δ_down forgotten): for NoSens pairs c = ε instead of ε/1.5,
+loss 1.32 (at most 1.5), flagged with 10⁵ samples per side. (3) The coverage factor with the
+paper's sensitivities (no E00 term: Δ_up = 0.109 instead of 0.879): loss 3.88, flagged with
+2·10⁴ samples per side.
 
 Every audit uses alpha = 1e-5 (a correct kernel fails one with probability at most 1e-5) and
 seeded generators, so runs are reproducible.
@@ -36,10 +42,13 @@ seeded generators, so runs are reproducible.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from dpmine.wire import (
     AnyAttribute,
@@ -58,10 +67,10 @@ from dpmine_server.data.columns import ColumnStore
 from dpmine_server.data.loaders import load_store
 from dpmine_server.dp.budget import Epsilon
 from dpmine_server.dp.rng import seeded_generator
-from dpmine_server.operations import CATALOG
+from dpmine_server.operations import CATALOG, redescriptions
 from dpmine_server.operations.base import no_progress
 from dpmine_server.operations.serenade import ExtensionRules, QualityParams, ThresholdMode
-from dpmine_server.operations.serenade_quality import sensitivity
+from dpmine_server.operations.serenade_quality import one_sided
 from privacy.audit import AuditResult, assert_audit_flags, assert_audit_passes, audit_categorical
 from support.serenade_reference import (
     Data,
@@ -204,7 +213,9 @@ PAIR_RIGHT = ("r1", "r2", "r3", "r4", "r5", "r6", "r7", "rt")
 PAIR_ROWS = ("1,1,1,0,1,1,1,1,1,1,1,0",)
 PAIR_ADDED = "1,1,1,1,0,0,0,0,0,0,0,1"
 NOSENS = QualityParameters(x0=1.0, function="jaccard")
-NOSENS_PARAMS = QualityParams(s=0.0, x0=1.0, delta=1.0, function="jaccard")
+NOSENS_PARAMS = QualityParams(
+    s=0.0, x0=1.0, delta=1.0, function="jaccard", delta_up=1.0, delta_down=0.5
+)
 
 
 def pair_setup(tmp_path: Path) -> tuple[Neighbours, list[Hashable], float, float]:
@@ -212,14 +223,14 @@ def pair_setup(tmp_path: Path) -> tuple[Neighbours, list[Hashable], float, float
     pair = neighbours(tmp_path, boolean_views(PAIR_LEFT, PAIR_RIGHT, 10), PAIR_ROWS, PAIR_ADDED)
     laws = [
         [pairs_law(d, negations=False, mode="grid", params=NOSENS_PARAMS, c=c) for d in pair.data]
-        for c in (0.5, 2.0)
+        for c in (NOSENS_PARAMS.coefficient(EPSILON), 4 * NOSENS_PARAMS.coefficient(EPSILON))
     ]
     return pair, ordered_categories(*laws[0]), exact_loss(*laws[0]), exact_loss(*laws[1])
 
 
 def test_initial_pairs_pass(tmp_path: Path) -> None:
     pair, categories, loss, _broken_loss = pair_setup(tmp_path)
-    assert 0.6 < loss < 0.75 * EPSILON  # close to the add/remove worst case, below ε
+    assert 0.85 < loss < EPSILON  # close to the add/remove worst case c·1.5 = ε
     samples = [
         draw_pairs(store, data, NOSENS, "grid", samples=20_000, seed=seed)
         for store, data, seed in zip(pair.stores, pair.data, (11, 12), strict=True)
@@ -254,10 +265,16 @@ def test_initial_pairs_continuous_thresholds_pass(tmp_path: Path) -> None:
     ([l1], cells holding both values) drop 1 → ½."""
     pair = neighbours(tmp_path, NUMERIC_PAIRS, ["1,0,2.0"], "0,1,8.0")
     laws = [
-        pairs_law(d, negations=False, mode="continuous", params=NOSENS_PARAMS, c=0.5)
+        pairs_law(
+            d,
+            negations=False,
+            mode="continuous",
+            params=NOSENS_PARAMS,
+            c=NOSENS_PARAMS.coefficient(EPSILON),
+        )
         for d in pair.data
     ]
-    assert 0.4 < exact_loss(*laws) < 0.75 * EPSILON
+    assert 0.5 < exact_loss(*laws) < EPSILON
     samples = [
         draw_pairs(store, pair.data[1], NOSENS, "continuous", samples=6_000, seed=seed)
         for store, seed in zip(pair.stores, (15, 16), strict=True)
@@ -285,7 +302,8 @@ STEEP = QualityParameters(x0=2.0, s=1.0)
 
 
 def steep_params() -> QualityParams:
-    return QualityParams(s=1.0, x0=2.0, delta=sensitivity(1.0, 2.0, EXTEND_VIEWS.n_max))
+    """The kernel's parameters: range-calibrated, Δ_up = 0.269 (the jump), Δ_down = 0.183."""
+    return redescriptions.quality_parameters(STEEP, EXTEND_VIEWS.n_max)
 
 
 def extend_request(
@@ -351,7 +369,7 @@ def test_extend_one_grid_pass(tmp_path: Path) -> None:
     pair, categories, loss = extend_setup(
         tmp_path, STEEP_ROWS, STEEP_ADDED, request, steep_params()
     )
-    assert 0.6 < loss < 0.75 * EPSILON
+    assert 0.75 < loss < EPSILON
     result = run_extend_audit(pair, request, categories, samples=10_000, seeds=(21, 22))
     assert_audit_passes(result, EPSILON)
 
@@ -373,7 +391,7 @@ def test_extend_one_continuous_pass(tmp_path: Path) -> None:
     pair, categories, loss = extend_setup(
         tmp_path, ["0,1,0,6.0"], "1,0,0,9.0", request, NOSENS_PARAMS
     )
-    assert 0.4 < loss < 0.75 * EPSILON
+    assert 0.5 < loss < EPSILON
     result = run_extend_audit(pair, request, categories, samples=8_000, seeds=(25, 26))
     assert_audit_passes(result, EPSILON)
 
@@ -386,6 +404,113 @@ def test_extend_one_es_pass(tmp_path: Path) -> None:
     pair, categories, loss = extend_setup(
         tmp_path, ["0,1,1,9.0"], "0,1,1,4.0", request, steep_params()
     )
-    assert 0.4 < loss < 0.75 * EPSILON
+    assert 0.5 < loss < EPSILON
     result = run_extend_audit(pair, request, categories, samples=8_000, seeds=(27, 28))
     assert_audit_passes(result, EPSILON)
+
+
+# --------------------------------------------------------------------------------------------
+# Range calibration (§0.8) and the coverage factor (§2.1)
+
+
+@contextmanager
+def one_sided_calibration() -> Iterator[None]:
+    """BROKEN on purpose: c = ε/Δ_up, as if Q could only grow when a row is added (Δ_down
+    forgotten; right for counts, §0.8, wrong for Q)."""
+    honest = redescriptions.quality_parameters
+
+    def broken(quality: QualityParameters, n_max: int) -> QualityParams:
+        return replace(honest(quality, n_max), delta_down=0.0)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(redescriptions, "quality_parameters", broken)
+        yield
+
+
+@contextmanager
+def coverage_term_dropped() -> Iterator[None]:
+    """BROKEN on purpose: the coverage factor is in Q but the sensitivities are the paper's
+    (no E00 move, i.e. without the s₂/4 term)."""
+    honest = redescriptions.quality_parameters
+
+    def broken(quality: QualityParameters, n_max: int) -> QualityParams:
+        params = honest(quality, n_max)
+        old = one_sided(params.s, params.x0, n_max)
+        return replace(params, delta=old.symmetric, delta_up=old.up, delta_down=old.down)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(redescriptions, "quality_parameters", broken)
+        yield
+
+
+def test_initial_pairs_with_one_sided_calibration_are_flagged(tmp_path: Path) -> None:
+    """NoSens pairs at c = ε/Δ_up = ε instead of ε/(Δ_up + Δ_down) = ε/1.5: loss 1.32 (of at
+    most 1.5), so it takes 10⁵ draws per side to show it above ε."""
+    pair, categories, _loss, _broken_loss = pair_setup(tmp_path)
+    laws = [
+        pairs_law(d, negations=False, mode="grid", params=NOSENS_PARAMS, c=1.0) for d in pair.data
+    ]
+    assert exact_loss(*laws) > 1.3
+    with one_sided_calibration():
+        samples = [
+            draw_pairs(store, data, NOSENS, "grid", samples=100_000, seed=seed)
+            for store, data, seed in zip(pair.stores, pair.data, (31, 32), strict=True)
+        ]
+    assert_audit_flags(audit(samples[0], samples[1], categories), EPSILON)
+
+
+#: Q·σ(10(E00 − ½)) with s = 0.3, x0 = 8 on N_max = 16: the E00 move is worth up to
+#: σ(0.3·7)·(σ(5) − σ(−5)) = 0.879 = Δ_up, the paper's Δ_up is 0.109 and Δ_down 0.059.
+COVERED = QualityParameters(x0=8.0, s=0.3, y0=0.5, s2=10.0)
+#: D: fifteen rows in [l1] and [r1] (E00 = 0, so the factor is σ(−5)); D' adds a row in [l2]
+#: and [r2] only, outside ([l1], [r1]), whose factor jumps to σ(5).
+COVERED_ROWS = ("1,0,1,0",) * 15
+COVERED_ADDED = "0,1,0,1"
+
+
+def covered_setup(tmp_path: Path, params: QualityParams) -> tuple[Neighbours, list[Hashable]]:
+    metadata = boolean_views(("l1", "l2"), ("r1", "r2"), 16)
+    pair = neighbours(tmp_path, metadata, COVERED_ROWS, COVERED_ADDED)
+    laws = [
+        pairs_law(d, negations=False, mode="grid", params=params, c=params.coefficient(1.0))
+        for d in pair.data
+    ]
+    return pair, ordered_categories(*laws)
+
+
+def covered_params(n_max: int = 16) -> QualityParams:
+    return redescriptions.quality_parameters(COVERED, n_max)
+
+
+def test_initial_pairs_with_coverage_pass(tmp_path: Path) -> None:
+    params = covered_params()
+    assert params.delta_up == pytest.approx(0.879, abs=1e-3)
+    pair, categories = covered_setup(tmp_path, params)
+    laws = [
+        pairs_law(d, negations=False, mode="grid", params=params, c=params.coefficient(1.0))
+        for d in pair.data
+    ]
+    assert 0.55 < exact_loss(*laws) < EPSILON
+    samples = [
+        draw_pairs(store, data, COVERED, "grid", samples=20_000, seed=seed)
+        for store, data, seed in zip(pair.stores, pair.data, (33, 34), strict=True)
+    ]
+    assert_audit_passes(audit(samples[0], samples[1], categories), EPSILON)
+
+
+def test_initial_pairs_with_coverage_but_no_e00_term_are_flagged(tmp_path: Path) -> None:
+    params = covered_params()
+    old = one_sided(params.s, params.x0, 16)
+    broken = replace(params, delta=old.symmetric, delta_up=old.up, delta_down=old.down)
+    pair, categories = covered_setup(tmp_path, broken)
+    laws = [
+        pairs_law(d, negations=False, mode="grid", params=broken, c=broken.coefficient(1.0))
+        for d in pair.data
+    ]
+    assert exact_loss(*laws) > 3.5
+    with coverage_term_dropped():
+        samples = [
+            draw_pairs(store, data, COVERED, "grid", samples=20_000, seed=seed)
+            for store, data, seed in zip(pair.stores, pair.data, (35, 36), strict=True)
+        ]
+    assert_audit_flags(audit(samples[0], samples[1], categories), EPSILON)

@@ -215,15 +215,21 @@ def cell_of(data: Data, literal: NumLiteral) -> Cell:
 
 @dataclass(frozen=True)
 class Quality:
-    """Q of §2.1 (or plain Jaccard), written from the formula."""
+    """Q of §2.1 (or plain Jaccard), written from the formula; with the coverage factor
+    σ(s₂(E00 − y0)), E00 = rows in neither support, when y0 is set."""
 
     s: float
     x0: float
     jaccard_only: bool = False
+    y0: float | None = None
+    s2: float = 0.0
+    n_rows: int = 0
 
     @classmethod
-    def of(cls, params: QualityParams) -> Quality:
-        return cls(params.s, params.x0, params.function == "jaccard")
+    def of(cls, params: QualityParams, data: Data | None = None) -> Quality:
+        n_rows = 0 if data is None else len(data.rows)
+        s2 = params.s if params.s2 is None else params.s2
+        return cls(params.s, params.x0, params.function == "jaccard", params.y0, s2, n_rows)
 
     def __call__(self, left: frozenset[int], right: frozenset[int]) -> float:
         union = len(left | right)
@@ -231,7 +237,19 @@ class Quality:
             return 0.0
         i = len(left & right)
         j = i / union
-        return j if self.jaccard_only else j / (1.0 + math.exp(-self.s * (i - self.x0)))
+        if self.jaccard_only:
+            return j
+        q = j / (1.0 + math.exp(-self.s * (i - self.x0)))
+        if self.y0 is not None:
+            q /= 1.0 + math.exp(-self.s2 * (self.n_rows - union - self.y0))
+        return q
+
+
+def coefficient(params: QualityParams, epsilon: float) -> float:
+    """c of §0.8: ε/(Δ_up + Δ_down) when both one-sided values are set, else ε/(2Δ)."""
+    if params.delta_up is not None and params.delta_down is not None:
+        return epsilon / (params.delta_up + params.delta_down)
+    return epsilon / (2 * params.delta)
 
 
 def combine(rows: frozenset[int], literal_rows: frozenset[int], op: str) -> frozenset[int]:
@@ -283,8 +301,8 @@ def extension_law(
     epsilon: float,
 ) -> dict[Key, float]:
     """The exact law of ``extend_one`` over (position, outcome) keys (§2.2, §2.4, §7)."""
-    quality = Quality.of(params)
-    c = epsilon / (2 * params.delta)
+    quality = Quality.of(params, data)
+    c = coefficient(params, epsilon)
     weights: dict[Key, float] = defaultdict(float)
     polarities = (False, True) if rules.negations else (False,)
     for position, red in enumerate(collection):
@@ -362,7 +380,7 @@ def pairs_law(
     data: Data, *, negations: bool, mode: ThresholdMode, params: QualityParams, c: float
 ) -> dict[Key, float]:
     """The exact law of one initial-pair draw (§2.3): pair mass = left mass × right mass."""
-    quality = Quality.of(params)
+    quality = Quality.of(params, data)
     polarities = (False, True) if negations else (False,)
     weights: dict[Key, float] = defaultdict(float)
     same_table = data.metadata.kind != "views"
@@ -391,6 +409,16 @@ def pair_key(data: Data, mode: ThresholdMode, red: Redescription) -> Key:
     return ("pair", format_query(left), right.attribute, format_query(right))
 
 
+def scaled_sensitivity(params: QualityParams, factor: float) -> QualityParams:
+    """``params`` with Δ, Δ_up and Δ_down multiplied by ``factor``."""
+    return replace(
+        params,
+        delta=params.delta * factor,
+        delta_up=None if params.delta_up is None else params.delta_up * factor,
+        delta_down=None if params.delta_down is None else params.delta_down * factor,
+    )
+
+
 @contextmanager
 def understated_sensitivity(factor: float) -> Iterator[None]:
     """BROKEN on purpose, for the audits' power checks: the Serenade kernels see Δ divided by
@@ -399,7 +427,7 @@ def understated_sensitivity(factor: float) -> Iterator[None]:
 
     def broken(quality: QualityParameters, n_max: int) -> QualityParams:
         params = honest(quality, n_max)
-        return replace(params, delta=params.delta / factor)
+        return scaled_sensitivity(params, 1.0 / factor)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(redescriptions, "quality_parameters", broken)

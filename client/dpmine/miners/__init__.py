@@ -4,9 +4,12 @@ from dpmine.miners._base import BaseMiner, NotMinedError, Plan
 from dpmine.miners.greedy import (
     MinedRedescription,
     NoSens,
+    Preset,
     SerenadeCS,
     SerenadeES,
     SerenadeParameters,
+    SerenadePlan,
+    SerenadeSettings,
 )
 from dpmine.miners.itemsets import AssociationRule, MinedItemset, TopKItemsets, association_rules
 from dpmine.miners.trees import (
@@ -29,9 +32,12 @@ __all__ = [
     "NoSens",
     "NotMinedError",
     "Plan",
+    "Preset",
     "SerenadeCS",
     "SerenadeES",
     "SerenadeParameters",
+    "SerenadePlan",
+    "SerenadeSettings",
     "TopKItemsets",
     "TreeMinerParameters",
     "association_rules",

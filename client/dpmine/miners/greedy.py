@@ -1,7 +1,7 @@
 """Serenade greedy DP redescription miners: ``SerenadeES``, ``SerenadeCS`` and the ``NoSens``
 ablation (ALGORITHMS.md §2.5). Orchestration only: every data access is a charged server call.
 
-Budget split ε = ε_init + ε_ext + ε_qual by ``split`` (default d3 = (0.6, 0.3, 0.1)):
+Budget split ε = ε_init + ε_ext + ε_qual by ``split``:
 
 * ES: ``initial_pairs(I, ε_init)``; K rounds of ``extend_one(ES, ε_ext/K)``; one
   ``compute_quality(ε_qual/I)`` per redescription. Always I results.
@@ -9,22 +9,50 @@ Budget split ε = ε_init + ε_ext + ε_qual by ``split`` (default d3 = (0.6, 0.
   to τ+1 ``compute_quality(ε_qual/((τ+1)I))`` calls ([REC]: the paper's ε_qual/(τI) overspends);
   a chain stops when its noisy Jaccard falls below J_min, so a run may spend less than planned.
 
-With ``x0_fraction`` the centre x0 is that fraction of a noisy row count bought first with
-``count_epsilon`` (included in the plan).
+Presets (issue #12). ``preset="paper"`` is the paper's setting (§2.6): I = 20, K = 80, τ = 4,
+split d3 = (0.6, 0.3, 0.1), c = ε/(2Δ), no coverage factor, x0 or x0_fraction required, and
+the optional row count bought on top of ε. ``preset="auto"`` (the default) chooses what is not
+given from public quantities only — ε, the schema (n_max, literals per view, the options) and
+the server's free ``serenade.calibrate`` (c per unit ε) — never from data:
+
+* every selection draw gets c·R ≥ f · ln M, with R = 1 the range of Q ∈ [0, 1] and M the
+  base-measure mass of its candidates (§2.2, §7: one unit per discrete literal and per numeric
+  attribute; a draw with c·R < ln M is "uniform-like": the best candidate gains less weight
+  than the crowd of the others has). f = ``PAIR_SIGNAL`` = 2 for initial pairs and
+  f = ``EXTEND_SIGNAL`` = 4 for extensions: "leave it unchanged" is one unit among M, so an
+  extension draw must push a drop of Q by R/4 below the unchanged query (c·R/4 ≥ ln M) or
+  it mostly replaces a good redescription by a random, worse one;
+* every quality check gets a per-cell Laplace scale 1/ε_q ≤ x0 / ``NOISE_RATIO``, well under
+  the supports it judges (x0 is the minimum-support centre);
+* I is the most results that fit ε at those prices (I ≤ 20), with K = I extension rounds for
+  ES, and for CS τ = 1 first, then τ grows (≤ 4) while the I chains fit; the shares are then
+  scaled to spend ε (more signal per draw, never more draws);
+* x0 = 10 % and y0 = 10 % (coverage factor σ(s₂(E00 − y0)), §2.1) of a noisy row count
+  bought inside ε (2 % of ε, at most 0.05), range-calibrated draws c = ε/(Δ_up + Δ_down).
+  ``plan()`` prices with the fractions of n_max (it buys nothing); ``mine()`` chooses I, K/τ and
+  the split again at the fractions of its n̂ (post-processing; the total ε is the same, the
+  calls may differ: the plan is marked ``provisional``). Every auto call's ε is rounded down
+  to a whole nano-ε, so the run never spends more than ε.
+Explicit parameters always win over the preset. ``plan()`` reports each draw's c·R against
+ln M and flags uniform-like draws and noisy quality checks (:class:`SerenadePlan`). Results
+carry 90 % intervals from the public noise law of their quality call (:mod:`dpmine.intervals`).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Literal, TypedDict, Unpack
 
 from dpmine.connection import DatasetHandle
 from dpmine.errors import ParameterError
-from dpmine.miners._base import BaseMiner, NotMinedError, _Spent
+from dpmine.intervals import Interval, StatisticIntervals, format_with_interval, intervals_for
+from dpmine.miners._base import BaseMiner, NotMinedError, Plan, _Spent
 from dpmine.queries import format_query
 from dpmine.wire import (
     COUNT_NOISY,
@@ -33,6 +61,9 @@ from dpmine.wire import (
     SERENADE_INITIAL_PAIRS,
     BooleanAttribute,
     BoolLiteral,
+    CalibrateRequest,
+    CalibrateResponse,
+    Calibration,
     CategoricalAttribute,
     CatLiteral,
     ComputeQualityRequest,
@@ -52,17 +83,64 @@ from dpmine.wire import (
     SerenadeOptions,
 )
 
-__all__ = ["MinedRedescription", "NoSens", "SerenadeCS", "SerenadeES", "SerenadeParameters"]
+__all__ = [
+    "DrawSignal",
+    "MinedRedescription",
+    "NoSens",
+    "Preset",
+    "SerenadeCS",
+    "SerenadeES",
+    "SerenadeParameters",
+    "SerenadePlan",
+    "SerenadeSettings",
+    "auto_cs",
+    "auto_es",
+    "log_extension_mass",
+    "log_pair_mass",
+]
+
+Preset = Literal["auto", "paper"]
+
+# The paper's setting (§2.6).
+PAPER_N_INITIAL = 20
+PAPER_ROUNDS = 80
+PAPER_TAU = 4
+PAPER_SPLIT = (0.6, 0.3, 0.1)
+PAPER_COUNT_EPSILON = 0.05
+
+#: Auto: an initial-pair draw's c·R is at least this many times ln M (M: candidates' mass).
+PAIR_SIGNAL = 2.0
+#: Auto: the same for extension draws (see the module docstring).
+EXTEND_SIGNAL = 4.0
+#: Range R of Serenade's quality Q = J·σ(…)(·σ(…)) ∈ [0, 1] (and of plain Jaccard).
+QUALITY_RANGE = 1.0
+#: Auto: a quality check's per-cell Laplace scale is at most x0 / NOISE_RATIO.
+NOISE_RATIO = 20.0
+#: A quality check is flagged when its noise scale exceeds x0 / NOISY_CHECK_RATIO.
+NOISY_CHECK_RATIO = 10.0
+AUTO_MAX_INITIAL = 20
+AUTO_MAX_TAU = 4
+AUTO_X0_FRACTION = 0.1
+AUTO_Y0_FRACTION = 0.1
+AUTO_COUNT_SHARE = 0.02
+AUTO_COUNT_CAP = 0.05
+#: Auto call budgets are whole multiples of 1/_NANO (exact decimals on the wire).
+_NANO = 1_000_000_000
+#: One-sided sensitivities of plain Jaccard (the NoSens ablation): up 1, down ½ (§0.8).
+_JACCARD_UP_DOWN = (1.0, 0.5)
 
 
 @dataclass(frozen=True)
 class MinedRedescription:
-    """A released redescription: the noisy cells of ``red.compute_quality`` and the statistics
-    derived from them (post-processing)."""
+    """A released redescription: the noisy cells of ``red.compute_quality``, the statistics
+    derived from them, and (post-processing, :mod:`dpmine.intervals`) their 90 % intervals
+    from the public noise law of the call that released them (ε, mode)."""
 
     redescription: Redescription
     statistics: NoisyStatistics
     cells: NoisyCells
+    epsilon: float
+    mode: QualityMode = "cells"
 
     @property
     def left(self) -> str:
@@ -79,17 +157,347 @@ class MinedRedescription:
         """Noisy Jaccard J̃."""
         return self.statistics.jaccard
 
+    @property
+    def noise_scale(self) -> float:
+        """Discrete Laplace scale of each released cell (1/ε "cells", 2/ε "paper", §1.6)."""
+        return self.intervals.scale
+
+    @cached_property
+    def intervals(self) -> StatisticIntervals:
+        """90 % intervals of |I|, |U|, J, the supports and the p-value (§1.6)."""
+        return intervals_for(self.cells, epsilon=self.epsilon, mode=self.mode)
+
+    @property
+    def jaccard_interval(self) -> Interval:
+        """90 % interval of the true Jaccard."""
+        return self.intervals.jaccard
+
+    @property
+    def support_interval(self) -> Interval:
+        """90 % interval of the true |I|."""
+        return self.intervals.support
+
+    @property
+    def p_value_interval(self) -> Interval | None:
+        """90 % interval of the §1.3 p-value on the true counts (None in "paper" mode)."""
+        return self.intervals.p_value
+
+    @property
+    def uninformative(self) -> bool:
+        """The Jaccard interval spans most of [0, 1]: the noisy J says little."""
+        return self.intervals.uninformative
+
+    def describe_jaccard(self) -> str:
+        """``0.70 [0.62, 0.77]``."""
+        return format_with_interval(self.noisy_jaccard, self.jaccard_interval)
+
+    def to_dict(self) -> dict[str, object]:
+        """The record of the JSON export: queries, noisy cells and statistics, their 90 %
+        intervals and the noise scale."""
+        return _json_record(self)
+
+
+# -- public candidate masses (§2.2, §2.3, §7) -----------------------------------------------------
+
+
+def _view_attributes(schema: DatasetMetadata, side: Literal["left", "right"]) -> list[str]:
+    return [a.name for a in schema.attributes if schema.kind != "views" or a.view == side]
+
+
+def _units(schema: DatasetMetadata, names: list[str], options: SerenadeOptions) -> int:
+    """Base-measure units of one side (§7): one per Boolean or category literal, one per numeric
+    attribute (its thresholds share a unit); doubled with negations."""
+    wanted = set(names)
+    units = 0
+    for attribute in schema.attributes:
+        if attribute.name not in wanted:
+            continue
+        if isinstance(attribute, CategoricalAttribute):
+            units += len(attribute.categories)
+        else:
+            units += 1
+    return units * (2 if options.negations else 1)
+
+
+def log_pair_mass(schema: DatasetMetadata, options: SerenadeOptions) -> float:
+    """ln M of an initial-pair draw (§2.3): units(left) × units(right), from the schema."""
+    left = _units(schema, _view_attributes(schema, "left"), options)
+    right = _units(schema, _view_attributes(schema, "right"), options)
+    return math.log(max(left * right, 1))
+
+
+def log_extension_mass(
+    schema: DatasetMetadata, options: SerenadeOptions, collection: int = 1
+) -> float:
+    """ln M of an extension draw (§2.2, §2.4) over ``collection`` redescriptions, each with one
+    unit for "unchanged" and one per literal unit, side and operator (an upper bound: used
+    attributes are not subtracted)."""
+    sides = _units(schema, _view_attributes(schema, "left"), options) + _units(
+        schema, _view_attributes(schema, "right"), options
+    )
+    per_red = 1 + len(options.operators) * sides
+    return math.log(max(collection, 1) * per_red)
+
+
+# -- the auto rules (public quantities only) ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DrawPrices:
+    """ε a draw or check needs under the auto rules: f·ln M/(c per ε·R) for a draw (f =
+    ``PAIR_SIGNAL`` or ``EXTEND_SIGNAL``), ``NOISE_RATIO``/x0 for a quality check (per-cell
+    scale 1/ε ≤ x0/``NOISE_RATIO``)."""
+
+    c_per_epsilon: float
+    log_pairs: float
+    log_extend_one: float
+    check: float
+
+    def draw(self, log_mass: float, factor: float) -> float:
+        """ε of one draw over candidates of mass e^log_mass with c·R = factor·ln M."""
+        return factor * max(log_mass, 1.0) / (self.c_per_epsilon * QUALITY_RANGE)
+
+    @property
+    def pair(self) -> float:
+        """ε of one initial-pair draw."""
+        return self.draw(self.log_pairs, PAIR_SIGNAL)
+
+    def extend(self, collection: int) -> float:
+        """ε of one extension draw over ``collection`` redescriptions."""
+        return self.draw(self.log_extend_one + math.log(max(collection, 1)), EXTEND_SIGNAL)
+
+
+def _normalised(weights: tuple[float, float, float]) -> tuple[float, float, float]:
+    total = sum(weights)
+    a, b, c = (w / total for w in weights)
+    return a, b, c
+
+
+def auto_es(
+    budget: float,
+    prices: DrawPrices,
+    *,
+    max_rounds: int,
+    n_initial: int | None = None,
+    rounds: int | None = None,
+) -> tuple[int, int, tuple[float, float, float]]:
+    """(I, K, split) for SerenadeES with ``budget`` (issue #12): I the most results (≤ 20) whose
+    pair draw, one extension round each and quality check fit at the auto prices; K = I (≤
+    ``max_rounds``): one round per result, since a weak extension draw mostly spoils a good
+    redescription, so ε beyond the prices goes to signal, not to more rounds; the split ∝ the
+    prices, so every price is scaled by the same factor ≥ 1. Given I or K are kept."""
+
+    def cost(i: int) -> float:
+        return i * (prices.pair + prices.check + prices.extend(i))
+
+    if n_initial is None:
+        fits = [i for i in range(1, AUTO_MAX_INITIAL + 1) if cost(i) <= budget]
+        n_initial = max(fits, default=1)
+    if rounds is None:
+        rounds = max(1, min(n_initial, max_rounds))
+    split = _normalised(
+        (
+            n_initial * prices.pair,
+            rounds * prices.extend(n_initial),
+            n_initial * prices.check,
+        )
+    )
+    return n_initial, rounds, split
+
+
+def auto_cs(
+    budget: float,
+    prices: DrawPrices,
+    *,
+    max_tau: int,
+    n_initial: int | None = None,
+    tau: int | None = None,
+) -> tuple[int, int, tuple[float, float, float]]:
+    """(I, τ, split) for SerenadeCS with ``budget`` (issue #12): a chain costs one pair draw, τ
+    extension draws and τ + 1 quality checks at the auto prices; τ = 1 and the most chains (≤ 20)
+    first, then τ grows (≤ ``max_tau``) while those chains still fit; split ∝ the prices. Given
+    I or τ are kept."""
+    ext = prices.extend(1)
+
+    def chain(t: int) -> float:
+        return prices.pair + t * ext + (t + 1) * prices.check
+
+    if n_initial is None:
+        start = 1 if tau is None else tau
+        n_initial = max(1, min(AUTO_MAX_INITIAL, int(budget / chain(start))))
+    if tau is None:
+        fits = [t for t in range(1, max(max_tau, 1) + 1) if n_initial * chain(t) <= budget]
+        tau = max(fits, default=1)
+    split = _normalised(
+        (n_initial * prices.pair, n_initial * tau * ext, n_initial * (tau + 1) * prices.check)
+    )
+    return n_initial, tau, split
+
+
+# -- resolved settings and the plan report --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SerenadeSettings:
+    """What a run uses once the preset has filled in what was not given."""
+
+    preset: Preset
+    epsilon: float  # what the split divides (ε, minus the count under auto)
+    n_initial: int
+    steps: int  # K rounds (ES) or τ (CS)
+    split: tuple[float, float, float]
+    x0: float | None
+    x0_fraction: float | None
+    y0_fraction: float | None
+    count_epsilon: float | None  # None: no row count bought
+    calibration: Calibration
+    #: Auto with a row count: chosen at x0 = fraction of n_max; the run chooses again at the
+    #: fraction of its noisy n̂ (the total ε is the same, the calls may differ).
+    provisional: bool = False
+
+    def centres(self, n_max: int, n_hat: float | None) -> tuple[float, float | None]:
+        """(x0, y0) at the noisy row count ``n_hat`` (None: priced at n_max)."""
+        return _centres(n_max, n_hat, self.x0, self.x0_fraction, self.y0_fraction)
+
+    @property
+    def shares(self) -> tuple[float, float, float]:
+        """(ε_init, ε_ext, ε_qual)."""
+        e_init, e_ext, e_qual = (self.epsilon * share for share in self.split)
+        return e_init, e_ext, e_qual
+
+    def call_epsilon(self, value: float) -> float:
+        """The ε of one call: under "auto" rounded down to a whole nano-ε, so that the server's
+        rounding up to whole pico-ε never lifts the run above ε; "paper" keeps the paper's
+        arithmetic unchanged."""
+        if self.preset == "paper":
+            return value
+        return math.floor(value * _NANO) / _NANO
+
+
+def _centres(
+    n_max: int,
+    n_hat: float | None,
+    x0: float | None,
+    x0_fraction: float | None,
+    y0_fraction: float | None,
+) -> tuple[float, float | None]:
+    """x0 (given, or a fraction of n̂ clamped to [1, fraction·n_max]) and y0 (a fraction of n̂,
+    at most that fraction of n_max); without n̂ the fractions of the public n_max (pricing)."""
+    rows = n_max if n_hat is None else n_hat
+    if x0 is None:
+        assert x0_fraction is not None
+        x0 = min(max(x0_fraction * rows, 1.0), max(x0_fraction * n_max, 1.0))
+    y0 = None if y0_fraction is None else min(y0_fraction * rows, y0_fraction * n_max)
+    return x0, y0
+
+
+@dataclass(frozen=True)
+class DrawSignal:
+    """Signal of one kind of selection draw (issue #12): c = ε_draw·(c per ε), c·R against
+    ln M; ``uniform_like`` when c·R < ln M."""
+
+    operation: str
+    draws: int
+    epsilon: float
+    c: float
+    quality_range: float
+    log_candidates: float
+
+    @property
+    def signal(self) -> float:
+        """c·R: the largest log-weight gap between two candidates."""
+        return self.c * self.quality_range
+
+    @property
+    def uniform_like(self) -> bool:
+        """The draw is close to uniform over its candidates."""
+        return self.signal < self.log_candidates
+
+
+@dataclass(frozen=True)
+class CheckNoise:
+    """Noise of the quality checks: per-cell Laplace scale against the support centre x0."""
+
+    checks: int
+    epsilon: float
+    scale: float
+    x0: float
+
+    @property
+    def noisy(self) -> bool:
+        """The scale is more than x0 / ``NOISY_CHECK_RATIO``."""
+        return self.scale > self.x0 / NOISY_CHECK_RATIO
+
+
+@dataclass(frozen=True)
+class SerenadePlan(Plan):
+    """A Serenade plan: the priced calls, the settings used and the signal report."""
+
+    settings: SerenadeSettings | None = None
+    signals: list[DrawSignal] = field(default_factory=list)
+    check_noise: CheckNoise | None = None
+
+    @property
+    def warnings(self) -> list[str]:
+        """One line per uniform-like draw kind and for noisy quality checks."""
+        lines = [
+            f"{s.operation}: c·R = {s.signal:.2f} < ln(candidates) = {s.log_candidates:.2f}: "
+            "these draws are close to uniform (raise ε or lower I/K/τ)"
+            for s in self.signals
+            if s.uniform_like
+        ]
+        noise = self.check_noise
+        if noise is not None and noise.noisy:
+            lines.append(
+                f"red.compute_quality: noise scale {noise.scale:.3g} per cell is above "
+                f"x0/{NOISY_CHECK_RATIO:g} = {noise.x0 / NOISY_CHECK_RATIO:.3g}: the quality "
+                "checks cannot judge supports near x0"
+            )
+        return lines
+
+    def report(self) -> str:
+        """The signal report as text (one line per draw kind, then the warnings)."""
+        lines = []
+        if self.settings is not None:
+            st = self.settings
+            lines.append(
+                f"preset {st.preset}: I = {st.n_initial}, steps = {st.steps}, split = "
+                f"({', '.join(f'{x:.3f}' for x in st.split)}), calibration {st.calibration}"
+            )
+            if st.provisional:
+                lines.append(
+                    "provisional: priced at x0 = a fraction of n_max; the run chooses I, steps "
+                    "and the split again at the same fraction of its noisy row count (same ε)"
+                )
+        for s in self.signals:
+            flag = "  UNIFORM-LIKE" if s.uniform_like else ""
+            lines.append(
+                f"{s.operation}: {s.draws} draw(s) at ε = {s.epsilon:.4g}: c = {s.c:.3g}, "
+                f"c·R = {s.signal:.2f} vs ln(candidates) = {s.log_candidates:.2f}{flag}"
+            )
+        if self.check_noise is not None:
+            n = self.check_noise
+            lines.append(
+                f"red.compute_quality: {n.checks} check(s) at ε = {n.epsilon:.4g}: noise scale "
+                f"{n.scale:.3g} per cell vs x0 = {n.x0:.4g}"
+            )
+        lines += [f"warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
 
 class SerenadeParameters(TypedDict, total=False):
     """Keyword parameters shared by every Serenade miner (see ``_SerenadeBase``)."""
 
     epsilon: float
-    split: tuple[float, float, float]
-    n_initial: int
+    preset: Preset
+    split: tuple[float, float, float] | None
+    n_initial: int | None
     x0: float | None
     x0_fraction: float | None
-    count_epsilon: float
+    y0_fraction: float | None
+    count_epsilon: float | None
     steepness: float | None
+    calibration: Calibration | None
     options: SerenadeOptions | None
     quality_mode: QualityMode
     quality_function: Literal["serenade", "jaccard"]
@@ -97,94 +505,291 @@ class SerenadeParameters(TypedDict, total=False):
 
 
 class _SerenadeBase(BaseMiner):
-    """Parameters and shared plumbing of the Serenade miners."""
+    """Parameters and shared plumbing of the Serenade miners. ``None`` = chosen by ``preset``
+    (see the module docstring); ``y0_fraction=0`` turns the coverage factor off."""
 
     def __init__(
         self,
         *,
         epsilon: float = 1.0,
-        split: tuple[float, float, float] = (0.6, 0.3, 0.1),
-        n_initial: int = 20,
+        preset: Preset = "auto",
+        split: tuple[float, float, float] | None = None,
+        n_initial: int | None = None,
         x0: float | None = None,
         x0_fraction: float | None = None,
-        count_epsilon: float = 0.05,
+        y0_fraction: float | None = None,
+        count_epsilon: float | None = None,
         steepness: float | None = None,
+        calibration: Calibration | None = None,
         options: SerenadeOptions | None = None,
         quality_mode: QualityMode = "cells",
         quality_function: Literal["serenade", "jaccard"] = "serenade",
         progress: bool = False,
     ) -> None:
         self.epsilon = epsilon
+        self.preset = preset
         self.split = split
         self.n_initial = n_initial
         self.x0 = x0
         self.x0_fraction = x0_fraction
+        self.y0_fraction = y0_fraction
         self.count_epsilon = count_epsilon
         self.steepness = steepness
+        self.calibration = calibration
         self.options = options
         self.quality_mode = quality_mode
         self.quality_function = quality_function
         self.progress = progress
 
+    _steps_name = "rounds"
+
+    def _given_steps(self) -> int | None:
+        value: int | None = getattr(self, self._steps_name)
+        return value
+
     # -- parameters ----------------------------------------------------------------------------
 
     def _check_params(self) -> None:
-        if abs(sum(self.split) - 1.0) > 1e-9 or min(self.split) <= 0:
+        if self.preset not in ("auto", "paper"):
+            raise ParameterError(f"preset must be 'auto' or 'paper', got {self.preset!r}")
+        if not (isinstance(self.epsilon, int | float) and math.isfinite(self.epsilon)) or (
+            self.epsilon <= 0
+        ):
+            raise ParameterError(f"epsilon must be a positive number, got {self.epsilon!r}")
+        if self.split is not None and (abs(sum(self.split) - 1.0) > 1e-9 or min(self.split) <= 0):
             raise ParameterError(
                 f"split must be three positive shares summing to 1, got {self.split}"
             )
-        if (self.x0 is None) == (self.x0_fraction is None):
+        if self.x0 is not None and self.x0_fraction is not None:
             raise ParameterError("give exactly one of x0 (a count) or x0_fraction (of a noisy n)")
-        if self.x0_fraction is not None and not 0 < self.x0_fraction < 1:
-            raise ParameterError("x0_fraction must be in (0, 1)")
-        if self.n_initial < 1:
+        if self.preset == "paper" and self.x0 is None and self.x0_fraction is None:
+            raise ParameterError(
+                "give exactly one of x0 (a count) or x0_fraction (of a noisy n); "
+                "preset='auto' chooses x0_fraction = 0.1 for you"
+            )
+        for name in ("x0_fraction", "y0_fraction"):
+            value = getattr(self, name)
+            low_ok = value is None or (0 < value < 1 if name == "x0_fraction" else 0 <= value < 1)
+            if not low_ok:
+                bounds = "(0, 1)" if name == "x0_fraction" else "[0, 1) (0 = no coverage factor)"
+                raise ParameterError(f"{name} must be in {bounds}, got {value!r}")
+        if self.count_epsilon is not None and not self.count_epsilon > 0:
+            raise ParameterError(f"count_epsilon must be positive, got {self.count_epsilon!r}")
+        if self.n_initial is not None and self.n_initial < 1:
             raise ParameterError("n_initial must be at least 1")
         for name in ("rounds", "tau"):
             value = getattr(self, name, 1)
-            if not isinstance(value, int) or value < 1:
+            if value is not None and (not isinstance(value, int) or value < 1):
                 raise ParameterError(f"{name} must be a whole number of at least 1, got {value!r}")
         if not 0 <= getattr(self, "min_jaccard", 0.0) <= 1:
             raise ParameterError("min_jaccard must be in [0, 1]")
 
-    @property
-    def _shares(self) -> tuple[float, float, float]:
-        e_init, e_ext, e_qual = (self.epsilon * share for share in self.split)
-        return e_init, e_ext, e_qual
+    # -- settings (public quantities only) -----------------------------------------------------
 
-    def _quality(self, x0: float) -> QualityParameters:
-        return QualityParameters(x0=x0, s=self.steepness, function=self.quality_function)
+    def _coverage(self) -> float | None:
+        """The y0 fraction in effect (None: no coverage factor)."""
+        if self.quality_function == "jaccard":
+            return None
+        fraction = self.y0_fraction
+        if fraction is None:
+            fraction = AUTO_Y0_FRACTION if self.preset == "auto" else None
+        return fraction or None
+
+    def _settings(
+        self, dataset: DatasetHandle, n_hat: float | None = None
+    ) -> tuple[SerenadeSettings, DrawPrices | None]:
+        """Fill in what the preset chooses: from ε, the schema, ``serenade.calibrate`` and, once
+        the run has bought it, the noisy row count n̂ (all public)."""
+        self._check_params()
+        calibration: Calibration = self.calibration or (
+            "range" if self.preset == "auto" else "symmetric"
+        )
+        x0_fraction = self.x0_fraction
+        if self.x0 is None and x0_fraction is None:
+            x0_fraction = AUTO_X0_FRACTION  # preset auto (paper refused above)
+        y0_fraction = self._coverage()
+        buys_count = x0_fraction is not None or y0_fraction is not None
+        count: float | None = None
+        epsilon = self.epsilon
+        if buys_count:
+            if self.preset == "paper":
+                count = self.count_epsilon or PAPER_COUNT_EPSILON
+            else:
+                count = self.count_epsilon or (
+                    math.floor(min(AUTO_COUNT_CAP, AUTO_COUNT_SHARE * epsilon) * _NANO) / _NANO
+                )
+                if count >= epsilon:
+                    raise ParameterError(
+                        f"count_epsilon = {count} leaves nothing of epsilon = {epsilon} "
+                        "(under preset 'auto' the row count is part of epsilon)"
+                    )
+                epsilon -= count
+        steps = self._given_steps()
+        if self.preset == "paper":
+            settings = SerenadeSettings(
+                preset="paper",
+                epsilon=epsilon,
+                n_initial=self.n_initial or PAPER_N_INITIAL,
+                steps=steps or self._paper_steps,
+                split=self.split or PAPER_SPLIT,
+                x0=self.x0,
+                x0_fraction=x0_fraction,
+                y0_fraction=y0_fraction,
+                count_epsilon=count,
+                calibration=calibration,
+            )
+            return settings, None
+        schema = dataset.schema
+        x0, y0 = _centres(schema.n_max, n_hat, self.x0, x0_fraction, y0_fraction)
+        prices = DrawPrices(
+            c_per_epsilon=self._c_per_epsilon(dataset, x0, y0, calibration),
+            log_pairs=log_pair_mass(schema, self._options()),
+            log_extend_one=log_extension_mass(schema, self._options()),
+            check=NOISE_RATIO / x0 * (2.0 if self.quality_mode == "paper" else 1.0),
+        )
+        n_initial, steps, split = self._auto(epsilon, prices, steps)
+        settings = SerenadeSettings(
+            preset="auto",
+            epsilon=epsilon,
+            n_initial=n_initial,
+            steps=steps,
+            split=self.split or split,
+            x0=self.x0,
+            x0_fraction=x0_fraction,
+            y0_fraction=y0_fraction,
+            count_epsilon=count,
+            calibration=calibration,
+            provisional=n_hat is None and count is not None,
+        )
+        return settings, prices
+
+    _paper_steps = PAPER_ROUNDS
+
+    def _auto(
+        self, epsilon: float, prices: DrawPrices, steps: int | None
+    ) -> tuple[int, int, tuple[float, float, float]]:
+        options = self._options()
+        return auto_es(
+            epsilon,
+            prices,
+            max_rounds=max(
+                1, (self.n_initial or AUTO_MAX_INITIAL) * 2 * (options.max_literals - 1)
+            ),
+            n_initial=self.n_initial,
+            rounds=steps,
+        )
+
+    def _quality_request(
+        self, x0: float, y0: float | None, calibration: Calibration
+    ) -> QualityParameters:
+        return QualityParameters(
+            x0=x0,
+            s=self.steepness,
+            function=self.quality_function,
+            y0=y0,
+            calibration=calibration,
+        )
+
+    def _c_per_epsilon(
+        self, dataset: DatasetHandle, x0: float, y0: float | None, calibration: Calibration
+    ) -> float:
+        """c per unit ε of the draws: the server's free ``serenade.calibrate`` (public)."""
+        if self.quality_function == "jaccard":
+            up, down = _JACCARD_UP_DOWN
+            return 1.0 / (up + down if calibration == "range" else 2.0 * max(up, down))
+        response = dataset.connection.call(
+            f"/v1/datasets/{dataset.id}/redescriptions/serenade/calibrate",
+            CalibrateRequest(x0=x0, s=self.steepness, y0=y0, calibration=calibration),
+            CalibrateResponse,
+        )
+        if response.c_per_epsilon is not None:
+            return response.c_per_epsilon
+        return 1.0 / (2.0 * response.delta)
 
     def _options(self) -> SerenadeOptions:
         return self.options or SerenadeOptions()
 
+    # -- plan ----------------------------------------------------------------------------------
+
+    def plan(self, dataset: DatasetHandle) -> SerenadePlan:
+        """Price the run (free) and report each draw's signal c·R against ln(candidates)."""
+        settings, prices = self._settings(dataset)
+        calls = self._planned(dataset, settings)
+        schema = dataset.schema
+        x0, y0 = settings.centres(schema.n_max, None)
+        c_unit = (
+            prices.c_per_epsilon
+            if prices is not None
+            else self._c_per_epsilon(dataset, x0, y0, settings.calibration)
+        )
+        signals, noise = self._signals(schema, settings, c_unit, x0)
+        return SerenadePlan(
+            calls=calls,
+            estimate=dataset.estimate(calls),
+            settings=settings,
+            signals=signals,
+            check_noise=noise,
+        )
+
+    def _calls(self, dataset: DatasetHandle) -> list[PlannedCall]:
+        settings, _prices = self._settings(dataset)
+        return self._planned(dataset, settings)
+
+    def _planned(self, dataset: DatasetHandle, settings: SerenadeSettings) -> list[PlannedCall]:
+        raise NotImplementedError
+
+    def _signals(
+        self, schema: DatasetMetadata, st: SerenadeSettings, c_unit: float, x0: float
+    ) -> tuple[list[DrawSignal], CheckNoise]:
+        raise NotImplementedError
+
+    def _check_noise(self, checks: int, epsilon: float, x0: float) -> CheckNoise:
+        scale = (2.0 if self.quality_mode == "paper" else 1.0) / epsilon
+        return CheckNoise(checks=checks, epsilon=epsilon, scale=scale, x0=x0)
+
     # -- calls ---------------------------------------------------------------------------------
 
-    def _prefix_calls(self, schema: DatasetMetadata) -> tuple[list[PlannedCall], float]:
-        """The optional row count and the pricing x0 (costs do not depend on x0)."""
-        if self.x0_fraction is None:
-            assert self.x0 is not None
-            return [], self.x0
-        count = NoisyCountRequest(epsilon=self.count_epsilon)
-        planned = [COUNT_NOISY.plan(count)]
-        return planned, max(self.x0_fraction * schema.n_max, 1.0)
+    def _prefix_calls(self, settings: SerenadeSettings) -> list[PlannedCall]:
+        """The optional row count."""
+        if settings.count_epsilon is None:
+            return []
+        return [COUNT_NOISY.plan(NoisyCountRequest(epsilon=settings.count_epsilon))]
 
-    def _resolve_x0(self, dataset: DatasetHandle, spent: _Spent) -> float:
-        if self.x0 is not None:
-            return self.x0
-        assert self.x0_fraction is not None
-        counted = dataset.count(epsilon=self.count_epsilon)
-        spent.receipts.append(counted.receipt)
-        # Clamped to the fraction of the public n_max, so x0 stays below n_max (post-processing).
-        ceiling = self.x0_fraction * dataset.schema.n_max
-        return min(max(self.x0_fraction * max(counted.count, 1), 1.0), ceiling)
+    def _pricing_quality(self, schema: DatasetMetadata, st: SerenadeSettings) -> QualityParameters:
+        x0, y0 = st.centres(schema.n_max, None)
+        return self._quality_request(x0, y0, st.calibration)
+
+    def _start(self, dataset: DatasetHandle) -> tuple[SerenadeSettings, QualityParameters, _Spent]:
+        """Check the budget, buy the row count if any, and settle the run's settings and x0/y0:
+        fractions of n̂ clamped to the same fractions of the public n_max (post-processing);
+        under "auto" I, K/τ and the split are chosen again at that x0 (same total ε)."""
+        self._check_budget(dataset)
+        settings, _prices = self._settings(dataset)
+        spent = _Spent()
+        n_hat: float | None = None
+        if settings.count_epsilon is not None:
+            counted = dataset.count(epsilon=settings.count_epsilon)
+            spent.receipts.append(counted.receipt)
+            n_hat = float(max(counted.count, 1))
+            if settings.preset == "auto":
+                settings, _prices = self._settings(dataset, n_hat)
+        x0, y0 = settings.centres(dataset.schema.n_max, n_hat)
+        self.x0_ = x0
+        self.y0_ = y0
+        self.settings_ = settings
+        return settings, self._quality_request(x0, y0, settings.calibration), spent
 
     def _initial_pairs(
-        self, dataset: DatasetHandle, x0: float, spent: _Spent
+        self,
+        dataset: DatasetHandle,
+        st: SerenadeSettings,
+        quality: QualityParameters,
+        spent: _Spent,
     ) -> list[Redescription]:
         request = InitialPairsRequest(
-            count=self.n_initial,
-            epsilon=self._shares[0],
-            quality=self._quality(x0),
+            count=st.n_initial,
+            epsilon=st.call_epsilon(st.shares[0]),
+            quality=quality,
             options=self._options(),
         )
         response = dataset.run(request)
@@ -199,14 +804,14 @@ class _SerenadeBase(BaseMiner):
         *,
         mode: Literal["cs", "es"],
         epsilon: float,
-        x0: float,
+        quality: QualityParameters,
         spent: _Spent,
     ) -> ExtendOneResponse:
         request = ExtendOneRequest(
             mode=mode,
             collection=collection,
             epsilon=epsilon,
-            quality=self._quality(x0),
+            quality=quality,
             options=self._options(),
         )
         response = dataset.run(request)
@@ -220,7 +825,9 @@ class _SerenadeBase(BaseMiner):
         request = ComputeQualityRequest(redescription=red, epsilon=epsilon, mode=self.quality_mode)
         response = dataset.run(request)
         spent.receipts.append(response.receipt)
-        return MinedRedescription(red, response.statistics, response.cells)
+        return MinedRedescription(
+            red, response.statistics, response.cells, epsilon=epsilon, mode=response.mode
+        )
 
     # -- results -------------------------------------------------------------------------------
 
@@ -230,46 +837,106 @@ class _SerenadeBase(BaseMiner):
             raise NotMinedError(f"{type(self).__name__} has not mined yet; call mine() first")
         return found
 
-    def displayed(self, min_jaccard: float = 0.3) -> list[MinedRedescription]:
-        """The paper's display filter: noisy J ≥ ``min_jaccard`` (post-processing)."""
+    def displayed(
+        self, min_jaccard: float = 0.3, *, by: Literal["noisy", "lower"] = "noisy"
+    ) -> list[MinedRedescription]:
+        """The paper's display filter, noisy J ≥ ``min_jaccard``, or with ``by="lower"`` the
+        lower end of J's 90 % interval ≥ ``min_jaccard`` (post-processing)."""
+        if by not in ("noisy", "lower"):
+            raise ParameterError(f"by must be 'noisy' or 'lower', got {by!r}")
+        if by == "lower":
+            return [r for r in self._mined() if r.jaccard_interval.low >= min_jaccard]
         return [r for r in self._mined() if r.noisy_jaccard >= min_jaccard]
 
     def to_json(self, path: Path) -> None:
-        """Write the redescriptions (queries, noisy statistics) and the receipts."""
+        """Write the redescriptions (queries, noisy statistics, their 90 % intervals and the
+        noise scale) and the receipts."""
         payload = {
-            "redescriptions": [
-                {
-                    "left": r.left,
-                    "right": r.right,
-                    "query": r.redescription.model_dump(mode="json"),
-                    "noisy_cells": r.cells.model_dump(mode="json", exclude_none=True),
-                    "noisy_statistics": r.statistics.model_dump(mode="json"),
-                }
-                for r in self._mined()
-            ],
+            "redescriptions": [r.to_dict() for r in self._mined()],
             "receipts": [receipt.model_dump(mode="json") for receipt in self.receipts_],
         }
         path.write_text(json.dumps(payload, indent=2) + "\n")
 
     def to_csv(self, path: Path) -> None:
-        """Write one row per redescription with its noisy statistics."""
+        """Write one row per redescription with its noisy statistics and 90 % intervals."""
         with path.open("w", newline="") as handle:
             writer = csv.writer(handle)
-            writer.writerow(
-                ["left", "right", "noisy_support", "noisy_union", "noisy_jaccard", "p_value"]
-            )
+            writer.writerow(CSV_COLUMNS)
             for r in self._mined():
-                stats = r.statistics
-                writer.writerow(
-                    [
-                        r.left,
-                        r.right,
-                        stats.support,
-                        stats.union,
-                        f"{stats.jaccard:.6g}",
-                        "" if stats.p_value is None else f"{stats.p_value:.6g}",
-                    ]
-                )
+                writer.writerow(_csv_row(r))
+
+
+#: Columns of :meth:`_SerenadeBase.to_csv`.
+CSV_COLUMNS = (
+    "left",
+    "right",
+    "noisy_support",
+    "noisy_union",
+    "noisy_jaccard",
+    "p_value",
+    "support_low",
+    "support_high",
+    "jaccard_low",
+    "jaccard_high",
+    "p_value_low",
+    "p_value_high",
+    "noise_scale",
+    "uninformative",
+)
+
+
+def _g(value: float | None) -> str:
+    return "" if value is None else f"{value:.6g}"
+
+
+def _csv_row(r: MinedRedescription) -> list[str | int]:
+    stats, iv = r.statistics, r.intervals
+    p = iv.p_value
+    return [
+        r.left,
+        r.right,
+        stats.support,
+        stats.union,
+        _g(stats.jaccard),
+        _g(stats.p_value),
+        _g(iv.support.low),
+        _g(iv.support.high),
+        _g(iv.jaccard.low),
+        _g(iv.jaccard.high),
+        _g(None if p is None else p.low),
+        _g(None if p is None else p.high),
+        _g(iv.scale),
+        "true" if iv.uninformative else "false",
+    ]
+
+
+def _json_record(r: MinedRedescription) -> dict[str, object]:
+    iv = r.intervals
+    intervals: dict[str, object] = {
+        "level": iv.level,
+        "support": iv.support.as_list(),
+        "union": iv.union.as_list(),
+        "jaccard": iv.jaccard.as_list(),
+    }
+    for name, interval in (
+        ("support_left", iv.support_left),
+        ("support_right", iv.support_right),
+        ("p_value", iv.p_value),
+    ):
+        if interval is not None:
+            intervals[name] = interval.as_list()
+    return {
+        "left": r.left,
+        "right": r.right,
+        "query": r.redescription.model_dump(mode="json"),
+        "noisy_cells": r.cells.model_dump(mode="json", exclude_none=True),
+        "noisy_statistics": r.statistics.model_dump(mode="json"),
+        "epsilon": r.epsilon,
+        "mode": r.mode,
+        "noise_scale": iv.scale,
+        "intervals": intervals,
+        "uninformative": iv.uninformative,
+    }
 
 
 def _placeholder(schema: DatasetMetadata) -> Redescription:
@@ -307,57 +974,91 @@ def _placeholder(schema: DatasetMetadata) -> Redescription:
 class SerenadeES(_SerenadeBase):
     """SerenadeES (Algorithm 2): one collection of I redescriptions, K extension rounds."""
 
-    def __init__(self, *, rounds: int = 80, **parameters: Unpack[SerenadeParameters]) -> None:
+    def __init__(
+        self, *, rounds: int | None = None, **parameters: Unpack[SerenadeParameters]
+    ) -> None:
         super().__init__(**parameters)
         self.rounds = rounds
 
-    def _calls(self, dataset: DatasetHandle) -> list[PlannedCall]:
-        self._check_params()
+    def _planned(self, dataset: DatasetHandle, settings: SerenadeSettings) -> list[PlannedCall]:
         schema = dataset.schema
-        calls, x0 = self._prefix_calls(schema)
-        e_init, e_ext, e_qual = self._shares
-        quality = self._quality(x0)
+        calls = self._prefix_calls(settings)
+        e_init, e_ext, e_qual = settings.shares
+        quality = self._pricing_quality(schema, settings)
+        count, rounds = settings.n_initial, settings.steps
         pairs = InitialPairsRequest(
-            count=self.n_initial, epsilon=e_init, quality=quality, options=self._options()
-        )
-        calls.append(SERENADE_INITIAL_PAIRS.plan(pairs))
-        collection = [_placeholder(schema)] * self.n_initial
-        extend = ExtendOneRequest(
-            mode="es",
-            collection=collection,
-            epsilon=e_ext / self.rounds,
+            count=count,
+            epsilon=settings.call_epsilon(e_init),
             quality=quality,
             options=self._options(),
         )
-        calls += [SERENADE_EXTEND_ONE.plan(extend)] * self.rounds
-        measure = ComputeQualityRequest(
-            redescription=collection[0], epsilon=e_qual / self.n_initial, mode=self.quality_mode
+        calls.append(SERENADE_INITIAL_PAIRS.plan(pairs))
+        collection = [_placeholder(schema)] * count
+        extend = ExtendOneRequest(
+            mode="es",
+            collection=collection,
+            epsilon=settings.call_epsilon(e_ext / rounds),
+            quality=quality,
+            options=self._options(),
         )
-        calls += [RED_COMPUTE_QUALITY.plan(measure)] * self.n_initial
+        calls += [SERENADE_EXTEND_ONE.plan(extend)] * rounds
+        measure = ComputeQualityRequest(
+            redescription=collection[0],
+            epsilon=settings.call_epsilon(e_qual / count),
+            mode=self.quality_mode,
+        )
+        calls += [RED_COMPUTE_QUALITY.plan(measure)] * count
         return calls
+
+    def _signals(
+        self, schema: DatasetMetadata, st: SerenadeSettings, c_unit: float, x0: float
+    ) -> tuple[list[DrawSignal], CheckNoise]:
+        e_init, e_ext, e_qual = st.shares
+        options = self._options()
+        pair_eps = st.call_epsilon(e_init) / st.n_initial
+        ext_eps = st.call_epsilon(e_ext / st.steps)
+        signals = [
+            DrawSignal(
+                SERENADE_INITIAL_PAIRS.name,
+                st.n_initial,
+                pair_eps,
+                pair_eps * c_unit,
+                QUALITY_RANGE,
+                log_pair_mass(schema, options),
+            ),
+            DrawSignal(
+                SERENADE_EXTEND_ONE.name,
+                st.steps,
+                ext_eps,
+                ext_eps * c_unit,
+                QUALITY_RANGE,
+                log_extension_mass(schema, options, st.n_initial),
+            ),
+        ]
+        check = st.call_epsilon(e_qual / st.n_initial)
+        return signals, self._check_noise(st.n_initial, check, x0)
 
     def mine(self, dataset: DatasetHandle) -> SerenadeES:
         """Run the plan (refused up front when the budget cannot cover it)."""
-        self._check_budget(dataset)
-        spent = _Spent()
-        x0 = self._resolve_x0(dataset, spent)
-        _e_init, e_ext, e_qual = self._shares
-        collection = self._initial_pairs(dataset, x0, spent)
-        with self._progress(self.rounds + len(collection), "Serenade ES") as advance:
-            for _ in range(self.rounds):
+        settings, quality, spent = self._start(dataset)
+        _e_init, e_ext, e_qual = settings.shares
+        rounds = settings.steps
+        collection = self._initial_pairs(dataset, settings, quality, spent)
+        with self._progress(rounds + len(collection), "Serenade ES") as advance:
+            for _ in range(rounds):
                 step = self._extend(
                     dataset,
                     collection,
                     mode="es",
-                    epsilon=e_ext / self.rounds,
-                    x0=x0,
+                    epsilon=settings.call_epsilon(e_ext / rounds),
+                    quality=quality,
                     spent=spent,
                 )
                 collection[step.position] = step.redescription
                 advance()
-            results = self._measure_all(dataset, collection, e_qual, spent, advance)
+            check = settings.call_epsilon(e_qual / len(collection))
+            results = self._measure_all(dataset, collection, check, spent, advance)
         self.redescriptions_ = results
-        self.x0_ = x0
         self._spent = spent
         return self
 
@@ -365,13 +1066,13 @@ class SerenadeES(_SerenadeBase):
         self,
         dataset: DatasetHandle,
         collection: list[Redescription],
-        e_qual: float,
+        check: float,
         spent: _Spent,
         advance: Callable[[], None],
     ) -> list[MinedRedescription]:
         results = []
         for red in collection:
-            results.append(self._measure(dataset, red, e_qual / len(collection), spent))
+            results.append(self._measure(dataset, red, check, spent))
             advance()
         return results
 
@@ -379,25 +1080,42 @@ class SerenadeES(_SerenadeBase):
 class SerenadeCS(_SerenadeBase):
     """SerenadeCS (Algorithm 1): each initial pair extended alone for up to τ rounds."""
 
+    _steps_name = "tau"
+    _paper_steps = PAPER_TAU
+
     def __init__(
-        self, *, tau: int = 4, min_jaccard: float = 0.3, **parameters: Unpack[SerenadeParameters]
+        self,
+        *,
+        tau: int | None = None,
+        min_jaccard: float = 0.3,
+        **parameters: Unpack[SerenadeParameters],
     ) -> None:
         super().__init__(**parameters)
         self.tau = tau
         self.min_jaccard = min_jaccard
 
-    def _budgets(self) -> tuple[float, float]:
-        _e_init, e_ext, e_qual = self._shares
-        return e_ext / (self.tau * self.n_initial), e_qual / ((self.tau + 1) * self.n_initial)
+    def _auto(
+        self, epsilon: float, prices: DrawPrices, steps: int | None
+    ) -> tuple[int, int, tuple[float, float, float]]:
+        max_tau = min(AUTO_MAX_TAU, 2 * (self._options().max_literals - 1))
+        return auto_cs(epsilon, prices, max_tau=max_tau, n_initial=self.n_initial, tau=steps)
 
-    def _calls(self, dataset: DatasetHandle) -> list[PlannedCall]:
-        self._check_params()
+    @staticmethod
+    def _budgets(st: SerenadeSettings) -> tuple[float, float]:
+        _e_init, e_ext, e_qual = st.shares
+        tau, count = st.steps, st.n_initial
+        return st.call_epsilon(e_ext / (tau * count)), st.call_epsilon(e_qual / ((tau + 1) * count))
+
+    def _planned(self, dataset: DatasetHandle, settings: SerenadeSettings) -> list[PlannedCall]:
         schema = dataset.schema
-        calls, x0 = self._prefix_calls(schema)
-        e_x, e_q = self._budgets()
-        quality = self._quality(x0)
+        calls = self._prefix_calls(settings)
+        e_x, e_q = self._budgets(settings)
+        quality = self._pricing_quality(schema, settings)
         pairs = InitialPairsRequest(
-            count=self.n_initial, epsilon=self._shares[0], quality=quality, options=self._options()
+            count=settings.n_initial,
+            epsilon=settings.call_epsilon(settings.shares[0]),
+            quality=quality,
+            options=self._options(),
         )
         calls.append(SERENADE_INITIAL_PAIRS.plan(pairs))
         red = _placeholder(schema)
@@ -405,29 +1123,60 @@ class SerenadeCS(_SerenadeBase):
             mode="cs", collection=[red], epsilon=e_x, quality=quality, options=self._options()
         )
         measure = ComputeQualityRequest(redescription=red, epsilon=e_q, mode=self.quality_mode)
-        for _ in range(self.n_initial):
+        for _ in range(settings.n_initial):
             calls.append(RED_COMPUTE_QUALITY.plan(measure))
-            for _ in range(self.tau):
+            for _ in range(settings.steps):
                 calls.append(SERENADE_EXTEND_ONE.plan(extend))
                 calls.append(RED_COMPUTE_QUALITY.plan(measure))
         return calls
 
+    def _signals(
+        self, schema: DatasetMetadata, st: SerenadeSettings, c_unit: float, x0: float
+    ) -> tuple[list[DrawSignal], CheckNoise]:
+        e_x, e_q = self._budgets(st)
+        options = self._options()
+        pair_eps = st.call_epsilon(st.shares[0]) / st.n_initial
+        signals = [
+            DrawSignal(
+                SERENADE_INITIAL_PAIRS.name,
+                st.n_initial,
+                pair_eps,
+                pair_eps * c_unit,
+                QUALITY_RANGE,
+                log_pair_mass(schema, options),
+            ),
+            DrawSignal(
+                SERENADE_EXTEND_ONE.name,
+                st.n_initial * st.steps,
+                e_x,
+                e_x * c_unit,
+                QUALITY_RANGE,
+                log_extension_mass(schema, options, 1),
+            ),
+        ]
+        return signals, self._check_noise(st.n_initial * (st.steps + 1), e_q, x0)
+
     def mine(self, dataset: DatasetHandle) -> SerenadeCS:
         """Run the chains; the plan is an upper bound (chains stop below J_min)."""
-        self._check_budget(dataset)
-        spent = _Spent()
-        x0 = self._resolve_x0(dataset, spent)
-        e_x, e_q = self._budgets()
-        pairs = self._initial_pairs(dataset, x0, spent)
+        settings, quality, spent = self._start(dataset)
+        e_x, e_q = self._budgets(settings)
+        pairs = self._initial_pairs(dataset, settings, quality, spent)
         results: list[MinedRedescription] = []
         with self._progress(len(pairs), "Serenade CS") as advance:
             for start in pairs:
-                found = self._chain(dataset, start, x0=x0, e_x=e_x, e_q=e_q, spent=spent)
+                found = self._chain(
+                    dataset,
+                    start,
+                    steps=settings.steps,
+                    quality=quality,
+                    e_x=e_x,
+                    e_q=e_q,
+                    spent=spent,
+                )
                 if found is not None:
                     results.append(found)
                 advance()
         self.redescriptions_ = results
-        self.x0_ = x0
         self._spent = spent
         return self
 
@@ -436,18 +1185,24 @@ class SerenadeCS(_SerenadeBase):
         dataset: DatasetHandle,
         start: Redescription,
         *,
-        x0: float,
+        steps: int,
+        quality: QualityParameters,
         e_x: float,
         e_q: float,
         spent: _Spent,
     ) -> MinedRedescription | None:
         measured = self._measure(dataset, start, e_q, spent)
         last_good = measured if measured.noisy_jaccard >= self.min_jaccard else None
-        for _ in range(self.tau):
+        for _ in range(steps):
             if measured.noisy_jaccard < self.min_jaccard:
                 break
             step = self._extend(
-                dataset, [measured.redescription], mode="cs", epsilon=e_x, x0=x0, spent=spent
+                dataset,
+                [measured.redescription],
+                mode="cs",
+                epsilon=e_x,
+                quality=quality,
+                spent=spent,
             )
             if step.changed:  # an unchanged chain keeps its noisy J (no new quality call)
                 measured = self._measure(dataset, step.redescription, e_q, spent)
@@ -459,6 +1214,8 @@ class SerenadeCS(_SerenadeBase):
 class NoSens(SerenadeES):
     """The paper's ablation: SerenadeES with plain Jaccard quality (sensitivity 1)."""
 
-    def __init__(self, *, rounds: int = 80, **parameters: Unpack[SerenadeParameters]) -> None:
+    def __init__(
+        self, *, rounds: int | None = None, **parameters: Unpack[SerenadeParameters]
+    ) -> None:
         parameters.setdefault("quality_function", "jaccard")
         super().__init__(rounds=rounds, **parameters)

@@ -5,6 +5,7 @@ and the Serenade operations (§2): calibrate, initial pairs, extend one.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -15,6 +16,8 @@ from dpmine.wire.queries import Redescription
 __all__ = [
     "CalibrateRequest",
     "CalibrateResponse",
+    "Calibration",
+    "CalibrationRow",
     "ComputeQualityRequest",
     "ComputeQualityResponse",
     "ExtendOneRequest",
@@ -93,14 +96,23 @@ class SerenadeOptions(WireModel):
     single_side_or: bool = Field(default=True, description="Disjunctions on one side only.")
     threshold_mode: ThresholdModeRequest = Field(
         default="auto",
-        description="continuous (exact: by rejection while ε/(2Δ) ≤ 8, by enumerating every "
-        "cell pair above, which costs O(V²) per numeric attribute), grid (public grid), or auto "
-        "(continuous while ε/(2Δ) ≤ 8, else grid; decided from public values only).",
+        description="continuous (exact: by rejection while the draw's exponent factor c ≤ 8, "
+        "by enumerating every cell pair above, which costs O(V²) per numeric attribute), grid "
+        "(public grid), or auto (continuous while c ≤ 8, else grid; decided from public values "
+        "only). c = ε/(Δ_up + Δ_down) under the default range calibration, else ε/(2Δ).",
     )
 
 
+#: "range" (§0.8 [REC], default): c = ε/(Δ_up + Δ_down) with the one-sided maxima of the
+#: calibration scan; "symmetric": the paper's c = ε/(2Δ), Δ = max(Δ_up, Δ_down).
+Calibration = Literal["range", "symmetric"]
+
+
 class QualityParameters(WireModel):
-    """Parameters of Serenade's quality Q = J·σ(s(|I| − x0)) (§2.1); both public."""
+    """Public parameters of Serenade's quality (§2.1)
+
+    Q = J·σ(s(E11 − x0)), times the coverage factor σ(s₂(E00 − y0)) when y0 is given.
+    """
 
     x0: float = Field(gt=0, allow_inf_nan=False, description="Minimum-support centre, a count.")
     s: float | None = Field(
@@ -114,23 +126,116 @@ class QualityParameters(WireModel):
         default="serenade",
         description="'jaccard' = plain Jaccard quality with sensitivity 1 (the NoSens ablation).",
     )
+    y0: float | None = Field(
+        default=None,
+        ge=0,
+        allow_inf_nan=False,
+        description="Minimum-uncovered centre, a public count (e.g. a fraction of a noisy n̂): "
+        "adds the coverage factor σ(s₂(E00 − y0)), E00 = rows in neither support (§2.1). "
+        "null = no coverage factor (the paper's quality).",
+    )
+    s2: float | None = Field(
+        default=None,
+        gt=0,
+        le=10,
+        allow_inf_nan=False,
+        description="Steepness s₂ of the coverage factor; null = the same as s (the given or "
+        "line-searched one). Only with y0.",
+    )
+    calibration: Calibration = Field(
+        default="range",
+        description="'range' (default): every draw uses c = ε/(Δ_up + Δ_down), the one-sided "
+        "sensitivities (§0.8); 'symmetric': the paper's c = ε/(2Δ).",
+    )
+
+    @model_validator(mode="after")
+    def _coverage_options(self) -> QualityParameters:
+        if self.s2 is not None and self.y0 is None:
+            raise ValueError("s2 is the steepness of the coverage factor: give y0 too, or drop s2")
+        if self.function == "jaccard" and self.y0 is not None:
+            raise ValueError(
+                "the coverage factor (y0) belongs to the 'serenade' quality; drop y0 or use "
+                "function='serenade'"
+            )
+        return self
 
 
 class CalibrateRequest(WireModel):
-    """Sensitivity of Q for given x0 (and s, or the steepness line search). Free."""
+    """Sensitivity of Q for given x0 (and s, or the steepness line search), optionally with the
+    coverage factor (y0, s₂) and an x0 trade-off table. Free: public inputs only (§2.1)."""
 
     x0: float = Field(gt=0, allow_inf_nan=False)
     s: float | None = Field(default=None, gt=0, le=10, allow_inf_nan=False)
     grid: list[float] | None = Field(default=None, min_length=1, max_length=1000)
+    y0: float | None = Field(
+        default=None,
+        ge=0,
+        allow_inf_nan=False,
+        description="Coverage-factor centre (a count); null = the paper's quality.",
+    )
+    s2: float | None = Field(
+        default=None,
+        gt=0,
+        le=10,
+        allow_inf_nan=False,
+        description="Coverage-factor steepness; null = the same as s. Only with y0.",
+    )
+    calibration: Calibration = Field(
+        default="range",
+        description="Which c the draws use (and the line search minimises the denominator of): "
+        "'range' c = ε/(Δ_up + Δ_down), 'symmetric' c = ε/(2Δ).",
+    )
+    tradeoff_x0: list[float] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=20,
+        description="Further x0 counts (e.g. fractions of a noisy n̂) for the trade-off table: "
+        "Δ and c per unit ε for each, with the same s rule (given s, else line search), y0, s₂.",
+    )
+
+    @model_validator(mode="after")
+    def _coverage_options(self) -> CalibrateRequest:
+        if self.s2 is not None and self.y0 is None:
+            raise ValueError("s2 is the steepness of the coverage factor: give y0 too, or drop s2")
+        for x0 in self.tradeoff_x0 or []:
+            if not (x0 > 0 and math.isfinite(x0)):
+                raise ValueError(f"tradeoff_x0 values must be positive counts, got {x0}")
+        return self
+
+
+class CalibrationRow(WireModel):
+    """Sensitivities and exponent factor of Q for one x0 (§2.1, §0.8)."""
+
+    x0: float
+    s: float = Field(description="Steepness used (given, or the line search's for this x0).")
+    delta: float = Field(description="Symmetric sensitivity Δ = max(Δ_up, Δ_down).")
+    delta_up: float = Field(description="Largest increase of Q when one row is added.")
+    delta_down: float = Field(description="Largest decrease of Q when one row is added.")
+    c_per_epsilon: float = Field(
+        description="Factor of ε in the EM exponent: a draw charged ε weighs candidates by "
+        "exp(ε·c_per_epsilon·Q); 1/(Δ_up + Δ_down) (range) or 1/(2Δ) (symmetric)."
+    )
 
 
 class CalibrateResponse(WireModel):
-    """The steepness used and Δ(s, x0) computed from the public n_max."""
+    """The steepness used and Δ(s, x0) computed from the public n_max; with the one-sided
+    sensitivities, c per unit ε and the x0 trade-off table (empty unless requested)."""
 
     s: float
     delta: float
     x0: float
     n_max: int
+    y0: float | None = None
+    s2: float | None = Field(default=None, description="Coverage steepness used (with y0).")
+    calibration: Calibration = "symmetric"
+    delta_up: float | None = Field(default=None, description="Δ_up (§0.8); null: old server.")
+    delta_down: float | None = Field(default=None, description="Δ_down (§0.8); null: old server.")
+    c_per_epsilon: float | None = Field(
+        default=None, description="Factor of ε in the EM exponent; null: old server."
+    )
+    tradeoff: list[CalibrationRow] = Field(
+        default_factory=list, description="One row per requested tradeoff_x0, in order."
+    )
 
 
 class InitialPairsResponse(WireModel):
@@ -141,6 +246,11 @@ class InitialPairsResponse(WireModel):
     s: float
     delta: float
     receipt: Receipt
+    delta_up: float | None = Field(default=None, description="Δ_up (§0.8); null: old server.")
+    delta_down: float | None = Field(default=None, description="Δ_down (§0.8); null: old server.")
+    c_per_epsilon: float | None = Field(
+        default=None, description="Factor of ε in each draw's exponent (the draws get ε/count)."
+    )
 
 
 class InitialPairsRequest(OperationRequest[InitialPairsResponse]):

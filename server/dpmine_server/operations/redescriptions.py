@@ -41,7 +41,12 @@ from dpmine_server.operations.serenade import (
     initial_pairs,
     parse_side,
 )
-from dpmine_server.operations.serenade_quality import calibrate, sensitivity
+from dpmine_server.operations.serenade_quality import (
+    JACCARD_SENSITIVITY,
+    Calibration,
+    line_search,
+    sensitivities,
+)
 
 __all__ = [
     "OPERATIONS",
@@ -147,22 +152,52 @@ def _run(
 
 
 def quality_parameters(quality: QualityParameters, n_max: int) -> QualityParams:
-    """Public (s, x0, Δ): the given steepness or the line search's, Δ from n_max (§2.1);
-    Δ = 1 for the plain-Jaccard ablation (J jumps from 0 to 1 when one row is added)."""
-    return _quality_parameters(quality.x0, quality.s, quality.function, n_max)
+    """Public (s, x0, Δ_up, Δ_down): the given steepness or the line search's, the one-sided
+    sensitivities from n_max with the coverage factor if y0 is given (§2.1, §0.8); for the
+    plain-Jaccard ablation Δ_up = 1 (J jumps from 0 to 1) and Δ_down = ½. ``calibration``
+    "symmetric" keeps the paper's c = ε/(2Δ)."""
+    return _quality_parameters(
+        quality.x0,
+        quality.s,
+        quality.function,
+        n_max,
+        coverage=(quality.y0, quality.s2),
+        calibration=quality.calibration,
+    )
 
 
 # Keyed by public values only (the request's quality options and n_max): no private data.
 @lru_cache(maxsize=256)
 def _quality_parameters(
-    x0: float, s: float | None, function: Literal["serenade", "jaccard"], n_max: int
+    x0: float,
+    s: float | None,
+    function: Literal["serenade", "jaccard"],
+    n_max: int,
+    *,
+    coverage: tuple[float | None, float | None],
+    calibration: Calibration,
 ) -> QualityParams:
     if x0 >= n_max:
         raise ValueError(f"x0 = {x0} must be below the dataset's public row bound n_max = {n_max}")
+    y0, s2 = coverage
     if function == "jaccard":
-        return QualityParams(s=0.0, x0=x0, delta=1.0, function="jaccard")
-    steepness = s if s is not None else calibrate(x0, n_max)[0]
-    return QualityParams(s=steepness, x0=x0, delta=sensitivity(steepness, x0, n_max))
+        sens = JACCARD_SENSITIVITY
+        steepness = 0.0
+    elif s is None:
+        steepness, sens = line_search(x0, n_max, y0=y0, s2=s2, calibration=calibration)
+    else:
+        steepness, sens = s, sensitivities(s, x0, n_max, y0=y0, s2=s2)
+    ranged = calibration == "range"
+    return QualityParams(
+        s=steepness,
+        x0=x0,
+        delta=sens.symmetric,
+        function=function,
+        y0=y0,
+        s2=None if y0 is None else (steepness if s2 is None else s2),
+        delta_up=sens.up if ranged else None,
+        delta_down=sens.down if ranged else None,
+    )
 
 
 def _rules(options: SerenadeOptions) -> ExtensionRules:
@@ -205,7 +240,15 @@ def _run_pairs(
         mode=mode,
         rng=rng,
     )
-    return {"pairs": pairs, "threshold_mode": mode, "s": params.s, "delta": params.delta}
+    return {
+        "pairs": pairs,
+        "threshold_mode": mode,
+        "s": params.s,
+        "delta": params.delta,
+        "delta_up": params.delta_up,
+        "delta_down": params.delta_down,
+        "c_per_epsilon": params.coefficient(1.0),
+    }
 
 
 def _extend_mode(request: ExtendOneRequest, metadata: DatasetMetadata) -> ThresholdMode:

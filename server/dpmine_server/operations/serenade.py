@@ -1,7 +1,10 @@
 """Serenade's private selections: initial pairs and one extension step (ALGORITHMS.md §2.2–2.4).
 
-Every selection is one exponential-mechanism draw with weight μ(x)·exp(c·Q(x)), c = ε/(2Δ),
-Q the low-sensitivity quality of :mod:`serenade_quality` and μ the data-independent base measure
+Every selection is one exponential-mechanism draw with weight μ(x)·exp(c·Q(x)), with
+c = ε/(Δ_up + Δ_down) (range-calibrated, §0.8: Δ_up and Δ_down are the largest increase and
+decrease of any candidate's Q when one row is added, from the public calibration scan) or the
+paper's c = ε/(2Δ), Q the low-sensitivity quality of :mod:`serenade_quality` (optionally with the
+coverage factor σ(s₂(E00 − y0)), E00 = n − |U|) and μ the data-independent base measure
 of §7: one unit per discrete literal (Boolean, attribute=category), one unit per numeric
 attribute spread over its threshold pairs (§1.4: each bound unbounded with probability ½,
 otherwise uniform on the public range; a ≤ b; not both unbounded), one unit for "leave it
@@ -54,7 +57,8 @@ from dpmine_server.dp.candidates import (
     continuous_cells,
 )
 from dpmine_server.dp.lattice import PublicLattice
-from dpmine_server.operations.serenade_quality import jaccard, quality
+from dpmine_server.dp.mechanisms import OneSided, em_coefficient
+from dpmine_server.operations.serenade_quality import covered_quality, jaccard, quality
 from dpmine_server.operations.serenade_thresholds import (
     interval_counts,
     numeric_rows,
@@ -87,25 +91,41 @@ REJECTION_MAX_EXPONENT = 8.0
 
 @dataclass(frozen=True, slots=True)
 class QualityParams:
-    """Public parameters of Q: steepness s, centre x0 (a count) and sensitivity Δ.
+    """Public parameters of Q: steepness s, centre x0 (a count) and sensitivity Δ; optionally
+    the coverage factor (y0, s₂) and the one-sided sensitivities of §0.8.
 
     ``function="jaccard"`` is the paper's NoSens ablation: Q = J, whose sensitivity is 1.
+    ``delta`` is the symmetric Δ = max(Δ_up, Δ_down); when ``delta_up`` and ``delta_down`` are
+    both set the draws are range-calibrated, c = ε/(Δ_up + Δ_down), else c = ε/(2Δ).
     """
 
     s: float
     x0: float
     delta: float
     function: Literal["serenade", "jaccard"] = "serenade"
+    y0: float | None = None
+    s2: float | None = None
+    delta_up: float | None = None
+    delta_down: float | None = None
 
     def coefficient(self, epsilon: float) -> float:
-        """c = ε/(2Δ), the exponent's factor on Q."""
-        return epsilon / (2.0 * self.delta)
+        """c = ε/(Δ_up + Δ_down) (range-calibrated, §0.8) or ε/(2Δ), the exponent's factor.
+        ε = 0 gives c = 0, the uniform draw over the candidates' base measure: never charged
+        (requests need ε > 0), it is what the candidate-set tests compare with."""
+        if epsilon == 0.0:
+            return 0.0
+        if self.delta_up is not None and self.delta_down is not None:
+            return em_coefficient(epsilon, OneSided(up=self.delta_up, down=self.delta_down))
+        return em_coefficient(epsilon, self.delta)
 
-    def evaluate(self, i: npt.ArrayLike, u: npt.ArrayLike) -> npt.NDArray[np.float64]:
-        """Q for statistics (|I|, |U|), vectorised."""
+    def evaluate(self, i: npt.ArrayLike, u: npt.ArrayLike, n_rows: int) -> npt.NDArray[np.float64]:
+        """Q for statistics (|I|, |U|) on n rows (E00 = n − |U|), vectorised."""
         if self.function == "jaccard":
             return jaccard(i, u)
-        return quality(i, u, s=self.s, x0=self.x0)
+        if self.y0 is None:
+            return quality(i, u, s=self.s, x0=self.x0)
+        s2 = self.s if self.s2 is None else self.s2
+        return covered_quality(i, u, n_rows, s=self.s, x0=self.x0, s2=s2, y0=self.y0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,8 +378,9 @@ class _Candidates:
     """The candidates of one redescription (or of the pair space): explicit blocks and
     continuous families. Position-free, so it can be cached while its redescription stays."""
 
-    def __init__(self, params: QualityParams) -> None:
+    def __init__(self, params: QualityParams, n_rows: int) -> None:
         self.params = params
+        self.n_rows = n_rows  # private; only ever enters Q (E00 = n − |U|)
         self.blocks: list[_Block] = []
         self.families: list[_Family] = []
         self._nbytes: int | None = None
@@ -382,7 +403,7 @@ class _Candidates:
         self, log_mass: npt.ArrayLike, i: npt.ArrayLike, u: npt.ArrayLike, outcomes: _Outcomes
     ) -> None:
         """Explicit candidates with base masses exp(log_mass) and statistics (|I|, |U|)."""
-        q = self.params.evaluate(i, u)
+        q = self.params.evaluate(i, u, self.n_rows)
         mass = np.broadcast_to(np.asarray(log_mass, dtype=np.float64), q.shape)
         self.blocks.append(_Block(np.atleast_1d(mass), np.atleast_1d(q), outcomes))
 
@@ -396,6 +417,7 @@ class _WeightedFamily:
     position: int
     family: _Family
     params: QualityParams
+    n_rows: int
     c: float
 
     @property
@@ -421,7 +443,7 @@ class _WeightedFamily:
         self, cells: ContinuousCells
     ) -> Callable[[npt.NDArray[np.int64]], npt.NDArray[np.float64]]:
         """c·Q of every cell pair from prefix sums of the |I| and |U| row masks (§7)."""
-        family, params, c = self.family, self.params, self.c
+        family, params, c, n_rows = self.family, self.params, self.c, self.n_rows
         terms = family.make.terms()
         i_prefix, u_prefix = cells.prefix(terms.i_rows), cells.prefix(terms.u_rows)
 
@@ -430,7 +452,7 @@ class _WeightedFamily:
             u_rows = cells.selected(u_prefix, lower)
             if family.negated:  # present rows outside [a, b]
                 i_rows, u_rows = i_prefix[-1] - i_rows, u_prefix[-1] - u_rows
-            q = params.evaluate(terms.i_constant + i_rows, terms.u_constant + u_rows)
+            q = params.evaluate(terms.i_constant + i_rows, terms.u_constant + u_rows, n_rows)
             return np.asarray(c * q, dtype=np.float64)
 
         return weights
@@ -444,7 +466,7 @@ class _WeightedFamily:
         )
         rows = numeric_rows(family.column, lower, upper, family.negated)
         red, i, u = family.make.evaluate(literal, rows)
-        return (self.position, red), self.c * float(self.params.evaluate(i, u))
+        return (self.position, red), self.c * float(self.params.evaluate(i, u, self.n_rows))
 
 
 class _Draws:
@@ -458,7 +480,7 @@ class _Draws:
     def __init__(self, groups: Sequence[tuple[int, _Candidates]], *, c: float) -> None:
         self._blocks = [(position, block) for position, group in groups for block in group.blocks]
         families = [
-            _WeightedFamily(position, family, group.params, c)
+            _WeightedFamily(position, family, group.params, group.n_rows, c)
             for position, group in groups
             for family in group.families
         ]
@@ -516,7 +538,7 @@ def _extension_candidates(
         "right": parse_side(red.right, side="right"),
     }
     rows = {"left": store.evaluate(red.left), "right": store.evaluate(red.right)}
-    candidates = _Candidates(params)
+    candidates = _Candidates(params, store.all_rows().count())
     both, either = rows["left"] & rows["right"], rows["left"] | rows["right"]
     candidates.add(0.0, both.count(), either.count(), [red])
     polarities = (False, True) if rules.negations else (False,)
@@ -654,7 +676,7 @@ def _pair_candidates(
 ) -> _Candidates:
     """Every (left literal, right literal) pair of §2.3; numeric right literals as families."""
     metadata = store.metadata
-    candidates = _Candidates(params)
+    candidates = _Candidates(params, store.all_rows().count())
     left_literals, left_masses, left_rows = _left_pair_literals(store, negations=rules.negations)
     if not left_literals:
         raise ValueError("the left view has no attribute that can start an initial pair")
@@ -777,8 +799,9 @@ def initial_pairs(
 ) -> list[Redescription]:
     """``count`` independent EM draws over all literal pairs, ε/count each; ε-DP (§2.3).
 
-    Weight μ·exp(ε/count·Q/(2Δ)) with Q's public sensitivity Δ (from N_max); draws with
-    replacement, so duplicates are possible. Numeric bounds are drawn inside their cells.
+    Weight μ·exp(c·Q), c = (ε/count)/(Δ_up + Δ_down) (range-calibrated, §0.8) or
+    (ε/count)/(2Δ), with Q's public sensitivities (from N_max); draws with replacement, so
+    duplicates are possible. Numeric bounds are drawn inside their cells.
     """
     c = params.coefficient(epsilon / count)
     draws = _Draws([(0, _pair_candidates(store, rules=rules, mode=mode, params=params))], c=c)
@@ -796,7 +819,8 @@ def extend_one(
     rng: np.random.Generator,
 ) -> Outcome:
     """One EM draw over the union of the candidate sets of every redescription of the
-    collection (§2.4; CS mode is a collection of one); ε-DP for Q's sensitivity Δ.
+    collection (§2.4; CS mode is a collection of one); ε-DP for Q's sensitivities (c from
+    :meth:`QualityParams.coefficient`: ε/(Δ_up + Δ_down) or ε/(2Δ), §0.8).
 
     Returns (position, redescription): the chosen candidate, possibly the position's own
     unextended redescription. Candidate sets are cached per redescription (they depend only on
