@@ -870,6 +870,14 @@ BinsOption = Annotated[
 PruneOption = Annotated[
     float | None, typer.Option(help="Show only noisy support I at least this (see --plot)")
 ]
+MaxErrorOption = Annotated[
+    float | None,
+    typer.Option(
+        help="Show only results whose noisy J has standard error at most this (public rule; "
+        "0.07 recommended)",
+        callback=_positive,
+    ),
+]
 OutputsOption = Annotated[
     list[Path] | None,
     typer.Option("--output", help="Write results to .json or .csv (repeatable)"),
@@ -922,8 +930,11 @@ def _run_tree_miner(
     outputs: list[Path] | None,
     plot: Path | None,
     prune: float | None,
+    max_error: float | None = None,
 ) -> None:
-    """Build the miner (``make(progress)``), plan or mine it, then show and write its results."""
+    """Build the miner (``make(progress)``), plan or mine it, then show and write its results
+    (``prune``: noisy support at least this; ``max_error``: standard error of noisy J at most
+    this, the public rule of :meth:`~dpmine.miners.trees._TreeMinerBase.reliable`)."""
     options = _options(ctx)
     for output in outputs or []:
         _check_output(output, (".json", ".csv"))
@@ -955,13 +966,15 @@ def _run_tree_miner(
             miner.save_plot(plot, prune)
         except ImportError as error:
             raise _fail(str(error)) from error
-    found = miner.redescriptions_ if prune is None else miner.pruned(prune)
+    found = miner.redescriptions_ if max_error is None else miner.reliable(max_error)
+    if prune is not None:
+        found = [r for r in found if r.statistics.intersection >= prune]
     table = Table(
         "round",
         "left",
         "right",
         "noisy I",
-        "noisy J",
+        "noisy J ± s.e.",
         "p-value",
         title=f"{type(miner).__name__} redescriptions",
     )
@@ -972,10 +985,12 @@ def _run_tree_miner(
             escape(format_query(red.redescription.left, digits=DISPLAY_DIGITS)),
             escape(format_query(red.redescription.right, digits=DISPLAY_DIGITS)),
             f"{stats.intersection:g}",
-            f"{stats.jaccard:.3f}",
+            f"{stats.jaccard:.3f} ± {red.jaccard_error:.3f}",
             "-" if stats.p_value is None else f"{stats.p_value:.2g}",
         )
-    shown = "" if prune is None else f" ({len(found)} with noisy I ≥ {prune:g})"
+    kept = [f"noisy I ≥ {prune:g}"] if prune is not None else []
+    kept += [f"s.e. of noisy J ≤ {max_error:g}"] if max_error is not None else []
+    shown = f" ({len(found)} with {' and '.join(kept)})" if kept else ""
     table.caption = (
         f"{len(miner.redescriptions_)} redescriptions{shown} from {len(miner.trees_)} tree "
         f"pairs; {len(miner.receipts_)} charged calls, ε spent = {miner.budget_spent_:g}"
@@ -988,6 +1003,7 @@ def _run_tree_miner(
                 "right": r.right,
                 "round": r.round,
                 "noise_scale": r.noise_scale,
+                "noisy_jaccard_error": r.jaccard_error,
                 "noisy_intersection": r.statistics.intersection,
                 "noisy_jaccard": r.statistics.jaccard,
                 "noisy_p_value": r.statistics.p_value,
@@ -1016,6 +1032,7 @@ def mine_alt_expm(
     p_max: PMaxOption = DEFAULT_P_MAX,
     target_bins: BinsOption = None,
     prune: PruneOption = None,
+    max_jaccard_error: MaxErrorOption = None,
     output: OutputsOption = None,
     plot: PlotOption = None,
     plan_only: PlanOption = False,
@@ -1032,7 +1049,7 @@ def mine_alt_expm(
             ),
         )
 
-    _run_tree_miner(ctx, dataset_id, make, plan_only, output, plot, prune)
+    _run_tree_miner(ctx, dataset_id, make, plan_only, output, plot, prune, max_jaccard_error)
 
 
 @mine_app.command("alt-mcmc")
@@ -1052,6 +1069,7 @@ def mine_alt_mcmc(
     p_max: PMaxOption = DEFAULT_P_MAX,
     target_bins: BinsOption = None,
     prune: PruneOption = None,
+    max_jaccard_error: MaxErrorOption = None,
     output: OutputsOption = None,
     plot: PlotOption = None,
     plan_only: PlanOption = False,
@@ -1069,7 +1087,7 @@ def mine_alt_mcmc(
             ),
         )
 
-    _run_tree_miner(ctx, dataset_id, make, plan_only, output, plot, prune)
+    _run_tree_miner(ctx, dataset_id, make, plan_only, output, plot, prune, max_jaccard_error)
 
 
 @mine_app.command("tree-pair")
@@ -1089,6 +1107,7 @@ def mine_tree_pair(
     p_max: PMaxOption = DEFAULT_P_MAX,
     target_bins: BinsOption = None,
     prune: PruneOption = None,
+    max_jaccard_error: MaxErrorOption = None,
     output: OutputsOption = None,
     plot: PlotOption = None,
     plan_only: PlanOption = False,
@@ -1107,7 +1126,7 @@ def mine_tree_pair(
             ),
         )
 
-    _run_tree_miner(ctx, dataset_id, make, plan_only, output, plot, prune)
+    _run_tree_miner(ctx, dataset_id, make, plan_only, output, plot, prune, max_jaccard_error)
 
 
 # --------------------------------------------------------------------------------------------

@@ -27,10 +27,12 @@ from dpmine.wire.queries import AnyLiteral, Expr, Redescription
 
 __all__ = [
     "DEFAULT_MAX_CLAUSES",
+    "DEFAULT_MAX_JACCARD_ERROR",
     "DEFAULT_MAX_SUPPORT_FRACTION",
     "DEFAULT_MIN_JACCARD",
     "DEFAULT_MIN_SUPPORT",
     "DEFAULT_P_MAX",
+    "HasJaccardError",
     "HasNoisyStatistics",
     "LeafCounts",
     "LeafQuery",
@@ -39,13 +41,16 @@ __all__ = [
     "TreeRedescription",
     "active_leaves",
     "clamped_statistics",
+    "consistent_release",
     "derived_counts",
     "extract_redescriptions",
     "is_acceptable",
     "is_tautology",
+    "jaccard_standard_error",
     "leaf_counts",
     "noisy_statistics",
     "prune",
+    "prune_by_precision",
     "render_query",
     "render_redescription",
     "save_support_jaccard_plot",
@@ -59,6 +64,11 @@ DEFAULT_MAX_SUPPORT_FRACTION = 0.8
 #: §3.8 has no universal minimum support: 10 (NPAS, MAMMAL) or 100 (CMS, MIMIC-III); the paper
 #: (App. C.3) calls ≥ 10 the preferable setting when nothing is known about the data size.
 DEFAULT_MIN_SUPPORT = 10.0
+#: Public pruning rule [REC, replaces the analyst-chosen support threshold of §3.7]: keep a
+#: redescription when the standard error of its noisy Jaccard (:func:`jaccard_standard_error`)
+#: is at most this. 0.07 keeps, on mammals at ε = 1, the redescriptions whose noisy J ranks like
+#: the true J (Spearman ≥ 0.9; bench/README.md, trees section).
+DEFAULT_MAX_JACCARD_ERROR = 0.07
 
 _PLOT_EXTRA_HINT = "install the 'plot' extra: pip install 'dpmine[plot]'"
 
@@ -193,6 +203,34 @@ def leaf_counts(
     return LeafCounts(intersections=matrix, left=left, right=right, n_rows=n_rows)
 
 
+def consistent_release(
+    intersections: Sequence[Sequence[float]], left_counts: Sequence[float]
+) -> tuple[tuple[tuple[float, ...], ...], tuple[float, ...]]:
+    """The least-squares estimate of the leaf×leaf matrix from both parts of the release [REC].
+
+    Model: Ĩ[i][j] = M[i][j] + e_ij and ĉ_L[i] = Σ_j M[i][j] + f_i with independent noises of
+    equal variance (both Lap(2/ε_red), §3.6). Row i has b + 1 observations of its b unknowns; the
+    best linear unbiased estimate spreads the row's disagreement evenly over its cells:
+    M̂[i][j] = Ĩ[i][j] + (ĉ_L[i] − Σ_k Ĩ[i][k]) / (b + 1), and ĉ_L is replaced by the row sums of M̂,
+    so that the two parts agree. Every support, intersection and union derived from M̂ then uses
+    both releases, and a left support minus an intersection cancels their common cells: this is
+    what makes noisy J rank like true J.
+
+    Privacy: a fixed function of the released (Ĩ, ĉ_L) and of public shapes, i.e.
+    post-processing of an ε_red-DP release; it reads no data and costs nothing.
+    With missing values (rows in a left leaf but in no right leaf) Σ_j M[i][j] < |leaf_i|, and the
+    estimate moves 1/(b + 1) of that gap into each cell of row i: a heuristic then, as the
+    derived counts of §3.6 already are.
+    """
+    matrix, left = _checked_release(intersections, left_counts)
+    share = 1.0 / (len(matrix[0]) + 1)
+    rows = tuple(
+        tuple(value + (total - math.fsum(row)) * share for value in row)
+        for row, total in zip(matrix, left, strict=True)
+    )
+    return rows, tuple(math.fsum(row) for row in rows)
+
+
 def _checked_release(
     intersections: Sequence[Sequence[float]], left_counts: Sequence[float]
 ) -> tuple[tuple[tuple[float, ...], ...], tuple[float, ...]]:
@@ -268,6 +306,51 @@ def noisy_statistics(counts: LeafCounts, left: LeafQuery, right: LeafQuery) -> N
     )
 
 
+def jaccard_standard_error(
+    red: TreeRedescription,
+    n_left: int,
+    n_right: int,
+    noise_scale: float,
+    *,
+    consistent: bool = True,
+) -> float:
+    """Standard error of a redescription's noisy J from the noise it carries [REC, §3.7 pruning].
+
+    With I the noisy intersection and D = U − I (the cells of A_L×Ā_R and Ā_L×A_R), the delta
+    method gives Var J ≈ (D²·Var I + I²·Var D − 2·I·D·Cov(I, D)) / U⁴. Each released count has
+    variance v = 2·``noise_scale``² (Laplace). With ``consistent`` (the estimate of
+    :func:`consistent_release`, c = b + 1 observations per left row, m = |A_R|): a left row in
+    A_L adds v·m(c − m)/c to Var I, v·(b − m)(m + 1)/c to Var D and −v·m(b − m)/c to the
+    covariance; a left row outside A_L adds v·m(c − m)/c to Var D. Without (the raw §3.6
+    sums): Var I = v·|A_L|·m, Var D = v·(|A_L| + a·m), Cov = −Var I.
+
+    Privacy: a function of the noisy statistics, the public tree shapes, the query and the public
+    noise scale: post-processing, free. A pruning rule on it is a public rule that needs no
+    analyst-chosen, data-size-dependent support threshold.
+    """
+    if not (math.isfinite(noise_scale) and noise_scale >= 0):
+        raise ParameterError(f"noise_scale must be a finite number ≥ 0, not {noise_scale!r}")
+    in_left = len(active_leaves(red.left, n_left))
+    m = len(active_leaves(red.right, n_right))
+    v = 2.0 * noise_scale**2
+    if consistent:
+        c = n_right + 1
+        var_i = v * in_left * m * (c - m) / c
+        var_d = v * (in_left * (n_right - m) * (m + 1) + (n_left - in_left) * m * (c - m)) / c
+        cov = -v * in_left * m * (n_right - m) / c
+    else:
+        var_i = v * in_left * m
+        var_d = v * (in_left + n_left * m)
+        cov = -var_i
+    inter = red.statistics.intersection
+    rest = red.statistics.union - inter
+    union = red.statistics.union
+    if union <= 0:
+        return math.inf
+    variance = (rest**2 * var_i + inter**2 * var_d - 2.0 * inter * rest * cov) / union**4
+    return math.sqrt(max(variance, 0.0))
+
+
 def is_acceptable(
     new: NoisyStatistics, current: NoisyStatistics, *, max_support: float, p_max: float
 ) -> bool:
@@ -312,6 +395,7 @@ def extract_redescriptions(
     min_jaccard: float = DEFAULT_MIN_JACCARD,
     p_max: float = DEFAULT_P_MAX,
     max_clauses: int = DEFAULT_MAX_CLAUSES,
+    consistent: bool = True,
 ) -> list[TreeRedescription]:
     """The client ``extractReds`` of §3.6 on a release (Ĩ, ĉ_L) of ``tree.leaf_counts``.
 
@@ -324,9 +408,12 @@ def extract_redescriptions(
     J ≥ ``min_jaccard``, p ≤ ``p_max``, ``min_supp`` ≤ I ≤ maxSupp, s_L < maxSupp and
     s_R < maxSupp; drop tautologies (:func:`is_tautology` on either side) and duplicates (same
     pair of queries, the first kept). ``min_supp`` defaults to 10 (see
-    :data:`DEFAULT_MIN_SUPPORT`).
+    :data:`DEFAULT_MIN_SUPPORT`). With ``consistent`` (default [REC]) every statistic is computed
+    on :func:`consistent_release` of the release; ``False`` sums the raw release as §3.6 prints.
     """
     _check_parameters(min_supp, max_supp_fraction, min_jaccard, p_max, max_clauses)
+    if consistent:
+        intersections, left_counts = consistent_release(intersections, left_counts)
     counts = leaf_counts(intersections, left_counts)
     max_support = max_supp_fraction * max(counts.n_rows, 0.0)
     results: list[TreeRedescription] = []
@@ -495,6 +582,30 @@ def prune(reds: Iterable[StatisticsT], min_noisy_support: float) -> list[Statist
     if not math.isfinite(min_noisy_support):
         raise ValueError(f"min_noisy_support must be finite, not {min_noisy_support!r}")
     return [red for red in reds if red.statistics.intersection >= min_noisy_support]
+
+
+class HasJaccardError(Protocol):
+    """Anything carrying the standard error of its noisy Jaccard."""
+
+    @property
+    def jaccard_error(self) -> float: ...
+
+
+ErrorT = TypeVar("ErrorT", bound=HasJaccardError)
+
+
+def prune_by_precision(
+    reds: Iterable[ErrorT], max_error: float = DEFAULT_MAX_JACCARD_ERROR
+) -> list[ErrorT]:
+    """Keep the redescriptions whose noisy J has standard error ≤ ``max_error`` [REC, §3.7].
+
+    The public counterpart of :func:`prune`: the error follows from ε (the noise scale), the
+    tree shapes and the noisy counts (:func:`jaccard_standard_error`), so no threshold has to
+    be read off a plot of the results. Post-processing, free.
+    """
+    if not (math.isfinite(max_error) and max_error > 0):
+        raise ParameterError(f"max_error must be a finite number > 0, not {max_error!r}")
+    return [red for red in reds if red.jaccard_error <= max_error]
 
 
 def save_support_jaccard_plot(

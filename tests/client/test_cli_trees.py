@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shlex
 from collections import Counter
 from collections.abc import Iterator
@@ -255,6 +256,25 @@ def test_tree_pair_prune_keeps_exactly_the_large_noisy_supports(
     ]
     assert kept == large
     assert len(kept) == (len(everything) if threshold == "1" else 0)
+
+
+def test_tree_pair_max_jaccard_error_keeps_exactly_the_precise_results(
+    server: LiveServer, account: Account, mushroom: DatasetInfo, tmp_path: Path
+) -> None:
+    """--max-jaccard-error shows the results whose noisy J has at most that standard error
+    (the public pruning rule), and the table prints each noisy J with its error."""
+    json_file = tmp_path / "r.json"
+    command = (
+        f"mine tree-pair {mushroom.id} --epsilon 4 --in-trees 2 --omega 0.5 --depth 2 "
+        f"--iterations 500 --seed 3 --min-support 1 --min-jaccard 0 --p-max 1 "
+        f"--output {json_file} --max-jaccard-error 0.05"
+    )
+    table = _ok(dpmine_cli(server, account.api_key, command))
+    everything = json.loads(json_file.read_text(encoding="utf-8"))["redescriptions"]
+    assert everything
+    precise = [r for r in everything if r["noisy_jaccard_error"] <= 0.05]
+    assert f"({len(precise)} with s.e. of noisy J ≤ 0.05)" in " ".join(table.split())
+    assert len(re.findall(r"\d\.\d{3} ± \d\.\d{3}", table)) == len(precise)
 
 
 # --------------------------------------------------------------------------------------------

@@ -7,27 +7,36 @@ arithmetic); p-values come from scipy's binomial directly (§1.3: P[X ≥ k] = s
 
 from __future__ import annotations
 
+import math
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 from scipy.stats import binom
 
 from dpmine.queries import format_query
 from dpmine.treereds import (
+    DEFAULT_MAX_JACCARD_ERROR,
     LeafQuery,
     NoisyStatistics,
     SignedLeaf,
     TreeRedescription,
     active_leaves,
     clamped_statistics,
+    consistent_release,
     derived_counts,
     extract_redescriptions,
     is_acceptable,
     is_tautology,
+    jaccard_standard_error,
     leaf_counts,
     noisy_statistics,
     prune,
+    prune_by_precision,
     render_query,
     render_redescription,
     save_support_jaccard_plot,
@@ -52,6 +61,14 @@ def q(*disjuncts: tuple[int, bool]) -> LeafQuery:
 
 def key(left: LeafQuery, right: LeafQuery) -> Key:
     return (left.key, right.key)
+
+
+def extract_raw(
+    matrix: Sequence[Sequence[float]], left: Sequence[float], **options: Any
+) -> list[TreeRedescription]:
+    """``extractReds`` summing the raw release as §3.6 prints it: the hand-worked expectations
+    below are on the raw cells."""
+    return extract_redescriptions(matrix, left, consistent=False, **options)
 
 
 def keys(reds: list[TreeRedescription]) -> list[Key]:
@@ -264,7 +281,7 @@ SIGN_LEFT = [400, 300, 300, 300]
 
 
 def test_the_negated_pair_replaces_the_start_when_acceptable() -> None:
-    reds = extract_redescriptions(SIGN_WORLD, SIGN_LEFT, max_clauses=1)
+    reds = extract_raw(SIGN_WORLD, SIGN_LEFT, max_clauses=1)
     found = {red.key: red for red in reds}
     # (+0, +0): s_L 400, s_R 300, I 300, U 400, J 0.75. (−0, +0): I 0. (+0, −0): I 100,
     # U 1300. (−0, −0): A_L = A_R = {1, 2, 3}: s_L 900, s_R 1000, I 900, U 1000, J 0.9 > 0.75,
@@ -285,7 +302,7 @@ DIAGONAL_LEFT = [100, 100, 100]
 
 
 def test_sign_variants_are_tried_in_order_against_the_current() -> None:
-    reds = extract_redescriptions(DIAGONAL, DIAGONAL_LEFT, max_clauses=1)
+    reds = extract_raw(DIAGONAL, DIAGONAL_LEFT, max_clauses=1)
     # Pair (0, 1): (+0, +1) has I = 0. (−0, +1): A_L = {1, 2}: I 100, s_L 200, s_R 100, J 0.5,
     # p tiny: accepted. (+0, −1) also has J = 0.5: not > 0.5, so it does not replace it.
     # (−0, −1): I 100 (cell (2, 2)), U 300, J 1/3: rejected.
@@ -308,10 +325,8 @@ def test_a_pair_above_max_support_is_discarded() -> None:
     # it stays at I = 900: above 0.8·1000 it is discarded, below 0.95·1000 it is kept.
     # s_L = s_R = 900 < 950.
     start = key(q((0, True)), q((0, True)))
-    assert start not in keys(extract_redescriptions(matrix, left, max_clauses=1))
-    assert start in keys(
-        extract_redescriptions(matrix, left, max_clauses=1, max_supp_fraction=0.95)
-    )
+    assert start not in keys(extract_raw(matrix, left, max_clauses=1))
+    assert start in keys(extract_raw(matrix, left, max_clauses=1, max_supp_fraction=0.95))
 
 
 def test_a_variant_within_max_support_rescues_a_pair() -> None:
@@ -320,7 +335,7 @@ def test_a_variant_within_max_support_rescues_a_pair() -> None:
     # Pair (0, 1): (+0, +1) has I = 0; (−0, +1): A_L = {1}, A_R = {1}: I 100, J 1, p tiny: kept.
     # Pair (1, 1): (+1, +1) directly. Pair (1, 0): (+1, +0) has I = 0; (−1, +0) would reach
     # I = 900 > 800, not acceptable; (+1, −0) (A = {1} × {1}, J 1) is.
-    reds = extract_redescriptions(matrix, left, max_clauses=1)
+    reds = extract_raw(matrix, left, max_clauses=1)
     assert set(keys(reds)) == {
         key(q((0, False)), q((1, True))),
         key(q((1, True)), q((0, False))),
@@ -349,7 +364,7 @@ def test_a_discarded_pair_is_not_extended() -> None:
     assert grown.jaccard == pytest.approx(50 / 55)
     assert grown.p_value == pytest.approx(p_at_least(50, 100, 50, 55), rel=1e-9)
     # No other start reaches it (without the discard it does appear, from pair (1, 2)).
-    reds = extract_redescriptions(matrix, left, min_supp=1, p_max=0.5)
+    reds = extract_raw(matrix, left, min_supp=1, p_max=0.5)
     assert key(q((0, True), (1, True)), q((0, True), (2, True))) not in keys(reds)
 
 
@@ -368,8 +383,8 @@ def test_a_support_at_or_above_max_support_is_filtered(
     # acceptable; I 1500 with J 1500/8000 < 0.235. So (+0, +0) stays, with I ≤ maxSupp but one
     # support of 8500: dropped under 0.8·N̂ = 8000, kept under 0.9·N̂ = 9000.
     start = key(q((0, True)), q((0, True)))
-    assert start not in keys(extract_redescriptions(matrix, left, max_clauses=1))
-    kept = extract_redescriptions(matrix, left, max_clauses=1, max_supp_fraction=0.9)
+    assert start not in keys(extract_raw(matrix, left, max_clauses=1))
+    kept = extract_raw(matrix, left, max_clauses=1, max_supp_fraction=0.9)
     red = next(red for red in kept if red.key == start)
     assert red.statistics.intersection == 2000.0
     assert red.statistics.jaccard == pytest.approx(2000 / 8500)
@@ -382,11 +397,11 @@ MERGE_LEFT = [100, 100, 100]
 
 
 def test_an_extension_round_adds_the_disjunct_that_raises_jaccard() -> None:
-    plain = extract_redescriptions(MERGE_WORLD, MERGE_LEFT, max_clauses=1)
+    plain = extract_raw(MERGE_WORLD, MERGE_LEFT, max_clauses=1)
     # Pair (0, 0): (+0, +0): s_L 100, s_R 200, I 100, J 0.5; variants give J 1/3, 0, 0.5.
     simple = next(red for red in plain if red.key == key(q((0, True)), q((0, True))))
     assert simple.statistics.jaccard == pytest.approx(0.5)
-    extended = extract_redescriptions(MERGE_WORLD, MERGE_LEFT)
+    extended = extract_raw(MERGE_WORLD, MERGE_LEFT)
     # Round 1, left: +1 → A_L = {0, 1}: s_L 200, I 200, U 200, J 1 (−2 ties at J 1, later);
     # −1 and ±2 give J 1/3. Right: nothing beats J 1. Round 2: +2 would make A_L all leaves
     # (skipped), −2 gives J 1 again (not >).
@@ -401,7 +416,7 @@ def test_an_extension_round_adds_the_disjunct_that_raises_jaccard() -> None:
 
 
 def test_duplicate_pairs_of_queries_are_dropped() -> None:
-    reds = extract_redescriptions(MERGE_WORLD, MERGE_LEFT)
+    reds = extract_raw(MERGE_WORLD, MERGE_LEFT)
     # Pairs (0, 0) and (1, 0) both grow into {+0, +1} ⟺ +0 (disjuncts in a different order).
     target = key(q((0, True), (1, True)), q((0, True)))
     assert keys(reds).count(target) == 1
@@ -413,7 +428,7 @@ def test_a_tautological_extension_is_skipped() -> None:
     # maxSupp = 400, ĉ_R = (60, 40).
     matrix = [[60, 40], [0, 0], [0, 0]]
     left = [100, 200, 200]
-    reds = extract_redescriptions(matrix, left)
+    reds = extract_raw(matrix, left)
     # Pair (0, 0): (+0, +0): s_L 100, s_R 60, I 60, J 0.6. Adding +1 on the right would give
     # A_R = {0, 1} (every leaf): I 100, U 100, J 1, acceptable, but it is a tautology and is
     # skipped; −1 leaves A_R = {0}. Left extensions lower J (s_L grows, I does not).
@@ -436,7 +451,7 @@ def test_tautologies_are_dropped_at_the_end() -> None:
     assert numbers.support_left < 400
     assert numbers.support_right < 400
     # ... but +0 covers the whole right tree.
-    assert extract_redescriptions(matrix, left) == []
+    assert extract_raw(matrix, left) == []
 
 
 # Two leaves per side, weakly related: N̂ = 20, maxSupp = 16, ĉ_R = (10, 10).
@@ -447,7 +462,7 @@ WEAK_LEFT = [10, 10]
 def test_the_p_value_filter() -> None:
     weak_p = p_at_least(6, 20, 10, 10)  # I = 6, s_L = s_R = 10: about 0.38
     assert 0.01 < weak_p < 0.5
-    lenient = extract_redescriptions(WEAK_WORLD, WEAK_LEFT, min_supp=1, p_max=0.5, max_clauses=1)
+    lenient = extract_raw(WEAK_WORLD, WEAK_LEFT, min_supp=1, p_max=0.5, max_clauses=1)
     # (0, 0), (1, 1): J = 6/14 directly. (0, 1): (+0, +1) has I 4, J 0.25, p ≈ 0.77 ≥ 0.5, so
     # (−0, +1) (A = {1} × {1}, J 6/14) replaces it; (1, 0) likewise becomes (−1, +0).
     assert set(keys(lenient)) == {
@@ -459,13 +474,13 @@ def test_the_p_value_filter() -> None:
     for red in lenient:
         assert red.statistics.jaccard == pytest.approx(6 / 14)
         assert red.statistics.p_value == pytest.approx(weak_p, rel=1e-12)
-    assert extract_redescriptions(WEAK_WORLD, WEAK_LEFT, min_supp=1, max_clauses=1) == []
+    assert extract_raw(WEAK_WORLD, WEAK_LEFT, min_supp=1, max_clauses=1) == []
 
 
 def test_min_support_and_min_jaccard_filters() -> None:
     # In the diagonal world every kept pair has I = 100 and J ∈ {1, 0.5}.
-    assert extract_redescriptions(DIAGONAL, DIAGONAL_LEFT, min_supp=101, max_clauses=1) == []
-    strict = extract_redescriptions(DIAGONAL, DIAGONAL_LEFT, min_jaccard=0.6, max_clauses=1)
+    assert extract_raw(DIAGONAL, DIAGONAL_LEFT, min_supp=101, max_clauses=1) == []
+    strict = extract_raw(DIAGONAL, DIAGONAL_LEFT, min_jaccard=0.6, max_clauses=1)
     assert set(keys(strict)) == {key(q((i, True)), q((i, True))) for i in range(3)}
 
 
@@ -514,6 +529,84 @@ def test_render_redescription() -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# Consistent estimate of the release and the error of noisy J [REC]
+
+
+def test_the_consistent_release_spreads_each_row_gap_over_its_cells() -> None:
+    # row 0: 33 − (10 + 20) = 3 → +1 on each of b + 1 = 3 observations' cells; row 1: −3 → −1
+    matrix, left = consistent_release([[10, 20], [30, 0]], [33, 27])
+    assert matrix == ((11.0, 21.0), (29.0, -1.0))
+    assert left == (32.0, 28.0)
+
+
+def test_a_consistent_release_is_left_as_is() -> None:
+    matrix, left = consistent_release(DIAGONAL, DIAGONAL_LEFT)
+    assert matrix == tuple(tuple(float(v) for v in row) for row in DIAGONAL)
+    assert left == tuple(float(v) for v in DIAGONAL_LEFT)
+
+
+def test_extraction_is_consistent_by_default() -> None:
+    matrix, left = [[90, 12, -3], [8, 70, 5], [-2, 9, 120]], [110, 70, 140]
+    assert extract_redescriptions(matrix, left) == extract_raw(*consistent_release(matrix, left))
+    assert extract_redescriptions(matrix, left) != extract_raw(matrix, left)
+
+
+def test_the_standard_error_by_hand() -> None:
+    # a = b = 2, (+0, +0), scale 1 → v = 2, c = 3, |A_L| = m = 1: Var I = 2·1·2/3 = 4/3,
+    # Var D = 2·(1·1·2 + 1·1·2)/3 = 8/3, Cov = −2·1·1/3 = −2/3; I = 60, D = 40, U = 100:
+    # Var J = (40²·4/3 + 60²·8/3 + 2·60·40·2/3) / 100⁴
+    red = TreeRedescription(q((0, True)), q((0, True)), stats(intersection=60.0))
+    expected = math.sqrt((1600 * 4 / 3 + 3600 * 8 / 3 + 4800 * 2 / 3) / 100**4)
+    assert jaccard_standard_error(red, 2, 2, 1.0) == pytest.approx(expected)
+    # raw sums: Var I = 2·1·1, Var D = 2·(1 + 2·1), Cov = −Var I
+    raw = math.sqrt((1600 * 2 + 3600 * 6 + 4800 * 2) / 100**4)
+    assert jaccard_standard_error(red, 2, 2, 1.0, consistent=False) == pytest.approx(raw)
+    assert jaccard_standard_error(red, 2, 2, 0.0) == 0.0
+    with pytest.raises(ValueError, match="noise_scale"):
+        jaccard_standard_error(red, 2, 2, -1.0)
+
+
+@pytest.mark.parametrize("consistent", [True, False])
+@pytest.mark.parametrize(
+    ("left_query", "right_query"),
+    [(((0, True),), ((0, True),)), (((1, False),), ((2, True), (0, True)))],
+)
+def test_the_standard_error_matches_simulated_laplace_noise(
+    consistent: bool,
+    left_query: tuple[tuple[int, bool], ...],
+    right_query: tuple[tuple[int, bool], ...],
+) -> None:
+    # The delta-method error against the spread of noisy J over 4,000 simulated releases
+    # (Laplace of scale 12 on every cell and left count, as tree.leaf_counts adds).
+    truth = np.array([[300.0, 100.0, 20.0], [100.0, 500.0, 60.0], [30.0, 40.0, 400.0]])
+    sizes = truth.sum(axis=1)
+    rng = np.random.default_rng(7)
+    scale = 12.0
+    left, right = q(*left_query), q(*right_query)
+    draws = []
+    for _ in range(4000):
+        matrix = truth + rng.laplace(0.0, scale, truth.shape)
+        counts = sizes + rng.laplace(0.0, scale, sizes.shape)
+        if consistent:
+            matrix_c, counts_c = consistent_release(matrix.tolist(), counts.tolist())
+        else:
+            matrix_c, counts_c = tuple(map(tuple, matrix.tolist())), tuple(counts.tolist())
+        draws.append(noisy_statistics(leaf_counts(matrix_c, counts_c), left, right).jaccard)
+    exact = TreeRedescription(
+        left, right, noisy_statistics(leaf_counts(truth.tolist(), sizes.tolist()), left, right)
+    )
+    predicted = jaccard_standard_error(exact, 3, 3, scale, consistent=consistent)
+    assert float(np.std(draws)) == pytest.approx(predicted, rel=0.1)
+
+
+def test_the_consistent_estimate_is_the_more_precise() -> None:
+    red = TreeRedescription(q((1, False)), q((2, True)), stats(intersection=60.0))
+    assert jaccard_standard_error(red, 4, 4, 5.0) < jaccard_standard_error(
+        red, 4, 4, 5.0, consistent=False
+    )
+
+
+# --------------------------------------------------------------------------------------------
 # Pruning (§3.7)
 
 
@@ -524,6 +617,20 @@ def test_prune_keeps_supports_at_or_above_the_threshold() -> None:
     ]
     assert prune(reds, 200.0) == reds[2:]
     assert prune(reds, 0.0) == reds
+
+
+@dataclass(frozen=True)
+class _WithError:
+    jaccard_error: float
+
+
+def test_prune_by_precision_keeps_errors_at_or_below_the_bound() -> None:
+    reds = [_WithError(error) for error in (0.02, 0.1, 0.1000001, math.inf)]
+    assert prune_by_precision(reds, 0.1) == reds[:2]
+    assert prune_by_precision(reds) == prune_by_precision(reds, DEFAULT_MAX_JACCARD_ERROR)
+    for bad in (0.0, -1.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match="max_error"):
+            prune_by_precision(reds, bad)
 
 
 def test_the_plot_is_written(tmp_path: Path) -> None:

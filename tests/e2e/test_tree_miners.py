@@ -137,6 +137,10 @@ def test_a_tree_miner_runs_end_to_end(
         assert stats.p_value <= 0.01
         assert red.noise_scale > 0
         assert 0 <= red.round < len(miner.trees_)
+        assert red.jaccard_error >= 0
+    # The public pruning rule keeps exactly the results with a small enough error of noisy J.
+    reliable = miner.reliable(0.2)
+    assert reliable == [red for red in found if red.jaccard_error <= 0.2]
 
     # Exports carry the same results and receipts.
     miner.to_json(tmp_path / "reds.json")

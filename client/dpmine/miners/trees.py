@@ -34,12 +34,15 @@ from dpmine.miners._base import BaseMiner, NotMinedError, _Spent
 from dpmine.queries import format_query
 from dpmine.treereds import (
     DEFAULT_MAX_CLAUSES,
+    DEFAULT_MAX_JACCARD_ERROR,
     DEFAULT_MAX_SUPPORT_FRACTION,
     DEFAULT_MIN_JACCARD,
     DEFAULT_P_MAX,
     NoisyStatistics,
     TreeRedescription,
     extract_redescriptions,
+    jaccard_standard_error,
+    prune_by_precision,
     render_redescription,
     save_support_jaccard_plot,
 )
@@ -89,13 +92,15 @@ DEFAULT_MIN_SUPPORT = 10.0
 @dataclass(frozen=True)
 class MinedTreeRedescription:
     """One redescription: readable queries, noisy statistics (post-processed from noisy leaf
-    counts whose every cell carries Laplace noise of scale ``noise_scale``) and the round that
-    released them."""
+    counts whose every cell carries Laplace noise of scale ``noise_scale``), the standard error
+    of the noisy Jaccard that noise implies (:func:`dpmine.treereds.jaccard_standard_error`) and
+    the round that released them."""
 
     redescription: Redescription
     statistics: NoisyStatistics
     noise_scale: float
     round: int
+    jaccard_error: float
 
     @property
     def left(self) -> str:
@@ -266,7 +271,13 @@ class _TreeMinerBase(BaseMiner):
         right_paths = leaf_paths(right, dataset.schema)
         self.trees_.append((left, right))
         return [
-            self._result_of(red, left_paths, right_paths, noise_scale=2.0 / epsilon)
+            self._result_of(
+                red,
+                left_paths,
+                right_paths,
+                noise_scale=2.0 / epsilon,
+                shape=(left.n_leaves, right.n_leaves),
+            )
             for red in found
         ]
 
@@ -277,12 +288,14 @@ class _TreeMinerBase(BaseMiner):
         right_paths: Sequence[Sequence[AnyLiteral]],
         *,
         noise_scale: float,
+        shape: tuple[int, int],
     ) -> MinedTreeRedescription:
         return MinedTreeRedescription(
             redescription=render_redescription(red, left_paths, right_paths),
             statistics=red.statistics,
             noise_scale=noise_scale,
             round=len(self.trees_) - 1,
+            jaccard_error=jaccard_standard_error(red, *shape, noise_scale),
         )
 
     def _start(self, dataset: DatasetHandle) -> None:
@@ -318,6 +331,13 @@ class _TreeMinerBase(BaseMiner):
         the threshold from :meth:`save_plot`)."""
         return [r for r in self._results() if r.statistics.intersection >= min_noisy_support]
 
+    def reliable(
+        self, max_error: float = DEFAULT_MAX_JACCARD_ERROR
+    ) -> list[MinedTreeRedescription]:
+        """The redescriptions whose noisy Jaccard has standard error ≤ ``max_error``: the public
+        pruning rule [REC] that replaces the plot-read support threshold of §3.7 (free)."""
+        return prune_by_precision(self._results(), max_error)
+
     def save_plot(self, path: Path, threshold: float | None = None) -> Path:
         """Noisy support against noisy Jaccard of every result (needs the ``plot`` extra)."""
         return save_support_jaccard_plot(self._results(), path, threshold)
@@ -329,6 +349,7 @@ class _TreeMinerBase(BaseMiner):
                 "right": r.right,
                 "round": r.round,
                 "noise_scale": r.noise_scale,
+                "noisy_jaccard_error": r.jaccard_error,
                 "noisy_support_left": r.statistics.support_left,
                 "noisy_support_right": r.statistics.support_right,
                 "noisy_intersection": r.statistics.intersection,
