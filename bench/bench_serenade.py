@@ -51,7 +51,8 @@ import tarfile
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -624,15 +625,14 @@ def register_all(server: ServerHandle, prepared: Sequence[PreparedData]) -> str:
     return created.api_key
 
 
-def run_serenade_stage(
-    prepared: Sequence[PreparedData], truths: Mapping[str, HarnessData], config: Config
-) -> SerenadeStage:
-    """Start a server, register the datasets, and run every (dataset, ε, method) ``runs`` times,
-    interleaved (repetition outermost) so that load changes hit every setting alike."""
-    stage = SerenadeStage()
-    started = time.perf_counter()
+@contextmanager
+def registered_server(
+    prepared: Sequence[PreparedData], config: Config, prefix: str
+) -> Iterator[tuple[dpmine.Connection, dict[str, dpmine.DatasetHandle]]]:
+    """A live SQLite server with the datasets registered: the analyst's connection and a handle
+    per dataset (the server's log tail is printed if anything fails)."""
     with (
-        tempfile.TemporaryDirectory(prefix="dpmine-bench-serenade-") as work,
+        tempfile.TemporaryDirectory(prefix=prefix) as work,
         server_for_backend(
             "sqlite",
             Path(work),
@@ -642,16 +642,26 @@ def run_serenade_stage(
         try:
             key = register_all(server, prepared)
             with server.connect(key, timeout=CLIENT_TIMEOUT_S) as connection:
-                handles = {data.key: connection.dataset(data.key) for data in prepared}
-                for data in prepared:
-                    stage.calibrations[data.key] = calibrate(connection, data)
-                    start = time.perf_counter()  # the first data access loads the files
-                    handles[data.key].count(epsilon=WARMUP_EPSILON)
-                    stage.cold_load_s[data.key] = round(time.perf_counter() - start, 3)
-                _run_grid(stage, prepared, handles, truths, config)
+                yield connection, {data.key: connection.dataset(data.key) for data in prepared}
         except BaseException:
             print(f"server log tail:\n{server.log_tail()}", file=sys.stderr)
             raise
+
+
+def run_serenade_stage(
+    prepared: Sequence[PreparedData], truths: Mapping[str, HarnessData], config: Config
+) -> SerenadeStage:
+    """Start a server, register the datasets, and run every (dataset, ε, method) ``runs`` times,
+    interleaved (repetition outermost) so that load changes hit every setting alike."""
+    stage = SerenadeStage()
+    started = time.perf_counter()
+    with registered_server(prepared, config, "dpmine-bench-serenade-") as (connection, handles):
+        for data in prepared:
+            stage.calibrations[data.key] = calibrate(connection, data)
+            start = time.perf_counter()  # the first data access loads the files
+            handles[data.key].count(epsilon=WARMUP_EPSILON)
+            stage.cold_load_s[data.key] = round(time.perf_counter() - start, 3)
+        _run_grid(stage, prepared, handles, truths, config)
     stage.seconds = round(time.perf_counter() - started, 1)
     return stage
 
@@ -1508,37 +1518,24 @@ def run_utility_stage(
     outermost."""
     runs: list[UtilityRun] = []
     total = config.runs * len(prepared) * len(config.epsilons) * len(METHODS) * len(PRESETS)
-    with (
-        tempfile.TemporaryDirectory(prefix="dpmine-bench-serenade-utility-") as work,
-        server_for_backend(
-            "sqlite",
-            Path(work),
-            extra_env=None if config.padding else {"DPMINE_TIMING_PADDING": "false"},
-        ) as server,
-    ):
-        try:
-            key = register_all(server, prepared)
-            with server.connect(key, timeout=CLIENT_TIMEOUT_S) as connection:
-                handles = {data.key: connection.dataset(data.key) for data in prepared}
-                for repetition in range(config.runs):
-                    for data in prepared:
-                        for epsilon in config.epsilons:
-                            for method in METHODS:
-                                for preset in PRESETS:
-                                    run = utility_once(
-                                        handles[data.key],
-                                        data,
-                                        truths[data.key],
-                                        method=method,
-                                        preset=preset,
-                                        epsilon=epsilon,
-                                        repetition=repetition,
-                                    )
-                                    runs.append(run)
-                                    _print_utility_run(run, len(runs), total)
-        except BaseException:
-            print(f"server log tail:\n{server.log_tail()}", file=sys.stderr)
-            raise
+    prefix = "dpmine-bench-serenade-utility-"
+    with registered_server(prepared, config, prefix) as (_connection, handles):
+        for repetition in range(config.runs):
+            for data in prepared:
+                for epsilon in config.epsilons:
+                    for method in METHODS:
+                        for preset in PRESETS:
+                            run = utility_once(
+                                handles[data.key],
+                                data,
+                                truths[data.key],
+                                method=method,
+                                preset=preset,
+                                epsilon=epsilon,
+                                repetition=repetition,
+                            )
+                            runs.append(run)
+                            _print_utility_run(run, len(runs), total)
     return runs
 
 

@@ -87,7 +87,11 @@ def _report_usage_error(error: typer.TyperException) -> int:
 
 
 class _ServerGroup(TyperGroup):
-    """``dpmine-server``: every mistake is reported as one ``error:`` line (exit 2)."""
+    """``dpmine-server``: every mistake is reported as one ``error:`` line (exit 2).
+
+    The client's ``dpmine.cli._DPMineGroup`` does the same for ``dpmine``; this one is kept
+    apart on purpose: importing anything from the ``dpmine`` package loads the client (about
+    1 s), and ``dpmine-server --help`` must answer at once."""
 
     def main(
         self,

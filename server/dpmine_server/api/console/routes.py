@@ -80,17 +80,9 @@ _NOTICES = {
     "grant_revoked": "Grant revoked: the analyst can spend nothing more on that dataset.",
     "disabled": "Principal disabled: its key stopped working.",
 }
-_LEDGER_CSV_COLUMNS = (
-    "id",
-    "dataset_id",
-    "principal",
-    "operation",
-    "epsilon_exact",
-    "guarantee",
-    "status",
-    "created_at",
-    "completed_at",
-    "parameters",
+#: The owner API's ledger columns minus the idempotency keys and the releases themselves.
+_LEDGER_CSV_COLUMNS = tuple(
+    column for column in admin.LEDGER_EXPORT_COLUMNS if column not in {"idempotency_key", "release"}
 )
 _AUDIT_CSV_COLUMNS = ("id", "at", "principal", "action", "target", "details")
 

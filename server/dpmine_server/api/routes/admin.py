@@ -352,7 +352,8 @@ def list_grants(
 
 # -- ledger and audit ------------------------------------------------------------------------
 
-_EXPORT_COLUMNS = (
+#: The columns of the owner API's ledger export (the console's leaves out the last two kinds).
+LEDGER_EXPORT_COLUMNS = (
     "id",
     "dataset_id",
     "principal",
@@ -381,12 +382,12 @@ def export_ledger(
         return entries
     buffer = io.StringIO()
     writer = csv.writer(buffer)
-    writer.writerow(_EXPORT_COLUMNS)
+    writer.writerow(LEDGER_EXPORT_COLUMNS)
     for entry in entries:
         row = entry.model_dump(mode="json")
         writer.writerow(
             json.dumps(row[c]) if c in {"parameters", "release"} else row[c]
-            for c in _EXPORT_COLUMNS
+            for c in LEDGER_EXPORT_COLUMNS
         )
     return PlainTextResponse(buffer.getvalue(), media_type="text/csv")
 
