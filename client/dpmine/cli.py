@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast, get_args
 
 import typer
 from pydantic import BaseModel, ValidationError
@@ -72,6 +72,7 @@ from dpmine.wire import (
     CategoricalAttribute,
     ComputeQualityResponse,
     DatasetMetadata,
+    LeafCountsRelease,
     NumericAttribute,
     Receipt,
     SerenadeOptions,
@@ -878,6 +879,13 @@ MaxErrorOption = Annotated[
         callback=_positive,
     ),
 ]
+LeafReleaseOption = Annotated[
+    str,
+    typer.Option(
+        help="How leaf counts are released: partition (one matrix at scale 1/ε, the default) "
+        "or paper (intersections and left counts at 2/ε each)"
+    ),
+]
 OutputsOption = Annotated[
     list[Path] | None,
     typer.Option("--output", help="Write results to .json or .csv (repeatable)"),
@@ -909,8 +917,12 @@ def _tree_parameters(
     target_bins: int | None,
     seed: int | None,
     progress: bool,
+    leaf_release: str,
 ) -> TreeMinerParameters:
+    if leaf_release not in get_args(LeafCountsRelease):
+        raise _fail("--leaf-release must be 'partition' or 'paper'")
     return TreeMinerParameters(
+        leaf_release=cast(LeafCountsRelease, leaf_release),
         epsilon=epsilon,
         depth=depth,
         min_support=min_support,
@@ -1033,6 +1045,7 @@ def mine_alt_expm(
     target_bins: BinsOption = None,
     prune: PruneOption = None,
     max_jaccard_error: MaxErrorOption = None,
+    leaf_release: LeafReleaseOption = "partition",
     output: OutputsOption = None,
     plot: PlotOption = None,
     plan_only: PlanOption = False,
@@ -1045,7 +1058,15 @@ def mine_alt_expm(
             in_trees=shape[0],
             rm_iterations=shape[1],
             **_tree_parameters(
-                epsilon, depth, min_support, min_jaccard, p_max, target_bins, seed, progress
+                epsilon,
+                depth,
+                min_support,
+                min_jaccard,
+                p_max,
+                target_bins,
+                seed,
+                progress,
+                leaf_release,
             ),
         )
 
@@ -1070,6 +1091,7 @@ def mine_alt_mcmc(
     target_bins: BinsOption = None,
     prune: PruneOption = None,
     max_jaccard_error: MaxErrorOption = None,
+    leaf_release: LeafReleaseOption = "partition",
     output: OutputsOption = None,
     plot: PlotOption = None,
     plan_only: PlanOption = False,
@@ -1083,7 +1105,15 @@ def mine_alt_mcmc(
             rm_iterations=shape[1],
             iterations=iterations,
             **_tree_parameters(
-                epsilon, depth, min_support, min_jaccard, p_max, target_bins, seed, progress
+                epsilon,
+                depth,
+                min_support,
+                min_jaccard,
+                p_max,
+                target_bins,
+                seed,
+                progress,
+                leaf_release,
             ),
         )
 
@@ -1108,6 +1138,7 @@ def mine_tree_pair(
     target_bins: BinsOption = None,
     prune: PruneOption = None,
     max_jaccard_error: MaxErrorOption = None,
+    leaf_release: LeafReleaseOption = "partition",
     output: OutputsOption = None,
     plot: PlotOption = None,
     plan_only: PlanOption = False,
@@ -1122,7 +1153,15 @@ def mine_tree_pair(
             omega=omega,
             iterations=iterations,
             **_tree_parameters(
-                epsilon, depth, min_support, min_jaccard, p_max, target_bins, seed, progress
+                epsilon,
+                depth,
+                min_support,
+                min_jaccard,
+                p_max,
+                target_bins,
+                seed,
+                progress,
+                leaf_release,
             ),
         )
 

@@ -2,9 +2,12 @@
 §3.7): the client ``extractReds`` and the support-based pruning.
 
 The server op ``tree.leaf_counts`` (§3.6) releases, for public trees T_L (leaves 0..a−1) and T_R
-(leaves 0..b−1), a noisy leaf×leaf intersection matrix Ĩ (a×b) and a noisy left-leaf count vector
-ĉ_L (length a). Everything here is post-processing of that release: it reads no data and costs
-no budget. Noisy entries may be fractional or negative; the statistics clamp them (§3.6).
+(leaves 0..b−1), either one noisy (a+1)×(b+1) partition matrix of the rows by (left leaf, right
+leaf), the last row and column holding the rows in no leaf ([REC], the default:
+:func:`partition_counts`), or the paper's noisy leaf×leaf intersection matrix Ĩ (a×b) and noisy
+left-leaf count vector ĉ_L (length a). Everything here is post-processing of that release: it
+reads no data and costs no budget. Noisy entries may be fractional or negative; the statistics
+clamp them (§3.6).
 
 Leaves are numbered from 0 here (row i of Ĩ and entry i of ĉ_L are leaf i); the spec numbers
 them from 1. A query over one tree is a :class:`LeafQuery`, a disjunction of signed leaves: +i is
@@ -18,7 +21,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, NamedTuple, Protocol, TypeVar
+from typing import Literal, NamedTuple, Protocol, TypedDict, TypeVar
 
 from dpmine.errors import ParameterError
 from dpmine.queries import tree_query
@@ -32,6 +35,7 @@ __all__ = [
     "DEFAULT_MIN_JACCARD",
     "DEFAULT_MIN_SUPPORT",
     "DEFAULT_P_MAX",
+    "ExtractOptions",
     "HasJaccardError",
     "HasNoisyStatistics",
     "LeafCounts",
@@ -44,11 +48,13 @@ __all__ = [
     "consistent_release",
     "derived_counts",
     "extract_redescriptions",
+    "extract_redescriptions_from_partition",
     "is_acceptable",
     "is_tautology",
     "jaccard_standard_error",
     "leaf_counts",
     "noisy_statistics",
+    "partition_counts",
     "prune",
     "prune_by_precision",
     "render_query",
@@ -203,6 +209,31 @@ def leaf_counts(
     return LeafCounts(intersections=matrix, left=left, right=right, n_rows=n_rows)
 
 
+def partition_counts(partition: Sequence[Sequence[float]]) -> LeafCounts:
+    """Leaf counts from the ``partition`` release of ``tree.leaf_counts`` [REC, §3.6].
+
+    ``partition`` is (a+1)×(b+1): cell (i, j) for i < a, j < b is leaf i ∩ leaf j; row a holds the
+    rows in no left leaf, column b those in no right leaf. Then Ĩ = the a×b block, ĉ_L[i] = the sum
+    of row i, ĉ_R[j] = the sum of column j and N̂ = the sum of every cell: each support counts its
+    rows once, also when values are missing, and every statistic is a sum of independent cells.
+    """
+    matrix = tuple(tuple(float(value) for value in row) for row in partition)
+    if len(matrix) < 2 or len(matrix[0]) < 2:
+        raise ValueError("a partition matrix has at least two rows and two columns")
+    if any(len(row) != len(matrix[0]) for row in matrix):
+        raise ValueError("the partition matrix must be rectangular")
+    if not all(math.isfinite(value) for row in matrix for value in row):
+        raise ValueError("released counts must be finite")
+    leaf_rows = matrix[:-1]
+    columns = range(len(matrix[0]) - 1)
+    return LeafCounts(
+        intersections=tuple(row[:-1] for row in leaf_rows),
+        left=tuple(math.fsum(row) for row in leaf_rows),
+        right=tuple(math.fsum(row[j] for row in matrix) for j in columns),
+        n_rows=math.fsum(value for row in matrix for value in row),
+    )
+
+
 def consistent_release(
     intersections: Sequence[Sequence[float]], left_counts: Sequence[float]
 ) -> tuple[tuple[tuple[float, ...], ...], tuple[float, ...]]:
@@ -313,6 +344,7 @@ def jaccard_standard_error(
     noise_scale: float,
     *,
     consistent: bool = True,
+    partition: bool = False,
 ) -> float:
     """Standard error of a redescription's noisy J from the noise it carries [REC, §3.7 pruning].
 
@@ -322,7 +354,10 @@ def jaccard_standard_error(
     :func:`consistent_release`, c = b + 1 observations per left row, m = |A_R|): a left row in
     A_L adds v·m(c − m)/c to Var I, v·(b − m)(m + 1)/c to Var D and −v·m(b − m)/c to the
     covariance; a left row outside A_L adds v·m(c − m)/c to Var D. Without (the raw §3.6
-    sums): Var I = v·|A_L|·m, Var D = v·(|A_L| + a·m), Cov = −Var I.
+    sums): Var I = v·|A_L|·m, Var D = v·(|A_L| + a·m), Cov = −Var I. With ``partition`` (the
+    release of :func:`partition_counts`; ``consistent`` is then ignored) I and D are sums of
+    disjoint independent cells: Var I = v·|A_L|·m, Cov = 0 and
+    Var D = v·(|A_L|·(b + 1 − m) + (a + 1 − |A_L|)·m).
 
     Privacy: a function of the noisy statistics, the public tree shapes, the query and the public
     noise scale: post-processing, free. A pruning rule on it is a public rule that needs no
@@ -333,7 +368,11 @@ def jaccard_standard_error(
     in_left = len(active_leaves(red.left, n_left))
     m = len(active_leaves(red.right, n_right))
     v = 2.0 * noise_scale**2
-    if consistent:
+    if partition:
+        var_i = v * in_left * m
+        var_d = v * (in_left * (n_right + 1 - m) + (n_left + 1 - in_left) * m)
+        cov = 0.0
+    elif consistent:
         c = n_right + 1
         var_i = v * in_left * m * (c - m) / c
         var_d = v * (in_left * (n_right - m) * (m + 1) + (n_left - in_left) * m * (c - m)) / c
@@ -386,6 +425,17 @@ class TreeRedescription:
         return (self.left.key, self.right.key)
 
 
+class ExtractOptions(TypedDict, total=False):
+    """The keyword options of :func:`extract_redescriptions` and
+    :func:`extract_redescriptions_from_partition`."""
+
+    min_supp: float
+    max_supp_fraction: float
+    min_jaccard: float
+    p_max: float
+    max_clauses: int
+
+
 def extract_redescriptions(
     intersections: Sequence[Sequence[float]],
     left_counts: Sequence[float],
@@ -414,7 +464,49 @@ def extract_redescriptions(
     _check_parameters(min_supp, max_supp_fraction, min_jaccard, p_max, max_clauses)
     if consistent:
         intersections, left_counts = consistent_release(intersections, left_counts)
-    counts = leaf_counts(intersections, left_counts)
+    return _extract(
+        leaf_counts(intersections, left_counts),
+        min_supp=min_supp,
+        max_supp_fraction=max_supp_fraction,
+        min_jaccard=min_jaccard,
+        p_max=p_max,
+        max_clauses=max_clauses,
+    )
+
+
+def extract_redescriptions_from_partition(
+    partition: Sequence[Sequence[float]],
+    *,
+    min_supp: float = DEFAULT_MIN_SUPPORT,
+    max_supp_fraction: float = DEFAULT_MAX_SUPPORT_FRACTION,
+    min_jaccard: float = DEFAULT_MIN_JACCARD,
+    p_max: float = DEFAULT_P_MAX,
+    max_clauses: int = DEFAULT_MAX_CLAUSES,
+) -> list[TreeRedescription]:
+    """:func:`extract_redescriptions` on the ``partition`` release [REC, §3.6], through
+    :func:`partition_counts`: the same search, filters and tie rules; the release is already
+    consistent, so no estimate is needed."""
+    _check_parameters(min_supp, max_supp_fraction, min_jaccard, p_max, max_clauses)
+    return _extract(
+        partition_counts(partition),
+        min_supp=min_supp,
+        max_supp_fraction=max_supp_fraction,
+        min_jaccard=min_jaccard,
+        p_max=p_max,
+        max_clauses=max_clauses,
+    )
+
+
+def _extract(
+    counts: LeafCounts,
+    *,
+    min_supp: float,
+    max_supp_fraction: float,
+    min_jaccard: float,
+    p_max: float,
+    max_clauses: int,
+) -> list[TreeRedescription]:
+    """The search and filters of §3.6 on checked leaf counts."""
     max_support = max_supp_fraction * max(counts.n_rows, 0.0)
     results: list[TreeRedescription] = []
     seen: set[tuple[frozenset[SignedLeaf], frozenset[SignedLeaf]]] = set()

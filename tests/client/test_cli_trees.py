@@ -201,7 +201,7 @@ def test_alt_expm_writes_json_csv_and_plot_that_agree_with_the_output(
     with csv_file.open(newline="", encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
     assert [(r["left"], r["right"]) for r in rows] == [(r[0], r[1]) for r in in_json]
-    assert [float(r["noise_scale"]) for r in rows] == [1.0] * len(rows)  # 2 / ε_unit
+    assert [float(r["noise_scale"]) for r in rows] == [0.5] * len(rows)  # 1 / ε_unit
     assert plot_file.read_bytes().startswith(b"\x89PNG")
 
 
@@ -227,6 +227,21 @@ def test_alt_mcmc_table_lists_every_redescription_and_the_spend(
         assert _flat(red["right"]) in text
     found = len(written["redescriptions"])
     assert f"{found} redescriptions from 2 tree pairs; 5 charged calls, ε spent = 5" in text
+
+
+def test_leaf_release_paper_prints_the_papers_noise_scale(
+    server: LiveServer, account: Account, mushroom: DatasetInfo
+) -> None:
+    result = dpmine_cli(
+        server,
+        account.api_key,
+        f"--json mine alt-expm {mushroom.id} --epsilon 6 --setting stable --k 2 --depth 2 "
+        "--seed 3 --min-support 1 --min-jaccard 0 --p-max 1 --leaf-release paper",
+    )
+    reds = _json(result)["redescriptions"]
+    assert reds, "expected redescriptions with min support 1, J 0, p 1"
+    # ε_unit = 6 / 6 = 1: each of the paper's two releases has scale 2/ε_unit.
+    assert {r["noise_scale"] for r in reds} == {2.0}
 
 
 @pytest.mark.parametrize("threshold", ["1", "1e9"])
@@ -298,6 +313,7 @@ def test_max_jaccard_error_keeps_exactly_the_precise_results(
         ("tree-pair {ds} --epsilon 1000", "only ε=200 remains; nothing was spent"),
         ("alt-expm no-such-dataset --epsilon 1", "error:"),
         ("tree-pair {ds} --epsilon 1 --depth 99", "too few attributes for a tree of depth 99"),
+        ("alt-mcmc {ds} --epsilon 1 --leaf-release exact", "--leaf-release must be 'partition'"),
     ],
 )
 def test_tree_miner_errors_are_one_line_and_charge_nothing(

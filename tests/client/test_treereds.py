@@ -30,11 +30,13 @@ from dpmine.treereds import (
     consistent_release,
     derived_counts,
     extract_redescriptions,
+    extract_redescriptions_from_partition,
     is_acceptable,
     is_tautology,
     jaccard_standard_error,
     leaf_counts,
     noisy_statistics,
+    partition_counts,
     prune,
     prune_by_precision,
     render_query,
@@ -603,6 +605,103 @@ def test_the_consistent_estimate_is_the_more_precise() -> None:
     red = TreeRedescription(q((1, False)), q((2, True)), stats(intersection=60.0))
     assert jaccard_standard_error(red, 4, 4, 5.0) < jaccard_standard_error(
         red, 4, 4, 5.0, consistent=False
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The partition release [REC, §3.6]
+
+#: 2 left leaves × 3 right leaves, plus the rows in no left leaf (last row) and in no right leaf
+#: (last column).
+PARTITION = [[90, 10, 5, 4], [8, 70, 12, 6], [3, 2, 1, 9]]
+
+
+def test_partition_counts_take_every_row_once() -> None:
+    counts = partition_counts(PARTITION)
+    assert counts.intersections == ((90.0, 10.0, 5.0), (8.0, 70.0, 12.0))
+    assert counts.left == (109.0, 96.0)  # 90 + 10 + 5 + 4, 8 + 70 + 12 + 6
+    assert counts.right == (101.0, 82.0, 18.0)  # column sums over all three rows
+    assert counts.n_rows == 220.0  # every cell
+    # (+0, +0): s_L = 109, s_R = 101, I = 90, U = 120
+    stats_00 = noisy_statistics(counts, q((0, True)), q((0, True)))
+    assert (stats_00.intersection, stats_00.union) == (90.0, 120.0)
+    assert stats_00.jaccard == pytest.approx(0.75)
+
+
+@pytest.mark.parametrize(
+    ("partition", "message"),
+    [
+        ([[1, 2, 3]], "at least two rows"),
+        ([[1, 2], [3]], "rectangular"),
+        ([[1, 2], [3, math.nan]], "finite"),
+    ],
+)
+def test_partition_counts_refuse_malformed_releases(partition: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        partition_counts(partition)
+
+
+def test_extraction_from_a_partition_searches_its_leaf_counts() -> None:
+    found = extract_redescriptions_from_partition(PARTITION, min_supp=1, p_max=1.0)
+    # Pair (0, 0) keeps (+0, +0), J = 90/120; pair (1, 1) moves to (−1, −1) = {0} × {0, 2}:
+    # I = 95, s_L = 109, s_R = 119, U = 133, J = 95/133 = 0.714, above (+1, +1)'s 70/(96 + 82 − 70).
+    assert (found[0].left, found[0].right) == (q((0, True)), q((0, True)))
+    assert found[0].statistics.jaccard == pytest.approx(0.75)
+    assert (q((1, False)).key, q((1, False)).key) in [red.key for red in found]
+    assert max(red.statistics.jaccard for red in found) == pytest.approx(0.75)
+    # The same search as on the paper's release with these derived counts (no estimate needed).
+    counts = partition_counts(PARTITION)
+    for red in found:
+        assert red.statistics == noisy_statistics(counts, red.left, red.right)
+    with pytest.raises(ValueError, match="p_max"):
+        extract_redescriptions_from_partition(PARTITION, p_max=0.0)
+
+
+def test_the_partition_standard_error_by_hand() -> None:
+    # a = b = 2, (+0, +0), scale 1 → v = 2, |A_L| = m = 1: Var I = 2·1·1 = 2,
+    # Var D = 2·(1·(3 − 1) + (3 − 1)·1) = 8, Cov = 0; I = 60, D = 40, U = 100.
+    red = TreeRedescription(q((0, True)), q((0, True)), stats(intersection=60.0))
+    expected = math.sqrt((1600 * 2 + 3600 * 8) / 100**4)
+    assert jaccard_standard_error(red, 2, 2, 1.0, partition=True) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("left_query", "right_query"),
+    [(((0, True),), ((0, True),)), (((1, False),), ((2, True), (0, True)))],
+)
+def test_the_partition_standard_error_matches_simulated_laplace_noise(
+    left_query: tuple[tuple[int, bool], ...], right_query: tuple[tuple[int, bool], ...]
+) -> None:
+    # 3 × 3 leaves and the rows outside them; Laplace of scale 6 on every cell (1/ε, ε = 1/6).
+    truth = np.array(
+        [
+            [300.0, 100.0, 20.0, 15.0],
+            [100.0, 500.0, 60.0, 10.0],
+            [30.0, 40.0, 400.0, 25.0],
+            [12.0, 8.0, 20.0, 5.0],
+        ]
+    )
+    rng = np.random.default_rng(11)
+    scale = 6.0
+    left, right = q(*left_query), q(*right_query)
+    draws = [
+        noisy_statistics(
+            partition_counts((truth + rng.laplace(0.0, scale, truth.shape)).tolist()), left, right
+        ).jaccard
+        for _ in range(4000)
+    ]
+    exact = TreeRedescription(
+        left, right, noisy_statistics(partition_counts(truth.tolist()), left, right)
+    )
+    predicted = jaccard_standard_error(exact, 3, 3, scale, partition=True)
+    assert float(np.std(draws)) == pytest.approx(predicted, rel=0.1)
+
+
+def test_the_partition_at_epsilon_beats_the_consistent_paper_release_at_epsilon() -> None:
+    # Same ε: the partition has scale 1/ε, each paper release 2/ε.
+    red = TreeRedescription(q((1, False)), q((2, True)), stats(intersection=60.0))
+    assert jaccard_standard_error(red, 4, 4, 5.0, partition=True) < jaccard_standard_error(
+        red, 4, 4, 10.0
     )
 
 

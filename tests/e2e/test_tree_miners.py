@@ -18,14 +18,14 @@ import dpmine
 from dpmine.miners import AltExpM, AltMCMC, MCMCTreePair
 from dpmine.miners.trees import _TreeMinerBase
 from dpmine.queries import parse_query
-from dpmine.treereds import extract_redescriptions
-from dpmine.wire import DecisionTree
+from dpmine.treereds import extract_redescriptions_from_partition
+from dpmine.wire import DecisionTree, LeafCountsResponse
 from support.datasets import Row, mushroom_rows, register_mushroom
 from support.servers import Account
 
 EPSILON = 20.0  # large, so that the checks below have a tight noise band
 PAIR_EPSILON = 200.0
-#: |discrete Laplace| of scale ≤ 2/ε_unit ≤ 0.9 exceeds 40 with probability < e^-44.
+#: |discrete Laplace| of scale ≤ 1/ε_unit ≤ 0.45 exceeds 40 with probability < e^-44.
 NOISE_BAND = 40
 
 
@@ -42,16 +42,18 @@ def _leaf_of(tree: DecisionTree, row: Row) -> int | None:
     return leaf
 
 
-def _exact_counts(left: DecisionTree, right: DecisionTree) -> tuple[list[list[int]], list[int]]:
-    matrix = [[0] * right.n_leaves for _ in range(left.n_leaves)]
-    left_counts = [0] * left.n_leaves
+def _exact_partition(left: DecisionTree, right: DecisionTree) -> list[list[int]]:
+    """The (a + 1) × (b + 1) partition by (left leaf, right leaf); last row/column: no leaf."""
+    partition = [[0] * (right.n_leaves + 1) for _ in range(left.n_leaves + 1)]
     for row in mushroom_rows():
         i, j = _leaf_of(left, row), _leaf_of(right, row)
-        if i is not None:
-            left_counts[i] += 1
-            if j is not None:
-                matrix[i][j] += 1
-    return matrix, left_counts
+        partition[left.n_leaves if i is None else i][right.n_leaves if j is None else j] += 1
+    return partition
+
+
+def _partition_of(counts: LeafCountsResponse) -> list[list[int]]:
+    assert counts.partition is not None, "the miners ask for the partition release by default"
+    return counts.partition
 
 
 MINERS: dict[str, Callable[[], _TreeMinerBase]] = {
@@ -100,19 +102,20 @@ def test_a_tree_miner_runs_end_to_end(
     assert len(miner.trees_) == len(miner.leaf_counts_) >= 2
     for (left, right), released in zip(miner.trees_, miner.leaf_counts_, strict=True):
         assert (left.view, right.view, left.depth, right.depth) == ("left", "right", 2, 2)
-        matrix, left_counts = _exact_counts(left, right)
-        for noisy_row, exact_row in zip(released.intersections, matrix, strict=True):
+        exact_partition = _exact_partition(left, right)
+        assert sum(map(sum, exact_partition)) == len(mushroom_rows())
+        for noisy_row, exact_row in zip(_partition_of(released), exact_partition, strict=True):
             for noisy, exact in zip(noisy_row, exact_row, strict=True):
                 assert abs(noisy - exact) <= NOISE_BAND
-        for noisy, exact in zip(released.left_counts, left_counts, strict=True):
-            assert abs(noisy - exact) <= NOISE_BAND
+        # The paper's fields are the partition's leaf block and its row sums.
+        assert released.intersections == [row[:-1] for row in _partition_of(released)[:-1]]
+        assert released.left_counts == [sum(row) for row in _partition_of(released)[:-1]]
 
     # Redescriptions: the client's extractReds on the released counts, nothing else.
     found = miner.redescriptions_
     extracted = [
-        extract_redescriptions(
-            counts.intersections,
-            counts.left_counts,
+        extract_redescriptions_from_partition(
+            _partition_of(counts),
             min_supp=miner.min_support,
             max_supp_fraction=miner.max_support_fraction,
             min_jaccard=miner.min_jaccard,

@@ -44,6 +44,7 @@ from dpmine_server.operations.tree_kernels import (
     SplitSpace,
     _node_split,
     exact_leaf_counts,
+    exact_partition_counts,
     grow_tree_expmech,
     make_target,
     tree_leaves,
@@ -327,28 +328,71 @@ def test_exact_leaf_counts_by_hand() -> None:
     assert sizes.tolist() == [left.count(leaf) for leaf in range(4)]
 
 
-def test_leaf_counts_are_integers_centred_on_the_exact_counts() -> None:
+def test_exact_partition_by_hand_puts_rows_outside_every_leaf_in_the_last_row_and_column() -> None:
+    partition = exact_partition_counts(_store(), LEFT_TREE, RIGHT_TREE)
+    left = [_reference_leaf(LEFT_TREE, row) for row in range(ROWS)]
+    right = [_reference_leaf(RIGHT_TREE, row) for row in range(ROWS)]
+    expected = np.zeros((5, 5), dtype=np.int64)
+    for i, j in zip(left, right, strict=True):
+        expected[i if i >= 0 else 4, j if j >= 0 else 4] += 1
+    assert partition.tolist() == expected.tolist()
+    assert partition.sum() == ROWS
+    assert expected[4].sum() + expected[:, 4].sum() > 0  # the data has rows outside a leaf
+
+
+def _discrete_laplace_variance(scale: float) -> float:
+    return 2 * math.exp(-1.0 / scale) / (1 - math.exp(-1.0 / scale)) ** 2
+
+
+def _assert_centred(samples: list[Any], truth: npt.NDArray[np.int64], scale: float) -> None:
+    """Mean within 5 sigma of the truth, spread within 20 % of the discrete Laplace variance."""
+    variance = _discrete_laplace_variance(scale)
+    band = Z * math.sqrt(variance / len(samples))
+    assert np.abs(np.mean(samples, axis=0) - truth).max() < band
+    spread = np.var(np.asarray(samples) - truth)
+    assert 0.8 * variance < spread < 1.25 * variance
+
+
+def test_paper_leaf_counts_are_integers_centred_on_the_exact_counts() -> None:
     spec = CATALOG["tree.leaf_counts"]
-    request = LeafCountsRequest(left_tree=LEFT_TREE, right_tree=RIGHT_TREE, epsilon=2.0)
+    request = LeafCountsRequest(
+        left_tree=LEFT_TREE, right_tree=RIGHT_TREE, epsilon=2.0, release="paper"
+    )
     store = _store()
     cost = spec.cost(request)
     assert cost == Epsilon.charge(2.0)
     intersections, sizes = exact_leaf_counts(store, LEFT_TREE, RIGHT_TREE)
-    runs = 2_000
     matrices, vectors = [], []
-    for _ in range(runs):
+    for _ in range(2_000):
         fields = spec.run(store, request, cost, seeded_generator(1), no_progress)
         assert all(isinstance(v, int) for row in fields["intersections"] for v in row)
         assert all(isinstance(v, int) for v in fields["left_counts"])
+        assert "partition" not in fields
         matrices.append(fields["intersections"])
         vectors.append(fields["left_counts"])
-    # Scale 2/ε = 1 per cell: variance 2e^{-1}/(1 − e^{-1})².
-    variance = 2 * math.exp(-1.0) / (1 - math.exp(-1.0)) ** 2
-    band = Z * math.sqrt(variance / runs)
-    assert np.abs(np.mean(matrices, axis=0) - intersections).max() < band
-    assert np.abs(np.mean(vectors, axis=0) - sizes).max() < band
-    spread = np.var(np.asarray(matrices) - intersections)
-    assert 0.8 * variance < spread < 1.25 * variance
+    _assert_centred(matrices, intersections, scale=2 / 2.0)  # ε/2 per release
+    _assert_centred(vectors, sizes, scale=2 / 2.0)
+
+
+def test_partition_leaf_counts_are_one_release_at_scale_one_over_epsilon() -> None:
+    spec = CATALOG["tree.leaf_counts"]
+    request = LeafCountsRequest(left_tree=LEFT_TREE, right_tree=RIGHT_TREE, epsilon=2.0)
+    assert request.release == "partition"  # the default
+    store = _store()
+    cost = spec.cost(request)
+    assert cost == Epsilon.charge(2.0)  # the same charge as the paper's two releases
+    truth = exact_partition_counts(store, LEFT_TREE, RIGHT_TREE)
+    partitions = []
+    for _ in range(2_000):
+        fields = spec.run(store, request, cost, seeded_generator(1), no_progress)
+        partition = np.asarray(fields["partition"])
+        assert partition.dtype == np.int64
+        assert partition.shape == (5, 5)
+        # The paper's fields are the partition's a × b block and its row sums.
+        assert fields["intersections"] == partition[:4, :4].tolist()
+        assert fields["left_counts"] == partition[:4].sum(axis=1).tolist()
+        partitions.append(partition)
+    _assert_centred(partitions, truth, scale=1 / 2.0)
 
 
 # --------------------------------------------------------------------------------------------

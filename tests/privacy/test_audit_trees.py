@@ -15,7 +15,10 @@ against the charged ε = 1 (alpha = 1e-5). Each has a broken variant that the au
   (marked slow: 16,000 chains).
 * ``tree.leaf_counts``: the added row falls in leaf 0 of both trees, so it moves one cell of the
   intersection matrix and one left count; the joint audit of those two releases passes at ε,
-  the broken variant (a tenth of the noise scale) is flagged.
+  the broken variant (a tenth of the noise scale) is flagged. That is the ``paper`` release; the
+  default ``partition`` release (one (a + 1) × (b + 1) matrix at scale 1/ε) is audited twice, with
+  the added row in a leaf of both trees and with the row outside every left leaf (a missing
+  value), each with its broken variant (a tenth of the scale).
 
 The expmech draws come from seeded generators (reproducible); the counts from OpenDP's
 unseedable sampler.
@@ -52,6 +55,7 @@ from dpmine_server.operations.base import no_progress
 from dpmine_server.operations.tree_kernels import (
     SplitSpace,
     exact_leaf_counts,
+    exact_partition_counts,
     grow_tree_expmech,
     make_target,
 )
@@ -311,8 +315,10 @@ def _count_audit(release: Callable[[ColumnStore], dict[str, Any]]) -> AuditResul
     )
 
 
-def test_leaf_counts_pass_the_joint_audit() -> None:
-    request = LeafCountsRequest(left_tree=LEFT_TREE, right_tree=RIGHT_TREE, epsilon=EPSILON)
+def test_paper_leaf_counts_pass_the_joint_audit() -> None:
+    request = LeafCountsRequest(
+        left_tree=LEFT_TREE, right_tree=RIGHT_TREE, epsilon=EPSILON, release="paper"
+    )
     spec = CATALOG["tree.leaf_counts"]
     cost = spec.cost(request)
     assert cost == CHARGE
@@ -333,6 +339,83 @@ def test_audit_flags_leaf_counts_with_a_tenth_of_the_scale() -> None:
         }
 
     assert_audit_flags(_count_audit(broken), EPSILON)
+
+
+# --------------------------------------------------------------------------------------------
+# tree.leaf_counts, release "partition" [REC, §3.6]: one (a + 1) × (b + 1) matrix at scale 1/ε.
+# Two regimes: the added row lands in a leaf of both trees (cell (0, 1)), or misses the left
+# tree's split attribute and lands in the last row (cell (2, 0)). Each audit observes the cell
+# the row lands in and the corner cell (2, 2) exactly (clipped only to ±WINDOW); the broken
+# variant uses a tenth of the scale.
+
+#: A row with p missing (so in no left leaf) and t = 1 (right leaf 0).
+ADDED_MISSING: Row = (None, 1, 0.5, 1)
+
+
+def _landing_cell(added: Row) -> tuple[int, int]:
+    before = exact_partition_counts(_store(BASE_ROWS), LEFT_TREE, RIGHT_TREE)
+    after = exact_partition_counts(_store((*BASE_ROWS, added)), LEFT_TREE, RIGHT_TREE)
+    moved = np.argwhere(after - before)
+    assert moved.tolist() == [list(moved[0])]  # exactly one cell moves, by one row
+    assert int((after - before).sum()) == 1
+    return int(moved[0][0]), int(moved[0][1])
+
+
+def test_an_added_row_moves_exactly_one_partition_cell() -> None:
+    assert _landing_cell(ADDED) == (0, 1)
+    assert _landing_cell(ADDED_MISSING) == (2, 0)
+
+
+def _partition_audit(
+    added: Row, release: Callable[[ColumnStore], npt.NDArray[np.int64]]
+) -> AuditResult:
+    cells = [_landing_cell(added), (2, 2)]
+    truth = exact_partition_counts(_store(BASE_ROWS), LEFT_TREE, RIGHT_TREE)
+
+    def observed(store: ColumnStore) -> list[Hashable]:
+        outputs: list[Hashable] = []
+        for _ in range(COUNT_SAMPLES):
+            partition = release(store) - truth
+            pair = np.array([partition[cell] for cell in cells])
+            outputs.append(tuple(np.clip(pair, -WINDOW, WINDOW).tolist()))
+        return outputs
+
+    grid = itertools.product(range(-WINDOW, WINDOW + 1), repeat=2)
+    ordered: list[tuple[int, ...]] = sorted(grid, key=lambda pair: (sum(pair), pair))
+    return audit_categorical(
+        observed(_store(BASE_ROWS)),
+        observed(_store((*BASE_ROWS, added))),
+        categories=list(ordered),
+        alpha=ALPHA,
+    )
+
+
+def _partition_operation(store: ColumnStore) -> npt.NDArray[np.int64]:
+    request = LeafCountsRequest(left_tree=LEFT_TREE, right_tree=RIGHT_TREE, epsilon=EPSILON)
+    spec = CATALOG["tree.leaf_counts"]
+    cost = spec.cost(request)
+    assert cost == CHARGE
+    fields = spec.run(store, request, cost, seeded_generator(7), no_progress)
+    return np.asarray(fields["partition"], dtype=np.int64)
+
+
+@pytest.mark.parametrize("added", [ADDED, ADDED_MISSING], ids=["in-a-leaf", "missing-value"])
+def test_partition_leaf_counts_pass_the_audit(added: Row) -> None:
+    result = _partition_audit(added, _partition_operation)
+    assert_audit_passes(result, EPSILON)
+    assert result.lower_bound > 0.4 * EPSILON, result.describe()  # the audit is not vacuous
+
+
+@pytest.mark.parametrize("added", [ADDED, ADDED_MISSING], ids=["in-a-leaf", "missing-value"])
+def test_audit_flags_a_partition_with_a_tenth_of_the_scale(added: Row) -> None:
+    def broken(store: ColumnStore) -> npt.NDArray[np.int64]:
+        partition = exact_partition_counts(store, LEFT_TREE, RIGHT_TREE)
+        noisy = discrete_laplace(
+            partition.ravel(), epsilon=10 * CHARGE.for_mechanism(), sensitivity=1
+        )
+        return noisy.reshape(partition.shape)
+
+    assert_audit_flags(_partition_audit(added, broken), EPSILON)
 
 
 # --------------------------------------------------------------------------------------------

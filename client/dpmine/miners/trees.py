@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
-from typing import Self, TypedDict, Unpack
+from typing import Self, TypedDict, Unpack, get_args
 
 import numpy as np
 
@@ -38,9 +38,11 @@ from dpmine.treereds import (
     DEFAULT_MAX_SUPPORT_FRACTION,
     DEFAULT_MIN_JACCARD,
     DEFAULT_P_MAX,
+    ExtractOptions,
     NoisyStatistics,
     TreeRedescription,
     extract_redescriptions,
+    extract_redescriptions_from_partition,
     jaccard_standard_error,
     prune_by_precision,
     render_redescription,
@@ -56,6 +58,7 @@ from dpmine.wire import (
     CatLiteral,
     DatasetMetadata,
     DecisionTree,
+    LeafCountsRelease,
     LeafCountsRequest,
     LeafCountsResponse,
     NumericAttribute,
@@ -123,6 +126,7 @@ class TreeMinerParameters(TypedDict, total=False):
     min_jaccard: float
     p_max: float
     max_clauses: int
+    leaf_release: LeafCountsRelease
     target_bins: int | None
     seed: int | None
     progress: bool
@@ -210,6 +214,7 @@ class _TreeMinerBase(BaseMiner):
         min_jaccard: float = DEFAULT_MIN_JACCARD,
         p_max: float = DEFAULT_P_MAX,
         max_clauses: int = DEFAULT_MAX_CLAUSES,
+        leaf_release: LeafCountsRelease = "partition",
         target_bins: int | None = None,
         seed: int | None = None,
         progress: bool = False,
@@ -221,6 +226,7 @@ class _TreeMinerBase(BaseMiner):
         self.min_jaccard = min_jaccard
         self.p_max = p_max
         self.max_clauses = max_clauses
+        self.leaf_release = leaf_release
         self.target_bins = target_bins
         self.seed = seed
         self.progress = progress
@@ -234,6 +240,10 @@ class _TreeMinerBase(BaseMiner):
     def _check_params(self) -> None:
         if not self.epsilon > 0:
             raise ParameterError(f"epsilon must be positive, got {self.epsilon!r}")
+        if self.leaf_release not in get_args(LeafCountsRelease):
+            raise ParameterError(
+                f"leaf_release must be 'partition' or 'paper', got {self.leaf_release!r}"
+            )
         for name in ("in_trees", "rm_iterations"):
             value = getattr(self, name, 1)
             if not isinstance(value, int) or value < 1:
@@ -250,23 +260,32 @@ class _TreeMinerBase(BaseMiner):
 
     # -- calls ---------------------------------------------------------------------------------
 
+    def _counts_request(
+        self, left: DecisionTree, right: DecisionTree, epsilon: float
+    ) -> LeafCountsRequest:
+        return LeafCountsRequest(
+            left_tree=left, right_tree=right, epsilon=epsilon, release=self.leaf_release
+        )
+
     def _leaf_counts(
         self, dataset: DatasetHandle, trees: tuple[DecisionTree, DecisionTree], epsilon: float
     ) -> list[MinedTreeRedescription]:
         """Release the pair's noisy leaf counts and extract its redescriptions (free)."""
         left, right = sorted(trees, key=lambda tree: tree.view != "left")
-        response = dataset.run(LeafCountsRequest(left_tree=left, right_tree=right, epsilon=epsilon))
+        response = dataset.run(self._counts_request(left, right, epsilon))
         self._spent.receipts.append(response.receipt)
         self.leaf_counts_.append(response)
-        found = extract_redescriptions(
-            response.intersections,
-            response.left_counts,
-            min_supp=self.min_support,
-            max_supp_fraction=self.max_support_fraction,
-            min_jaccard=self.min_jaccard,
-            p_max=self.p_max,
-            max_clauses=self.max_clauses,
-        )
+        options: ExtractOptions = {
+            "min_supp": self.min_support,
+            "max_supp_fraction": self.max_support_fraction,
+            "min_jaccard": self.min_jaccard,
+            "p_max": self.p_max,
+            "max_clauses": self.max_clauses,
+        }
+        if response.partition is not None:
+            found = extract_redescriptions_from_partition(response.partition, **options)
+        else:
+            found = extract_redescriptions(response.intersections, response.left_counts, **options)
         left_paths = leaf_paths(left, dataset.schema)
         right_paths = leaf_paths(right, dataset.schema)
         self.trees_.append((left, right))
@@ -275,8 +294,9 @@ class _TreeMinerBase(BaseMiner):
                 red,
                 left_paths,
                 right_paths,
-                noise_scale=2.0 / epsilon,
+                noise_scale=(1.0 if response.partition is not None else 2.0) / epsilon,
                 shape=(left.n_leaves, right.n_leaves),
+                partition=response.partition is not None,
             )
             for red in found
         ]
@@ -289,13 +309,14 @@ class _TreeMinerBase(BaseMiner):
         *,
         noise_scale: float,
         shape: tuple[int, int],
+        partition: bool,
     ) -> MinedTreeRedescription:
         return MinedTreeRedescription(
             redescription=render_redescription(red, left_paths, right_paths),
             statistics=red.statistics,
             noise_scale=noise_scale,
             round=len(self.trees_) - 1,
-            jaccard_error=jaccard_standard_error(red, *shape, noise_scale),
+            jaccard_error=jaccard_standard_error(red, *shape, noise_scale, partition=partition),
         )
 
     def _start(self, dataset: DatasetHandle) -> None:
@@ -428,9 +449,7 @@ class _Alternation(_TreeMinerBase):
                 view = _other(view)
                 target = TreeTarget(tree=placeholder[_other(view)])
                 calls.append(_planned(self._tree_request(view, target)))
-                counts = LeafCountsRequest(
-                    left_tree=placeholder["left"], right_tree=placeholder["right"], epsilon=unit
-                )
+                counts = self._counts_request(placeholder["left"], placeholder["right"], unit)
                 calls.append(TREE_LEAF_COUNTS.plan(counts))
         return calls
 
@@ -589,7 +608,7 @@ class MCMCTreePair(_TreeMinerBase):
         calls: list[PlannedCall] = []
         for attribute in self._attribute_draws(schema, self.in_trees):
             calls.append(TREE_PAIR_MCMC.plan(self._pair_request(attribute)))
-            counts = LeafCountsRequest(left_tree=left, right_tree=right, epsilon=self._budgets[1])
+            counts = self._counts_request(left, right, self._budgets[1])
             calls.append(TREE_LEAF_COUNTS.plan(counts))
         return calls
 

@@ -24,6 +24,7 @@ __all__ = [
     "MAX_TREE_ITERATIONS",
     "AttributeTarget",
     "DecisionTree",
+    "LeafCountsRelease",
     "LeafCountsRequest",
     "LeafCountsResponse",
     "SplitKey",
@@ -233,14 +234,33 @@ class LeafCountsResponse(WireModel):
 
     intersections: list[list[int]] = Field(
         description=(
-            "intersections[i][j] = |leaf i of the left tree ∩ leaf j of the right tree| + "
-            "discrete Laplace noise of scale 2/ε."
+            "intersections[i][j] ≈ |leaf i of the left tree ∩ leaf j of the right tree|: "
+            "with release 'paper' the count + discrete Laplace noise of scale 2/ε; with "
+            "'partition' the cell (i, j) of `partition`."
         )
     )
     left_counts: list[int] = Field(
-        description="|leaf i of the left tree| + discrete Laplace noise of scale 2/ε."
+        description=(
+            "≈ |leaf i of the left tree|: with release 'paper' the count + discrete Laplace "
+            "noise of scale 2/ε; with 'partition' the sum of row i of `partition`."
+        )
+    )
+    partition: list[list[int]] | None = Field(
+        default=None,
+        description=(
+            "Release 'partition' only: the (a + 1) × (b + 1) matrix of |leaf i of the left "
+            "tree ∩ leaf j of the right tree| + discrete Laplace noise of scale 1/ε, where row a "
+            "counts the rows in no left leaf and column b the rows in no right leaf (a value "
+            "missing on their path). Its cells cover every row once."
+        ),
     )
     receipt: Receipt
+
+
+#: How ``tree.leaf_counts`` releases (§3.6): ``"partition"`` [REC, default] one noisy
+#: (a + 1) × (b + 1) partition matrix at scale 1/ε; ``"paper"`` the paper's two releases, the
+#: a × b intersections and the a left counts, each at scale 2/ε.
+LeafCountsRelease = Literal["partition", "paper"]
 
 
 class LeafCountsRequest(OperationRequest[LeafCountsResponse]):
@@ -249,6 +269,14 @@ class LeafCountsRequest(OperationRequest[LeafCountsResponse]):
     left_tree: DecisionTree
     right_tree: DecisionTree
     epsilon: Epsilon
+    release: LeafCountsRelease = Field(
+        default="partition",
+        description=(
+            "'partition' (default): one noisy partition matrix at scale 1/ε, a quarter of the "
+            "noise variance of 'paper' for the same ε and exact supports when values are "
+            "missing; 'paper': the intersection matrix and the left counts at 2/ε each (§3.6)."
+        ),
+    )
 
     @model_validator(mode="after")
     def _views(self) -> LeafCountsRequest:

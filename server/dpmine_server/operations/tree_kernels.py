@@ -53,11 +53,13 @@ __all__ = [
     "SplitSpace",
     "ancestors",
     "exact_leaf_counts",
+    "exact_partition_counts",
     "grow_tree_expmech",
     "leaf_class_counts",
     "leaf_counts",
     "make_target",
     "node_rows",
+    "partition_leaf_counts",
     "reroute_subtree",
     "split_codes",
     "subtree_levels",
@@ -532,6 +534,37 @@ def exact_leaf_counts(
     intersections = leaf_class_counts(left_leaves, right_leaves)
     sizes = np.bitwise_count(left_leaves).sum(axis=1, dtype=np.int64)
     return intersections, sizes
+
+
+def exact_partition_counts(
+    columns: ColumnStore, left_tree: DecisionTree, right_tree: DecisionTree
+) -> IntArray:
+    """Exact (a + 1) × (b + 1) partition of the rows by (left leaf, right leaf) (private).
+
+    Row a holds the rows in no leaf of T_L (a value missing on their path, §3.1), column b the
+    rows in no leaf of T_R; every row is in exactly one cell.
+    """
+    everyone = columns.all_rows().words
+    left_leaves = tree_leaves(columns, left_tree)
+    right_leaves = tree_leaves(columns, right_tree)
+    left_cells = np.vstack([left_leaves, everyone & ~np.bitwise_or.reduce(left_leaves, axis=0)])
+    right_cells = np.vstack([right_leaves, everyone & ~np.bitwise_or.reduce(right_leaves, axis=0)])
+    return leaf_class_counts(left_cells, right_cells)
+
+
+def partition_leaf_counts(
+    columns: ColumnStore, left_tree: DecisionTree, right_tree: DecisionTree, *, epsilon: float
+) -> IntArray:
+    """The ``partition`` release of ``tree.leaf_counts`` [REC, §3.6]: every cell of
+    :func:`exact_partition_counts` + discrete Laplace of scale 1/ε.
+
+    The cells are disjoint and cover every row, so adding or removing one row moves exactly one
+    cell by 1 (sensitivity 1): ε-DP for the whole matrix. The paper's two releases (Ĩ and ĉ_L)
+    are functions of it, with a quarter of the noise variance for the same ε.
+    """
+    partition = exact_partition_counts(columns, left_tree, right_tree)
+    noisy = discrete_laplace(partition.ravel(), epsilon=epsilon, sensitivity=1)
+    return noisy.reshape(partition.shape)
 
 
 def leaf_counts(

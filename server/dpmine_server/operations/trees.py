@@ -45,6 +45,7 @@ from dpmine_server.operations.tree_kernels import (
     grow_tree_expmech,
     leaf_counts,
     make_target,
+    partition_leaf_counts,
 )
 from dpmine_server.operations.tree_mcmc import sample_tree_mcmc, sample_tree_pair
 
@@ -246,8 +247,22 @@ def _run_leaf_counts(
     _rng: np.random.Generator,
     _progress: Progress,
 ) -> dict[str, Any]:
-    """Kernel of ``tree.leaf_counts`` (ALGORITHMS.md §3.6): pure ε-DP (ε/2 for the
-    intersection matrix, ε/2 for the left leaf sizes)."""
+    """Kernel of ``tree.leaf_counts`` (ALGORITHMS.md §3.6), pure ε-DP.
+
+    ``partition`` [REC]: one noisy (a + 1) × (b + 1) partition matrix at ε; the intersections
+    and left counts returned beside it are its cells and row sums (post-processing).
+    ``paper``: ε/2 for the intersection matrix, ε/2 for the left leaf sizes.
+    """
+    if request.release == "partition":
+        partition = partition_leaf_counts(
+            columns, request.left_tree, request.right_tree, epsilon=epsilon.for_mechanism()
+        )
+        leaf_rows = partition[:-1]
+        return {
+            "intersections": leaf_rows[:, :-1].tolist(),
+            "left_counts": leaf_rows.sum(axis=1).tolist(),
+            "partition": partition.tolist(),
+        }
     intersections, sizes = leaf_counts(
         columns, request.left_tree, request.right_tree, epsilon=epsilon.for_mechanism()
     )
