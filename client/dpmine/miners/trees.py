@@ -10,7 +10,10 @@ are extracted from the released noisy leaf counts on the client (:mod:`dpmine.tr
 * MCMCTreePair: ε_iter = ε / InTr; per iteration a random attribute a, a tree pair sampled with
   ω·ε_iter, and the pair's leaf counts with (1 − ω)·ε_iter.
 
-The attribute draws use the miner's own generator (``seed``): they are public choices.
+The attribute draws use the miner's own generator (``seed``): they are public choices. The
+iterations (one per drawn attribute) share no released value, so up to ``concurrent_iterations``
+of them run their calls at the same time; their releases are then read in the order of the
+draws, so the results and receipts are those of the sequential run.
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ from __future__ import annotations
 import csv
 import json
 import math
+import threading
 from abc import abstractmethod
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
@@ -64,6 +69,7 @@ from dpmine.wire import (
     NumericAttribute,
     NumLiteral,
     PlannedCall,
+    Receipt,
     Redescription,
     TreeExpMechRequest,
     TreeExpMechResponse,
@@ -90,6 +96,10 @@ __all__ = [
 DEFAULT_DEPTH = 3
 #: Default minimum noisy support for mammals-sized data (§3.8: 10 for NPAS and MAMMAL).
 DEFAULT_MIN_SUPPORT = 10.0
+#: Iterations whose calls run at the same time. Each call's answer is held by the server's
+#: release padding (a deadline from public values), so overlapping independent iterations
+#: shortens a run without changing any release.
+DEFAULT_CONCURRENT_ITERATIONS = 4
 
 
 @dataclass(frozen=True)
@@ -116,6 +126,24 @@ class MinedTreeRedescription:
         return format_query(self.redescription.right)
 
 
+@dataclass(frozen=True)
+class _ReleasedPair:
+    """A tree pair and its released leaf counts, bought with ``epsilon``."""
+
+    left: DecisionTree
+    right: DecisionTree
+    counts: LeafCountsResponse
+    epsilon: float
+
+
+@dataclass
+class _Iteration:
+    """What one iteration (one drawn attribute) released, in call order."""
+
+    receipts: list[Receipt] = field(default_factory=list)
+    pairs: list[_ReleasedPair] = field(default_factory=list)
+
+
 class TreeMinerParameters(TypedDict, total=False):
     """Keyword parameters shared by the three tree miners."""
 
@@ -127,6 +155,7 @@ class TreeMinerParameters(TypedDict, total=False):
     p_max: float
     max_clauses: int
     leaf_release: LeafCountsRelease
+    concurrent_iterations: int
     target_bins: int | None
     seed: int | None
     progress: bool
@@ -215,6 +244,7 @@ class _TreeMinerBase(BaseMiner):
         p_max: float = DEFAULT_P_MAX,
         max_clauses: int = DEFAULT_MAX_CLAUSES,
         leaf_release: LeafCountsRelease = "partition",
+        concurrent_iterations: int = DEFAULT_CONCURRENT_ITERATIONS,
         target_bins: int | None = None,
         seed: int | None = None,
         progress: bool = False,
@@ -227,6 +257,7 @@ class _TreeMinerBase(BaseMiner):
         self.p_max = p_max
         self.max_clauses = max_clauses
         self.leaf_release = leaf_release
+        self.concurrent_iterations = concurrent_iterations
         self.target_bins = target_bins
         self.seed = seed
         self.progress = progress
@@ -244,7 +275,7 @@ class _TreeMinerBase(BaseMiner):
             raise ParameterError(
                 f"leaf_release must be 'partition' or 'paper', got {self.leaf_release!r}"
             )
-        for name in ("in_trees", "rm_iterations"):
+        for name in ("in_trees", "rm_iterations", "concurrent_iterations"):
             value = getattr(self, name, 1)
             if not isinstance(value, int) or value < 1:
                 raise ParameterError(f"{name} must be a whole number of at least 1, got {value!r}")
@@ -267,13 +298,25 @@ class _TreeMinerBase(BaseMiner):
             left_tree=left, right_tree=right, epsilon=epsilon, release=self.leaf_release
         )
 
-    def _leaf_counts(
-        self, dataset: DatasetHandle, trees: tuple[DecisionTree, DecisionTree], epsilon: float
-    ) -> list[MinedTreeRedescription]:
-        """Release the pair's noisy leaf counts and extract its redescriptions (free)."""
+    def _release_counts(
+        self,
+        dataset: DatasetHandle,
+        trees: tuple[DecisionTree, DecisionTree],
+        epsilon: float,
+        iteration: _Iteration,
+    ) -> None:
+        """Release the pair's noisy leaf counts (one charged call)."""
         left, right = sorted(trees, key=lambda tree: tree.view != "left")
         response = dataset.run(self._counts_request(left, right, epsilon))
-        self._spent.receipts.append(response.receipt)
+        iteration.receipts.append(response.receipt)
+        iteration.pairs.append(_ReleasedPair(left, right, response, epsilon))
+
+    def _extract(
+        self, schema: DatasetMetadata, released: _ReleasedPair
+    ) -> list[MinedTreeRedescription]:
+        """The pair's redescriptions from its released counts (§3.6; post-processing, free)."""
+        left, right, response = released.left, released.right, released.counts
+        self.trees_.append((left, right))
         self.leaf_counts_.append(response)
         options: ExtractOptions = {
             "min_supp": self.min_support,
@@ -286,20 +329,58 @@ class _TreeMinerBase(BaseMiner):
             found = extract_redescriptions_from_partition(response.partition, **options)
         else:
             found = extract_redescriptions(response.intersections, response.left_counts, **options)
-        left_paths = leaf_paths(left, dataset.schema)
-        right_paths = leaf_paths(right, dataset.schema)
-        self.trees_.append((left, right))
+        left_paths = leaf_paths(left, schema)
+        right_paths = leaf_paths(right, schema)
+        partition = response.partition is not None
         return [
             self._result_of(
                 red,
                 left_paths,
                 right_paths,
-                noise_scale=(1.0 if response.partition is not None else 2.0) / epsilon,
+                noise_scale=(1.0 if partition else 2.0) / released.epsilon,
                 shape=(left.n_leaves, right.n_leaves),
-                partition=response.partition is not None,
+                partition=partition,
             )
             for red in found
         ]
+
+    def _run_iterations(
+        self,
+        dataset: DatasetHandle,
+        attributes: Sequence[str],
+        run_one: Callable[[str, _Iteration], None],
+    ) -> None:
+        """Run one iteration per drawn attribute, up to ``concurrent_iterations`` at a time,
+        then read their releases in the order of the draws. After a failed call no further
+        iteration starts; the receipts of every charged call are kept, and the first error is
+        raised once the running iterations have ended."""
+        iterations = [_Iteration() for _ in attributes]
+        failed = threading.Event()
+
+        def guarded(attribute: str, iteration: _Iteration) -> None:
+            if failed.is_set():
+                return  # no iteration starts after a failed call
+            try:
+                run_one(attribute, iteration)
+            except BaseException:
+                failed.set()
+                raise
+
+        workers = max(1, min(self.concurrent_iterations, len(attributes)))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = [
+                pool.submit(guarded, attribute, iteration)
+                for attribute, iteration in zip(attributes, iterations, strict=True)
+            ]
+            wait(futures, return_when=FIRST_EXCEPTION)
+        for iteration in iterations:
+            self._spent.receipts.extend(iteration.receipts)
+            for released in iteration.pairs:
+                self._keep_new(self._extract(dataset.schema, released))
+        for future in futures:
+            error = future.exception()
+            if error is not None:
+                raise error
 
     def _result_of(
         self,
@@ -459,27 +540,32 @@ class _Alternation(_TreeMinerBase):
         schema = dataset.schema
         steps = self.in_trees * (2 * self.rm_iterations + 1)
         with self._progress(steps, type(self).__name__) as advance:
-            for attribute in self._attribute_draws(schema, self.in_trees):
-                previous = self._tree(
-                    dataset, _other(_view_of(schema, attribute)), self._target(attribute)
-                )
+
+            def alternate(attribute: str, iteration: _Iteration) -> None:
+                view = _other(_view_of(schema, attribute))
+                previous = self._tree(dataset, view, self._target(attribute), iteration)
                 advance()
                 for _ in range(self.rm_iterations):
-                    new = self._tree(dataset, _other(previous.view), TreeTarget(tree=previous))
+                    target = TreeTarget(tree=previous)
+                    new = self._tree(dataset, _other(previous.view), target, iteration)
                     advance()
-                    self._keep_new(self._leaf_counts(dataset, (previous, new), self.epsilon_unit))
+                    self._release_counts(dataset, (previous, new), self.epsilon_unit, iteration)
                     advance()
                     previous = new
+
+            self._run_iterations(dataset, self._attribute_draws(schema, self.in_trees), alternate)
         return self
 
-    def _tree(self, dataset: DatasetHandle, view: View, target: TreeTargetSpec) -> DecisionTree:
+    def _tree(
+        self, dataset: DatasetHandle, view: View, target: TreeTargetSpec, iteration: _Iteration
+    ) -> DecisionTree:
         request = self._tree_request(view, target)
         response: TreeExpMechResponse | TreeMCMCResponse
         if isinstance(request, TreeExpMechRequest):
             response = dataset.run(request)
         else:
             response = dataset.run(request)
-        self._spent.receipts.append(response.receipt)
+        iteration.receipts.append(response.receipt)
         return response.tree
 
 
@@ -616,12 +702,15 @@ class MCMCTreePair(_TreeMinerBase):
         """Run InTr tree-pair iterations; returns self (results in ``redescriptions_``)."""
         self._start(dataset)
         with self._progress(2 * self.in_trees, "MCMCTreePair") as advance:
-            for attribute in self._attribute_draws(dataset.schema, self.in_trees):
+
+            def sample(attribute: str, iteration: _Iteration) -> None:
                 pair = dataset.run(self._pair_request(attribute))
-                self._spent.receipts.append(pair.receipt)
+                iteration.receipts.append(pair.receipt)
                 advance()
-                self._keep_new(
-                    self._leaf_counts(dataset, (pair.left_tree, pair.right_tree), self._budgets[1])
-                )
+                trees = (pair.left_tree, pair.right_tree)
+                self._release_counts(dataset, trees, self._budgets[1], iteration)
                 advance()
+
+            attributes = self._attribute_draws(dataset.schema, self.in_trees)
+            self._run_iterations(dataset, attributes, sample)
         return self
