@@ -606,9 +606,11 @@ class SerenadeStage:
     seconds: float = 0.0
 
 
-def register_all(server: ServerHandle, prepared: Sequence[PreparedData]) -> str:
-    """Upload every dataset as the owner, then create one analyst with a grant on each; returns
-    its key."""
+def register_all(
+    server: ServerHandle, prepared: Sequence[PreparedData], grant: float = GRANT_EPSILON
+) -> str:
+    """Upload every dataset as the owner, then create one analyst with a grant of ``grant`` on
+    each; returns its key."""
     with server.connect() as owner:
         for data in prepared:
             register_files(
@@ -621,7 +623,7 @@ def register_all(server: ServerHandle, prepared: Sequence[PreparedData]) -> str:
             )
         created = owner.admin.add_principal("analyst", "analyst")
         for data in prepared:
-            owner.admin.grant(data.key, "analyst", GRANT_EPSILON)
+            owner.admin.grant(data.key, "analyst", grant)
     return created.api_key
 
 

@@ -58,6 +58,7 @@ from _support import (
 )
 from bench_serenade import (
     DATA_ROOT,
+    GRANT_EPSILON,
     VIEW_CHOOSERS,
     HarnessData,
     PreparedData,
@@ -292,7 +293,9 @@ def _grid(
     records: list[RunRecord],
     total: int,
 ) -> None:
-    key = register_all(server, prepared)
+    # Every run of the grid on one dataset, plus the warm-up counts (large ε included).
+    spend = sum(config.epsilons) * len(config.miners) * config.runs
+    key = register_all(server, prepared, grant=max(GRANT_EPSILON, 2 * spend + 1))
     with server.connect(key, timeout=CLIENT_TIMEOUT_S) as connection:
         handles = {data.key: connection.dataset(data.key) for data in prepared}
         stores = {
