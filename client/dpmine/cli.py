@@ -916,7 +916,6 @@ def _tree_parameters(
     p_max: float,
     target_bins: int | None,
     seed: int | None,
-    progress: bool,
     leaf_release: str,
 ) -> TreeMinerParameters:
     if leaf_release not in get_args(LeafCountsRelease):
@@ -930,8 +929,11 @@ def _tree_parameters(
         p_max=p_max,
         target_bins=target_bins,
         seed=seed,
-        progress=progress,
     )
+
+
+def _with_progress(parameters: TreeMinerParameters, progress: bool) -> TreeMinerParameters:
+    return {**parameters, "progress": progress}
 
 
 def _run_tree_miner(
@@ -1053,21 +1055,15 @@ def mine_alt_expm(
     """AltExpM: trees alternated between the views, grown by the exponential mechanism."""
     shape = _alternation_shape(setting, k, in_trees, rm_iterations)
 
+    parameters = _tree_parameters(
+        epsilon, depth, min_support, min_jaccard, p_max, target_bins, seed, leaf_release
+    )
+
     def make(progress: bool) -> AltExpM:
         return AltExpM(
             in_trees=shape[0],
             rm_iterations=shape[1],
-            **_tree_parameters(
-                epsilon,
-                depth,
-                min_support,
-                min_jaccard,
-                p_max,
-                target_bins,
-                seed,
-                progress,
-                leaf_release,
-            ),
+            **_with_progress(parameters, progress),
         )
 
     _run_tree_miner(ctx, dataset_id, make, plan_only, output, plot, prune, max_jaccard_error)
@@ -1099,22 +1095,16 @@ def mine_alt_mcmc(
     """AltMCMC: trees alternated between the views, sampled by MCMC (fixed iterations)."""
     shape = _alternation_shape(setting, k, in_trees, rm_iterations)
 
+    parameters = _tree_parameters(
+        epsilon, depth, min_support, min_jaccard, p_max, target_bins, seed, leaf_release
+    )
+
     def make(progress: bool) -> AltMCMC:
         return AltMCMC(
             in_trees=shape[0],
             rm_iterations=shape[1],
             iterations=iterations,
-            **_tree_parameters(
-                epsilon,
-                depth,
-                min_support,
-                min_jaccard,
-                p_max,
-                target_bins,
-                seed,
-                progress,
-                leaf_release,
-            ),
+            **_with_progress(parameters, progress),
         )
 
     _run_tree_miner(ctx, dataset_id, make, plan_only, output, plot, prune, max_jaccard_error)
@@ -1147,22 +1137,16 @@ def mine_tree_pair(
     if not 0 < omega < 1:
         raise _fail(f"--omega must be strictly between 0 and 1, got {omega:g}")
 
+    parameters = _tree_parameters(
+        epsilon, depth, min_support, min_jaccard, p_max, target_bins, seed, leaf_release
+    )
+
     def make(progress: bool) -> MCMCTreePair:
         return MCMCTreePair(
             in_trees=in_trees,
             omega=omega,
             iterations=iterations,
-            **_tree_parameters(
-                epsilon,
-                depth,
-                min_support,
-                min_jaccard,
-                p_max,
-                target_bins,
-                seed,
-                progress,
-                leaf_release,
-            ),
+            **_with_progress(parameters, progress),
         )
 
     _run_tree_miner(ctx, dataset_id, make, plan_only, output, plot, prune, max_jaccard_error)
