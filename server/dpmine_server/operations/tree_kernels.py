@@ -57,6 +57,7 @@ __all__ = [
     "grow_tree_expmech",
     "leaf_class_counts",
     "leaf_counts",
+    "leaf_fields",
     "make_target",
     "node_rows",
     "partition_leaf_counts",
@@ -525,17 +526,6 @@ def grow_tree_expmech(
 # tree.leaf_counts (§3.6)
 
 
-def exact_leaf_counts(
-    columns: ColumnStore, left_tree: DecisionTree, right_tree: DecisionTree
-) -> tuple[IntArray, IntArray]:
-    """Exact |leaf_i(T_L) ∩ leaf_j(T_R)| (a × b) and |leaf_i(T_L)| (private)."""
-    left_leaves = tree_leaves(columns, left_tree)
-    right_leaves = tree_leaves(columns, right_tree)
-    intersections = leaf_class_counts(left_leaves, right_leaves)
-    sizes = np.bitwise_count(left_leaves).sum(axis=1, dtype=np.int64)
-    return intersections, sizes
-
-
 def exact_partition_counts(
     columns: ColumnStore, left_tree: DecisionTree, right_tree: DecisionTree
 ) -> IntArray:
@@ -550,6 +540,20 @@ def exact_partition_counts(
     left_cells = np.vstack([left_leaves, everyone & ~np.bitwise_or.reduce(left_leaves, axis=0)])
     right_cells = np.vstack([right_leaves, everyone & ~np.bitwise_or.reduce(right_leaves, axis=0)])
     return leaf_class_counts(left_cells, right_cells)
+
+
+def leaf_fields(partition: IntArray) -> tuple[IntArray, IntArray]:
+    """The paper's (intersections a × b, left leaf sizes a) of an (a + 1) × (b + 1) partition:
+    its leaf block and the sums of its leaf rows (§3.6)."""
+    leaf_rows = partition[:-1]
+    return leaf_rows[:, :-1], leaf_rows.sum(axis=1)
+
+
+def exact_leaf_counts(
+    columns: ColumnStore, left_tree: DecisionTree, right_tree: DecisionTree
+) -> tuple[IntArray, IntArray]:
+    """Exact |leaf_i(T_L) ∩ leaf_j(T_R)| (a × b) and |leaf_i(T_L)| (private)."""
+    return leaf_fields(exact_partition_counts(columns, left_tree, right_tree))
 
 
 def partition_leaf_counts(

@@ -44,6 +44,7 @@ from dpmine_server.operations.tree_kernels import (
     SplitSpace,
     grow_tree_expmech,
     leaf_counts,
+    leaf_fields,
     make_target,
     partition_leaf_counts,
 )
@@ -257,10 +258,10 @@ def _run_leaf_counts(
         partition = partition_leaf_counts(
             columns, request.left_tree, request.right_tree, epsilon=epsilon.for_mechanism()
         )
-        leaf_rows = partition[:-1]
+        intersections, sizes = leaf_fields(partition)
         return {
-            "intersections": leaf_rows[:, :-1].tolist(),
-            "left_counts": leaf_rows.sum(axis=1).tolist(),
+            "intersections": intersections.tolist(),
+            "left_counts": sizes.tolist(),
             "partition": partition.tolist(),
         }
     intersections, sizes = leaf_counts(
