@@ -154,12 +154,28 @@ class Executor:
             principal=principal,
         )
 
-    def finish(self, pending: Pending, progress: Progress = no_progress) -> Release:
-        """Compute a charged request and store its release before anyone sees it."""
+    def finish(
+        self,
+        pending: Pending,
+        progress: Progress = no_progress,
+        *,
+        settle: Callable[[], bool] | None = None,
+    ) -> Release:
+        """Compute a charged request and store its release before anyone sees it.
+
+        ``settle`` (a job's worker) is called between the kernel and the store: it holds the
+        job's slot until its public deadline and says whether the release may still be stored
+        (False: a cancel arrived in the meantime, and the release is withheld whatever the
+        kernel did)."""
         # The charge is committed: from here on nothing is refunded.
         entry_id = pending.reservation.entry_id
         try:
             body = self._compute(pending, progress)
+            if settle is not None and not settle():
+                raise JobCancelled(
+                    "the job was cancelled at your request; the charge stands and nothing was "
+                    "released"
+                )
         except JobCancelled:
             self._ledger.fail(entry_id)
             raise

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import TypeAdapter
-from sqlalchemy import select, update
+from sqlalchemy import case, literal, select, update
 from sqlalchemy.orm import Session
 
 from dpmine.wire import JobInfo, JobStatus
@@ -60,6 +60,7 @@ logger = logging.getLogger(__name__)
 #: Longest wait between two reads of a waited-for job's state: a safety net, since the queue
 #: wakes the waiter when the job settles.
 _RECHECK_S = 5.0
+_CANCELLED = "cancelled at your request; the charge stands and nothing was released"
 _PAST = {
     "failed": "failed",
     "cancelled": "was cancelled",
@@ -86,6 +87,11 @@ class JobRunner:
         self._timing = timing or TimingPolicy(enabled=False, grid=0.0, base=0.0, scale=0.0)
         self._instance_id = instance_id
         self._wait_s = wait_s
+
+    @property
+    def queue(self) -> JobQueue:
+        """The queue that carries this runner's jobs to worker processes."""
+        return self._queue
 
     def submit(
         self,
@@ -128,10 +134,12 @@ class JobRunner:
         )
         if replay is not None:
             return replay
-        status = self._wait(job_id) if fresh else None
+        # A fresh job is settled by its worker on the public schedule; a retry reads only the
+        # state the original job shows (never whether its kernel is still running).
+        status = self._wait(job_id) if fresh else self._wait_visible(job_id)
         with self._sessions() as session:
             job = session.get_one(Job, job_id)
-            if (status or job.status) in {"queued", "running"}:
+            if status in {"queued", "running"}:
                 raise RequestInProgress(
                     "the job with this Idempotency-Key is still running; retry later with the "
                     "same key to get its result (nothing more is charged)"
@@ -169,6 +177,25 @@ class JobRunner:
             if status in FINAL_STATES or left <= 0:
                 return status
             self._queue.wait(job_id, min(left, _RECHECK_S))
+
+    def _wait_visible(self, job_id: str) -> str:
+        """Wait (at most ``job_wait_s``) until the job is *shown* settled; its shown status.
+        Polled on the public grid, so the answer comes at the first grid step after the
+        shown settlement, whatever the kernel did."""
+        deadline = time.monotonic() + self._wait_s
+        step = self._timing.grid if self._timing.enabled and self._timing.grid > 0 else 0.02
+        while True:
+            with self._sessions() as session:
+                job = session.get_one(Job, job_id)
+                shown = self._info(session, job).status
+                settled = job.status in FINAL_STATES
+            left = deadline - time.monotonic()
+            if shown != "running" or left <= 0:
+                return shown
+            if settled:
+                time.sleep(min(step, left))
+            else:
+                self._queue.wait(job_id, min(left, _RECHECK_S))
 
     def _start(
         self,
@@ -249,12 +276,18 @@ class JobRunner:
         return job.id, None, True
 
     def cancel(self, principal: Principal, job_id: str) -> JobInfo:
-        """Cancel one of your jobs: a queued job never runs; a running one stops at its next
-        public progress step. The charge stays either way; a settled job is left as it is."""
+        """Cancel one of your jobs. The outcome depends only on what the job *shows*: a job
+        not yet shown settled ends ``cancelled`` with nothing released, whatever its kernel
+        had done (a queued job never runs; a running one stops at its next public progress
+        step or, if it had finished, its release is withheld); it is shown cancelled at the
+        time it would have been shown settled. A job shown settled is left as it is. The
+        charge stays either way (issue #20, "cancel outcome")."""
         with self._sessions() as session, session.begin():
             job = session.get(Job, job_id)
             if job is None or job.principal_id != principal.id:
                 raise NotFound(f"no job {job_id!r} of yours")
+            if self._info(session, job).status != "running":
+                return self._info(session, job)  # shown settled: as it is
             never_ran = rows_affected(
                 session.execute(
                     update(Job)
@@ -262,17 +295,27 @@ class JobRunner:
                     .values(
                         status="cancelled",
                         cancel_requested=True,
-                        message="cancelled at your request; the charge stands and nothing was "
-                        "released",
+                        message=_CANCELLED,
                         updated_at=utcnow(),
                     )
                 )
             )
             if not never_ran:
+                # Running: the worker withholds the release at the end of its slot. Already
+                # settled but not yet shown: withheld here (a release stays in the owner's
+                # ledger, never shown to the analyst), at the settle time already recorded.
                 session.execute(
                     update(Job)
-                    .where(Job.id == job_id, Job.status == "running")
-                    .values(cancel_requested=True)
+                    .where(Job.id == job_id, Job.status.in_(("running", "done", "failed")))
+                    .values(
+                        cancel_requested=True,
+                        status=case(
+                            (Job.status == "running", Job.status), else_=literal("cancelled")
+                        ),
+                        message=case(
+                            (Job.status == "running", Job.message), else_=literal(_CANCELLED)
+                        ),
+                    )
                 )
             entry_id = job.ledger_entry_id
         if never_ran and entry_id is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -35,6 +36,7 @@ from dpmine_server.operations.testing import TEST_OPERATIONS
 from dpmine_server.services.datasets import DatasetService
 from dpmine_server.services.executor import Executor
 from dpmine_server.services.ledger import Ledger
+from dpmine_server.services.timing import TimingPolicy
 from dpmine_server.settings import Settings
 
 __all__ = [
@@ -48,6 +50,7 @@ __all__ = [
     "build_runtime",
     "interrupt_jobs",
     "run_job",
+    "slot_seconds",
 ]
 
 logger = logging.getLogger(__name__)
@@ -113,6 +116,7 @@ def build_runtime(settings: Settings, *, instance_id: str | None = None) -> Work
         sessions=sessions,
         allow_sql=settings.allow_sql_sources,
         max_cached=settings.max_cached_datasets,
+        load_padding=TimingPolicy.from_settings(settings).load_budget,
     )
     test_operations = (
         {spec.name: spec for spec in TEST_OPERATIONS} if settings.environment == "test" else None
@@ -219,20 +223,64 @@ def _finish(
             _notify_settled(session, [job_id])
 
 
+def slot_seconds(runtime: WorkerRuntime, job: Job) -> float:
+    """How long a worker holds a job's slot from its claim: the job's padded budget
+    (services/timing.py), plus the public load budget when this process has not loaded the
+    job's dataset yet (the load is padded to it). Public values only: the operation, its
+    parameters, the public metadata and what this process has loaded (its history of jobs)."""
+    policy = TimingPolicy.from_settings(runtime.settings)
+    if not policy.enabled:
+        return 0.0
+    datasets = runtime.datasets
+    with runtime.sessions() as session:
+        metadata = runtime.executor.public_metadata(session, job.dataset_id)
+        version = datasets.current_version(session, job.dataset_id)
+    cold = version is not None and not datasets.is_resident(job.dataset_id, version)
+    budget = policy.budget(job.operation, job.request, metadata)
+    return policy.deadline_offset(budget) + (policy.load_budget(metadata) if cold else 0.0)
+
+
+def _cancel_requested(sessions: sessionmaker[Session], job_id: str) -> bool:
+    with sessions() as session:
+        return bool(session.scalar(select(Job.cancel_requested).where(Job.id == job_id)))
+
+
+def _sleep_until(moment: float) -> None:
+    time.sleep(max(moment - time.monotonic(), 0.0))
+
+
 def run_job(runtime: WorkerRuntime, job_id: str) -> Outcome:
-    """Claim, compute and settle one job; returns what happened (``skipped``: not claimable)."""
+    """Claim, compute and settle one job; returns what happened (``skipped``: not claimable).
+
+    Queues on a public schedule (DESIGN.md contract item 7; issue #20, "queue contention"):
+    the worker holds the job's slot from its claim for :func:`slot_seconds`, whatever the
+    kernel took, and settles the job only then (done, failed or cancelled alike). The next
+    job this worker takes therefore starts at a time set by the public budgets of the jobs
+    ahead of it, and a job's visible state changes at public times. A cancel that arrives
+    while the slot is held withholds the release even when the kernel had finished."""
     if not _claim(runtime.write_sessions, job_id):
         return "skipped"
+    claimed = time.monotonic()
     with runtime.sessions() as session:
         job = session.get_one(Job, job_id)
         entry = session.get_one(LedgerEntry, job.ledger_entry_id)
         principal = session.get_one(Principal, job.principal_id)
         session.expunge_all()
+    try:
+        release_at = claimed + slot_seconds(runtime, job)
+    except Exception:  # the dataset vanished: hold nothing, the kernel fails the same way
+        logger.exception("no padding budget for job %s", job_id)
+        release_at = claimed
+
+    def settle() -> bool:
+        _sleep_until(release_at)
+        return not _cancel_requested(runtime.write_sessions, job_id)
+
     reporter = _Reporter(runtime.write_sessions, job_id, PROGRESS_INTERVAL_S)
     status: Outcome
     try:
         pending = runtime.executor.resume(job, entry, principal)
-        runtime.executor.finish(pending, reporter.report)
+        runtime.executor.finish(pending, reporter.report, settle=settle)
         status, message = "done", ""
     except JobCancelled as cancelled:
         status, message = "cancelled", cancelled.message
@@ -244,6 +292,7 @@ def run_job(runtime: WorkerRuntime, job_id: str) -> Outcome:
         status, message = "failed", "internal error; the charge stands, nothing was released"
     finally:
         reporter.close()
+    _sleep_until(release_at)  # failures and cancels hold the slot like releases
     _finish(runtime.engine, runtime.write_sessions, job_id, status, message)
     return status
 
