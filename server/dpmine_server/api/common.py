@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -16,13 +17,19 @@ from pydantic import BaseModel
 from dpmine.wire import ErrorBody
 from dpmine_server.api.deps import AnalystDep, ArrivalDep, IdempotencyKeyDep, ServicesDep
 from dpmine_server.db.models import Principal
-from dpmine_server.errors import OperationFailed, ServerError
+from dpmine_server.errors import (
+    ChargeKeptNoResult,
+    OperationFailed,
+    RequestInProgress,
+    ServerError,
+)
 from dpmine_server.operations import OperationSpec
 from dpmine_server.services.container import Services
 from dpmine_server.services.timing import TimingPolicy
 
 __all__ = [
     "ERRORS",
+    "cold_load_budget",
     "operation_router",
     "padded_operation",
     "release_budget",
@@ -30,6 +37,11 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+#: Seconds between two reads of an unsettled original when no padding grid is configured.
+_RETRY_POLL_S = 0.02
+#: Least time a retry waits past its own deadline for an original that overran.
+_RETRY_MIN_GRACE_S = 1.0
 
 #: Error responses documented on every route (all share the ErrorBody shape).
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -94,6 +106,22 @@ def release_budget(
     return policy.budget(operation, request, metadata)
 
 
+def cold_load_budget(services: Services, policy: TimingPolicy, *, dataset_id: str) -> float:
+    """Seconds a request arriving now must add to its budget because its dataset is not
+    loaded in this process: the public load budget (the load is padded to it, see
+    :meth:`DatasetService._load_version`), or 0 when the current version is resident.
+    Decided at arrival, before anything is loaded; residency follows the requests and
+    registrations the server has seen, never the data."""
+    if not policy.enabled:
+        return 0.0
+    datasets = services.datasets
+    with services.sessions() as session:
+        version = datasets.current_version(session, dataset_id)
+        if version is None or datasets.is_resident(dataset_id, version):
+            return 0.0  # an unknown dataset is refused before its charge, unpadded
+        return policy.load_budget(datasets.public_metadata(session, dataset_id))
+
+
 async def padded_operation(
     services: Services,
     *,
@@ -119,18 +147,69 @@ async def padded_operation(
         idempotency_key=idempotency_key,
         response=response,
     )
+    cold = await anyio.to_thread.run_sync(
+        functools.partial(cold_load_budget, services, policy, dataset_id=dataset_id)
+    )
+    hold = functools.partial(
+        _hold, services, policy, arrival, dataset_id, operation, request, extra=cold
+    )
     try:
         body = await anyio.to_thread.run_sync(call)
+    except (RequestInProgress, ChargeKeptNoResult):
+        # A retry of a charged request: its answer must not tell whether the original's
+        # kernel is still running or how it ended before the original itself shows it.
+        grace = await anyio.to_thread.run_sync(
+            functools.partial(
+                release_budget,
+                services,
+                policy,
+                dataset_id=dataset_id,
+                operation=operation,
+                request=request,
+            )
+        )
+        return await _answer_retry(policy, call, hold, grace=max(grace, _RETRY_MIN_GRACE_S))
     except ServerError as error:
         if not isinstance(error, OperationFailed):
             raise  # refused before the charge: no data was read
-        await _hold(services, policy, arrival, dataset_id, operation, request)
+        await hold()
         raise
     except Exception:
-        await _hold(services, policy, arrival, dataset_id, operation, request)
+        await hold()
         raise
-    await _hold(services, policy, arrival, dataset_id, operation, request)
+    await hold()
     return body
+
+
+async def _answer_retry(
+    policy: TimingPolicy,
+    call: Callable[[], dict[str, Any]],
+    hold: Callable[[], Awaitable[None]],
+    *,
+    grace: float,
+) -> dict[str, Any]:
+    """Answer a retry (same Idempotency-Key, same request) as the original is answered.
+
+    The retry is held to its *own* padded deadline first. Its budget is the original's (same
+    operation, same parameters, same public metadata) and it arrived later, so by then the
+    original's deadline has passed and the original is settled unless its kernel overran.
+    Only then is the ledger read again: the stored release is replayed, a failed original
+    gives ChargeKeptNoResult, and an original still running (an overrun) is polled on the
+    public grid until it settles, at most ``grace`` more seconds (its budget, at least a
+    second), and then answered 409 RequestInProgress. What the retry shows, and when,
+    is therefore a function of public values and of the original's own shown outcome, never
+    of how far its kernel had got when the retry arrived (issue #20, "retry oracle").
+    """
+    await hold()
+    step = policy.grid if policy.enabled and policy.grid > 0 else _RETRY_POLL_S
+    give_up = time.monotonic() + grace
+    while True:
+        try:
+            return await anyio.to_thread.run_sync(call)
+        except RequestInProgress:
+            if time.monotonic() >= give_up:
+                raise
+        await anyio.sleep(step)
 
 
 async def _hold(
@@ -140,6 +219,8 @@ async def _hold(
     dataset_id: str,
     operation: str,
     request: BaseModel,
+    *,
+    extra: float = 0.0,
 ) -> None:
     if not policy.enabled:
         return
@@ -153,7 +234,7 @@ async def _hold(
             request=request,
         )
     )
-    await anyio.sleep(policy.remaining(arrival, budget))
+    await anyio.sleep(policy.remaining(arrival, budget + extra))
 
 
 def operation_router(specs: Sequence[OperationSpec[Any, Any]]) -> APIRouter:
