@@ -84,6 +84,21 @@ class DatasetCache:
         with self._lock:
             return self._stores.get((dataset_id, version))
 
+    @property
+    def max_entries(self) -> int:
+        """How many stores the cache keeps."""
+        return self._max_entries
+
+    def holds(self, dataset_id: str, version: int) -> bool:
+        """Whether this version is cached (a request for it loads nothing)."""
+        with self._lock:
+            return (dataset_id, version) in self._stores
+
+    def put(self, dataset_id: str, version: int, store: ColumnStore) -> None:
+        """Cache a store loaded elsewhere (at registration), as if ``get`` had loaded it."""
+        with self._lock:
+            self._insert((dataset_id, version), store)
+
     def evict(self, dataset_id: str) -> None:
         """Drop every cached version of a dataset; a load in flight will not be kept."""
         with self._lock:

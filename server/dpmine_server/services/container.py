@@ -107,6 +107,8 @@ def build_services(
         raise
     services = Services(settings=settings, runtime=runtime, jobs=jobs, instance=instance)
     _bootstrap_owner(services)
+    if start_workers:
+        _warm(services)
     if recover:
         interrupted = runtime.ledger.interrupt_reserved(is_alive=instance.is_alive)
         failed_jobs = jobs.interrupt_unfinished(instance.is_alive)
@@ -118,6 +120,18 @@ def build_services(
                     details={"interrupted_entries": interrupted, "failed_jobs": failed_jobs},
                 )
     return services
+
+
+def _warm(services: Services) -> None:
+    """Before the first request (issue #20, item 6): the active datasets resident in this
+    process (loads padded to their public budgets) and, with padding on, the embedded pool's
+    processes started and warmed (:func:`~dpmine_server.services.warmup.warm_process`), so
+    that no request or job pays a first load or a process start. Test mode (no padding)
+    keeps the pool lazy: most test servers never run a job."""
+    services.datasets.preload()
+    queue = services.jobs.queue
+    if services.settings.timing_padding and isinstance(queue, LocalPoolQueue):
+        queue.start()
 
 
 def _check_secret_key(runtime: WorkerRuntime) -> None:

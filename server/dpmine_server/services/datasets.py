@@ -14,15 +14,18 @@ refreshed one is read under its new version.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import threading
+import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import TypeAdapter
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, event, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from dpmine.wire import (
@@ -67,6 +70,8 @@ _ANALYST_VERSION = (
 _VERSION_JSON = select(Dataset.version, Dataset.metadata_json, Dataset.source_json).where(
     Dataset.id == bindparam("ds_id")
 )
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "DatasetService",
@@ -135,8 +140,10 @@ class DatasetService:
         sessions: sessionmaker[Session],
         allow_sql: bool,
         max_cached: int = 16,
+        load_padding: Callable[[DatasetMetadata], float] | None = None,
     ) -> None:
         self._data_dir = data_dir
+        self._load_padding = load_padding
         self._sessions = sessions
         self._allow_sql = allow_sql
         self._cache = DatasetCache(self._load_version, max_entries=max_cached)
@@ -172,11 +179,12 @@ class DatasetService:
             raise Forbidden("this server does not accept SQL sources (DPMINE_ALLOW_SQL_SOURCES)")
         version_dir = self._version_dir(request.id, 1)
         source = self._store_files(request.source, files or {}, version_dir)
+        loaded: ColumnStore | None = None
         try:
             if isinstance(source, SqlSource):
                 report = snapshot_sql(request.metadata, source, version_dir)
             else:
-                _store, report = load_store(request.metadata, source, base_dir=version_dir)
+                loaded, report = load_store(request.metadata, source, base_dir=version_dir)
         except DataValidationError as error:
             shutil.rmtree(version_dir, ignore_errors=True)
             raise InvalidRequest(str(error)) from error
@@ -199,7 +207,17 @@ class DatasetService:
             created_at=utcnow(),
         )
         session.add(dataset)
-        session.flush()  # the contents were validated; loaded again (and cached) on first use
+        session.flush()
+        if loaded is not None:
+            # Resident from the start (no first request pays the load), once the registration
+            # is committed: a rolled-back one must not leave its contents under the id.
+            store = loaded
+            event.listen(
+                session,
+                "after_commit",
+                lambda _session: self._cache.put(request.id, 1, store),
+                once=True,
+            )
         return dataset_info(dataset), report
 
     def refresh(self, session: Session, dataset_id: str) -> tuple[DatasetInfo, LoadReport]:
@@ -346,10 +364,10 @@ class DatasetService:
     def public_metadata(self, session: Session, dataset_id: str) -> DatasetMetadata:
         """The current version's public metadata (no grant check), through the per-version
         cache: for the padding budgets of requests and jobs, which read it on every answer."""
-        version = session.scalar(select(Dataset.version).where(Dataset.id == dataset_id))
+        version = self.current_version(session, dataset_id)
         if version is None:
             raise _not_granted(dataset_id)
-        return self._parsed_version(session, dataset_id, int(version)).metadata
+        return self._parsed_version(session, dataset_id, version).metadata
 
     def _parsed_version(self, session: Session, dataset_id: str, version: int) -> _ParsedVersion:
         key = (dataset_id, version)
@@ -406,7 +424,39 @@ class DatasetService:
         """The loaded columns of a dataset version (loaded once, then cached)."""
         return self._cache.get(dataset_id, version)
 
+    @staticmethod
+    def current_version(session: Session, dataset_id: str) -> int | None:
+        """The dataset's current version (None: no such dataset)."""
+        version = session.scalar(select(Dataset.version).where(Dataset.id == dataset_id))
+        return None if version is None else int(version)
+
+    def is_resident(self, dataset_id: str, version: int) -> bool:
+        """Whether a request on this version finds it loaded (it then pays no load time)."""
+        return self._cache.holds(dataset_id, version)
+
+    def preload(self) -> int:
+        """Load every active dataset's current version (at most the cache's size, most recent
+        first), so that no request pays a first load; how many were loaded. A dataset that
+        fails to load is logged and left to load on first use."""
+        with self._sessions() as session:
+            rows = session.execute(
+                select(Dataset.id, Dataset.version)
+                .where(Dataset.status == "active")
+                .order_by(Dataset.created_at.desc())
+                .limit(self._cache.max_entries)
+            ).all()
+        loaded = 0
+        for dataset_id, version in reversed(rows):
+            try:
+                self._cache.get(dataset_id, int(version))
+            except Exception:
+                logger.exception("dataset %s could not be preloaded", dataset_id)
+                continue
+            loaded += 1
+        return loaded
+
     def _load_version(self, dataset_id: str, version: int) -> ColumnStore:
+        started = time.monotonic()
         with self._sessions() as session:
             dataset = self.get(session, dataset_id)
             metadata = DatasetMetadata.model_validate(dataset.metadata_json)
@@ -417,6 +467,9 @@ class DatasetService:
         store, _report = load_store(
             metadata, source, base_dir=self._version_dir(dataset_id, version)
         )
+        if self._load_padding is not None:
+            # A load's time grows with the private row count: padded to a public time.
+            time.sleep(max(started + self._load_padding(metadata) - time.monotonic(), 0.0))
         return store
 
     # -- grants --------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ import procrastinate
 import psycopg
 from sqlalchemy import make_url
 
+from dpmine_server.services.warmup import warm_process
 from dpmine_server.services.workers import (
     JOB_DONE_CHANNEL,
     WORKER_DIED,
@@ -117,6 +118,14 @@ def _init_pool_process(settings: Settings, server_pid: int) -> None:
         target=_exit_when_orphaned, args=(server_pid,), name="dpmine-orphan", daemon=True
     ).start()
     _POOL_RUNTIME = build_runtime(settings)
+    warm_process(_POOL_RUNTIME.datasets)
+
+
+def _pool_ready(barrier: threading.Barrier, timeout: float) -> int:
+    """A start-up task: returns once every pool process has started (and so has finished its
+    initializer), so that the server's first job never waits for a process to start."""
+    barrier.wait(timeout)
+    return os.getpid()
 
 
 def _run_in_pool(job_id: str) -> str:
@@ -146,8 +155,24 @@ class LocalPoolQueue:
             )
         return self._pool
 
+    def start(self, timeout: float = 300.0) -> None:
+        """Start every pool process now and wait until each is warm (datasets resident,
+        compiled kernels loaded: :func:`warm_process`). One task per process waits on a
+        barrier, so the pool must start them all; a process that does not come up in time is
+        logged and left to start with the first job."""
+        with self._lock:
+            pool = self._ensure_pool()
+        with multiprocessing.get_context("spawn").Manager() as manager:
+            barrier = manager.Barrier(self._workers)
+            futures = [
+                pool.submit(_pool_ready, barrier, timeout) for _worker in range(self._workers)
+            ]
+            done, pending = wait_futures(futures, timeout=timeout)
+            if pending or any(future.exception() is not None for future in done):
+                logger.warning("not every job worker was ready within %.0f s", timeout)
+
     def enqueue(self, job_id: str) -> int | None:
-        """Submit the job to the pool (spawned on first use)."""
+        """Submit the job to the pool (spawned on first use, or by :meth:`start`)."""
         with self._lock:
             pool = self._ensure_pool()
             try:
@@ -382,6 +407,7 @@ def run_worker(settings: Settings, *, concurrency: int = 1) -> None:
     SIGINT (the current job finishes first)."""
     os.nice(WORKER_NICENESS)
     runtime = build_runtime(settings)
+    warm_process(runtime.datasets)
     conninfo = psycopg_conninfo(settings.database_url)
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=conninfo))
 
