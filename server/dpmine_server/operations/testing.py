@@ -5,6 +5,13 @@ Python loop of a public number of seconds, declared ``mode="job"``. It exists so
 suite and the benchmark can show that a long job runs in a worker process without stalling the
 API process, that a worker killed mid-job keeps the charge, and that cancellation stops a job at
 its next public progress step. Its release is exactly ``count.noisy``'s, so it is pure ε-DP.
+
+``spin_if_any`` makes the loop run only when some row satisfies the predicate: the most
+data-dependent running time a kernel can have within its public budget (``seconds``). The
+channel audits (tests/privacy/test_audit_channels.py) use it as the adversarial kernel: one
+added row decides whether the kernel takes ``seconds`` or nothing, so any state an analyst can
+observe before the padded deadline (a retry's answer, a cancel's outcome, a queue's delay)
+would tell the neighbours apart. ``test.spin_inline`` is the same operation answered inline.
 """
 
 from __future__ import annotations
@@ -44,6 +51,10 @@ class SpinCountRequest(OperationRequest[NoisyCountResponse]):
     epsilon: WireEpsilon
     seconds: float = Field(ge=0.0, le=60.0, description="Public length of the slow loop.")
     fail: bool = Field(default=False, description="Raise after the loop (tests the failure path).")
+    spin_if_any: bool = Field(
+        default=False,
+        description="Spin only if some row satisfies the predicate (a data-dependent time).",
+    )
 
 
 TEST_SPIN = Operation(
@@ -53,6 +64,14 @@ TEST_SPIN = Operation(
     response_model=NoisyCountResponse,
     guarantee="pure",
     mode="job",
+)
+TEST_SPIN_INLINE = Operation(
+    name="test.spin_inline",
+    path="test/spin-inline",
+    request_model=SpinCountRequest,
+    response_model=NoisyCountResponse,
+    guarantee="pure",
+    mode="inline",
 )
 
 
@@ -82,8 +101,12 @@ def _run(
     _rng: np.random.Generator,
     progress: Progress,
 ) -> dict[str, Any]:
-    """Kernel of ``test.spin``: a public-length loop, then ``count.noisy`` (§0.6), pure ε-DP."""
-    for step in range(SPIN_STEPS):
+    """Kernel of ``test.spin``: a public-length loop, then ``count.noisy`` (§0.6), pure ε-DP.
+    With ``spin_if_any`` the loop runs only if a row satisfies the predicate (its time is then
+    data-dependent on purpose, within the public ``seconds``)."""
+    rows = columns.all_rows() if request.predicate is None else columns.evaluate(request.predicate)
+    spin = not request.spin_if_any or rows.count() > 0
+    for step in range(SPIN_STEPS if spin else 0):
         _busy(request.seconds / SPIN_STEPS)
         progress((step + 1) / SPIN_STEPS)
     if request.fail:
@@ -95,11 +118,12 @@ def _run(
 
 TEST_OPERATIONS: list[OperationSpec[Any, Any]] = [
     OperationSpec(
-        operation=TEST_SPIN,
+        operation=operation,
         summary="Test mode only: a slow job, then a noisy count.",
         dataset_kinds=frozenset({"views", "table", "transactions"}),
         validate=_validate,
         cost=_cost,
         run=_run,
     )
+    for operation in (TEST_SPIN, TEST_SPIN_INLINE)
 ]
