@@ -39,8 +39,7 @@ from privacy.audit import assert_audit_flags, assert_audit_passes, clopper_pears
 from support.datasets import unique_id
 from support.servers import LiveServer, add_analyst, http_client
 
-#: Trials a side: the first SELECT choose the audited event, the rest bound it.
-SELECT = 10
+#: Trials a side: the first third choose the audited event, the rest bound it.
 TRIALS = 30
 SLOW_TRIALS = 150
 GRID_MS = 50
@@ -183,11 +182,12 @@ def _candidate_events(observed: set[Observation]) -> list[Callable[[Observation]
 
 
 def split_audit(samples_0: list[Observation], samples_1: list[Observation]) -> float:
-    """ε lower bound of the best event: chosen on the first SELECT samples of each side (the
+    """ε lower bound of the best event: chosen on the first third of each side's samples (the
     largest difference in frequency), bounded with Clopper–Pearson on the rest, so the
     choice costs no Bonferroni factor."""
-    pick_0, test_0 = samples_0[:SELECT], samples_0[SELECT:]
-    pick_1, test_1 = samples_1[:SELECT], samples_1[SELECT:]
+    select = max(len(samples_0) // 3, 1)
+    pick_0, test_0 = samples_0[:select], samples_0[select:]
+    pick_1, test_1 = samples_1[:select], samples_1[select:]
     events = _candidate_events(set(pick_0) | set(pick_1))
 
     def gap(event: Callable[[Observation], bool]) -> float:
@@ -260,6 +260,12 @@ def _settled(client: httpx.Client, job_id: str, limit: float = 10.0) -> dict[str
         time.sleep(0.01)
 
 
+#: The cancelled job spins longer, so that a cancel at CANCEL_OFFSET finds D' still spinning
+#: and D long finished (what a cancel could tell apart before the fix).
+CANCEL_SPIN_S = 0.4
+CANCEL_OFFSET_S = 0.2
+
+
 def _cancel_observer(channel: ChannelServer, offset: float) -> Callable[[int], Observation]:
     """Submit a job, cancel it ``offset`` seconds later: the state the cancel answers with,
     the final shown state and when it is shown."""
@@ -269,7 +275,7 @@ def _cancel_observer(channel: ChannelServer, offset: float) -> Callable[[int], O
             submitted = time.perf_counter()
             job = client.post(
                 f"/v1/datasets/{channel.neighbours[side]}/jobs",
-                json={"operation": "test.spin", "request": _spin()},
+                json={"operation": "test.spin", "request": _spin(CANCEL_SPIN_S)},
             ).json()
             time.sleep(offset)
             cancelled = client.post(f"/v1/jobs/{job['id']}/cancel").json()
@@ -280,7 +286,7 @@ def _cancel_observer(channel: ChannelServer, offset: float) -> Callable[[int], O
     return observe
 
 
-@pytest.mark.parametrize("offset", [0.1])
+@pytest.mark.parametrize("offset", [CANCEL_OFFSET_S])
 def test_a_cancel_outcome_does_not_depend_on_the_kernel(
     padded: ChannelServer, offset: float
 ) -> None:
@@ -318,6 +324,95 @@ def test_a_queued_job_is_shown_on_a_public_schedule(padded: ChannelServer) -> No
     assert_audit_passes(_audit(_queue_observer(padded)), EPSILON)
 
 
+# -- first loads ---------------------------------------------------------------------------------
+
+#: A table wide and long enough that parsing it takes a time well above a bucket.
+WIDE_COLUMNS = 20
+WIDE_METADATA = DatasetMetadata(
+    kind="table",
+    n_max=30_000,
+    attributes=[BooleanAttribute(name=f"b{i}") for i in range(WIDE_COLUMNS)],
+)
+LOAD_TRIALS = 20
+
+
+def _write_wide(folder: Path, name: str, rows: int) -> Path:
+    path = folder / f"{name}.csv"
+    header = ",".join(f"b{i}" for i in range(WIDE_COLUMNS))
+    row = ",".join("yes" if i % 2 else "no" for i in range(WIDE_COLUMNS))
+    path.write_text("\n".join([header, *([row] * rows)]) + "\n")
+    return path
+
+
+@dataclass
+class LoadServer:
+    """A padded server that keeps one dataset loaded at a time: a small table (200 rows) and a
+    large one (30,000 rows) under the same public metadata, and a tiny third to evict them."""
+
+    server: LiveServer
+    tables: tuple[str, str]
+    evictor: str
+    api_key: str
+
+
+@pytest.fixture(scope="module")
+def one_cached(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoadServer]:
+    workdir = tmp_path_factory.mktemp("loads")
+    server = LiveServer(
+        database_url=f"sqlite:///{workdir / 'loads.sqlite3'}",
+        workdir=workdir,
+        name="loads",
+        extra_env={**PADDED_ENV, "DPMINE_MAX_CACHED_DATASETS": "1"},
+    )
+    server.start()
+    try:
+        with dpmine.connect(server.url, server.owner_key, retries=0) as owner:
+            tables = []
+            for rows in (200, 30_000):
+                request = CreateDatasetRequest(
+                    id=unique_id("load"),
+                    name="load audit",
+                    epsilon_cap=10_000.0,
+                    metadata=WIDE_METADATA,
+                    source=CsvSource(path=f"wide-{rows}.csv"),
+                )
+                path = _write_wide(workdir, f"wide-{rows}", rows)
+                tables.append(owner.admin.upload_dataset(request, {"path": path})["dataset"]["id"])
+            evictor = _register(owner, _write_table(workdir, "evictor", rows=5, flagged=0))
+            account = add_analyst(server, owner)
+            account.connection.close()
+            for dataset_id in (*tables, evictor):
+                owner.admin.grant(dataset_id, account.name, 5_000.0)
+        yield LoadServer(server, (tables[0], tables[1]), evictor, account.api_key)
+    finally:
+        server.stop()
+
+
+def _load_observer(channel: LoadServer) -> Callable[[int], Observation]:
+    """Evict, then count on the small or the large table (a cold load): status and when the
+    answer came."""
+    body = {"predicate": {"kind": "bool", "attribute": "b1"}, "epsilon": EPSILON}
+
+    def observe(side: int) -> Observation:
+        with http_client(channel.server.url) as client:
+            client.headers["X-API-Key"] = channel.api_key
+            evicted = client.post(
+                f"/v1/datasets/{channel.evictor}/counts",
+                json={"predicate": PREDICATE, "epsilon": EPSILON},
+            )
+            assert evicted.status_code == 200, evicted.text
+            sent = time.perf_counter()
+            answer = client.post(f"/v1/datasets/{channel.tables[side]}/counts", json=body)
+            latency = time.perf_counter() - sent
+        return (answer.status_code, _bucket(latency))
+
+    return observe
+
+
+def test_a_first_load_does_not_tell_the_row_count(one_cached: LoadServer) -> None:
+    assert_audit_passes(_audit(_load_observer(one_cached), LOAD_TRIALS), EPSILON)
+
+
 # -- the audits' power ---------------------------------------------------------------------------
 
 
@@ -332,6 +427,8 @@ def test_the_channel_audit_flags_what_the_channels_showed_before_the_fix() -> No
     assert_audit_flags(cancel, EPSILON)
     queue = split_audit([("done", 1)] * TRIALS, [("done", 5)] * TRIALS)
     assert_audit_flags(queue, EPSILON)
+    loads = split_audit([(200, 3)] * LOAD_TRIALS, [(200, 5)] * LOAD_TRIALS)
+    assert_audit_flags(loads, EPSILON)
     mixed = [("done", 2), ("done", 3)] * (TRIALS // 2)
     assert split_audit(mixed, list(mixed)) <= EPSILON
 
@@ -346,9 +443,14 @@ def test_slow_retry_audit(padded: ChannelServer, offset: float) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("offset", [0.02, 0.1, 0.2])
+@pytest.mark.parametrize("offset", [0.02, 0.1, 0.2, 0.35])
 def test_slow_cancel_audit(padded: ChannelServer, offset: float) -> None:
     assert_audit_passes(_audit(_cancel_observer(padded, offset), SLOW_TRIALS), EPSILON)
+
+
+@pytest.mark.slow
+def test_slow_load_audit(one_cached: LoadServer) -> None:
+    assert_audit_passes(_audit(_load_observer(one_cached), SLOW_TRIALS), EPSILON)
 
 
 @pytest.mark.slow
