@@ -73,6 +73,15 @@ _VERSION_JSON = select(Dataset.version, Dataset.metadata_json, Dataset.source_js
 
 logger = logging.getLogger(__name__)
 
+#: ``Session.info`` key of the stores registrations loaded, cached once their commit succeeds.
+_LOADED_KEY = "dpmine.loaded_stores"
+
+
+def _drop(session: Session) -> None:
+    """After a rollback: the registrations' stores are not kept."""
+    session.info.pop(_LOADED_KEY, None)
+
+
 __all__ = [
     "DatasetService",
     "StoredFile",
@@ -211,13 +220,10 @@ class DatasetService:
         if loaded is not None:
             # Resident from the start (no first request pays the load), once the registration
             # is committed: a rolled-back one must not leave its contents under the id.
-            store = loaded
-            event.listen(
-                session,
-                "after_commit",
-                lambda _session: self._cache.put(request.id, 1, store),
-                once=True,
-            )
+            session.info.setdefault(_LOADED_KEY, []).append((request.id, 1, loaded))
+            for name, listener in (("after_commit", self._keep_loaded), ("after_rollback", _drop)):
+                if not event.contains(session, name, listener):
+                    event.listen(session, name, listener)
         return dataset_info(dataset), report
 
     def refresh(self, session: Session, dataset_id: str) -> tuple[DatasetInfo, LoadReport]:
@@ -423,6 +429,11 @@ class DatasetService:
     def columns(self, dataset_id: str, version: int) -> ColumnStore:
         """The loaded columns of a dataset version (loaded once, then cached)."""
         return self._cache.get(dataset_id, version)
+
+    def _keep_loaded(self, session: Session) -> None:
+        """After a commit: cache the stores that the session's registrations loaded."""
+        for dataset_id, version, store in session.info.pop(_LOADED_KEY, []):
+            self._cache.put(dataset_id, version, store)
 
     @staticmethod
     def current_version(session: Session, dataset_id: str) -> int | None:
