@@ -57,6 +57,7 @@ __all__ = [
     "load_average",
     "machine_info",
     "median",
+    "owner_confirmed",
     "percentile",
     "postgres_cluster",
     "register_files",
@@ -600,6 +601,15 @@ def _git_commit() -> str | None:
     except (OSError, subprocess.CalledProcessError):
         return None
     return result.stdout.strip() or None
+
+
+def owner_confirmed(metadata: DatasetMetadata) -> DatasetMetadata:
+    """A ``propose-metadata`` proposal as the benchmark's owner confirms it: taken as proposed,
+    marked reviewed (registration refuses an unreviewed proposal)."""
+    if metadata.review is None:
+        return metadata
+    review = metadata.review.model_copy(update={"reviewed": True})
+    return metadata.model_copy(update={"review": review})
 
 
 def median(values: Sequence[float]) -> float:

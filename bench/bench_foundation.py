@@ -67,6 +67,7 @@ from _support import (
     load_average,
     machine_info,
     median,
+    owner_confirmed,
     percentile,
     postgres_cluster,
     register_files,
@@ -227,7 +228,7 @@ class KernelCountResult:
 def mammals_metadata(mammals_dir: Path) -> DatasetMetadata:
     """Proposed (owner-side) metadata of the mammals pair: 124 Boolean left, numeric right."""
     source = CsvPairSource(left="left.csv", right="right.csv", id_column="id")
-    return propose_metadata(source, kind="views", base_dir=mammals_dir)
+    return owner_confirmed(propose_metadata(source, kind="views", base_dir=mammals_dir))
 
 
 def random_redescription(metadata: DatasetMetadata, rng: np.random.Generator) -> tuple[Expr, Expr]:

@@ -59,6 +59,7 @@ from _support import (
     load_average,
     machine_info,
     median,
+    owner_confirmed,
     register_files,
     server_for_backend,
     time_calls,
@@ -342,7 +343,7 @@ def fimi_metadata_source(spec: FimiDataset) -> tuple[Any, FimiSource]:
     """The metadata an owner would confirm (items = the distinct tokens, by integer id)."""
     source = FimiSource(path=spec.path.name)
     metadata = propose_metadata(source, kind="transactions", base_dir=spec.path.parent)
-    return metadata, source
+    return owner_confirmed(metadata), source
 
 
 def load_server_side(spec: FimiDataset) -> ServerSide:

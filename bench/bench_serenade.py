@@ -72,6 +72,7 @@ from _support import (
     load_average,
     machine_info,
     median,
+    owner_confirmed,
     percentile,
     register_files,
     server_for_backend,
@@ -347,10 +348,8 @@ def prepare_dataset(choice: ViewChoice, directory: Path) -> PreparedData:
     left[["id", *choice.left]].to_csv(directory / "left.csv", index=False)
     right[["id", *choice.right]].to_csv(directory / "right.csv", index=False)
     source = CsvPairSource(left="left.csv", right="right.csv", id_column="id")
-    metadata = propose_metadata(source, kind="views", base_dir=directory)
-    if metadata.review is not None:  # the harness is the owner: it takes the proposal as is
-        review = metadata.review.model_copy(update={"reviewed": True})
-        metadata = metadata.model_copy(update={"review": review})
+    # The harness is the owner: it takes the proposal as is.
+    metadata = owner_confirmed(propose_metadata(source, kind="views", base_dir=directory))
     return PreparedData(choice=choice, directory=directory, n_rows=len(left), metadata=metadata)
 
 
