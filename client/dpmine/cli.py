@@ -68,6 +68,8 @@ from dpmine.treereds import DEFAULT_MIN_JACCARD, DEFAULT_P_MAX
 from dpmine.wire import (
     DEFAULT_NUMERIC_BINS,
     DEFAULT_TREE_ITERATIONS,
+    MIN_RULE_LIST_ITERATIONS,
+    MIN_TREE_ITERATIONS,
     BooleanAttribute,
     CategoricalAttribute,
     ComputeQualityResponse,
@@ -364,6 +366,20 @@ def _range_check(
             wanted = f"> {low:g}" if math.isinf(high) and open_low else f"in {shown}"
             wanted = f">= {low:g}" if math.isinf(high) and not open_low else wanted
             raise typer.BadParameter(f"must be {wanted} (got {value:g})")
+        return value
+
+    return check
+
+
+def _chain_length(minimum: int) -> Callable[[int], int]:
+    """A typer callback refusing fewer MCMC steps than the server's public ``minimum``."""
+
+    def check(value: int) -> int:
+        if value < minimum:
+            raise typer.BadParameter(
+                f"must be at least {minimum}, the server's public minimum for an MCMC release "
+                f"(a shorter chain's release is far from DP; got {value})"
+            )
         return value
 
     return check
@@ -860,7 +876,14 @@ InTreesOption = Annotated[
 RMIterOption = Annotated[
     int | None, typer.Option(help="RMIter: alternations per initial tree (overrides --setting)")
 ]
-IterationsOption = Annotated[int, typer.Option(help="MCMC iterations per sampled tree", min=1)]
+IterationsOption = Annotated[
+    int,
+    typer.Option(
+        help=f"MCMC iterations per sampled tree, at least {MIN_TREE_ITERATIONS} (the server's "
+        "public minimum: a shorter chain's release is far from DP)",
+        callback=_chain_length(MIN_TREE_ITERATIONS),
+    ),
+]
 SeedOption = Annotated[int | None, typer.Option(help="Seed of the (public) attribute draws")]
 MinSupportOption = Annotated[float, typer.Option(help="Minimum noisy support of a result")]
 MinJaccardOption = Annotated[float, typer.Option(help="Minimum noisy Jaccard of a result")]
@@ -1202,7 +1225,12 @@ def fit_rule_list(
     ] = 1.0,
     alpha: Annotated[str, typer.Option(help="α0,α1 of the Dirichlet prior")] = "1,1",
     iterations: Annotated[
-        int, typer.Option(help="MCMC steps of the sampler", min=1)
+        int,
+        typer.Option(
+            help=f"MCMC steps of the sampler, at least {MIN_RULE_LIST_ITERATIONS} (the server's "
+            "public minimum: a shorter chain's release is far from DP)",
+            callback=_chain_length(MIN_RULE_LIST_ITERATIONS),
+        ),
     ] = DEFAULT_ITERATIONS,
     numeric_bins: Annotated[
         int, typer.Option(help="Equal-width public bins of a numeric attribute", min=2)

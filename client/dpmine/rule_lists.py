@@ -6,7 +6,10 @@ locally; no data ever reaches the client:
 1. ``brl.antecedents`` (ε1): K private top itemsets on each class's rows (§5.2); their union,
    deduplicated, is the public antecedent set A;
 2. ``brl.sample_rule_list`` (ε2, a background job): a rule list over A drawn by MCMC from
-   exp(ε2·u(d)/(2Δu)) (§5.3; DP only once the chain has converged: ``guarantee="approximate"``);
+   exp(ε2·u(d)/(2Δu)) (§5.3; DP only once the chain has converged: ``guarantee="approximate"``),
+   ``iterations`` steps (at least the public minimum
+   :data:`~dpmine.wire.MIN_RULE_LIST_ITERATIONS`) from the server's public start, the empty
+   list;
 3. ``brl.point_estimates`` (ε3): noisy capture counts Ñ_{j,y} of every rule (§5.4), turned into
    the estimates PE_j = (Ñ_{j,1}+α1)/(Ñ_{j,0}+Ñ_{j,1}+α0+α1), Ñ clamped at 0, here.
 
@@ -46,6 +49,7 @@ from dpmine.wire import (
     BOOLEAN_FALSE,
     BOOLEAN_TRUE,
     DEFAULT_NUMERIC_BINS,
+    MIN_RULE_LIST_ITERATIONS,
     AnyLiteral,
     BooleanAttribute,
     BoolLiteral,
@@ -86,7 +90,8 @@ __all__ = [
 #: Public defaults, data-independent and the same for every dataset (bench/README.md "Rule lists
 #: benchmark" says how they were chosen): single-item antecedents, because the most frequent
 #: pairs of a class are mostly pairs of near-universal items; K = 40 per class, or every possible
-#: antecedent when the public schema allows fewer; T = 3000 steps, the thesis' largest run (§5.3).
+#: antecedent when the public schema allows fewer; T = 3000 steps, the thesis' largest run (§5.3),
+#: three times the server's public minimum (:data:`~dpmine.wire.MIN_RULE_LIST_ITERATIONS`).
 DEFAULT_K_PER_CLASS = 40
 DEFAULT_MAX_LENGTH = 1
 DEFAULT_ITERATIONS = 3000
@@ -612,7 +617,9 @@ class DPBayesianRuleList(BaseMiner):
       declared grid; ``method``: "em" or "laplace" top-K selection; ``rho``: its truncation
       failure probability;
     * ``expected_length`` λ and ``expected_cardinality`` η of the prior, ``alpha`` = (α0, α1)
-      of the Dirichlet prior (§5.1); ``iterations``: MCMC steps of the sampler (§5.3);
+      of the Dirichlet prior (§5.1); ``iterations``: MCMC steps of the sampler (§5.3), at
+      least :data:`~dpmine.wire.MIN_RULE_LIST_ITERATIONS` (the server refuses shorter chains,
+      whose release is far from DP; the chain starts from the empty list, never the caller's);
       ``target``: the sampler's target, "likelihood" (the prior as base measure, short lists)
       or "posterior" (the thesis' tempered posterior; :data:`dpmine.wire.RuleListTarget`);
     * ``progress``: show a progress bar.
@@ -725,6 +732,11 @@ class DPBayesianRuleList(BaseMiner):
             raise ParameterError(f"target must be 'likelihood' or 'posterior', got {self.target!r}")
         if self.method not in {"em", "laplace"}:
             raise ParameterError(f"method must be 'em' or 'laplace', got {self.method!r}")
+        if not isinstance(self.iterations, int) or self.iterations < MIN_RULE_LIST_ITERATIONS:
+            raise ParameterError(
+                f"iterations must be a whole number of at least {MIN_RULE_LIST_ITERATIONS} (the "
+                f"server's public minimum for an MCMC release), got {self.iterations!r}"
+            )
         if len(self.alpha) != 2 or not all(a > 0 for a in self.alpha):
             raise ParameterError(f"alpha takes two positive numbers (α0, α1), got {self.alpha!r}")
         if schema.kind == "transactions" or schema.label is None:

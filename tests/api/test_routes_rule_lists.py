@@ -13,6 +13,7 @@ import pytest
 import dpmine
 from dpmine.errors import InvalidRequestError
 from dpmine.wire import (
+    MIN_RULE_LIST_ITERATIONS,
     Antecedent,
     BoolLiteral,
     DatasetMetadata,
@@ -60,9 +61,9 @@ def test_each_rule_list_operation_runs_through_the_api(
     for entry in mined.by_class:
         union += [a for a in entry.antecedents if a not in union]
     sampled = analyst.run(
-        labelled, SampleRuleListRequest(antecedents=union, epsilon=0.5, iterations=300)
+        labelled, SampleRuleListRequest(antecedents=union, epsilon=0.5, iterations=1200)
     )
-    assert sampled.iterations == 300
+    assert sampled.iterations == 1200
     assert all(rule in union for rule in sampled.rules)
     assert (sampled.receipt.operation, sampled.receipt.guarantee) == (
         "brl.sample_rule_list",
@@ -142,4 +143,33 @@ def test_bad_antecedents_are_refused_before_the_charge(
         )
         detail = expect_error(response, 422, "InvalidRequest")
         assert message in detail, detail
+    assert analyst.dataset(labelled).budget().remaining_epsilon == GRANT
+
+
+def test_a_short_chain_or_a_chosen_start_is_refused_before_the_charge(
+    client: TestClient, analyst: dpmine.Connection, analyst_headers: dict[str, str], labelled: str
+) -> None:
+    """§5.3, ALGORITHMS.md §6 #16: fewer steps than the public minimum, or a start list of the
+    analyst's, are refused with a 422 that says why, on the route and as a job; nothing is
+    charged."""
+    antecedents = [{"items": [{"kind": "bool", "attribute": "smoker"}]}]
+    body = {"antecedents": antecedents, "epsilon": 1}
+    short = {**body, "iterations": MIN_RULE_LIST_ITERATIONS - 1}
+    chosen = {**body, "iterations": 1, "initial": [0]}  # the old attack's request
+    messages = {
+        "short": f"at least {MIN_RULE_LIST_ITERATIONS}, got {MIN_RULE_LIST_ITERATIONS - 1}",
+        "chosen": "'initial' is no longer accepted",
+    }
+    for name, request in (("short", short), ("chosen", chosen)):
+        for path, sent in (
+            ("rule-lists/sample", request),
+            ("jobs", {"operation": "brl.sample_rule_list", "request": request}),
+        ):
+            response = client.post(
+                f"/v1/datasets/{labelled}/{path}",
+                json=sent,
+                headers={**analyst_headers, "Idempotency-Key": f"chain-{name}-{path}"},
+            )
+            detail = expect_error(response, 422, "InvalidRequest")
+            assert messages[name] in detail, detail
     assert analyst.dataset(labelled).budget().remaining_epsilon == GRANT

@@ -10,12 +10,14 @@ import pytest
 import dpmine
 from dpmine.errors import InvalidRequestError
 from dpmine.wire import (
+    MIN_TREE_ITERATIONS,
     AttributeTarget,
     LeafCountsRequest,
     TreeExpMechRequest,
     TreeMCMCRequest,
     TreePairMCMCRequest,
 )
+from support.inprocess import TestClient, expect_error
 
 
 def test_each_tree_operation_runs_through_the_api(analyst: dpmine.Connection, toy: str) -> None:
@@ -34,7 +36,7 @@ def test_each_tree_operation_runs_through_the_api(analyst: dpmine.Connection, to
             view="right",
             target=AttributeTarget(attribute="age", bins=4),
             depth=2,
-            iterations=300,
+            iterations=MIN_TREE_ITERATIONS,
             epsilon=0.5,
         ),
     )
@@ -42,7 +44,10 @@ def test_each_tree_operation_runs_through_the_api(analyst: dpmine.Connection, to
     assert (sampled.receipt.operation, sampled.receipt.guarantee) == ("tree.mcmc", "approximate")
 
     pair = analyst.run(
-        toy, TreePairMCMCRequest(attribute="member", depth=2, iterations=300, epsilon=0.5)
+        toy,
+        TreePairMCMCRequest(
+            attribute="member", depth=2, iterations=MIN_TREE_ITERATIONS, epsilon=0.5
+        ),
     )
     assert (pair.left_tree.view, pair.right_tree.view) == ("left", "right")
     assert pair.receipt.guarantee == "approximate"
@@ -72,4 +77,29 @@ def test_an_invalid_threshold_is_refused_before_the_charge(
     request = LeafCountsRequest.model_validate(body)
     with pytest.raises(InvalidRequestError, match="public lattice"):
         analyst.run(toy, request)
+    assert analyst.dataset(toy).budget().remaining_epsilon == 5.0
+
+
+def test_a_chain_below_the_public_minimum_is_refused_before_the_charge(
+    client: TestClient, analyst: dpmine.Connection, analyst_headers: dict[str, str], toy: str
+) -> None:
+    """§3.4, §3.5, ALGORITHMS.md §6 #16: both samplers refuse fewer steps than the public
+    minimum with a 422 that says why, on the route and as a job; nothing is charged."""
+    target = {"kind": "attribute", "attribute": "member"}
+    short = MIN_TREE_ITERATIONS - 1
+    requests = {
+        "tree.mcmc": ("trees/mcmc", {"view": "right", "target": target, "epsilon": 0.5}),
+        "tree.pair_mcmc": ("trees/pair-mcmc", {"attribute": "member", "epsilon": 0.5}),
+    }
+    for operation, (path, body) in requests.items():
+        request = {**body, "iterations": short}
+        job = {"operation": operation, "request": request}
+        for route, sent in ((path, request), ("jobs", job)):
+            response = client.post(
+                f"/v1/datasets/{toy}/{route}",
+                json=sent,
+                headers={**analyst_headers, "Idempotency-Key": f"short-{operation}-{route}"},
+            )
+            detail = expect_error(response, 422, "InvalidRequest")
+            assert f"at least {MIN_TREE_ITERATIONS}, got {short}" in detail, detail
     assert analyst.dataset(toy).budget().remaining_epsilon == 5.0

@@ -43,7 +43,7 @@ from support.servers import Account, LiveServer, add_analyst
 RUNNER = CliRunner()
 ANALYST_ENV = {"COLUMNS": "250", "DPMINE_URL": "", "DPMINE_API_KEY": ""}
 GRANT = 50.0
-SMALL = "--k-per-class 10 --iterations 300"
+SMALL = "--k-per-class 10 --iterations 1000"
 
 
 def dpmine_cli(server: LiveServer | None, api_key: str, command: str) -> Result:
@@ -283,6 +283,7 @@ def test_fit_with_json_prints_the_saved_payload(
         ("--epsilon 1 --output model.csv", "--output must end in .json"),
         ("--epsilon 1000", "only ε=50 remains; nothing was spent"),
         ("--epsilon 1 --max-length 9", "max_length"),
+        ("--epsilon 1 --iterations 300", "at least 1000, the server's public minimum"),
     ],
 )
 def test_fit_errors_are_one_line_and_charge_nothing(

@@ -34,7 +34,7 @@ RUNNER = CliRunner()
 ANALYST_ENV = {"COLUMNS": "250", "DPMINE_URL": "", "DPMINE_API_KEY": ""}
 GRANT = 200.0
 #: Small, fast runs: trees of depth 2, few MCMC iterations.
-SMALL = "--depth 2 --iterations 300 --seed 7"
+SMALL = "--depth 2 --iterations 1000 --seed 7"
 
 
 def _flat(text: str) -> str:
@@ -314,6 +314,8 @@ def test_max_jaccard_error_keeps_exactly_the_precise_results(
         ("alt-expm no-such-dataset --epsilon 1", "error:"),
         ("tree-pair {ds} --epsilon 1 --depth 99", "too few attributes for a tree of depth 99"),
         ("alt-mcmc {ds} --epsilon 1 --leaf-release exact", "--leaf-release must be 'partition'"),
+        ("alt-mcmc {ds} --epsilon 1 --iterations 999", "at least 1000, the server's public"),
+        ("tree-pair {ds} --epsilon 1 --iterations 10", "at least 1000, the server's public"),
     ],
 )
 def test_tree_miner_errors_are_one_line_and_charge_nothing(

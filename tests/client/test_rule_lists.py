@@ -30,6 +30,7 @@ from dpmine.rule_lists import (
     union_antecedents,
 )
 from dpmine.wire import (
+    MIN_RULE_LIST_ITERATIONS,
     BooleanAttribute,
     CategoricalAttribute,
     DatasetInfo,
@@ -102,7 +103,7 @@ def receipt(operation: str, epsilon: str) -> Receipt:
 
 def fitted_estimator() -> DPBayesianRuleList:
     """An estimator as ``fit`` leaves it (model, antecedent set and receipts), built offline."""
-    model = DPBayesianRuleList(epsilon=0.9, k_per_class=5, iterations=500)
+    model = DPBayesianRuleList(epsilon=0.9, k_per_class=5, iterations=1500)
     payload = {
         "model": fitted_list().to_dict(),
         "params": model.get_params() | {"alpha": [1.0, 1.0]},
@@ -374,7 +375,7 @@ def handle(schema: DatasetMetadata) -> dpmine.DatasetHandle:
 
 def test_the_planned_calls_are_the_three_operations_with_their_shares() -> None:
     model = DPBayesianRuleList(
-        epsilon=0.9, k_per_class=12, max_length=3, iterations=700, numeric_bins=5
+        epsilon=0.9, k_per_class=12, max_length=3, iterations=1700, numeric_bins=5
     )
     calls = model._calls(handle(SCHEMA))
     assert [call.operation for call in calls] == [
@@ -385,7 +386,7 @@ def test_the_planned_calls_are_the_three_operations_with_their_shares() -> None:
     antecedents = RuleListAntecedentsRequest.model_validate(calls[0].request)
     assert (antecedents.k_per_class, antecedents.max_length, antecedents.numeric_bins) == (12, 3, 5)
     sample = SampleRuleListRequest.model_validate(calls[1].request)
-    assert sample.iterations == 700
+    assert sample.iterations == 1700
     # The placeholder antecedent is the first item of the first attribute (a public bin).
     assert antecedent_text(sample.antecedents[0]) == "[0.0 <= age <= 20.0]"
     estimates = PointEstimatesRequest.model_validate(calls[2].request)
@@ -400,6 +401,11 @@ def test_fitting_needs_a_labelled_table() -> None:
         DPBayesianRuleList().set_params(method="greedy")._calls(handle(SCHEMA))
     with pytest.raises(ValueError, match="epsilon must be positive"):
         DPBayesianRuleList(epsilon=-1.0)._calls(handle(SCHEMA))
+    # The server's public minimum of MCMC steps (§5.3), refused before any call.
+    assert DPBayesianRuleList().iterations >= MIN_RULE_LIST_ITERATIONS
+    DPBayesianRuleList(iterations=MIN_RULE_LIST_ITERATIONS)._calls(handle(SCHEMA))
+    with pytest.raises(ValueError, match="iterations must be a whole number of at least 1000"):
+        DPBayesianRuleList(iterations=MIN_RULE_LIST_ITERATIONS - 1)._calls(handle(SCHEMA))
 
 
 # --------------------------------------------------------------------------------------------

@@ -14,8 +14,9 @@ import pytest
 
 from dpmine.connection import DatasetHandle
 from dpmine.errors import DPMineError
-from dpmine.miners import MCMCTreePair
+from dpmine.miners import AltMCMC, MCMCTreePair
 from dpmine.wire import (
+    MIN_TREE_ITERATIONS,
     DatasetMetadata,
     DecisionTree,
     LeafCountsRequest,
@@ -151,3 +152,13 @@ def test_a_failure_among_overlapping_iterations_keeps_every_charged_receipt(
 def test_concurrent_iterations_must_be_a_whole_number() -> None:
     with pytest.raises(ValueError, match="concurrent_iterations must be a whole number"):
         MCMCTreePair(concurrent_iterations=0)._check_params()
+
+
+def test_mcmc_steps_reach_the_public_minimum() -> None:
+    """Not an iteration of the miner but a sampler's steps (§3.4, §3.5): the defaults pass, and
+    fewer than the server's public minimum are refused before any call."""
+    for miner in (AltMCMC, MCMCTreePair):
+        assert miner().iterations >= MIN_TREE_ITERATIONS
+        miner(iterations=MIN_TREE_ITERATIONS)._check_params()
+        with pytest.raises(ValueError, match="iterations must be a whole number of at least 1000"):
+            miner(iterations=MIN_TREE_ITERATIONS - 1)._check_params()

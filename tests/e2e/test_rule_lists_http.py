@@ -26,6 +26,7 @@ import dpmine
 from dpmine.errors import BudgetExhaustedError
 from dpmine.rule_lists import DPBayesianRuleList, RuleList
 from dpmine.wire import (
+    MIN_RULE_LIST_ITERATIONS,
     BooleanAttribute,
     CategoricalAttribute,
     CatLiteral,
@@ -208,7 +209,7 @@ def test_numeric_bins_booleans_and_missing_values_are_evaluated_like_the_server(
         k_per_class=10,
         max_length=2,
         expected_length=6.0,
-        iterations=300,
+        iterations=MIN_RULE_LIST_ITERATIONS,
         numeric_bins=3,
     ).fit(dataset)
 

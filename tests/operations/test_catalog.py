@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 import dpmine_server.operations
 from dpmine.wire import (
+    MIN_TREE_ITERATIONS,
     OPERATIONS,
     Antecedent,
     AttributeTarget,
@@ -195,8 +196,8 @@ def _rule_list_examples() -> dict[str, list[BaseModel]]:
             RuleListAntecedentsRequest(k_per_class=1, max_length=1, epsilon=0.5, method="laplace"),
         ],
         "brl.sample_rule_list": [
-            SampleRuleListRequest(antecedents=rules, epsilon=1.0, iterations=50),
-            SampleRuleListRequest(antecedents=rules, epsilon=0.5, iterations=5, initial=[1, 0]),
+            SampleRuleListRequest(antecedents=rules, epsilon=1.0),
+            SampleRuleListRequest(antecedents=rules, epsilon=0.5, iterations=1500),
         ],
         "brl.point_estimates": [
             PointEstimatesRequest(rules=rules, epsilon=1.0),
@@ -228,10 +229,15 @@ def _tree_examples() -> dict[str, list[BaseModel]]:
         ],
         "tree.mcmc": [
             TreeMCMCRequest(
-                view="right", target=AttributeTarget(attribute="colour"), iterations=50, epsilon=1.0
+                view="right",
+                target=AttributeTarget(attribute="colour"),
+                iterations=MIN_TREE_ITERATIONS,
+                epsilon=1.0,
             )
         ],
-        "tree.pair_mcmc": [TreePairMCMCRequest(attribute="a", depth=2, iterations=50, epsilon=1.0)],
+        "tree.pair_mcmc": [
+            TreePairMCMCRequest(attribute="a", depth=2, iterations=MIN_TREE_ITERATIONS, epsilon=1.0)
+        ],
         "tree.leaf_counts": [
             LeafCountsRequest(left_tree=left_tree, right_tree=right_tree, epsilon=1.0)
         ],

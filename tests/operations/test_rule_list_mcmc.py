@@ -9,7 +9,10 @@ are exactly π-distributed whatever the number of steps (no convergence assumpti
 chains are independent, so a chi-square test of the final states is valid. A kernel that does
 not leave π invariant drifts away from it: the same test must reject the sampler run with the
 Hastings correction dropped (p < 1e-4). A second test starts every chain from the operation's
-default list [0], checking that the chain reaches π within a modest number of steps.
+public start, the empty list, checking that the chain reaches π within a modest number of
+steps. A third shows why every step holds with probability ½ (§6 #16): over one antecedent
+with λ tuned so that both moves are always accepted, a chain that never holds alternates
+[] ↔ [a] and is back at [] after any even number of steps, the lazy chain is not.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.operations import rule_list_mcmc
 from dpmine_server.operations.base import Progress, no_progress
 from dpmine_server.operations.rule_list_mcmc import (
+    PUBLIC_START,
     MoveType,
     PriorTables,
     available_moves,
@@ -50,6 +54,8 @@ from dpmine_server.operations.rule_list_mcmc import (
     rule_log_likelihoods,
     sample_rule_list,
     start_chain,
+    target_coefficient,
+    target_log_density,
     utility_sensitivity,
 )
 from dpmine_server.operations.rule_lists import antecedent_words
@@ -365,7 +371,8 @@ def _chains(
     start: dict[State, float] | None,
     target: RuleListTarget = "likelihood",
 ) -> list[State]:
-    """Final states of independent chains, started from draws of ``start`` (or from [0])."""
+    """Final states of independent chains, started from draws of ``start`` (or from the
+    public start, the empty list)."""
     words = antecedent_words(_store(), ANTECEDENTS[:size])
     tables = PriorTables.of(
         [len(a.items) for a in ANTECEDENTS[:size]],
@@ -377,7 +384,7 @@ def _chains(
     probabilities = np.array([start[d] for d in states]) if start is not None else None
     finals: list[State] = []
     for chain in range(chains):
-        initial: list[int] = [0]
+        initial: list[int] = list(PUBLIC_START)
         if probabilities is not None:
             initial = list(states[int(picker.choice(len(states), p=probabilities))])
         final = sample_rule_list(
@@ -454,13 +461,52 @@ def test_the_test_tells_the_two_targets_apart() -> None:
     assert _pooled_p_value(samples, _target(size, epsilon, alpha, "likelihood")) < SEEDED_P_VALUE
 
 
-def test_chains_from_the_default_start_reach_the_target() -> None:
+def test_chains_from_the_public_start_reach_the_target() -> None:
     size, epsilon, alpha, _ = CASES[0]
     target = _target(size, epsilon, alpha)
     samples = _chains(
         size, epsilon=epsilon, alpha=alpha, chains=1500, iterations=60, seed=7, start=None
     )
     assert _pooled_p_value(samples, target) > SEEDED_P_VALUE
+
+
+def _alternating_chains(chains: int, iterations: int) -> Counter[State]:
+    """Final states over the one antecedent [a], with λ set so that π([a])/π([]) = 1 + 10⁻⁹:
+    adding [a] to [] and cutting it again are both accepted (almost) surely, the chain on
+    {[], [a]} that never holds is periodic."""
+    words = antecedent_words(_store(), ANTECEDENTS[:1])
+    alpha = (1.0, 1.0)
+
+    def tables(lam: float) -> PriorTables:
+        return PriorTables.of([1], expected_length=lam, expected_cardinality=ETA)
+
+    coefficient = target_coefficient("likelihood", 1.0, N_MAX, alpha)
+    # ln π([a]) − ln π([]) = ln λ + c·(ℓ([a]) − ℓ([])) (the move ratios are 1 over one antecedent)
+    gap = target_log_density(start_chain(words, alpha, tables(1.0), [0]), "likelihood", coefficient)
+    gap -= target_log_density(start_chain(words, alpha, tables(1.0), []), "likelihood", coefficient)
+    lam = math.exp(-gap) * (1 + 1e-9)
+    finals = Counter[State]()
+    for chain in range(chains):
+        final = sample_rule_list(
+            words,
+            tables(lam),
+            alpha=alpha,
+            epsilon=1.0,
+            n_max=N_MAX,
+            iterations=iterations,
+            rng=seeded_generator(30_000 + chain),
+            progress=no_progress,
+        )
+        finals[tuple(final)] += 1
+    return finals
+
+
+def test_the_chain_holds_so_that_it_is_never_periodic(monkeypatch: pytest.MonkeyPatch) -> None:
+    lazy = _alternating_chains(2000, 10)
+    assert set(lazy) == {(), (0,)}
+    assert 900 < lazy[()] < 1100  # π is ½ each; within 4.5 standard deviations
+    monkeypatch.setattr(rule_list_mcmc, "HOLD_PROBABILITY", 0.0)
+    assert _alternating_chains(2000, 10) == Counter({(): 2000})  # back at the start
 
 
 def test_progress_is_reported_after_every_percent() -> None:

@@ -12,9 +12,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from dpmine.wire import (
+    MIN_RULE_LIST_ITERATIONS,
     Antecedent,
     BoolLiteral,
     CatLiteral,
@@ -343,7 +344,7 @@ def test_the_sampler_releases_a_list_of_the_given_antecedents() -> None:
     spec = CATALOG["brl.sample_rule_list"]
     assert spec.guarantee == "approximate"
     assert spec.mode == "job"
-    request = SampleRuleListRequest(antecedents=RULES, epsilon=1.0, iterations=500)
+    request = SampleRuleListRequest(antecedents=RULES, epsilon=1.0, iterations=1500)
     spec.validate(request, METADATA)
     reports: list[float] = []
     fields = spec.run(
@@ -354,7 +355,7 @@ def test_the_sampler_releases_a_list_of_the_given_antecedents() -> None:
         _collect(reports),
     )
     assert set(fields) == {"rules", "iterations"}
-    assert fields["iterations"] == 500
+    assert fields["iterations"] == 1500
     keys = [a.model_dump_json() for a in fields["rules"]]
     assert len(set(keys)) == len(keys)
     assert set(keys) <= {a.model_dump_json() for a in RULES}
@@ -370,6 +371,26 @@ def _error(validate: Callable[[], None]) -> str:
     with pytest.raises(ValueError) as caught:  # noqa: PT011  # every message is checked below
         validate()
     return str(caught.value)
+
+
+def test_the_sampler_request_has_a_public_minimum_and_no_analyst_start() -> None:
+    """§5.3, ALGORITHMS.md §6 #16: the wire model refuses a chain shorter than the public
+    minimum and any start list, saying why, before the request reaches a charge."""
+    assert SampleRuleListRequest(antecedents=RULES, epsilon=1.0).iterations == 1000
+    assert MIN_RULE_LIST_ITERATIONS == 1000
+    body = {"antecedents": [a.model_dump() for a in RULES], "epsilon": 1.0}
+    SampleRuleListRequest.model_validate({**body, "iterations": MIN_RULE_LIST_ITERATIONS})
+    for short in (1, 2, MIN_RULE_LIST_ITERATIONS - 1):
+        with pytest.raises(ValidationError, match=r"at least 1000, got \d+: an MCMC release"):
+            SampleRuleListRequest.model_validate({**body, "iterations": short})
+    for start in ([0], [1, 0], []):  # the old request shape, whatever the start
+        with pytest.raises(ValidationError, match=r"'initial' is no longer accepted.*public start"):
+            SampleRuleListRequest.model_validate({**body, "initial": start})
+    # What earlier clients sent when they chose no start: nothing is chosen, so it parses.
+    parsed = SampleRuleListRequest.model_validate({**body, "initial": None})
+    assert "initial" not in parsed.model_dump()
+    schema = SampleRuleListRequest.model_json_schema()["properties"]["iterations"]
+    assert schema["minimum"] == MIN_RULE_LIST_ITERATIONS  # the OpenAPI document says so too
 
 
 def test_validation_says_how_to_declare_a_missing_label() -> None:

@@ -17,6 +17,7 @@ import pytest
 from scipy.stats import chisquare
 
 from dpmine.wire import (
+    MIN_TREE_ITERATIONS,
     AttributeTarget,
     DatasetMetadata,
     DecisionTree,
@@ -473,7 +474,9 @@ def test_mcmc_reports_progress_at_public_steps_and_releases_a_valid_tree() -> No
 
 def test_pair_operation_builds_the_first_tree_on_the_other_view() -> None:
     spec = CATALOG["tree.pair_mcmc"]
-    request = TreePairMCMCRequest(attribute="t", depth=1, iterations=30, epsilon=1.0)
+    request = TreePairMCMCRequest(
+        attribute="t", depth=1, iterations=MIN_TREE_ITERATIONS, epsilon=1.0
+    )
     spec.validate(request, _metadata())
     fields = spec.run(_store(), request, spec.cost(request), seeded_generator(4), no_progress)
     assert fields["left_tree"].view == "left"

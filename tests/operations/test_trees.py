@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from scipy.stats import chisquare
 
 from dpmine.wire import (
+    MIN_TREE_ITERATIONS,
     AttributeTarget,
     DatasetMetadata,
     DecisionTree,
@@ -202,6 +203,18 @@ def test_requests_have_public_defaults_and_bounds() -> None:
     assert (request.depth, request.iterations) == (3, 10_000)
     with pytest.raises(ValidationError):
         TreeMCMCRequest(view="left", target=target, epsilon=1.0, iterations=200_001)
+    # The public minimum of both samplers (§3.4, §3.5; ALGORITHMS.md §6 #16), with its reason.
+    assert MIN_TREE_ITERATIONS == 1000
+    pair = {"attribute": "b", "epsilon": 1.0}
+    single = {"view": "left", "target": target.model_dump(), "epsilon": 1.0}
+    for model, body in ((TreeMCMCRequest, single), (TreePairMCMCRequest, pair)):
+        assert model.model_validate({**body, "iterations": MIN_TREE_ITERATIONS}).iterations == 1000
+        for short in (1, MIN_TREE_ITERATIONS - 1):
+            with pytest.raises(ValidationError, match=r"at least 1000, got \d+: an MCMC release"):
+                model.model_validate({**body, "iterations": short})
+        # The start is the server's random tree: there is no field to choose one.
+        with pytest.raises(ValidationError, match="Extra inputs"):
+            model.model_validate({**body, "initial": LEFT_TREE.model_dump()})
     with pytest.raises(ValidationError, match="left-view tree"):
         LeafCountsRequest(left_tree=RIGHT_TREE, right_tree=LEFT_TREE, epsilon=1.0)
     parsed = TreeExpMechRequest.model_validate(

@@ -11,12 +11,19 @@ checks the Clopper-Pearson lower bound on the privacy loss against the charged �
   negative class alone; the output is the pair (positive pick, negative pick). Exact loss 0.64.
   Broken: both selections at ten times ε (a tenth of the noise scale, the truncation margin Γ
   recomputed at that ε): exact loss 6.9.
-* ``brl.sample_rule_list`` over A = ([p], [q]) (five rule lists), N_max = 4, final states after
-  40 steps from [0] (approximate DP: the audit checks the chain as run, a fixed number of
-  steps), for both targets (exact loss 0.29 for ``likelihood``, 0.14 for ``posterior``). The
-  added row (p = q = 1, positive) lands in a rule of one negative when [p] comes first, in a
-  rule of two positives when [q] comes first. Broken: Δu/10 (marked slow, like the tree
-  samplers' audits).
+* ``brl.sample_rule_list`` over A = ([p], [q]) (five rule lists), N_max = 4, final states of
+  the operation as run (the public minimum of lazy steps from the empty list; approximate DP:
+  the audit checks the chain as run), for both targets (exact stationary loss 0.29 for
+  ``likelihood``, 0.14 for ``posterior``). The added row (p = q = 1, positive) lands in a rule
+  of one negative when [p] comes first, in a rule of two positives when [q] comes first.
+  Broken: Δu/10 (marked slow, like the tree samplers' audits).
+* Short chains (ALGORITHMS.md §6 #16, issue #20): a pair on which the public start itself is
+  adversarial (every proposal uphill on D', one rejectable on D, λ tuned). The old request
+  shape (a start of the analyst's, one step) is refused; the operation at the public minimum
+  passes; one step of the chain that never held, run on the kernel, is flagged (D keeps the
+  start with probability 0.39, D' never); one lazy step passes. Slow: over [p] alone the chain
+  that never holds is periodic on D' and is flagged at the public minimum too, the lazy one
+  passes.
 * ``brl.point_estimates``: the added row moves one capture count; broken: a tenth of the noise
   scale.
 
@@ -33,8 +40,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from dpmine.wire import (
+    MIN_RULE_LIST_ITERATIONS,
     Antecedent,
     BoolLiteral,
     DatasetMetadata,
@@ -51,12 +60,18 @@ from dpmine_server.operations import CATALOG, rule_list_mcmc
 from dpmine_server.operations.base import no_progress
 from dpmine_server.operations.itemsets import margin
 from dpmine_server.operations.rule_list_mcmc import (
+    PUBLIC_START,
     PriorTables,
+    log_hastings_ratio,
     log_likelihood,
     log_prior,
+    sample_rule_list,
+    start_chain,
+    target_coefficient,
+    target_log_density,
     utility_sensitivity,
 )
-from dpmine_server.operations.rule_lists import exact_capture_counts
+from dpmine_server.operations.rule_lists import antecedent_words, exact_capture_counts
 from privacy.audit import AuditResult, assert_audit_flags, assert_audit_passes, audit_categorical
 
 EPSILON = 1.0
@@ -177,8 +192,7 @@ def test_audit_flags_antecedents_with_a_tenth_of_the_noise() -> None:
 # --------------------------------------------------------------------------------------------
 # brl.sample_rule_list
 
-CHAIN_SAMPLES = 4_000
-CHAIN_ITERATIONS = 40
+CHAIN_SAMPLES = 2_000
 CHAIN_N_MAX = 4
 CHAIN_ROWS: tuple[Row, ...] = ((0, 1, 1), (0, 1, 1), (1, 0, 0))
 CHAIN_ADDED: Row = (1, 1, 1)
@@ -224,32 +238,39 @@ def test_the_added_row_moves_the_rule_list_target() -> None:
     assert _chain_loss("posterior", 10 * EPSILON / (2 * sensitivity)) > 1.5
 
 
-def _chain_outputs(rows: Sequence[Row], seed: int, target: RuleListTarget) -> list[Hashable]:
-    store = _store(rows, CHAIN_N_MAX)
-    request = SampleRuleListRequest(
-        antecedents=CHAIN_ANTECEDENTS, epsilon=EPSILON, iterations=CHAIN_ITERATIONS, target=target
-    )
+def _released_lists(
+    store: ColumnStore,
+    request: SampleRuleListRequest,
+    seed: int,
+    samples: int,
+) -> list[Hashable]:
+    """The lists released by the registered kernel for a valid ``request`` (the operation as
+    run: public start, at least the public minimum of steps), as positions in its antecedents."""
     spec = CATALOG["brl.sample_rule_list"]
     spec.validate(request, store.metadata)
     cost = spec.cost(request)
     assert cost == CHARGE
     assert spec.guarantee == "approximate"
+    assert request.iterations >= MIN_RULE_LIST_ITERATIONS
     rng = seeded_generator(seed)
-    positions = {a.model_dump_json(): i for i, a in enumerate(CHAIN_ANTECEDENTS)}
+    positions = {a.model_dump_json(): i for i, a in enumerate(request.antecedents)}
     return [
         tuple(
             positions[a.model_dump_json()]
             for a in spec.run(store, request, cost, rng, no_progress)["rules"]
         )
-        for _ in range(CHAIN_SAMPLES)
+        for _ in range(samples)
     ]
 
 
 def _chain_audit(target: RuleListTarget) -> AuditResult:
+    request = SampleRuleListRequest(antecedents=CHAIN_ANTECEDENTS, epsilon=EPSILON, target=target)
     categories: list[Hashable] = list(LISTS)
     return audit_categorical(
-        _chain_outputs(CHAIN_ROWS, 71, target),
-        _chain_outputs((*CHAIN_ROWS, CHAIN_ADDED), 72, target),
+        _released_lists(_store(CHAIN_ROWS, CHAIN_N_MAX), request, 71, CHAIN_SAMPLES),
+        _released_lists(
+            _store((*CHAIN_ROWS, CHAIN_ADDED), CHAIN_N_MAX), request, 72, CHAIN_SAMPLES
+        ),
         categories=categories,
         alpha=ALPHA,
     )
@@ -271,6 +292,178 @@ def test_audit_flags_the_sampler_with_a_tenth_of_the_sensitivity(
         rule_list_mcmc, "utility_sensitivity", lambda n_max, alpha: real(n_max, alpha) / 10
     )
     assert_audit_flags(_chain_audit(target), EPSILON)
+
+
+# --------------------------------------------------------------------------------------------
+# brl.sample_rule_list: short chains (ALGORITHMS.md §6 #16)
+#
+# D has two negative rows, p missing in both and q = 0 in one; D' adds a positive row with
+# p = q = 1, N_max = 3. With λ tuned so that π([a])/π([]) = 1 + 10⁻⁹ on D' for the likelier
+# one-rule list (λ ≈ 1.21 over ([p], [q]), ≈ 0.61 over [p] alone), every proposal from the
+# empty list (the public start) is uphill on D' and one is rejectable on D: the adversarial
+# start of issue #20 is the public start itself here. The old request shape (an analyst's start
+# and one step) released the start with probability 0 on D' and 0.39 on D; it is refused, and
+# the chain as run now (at least MIN_RULE_LIST_ITERATIONS lazy steps) passes the audit. Over
+# [p] alone the chain on D' that never holds alternates [] ↔ [p] for any number of steps: at
+# the public minimum it still leaks (exact δ = 0.35 at ε = 1), which is why steps hold with
+# probability ½ (rule_list_mcmc.HOLD_PROBABILITY).
+
+SHORT_SAMPLES = 400
+LONG_SAMPLES = 4_000
+PERIODIC_SAMPLES = 1_000
+SHORT_N_MAX = 3
+SHORT_ROWS: tuple[Row, ...] = ((None, None, 0), (None, 0, 0))
+SHORT_ADDED: Row = (1, 1, 1)
+
+
+def _short_neighbours() -> tuple[ColumnStore, ColumnStore]:
+    return _store(SHORT_ROWS, SHORT_N_MAX), _store((*SHORT_ROWS, SHORT_ADDED), SHORT_N_MAX)
+
+
+def _log_acceptances(
+    store: ColumnStore, antecedents: Sequence[Antecedent], lam: float
+) -> list[float]:
+    """ln of the acceptance ratio of every proposal from the public start, the empty list
+    (§5.3): adding antecedent a at position 0, for each a."""
+    words = antecedent_words(store, antecedents)
+    tables = PriorTables.of([1] * len(antecedents), expected_length=lam, expected_cardinality=1.0)
+    coefficient = target_coefficient("likelihood", EPSILON, SHORT_N_MAX, (1.0, 1.0))
+
+    def log_density(rules: Sequence[int]) -> float:
+        chain = start_chain(words, (1.0, 1.0), tables, rules)
+        return target_log_density(chain, "likelihood", coefficient)
+
+    ratio = log_hastings_ratio("add", 0, len(antecedents))
+    return [log_density([a]) - log_density(PUBLIC_START) + ratio for a in range(len(antecedents))]
+
+
+def _tuned_lambda(antecedents: Sequence[Antecedent]) -> float:
+    """λ at which the likeliest proposal from [] on D' is uphill by a factor 1 + 10⁻⁹ (the
+    length prior adds ln λ to every add from []; the analyst picks λ freely)."""
+    _, neighbour = _short_neighbours()
+    return math.exp(-min(_log_acceptances(neighbour, antecedents, 1.0))) * (1 + 1e-9)
+
+
+def test_the_public_start_is_adversarial_for_one_step() -> None:
+    data, neighbour = _short_neighbours()
+    for antecedents in (CHAIN_ANTECEDENTS, CHAIN_ANTECEDENTS[:1]):
+        lam = _tuned_lambda(antecedents)
+        uphill = _log_acceptances(neighbour, antecedents, lam)
+        assert min(uphill) == pytest.approx(0.0, abs=1e-8)
+        assert min(uphill) > 0  # every proposal from [] is accepted on D'
+        on_data = _log_acceptances(data, antecedents, lam)
+        # one step stays at [] with probability 0 on D' and this on D
+        stay = sum(1 - math.exp(min(x, 0.0)) for x in on_data) / len(on_data)
+        assert stay == pytest.approx(0.393, abs=1e-3)
+    assert _tuned_lambda(CHAIN_ANTECEDENTS) == pytest.approx(1.213, abs=1e-3)
+
+
+def test_the_old_short_chain_request_is_refused() -> None:
+    """The request that bought the attack (an analyst's start, one step) no longer parses."""
+    body = {"antecedents": [a.model_dump() for a in CHAIN_ANTECEDENTS], "epsilon": EPSILON}
+    with pytest.raises(ValidationError, match="'initial' is no longer accepted"):
+        SampleRuleListRequest.model_validate({**body, "iterations": 1000, "initial": []})
+    with pytest.raises(ValidationError, match="at least 1000, got 1"):
+        SampleRuleListRequest.model_validate({**body, "iterations": 1})
+
+
+def _one_step_outputs(store: ColumnStore, lam: float, seed: int) -> list[Hashable]:
+    """The old request shape run on the kernel directly: one step of the chain that never held,
+    from the adversarial start (here the empty list)."""
+    tables = PriorTables.of([1, 1], expected_length=lam, expected_cardinality=1.0)
+    words = antecedent_words(store, CHAIN_ANTECEDENTS)
+    rng = seeded_generator(seed)
+    return [
+        tuple(
+            sample_rule_list(
+                words,
+                tables,
+                alpha=(1.0, 1.0),
+                epsilon=EPSILON,
+                n_max=SHORT_N_MAX,
+                iterations=1,
+                rng=rng,
+                progress=no_progress,
+                initial=[],
+            )
+        )
+        for _ in range(SHORT_SAMPLES)
+    ]
+
+
+def _short_audit(outputs: Callable[[ColumnStore, int], list[Hashable]]) -> AuditResult:
+    data, neighbour = _short_neighbours()
+    categories: list[Hashable] = list(LISTS)
+    return audit_categorical(
+        outputs(data, 81), outputs(neighbour, 82), categories=categories, alpha=ALPHA
+    )
+
+
+def _minimum_audit(samples: int) -> AuditResult:
+    """The operation as run (public start, the public minimum of steps) on the short-chain pair."""
+    request = SampleRuleListRequest(
+        antecedents=CHAIN_ANTECEDENTS,
+        epsilon=EPSILON,
+        expected_length=_tuned_lambda(CHAIN_ANTECEDENTS),
+    )
+    assert request.iterations == MIN_RULE_LIST_ITERATIONS
+    return _short_audit(lambda store, seed: _released_lists(store, request, seed, samples))
+
+
+def test_the_sampler_at_the_public_minimum_passes_the_audit_from_the_adversarial_start() -> None:
+    assert_audit_passes(_minimum_audit(SHORT_SAMPLES), EPSILON)
+
+
+@pytest.mark.slow
+def test_the_sampler_at_the_public_minimum_passes_a_longer_audit() -> None:
+    result = _minimum_audit(LONG_SAMPLES)
+    assert_audit_passes(result, EPSILON)
+    # Seeded chains: the bound (0.10 against an exact stationary loss of 0.36) is reproducible.
+    assert result.lower_bound > 0.05, result.describe()  # the audit is not vacuous
+
+
+def test_one_lazy_step_from_the_adversarial_start_passes_the_audit() -> None:
+    """Holding alone removes the one-step leak: the start is kept with probability in [½, 1] on
+    both sides, so one step is max(ε, ln 2)-DP (rule_list_mcmc's docstring)."""
+    lam = _tuned_lambda(CHAIN_ANTECEDENTS)
+    assert_audit_passes(
+        _short_audit(lambda store, seed: _one_step_outputs(store, lam, seed)), EPSILON
+    )
+
+
+def test_audit_flags_one_step_from_the_adversarial_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rule_list_mcmc, "HOLD_PROBABILITY", 0.0)  # the kernel before laziness
+    lam = _tuned_lambda(CHAIN_ANTECEDENTS)
+    result = _short_audit(lambda store, seed: _one_step_outputs(store, lam, seed))
+    assert_audit_flags(result, EPSILON)
+
+
+def _periodic_audit() -> AuditResult:
+    request = SampleRuleListRequest(
+        antecedents=CHAIN_ANTECEDENTS[:1],
+        epsilon=EPSILON,
+        expected_length=_tuned_lambda(CHAIN_ANTECEDENTS[:1]),
+    )
+    data, neighbour = _short_neighbours()
+    return audit_categorical(
+        _released_lists(data, request, 91, PERIODIC_SAMPLES),
+        _released_lists(neighbour, request, 92, PERIODIC_SAMPLES),
+        categories=[(), (0,)],
+        alpha=ALPHA,
+    )
+
+
+@pytest.mark.slow
+def test_the_lazy_chain_over_one_antecedent_passes_the_audit_at_the_public_minimum() -> None:
+    assert_audit_passes(_periodic_audit(), EPSILON)
+
+
+@pytest.mark.slow
+def test_audit_flags_a_chain_that_never_holds_at_the_public_minimum(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(rule_list_mcmc, "HOLD_PROBABILITY", 0.0)
+    assert_audit_flags(_periodic_audit(), EPSILON)
 
 
 # --------------------------------------------------------------------------------------------

@@ -20,6 +20,8 @@ import pytest
 from sqlalchemy import func, select
 
 from dpmine.wire import (
+    MIN_RULE_LIST_ITERATIONS,
+    MIN_TREE_ITERATIONS,
     AnyAttribute,
     BooleanAttribute,
     CategoricalAttribute,
@@ -308,7 +310,8 @@ def _tree_request(
         return {"left_tree": left, "right_tree": right, "epsilon": epsilon}
     common = {"depth": rng.choice([1, 2, 3, 6]), "epsilon": epsilon}
     if operation != "tree.expmech":
-        common["iterations"] = rng.choice([1, 7, 200])
+        # below the public minimum (refused before the charge), at it, and above
+        common["iterations"] = rng.choice([1, MIN_TREE_ITERATIONS, MIN_TREE_ITERATIONS + 7])
     if operation == "tree.pair_mcmc":
         return {"attribute": rng.choice(names), **common}
     view = rng.choice(["left", "right"])
@@ -357,14 +360,14 @@ def _rule_list_request(
     request: dict[str, Any] = {
         "antecedents": rules,
         "epsilon": epsilon,
-        "iterations": rng.choice([1, 7, 200]),
+        "iterations": rng.choice([1, MIN_RULE_LIST_ITERATIONS, MIN_RULE_LIST_ITERATIONS + 7]),
         "expected_length": rng.choice(extreme),
         "expected_cardinality": rng.choice(extreme),
         "alpha_negative": rng.choice(extreme),
         "alpha_positive": rng.choice(extreme),
         "target": rng.choice(["likelihood", "posterior"]),
     }
-    if rules and rng.random() < 0.5:
+    if rules and rng.random() < 0.2:  # the removed start list: refused before the charge
         request["initial"] = rng.sample(range(len(rules)), k=rng.randint(0, len(rules)))
     return request
 

@@ -10,6 +10,10 @@ are extracted from the released noisy leaf counts on the client (:mod:`dpmine.tr
 * MCMCTreePair: ε_iter = ε / InTr; per iteration a random attribute a, a tree pair sampled with
   ω·ε_iter, and the pair's leaf counts with (1 − ω)·ε_iter.
 
+The MCMC samplers (AltMCMC's trees, MCMCTreePair's pairs) run ``iterations`` steps, at least
+the server's public minimum :data:`~dpmine.wire.MIN_TREE_ITERATIONS` (a shorter chain's release
+is far from DP; ALGORITHMS.md §6 #16), from random trees the server draws.
+
 The attribute draws use the miner's own generator (``seed``): they are public choices. The
 iterations (one per drawn attribute) share no released value, so up to ``concurrent_iterations``
 of them run their calls at the same time; their releases are then read in the order of the
@@ -55,6 +59,7 @@ from dpmine.treereds import (
 )
 from dpmine.wire import (
     DEFAULT_TREE_ITERATIONS,
+    MIN_TREE_ITERATIONS,
     AnyLiteral,
     AttributeTarget,
     BooleanAttribute,
@@ -602,8 +607,18 @@ class AltExpM(_Alternation):
         return cls(in_trees=k, rm_iterations=1, **parameters)
 
 
+def _check_iterations(iterations: object) -> None:
+    """MCMC steps per sampled tree: a whole number of at least the server's public minimum."""
+    if not isinstance(iterations, int) or iterations < MIN_TREE_ITERATIONS:
+        raise ParameterError(
+            f"iterations must be a whole number of at least {MIN_TREE_ITERATIONS} (the server's "
+            f"public minimum for an MCMC release), got {iterations!r}"
+        )
+
+
 class AltMCMC(_Alternation):
-    """Alternating MCMC-sampled trees (§3.4, §3.7): a fixed public number of iterations."""
+    """Alternating MCMC-sampled trees (§3.4, §3.7): a fixed public number of iterations, at
+    least :data:`~dpmine.wire.MIN_TREE_ITERATIONS`."""
 
     def __init__(
         self,
@@ -615,6 +630,10 @@ class AltMCMC(_Alternation):
     ) -> None:
         super().__init__(in_trees=in_trees, rm_iterations=rm_iterations, **parameters)
         self.iterations = iterations
+
+    def _check_params(self) -> None:
+        super()._check_params()
+        _check_iterations(self.iterations)
 
     def _tree_request(self, view: View, target: TreeTargetSpec) -> TreeMCMCRequest:
         return TreeMCMCRequest(
@@ -668,6 +687,7 @@ class MCMCTreePair(_TreeMinerBase):
         super()._check_params()
         if not 0 < self.omega < 1:
             raise ParameterError(f"omega must be in (0, 1), got {self.omega!r}")
+        _check_iterations(self.iterations)
 
     @property
     def _budgets(self) -> tuple[float, float]:

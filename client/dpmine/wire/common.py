@@ -17,6 +17,7 @@ __all__ = [
     "Receipt",
     "Timestamp",
     "WireModel",
+    "check_chain_length",
 ]
 
 #: Largest epsilon a single call may request; larger values are almost surely a typo.
@@ -35,6 +36,21 @@ Epsilon = Annotated[
 
 #: "pure": the release is epsilon-DP exactly; "approximate": DP only at MCMC convergence.
 Guarantee = Literal["pure", "approximate"]
+
+
+def check_chain_length(iterations: int, minimum: int) -> int:
+    """``iterations`` of an MCMC operation if it reaches the operation's public ``minimum``,
+    else a ValueError that says why (ALGORITHMS.md §0.1, §6 #16): the release is DP only once
+    the chain is near its stationary law, and a chain of a few steps is still near its start.
+    Checked by the wire model, so a short chain is refused before anything is charged."""
+    if iterations < minimum:
+        raise ValueError(
+            f"iterations must be at least {minimum}, got {iterations}: an MCMC release is DP "
+            "only once the chain has forgotten its start, and a few steps from a start whose "
+            "every proposal is uphill on one dataset and rejectable on its neighbour leak far "
+            "more than the charged epsilon (the public minimum of ALGORITHMS.md §6 #16)"
+        )
+    return iterations
 
 
 #: A point in time: an ISO 8601 string on the wire (the one lax type of the strict models).

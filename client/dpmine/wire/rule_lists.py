@@ -18,9 +18,15 @@ import itertools
 import math
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
-from dpmine.wire.common import Epsilon, OperationRequest, Receipt, WireModel
+from dpmine.wire.common import (
+    Epsilon,
+    OperationRequest,
+    Receipt,
+    WireModel,
+    check_chain_length,
+)
 from dpmine.wire.datasets import (
     BooleanAttribute,
     CategoricalAttribute,
@@ -37,6 +43,7 @@ __all__ = [
     "MAX_ANTECEDENT_LENGTH",
     "MAX_NUMERIC_BINS",
     "MAX_RULE_LIST_ITERATIONS",
+    "MIN_RULE_LIST_ITERATIONS",
     "Antecedent",
     "ClassAntecedents",
     "PointEstimatesRequest",
@@ -59,6 +66,13 @@ MAX_ANTECEDENTS_PER_CLASS = 500
 MAX_ANTECEDENT_LENGTH = 3
 MAX_ANTECEDENTS = 2 * MAX_ANTECEDENTS_PER_CLASS
 MAX_RULE_LIST_ITERATIONS = 200_000
+#: Public minimum of ``brl.sample_rule_list``'s steps (§5.3; ALGORITHMS.md §6 #16). The release
+#: is ε-DP only near the chain's stationary law: one step from a start whose every proposal is
+#: uphill on D and rejectable on D' needs δ = 0.39 at ε = 1 (0.22 at ε = 0.5, 0.99 at ε = 10;
+#: tests/privacy/test_audit_rule_lists.py). 1000 is the default, the thesis' shortest run
+#: (Titanic) and four of its 250-step convergence windows: a floor against short chains, not a
+#: proof of convergence.
+MIN_RULE_LIST_ITERATIONS = 1000
 MAX_NUMERIC_BINS = 64
 DEFAULT_NUMERIC_BINS = 4
 
@@ -211,15 +225,35 @@ class SampleRuleListResponse(WireModel):
 RuleListTarget = Literal["likelihood", "posterior"]
 
 
+def _rule_list_chain_length(iterations: int) -> int:
+    return check_chain_length(iterations, MIN_RULE_LIST_ITERATIONS)
+
+
+RuleListIterations = Annotated[
+    int,
+    Field(
+        le=MAX_RULE_LIST_ITERATIONS,
+        json_schema_extra={"minimum": MIN_RULE_LIST_ITERATIONS},
+        description=(
+            f"Public number of Metropolis–Hastings steps, at least {MIN_RULE_LIST_ITERATIONS}; "
+            "the final state is released."
+        ),
+    ),
+    AfterValidator(_rule_list_chain_length),
+]
+
+
 class SampleRuleListRequest(OperationRequest[SampleRuleListResponse]):
     """A rule list drawn by Metropolis–Hastings from an exponential mechanism over rule lists
     (see :data:`RuleListTarget`), Δu = ln((N_max − 1 + α0 + α1)/min(α0, α1)) from public values
-    (§5.3). Approximate DP: ε-DP once the chain has converged; a fixed, public number of
-    iterations; the final state only."""
+    (§5.3). Approximate DP: ε-DP once the chain has converged. The chain runs a fixed, public
+    number of steps, at least :data:`MIN_RULE_LIST_ITERATIONS`, from a public start the analyst
+    does not choose (the empty list, the same for every antecedent list and every order of
+    it), and only its final state is released."""
 
     antecedents: list[Antecedent] = Field(min_length=1, max_length=MAX_ANTECEDENTS)
     epsilon: Epsilon
-    iterations: int = Field(default=1000, ge=1, le=MAX_RULE_LIST_ITERATIONS)
+    iterations: RuleListIterations = MIN_RULE_LIST_ITERATIONS
     expected_length: PositiveFloat = Field(default=3.0, description="λ: prior mean list length.")
     expected_cardinality: PositiveFloat = Field(
         default=1.0, description="η: prior mean antecedent cardinality."
@@ -229,25 +263,28 @@ class SampleRuleListRequest(OperationRequest[SampleRuleListResponse]):
     target: RuleListTarget = Field(
         default="likelihood", description="likelihood (prior as base measure) or posterior."
     )
-    initial: list[int] | None = Field(
-        default=None,
-        max_length=MAX_ANTECEDENTS,
-        description="Start list as positions in `antecedents` (default: [0], the thesis' start).",
-    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_analyst_start(cls, data: object) -> object:
+        # A start chosen by the analyst (the removed ``initial`` field) could be one whose every
+        # proposal is uphill on D and rejectable on D' (§6 #16): refused with the reason rather
+        # than as an unknown field. ``"initial": null`` chose nothing and is dropped, so that
+        # requests of earlier clients (and jobs queued by them) still parse.
+        if isinstance(data, dict) and "initial" in data:
+            if data["initial"] is not None:
+                raise ValueError(
+                    "'initial' is no longer accepted: the chain starts from the empty rule list, "
+                    "a public start that the analyst does not choose (ALGORITHMS.md §5.3, §6 #16)"
+                )
+            return {key: value for key, value in data.items() if key != "initial"}
+        return data
 
     @model_validator(mode="after")
     def _distinct(self) -> SampleRuleListRequest:
         keys = [antecedent.model_dump_json() for antecedent in self.antecedents]
         if len(set(keys)) != len(keys):
             raise ValueError("antecedents must be distinct")
-        if self.initial is not None:
-            if len(set(self.initial)) != len(self.initial):
-                raise ValueError("initial lists an antecedent twice")
-            bad = [i for i in self.initial if not 0 <= i < len(self.antecedents)]
-            if bad:
-                raise ValueError(
-                    f"initial positions {bad} are outside 0..{len(self.antecedents) - 1}"
-                )
         return self
 
 

@@ -12,9 +12,15 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Discriminator, Field, model_validator
+from pydantic import AfterValidator, Discriminator, Field, model_validator
 
-from dpmine.wire.common import Epsilon, OperationRequest, Receipt, WireModel
+from dpmine.wire.common import (
+    Epsilon,
+    OperationRequest,
+    Receipt,
+    WireModel,
+    check_chain_length,
+)
 from dpmine.wire.datasets import View
 
 __all__ = [
@@ -22,6 +28,7 @@ __all__ = [
     "DEFAULT_TREE_ITERATIONS",
     "MAX_TREE_DEPTH",
     "MAX_TREE_ITERATIONS",
+    "MIN_TREE_ITERATIONS",
     "AttributeTarget",
     "DecisionTree",
     "LeafCountsRelease",
@@ -46,6 +53,13 @@ __all__ = [
 MAX_TREE_DEPTH = 6
 MAX_TREE_ITERATIONS = 200_000
 DEFAULT_TREE_ITERATIONS = 10_000
+#: Public minimum of the steps of ``tree.mcmc`` and ``tree.pair_mcmc`` (§3.4, §3.5; ALGORITHMS.md
+#: §6 #16): their releases are ε-DP only near the chain's stationary law, which a chain of a
+#: few steps is not. 1000 is a tenth of the paper's MCIter = 10,000 (§3.8, the default) and
+#: twice its stopping window k = 500, before which the paper's chain could not stop; a floor
+#: against short chains, not a proof of convergence. The start is the server's: a random tree
+#: drawn from the public base measure (§3.4 step 1), never the analyst's.
+MIN_TREE_ITERATIONS = 1000
 #: Equal-width bins of a numeric target over its public range (§3.2 [REC]).
 DEFAULT_TARGET_BINS = 10
 MAX_TARGET_BINS = 1_000
@@ -183,13 +197,24 @@ class TreePairMCMCResponse(TreePairResponse):
 
 
 Depth = Annotated[int, Field(ge=1, le=MAX_TREE_DEPTH, description="Number of split levels.")]
+
+
+def _tree_chain_length(iterations: int) -> int:
+    return check_chain_length(iterations, MIN_TREE_ITERATIONS)
+
+
 Iterations = Annotated[
     int,
     Field(
-        ge=1,
         le=MAX_TREE_ITERATIONS,
-        description="Public number of Metropolis–Hastings steps; the final state is released.",
+        json_schema_extra={"minimum": MIN_TREE_ITERATIONS},
+        description=(
+            f"Public number of Metropolis–Hastings steps, at least {MIN_TREE_ITERATIONS}, from "
+            "a random tree the server draws from the public base measure; the final state is "
+            "released."
+        ),
     ),
+    AfterValidator(_tree_chain_length),
 ]
 
 
@@ -204,7 +229,8 @@ class TreeExpMechRequest(OperationRequest[TreeExpMechResponse]):
 
 class TreeMCMCRequest(OperationRequest[TreeMCMCResponse]):
     """A tree sampled by Metropolis–Hastings from exp(ε·g₁/4) × base measure (§3.4); DP only
-    at convergence (guarantee "approximate")."""
+    at convergence (guarantee "approximate"). At least :data:`MIN_TREE_ITERATIONS` steps from
+    a random tree drawn by the server (no start of the analyst's)."""
 
     view: View
     target: TreeTargetSpec
@@ -215,7 +241,9 @@ class TreeMCMCRequest(OperationRequest[TreeMCMCResponse]):
 
 class TreePairMCMCRequest(OperationRequest[TreePairMCMCResponse]):
     """A pair of trees sampled jointly (§3.5): the tree on the view without ``attribute``
-    predicts makeTarget(attribute), the other predicts that tree's leaves."""
+    predicts makeTarget(attribute), the other predicts that tree's leaves. DP only at
+    convergence (guarantee "approximate"): at least :data:`MIN_TREE_ITERATIONS` steps from two
+    random trees drawn by the server (no start of the analyst's)."""
 
     attribute: Name
     bins: TargetBins = None

@@ -13,6 +13,20 @@ The rows not captured by the first j rules are ``remaining[j] = remaining[j−1]
 (both classes at once, by broadcasting); N_{j,y} = |remaining[j−1]|_y − |remaining[j]|_y. A
 proposal that first differs from the current list at position p leaves remaining[0..p]
 unchanged, so only the positions from p on are recomputed.
+
+The chain of ``brl.sample_rule_list`` starts from :data:`PUBLIC_START`, the empty list, and is
+*lazy*: every step holds with probability :data:`HOLD_PROBABILITY` = ½ before it proposes (not
+in the thesis; ALGORITHMS.md §6 #16). Holding leaves π invariant and makes the kernel (I + P)/2,
+whose spectrum lies in [0, 1]. Without it the chain can be periodic: over one antecedent, with
+λ tuned so that adding it is uphill by a hair on one dataset, the chain there alternates
+[] ↔ [a] for any fixed number of steps while on the neighbour it mixes in a few, which leaks
+δ ≈ 0.35 at ε = 1 however long the chain (tests/privacy/test_audit_rule_lists.py). Holding
+also bounds short chains: a step's log acceptance ratio moves by at most ε between neighbours
+(c·Δu, :func:`target_coefficient`) and its hold probability stays in [½, 1], so every kernel
+entry changes by a factor at most max(e^ε, 2) and T steps are pure T·max(ε, ln 2)-DP (loose,
+but no δ: the chain that never holds can stay put with probability 0 on one side only). The tree
+samplers need no holding: a step there redraws one node's split independently of its current
+split (a Metropolis-within-Gibbs independence sampler), whose spectrum is nonnegative.
 """
 
 from __future__ import annotations
@@ -31,6 +45,8 @@ from dpmine_server.dp.mechanisms import OneSided, em_coefficient
 from dpmine_server.operations.base import Progress, progress_checkpoints
 
 __all__ = [
+    "HOLD_PROBABILITY",
+    "PUBLIC_START",
     "Chain",
     "ClassWords",
     "MoveType",
@@ -46,6 +62,8 @@ __all__ = [
     "rule_log_likelihoods",
     "sample_rule_list",
     "start_chain",
+    "target_coefficient",
+    "target_log_density",
     "utility_sensitivity",
 ]
 
@@ -55,8 +73,13 @@ FloatArray = npt.NDArray[np.float64]
 
 MoveType = Literal["move", "add", "cut"]
 
-#: Uniform draws generated at once (four per iteration).
+#: Uniform draws generated at once (five per iteration).
 _BLOCK = 1024
+#: The public start of every chain (§5.3, §6 #16): the empty list, the same state for every
+#: antecedent list and every order of it, so the analyst does not choose where the chain starts.
+PUBLIC_START: tuple[int, ...] = ()
+#: Probability that a step holds (proposes nothing): the lazy chain (I + P)/2 (module docstring).
+HOLD_PROBABILITY = 0.5
 
 
 # --------------------------------------------------------------------------------------------
@@ -359,11 +382,11 @@ def start_chain(
 
 
 def _uniform_blocks(rng: np.random.Generator, iterations: int) -> Iterator[list[float]]:
-    """Four uniforms on [0, 1) per iteration, generated in blocks."""
+    """Five uniforms on [0, 1) per iteration, generated in blocks."""
     done = 0
     while done < iterations:
         block = min(_BLOCK, iterations - done)
-        yield from rng.random((block, 4)).tolist()
+        yield from rng.random((block, 5)).tolist()
         done += block
 
 
@@ -375,15 +398,17 @@ def sample_rule_list(
     epsilon: float,
     n_max: int,
     iterations: int,
-    initial: Sequence[int],
     rng: np.random.Generator,
     progress: Progress,
     target: RuleListTarget = "likelihood",
+    initial: Sequence[int] = PUBLIC_START,
 ) -> list[int]:
-    """The final state of ``iterations`` Metropolis–Hastings steps targeting π (§5.3,
-    :func:`target_log_density`): accept with min(1, π(d*)/π(d)·ratio), Δu from the public N_max
-    (:func:`utility_sensitivity`). ε-DP at convergence (approximate). Nothing but the final list
-    leaves this function."""
+    """The final state of ``iterations`` lazy Metropolis–Hastings steps targeting π (§5.3,
+    :func:`target_log_density`): a step holds with probability :data:`HOLD_PROBABILITY`, else
+    it proposes and accepts with min(1, π(d*)/π(d)·ratio), Δu from the public N_max
+    (:func:`utility_sensitivity`). ε-DP at convergence (approximate). The operation always
+    starts from :data:`PUBLIC_START`; ``initial`` is for tests that start from draws of π.
+    Nothing but the final list leaves this function."""
     size = len(tables.cardinalities)
     coefficient = target_coefficient(target, epsilon, n_max, alpha)
     chain = start_chain(words, alpha, tables, initial)
@@ -391,15 +416,17 @@ def sample_rule_list(
     used = set(chain.rules)
     unused = [a for a in range(size) if a not in used]
     checkpoints = set(progress_checkpoints(iterations))
-    for done, (pick, first, second, accept) in enumerate(_uniform_blocks(rng, iterations), 1):
-        proposal = propose(chain.rules, unused, size, (pick, first, second))
-        candidate = extend_chain(words, alpha, tables, chain, proposal)
-        candidate_utility = target_log_density(candidate, target, coefficient)
-        log_alpha = candidate_utility - utility + proposal.log_ratio
-        if log_alpha >= 0.0 or math.log(1.0 - accept) < log_alpha:
-            if len(candidate.rules) != len(chain.rules):
-                unused = _unused_after(unused, chain.rules, candidate.rules)
-            chain, utility = candidate, candidate_utility
+    uniforms = _uniform_blocks(rng, iterations)
+    for done, (hold, pick, first, second, accept) in enumerate(uniforms, 1):
+        if hold >= HOLD_PROBABILITY:
+            proposal = propose(chain.rules, unused, size, (pick, first, second))
+            candidate = extend_chain(words, alpha, tables, chain, proposal)
+            candidate_utility = target_log_density(candidate, target, coefficient)
+            log_alpha = candidate_utility - utility + proposal.log_ratio
+            if log_alpha >= 0.0 or math.log(1.0 - accept) < log_alpha:
+                if len(candidate.rules) != len(chain.rules):
+                    unused = _unused_after(unused, chain.rules, candidate.rules)
+                chain, utility = candidate, candidate_utility
         if done in checkpoints:
             progress(done / iterations)
     return chain.rules

@@ -9,8 +9,10 @@ that fit the declared attributes, universe sizes); the cost is the requested ε.
 * ``brl.antecedents`` (§5.2): Bhaskar top-K selection only (the whole ε on selection) run on
   the positive rows and on the negative rows. The classes partition the rows, so one added row
   changes one class's counts only: ε once (parallel composition).
-* ``brl.sample_rule_list`` (§5.3): Metropolis–Hastings in
-  :mod:`~dpmine_server.operations.rule_list_mcmc`, final state only; approximate ε-DP.
+* ``brl.sample_rule_list`` (§5.3): lazy Metropolis–Hastings in
+  :mod:`~dpmine_server.operations.rule_list_mcmc` from the public start (the empty list) for
+  at least the public minimum of steps (checked by the wire model), final state only;
+  approximate ε-DP.
 * ``brl.point_estimates`` (§5.4): capture counts + discrete Laplace(1/ε) (one partition, Δ = 1).
 """
 
@@ -51,6 +53,7 @@ from dpmine_server.errors import InternalError
 from dpmine_server.operations.base import OperationSpec, Progress
 from dpmine_server.operations.itemsets import MAX_UNIVERSE, top_k_itemsets
 from dpmine_server.operations.rule_list_mcmc import (
+    PUBLIC_START,
     ClassWords,
     PriorTables,
     capture_counts,
@@ -266,7 +269,9 @@ def _run_sample(
     progress: Progress,
 ) -> dict[str, Any]:
     """Kernel of ``brl.sample_rule_list`` (ALGORITHMS.md §5.3): approximate ε-DP (exact at
-    convergence of a fixed, public number of Metropolis–Hastings steps; Δu from N_max)."""
+    convergence of a fixed, public number of lazy Metropolis–Hastings steps, at least
+    MIN_RULE_LIST_ITERATIONS; Δu from N_max). The chain starts from PUBLIC_START, never from a
+    list the analyst chose (§6 #16)."""
     tables = PriorTables.of(
         [len(antecedent.items) for antecedent in request.antecedents],
         expected_length=request.expected_length,
@@ -279,10 +284,10 @@ def _run_sample(
         epsilon=epsilon.for_mechanism(),
         n_max=columns.metadata.n_max,
         iterations=request.iterations,
-        initial=[0] if request.initial is None else request.initial,
         rng=rng,
         progress=progress,
         target=request.target,
+        initial=PUBLIC_START,
     )
     return {
         "rules": [request.antecedents[position] for position in final],
