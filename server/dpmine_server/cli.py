@@ -94,6 +94,7 @@ SERVER_EXTRA_MODULES = {
     "fim": "pyfim",
     "numba": "numba",
     "jinja2": "jinja2",
+    "fastapi_offline": "fastapi-offline",
 }
 
 
