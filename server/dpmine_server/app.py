@@ -30,6 +30,10 @@ Differentially private data mining. Every operation that touches data is charged
 dataset's privacy-budget ledger *before* the data is read and answers through a DP mechanism.
 Send `Authorization: Bearer <api key>`; send an `Idempotency-Key` header (a UUID) with every
 operation so that a retry returns the stored release instead of spending budget again.
+
+Section numbers (§) cite the engine's algorithm specification; `docs/operations.md` explains each
+one with its operation's mechanism, sensitivity and cost, and "contract item N" is an item of the
+privacy contract in `docs/privacy.md` (both in the dpmine repository and source distribution).
 """
 
 
