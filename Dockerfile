@@ -5,7 +5,7 @@ FROM python:3.11-slim AS builder
 
 WORKDIR /src
 RUN pip install --no-cache-dir "build>=1.2"
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY client ./client
 COPY server ./server
 RUN python -m build --wheel --outdir /dist

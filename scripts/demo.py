@@ -31,6 +31,7 @@ from rich.markup import escape
 from rich.table import Table
 
 import dpmine
+from dpmine.amounts import epsilon_sum, epsilon_text
 from dpmine.intervals import format_with_interval
 from dpmine.miners import SerenadeES, TopKItemsets
 from dpmine.wire import CreateDatasetRequest, CsvSource, DatasetMetadata, Receipt
@@ -49,8 +50,8 @@ RunReceipt = tuple[str, Receipt]
 
 
 def eps(value: float | Decimal | str) -> str:
-    """A budget amount as the demo prints every one of them: ε and three decimals."""
-    return f"ε {Decimal(str(value)):.3f}"
+    """A budget amount as the demo prints every one of them: ε and its exact decimal."""
+    return f"ε {epsilon_text(value)}"
 
 
 def free_port() -> int:
@@ -214,7 +215,7 @@ def print_receipts(receipts: list[RunReceipt]) -> None:
         ids = [r.ledger_entry_id for r in group]
         span = str(ids[0]) if len(ids) == 1 else f"{min(ids)}–{max(ids)}"
         table.add_row(run, operation, str(len(group)), eps(epsilon), guarantee, span)
-    total = sum((Decimal(r.epsilon_exact) for _, r in receipts), Decimal(0))
+    total = epsilon_sum(r.epsilon_exact for _, r in receipts)
     table.caption = f"spent {eps(total)}; remaining {eps(receipts[-1][1].remaining_epsilon)}"
     console.print(table)
 

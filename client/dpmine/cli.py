@@ -30,6 +30,7 @@ from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperGroup
 
+from dpmine.amounts import epsilon_sum, epsilon_text
 from dpmine.connection import Connection, connect
 from dpmine.errors import (
     ChargeKeptNoResultError,
@@ -273,9 +274,14 @@ def _check_output(
 def _receipt_line(receipt: Receipt) -> str:
     replay = " (replayed, not charged again)" if receipt.replayed else ""
     return (
-        f"charged ε={receipt.epsilon_exact} ({receipt.guarantee}) · ledger entry "
-        f"{receipt.ledger_entry_id} · remaining ε={receipt.remaining_epsilon:g}{replay}"
+        f"charged ε={epsilon_text(receipt.epsilon_exact)} ({receipt.guarantee}) · ledger entry "
+        f"{receipt.ledger_entry_id} · remaining ε={epsilon_text(receipt.remaining_epsilon)}{replay}"
     )
+
+
+def _spent(receipts: list[Receipt]) -> str:
+    """The exact total charged by ``receipts``, as :func:`dpmine.amounts.epsilon_text` shows it."""
+    return epsilon_text(epsilon_sum(receipt.epsilon_exact for receipt in receipts))
 
 
 def _run(options: _Options, action: Any) -> Any:
@@ -343,10 +349,10 @@ def budget(
     status = _run(options, lambda c: c.dataset(dataset_id).budget())
     table = Table("grant ε", "spent ε", "remaining ε", "dataset cap left ε", title=dataset_id)
     table.add_row(
-        f"{status.grant_epsilon:g}",
-        f"{status.grant_spent:g}",
-        f"{status.remaining_epsilon:g}",
-        f"{status.dataset_remaining:g}",
+        epsilon_text(status.grant_epsilon),
+        epsilon_text(status.grant_spent),
+        epsilon_text(status.remaining_epsilon),
+        epsilon_text(status.dataset_remaining),
     )
     _emit(options, status, table)
 
@@ -709,7 +715,7 @@ def _run_serenade(
             else format_with_interval(stats.p_value, red.p_value_interval, ".2g"),
         )
     table.caption = (
-        f"{len(miner.receipts_)} charged calls, ε spent = {miner.budget_spent_:g}; "
+        f"{len(miner.receipts_)} charged calls, ε spent = {_spent(miner.receipts_)}; "
         f"x0 = {miner.x0_:g}; thresholds: {', '.join(sorted(set(miner.threshold_modes_)))}; "
         "intervals hold the true value with probability ≥ 90 %"
     )
@@ -727,10 +733,10 @@ def _emit_plan(options: _Options, dataset_id: str, plan: Plan) -> None:
         key = (call.operation, call.epsilon_exact)
         counts[key] = counts.get(key, 0) + 1
     for (operation, epsilon), number in counts.items():
-        table.add_row(operation, str(number), epsilon)
+        table.add_row(operation, str(number), epsilon_text(epsilon))
     table.caption = (
-        f"total ε={plan.estimate.total_epsilon_exact}; remaining "
-        f"ε={plan.estimate.remaining_epsilon:g}; fits: {plan.fits}"
+        f"total ε={epsilon_text(plan.estimate.total_epsilon_exact)}; remaining "
+        f"ε={epsilon_text(plan.estimate.remaining_epsilon)}; fits: {plan.fits}"
     )
     if isinstance(plan, SerenadePlan):  # the signal of each draw kind, and its warnings
         table.caption += "\n" + plan.report()
@@ -1030,7 +1036,7 @@ def _run_tree_miner(
     shown = f" ({len(found)} with {' and '.join(kept)})" if kept else ""
     table.caption = (
         f"{len(miner.redescriptions_)} redescriptions{shown} from {len(miner.trees_)} tree "
-        f"pairs; {len(miner.receipts_)} charged calls, ε spent = {miner.budget_spent_:g}"
+        f"pairs; {len(miner.receipts_)} charged calls, ε spent = {_spent(miner.receipts_)}"
     )
     payload = {
         "miner": type(miner).__name__,
@@ -1297,7 +1303,7 @@ def fit_rule_list(
     console.print(escape(model.rule_list_.to_text()), soft_wrap=True)
     console.print(
         f"{len(model.rule_list_)} rules over {len(model.antecedents_)} antecedents; "
-        f"ε spent = {model.budget_spent_:g}"
+        f"ε spent = {_spent(model.receipts_)}"
     )
     for receipt in model.receipts_:
         console.print(escape(f"{receipt.operation}: {_receipt_line(receipt)}"), soft_wrap=True)

@@ -12,6 +12,7 @@ from dpmine_server import __version__
 from dpmine_server.api.common import operation_router
 from dpmine_server.api.console import router as console_router
 from dpmine_server.api.deps import flush_failed_logins
+from dpmine_server.api.docs import add_docs
 from dpmine_server.api.errors import add_exception_handlers
 from dpmine_server.api.limits import UPLOAD_FORM_ALLOWANCE, UPLOAD_PATHS, BodySizeLimit, LoginGuard
 from dpmine_server.api.router import api_router
@@ -29,6 +30,10 @@ Differentially private data mining. Every operation that touches data is charged
 dataset's privacy-budget ledger *before* the data is read and answers through a DP mechanism.
 Send `Authorization: Bearer <api key>`; send an `Idempotency-Key` header (a UUID) with every
 operation so that a retry returns the stored release instead of spending budget again.
+
+Section numbers (§) cite the engine's algorithm specification; `docs/operations.md` explains each
+one with its operation's mechanism, sensitivity and cost, and "contract item N" is an item of the
+privacy contract in `docs/privacy.md` (both in the dpmine repository and source distribution).
 """
 
 
@@ -57,7 +62,10 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # add_docs: the same pages with local assets instead of a CDN's
+        redoc_url=None,
     )
+    add_docs(app)
     add_exception_handlers(app)
     app.include_router(api_router)
     app.include_router(console_router)  # the owner console's pages under /console

@@ -2,8 +2,10 @@
 
 The management commands work directly on the engine's database (the same one the server uses,
 from ``DPMINE_DATABASE_URL``); they are for the data owner, who is trusted. Input mistakes are
-reported as one ``error:`` line (exit 2), never a traceback. Heavy modules (the engine, pandas,
-SQLAlchemy, uvicorn) are imported inside the commands, so ``--help`` answers at once.
+reported as one ``error:`` line (exit 2), never a traceback; on a client-only install (no
+``[server]`` extra) a command says in one line which package is missing (exit 1). Heavy
+modules (the engine, pandas, SQLAlchemy, uvicorn) are imported inside the commands, so
+``--help`` answers at once.
 """
 
 from __future__ import annotations
@@ -72,6 +74,43 @@ def _input_mistake(error: Exception) -> str | None:
     return None
 
 
+#: The top-level modules of the ``[server]`` extra (pyproject.toml) and the distribution each
+#: comes from (tests/services/test_owner_cli.py checks this against pyproject.toml).
+SERVER_EXTRA_MODULES = {
+    "fastapi": "fastapi",
+    "starlette": "fastapi",
+    "uvicorn": "uvicorn",
+    "sqlalchemy": "sqlalchemy",
+    "alembic": "alembic",
+    "pydantic_settings": "pydantic-settings",
+    "multipart": "python-multipart",
+    "python_multipart": "python-multipart",
+    "randomgen": "randomgen",
+    "opendp": "opendp",
+    "pandas": "pandas",
+    "psycopg": "psycopg",
+    "psycopg_pool": "psycopg",
+    "procrastinate": "procrastinate",
+    "fim": "pyfim",
+    "numba": "numba",
+    "jinja2": "jinja2",
+    "fastapi_offline": "fastapi-offline",
+}
+
+
+def _missing_server_package(error: ImportError) -> str | None:
+    """The one-line message for a server dependency that is not installed (the client-only
+    ``pip install dpmine``), or None for any other import error (a bug: re-raised)."""
+    module = (error.name or "").partition(".")[0]
+    distribution = SERVER_EXTRA_MODULES.get(module)
+    if distribution is None:
+        return None
+    return (
+        f"the Python package '{distribution}' is not installed: dpmine-server needs the server "
+        "extra; install it with: pip install 'dpmine[server]'"
+    )
+
+
 def _report_usage_error(error: typer.TyperException) -> int:
     """A click usage error as one line (or the help it carries, if no arguments were given)."""
     format_message = getattr(error, "format_message", None)
@@ -87,7 +126,8 @@ def _report_usage_error(error: typer.TyperException) -> int:
 
 
 class _ServerGroup(TyperGroup):
-    """``dpmine-server``: every mistake is reported as one ``error:`` line (exit 2).
+    """``dpmine-server``: every mistake is reported as one ``error:`` line (exit 2), and a
+    missing server package as one line saying what to install (exit 1).
 
     The client's ``dpmine.cli._DPMineGroup`` does the same for ``dpmine``; this one is kept
     apart on purpose: importing anything from the ``dpmine`` package loads the client (about
@@ -117,6 +157,12 @@ class _ServerGroup(TyperGroup):
             sys.exit(_report_usage_error(error))
         except typer.Abort:
             _print_error("aborted")
+            sys.exit(1)
+        except ImportError as error:
+            missing = _missing_server_package(error)
+            if missing is None:
+                raise
+            _print_error(missing)
             sys.exit(1)
         except Exception as error:
             message = _input_mistake(error)

@@ -12,6 +12,7 @@ import re
 import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import httpx
 import pytest
@@ -325,6 +326,27 @@ def test_grants_are_set_changed_and_revoked(
     assert owner.admin.verify_ledger()["consistent"]
 
 
+def test_budgets_show_as_exact_decimals(
+    client: TestClient,
+    owner_key: str,
+    analyst: dpmine.Connection,
+    toy: str,
+) -> None:
+    """Issue #22: three charges of 0.1 and one of 0.0234567 on a grant of 1 show as 1, 0.3234567
+    and 0.6765433 (not 1.0, a float's 0.30000000000000004 or a rounded 0.323457)."""
+    login(client, owner_key)
+    grant = {"dataset_id": toy, "analyst": "alice", "epsilon": "1"}
+    assert post_form(client, "/console/grants", grant, token=csrf_of(client)).status_code == 303
+    for epsilon in (0.1, 0.1, 0.1, 0.0234567):
+        analyst.dataset(toy).count(None, epsilon=epsilon)
+    grants = " ".join(client.get("/console/grants").text.split())
+    cells = '<td class="num">1</td> <td class="num">0.3234567</td><td class="num">0.6765433</td>'
+    assert cells in grants, grants
+    datasets = client.get("/console/datasets").text
+    assert "alice: ε 0.3234567</li>" in datasets
+    assert f"{toy}: ε 0.3234567</li>" in datasets
+
+
 def test_revoking_an_unspent_grant_removes_it(
     client: TestClient, owner: dpmine.Connection, owner_key: str, toy: str
 ) -> None:
@@ -511,16 +533,20 @@ def test_unknown_console_pages_are_404_pages(client: TestClient, owner_key: str)
 def test_cumulative_chart_steps_up_per_label() -> None:
     start = datetime(2026, 1, 1, tzinfo=UTC)
     charges = [
-        Charge(start, "a", 1.0),
-        Charge(start + timedelta(hours=1), "b", 0.5),
-        Charge(start + timedelta(hours=2), "a", 2.0),
+        Charge(start, "a", Decimal(1)),
+        Charge(start + timedelta(hours=1), "b", Decimal("0.5")),
+        Charge(start + timedelta(hours=2), "a", Decimal(2)),
     ]
     chart = cumulative_chart("t", charges)
-    assert [(s.label, s.total) for s in chart.series] == [("a", 3.0), ("b", 0.5)]
+    assert [(s.label, s.total) for s in chart.series] == [("a", 3), ("b", Decimal("0.5"))]
     assert chart.y_ticks[-1][1] == "5", "the axis ends at a round value above the largest total"
     ys = [float(p.split(",")[1]) for p in chart.series[0].points.split()]
     assert ys == sorted(ys, reverse=True), "a cumulative line never goes down (SVG y grows down)"
     assert (chart.start, chart.end) == ("2026-01-01 00:00", "2026-01-01 02:00")
     assert cumulative_chart("t", []).series == ()
-    many = cumulative_chart("t", [Charge(start, str(i), 1.0 + i) for i in range(10)], max_lines=8)
+    tenths = cumulative_chart("t", [Charge(start, "c", Decimal("0.1"))] * 3)
+    assert [s.total for s in tenths.series] == [Decimal("0.3")], "exact, not 0.30000000000000004"
+    many = cumulative_chart(
+        "t", [Charge(start, str(i), Decimal(1 + i)) for i in range(10)], max_lines=8
+    )
     assert (len(many.series), many.hidden) == (8, 2)

@@ -49,6 +49,7 @@ from dpmine.errors import (
     ServerError,
     TransportError,
 )
+from dpmine.miners import TopKItemsets
 from dpmine.wire import (
     AuditEventInfo,
     BudgetStatus,
@@ -256,6 +257,29 @@ def test_count_prints_a_noisy_integer_and_its_receipt(
     assert response.receipt.guarantee == "pure"
     assert response.receipt.remaining_epsilon == pytest.approx(0.7)
     assert not response.receipt.replayed
+
+
+def test_budgets_print_as_exact_decimals(
+    server: LiveServer, account: Account, mushroom: DatasetInfo
+) -> None:
+    """Issue #22: after ε = 0.3 of a grant of 1, every place shows 0.7 left: the receipt line,
+    the budget table, a plan and the client's Plan text (never 0.7000000000000001 or 7e-01)."""
+    counted = _flat(_ok(dpmine_cli(server, account.api_key, f"count {mushroom.id} --epsilon 0.3")))
+    assert re.search(r"charged ε=0\.3 \(pure\) · ledger entry \d+ · remaining ε=0\.7$", counted)
+    table = _ok(dpmine_cli(server, account.api_key, f"budget {mushroom.id}"))
+    assert re.search(r"│\s*1\s*│\s*0\.3\s*│\s*0\.7\s*│\s*\d+(\.\d+)?\s*│", table), table
+    command = f"mine itemsets {mushroom.id} --k 3 --epsilon 0.2 --frequency-epsilon 0.1 --plan-only"
+    plan = _flat(_ok(dpmine_cli(server, account.api_key, command)))
+    assert "total ε=0.3; remaining ε=0.7; fits: True" in plan, plan
+    miner = TopKItemsets(k=3, epsilon=0.5, frequency_epsilon=0.25)
+    priced = miner.plan(account.connection.dataset(mushroom.id))
+    assert str(priced) == f"{len(priced.calls)} calls, total ε=0.75, remaining ε=0.7, fits: False"
+    with pytest.raises(BudgetExhaustedError, match=r"costs ε=0\.75 but only ε=0\.7 remains"):
+        miner.mine(account.connection.dataset(mushroom.id))
+    # Seven significant digits are shown whole (a float's 6-digit %g would show 0.7 again).
+    tiny = _flat(_ok(dpmine_cli(server, account.api_key, f"count {mushroom.id} --epsilon 5e-7")))
+    receipt = r"charged ε=0\.0000005 \(pure\) · ledger entry \d+ · remaining ε=0\.6999995$"
+    assert re.search(receipt, tiny), tiny
 
 
 def test_count_table_shows_the_canonical_predicate(

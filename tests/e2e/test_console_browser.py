@@ -183,3 +183,47 @@ def test_headers_and_csrf_over_plain_http(sqlite_server: LiveServer) -> None:
         assert cross.status_code == 403
     with dpmine.connect(server.url, server.owner_key, retries=0) as owner:
         assert "mallory" not in {p.name for p in owner.admin.principals()}
+
+
+@pytest.mark.parametrize(
+    ("page", "rendered", "asset"),
+    [
+        (
+            "/docs",
+            "#swagger-ui .opblock-summary-path[data-path='/v1/health']",
+            "/docs-assets/swagger-ui-bundle.js",
+        ),
+        ("/redoc", "redoc h1", "/docs-assets/redoc.standalone.js"),
+        ("/", "a[href='/docs']", None),
+    ],
+)
+def test_the_api_docs_render_from_the_server_alone(
+    browser: WebDriver, sqlite_server: LiveServer, page: str, rendered: str, asset: str | None
+) -> None:
+    """Swagger UI and ReDoc draw the API from the server's own files: the page renders, and
+    every resource the browser fetched came from the server (issue #22, offline installs); the
+    index page too."""
+    server = sqlite_server
+    browser.get(f"{server.url}{page}")
+    shown = WebDriverWait(browser, 60).until(
+        expected_conditions.presence_of_element_located((By.CSS_SELECTOR, rendered))
+    )
+    assert shown.text.startswith("dpmine") if page == "/redoc" else shown.is_displayed()
+    fetched: list[tuple[str, int]] = [
+        (name, status)
+        for name, status in browser.execute_script(
+            "return performance.getEntriesByType('resource')"
+            ".map(entry => [entry.name, entry.responseStatus])"
+        )
+    ]
+    local = [(name, status) for name, status in fetched if name.startswith(f"{server.url}/")]
+    assert asset is None or f"{server.url}{asset}" in {name for name, _ in local}, fetched
+    assert {status for _, status in local} <= {200}, local
+    # Only ReDoc's footer logo is asked of another host (its maker's CDN), and the page's
+    # content security policy refuses it: no request leaves (status 0).
+    foreign = [entry for entry in fetched if entry not in local]
+    logo = "https://cdn.redoc.ly/redoc/logo-mini.svg"
+    assert foreign == ([(logo, 0)] if page == "/redoc" else []), foreign
+    refused = _csp_violations(browser)
+    assert len(refused) == len(foreign), refused
+    assert all(logo in message and "img-src" in message for message in refused), refused

@@ -1,12 +1,16 @@
 """``dpmine-server`` on a private SQLite database: proposals need a review before ``add``, input
-mistakes are one ``error:`` line, help texts are plain and ``--help`` imports no engine."""
+mistakes are one ``error:`` line, help texts are plain and ``--help`` imports no engine; on a
+client-only install (no ``[server]`` extra) a command says in one line what to install."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import random
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +18,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from dpmine.wire.datasets import DatasetMetadata
-from dpmine_server.cli import app
+from dpmine_server.cli import SERVER_EXTRA_MODULES, app
 
 RUNNER = CliRunner()
 
@@ -155,3 +159,90 @@ def test_help_keeps_brackets_and_imports_no_engine() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert imported == "[]"
+
+
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+
+#: Run the ``dpmine-server`` console entry point (as pyproject.toml declares it) in an interpreter
+#: where the modules named in argv[1] (comma-separated) cannot be found, exactly as when their
+#: package is not installed; argv[2:] are the command's arguments.
+_WITHOUT_MODULES = """
+import importlib, sys
+blocked = set(sys.argv[1].split(","))
+
+class NotInstalled:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name.partition(".")[0] in blocked:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, NotInstalled)
+module, _, function = sys.argv[2].partition(":")
+sys.argv = ["dpmine-server", *sys.argv[3:]]
+getattr(importlib.import_module(module), function)()
+"""
+
+
+def _entry_point() -> str:
+    scripts: dict[str, str] = tomllib.loads(PYPROJECT.read_text())["project"]["scripts"]
+    return scripts["dpmine-server"]
+
+
+@pytest.mark.parametrize(
+    ("missing", "command", "package"),
+    [
+        ("pandas", ["datasets", "list"], "pandas"),
+        ("sqlalchemy", ["db", "upgrade"], "sqlalchemy"),
+        # A client-only install: none of the extra's packages (the first one imported is named).
+        (",".join(SERVER_EXTRA_MODULES), ["principals", "list"], "sqlalchemy"),
+        ("pydantic_settings", ["serve"], "pydantic-settings"),
+        ("uvicorn", ["serve"], "uvicorn"),
+    ],
+)
+def test_a_client_only_install_says_what_to_install(
+    tmp_path: Path, missing: str, command: list[str], package: str
+) -> None:
+    """``pip install dpmine`` has ``dpmine-server`` but not its dependencies: any command then
+    fails with one line naming the package and the install command, exit code 1."""
+    result = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_MODULES, missing, _entry_point(), *command],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)} | _env(tmp_path),
+    )
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert result.stderr.strip().splitlines() == [
+        f"error: the Python package '{package}' is not installed: dpmine-server needs the "
+        "server extra; install it with: pip install 'dpmine[server]'"
+    ], result.stderr
+    assert result.stdout == ""
+
+
+def test_an_import_error_of_another_module_is_not_disguised(tmp_path: Path) -> None:
+    """Only the server extra's packages get the install hint; any other missing module is a
+    bug and keeps its traceback."""
+    result = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_MODULES, "dpmine_server", _entry_point(), "db", "upgrade"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)} | _env(tmp_path),
+    )
+    assert result.returncode == 1
+    assert "Traceback" in result.stderr
+    assert "pip install" not in result.stderr
+
+
+def test_the_install_hint_knows_every_package_of_the_server_extra() -> None:
+    """SERVER_EXTRA_MODULES names each distribution of pyproject's ``[server]`` extra, by
+    modules that exist."""
+    extra: list[str] = tomllib.loads(PYPROJECT.read_text())["project"]["optional-dependencies"][
+        "server"
+    ]
+    distributions = {re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0] for requirement in extra}
+    assert set(SERVER_EXTRA_MODULES.values()) == distributions
+    assert [m for m in SERVER_EXTRA_MODULES if importlib.util.find_spec(m) is None] == []

@@ -11,10 +11,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from decimal import Decimal
 
 from rich.progress import Progress
 
+from dpmine.amounts import epsilon_sum, epsilon_text
 from dpmine.connection import DatasetHandle
 from dpmine.errors import BudgetExhaustedError, DPMineError, checked_parameters
 from dpmine.wire import EstimateResponse, PlannedCall, Receipt
@@ -42,6 +42,13 @@ class Plan:
     def fits(self) -> bool:
         """Whether your remaining budget covers the run."""
         return self.estimate.fits
+
+    def __str__(self) -> str:
+        """One line: the calls, their exact total, what you have left and whether it fits."""
+        return (
+            f"{len(self.calls)} calls, total ε={epsilon_text(self.estimate.total_epsilon_exact)}"
+            f", remaining ε={epsilon_text(self.estimate.remaining_epsilon)}, fits: {self.fits}"
+        )
 
 
 @dataclass
@@ -79,15 +86,15 @@ class BaseMiner(ABC):
         if not plan.fits:
             raise BudgetExhaustedError(
                 "BudgetExhausted",
-                f"this run costs ε={plan.estimate.total_epsilon_exact} but only "
-                f"ε={plan.estimate.remaining_epsilon:g} remains; nothing was spent",
+                f"this run costs ε={epsilon_text(plan.estimate.total_epsilon_exact)} but only "
+                f"ε={epsilon_text(plan.estimate.remaining_epsilon)} remains; nothing was spent",
             )
         return plan
 
     @property
     def budget_spent_(self) -> float:
         """Total ε charged by the last ``mine()`` (exact sum of its receipts, as a float)."""
-        return float(sum((Decimal(r.epsilon_exact) for r in self.receipts_), Decimal(0)))
+        return float(epsilon_sum(r.epsilon_exact for r in self.receipts_))
 
     @property
     def receipts_(self) -> list[Receipt]:

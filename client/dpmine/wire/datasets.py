@@ -95,7 +95,7 @@ class NumericAttribute(WireModel):
     grid: list[float] | None = Field(
         default=None,
         max_length=10_000,
-        description="Optional public threshold grid (ALGORITHMS.md §1.4 grid mode).",
+        description="Optional public threshold grid (§1.4 grid mode; docs/operations.md).",
     )
     text_as_missing: bool = Field(
         default=False,
@@ -110,7 +110,7 @@ class NumericAttribute(WireModel):
         le=24,
         description=(
             "Released continuous thresholds are points of a public lattice of 2^bits + 1 "
-            "equally spaced values of [lo, hi] (DESIGN.md contract item 6)."
+            "equally spaced values of [lo, hi] (docs/privacy.md, contract item 6)."
         ),
     )
 
@@ -145,7 +145,7 @@ class LabelSpec(WireModel):
 
 
 class ProposalReview(WireModel):
-    """The owner's review of a ``propose-metadata`` proposal (DESIGN.md contract item 2).
+    """The owner's review of a ``propose-metadata`` proposal (docs/privacy.md, contract item 2).
 
     Owner-side only: registration refuses a proposal whose ``reviewed`` is false (unless forced)
     and drops this field, so analysts never see it. The notes name columns and reasons, never
@@ -163,7 +163,7 @@ class ProposalReview(WireModel):
 
 
 class DatasetMetadata(WireModel):
-    """Everything public about a dataset, declared by its owner (ALGORITHMS.md §0.2)."""
+    """Everything public about a dataset, declared by its owner (docs/privacy.md, item 2)."""
 
     kind: DatasetKind
     n_max: int = Field(ge=1, le=MAX_N_MAX, description="Public upper bound on the row count.")

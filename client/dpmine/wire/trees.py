@@ -100,7 +100,7 @@ def tree_nodes(depth: int) -> int:
 
 
 class DecisionTree(WireModel):
-    """A complete binary tree of splits in heap order (ALGORITHMS.md §3.1)."""
+    """A complete binary tree of splits in heap order (§3.1; docs/operations.md)."""
 
     view: View
     depth: int = Field(ge=1, le=MAX_TREE_DEPTH, description="Number of split levels.")

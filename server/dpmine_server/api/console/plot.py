@@ -8,6 +8,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 
 __all__ = ["Charge", "Chart", "Series", "cumulative_chart"]
 
@@ -19,20 +20,20 @@ LEFT, RIGHT, TOP, BOTTOM = 56, 12, 12, 28
 
 @dataclass(frozen=True, slots=True)
 class Charge:
-    """One ledger charge: when, to which line (a dataset or an analyst), how much ε."""
+    """One ledger charge: when, to which line (a dataset or an analyst), how much ε (exact)."""
 
     at: datetime
     label: str
-    epsilon: float
+    epsilon: Decimal
 
 
 @dataclass(frozen=True, slots=True)
 class Series:
-    """One line: its label, colour, total and SVG polyline points."""
+    """One line: its label, colour, exact total and SVG polyline points."""
 
     label: str
     color: str
-    total: float
+    total: Decimal
     points: str
 
 
@@ -54,9 +55,9 @@ class Chart:
     bottom: int = HEIGHT - BOTTOM
 
 
-def _steps(charges: list[Charge]) -> list[tuple[datetime, float]]:
-    """The running total after each charge, in time order."""
-    total = 0.0
+def _steps(charges: list[Charge]) -> list[tuple[datetime, Decimal]]:
+    """The exact running total after each charge, in time order."""
+    total = Decimal(0)
     steps = []
     for charge in sorted(charges, key=lambda c: c.at):
         total += charge.epsilon
@@ -86,18 +87,18 @@ def cumulative_chart(title: str, charges: Iterable[Charge], *, max_lines: int = 
         return Chart(title, (), "", "", ((float(HEIGHT - BOTTOM), "0"),), 0)
     first, last = min(times), max(times)
     span = max((last - first).total_seconds(), 1.0)
-    y_max = _nice_max(max(steps[label][-1][1] for label in shown))
+    y_max = _nice_max(float(max(steps[label][-1][1] for label in shown)))
 
     def x(at: datetime) -> float:
         return LEFT + (WIDTH - RIGHT - LEFT) * (at - first).total_seconds() / span
 
-    def y(total: float) -> float:
-        return HEIGHT - BOTTOM - (HEIGHT - BOTTOM - TOP) * total / y_max
+    def y(total: Decimal | float) -> float:
+        return HEIGHT - BOTTOM - (HEIGHT - BOTTOM - TOP) * float(total) / y_max
 
     series = []
     for index, label in enumerate(shown):
         points = [(x(first), y(0.0))]
-        previous = 0.0
+        previous = Decimal(0)
         for at, total in steps[label]:
             points += [(x(at), y(previous)), (x(at), y(total))]
             previous = total

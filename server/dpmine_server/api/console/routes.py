@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import date, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 from urllib.parse import urlencode
@@ -32,6 +33,7 @@ from pydantic import ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from dpmine.amounts import epsilon_text
 from dpmine.wire import (
     AuditEventInfo,
     GrantInfo,
@@ -59,6 +61,8 @@ logger = logging.getLogger(__name__)
 
 _HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=_HERE / "templates")
+# Budgets as people read them: the exact decimal, never a float's residue or exponent.
+templates.env.filters["epsilon"] = epsilon_text
 
 #: Sent with every console response. ``same-origin`` (not ``no-referrer``): with no-referrer,
 #: browsers send ``Origin: null`` on form posts and the same-origin check could not work.
@@ -349,10 +353,12 @@ def _dataset_rows(session: Session) -> list[DatasetRow]:
 def _charts(entries: Sequence[LedgerEntryInfo]) -> tuple[Chart, Chart]:
     """Cumulative ε over time per dataset and per principal."""
     per_dataset = cumulative_chart(
-        "ε spent per dataset", (Charge(e.created_at, e.dataset_id, e.epsilon) for e in entries)
+        "ε spent per dataset",
+        (Charge(e.created_at, e.dataset_id, Decimal(e.epsilon_exact)) for e in entries),
     )
     per_analyst = cumulative_chart(
-        "ε spent per analyst", (Charge(e.created_at, e.principal, e.epsilon) for e in entries)
+        "ε spent per analyst",
+        (Charge(e.created_at, e.principal, Decimal(e.epsilon_exact)) for e in entries),
     )
     return per_dataset, per_analyst
 
