@@ -586,7 +586,7 @@ def test_a_contradictory_leaf_starts_no_result() -> None:
     options: ExtractOptions = {"min_supp": 1, "p_max": 1.0, "max_supp_fraction": 1.0}
     unaware = extract_redescriptions_from_partition(partition, **options)
     assert any(red.left.disjuncts[0].leaf == 0 for red in unaware)
-    found = extract_redescriptions_from_partition(partition, **options, empty_left=[0])
+    found = extract_redescriptions_from_partition(partition, **options | {"empty_left": [0]})
     assert found  # e.g. (+2 ∨ +3, +1): J = 1
     assert all(0 not in red.left.used_leaves for red in found)
 
