@@ -193,8 +193,6 @@ app = typer.Typer(
     "global options --url, --api-key and --json may come before or after the command.",
 )
 console = Console()
-#: Significant digits of the thresholds in printed tables (JSON and files keep them exact).
-DISPLAY_DIGITS = 4
 
 
 @dataclass
@@ -684,8 +682,8 @@ def _run_serenade(
     for red in sorted(found, key=lambda r: -r.noisy_jaccard):
         stats = red.statistics
         table.add_row(
-            escape(format_query(red.redescription.left, digits=DISPLAY_DIGITS)),
-            escape(format_query(red.redescription.right, digits=DISPLAY_DIGITS)),
+            escape(red.left),
+            escape(red.right),
             format_with_interval(stats.support, red.support_interval, ".0f"),
             _jaccard_cell(stats.jaccard, red.intervals),
             "-"
@@ -996,8 +994,8 @@ def _run_tree_miner(
         stats = red.statistics
         table.add_row(
             str(red.round),
-            escape(format_query(red.redescription.left, digits=DISPLAY_DIGITS)),
-            escape(format_query(red.redescription.right, digits=DISPLAY_DIGITS)),
+            escape(red.left),
+            escape(red.right),
             f"{stats.intersection:g}",
             f"{stats.jaccard:.3f} ± {red.jaccard_error:.3f}",
             "-" if stats.p_value is None else f"{stats.p_value:.2g}",
