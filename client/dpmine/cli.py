@@ -564,7 +564,7 @@ def mine_itemsets(
     for itemset in miner.itemsets_:
         table.add_row(
             str(itemset.rank),
-            escape(" & ".join(itemset.items)),
+            escape(itemset.query or " & ".join(itemset.items)),
             "-" if itemset.noisy_count is None else str(itemset.noisy_count),
             "-" if itemset.noisy_frequency is None else f"{itemset.noisy_frequency:.4f}",
         )
