@@ -1,8 +1,11 @@
-"""Printed ≡ measured for rule lists and itemsets (issue #21; ALGORITHMS.md §1.1, §4.1, §5).
+"""Printed ≡ measured for Serenade, rule lists and itemsets (issue #21; ALGORITHMS.md §1.1,
+§2, §4.1, §5). The tree miners have their own file (``test_printed_tree_queries.py``).
 
 On random small tables with missing values (numeric values on the bins' cut-points among
 them), everything is evaluated in process on the exact data with the server's ``ColumnStore``:
 
+* a Serenade redescription's printed text, parsed back, holds exactly the rows of the cells
+  ``red.compute_quality`` releases (``support_cells``);
 * a rule list's printed text (:meth:`RuleList.to_text`, parsed back line by line with the
   client's parser) captures, rule by rule and class by class, exactly the rows whose counts
   the server's ``brl.point_estimates`` kernel releases (``exact_capture_counts``);
@@ -24,17 +27,26 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpmine.miners.itemsets import itemset_query
-from dpmine.queries import format_query, parse_query
+from dpmine.queries import (
+    SerenadeOp,
+    format_query,
+    format_redescription,
+    parse_query,
+    parse_redescription,
+    serenade_query,
+)
 from dpmine.rule_lists import RuleList, antecedent_display
 from dpmine.wire import (
     Antecedent,
+    AnyLiteral,
     CategoricalAttribute,
     DatasetMetadata,
     NumericAttribute,
+    NumLiteral,
     numeric_bin_edges,
     rule_list_items,
 )
-from dpmine.wire.queries import And
+from dpmine.wire.queries import And, Expr, Redescription
 from dpmine_server.data.columns import (
     BooleanColumn,
     CategoricalColumn,
@@ -43,6 +55,7 @@ from dpmine_server.data.columns import (
     NumericColumn,
 )
 from dpmine_server.data.itemsets import TransactionIndex, item_catalog
+from dpmine_server.operations.redescriptions import support_cells
 from dpmine_server.operations.rule_lists import class_rows, exact_capture_counts
 
 BoolArray = npt.NDArray[np.bool_]
@@ -236,3 +249,45 @@ def test_an_ambiguous_item_name_has_no_query() -> None:
     )
     assert itemset_query(["a=b=c"], schema) is None
     assert itemset_query(["a=d"], schema) == parse_query("[a = d]")
+
+
+# --------------------------------------------------------------------------------------------
+# Serenade
+
+
+def _serenade_literals() -> st.SearchStrategy[AnyLiteral]:
+    """Literals a Serenade step may add: items of the public universe, negated or not, and
+    one-sided numeric bounds on lattice-like points."""
+    bound = st.sampled_from([0.0, 0.25, 1 / 3, 0.5, 2 / 3, 1.0])
+    one_sided = st.tuples(bound, st.booleans(), st.booleans()).map(
+        lambda t: NumLiteral(
+            attribute="u", lower=t[0] if t[1] else None, upper=None if t[1] else t[0], negated=t[2]
+        )
+    )
+    flipped = st.sampled_from(ITEMS).map(lambda item: item.model_copy(update={"negated": True}))
+    return st.one_of(st.sampled_from(ITEMS), flipped, one_sided)
+
+
+@st.composite
+def serenade_queries(draw: st.DrawFn) -> Expr:
+    first = draw(_serenade_literals())
+    operators: st.SearchStrategy[SerenadeOp] = st.sampled_from(["and", "or"])
+    steps = draw(st.lists(st.tuples(operators, _serenade_literals()), max_size=3))
+    return serenade_query(first, steps)
+
+
+@FAST
+@given(tables(), serenade_queries(), serenade_queries())
+def test_printed_serenade_redescriptions_hold_the_measured_cells(
+    store: ColumnStore, left: Expr, right: Expr
+) -> None:
+    red = Redescription(left=left, right=right)
+    parsed = parse_redescription(format_redescription(red))
+    in_left = store.evaluate(parsed.left).to_bool_array()
+    in_right = store.evaluate(parsed.right).to_bool_array()
+    assert support_cells(store, red) == (
+        int((in_left & in_right).sum()),
+        int((in_left & ~in_right).sum()),
+        int((~in_left & in_right).sum()),
+        int((~in_left & ~in_right).sum()),
+    )
