@@ -500,14 +500,12 @@ def extract_redescriptions(
     _check_parameters(min_supp, max_supp_fraction, min_jaccard, p_max, max_clauses)
     if consistent:
         intersections, left_counts = consistent_release(intersections, left_counts)
-    counts = leaf_counts(intersections, left_counts)
-    search = _Search(
-        counts,
-        max_support=max_supp_fraction * max(counts.n_rows, 0.0),
+    search = _Search.of(
+        leaf_counts(intersections, left_counts),
+        max_supp_fraction=max_supp_fraction,
         p_max=p_max,
         max_clauses=max_clauses,
-        empty_left=_checked_empty(empty_left, counts.n_left),
-        empty_right=_checked_empty(empty_right, counts.n_right),
+        empty=(empty_left, empty_right),
     )
     return search.run(min_supp=min_supp, min_jaccard=min_jaccard)
 
@@ -528,23 +526,14 @@ def extract_redescriptions_from_partition(
     consistent, so no estimate is needed. A negated leaf is the exact complement of its
     leaf (:func:`active_cells`)."""
     _check_parameters(min_supp, max_supp_fraction, min_jaccard, p_max, max_clauses)
-    counts = partition_counts(partition)
-    search = _Search(
-        counts,
-        max_support=max_supp_fraction * max(counts.n_rows, 0.0),
+    search = _Search.of(
+        partition_counts(partition),
+        max_supp_fraction=max_supp_fraction,
         p_max=p_max,
         max_clauses=max_clauses,
-        empty_left=_checked_empty(empty_left, counts.n_left),
-        empty_right=_checked_empty(empty_right, counts.n_right),
+        empty=(empty_left, empty_right),
     )
     return search.run(min_supp=min_supp, min_jaccard=min_jaccard)
-
-
-def _checked_empty(leaves: Collection[int], n_leaves: int) -> frozenset[int]:
-    empty = frozenset(leaves)
-    if any(isinstance(leaf, bool) or not 0 <= leaf < n_leaves for leaf in empty):
-        raise ParameterError(f"empty leaves must be leaf indices below {n_leaves}, not {leaves}")
-    return empty
 
 
 def _check_parameters(
@@ -572,6 +561,27 @@ class _Search:
     max_clauses: int
     empty_left: frozenset[int]
     empty_right: frozenset[int]
+
+    @classmethod
+    def of(
+        cls,
+        counts: LeafCounts,
+        *,
+        max_supp_fraction: float,
+        p_max: float,
+        max_clauses: int,
+        empty: tuple[Collection[int], Collection[int]],
+    ) -> _Search:
+        """The search on ``counts``: maxSupp = ``max_supp_fraction``·N̂ (N̂ clamped at 0) and
+        the checked empty leaves of each side."""
+        return cls(
+            counts,
+            max_support=max_supp_fraction * max(counts.n_rows, 0.0),
+            p_max=p_max,
+            max_clauses=max_clauses,
+            empty_left=_checked_empty(empty[0], counts.n_left),
+            empty_right=_checked_empty(empty[1], counts.n_right),
+        )
 
     def run(self, *, min_supp: float, min_jaccard: float) -> list[TreeRedescription]:
         """Every pair of non-empty leaves grown, filtered, and kept once per pair of active
@@ -658,6 +668,13 @@ class _Search:
             and not is_tautology(red.left, self.counts.n_left, self.empty_left)
             and not is_tautology(red.right, self.counts.n_right, self.empty_right)
         )
+
+
+def _checked_empty(leaves: Collection[int], n_leaves: int) -> frozenset[int]:
+    empty = frozenset(leaves)
+    if any(isinstance(leaf, bool) or not 0 <= leaf < n_leaves for leaf in empty):
+        raise ParameterError(f"empty leaves must be leaf indices below {n_leaves}, not {leaves}")
+    return empty
 
 
 # --------------------------------------------------------------------------------------------

@@ -154,6 +154,17 @@ def test_tautologies_are_queries_whose_active_set_is_every_leaf(
     assert is_tautology(query, 4) is tautology
 
 
+def test_empty_leaves_count_as_covered() -> None:
+    # Leaves 0 and 1 and the empty leaf 2 (a contradiction): every row the tree has.
+    assert is_tautology(q((0, True), (1, True)), 3, empty=[2])
+    assert not is_tautology(q((0, True)), 3, empty=[2])
+
+
+def test_empty_leaves_must_be_leaves() -> None:
+    with pytest.raises(ValueError, match="empty leaves must be leaf indices below 2"):
+        extract_redescriptions_from_partition(PARTITION, empty_left=[2])
+
+
 def test_leaf_queries_check_their_leaves() -> None:
     with pytest.raises(ValueError, match="at least one"):
         LeafQuery(())
