@@ -196,8 +196,6 @@ app = typer.Typer(
     "global options --url, --api-key and --json may come before or after the command.",
 )
 console = Console()
-#: Significant digits of the thresholds in printed tables (JSON and files keep them exact).
-DISPLAY_DIGITS = 4
 
 
 @dataclass
@@ -588,7 +586,7 @@ def mine_itemsets(
     for itemset in miner.itemsets_:
         table.add_row(
             str(itemset.rank),
-            escape(" & ".join(itemset.items)),
+            escape(itemset.query or " & ".join(itemset.items)),
             "-" if itemset.noisy_count is None else str(itemset.noisy_count),
             "-" if itemset.noisy_frequency is None else f"{itemset.noisy_frequency:.4f}",
         )
@@ -706,8 +704,8 @@ def _run_serenade(
     for red in sorted(found, key=lambda r: -r.noisy_jaccard):
         stats = red.statistics
         table.add_row(
-            escape(format_query(red.redescription.left, digits=DISPLAY_DIGITS)),
-            escape(format_query(red.redescription.right, digits=DISPLAY_DIGITS)),
+            escape(red.left),
+            escape(red.right),
             format_with_interval(stats.support, red.support_interval, ".0f"),
             _jaccard_cell(stats.jaccard, red.intervals),
             "-"
@@ -1025,8 +1023,8 @@ def _run_tree_miner(
         stats = red.statistics
         table.add_row(
             str(red.round),
-            escape(format_query(red.redescription.left, digits=DISPLAY_DIGITS)),
-            escape(format_query(red.redescription.right, digits=DISPLAY_DIGITS)),
+            escape(red.left),
+            escape(red.right),
             f"{stats.intersection:g}",
             f"{stats.jaccard:.3f} ± {red.jaccard_error:.3f}",
             "-" if stats.p_value is None else f"{stats.p_value:.2g}",

@@ -82,6 +82,7 @@ __all__ = [
     "DPBayesianRuleList",
     "Rule",
     "RuleList",
+    "antecedent_display",
     "antecedent_text",
     "point_estimate",
     "union_antecedents",
@@ -95,8 +96,6 @@ __all__ = [
 DEFAULT_K_PER_CLASS = 40
 DEFAULT_MAX_LENGTH = 1
 DEFAULT_ITERATIONS = 3000
-#: Significant digits of the numeric bounds in :meth:`RuleList.to_text`.
-DISPLAY_DIGITS = 4
 #: The ``format`` tag of a saved model; :meth:`RuleList.from_dict` refuses any other.
 MODEL_FORMAT = "dpmine.rule_list/1"
 
@@ -148,8 +147,51 @@ def _antecedent_key(antecedent: Antecedent) -> str:
 
 def antecedent_text(antecedent: Antecedent, *, digits: int | None = None) -> str:
     """An antecedent in the project's query syntax, e.g. ``[odor = n] & [18.0 <= age <= 40.0]``
-    (exact; with ``digits``, bounds rounded to that many significant digits, for display)."""
+    (exact; with ``digits``, bounds rounded to that many significant digits: a text that may
+    hold other rows, see :func:`antecedent_display`)."""
     return " & ".join(format_query(item, digits=digits) for item in antecedent.items)
+
+
+def antecedent_display(antecedent: Antecedent, schema: DatasetMetadata) -> str:
+    """The antecedent as short text with exactly its rows, for display (issue #21).
+
+    A bin's upper bound is the float just below the next cut-point c (:func:`numeric_bins_of`),
+    which prints as 17 digits and which rounding would move onto c, a value of the next bin.
+    It is written as the strict bound ``![c <= A]`` (present and A < c), and a bound at an end
+    of the public range, which every present (clipped) value meets, is left out when another
+    literal keeps the missing rows out: the bins of ``age`` on [0, 100] with cut-points 25 and
+    50 read ``![25.0 <= age]``, ``[25.0 <= age] & ![50.0 <= age]`` and ``[50.0 <= age]``.
+    """
+    return " & ".join(
+        format_query(literal)
+        for item in antecedent.items
+        for literal in _short_exact(item, schema.attribute(item.attribute))
+    )
+
+
+def _short_exact(
+    item: AnyLiteral, attribute: BooleanAttribute | CategoricalAttribute | NumericAttribute
+) -> list[AnyLiteral]:
+    """``item`` as literals with the same rows and shorter bounds (see the caller)."""
+    if not isinstance(item, NumLiteral) or item.negated:
+        return [item]
+    if not isinstance(attribute, NumericAttribute):
+        return [item]
+    lower, upper, strict_upper = item.lower, item.upper, None
+    if upper is not None and upper < attribute.hi:
+        above = math.nextafter(upper, math.inf)
+        if len(repr(above)) < len(repr(upper)):
+            upper, strict_upper = None, above
+    if lower is not None and lower <= attribute.lo and (upper, strict_upper) != (None, None):
+        lower = None
+    if upper is not None and upper >= attribute.hi and lower is not None:
+        upper = None
+    literals: list[AnyLiteral] = []
+    if lower is not None or upper is not None:
+        literals.append(NumLiteral(attribute=item.attribute, lower=lower, upper=upper))
+    if strict_upper is not None:
+        literals.append(NumLiteral(attribute=item.attribute, lower=strict_upper, negated=True))
+    return literals
 
 
 # --------------------------------------------------------------------------------------------
@@ -474,9 +516,10 @@ class RuleList:
     # -- text ----------------------------------------------------------------------------------
 
     def to_text(self, *, digits: int = 3) -> str:
-        """The list as if / else-if text with each estimate and its noisy counts (bin bounds to
-        ``DISPLAY_DIGITS`` significant digits: a bin's upper bound is the float just below the
-        next cut-point, which prints as 17 digits; :attr:`Rule.text` stays exact)."""
+        """The list as if / else-if text with each estimate (``digits`` decimals) and its noisy
+        counts. Each antecedent is :func:`antecedent_display`: short, and with exactly the rows
+        the server evaluated, so rule j's counts are those of the rows its text holds and no
+        earlier text holds (:attr:`Rule.text` is the antecedent as fitted)."""
         target = f"P({format_query(_label_literal(self.label, self.schema))})"
         lines = []
         for index, rule in enumerate(self.rules):
@@ -484,7 +527,7 @@ class RuleList:
             shown = (
                 rule.text
                 if rule.antecedent is None
-                else antecedent_text(rule.antecedent, digits=DISPLAY_DIGITS)
+                else antecedent_display(rule.antecedent, self.schema)
             )
             lines.append(f"{keyword} {shown} then {_estimate_text(rule, target, digits)}")
         keyword = "else" if self.rules else "always"

@@ -13,12 +13,22 @@ Leaves are numbered from 0 here (row i of Ĩ and entry i of ĉ_L are leaf i); th
 them from 1. A query over one tree is a :class:`LeafQuery`, a disjunction of signed leaves: +i is
 the conjunction of the tests on leaf i's root-to-leaf path, −i its complement (§1.1, §3.6).
 :func:`render_query` turns it into a query of the project's syntax from the leaves' paths.
+
+Printed ≡ measured [REC]. A row missing a value on a path reaches no leaf (§3.1), so the
+complement ``!(path)`` of leaf i holds the other leaves *and* the rows outside every leaf. The
+partition release counts those rows in a cell of their own, and −i is measured as exactly that
+complement (:func:`noisy_statistics`): the printed query's rows are the measured rows. The
+paper's release has no such cell; there −i is measured as the other leaves (the heuristic of
+§3.6) and the right supports and N̂ count only rows that reach a left leaf, so its statistics
+describe the printed queries only when no row misses a value on the trees' paths. A leaf whose
+path is a contradiction (:func:`dpmine.canonical.simplify_conjunction`) is empty on every
+dataset: it is never a disjunct, so it yields no result.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, NamedTuple, Protocol, TypedDict, TypeVar
@@ -39,10 +49,12 @@ __all__ = [
     "HasJaccardError",
     "HasNoisyStatistics",
     "LeafCounts",
+    "LeafPath",
     "LeafQuery",
     "NoisyStatistics",
     "SignedLeaf",
     "TreeRedescription",
+    "active_cells",
     "active_leaves",
     "clamped_statistics",
     "consistent_release",
@@ -146,10 +158,21 @@ def active_leaves(query: LeafQuery, n_leaves: int) -> frozenset[int]:
     return frozenset(active)
 
 
-def is_tautology(query: LeafQuery, n_leaves: int) -> bool:
-    """True when the active set is every leaf of the tree (§3.6): ¬a ∨ a, two negated leaves,
-    positive leaves covering the tree."""
-    return len(active_leaves(query, n_leaves)) == n_leaves
+def active_cells(query: LeafQuery, n_leaves: int, *, outside: bool) -> frozenset[int]:
+    """The cells whose rows a query holds: its active leaves and, when the counts have a cell
+    ``n_leaves`` for the rows outside the tree (``outside``) and the query negates a leaf, that
+    cell too. −i is then the complement of leaf i exactly, as ``!(path)`` prints it [REC]."""
+    active = active_leaves(query, n_leaves)
+    if outside and not all(positive for _leaf, positive in query.disjuncts):
+        return active | {n_leaves}
+    return active
+
+
+def is_tautology(query: LeafQuery, n_leaves: int, empty: Iterable[int] = ()) -> bool:
+    """True when the active set and the ``empty`` leaves (paths that are contradictions) make
+    every leaf of the tree (§3.6): ¬a ∨ a, two negated leaves, positive leaves covering the
+    tree."""
+    return len(active_leaves(query, n_leaves) | frozenset(empty)) == n_leaves
 
 
 def _check_leaves(query: LeafQuery, n_leaves: int) -> None:
@@ -169,23 +192,26 @@ class LeafCounts:
     """The release of ``tree.leaf_counts`` and the counts derived from it (§3.6).
 
     ``intersections[i][j]`` = Ĩ[i][j], ``left`` = ĉ_L, ``right`` = ĉ_R[j] = Σ_i Ĩ[i][j],
-    ``n_rows`` = N̂ = Σ_i ĉ_L[i]; all as released (unclamped).
+    ``n_rows`` = N̂ = Σ_i ĉ_L[i]; all as released (unclamped). With ``outside`` (the partition
+    release) each side has one more cell, last, for the rows in none of its leaves: the
+    matrix is (a + 1) × (b + 1) and the sums run over every cell.
     """
 
     intersections: tuple[tuple[float, ...], ...]
     left: tuple[float, ...]
     right: tuple[float, ...]
     n_rows: float
+    outside: bool = False
 
     @property
     def n_left(self) -> int:
         """Number of leaves a of T_L."""
-        return len(self.left)
+        return len(self.left) - self.outside
 
     @property
     def n_right(self) -> int:
         """Number of leaves b of T_R."""
-        return len(self.right)
+        return len(self.right) - self.outside
 
 
 def derived_counts(
@@ -213,9 +239,11 @@ def partition_counts(partition: Sequence[Sequence[float]]) -> LeafCounts:
     """Leaf counts from the ``partition`` release of ``tree.leaf_counts`` [REC, §3.6].
 
     ``partition`` is (a+1)×(b+1): cell (i, j) for i < a, j < b is leaf i ∩ leaf j; row a holds the
-    rows in no left leaf, column b those in no right leaf. Then Ĩ = the a×b block, ĉ_L[i] = the sum
-    of row i, ĉ_R[j] = the sum of column j and N̂ = the sum of every cell: each support counts its
-    rows once, also when values are missing, and every statistic is a sum of independent cells.
+    rows in no left leaf, column b those in no right leaf. The counts keep every cell
+    (``outside``): ĉ_L[i] = the sum of row i, ĉ_R[j] = the sum of column j (the last of each:
+    the rows outside the tree) and N̂ = the sum of every cell. Each support counts its rows
+    once, also when values are missing, the complement of a leaf can count the rows outside
+    the tree, and every statistic is a sum of independent cells.
     """
     matrix = tuple(tuple(float(value) for value in row) for row in partition)
     if len(matrix) < 2 or len(matrix[0]) < 2:
@@ -224,13 +252,12 @@ def partition_counts(partition: Sequence[Sequence[float]]) -> LeafCounts:
         raise ValueError("the partition matrix must be rectangular")
     if not all(math.isfinite(value) for row in matrix for value in row):
         raise ValueError("released counts must be finite")
-    leaf_rows = matrix[:-1]
-    columns = range(len(matrix[0]) - 1)
     return LeafCounts(
-        intersections=tuple(row[:-1] for row in leaf_rows),
-        left=tuple(math.fsum(row) for row in leaf_rows),
-        right=tuple(math.fsum(row[j] for row in matrix) for j in columns),
+        intersections=matrix,
+        left=tuple(math.fsum(row) for row in matrix),
+        right=tuple(math.fsum(row[j] for row in matrix) for j in range(len(matrix[0]))),
         n_rows=math.fsum(value for row in matrix for value in row),
+        outside=True,
     )
 
 
@@ -322,13 +349,13 @@ def clamped_statistics(
 
 
 def noisy_statistics(counts: LeafCounts, left: LeafQuery, right: LeafQuery) -> NoisyStatistics:
-    """Statistics of (Q_L, Q_R) from the active leaf sets A_L, A_R (§3.6).
+    """Statistics of (Q_L, Q_R) from the active cell sets A_L, A_R (§3.6, :func:`active_cells`).
 
     s_L = Σ_{i∈A_L} ĉ_L[i], s_R = Σ_{j∈A_R} ĉ_R[j], I = Σ_{i∈A_L, j∈A_R} Ĩ[i][j], then
     :func:`clamped_statistics`.
     """
-    active_left = sorted(active_leaves(left, counts.n_left))
-    active_right = sorted(active_leaves(right, counts.n_right))
+    active_left = sorted(active_cells(left, counts.n_left, outside=counts.outside))
+    active_right = sorted(active_cells(right, counts.n_right, outside=counts.outside))
     return clamped_statistics(
         counts.n_rows,
         math.fsum(counts.left[i] for i in active_left),
@@ -357,7 +384,8 @@ def jaccard_standard_error(
     sums): Var I = v·|A_L|·m, Var D = v·(|A_L| + a·m), Cov = −Var I. With ``partition`` (the
     release of :func:`partition_counts`; ``consistent`` is then ignored) I and D are sums of
     disjoint independent cells: Var I = v·|A_L|·m, Cov = 0 and
-    Var D = v·(|A_L|·(b + 1 − m) + (a + 1 − |A_L|)·m).
+    Var D = v·(|A_L|·(b + 1 − m) + (a + 1 − |A_L|)·m), where |A_L| and m count the active cells
+    (:func:`active_cells`: a negated leaf's complement holds the cell of the rows outside).
 
     Privacy: a function of the noisy statistics, the public tree shapes, the query and the public
     noise scale: post-processing, free. A pruning rule on it is a public rule that needs no
@@ -365,8 +393,8 @@ def jaccard_standard_error(
     """
     if not (math.isfinite(noise_scale) and noise_scale >= 0):
         raise ParameterError(f"noise_scale must be a finite number ≥ 0, not {noise_scale!r}")
-    in_left = len(active_leaves(red.left, n_left))
-    m = len(active_leaves(red.right, n_right))
+    in_left = len(active_cells(red.left, n_left, outside=partition))
+    m = len(active_cells(red.right, n_right, outside=partition))
     v = 2.0 * noise_scale**2
     if partition:
         var_i = v * in_left * m
@@ -434,6 +462,8 @@ class ExtractOptions(TypedDict, total=False):
     min_jaccard: float
     p_max: float
     max_clauses: int
+    empty_left: Collection[int]
+    empty_right: Collection[int]
 
 
 def extract_redescriptions(
@@ -445,6 +475,8 @@ def extract_redescriptions(
     min_jaccard: float = DEFAULT_MIN_JACCARD,
     p_max: float = DEFAULT_P_MAX,
     max_clauses: int = DEFAULT_MAX_CLAUSES,
+    empty_left: Collection[int] = (),
+    empty_right: Collection[int] = (),
     consistent: bool = True,
 ) -> list[TreeRedescription]:
     """The client ``extractReds`` of §3.6 on a release (Ĩ, ĉ_L) of ``tree.leaf_counts``.
@@ -460,18 +492,22 @@ def extract_redescriptions(
     pair of queries, the first kept). ``min_supp`` defaults to 10 (see
     :data:`DEFAULT_MIN_SUPPORT`). With ``consistent`` (default [REC]) every statistic is computed
     on :func:`consistent_release` of the release; ``False`` sums the raw release as §3.6 prints.
+
+    ``empty_left`` / ``empty_right`` [REC]: leaves whose path is a contradiction, empty on every
+    dataset (public, from the trees). They start no pair and extend no query, and count as
+    covered in the tautology test; two results with the same active cells are one result.
     """
     _check_parameters(min_supp, max_supp_fraction, min_jaccard, p_max, max_clauses)
     if consistent:
         intersections, left_counts = consistent_release(intersections, left_counts)
-    return _extract(
+    search = _Search.of(
         leaf_counts(intersections, left_counts),
-        min_supp=min_supp,
         max_supp_fraction=max_supp_fraction,
-        min_jaccard=min_jaccard,
         p_max=p_max,
         max_clauses=max_clauses,
+        empty=(empty_left, empty_right),
     )
+    return search.run(min_supp=min_supp, min_jaccard=min_jaccard)
 
 
 def extract_redescriptions_from_partition(
@@ -482,52 +518,22 @@ def extract_redescriptions_from_partition(
     min_jaccard: float = DEFAULT_MIN_JACCARD,
     p_max: float = DEFAULT_P_MAX,
     max_clauses: int = DEFAULT_MAX_CLAUSES,
+    empty_left: Collection[int] = (),
+    empty_right: Collection[int] = (),
 ) -> list[TreeRedescription]:
     """:func:`extract_redescriptions` on the ``partition`` release [REC, §3.6], through
     :func:`partition_counts`: the same search, filters and tie rules; the release is already
-    consistent, so no estimate is needed."""
+    consistent, so no estimate is needed. A negated leaf is the exact complement of its
+    leaf (:func:`active_cells`)."""
     _check_parameters(min_supp, max_supp_fraction, min_jaccard, p_max, max_clauses)
-    return _extract(
+    search = _Search.of(
         partition_counts(partition),
-        min_supp=min_supp,
         max_supp_fraction=max_supp_fraction,
-        min_jaccard=min_jaccard,
         p_max=p_max,
         max_clauses=max_clauses,
+        empty=(empty_left, empty_right),
     )
-
-
-def _extract(
-    counts: LeafCounts,
-    *,
-    min_supp: float,
-    max_supp_fraction: float,
-    min_jaccard: float,
-    p_max: float,
-    max_clauses: int,
-) -> list[TreeRedescription]:
-    """The search and filters of §3.6 on checked leaf counts."""
-    max_support = max_supp_fraction * max(counts.n_rows, 0.0)
-    results: list[TreeRedescription] = []
-    seen: set[tuple[frozenset[SignedLeaf], frozenset[SignedLeaf]]] = set()
-    for i in range(counts.n_left):
-        for j in range(counts.n_right):
-            red = _grow_pair(
-                counts, i, j, max_support=max_support, p_max=p_max, max_clauses=max_clauses
-            )
-            if red is None or red.key in seen:
-                continue
-            if _passes_filters(
-                red,
-                counts,
-                min_supp=min_supp,
-                max_support=max_support,
-                min_jaccard=min_jaccard,
-                p_max=p_max,
-            ):
-                seen.add(red.key)
-                results.append(red)
-    return results
+    return search.run(min_supp=min_supp, min_jaccard=min_jaccard)
 
 
 def _check_parameters(
@@ -545,105 +551,171 @@ def _check_parameters(
         raise ParameterError(f"max_clauses must be an int ≥ 1, not {max_clauses!r}")
 
 
-def _grow_pair(
-    counts: LeafCounts, i: int, j: int, *, max_support: float, p_max: float, max_clauses: int
-) -> TreeRedescription | None:
-    """Start, sign variants and extension rounds of one leaf pair (§3.6); None if discarded."""
-    current = _red(counts, LeafQuery.of((i, True)), LeafQuery.of((j, True)))
-    for left_positive, right_positive in ((False, True), (True, False), (False, False)):
-        candidate = _red(
-            counts, LeafQuery.of((i, left_positive)), LeafQuery.of((j, right_positive))
+@dataclass(frozen=True, slots=True)
+class _Search:
+    """The search and filters of §3.6 on checked leaf counts."""
+
+    counts: LeafCounts
+    max_support: float
+    p_max: float
+    max_clauses: int
+    empty_left: frozenset[int]
+    empty_right: frozenset[int]
+
+    @classmethod
+    def of(
+        cls,
+        counts: LeafCounts,
+        *,
+        max_supp_fraction: float,
+        p_max: float,
+        max_clauses: int,
+        empty: tuple[Collection[int], Collection[int]],
+    ) -> _Search:
+        """The search on ``counts``: maxSupp = ``max_supp_fraction``·N̂ (N̂ clamped at 0) and
+        the checked empty leaves of each side."""
+        return cls(
+            counts,
+            max_support=max_supp_fraction * max(counts.n_rows, 0.0),
+            p_max=p_max,
+            max_clauses=max_clauses,
+            empty_left=_checked_empty(empty[0], counts.n_left),
+            empty_right=_checked_empty(empty[1], counts.n_right),
         )
-        if is_acceptable(
-            candidate.statistics, current.statistics, max_support=max_support, p_max=p_max
-        ):
-            current = candidate
-    if current.statistics.intersection > max_support:
-        return None
-    for _ in range(max_clauses - 1):
-        current = _extend(counts, current, "left", max_support, p_max)
-        current = _extend(counts, current, "right", max_support, p_max)
-    return current
 
+    def run(self, *, min_supp: float, min_jaccard: float) -> list[TreeRedescription]:
+        """Every pair of non-empty leaves grown, filtered, and kept once per pair of active
+        cell sets (the rows the pair measures; the first one found is kept)."""
+        counts = self.counts
+        results: list[TreeRedescription] = []
+        seen: set[tuple[frozenset[int], frozenset[int]]] = set()
+        for i in range(counts.n_left):
+            for j in range(counts.n_right):
+                if i in self.empty_left or j in self.empty_right:
+                    continue
+                red = self._grow_pair(i, j)
+                if red is None or not self._passes_filters(red, min_supp, min_jaccard):
+                    continue
+                cells = (
+                    active_cells(red.left, counts.n_left, outside=counts.outside),
+                    active_cells(red.right, counts.n_right, outside=counts.outside),
+                )
+                if cells not in seen:
+                    seen.add(cells)
+                    results.append(red)
+        return results
 
-def _extend(
-    counts: LeafCounts,
-    current: TreeRedescription,
-    side: Literal["left", "right"],
-    max_support: float,
-    p_max: float,
-) -> TreeRedescription:
-    """The acceptable one-disjunct extension of one side with the largest J, or ``current``."""
-    query = current.left if side == "left" else current.right
-    n_leaves = counts.n_left if side == "left" else counts.n_right
-    best: TreeRedescription | None = None
-    for leaf in range(n_leaves):
-        if leaf in query.used_leaves:
-            continue
-        for positive in (True, False):
-            extended = query.extended(leaf, positive)
-            if is_tautology(extended, n_leaves):
-                continue
-            candidate = (
-                _red(counts, extended, current.right)
-                if side == "left"
-                else _red(counts, current.left, extended)
+    def _grow_pair(self, i: int, j: int) -> TreeRedescription | None:
+        """Start, sign variants and extension rounds of one leaf pair; None if discarded."""
+        current = self._red(LeafQuery.of((i, True)), LeafQuery.of((j, True)))
+        for left_positive, right_positive in ((False, True), (True, False), (False, False)):
+            candidate = self._red(
+                LeafQuery.of((i, left_positive)), LeafQuery.of((j, right_positive))
             )
-            if not is_acceptable(
-                candidate.statistics, current.statistics, max_support=max_support, p_max=p_max
-            ):
+            if self._acceptable(candidate, current):
+                current = candidate
+        if current.statistics.intersection > self.max_support:
+            return None
+        for _ in range(self.max_clauses - 1):
+            current = self._extend(current, "left")
+            current = self._extend(current, "right")
+        return current
+
+    def _extend(
+        self, current: TreeRedescription, side: Literal["left", "right"]
+    ) -> TreeRedescription:
+        """The acceptable one-disjunct extension of one side with the largest J, or
+        ``current``; empty leaves and disjuncts that make a tautology are skipped."""
+        query = current.left if side == "left" else current.right
+        n_leaves = self.counts.n_left if side == "left" else self.counts.n_right
+        empty = self.empty_left if side == "left" else self.empty_right
+        best: TreeRedescription | None = None
+        for leaf in range(n_leaves):
+            if leaf in query.used_leaves or leaf in empty:
                 continue
-            if best is None or candidate.statistics.jaccard > best.statistics.jaccard:
-                best = candidate
-    return current if best is None else best
+            for positive in (True, False):
+                extended = query.extended(leaf, positive)
+                if is_tautology(extended, n_leaves, empty):
+                    continue
+                candidate = (
+                    self._red(extended, current.right)
+                    if side == "left"
+                    else self._red(current.left, extended)
+                )
+                if not self._acceptable(candidate, current):
+                    continue
+                if best is None or candidate.statistics.jaccard > best.statistics.jaccard:
+                    best = candidate
+        return current if best is None else best
+
+    def _acceptable(self, new: TreeRedescription, current: TreeRedescription) -> bool:
+        return is_acceptable(
+            new.statistics, current.statistics, max_support=self.max_support, p_max=self.p_max
+        )
+
+    def _red(self, left: LeafQuery, right: LeafQuery) -> TreeRedescription:
+        return TreeRedescription(left, right, noisy_statistics(self.counts, left, right))
+
+    def _passes_filters(self, red: TreeRedescription, min_supp: float, min_jaccard: float) -> bool:
+        """The final filters of §3.6, tautologies included."""
+        stats = red.statistics
+        return (
+            stats.jaccard >= min_jaccard
+            and stats.p_value <= self.p_max
+            and min_supp <= stats.intersection <= self.max_support
+            and stats.support_left < self.max_support
+            and stats.support_right < self.max_support
+            and not is_tautology(red.left, self.counts.n_left, self.empty_left)
+            and not is_tautology(red.right, self.counts.n_right, self.empty_right)
+        )
 
 
-def _red(counts: LeafCounts, left: LeafQuery, right: LeafQuery) -> TreeRedescription:
-    return TreeRedescription(left, right, noisy_statistics(counts, left, right))
-
-
-def _passes_filters(
-    red: TreeRedescription,
-    counts: LeafCounts,
-    *,
-    min_supp: float,
-    max_support: float,
-    min_jaccard: float,
-    p_max: float,
-) -> bool:
-    """The final filters of §3.6, tautologies included."""
-    stats = red.statistics
-    return (
-        stats.jaccard >= min_jaccard
-        and stats.p_value <= p_max
-        and min_supp <= stats.intersection <= max_support
-        and stats.support_left < max_support
-        and stats.support_right < max_support
-        and not is_tautology(red.left, counts.n_left)
-        and not is_tautology(red.right, counts.n_right)
-    )
+def _checked_empty(leaves: Collection[int], n_leaves: int) -> frozenset[int]:
+    empty = frozenset(leaves)
+    if any(isinstance(leaf, bool) or not 0 <= leaf < n_leaves for leaf in empty):
+        raise ParameterError(f"empty leaves must be leaf indices below {n_leaves}, not {leaves}")
+    return empty
 
 
 # --------------------------------------------------------------------------------------------
 # Rendering
 
 
-def render_query(query: LeafQuery, paths: Sequence[Sequence[AnyLiteral]]) -> Expr:
-    """The query of the project's syntax for a tree query (§1.1, §3.6).
+#: A leaf's path after :func:`dpmine.canonical.simplify_conjunction`: its tests, or None when
+#: they contradict each other (the leaf is empty on every dataset).
+LeafPath = Sequence[AnyLiteral] | None
 
-    ``paths[i]`` holds the tests on leaf i's root-to-leaf path (thresholds as released); +i is
-    their conjunction, −i its complement ``Not`` (see :func:`dpmine.queries.tree_query`).
+
+def render_query(query: LeafQuery, paths: Sequence[LeafPath]) -> Expr:
+    """The query of the project's syntax whose rows are the query's active cells (§1.1, §3.6).
+
+    ``paths[i]`` holds the tests on leaf i's root-to-leaf path (thresholds as released; best
+    simplified), None for a leaf that is empty on every dataset. The text is canonical: a
+    query that negates leaf i is ``!(path_i)``, its positive disjuncts being inside that
+    complement already; otherwise the disjunction of the paths of its leaves in leaf order,
+    empty leaves left out. ``!(path_i)`` holds the rows outside the tree, which the partition
+    release measures (:func:`active_cells`). ValueError for a query with no rows to print: a
+    tautology, or only empty leaves.
     """
+    n_leaves = len(paths)
     for leaf in query.used_leaves:
-        if leaf >= len(paths):
-            raise ValueError(f"no path given for leaf {leaf} ({len(paths)} paths)")
-    return tree_query([(positive, paths[leaf]) for leaf, positive in query.disjuncts])
+        if leaf >= n_leaves:
+            raise ValueError(f"no path given for leaf {leaf} ({n_leaves} paths)")
+    active = active_leaves(query, n_leaves)
+    if all(positive for _leaf, positive in query.disjuncts):
+        kept = [path for leaf, path in enumerate(paths) if leaf in active and path is not None]
+        if not kept:
+            raise ValueError("every leaf of the query is empty: it has no rows to print")
+        return tree_query([(True, path) for path in kept])
+    inactive = [leaf for leaf in range(n_leaves) if leaf not in active]
+    path = paths[inactive[0]] if len(inactive) == 1 else None
+    if path is None:
+        raise ValueError("the query is a tautology: it holds every row")
+    return tree_query([(False, path)])
 
 
 def render_redescription(
-    red: TreeRedescription,
-    left_paths: Sequence[Sequence[AnyLiteral]],
-    right_paths: Sequence[Sequence[AnyLiteral]],
+    red: TreeRedescription, left_paths: Sequence[LeafPath], right_paths: Sequence[LeafPath]
 ) -> Redescription:
     """Both queries of ``red`` rendered with :func:`render_query` (§3.6 "Report")."""
     return Redescription(

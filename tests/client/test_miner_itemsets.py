@@ -264,10 +264,12 @@ def test_exports(baskets: dpmine.DatasetHandle, tmp_path: Path) -> None:
     csv_path = tmp_path / "itemsets.csv"
     miner.to_csv(csv_path)
     rows = list(csv.reader(io.StringIO(csv_path.read_text())))
-    assert rows[0] == ["rank", "items", "noisy_count", "noisy_frequency"]
+    assert rows[0] == ["rank", "items", "noisy_count", "noisy_frequency", "query"]
     assert rows[1][:2] == ["1", "bread & milk"]
+    assert rows[1][4] == "[bread] & [milk]"
     for row, itemset in zip(rows[1:], miner.itemsets_, strict=True):
         assert row[1] == " & ".join(itemset.items)
+        assert row[4] == itemset.query
         assert int(row[2]) == itemset.noisy_count
         assert itemset.noisy_frequency is not None
         assert float(row[3]) == pytest.approx(itemset.noisy_frequency, rel=1e-5)
@@ -276,7 +278,7 @@ def test_exports(baskets: dpmine.DatasetHandle, tmp_path: Path) -> None:
     bare.mine(baskets)
     bare.to_csv(csv_path)
     rows = list(csv.reader(io.StringIO(csv_path.read_text())))
-    assert [row[2:] for row in rows[1:]] == [["", ""], ["", ""]]
+    assert [row[2:4] for row in rows[1:]] == [["", ""], ["", ""]]
 
 
 def test_exports_before_mining_are_refused(tmp_path: Path) -> None:

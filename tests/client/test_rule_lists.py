@@ -25,6 +25,7 @@ from dpmine.queries import parse_query
 from dpmine.rule_lists import (
     DPBayesianRuleList,
     RuleList,
+    antecedent_display,
     antecedent_text,
     point_estimate,
     union_antecedents,
@@ -267,7 +268,7 @@ def test_an_empty_list_predicts_the_default_estimate_everywhere() -> None:
 
 def test_the_list_renders_as_if_else_if_text_in_query_syntax() -> None:
     assert fitted_list().to_text().splitlines() == [
-        "if [0 <= age <= 25] & [smoker] then P([sick = yes]) = 0.250  (noisy counts 8 / 2)",
+        "if [age <= 25.0] & [smoker] then P([sick = yes]) = 0.250  (noisy counts 8 / 2)",
         "else if [region = north] then P([sick = yes]) = 0.031  (noisy counts 30 / -4)",
         "else if ![smoker] then P([sick = yes]) = 0.889  (noisy counts -3 / 7)",
         "else P([sick = yes]) = 0.177  (noisy counts 50 / 10)",
@@ -280,13 +281,21 @@ def test_the_list_renders_as_if_else_if_text_in_query_syntax() -> None:
         assert antecedent(rule.text) == rule.antecedent
 
 
-def test_bin_bounds_print_short_and_stay_exact_in_the_rules() -> None:
-    """A bin's upper bound is the float just below the next cut-point: the text rounds it, the
-    rule keeps it exactly (so that prediction matches the server)."""
+def test_bin_bounds_print_short_and_exact() -> None:
+    """A bin's upper bound is the float just below the next cut-point: rounded, it would read
+    25, a value of the next bin. The display writes the strict bound instead (and leaves out a
+    bound at the end of the public range), with exactly the bin's rows."""
     below = math.nextafter(25.0, 0.0)
     rule = antecedent(f"[0.0 <= age <= {below!r}]")
-    assert antecedent_text(rule, digits=4) == "[0 <= age <= 25]"
     assert antecedent_text(rule) == "[0.0 <= age <= 24.999999999999996]"
+    assert antecedent_text(rule, digits=4) == "[0 <= age <= 25]"  # not the bin: holds 25
+    assert antecedent_display(rule, SCHEMA) == "![25.0 <= age]"
+    middle = antecedent(f"[25.0 <= age <= {math.nextafter(50.0, 0.0)!r}] & [smoker]")
+    assert antecedent_display(middle, SCHEMA) == "[25.0 <= age] & ![50.0 <= age] & [smoker]"
+    assert antecedent_display(antecedent("[50.0 <= age <= 100.0]"), SCHEMA) == "[50.0 <= age]"
+    # The whole range: one bound is left to say "present".
+    assert antecedent_display(antecedent("[0.0 <= age <= 100.0]"), SCHEMA) == "[age <= 100.0]"
+    # tests/client/test_printed_rules_and_itemsets.py evaluates both texts on data.
 
 
 def test_classes_follow_the_label_declaration() -> None:

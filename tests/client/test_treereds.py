@@ -21,10 +21,12 @@ from scipy.stats import binom
 from dpmine.queries import format_query
 from dpmine.treereds import (
     DEFAULT_MAX_JACCARD_ERROR,
+    LeafPath,
     LeafQuery,
     NoisyStatistics,
     SignedLeaf,
     TreeRedescription,
+    active_cells,
     active_leaves,
     clamped_statistics,
     consistent_release,
@@ -150,6 +152,17 @@ def test_tautologies_are_queries_whose_active_set_is_every_leaf(
     query: LeafQuery, tautology: bool
 ) -> None:
     assert is_tautology(query, 4) is tautology
+
+
+def test_empty_leaves_count_as_covered() -> None:
+    # Leaves 0 and 1 and the empty leaf 2 (a contradiction): every row the tree has.
+    assert is_tautology(q((0, True), (1, True)), 3, empty=[2])
+    assert not is_tautology(q((0, True)), 3, empty=[2])
+
+
+def test_empty_leaves_must_be_leaves() -> None:
+    with pytest.raises(ValueError, match="empty leaves must be leaf indices below 2"):
+        extract_redescriptions_from_partition(PARTITION, empty_left=[2])
 
 
 def test_leaf_queries_check_their_leaves() -> None:
@@ -336,13 +349,10 @@ def test_a_variant_within_max_support_rescues_a_pair() -> None:
     left = [900, 100]
     # Pair (0, 1): (+0, +1) has I = 0; (−0, +1): A_L = {1}, A_R = {1}: I 100, J 1, p tiny: kept.
     # Pair (1, 1): (+1, +1) directly. Pair (1, 0): (+1, +0) has I = 0; (−1, +0) would reach
-    # I = 900 > 800, not acceptable; (+1, −0) (A = {1} × {1}, J 1) is.
+    # I = 900 > 800, not acceptable; (+1, −0) (A = {1} × {1}, J 1) is. All three measure the
+    # same cells {1} × {1}: one result, the first found.
     reds = extract_raw(matrix, left, max_clauses=1)
-    assert set(keys(reds)) == {
-        key(q((0, False)), q((1, True))),
-        key(q((1, True)), q((0, False))),
-        key(q((1, True)), q((1, True))),
-    }
+    assert keys(reds) == [key(q((0, False)), q((1, True)))]
 
 
 def test_a_discarded_pair_is_not_extended() -> None:
@@ -466,13 +476,9 @@ def test_the_p_value_filter() -> None:
     assert 0.01 < weak_p < 0.5
     lenient = extract_raw(WEAK_WORLD, WEAK_LEFT, min_supp=1, p_max=0.5, max_clauses=1)
     # (0, 0), (1, 1): J = 6/14 directly. (0, 1): (+0, +1) has I 4, J 0.25, p ≈ 0.77 ≥ 0.5, so
-    # (−0, +1) (A = {1} × {1}, J 6/14) replaces it; (1, 0) likewise becomes (−1, +0).
-    assert set(keys(lenient)) == {
-        key(q((0, True)), q((0, True))),
-        key(q((0, False)), q((1, True))),
-        key(q((1, False)), q((0, True))),
-        key(q((1, True)), q((1, True))),
-    }
+    # (−0, +1) (A = {1} × {1}, J 6/14) replaces it; (1, 0) likewise becomes (−1, +0), on
+    # {0} × {0}. Pairs on the same cells are one result: (+0, +0) and (−0, +1) stay.
+    assert keys(lenient) == [key(q((0, True)), q((0, True))), key(q((0, False)), q((1, True)))]
     for red in lenient:
         assert red.statistics.jaccard == pytest.approx(6 / 14)
         assert red.statistics.p_value == pytest.approx(weak_p, rel=1e-12)
@@ -513,10 +519,28 @@ C_X = CatLiteral(attribute="C", category="x")
 
 def test_render_query_from_leaf_paths() -> None:
     paths: list[list[AnyLiteral]] = [[A, B_LOW], [A, NumLiteral(attribute="B", lower=2.5)], [C_X]]
-    expr = render_query(q((0, True), (2, False)), paths)
-    assert expr == Or(terms=[And(terms=[A, B_LOW]), Not(term=C_X)])
-    assert format_query(expr) == "[A] & [B <= 2.5] | !([C = x])"
+    expr = render_query(q((2, True), (0, True)), paths)
+    assert expr == Or(terms=[And(terms=[A, B_LOW]), C_X])  # leaf order: the canonical text
+    assert format_query(expr) == "[A] & [B <= 2.5] | [C = x]"
     assert format_query(render_query(q((0, False)), paths)) == "!([A] & [B <= 2.5])"
+
+
+def test_a_negated_leaf_renders_as_its_complement_alone() -> None:
+    # +0 ∨ −2 holds the rows outside leaf 2: leaf 0 is inside !(path_2) already.
+    paths: list[list[AnyLiteral]] = [[A, B_LOW], [A, NumLiteral(attribute="B", lower=2.5)], [C_X]]
+    assert render_query(q((0, True), (2, False)), paths) == Not(term=C_X)
+    assert render_query(q((2, False)), paths) == Not(term=C_X)
+
+
+def test_empty_leaves_are_left_out_and_print_no_query() -> None:
+    paths: list[LeafPath] = [None, [C_X], [A]]
+    assert render_query(q((0, True), (2, True)), paths) == A
+    with pytest.raises(ValueError, match="every leaf of the query is empty"):
+        render_query(q((0, True)), paths)
+    with pytest.raises(ValueError, match="tautology"):
+        render_query(q((0, False)), paths)  # the complement of an empty leaf: every row
+    with pytest.raises(ValueError, match="tautology"):
+        render_query(q((1, False), (2, False)), paths)
 
 
 def test_render_query_needs_a_path_for_every_leaf_used() -> None:
@@ -618,14 +642,27 @@ PARTITION = [[90, 10, 5, 4], [8, 70, 12, 6], [3, 2, 1, 9]]
 
 def test_partition_counts_take_every_row_once() -> None:
     counts = partition_counts(PARTITION)
-    assert counts.intersections == ((90.0, 10.0, 5.0), (8.0, 70.0, 12.0))
-    assert counts.left == (109.0, 96.0)  # 90 + 10 + 5 + 4, 8 + 70 + 12 + 6
-    assert counts.right == (101.0, 82.0, 18.0)  # column sums over all three rows
+    assert counts.outside
+    assert (counts.n_left, counts.n_right) == (2, 3)
+    assert counts.intersections == tuple(tuple(float(v) for v in row) for row in PARTITION)
+    assert counts.left == (109.0, 96.0, 15.0)  # 90 + 10 + 5 + 4, 8 + 70 + 12 + 6; outside
+    assert counts.right == (101.0, 82.0, 18.0, 19.0)  # column sums over all three rows
     assert counts.n_rows == 220.0  # every cell
     # (+0, +0): s_L = 109, s_R = 101, I = 90, U = 120
     stats_00 = noisy_statistics(counts, q((0, True)), q((0, True)))
     assert (stats_00.intersection, stats_00.union) == (90.0, 120.0)
     assert stats_00.jaccard == pytest.approx(0.75)
+    # (−0, +0): the complement of leaf 0 holds leaf 1 and the rows outside the left tree:
+    # s_L = 96 + 15 = 111, I = 8 + 3 = 11.
+    stats_n0 = noisy_statistics(counts, q((0, False)), q((0, True)))
+    assert (stats_n0.support_left, stats_n0.intersection) == (111.0, 11.0)
+
+
+def test_a_negated_leaf_holds_the_cell_of_the_rows_outside_only_in_a_partition() -> None:
+    assert active_cells(q((0, False)), 2, outside=True) == {1, 2}
+    assert active_cells(q((0, False), (1, True)), 2, outside=True) == {1, 2}
+    assert active_cells(q((0, True), (1, True)), 2, outside=True) == {0, 1}
+    assert active_cells(q((0, False)), 2, outside=False) == {1}
 
 
 @pytest.mark.parametrize(
@@ -641,16 +678,21 @@ def test_partition_counts_refuse_malformed_releases(partition: Any, message: str
         partition_counts(partition)
 
 
-def test_extraction_from_a_partition_searches_its_leaf_counts() -> None:
+def test_extraction_from_a_partition_searches_its_cells() -> None:
     found = extract_redescriptions_from_partition(PARTITION, min_supp=1, p_max=1.0)
-    # Pair (0, 0) keeps (+0, +0), J = 90/120; pair (1, 1) moves to (−1, −1) = {0} × {0, 2}:
-    # I = 95, s_L = 109, s_R = 119, U = 133, J = 95/133 = 0.714, above (+1, +1)'s 70/(96 + 82 − 70).
-    assert (found[0].left, found[0].right) == (q((0, True)), q((0, True)))
-    assert found[0].statistics.jaccard == pytest.approx(0.75)
-    assert (q((1, False)).key, q((1, False)).key) in [red.key for red in found]
-    assert max(red.statistics.jaccard for red in found) == pytest.approx(0.75)
-    # The same search as on the paper's release with these derived counts (no estimate needed).
+    # Pair (0, 0): (+0, +0) has J = 90/120. (−0, −0) holds the rows outside the trees too:
+    # A_L = {1, out}, A_R = {1, 2, out}: s_L = 96 + 15 = 111, s_R = 82 + 18 + 19 = 119,
+    # I = 70 + 12 + 6 + 2 + 1 + 9 = 100, U = 130, J = 0.769 > 0.75: it replaces the start.
+    assert (found[0].left, found[0].right) == (q((0, False)), q((0, False)))
+    assert found[0].statistics.jaccard == pytest.approx(100 / 130)
+    assert max(red.statistics.jaccard for red in found) == pytest.approx(100 / 130)
+    # Every result measures its own cells (pairs that end on the same cells are kept once).
     counts = partition_counts(PARTITION)
+    cells = [
+        (active_cells(red.left, 2, outside=True), active_cells(red.right, 3, outside=True))
+        for red in found
+    ]
+    assert len(cells) == len(set(cells))
     for red in found:
         assert red.statistics == noisy_statistics(counts, red.left, red.right)
     with pytest.raises(ValueError, match="p_max"):

@@ -266,6 +266,10 @@ def test_attribute_itemsets_of_the_table(
         attributes = [item.split("=", 1)[0] for item in itemset.items]
         assert all("=" in item for item in itemset.items)
         assert len(set(attributes)) == 2
+        # The printed query is the conjunction of the items' literals.
+        assert itemset.query == " & ".join(
+            "[{} = {}]".format(*item.split("=", 1)) for item in itemset.items
+        )
         exact = mushrooms.count(itemset.items)
         assert exact >= c_k - SOUNDNESS, (itemset.items, exact, c_k)
         assert itemset.noisy_count is not None

@@ -16,10 +16,11 @@ import pytest
 
 import dpmine
 from dpmine.miners import AltExpM, AltMCMC, MCMCTreePair
-from dpmine.miners.trees import _TreeMinerBase
+from dpmine.miners.trees import _TreeMinerBase, simplified_leaf_paths
 from dpmine.queries import parse_query
 from dpmine.treereds import extract_redescriptions_from_partition
-from dpmine.wire import DecisionTree, LeafCountsResponse
+from dpmine.wire import CatLiteral, DatasetMetadata, DecisionTree, LeafCountsResponse
+from dpmine.wire.queries import And, Expr, Not, Or
 from support.datasets import Row, mushroom_rows, register_mushroom
 from support.servers import Account
 
@@ -49,6 +50,25 @@ def _exact_partition(left: DecisionTree, right: DecisionTree) -> list[list[int]]
         i, j = _leaf_of(left, row), _leaf_of(right, row)
         partition[left.n_leaves if i is None else i][right.n_leaves if j is None else j] += 1
     return partition
+
+
+def _holds(expr: Expr, row: Row) -> bool:
+    """The query semantics of §1.1 on one Mushroom row: a categorical literal and its negation
+    are false on a missing value ('?'); ``!( ... )`` is the plain complement."""
+    if isinstance(expr, And):
+        return all(_holds(term, row) for term in expr.terms)
+    if isinstance(expr, Or):
+        return any(_holds(term, row) for term in expr.terms)
+    if isinstance(expr, Not):
+        return not _holds(expr.term, row)
+    assert isinstance(expr, CatLiteral), "Mushroom has categorical attributes only"
+    value = row[expr.attribute]
+    return value != "?" and (value == expr.category) != expr.negated
+
+
+def _empty_leaves(tree: DecisionTree, schema: DatasetMetadata) -> list[int]:
+    """Leaves whose path is a contradiction (``[A = c] & [A = d]``): empty on every dataset."""
+    return [leaf for leaf, path in enumerate(simplified_leaf_paths(tree, schema)) if path is None]
 
 
 def _partition_of(counts: LeafCountsResponse) -> list[list[int]]:
@@ -113,6 +133,7 @@ def test_a_tree_miner_runs_end_to_end(
 
     # Redescriptions: the client's extractReds on the released counts, nothing else.
     found = miner.redescriptions_
+    schema = dataset.schema
     extracted = [
         extract_redescriptions_from_partition(
             _partition_of(counts),
@@ -121,8 +142,10 @@ def test_a_tree_miner_runs_end_to_end(
             min_jaccard=miner.min_jaccard,
             p_max=miner.p_max,
             max_clauses=miner.max_clauses,
+            empty_left=_empty_leaves(left, schema),
+            empty_right=_empty_leaves(right, schema),
         )
-        for counts in miner.leaf_counts_
+        for (left, right), counts in zip(miner.trees_, miner.leaf_counts_, strict=True)
     ]
     assert len(found) <= sum(len(reds) for reds in extracted)  # repeats across rounds dropped
     if name != "tree-pair":
@@ -130,10 +153,20 @@ def test_a_tree_miner_runs_end_to_end(
     # MCMCTreePair may find none: its pair score g(T_1)·(1 + g(T_2))/2 is high for a first
     # tree with one dominant leaf (the second tree then predicts it trivially), and on
     # Mushroom the chain often ends there; its utility is measured by bench/bench_trees.py.
+    mushroom = mushroom_rows()
+    cells = 5 * 5  # (leaves + the rows outside)², for trees of depth 2
     for red in found:
         assert parse_query(red.left) == red.redescription.left
         assert parse_query(red.right) == red.redescription.right
+        # Printed ≡ measured: the released figures are noisy counts of the printed text's rows
+        # (stalk-root is missing on 2480 rows: they are in a !(path) and in its count).
+        in_left = [_holds(red.redescription.left, row) for row in mushroom]
+        in_right = [_holds(red.redescription.right, row) for row in mushroom]
+        both = sum(a and b for a, b in zip(in_left, in_right, strict=True))
         stats = red.statistics
+        assert abs(stats.support_left - sum(in_left)) <= NOISE_BAND * cells
+        assert abs(stats.support_right - sum(in_right)) <= NOISE_BAND * cells
+        assert abs(stats.intersection - both) <= NOISE_BAND * cells
         assert 0 <= stats.intersection <= min(stats.support_left, stats.support_right)
         assert stats.union <= stats.n_rows
         assert 0.1 <= stats.jaccard <= 1

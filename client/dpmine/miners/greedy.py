@@ -4,10 +4,13 @@ ablation (ALGORITHMS.md §2.5). Orchestration only: every data access is a charg
 Budget split ε = ε_init + ε_ext + ε_qual by ``split``:
 
 * ES: ``initial_pairs(I, ε_init)``; K rounds of ``extend_one(ES, ε_ext/K)``; one
-  ``compute_quality(ε_qual/I)`` per redescription. Always I results.
+  ``compute_quality(ε_qual/I)`` per redescription of the final collection. A redescription
+  held by m positions (the same canonical form, :func:`dpmine.canonical.redescription_key`) is
+  measured once with their m shares, m·ε_qual/I: I results or fewer, ε_qual spent in full.
 * CS: ``initial_pairs(I, ε_init)``; per pair up to τ ``extend_one(CS, ε_ext/(τI))`` calls and up
   to τ+1 ``compute_quality(ε_qual/((τ+1)I))`` calls ([REC]: the paper's ε_qual/(τI) overspends);
-  a chain stops when its noisy Jaccard falls below J_min, so a run may spend less than planned.
+  a chain stops when its noisy Jaccard falls below J_min, so a run may spend less than planned;
+  chains that end on the same canonical redescription give one result.
 
 Presets (issue #12). ``preset="paper"`` is the paper's setting (§2.6): I = 20, K = 80, τ = 4,
 split d3 = (0.6, 0.3, 0.1), c = ε/(2Δ), no coverage factor, x0 or x0_fraction required, and
@@ -49,6 +52,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal, TypedDict, Unpack
 
+from dpmine.canonical import redescription_key
 from dpmine.connection import DatasetHandle
 from dpmine.errors import ParameterError
 from dpmine.intervals import Interval, StatisticIntervals, format_with_interval, intervals_for
@@ -1041,7 +1045,7 @@ class SerenadeES(_SerenadeBase):
     def mine(self, dataset: DatasetHandle) -> SerenadeES:
         """Run the plan (refused up front when the budget cannot cover it)."""
         settings, quality, spent = self._start(dataset)
-        _e_init, e_ext, e_qual = settings.shares
+        e_ext = settings.shares[1]
         rounds = settings.steps
         collection = self._initial_pairs(dataset, settings, quality, spent)
         with self._progress(rounds + len(collection), "Serenade ES") as advance:
@@ -1056,8 +1060,7 @@ class SerenadeES(_SerenadeBase):
                 )
                 collection[step.position] = step.redescription
                 advance()
-            check = settings.call_epsilon(e_qual / len(collection))
-            results = self._measure_all(dataset, collection, check, spent, advance)
+            results = self._measure_all(dataset, collection, settings, spent, advance)
         self.redescriptions_ = results
         self._spent = spent
         return self
@@ -1066,14 +1069,24 @@ class SerenadeES(_SerenadeBase):
         self,
         dataset: DatasetHandle,
         collection: list[Redescription],
-        check: float,
+        settings: SerenadeSettings,
         spent: _Spent,
         advance: Callable[[], None],
     ) -> list[MinedRedescription]:
-        results = []
+        """One quality check per distinct redescription, in the order of first positions, at
+        m·ε_qual/I for m positions holding it: a repeat is measured once and printed once, and
+        its share of ε_qual buys a more precise check instead (post-processing of the released
+        collection decides the split; the total stays ε_qual)."""
+        e_qual = settings.shares[2]
+        copies: dict[tuple[str, str], list[Redescription]] = {}
         for red in collection:
-            results.append(self._measure(dataset, red, check, spent))
-            advance()
+            copies.setdefault(redescription_key(red), []).append(red)
+        results = []
+        for same in copies.values():
+            epsilon = settings.call_epsilon(e_qual * len(same) / len(collection))
+            results.append(self._measure(dataset, same[0], epsilon, spent))
+            for _ in same:
+                advance()
         return results
 
 
@@ -1162,6 +1175,7 @@ class SerenadeCS(_SerenadeBase):
         e_x, e_q = self._budgets(settings)
         pairs = self._initial_pairs(dataset, settings, quality, spent)
         results: list[MinedRedescription] = []
+        seen: set[tuple[str, str]] = set()
         with self._progress(len(pairs), "Serenade CS") as advance:
             for start in pairs:
                 found = self._chain(
@@ -1173,7 +1187,11 @@ class SerenadeCS(_SerenadeBase):
                     e_q=e_q,
                     spent=spent,
                 )
-                if found is not None:
+                # Chains that end on the same canonical redescription give one result: the
+                # first chain's (keeping the copy with the best noisy figures would favour the
+                # one whose noise flattered it).
+                if found is not None and redescription_key(found.redescription) not in seen:
+                    seen.add(redescription_key(found.redescription))
                     results.append(found)
                 advance()
         self.redescriptions_ = results

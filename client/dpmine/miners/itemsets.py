@@ -1,11 +1,16 @@
 """``TopKItemsets``: private top-K frequent itemsets (ALGORITHMS.md §4), and association rules
 derived from the released itemsets by post-processing.
+
+An itemset's noisy count counts the rows holding every item; :func:`itemset_query` writes it as
+the query with exactly those rows (``[A]`` for a Boolean attribute or an item, ``[A = c]`` for
+the item ``A=c``: false on a row where A is missing, as the count has it).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from itertools import combinations
 from pathlib import Path
@@ -14,10 +19,17 @@ from typing import Literal
 from dpmine.connection import DatasetHandle
 from dpmine.errors import ParameterError
 from dpmine.miners._base import BaseMiner, NotMinedError, _Spent
+from dpmine.queries import format_query
 from dpmine.wire import (
     COUNT_NOISY,
     FIM_TOPK_EM,
     FIM_TOPK_LAPLACE,
+    AnyLiteral,
+    BooleanAttribute,
+    BoolLiteral,
+    CategoricalAttribute,
+    CatLiteral,
+    DatasetMetadata,
     NoisyCountRequest,
     NoisyCountResponse,
     Operation,
@@ -25,20 +37,66 @@ from dpmine.wire import (
     TopKItemsetsRequest,
     TopKItemsetsResponse,
 )
+from dpmine.wire.queries import And, Expr
 
-__all__ = ["AssociationRule", "MinedItemset", "TopKItemsets", "association_rules"]
+__all__ = [
+    "AssociationRule",
+    "MinedItemset",
+    "TopKItemsets",
+    "association_rules",
+    "item_literals",
+    "itemset_query",
+]
 
 _METHODS = {"em": FIM_TOPK_EM, "laplace": FIM_TOPK_LAPLACE}
 
 
 @dataclass(frozen=True)
 class MinedItemset:
-    """A released itemset: items, noisy count (if asked) and noisy frequency (if asked)."""
+    """A released itemset: items, noisy count (if asked) and noisy frequency (if asked), and
+    the query text whose rows the count counts (:func:`itemset_query`; None when an item name
+    is ambiguous in the schema)."""
 
     rank: int
     items: tuple[str, ...]
     noisy_count: int | None
     noisy_frequency: float | None
+    query: str | None = None
+
+
+def item_literals(schema: DatasetMetadata) -> dict[str, AnyLiteral | None]:
+    """The literal of every item name of the server's item universe (§4.1): an item of
+    transaction data or a Boolean attribute ``A`` is ``[A]``, the item ``A=c`` of a categorical
+    attribute ``[A = c]``. A name that two items share (an attribute ``a=b`` with category
+    ``c`` and an attribute ``a`` with category ``b=c``) maps to None."""
+    if schema.kind == "transactions":
+        return {item: BoolLiteral(attribute=item) for item in schema.items}
+    found: dict[str, AnyLiteral | None] = {}
+
+    def add(name: str, literal: AnyLiteral) -> None:
+        found[name] = None if name in found else literal
+
+    for attribute in schema.attributes:
+        if isinstance(attribute, BooleanAttribute):
+            add(attribute.name, BoolLiteral(attribute=attribute.name))
+        elif isinstance(attribute, CategoricalAttribute):
+            for category in attribute.categories:
+                add(
+                    f"{attribute.name}={category}",
+                    CatLiteral(attribute=attribute.name, category=category),
+                )
+    return found
+
+
+def itemset_query(items: Sequence[str], schema: DatasetMetadata) -> Expr | None:
+    """The conjunction of the items' literals: the rows the itemset's count counts (None when
+    an item name is ambiguous or unknown)."""
+    literals = item_literals(schema)
+    terms = [literals.get(item) for item in items]
+    chosen = [term for term in terms if term is not None]
+    if not chosen or len(chosen) != len(terms):
+        return None
+    return chosen[0] if len(chosen) == 1 else And(terms=list(chosen))
 
 
 @dataclass(frozen=True)
@@ -117,6 +175,7 @@ class TopKItemsets(BaseMiner):
             count: NoisyCountResponse = dataset.count(epsilon=self.frequency_epsilon)
             spent.receipts.append(count.receipt)
             n_hat = max(count.count, 1)
+        queries = [itemset_query(entry.items, dataset.schema) for entry in released.itemsets]
         self.itemsets_ = [
             MinedItemset(
                 rank=rank,
@@ -125,8 +184,11 @@ class TopKItemsets(BaseMiner):
                 noisy_frequency=None
                 if entry.noisy_count is None or n_hat is None
                 else max(entry.noisy_count, 0) / n_hat,
+                query=None if query is None else format_query(query),
             )
-            for rank, entry in enumerate(released.itemsets, start=1)
+            for rank, (entry, query) in enumerate(
+                zip(released.itemsets, queries, strict=True), start=1
+            )
         ]
         self.noisy_row_count_ = n_hat
         self._spent = spent
@@ -153,10 +215,10 @@ class TopKItemsets(BaseMiner):
         path.write_text(json.dumps(payload, indent=2) + "\n")
 
     def to_csv(self, path: Path) -> None:
-        """Write the itemsets as CSV (items joined with ' & ')."""
+        """Write the itemsets as CSV (items joined with ' & ', and the query text)."""
         with path.open("w", newline="") as handle:
             writer = csv.writer(handle)
-            writer.writerow(["rank", "items", "noisy_count", "noisy_frequency"])
+            writer.writerow(["rank", "items", "noisy_count", "noisy_frequency", "query"])
             for itemset in self._mined():
                 writer.writerow(
                     [
@@ -164,6 +226,7 @@ class TopKItemsets(BaseMiner):
                         " & ".join(itemset.items),
                         "" if itemset.noisy_count is None else itemset.noisy_count,
                         "" if itemset.noisy_frequency is None else f"{itemset.noisy_frequency:.6g}",
+                        itemset.query or "",
                     ]
                 )
 

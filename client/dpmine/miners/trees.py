@@ -37,6 +37,7 @@ from typing import Self, TypedDict, Unpack, get_args
 
 import numpy as np
 
+from dpmine.canonical import redescription_key, simplify_conjunction
 from dpmine.connection import DatasetHandle
 from dpmine.errors import ParameterError
 from dpmine.miners._base import BaseMiner, NotMinedError, _Spent
@@ -48,6 +49,7 @@ from dpmine.treereds import (
     DEFAULT_MIN_JACCARD,
     DEFAULT_P_MAX,
     ExtractOptions,
+    LeafPath,
     NoisyStatistics,
     TreeRedescription,
     extract_redescriptions,
@@ -95,6 +97,7 @@ __all__ = [
     "MinedTreeRedescription",
     "TreeMinerParameters",
     "leaf_paths",
+    "simplified_leaf_paths",
 ]
 
 #: Default depth: 3 split levels, the reference's maxTreeDepth = 4 (§3.1, §3.8).
@@ -112,7 +115,12 @@ class MinedTreeRedescription:
     """One redescription: readable queries, noisy statistics (post-processed from noisy leaf
     counts whose every cell carries Laplace noise of scale ``noise_scale``), the standard error
     of the noisy Jaccard that noise implies (:func:`dpmine.treereds.jaccard_standard_error`) and
-    the round that released them."""
+    the round that released them.
+
+    With the default ``leaf_release="partition"`` the statistics are noisy counts of exactly the
+    rows of the printed queries (a ``!(path)`` holds the rows missing a value on the path too).
+    With ``"paper"`` they are the paper's estimates: exact only when no row misses a value on
+    the trees' paths (:mod:`dpmine.treereds`)."""
 
     redescription: Redescription
     statistics: NoisyStatistics
@@ -176,6 +184,13 @@ def _literal(split: TreeSplit, attribute: object, *, left: bool) -> AnyLiteral:
         assert split.category is not None
         return CatLiteral(attribute=split.attribute, category=split.category, negated=negated)
     return BoolLiteral(attribute=split.attribute, negated=negated)
+
+
+def simplified_leaf_paths(tree: DecisionTree, schema: DatasetMetadata) -> list[LeafPath]:
+    """Each leaf's path (:func:`leaf_paths`) with the same rows on every dataset, merged and
+    without implied tests, or None for a leaf that is empty on every dataset (a contradiction
+    such as ``[g = 7] & [g = 6]``): :func:`dpmine.canonical.simplify_conjunction`."""
+    return [simplify_conjunction(path, schema) for path in leaf_paths(tree, schema)]
 
 
 def leaf_paths(tree: DecisionTree, schema: DatasetMetadata) -> list[list[AnyLiteral]]:
@@ -330,12 +345,14 @@ class _TreeMinerBase(BaseMiner):
             "p_max": self.p_max,
             "max_clauses": self.max_clauses,
         }
+        left_paths = simplified_leaf_paths(left, schema)
+        right_paths = simplified_leaf_paths(right, schema)
+        options["empty_left"] = [leaf for leaf, path in enumerate(left_paths) if path is None]
+        options["empty_right"] = [leaf for leaf, path in enumerate(right_paths) if path is None]
         if response.partition is not None:
             found = extract_redescriptions_from_partition(response.partition, **options)
         else:
             found = extract_redescriptions(response.intersections, response.left_counts, **options)
-        left_paths = leaf_paths(left, schema)
-        right_paths = leaf_paths(right, schema)
         partition = response.partition is not None
         return [
             self._result_of(
@@ -390,8 +407,8 @@ class _TreeMinerBase(BaseMiner):
     def _result_of(
         self,
         red: TreeRedescription,
-        left_paths: Sequence[Sequence[AnyLiteral]],
-        right_paths: Sequence[Sequence[AnyLiteral]],
+        left_paths: Sequence[LeafPath],
+        right_paths: Sequence[LeafPath],
         *,
         noise_scale: float,
         shape: tuple[int, int],
@@ -415,12 +432,13 @@ class _TreeMinerBase(BaseMiner):
         self._seen: set[tuple[str, str]] = set()
 
     def _keep_new(self, found: Sequence[MinedTreeRedescription]) -> None:
-        """Add the redescriptions whose pair of queries no earlier round released (§3.6 "drop
-        duplicates", across rounds). The first release of a pair is kept with its round's noisy
-        statistics and later copies are dropped: picking the copy with the best noisy figures
-        would favour the copy whose noise happened to flatter it."""
+        """Add the redescriptions whose pair of queries, in canonical form
+        (:func:`dpmine.canonical.redescription_key`), no earlier result of the run has (§3.6
+        "drop duplicates", across rounds). The first release of a pair is kept with its round's
+        noisy statistics and later copies are dropped: picking the copy with the best noisy
+        figures would favour the copy whose noise happened to flatter it."""
         for red in found:
-            key = (red.left, red.right)
+            key = redescription_key(red.redescription)
             if key not in self._seen:
                 self._seen.add(key)
                 self.redescriptions_.append(red)
