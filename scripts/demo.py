@@ -88,8 +88,12 @@ def start_server(owner_key: str, port: int) -> subprocess.Popen[bytes]:
         except httpx.TransportError:
             pass
         time.sleep(0.2)
-    process.kill()
-    raise SystemExit("the server did not start within 60 s")
+    process.terminate()  # a graceful stop also stops the server's worker processes
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+    raise SystemExit(f"the server did not start within 60 s; see {WORK / 'server.log'}")
 
 
 def owner_setup(url: str, owner_key: str) -> str:
@@ -218,6 +222,10 @@ def print_receipts(receipts: list[RunReceipt]) -> None:
     total = epsilon_sum(r.epsilon_exact for _, r in receipts)
     table.caption = f"spent {eps(total)}; remaining {eps(receipts[-1][1].remaining_epsilon)}"
     console.print(table)
+    console.print(
+        "  Amounts are exact. A miner rounds each call's ε down to a whole nano-ε so that its "
+        "run never spends more than asked: SerenadeES given ε 1 spends a few nano-ε less."
+    )
 
 
 def main() -> None:
