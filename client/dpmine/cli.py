@@ -909,8 +909,9 @@ MaxErrorOption = Annotated[
 LeafReleaseOption = Annotated[
     str,
     typer.Option(
-        help="How leaf counts are released: partition (one matrix at scale 1/ε, the default) "
-        "or paper (intersections and left counts at 2/ε each)"
+        help="How leaf counts are released: partition (one matrix at scale 1/ε, the default; "
+        "the figures count exactly the printed queries' rows) or paper (intersections and left "
+        "counts at 2/ε each; exact only when no row misses a value on the trees' paths)"
     ),
 ]
 OutputsOption = Annotated[
