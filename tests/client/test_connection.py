@@ -59,6 +59,7 @@ from dpmine.wire import (
 from dpmine_server.app import create_app
 from dpmine_server.db.models import Dataset, LedgerEntry
 from dpmine_server.dp.budget import EPSILON_UNITS_PER_ONE, Epsilon
+from dpmine_server.operations.testing import SpinCountRequest
 from dpmine_server.services.container import Services, build_services
 from dpmine_server.services.ledger import request_fingerprint
 from dpmine_server.services.principals import get_principal
@@ -469,11 +470,12 @@ class TestErrorMapping:
             409,
         )
 
-    def test_operation_failed(self, analyst: dpmine.Connection, tmp_path: Path) -> None:
-        (tmp_path / "data" / "datasets" / "mini" / "v1" / "path-mini.csv").unlink()
-        handle = analyst.dataset("mini")
+    def test_operation_failed(self, analyst: dpmine.Connection) -> None:
+        # test.spin_inline with fail=True raises in its kernel, after the charge (test mode
+        # only; a registered dataset stays loaded, so removing its file breaks nothing).
+        failing = SpinCountRequest(epsilon=0.1, seconds=0.0, fail=True)
         _expect(
-            lambda: handle.count(None, epsilon=0.1),
+            lambda: analyst.call("/v1/datasets/mini/test/spin-inline", failing, NoisyCountResponse),
             OperationFailedError,
             "OperationFailed",
             500,
