@@ -15,8 +15,10 @@ checks the Clopper-Pearson lower bound on the privacy loss against the charged �
   40 steps from [0] (approximate DP: the audit checks the chain as run, a fixed number of
   steps), for both targets (exact loss 0.29 for ``likelihood``, 0.14 for ``posterior``). The
   added row (p = q = 1, positive) lands in a rule of one negative when [p] comes first, in a
-  rule of two positives when [q] comes first. Broken: Δu/10 (marked slow, like the tree
-  samplers' audits).
+  rule of two positives when [q] comes first. Broken: Δu/10. The default run audits 1,000
+  chains a side for ``likelihood`` and 2,000 for ``posterior`` (its smaller loss needs more to
+  flag the broken variant: bounds 2.0–3.2 and 1.3–1.6 over seeds); ``slow`` repeats both with
+  4,000.
 * ``brl.point_estimates``: the added row moves one capture count; broken: a tenth of the noise
   scale.
 
@@ -58,6 +60,7 @@ from dpmine_server.operations.rule_list_mcmc import (
 )
 from dpmine_server.operations.rule_lists import exact_capture_counts
 from privacy.audit import AuditResult, assert_audit_flags, assert_audit_passes, audit_categorical
+from privacy.sizes import LONG, SHORT
 
 EPSILON = 1.0
 CHARGE = Epsilon.charge(EPSILON)
@@ -177,7 +180,13 @@ def test_audit_flags_antecedents_with_a_tenth_of_the_noise() -> None:
 # --------------------------------------------------------------------------------------------
 # brl.sample_rule_list
 
-CHAIN_SAMPLES = 4_000
+#: (target, chains a side): the short runs by default, the long ones marked slow (sizes.py).
+CHAIN_RUNS = [
+    pytest.param("likelihood", 1_000, id=f"likelihood-{SHORT}"),
+    pytest.param("posterior", 2_000, id=f"posterior-{SHORT}"),
+    pytest.param("likelihood", 4_000, id=f"likelihood-{LONG}", marks=pytest.mark.slow),
+    pytest.param("posterior", 4_000, id=f"posterior-{LONG}", marks=pytest.mark.slow),
+]
 CHAIN_ITERATIONS = 40
 CHAIN_N_MAX = 4
 CHAIN_ROWS: tuple[Row, ...] = ((0, 1, 1), (0, 1, 1), (1, 0, 0))
@@ -186,7 +195,11 @@ CHAIN_ANTECEDENTS = [
     Antecedent(items=[BoolLiteral(attribute="p")]),
     Antecedent(items=[BoolLiteral(attribute="q")]),
 ]
-LISTS: list[tuple[int, ...]] = [(), (0,), (1,), (0, 1), (1, 0)]
+#: The five lists, ordered as categories: those led by [p] (the added row lands in a negative
+#: rule: less likely on D'), the empty list, those led by [q] (more likely on D'). The prefix
+#: union of the first two is then the event of largest loss in one direction, and the suffix
+#: union of the last two in the other (audit.py tests unions of consecutive categories).
+LISTS: list[tuple[int, ...]] = [(0,), (0, 1), (), (1,), (1, 0)]
 
 
 def _chain_law(rows: Sequence[Row], target: RuleListTarget, coefficient: float) -> list[float]:
@@ -224,7 +237,9 @@ def test_the_added_row_moves_the_rule_list_target() -> None:
     assert _chain_loss("posterior", 10 * EPSILON / (2 * sensitivity)) > 1.5
 
 
-def _chain_outputs(rows: Sequence[Row], seed: int, target: RuleListTarget) -> list[Hashable]:
+def _chain_outputs(
+    rows: Sequence[Row], seed: int, target: RuleListTarget, samples: int
+) -> list[Hashable]:
     store = _store(rows, CHAIN_N_MAX)
     request = SampleRuleListRequest(
         antecedents=CHAIN_ANTECEDENTS, epsilon=EPSILON, iterations=CHAIN_ITERATIONS, target=target
@@ -241,36 +256,34 @@ def _chain_outputs(rows: Sequence[Row], seed: int, target: RuleListTarget) -> li
             positions[a.model_dump_json()]
             for a in spec.run(store, request, cost, rng, no_progress)["rules"]
         )
-        for _ in range(CHAIN_SAMPLES)
+        for _ in range(samples)
     ]
 
 
-def _chain_audit(target: RuleListTarget) -> AuditResult:
+def _chain_audit(target: RuleListTarget, samples: int) -> AuditResult:
     categories: list[Hashable] = list(LISTS)
     return audit_categorical(
-        _chain_outputs(CHAIN_ROWS, 71, target),
-        _chain_outputs((*CHAIN_ROWS, CHAIN_ADDED), 72, target),
+        _chain_outputs(CHAIN_ROWS, 71, target, samples),
+        _chain_outputs((*CHAIN_ROWS, CHAIN_ADDED), 72, target, samples),
         categories=categories,
         alpha=ALPHA,
     )
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("target", ["likelihood", "posterior"])
-def test_sampler_final_states_pass_the_audit(target: RuleListTarget) -> None:
-    assert_audit_passes(_chain_audit(target), EPSILON)
+@pytest.mark.parametrize(("target", "samples"), CHAIN_RUNS)
+def test_sampler_final_states_pass_the_audit(target: RuleListTarget, samples: int) -> None:
+    assert_audit_passes(_chain_audit(target, samples), EPSILON)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("target", ["likelihood", "posterior"])
+@pytest.mark.parametrize(("target", "samples"), CHAIN_RUNS)
 def test_audit_flags_the_sampler_with_a_tenth_of_the_sensitivity(
-    target: RuleListTarget, monkeypatch: pytest.MonkeyPatch
+    target: RuleListTarget, samples: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real = rule_list_mcmc.utility_sensitivity
     monkeypatch.setattr(
         rule_list_mcmc, "utility_sensitivity", lambda n_max, alpha: real(n_max, alpha) / 10
     )
-    assert_audit_flags(_chain_audit(target), EPSILON)
+    assert_audit_flags(_chain_audit(target, samples), EPSILON)
 
 
 # --------------------------------------------------------------------------------------------
