@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format bench packaging clean
+.PHONY: demo test audit lint format bench packaging clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,9 +16,16 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) scripts/demo.py
 
-## Lint, type-check, then the whole test suite (PostgreSQL lane included when available).
+## Lint, type-check, then the whole test suite (PostgreSQL lane included when available). Every
+## statistical audit runs at a short size that still flags its broken variant; the long
+## repetitions (marker `slow`) are left out, see `make audit`.
 test: $(STAMP) lint
 	$(PY) -m pytest
+
+## The long runs of the statistical audits (privacy, timing and channel audits at their full
+## sample sizes; tens of minutes). `make test` plus `make audit` is the whole suite.
+audit: $(STAMP)
+	$(PY) -m pytest -m slow
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -44,6 +44,7 @@ from dpmine_server.operations import CATALOG
 from dpmine_server.operations.base import no_progress
 from dpmine_server.operations.redescriptions import quality_parameters
 from privacy.audit import AuditResult, assert_audit_flags, assert_audit_passes, audit_categorical
+from privacy.sizes import short_and_long
 from support.serenade_reference import understated_sensitivity
 
 ALPHA = 1e-5
@@ -211,7 +212,13 @@ COARSE_METADATA = DatasetMetadata(
 )
 
 
-def exact_pair_audit(tmp_path: Path) -> tuple[AuditResult, float, int]:
+#: Tested draws a side of the exact-pair audits (and half as many to order the categories):
+#: short (default; the understated sensitivity's bound is 0.8 against a charge of 0.0375, 48
+#: distinct pairs) and long (slow).
+PAIR_DRAWS = short_and_long("tested", 2_000, 6_000)
+
+
+def exact_pair_audit(tmp_path: Path, tested: int) -> tuple[AuditResult, float, int]:
     request, per_draw = attack_request()
     rows = [f"1,{5 + k % 5}.5" for k in range(1_500)] + [f"0,{k % 5}.5" for k in range(1_500)]
     stores = [
@@ -235,7 +242,8 @@ def exact_pair_audit(tmp_path: Path) -> tuple[AuditResult, float, int]:
         ]
 
     selection = [
-        Counter(pairs(store, 3_000, seed)) for store, seed in zip(stores, (81, 82), strict=True)
+        Counter(pairs(store, tested // 2, seed))
+        for store, seed in zip(stores, (81, 82), strict=True)
     ]
     assert set(selection[0]) | set(selection[1]) <= set(everything)
 
@@ -243,23 +251,27 @@ def exact_pair_audit(tmp_path: Path) -> tuple[AuditResult, float, int]:
         return math.log((selection[1][key] + 1) / (selection[0][key] + 1))
 
     ordered = sorted(everything, key=log_ratio)
-    tested = [pairs(store, 6_000, seed) for store, seed in zip(stores, (83, 84), strict=True)]
-    result = audit_categorical(tested[0], tested[1], categories=ordered, alpha=ALPHA)
-    return result, per_draw, len(set(tested[0]) | set(tested[1]))
+    drawn = [pairs(store, tested, seed) for store, seed in zip(stores, (83, 84), strict=True)]
+    result = audit_categorical(drawn[0], drawn[1], categories=ordered, alpha=ALPHA)
+    return result, per_draw, len(set(drawn[0]) | set(drawn[1]))
 
 
-def test_exact_released_pairs_on_neighbours_stay_within_epsilon(tmp_path: Path) -> None:
+@PAIR_DRAWS
+def test_exact_released_pairs_on_neighbours_stay_within_epsilon(
+    tmp_path: Path, tested: int
+) -> None:
     """Every exact (lower, upper) float pair is its own category, enumerated from the public
     lattice before sampling and ordered by a separate selection sample; c = 10 (enumeration)."""
-    result, per_draw, distinct = exact_pair_audit(tmp_path)
+    result, per_draw, distinct = exact_pair_audit(tmp_path, tested)
     assert_audit_passes(result, per_draw)
     assert distinct > 10, "many exact outputs must be compared"
 
 
-def test_exact_pair_audit_flags_an_understated_sensitivity(tmp_path: Path) -> None:
+@PAIR_DRAWS
+def test_exact_pair_audit_flags_an_understated_sensitivity(tmp_path: Path, tested: int) -> None:
     """Power check: Δ/1000 (c = 10⁴ for a charge of c = 10) is flagged on exact pairs."""
     with understated_sensitivity(1000.0):
-        result, per_draw, _distinct = exact_pair_audit(tmp_path)
+        result, per_draw, _distinct = exact_pair_audit(tmp_path, tested)
     assert_audit_flags(result, per_draw)
 
 

@@ -10,10 +10,12 @@ neighbouring datasets:
 * for ``serenade.extend_one`` and ``count.noisy``, the bundled Mushroom data and the same rows
   minus one.
 
-500 requests per dataset (randomly interleaved, 8 client threads) are timed on the client. The
-threshold event {time > t} is chosen on the first half of the samples (the split that separates
-the datasets best) and tested on the second half with one-sided Clopper-Pearson bounds in both
-directions (Bonferroni over the four bounds): the ε lower bound must not exceed 0.1.
+100 requests per dataset (500 under ``slow``; randomly interleaved, 8 client threads) are timed
+on the client. The threshold event {time > t} is chosen on the first half of the samples (the
+split that separates the datasets best) and tested on the second half with one-sided
+Clopper-Pearson bounds in both directions (Bonferroni over the four bounds): the ε lower bound
+must not exceed 0.1. At both sizes the same test flags a 2 ms shift of tightly spread times and
+any total separation (``test_threshold_audit_has_power``).
 
 ``DPMINE_TIMING_AUDIT_UNPADDED=1`` runs the same audit against a server without padding and only
 prints the bounds (how much the padding removes); it asserts nothing. Run against the code before
@@ -40,13 +42,16 @@ import pytest
 import dpmine
 from dpmine.wire import CreateDatasetRequest, CsvSource, DatasetMetadata, FimiSource
 from privacy.audit import clopper_pearson
+from privacy.sizes import short_and_long
 from support.datasets import MUSHROOM_PATH, mushroom_metadata, unique_id
 from support.servers import LiveServer, add_analyst, http_client
 
-pytestmark = pytest.mark.slow
 logger = logging.getLogger(__name__)
 
-REQUESTS = 500
+#: Requests per dataset: short (default) and long (slow).
+REQUESTS = short_and_long("requests", 100, 500)
+#: Requests per dataset of the diagnostic unpadded run.
+DIAGNOSTIC_REQUESTS = 500
 THREADS = 8
 EPSILON_BOUND = 0.1
 ALPHA = 0.05
@@ -177,11 +182,11 @@ class TimingServer:
         self.server.stop()
 
     def response_times(
-        self, path: str, body: dict[str, Any], pair: str
+        self, path: str, body: dict[str, Any], pair: str, requests: int
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Client-side seconds of REQUESTS calls on each dataset of ``pair``, interleaved."""
+        """Client-side seconds of ``requests`` calls on each dataset of ``pair``, interleaved."""
         datasets = self.pairs[pair]
-        order = [0] * REQUESTS + [1] * REQUESTS
+        order = [0] * requests + [1] * requests
         random.Random(7).shuffle(order)
         clients = [http_client(self.server.url) for _ in range(THREADS)]
 
@@ -255,11 +260,12 @@ def padded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TimingServer]:
         yield server
 
 
+@REQUESTS
 @pytest.mark.parametrize(("name", "path", "body"), OPERATIONS, ids=[op[0] for op in OPERATIONS])
 def test_padded_response_times_do_not_tell_neighbours_apart(
-    padded: TimingServer, name: str, path: str, body: dict[str, Any]
+    padded: TimingServer, name: str, path: str, body: dict[str, Any], requests: int
 ) -> None:
-    times_0, times_1 = padded.response_times(path, body, PAIRS[name])
+    times_0, times_1 = padded.response_times(path, body, PAIRS[name], requests)
     epsilon = _report("padded", name, times_0, times_1)
     # Every answer waited for the public deadline (150 ms base at least).
     assert min(times_0.min(), times_1.min()) >= 0.15
@@ -276,14 +282,18 @@ def test_padded_response_times_do_not_tell_neighbours_apart(
 def test_unpadded_timing_channel_report(tmp_path: Path) -> None:
     with TimingServer(tmp_path, UNPADDED_ENV) as server:
         for name, path, body in OPERATIONS:
-            _report("unpadded", name, *server.response_times(path, body, PAIRS[name]))
+            times = server.response_times(path, body, PAIRS[name], DIAGNOSTIC_REQUESTS)
+            _report("unpadded", name, *times)
 
 
-def test_threshold_audit_has_power() -> None:
+@REQUESTS
+def test_threshold_audit_has_power(requests: int) -> None:
     """The audit flags a 2 ms shift in tightly spread response times."""
     rng = np.random.default_rng(3)
-    fast = 0.010 + rng.normal(0, 0.0005, REQUESTS)
-    slow = 0.012 + rng.normal(0, 0.0005, REQUESTS)
+    fast = 0.010 + rng.normal(0, 0.0005, requests)
+    slow = 0.012 + rng.normal(0, 0.0005, requests)
     assert timing_epsilon(fast, slow)[0] > 1.0
-    same = 0.010 + rng.normal(0, 0.0005, REQUESTS)
+    same = 0.010 + rng.normal(0, 0.0005, requests)
     assert timing_epsilon(fast, same)[0] <= EPSILON_BOUND
+    # A total separation (every time on one side above every time on the other).
+    assert timing_epsilon(fast, fast + 1.0)[0] > 2.0
