@@ -350,7 +350,7 @@ def load_server_side(spec: FimiDataset) -> ServerSide:
     metadata, source = fimi_metadata_source(spec)
     store, _report = load_store(metadata, source, base_dir=spec.path.parent)
     index = TransactionIndex(store, item_catalog(metadata))
-    index.transactions()
+    index.rows()
     return ServerSide(index=index, item_ids=tuple(int(name) for name in index.catalog.names))
 
 
