@@ -417,8 +417,9 @@ def _subsets(rows: Sequence[Sequence[int]], low: int, high: int) -> dict[tuple[i
 
 @pytest.mark.parametrize("seed", range(6))
 def test_the_miner_stays_within_its_public_work_bound(seed: int) -> None:
-    """Random rows of at most w items: exact spectrum, and scan steps ≤ work_bound(n, w, ℓ)
-    (with equality of the per-row sums when every prefix is frequent, B = 1)."""
+    """Random rows of at most w items: exact spectrum, and scan steps, nodes and reports within
+    work_bound(n, w, lengths, B) (steps equal to the per-row sums when B = 1: every prefix is
+    frequent)."""
     rng = seeded_generator(2000 + seed)
     n_items, width = 9, 5
     rows = [
@@ -429,6 +430,7 @@ def test_the_miner_stays_within_its_public_work_bound(seed: int) -> None:
     assert [data.items[data.indptr[r] : data.indptr[r + 1]].tolist() for r in range(len(rows))] == (
         rows
     )
+    universe = [math.comb(n_items, length) for length in range(6)]
     for low, high in ((1, 1), (1, 3), (2, 2), (2, 4), (3, 5)):
         for threshold in (1, 2, 4):
             spectrum, work = mine_spectrum(data, min_count=threshold, lengths=(low, high))
@@ -438,15 +440,20 @@ def test_the_miner_stays_within_its_public_work_bound(seed: int) -> None:
                 if count >= threshold:
                     expected[count] += 1
             assert spectrum.tolist() == expected.tolist()
-            assert work <= work_bound(len(rows), width, high)
+            bound = work_bound(
+                len(rows), width, (low, high), min_count=threshold, universe=universe
+            )
+            assert work.steps <= bound.steps
+            assert work.nodes <= bound.nodes
+            assert work.reports == int(spectrum.sum()) <= bound.reports
             per_row = sum(
                 math.comb(len(row), length)
                 for row in rows
                 for length in [*range(1, high + 1), *range(1, high)]
             )
-            assert work <= per_row
+            assert work.steps <= per_row
             if threshold == 1:
-                assert work == per_row
+                assert work.steps == per_row
 
 
 def test_the_miner_work_and_mined_set_stay_bounded_on_adversarial_neighbours() -> None:
@@ -458,16 +465,18 @@ def test_the_miner_work_and_mined_set_stay_bounded_on_adversarial_neighbours() -
     base = [*filler, *([block] * (threshold - 1))]
     neighbour = [*base, block]
     width, lengths = 12, (1, 4)
-    pairs = n_max * sum(math.comb(width, length) for length in range(1, 5))
+    bound = work_bound(n_max, width, lengths, min_count=threshold)
     results = []
     for rows in (base, neighbour):
         spectrum, work = mine_spectrum(_rows(rows, 20), min_count=threshold, lengths=lengths)
         results.append((int(spectrum.sum()), work))
-        assert work <= work_bound(n_max, width, lengths[1])
-        assert int(spectrum.sum()) <= pairs // threshold  # the plan's explicit bound F̄
+        assert work.steps <= bound.steps
+        assert work.nodes <= bound.nodes
+        assert int(spectrum.sum()) == work.reports <= bound.reports  # the plan's F̄
     (mined_base, work_base), (mined_next, work_next) = results
     assert mined_next - mined_base == sum(math.comb(12, length) for length in range(1, 5))
-    assert work_next > work_base
+    assert work_next.steps > work_base.steps
+    assert work_next.nodes > work_base.nodes
 
 
 def test_rows_longer_than_the_declared_width_are_cut_to_their_first_items(tmp_path: Path) -> None:

@@ -291,7 +291,9 @@ def test_the_plan_counts_small_universes_densely_and_samples_large_ones() -> Non
     assert large.explicit_bound == 1000 * math.comb(10, 3) // large.threshold
     assert large.reveals >= 5
     assert large.draws >= large.reveals
-    assert large.mining_work == work_bound(1000, 10, 3)
+    assert large.mining == work_bound(
+        1000, 10, (3, 3), min_count=large.threshold, universe=[math.comb(2000, n) for n in range(4)]
+    )
 
 
 def test_the_plan_refuses_what_it_cannot_bound() -> None:

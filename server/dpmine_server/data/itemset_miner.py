@@ -18,16 +18,22 @@ distinct prefixes, so over all nodes of length L the counting scans visit each p
 (L+1)-subset of the row) at most once, and the delivering scans (lengths L + 1 < ℓmax only) as
 well. With the root's scans (one count, one delivery when ℓmax ≥ 2) the number of scan steps is
 
-    work ≤ Σ_rows [Σ_{l=1..ℓmax} C(|r|, l) + Σ_{l=1..ℓmax−1} C(|r|, l)]
-         ≤ n_max · (Σ_{l=1..ℓmax} C(w, l) + Σ_{l=1..ℓmax−1} C(w, l))   (:func:`work_bound`)
+    steps ≤ Σ_rows [Σ_{l=1..ℓmax} C(|r|, l) + Σ_{l=1..ℓmax−1} C(|r|, l)]
+          ≤ n_max · (Σ_{l=1..ℓmax} C(w, l) + Σ_{l=1..ℓmax−1} C(w, l))
 
-for rows of at most w items: a public bound, whatever ``min_count`` and the data. Every other
-step is O(1) per node or per report (each reported or expanded itemset was counted by a scan
-step of its parent, so there are at most ``work`` of them), plus O(#items) at the root and the
-allocation of (ℓmax − 1) occurrence areas of nnz ≤ n_max·w entries. The traversal order is a
+for rows of at most w items: a public bound, whatever ``min_count`` and the data. A node costs
+O(1) besides its scans, and every expanded node other than the root is a distinct itemset of
+length < ℓmax with count ≥ ``min_count`` = B; every report a distinct itemset of an asked length
+with count ≥ B. As Σ_I c(I) over the itemsets of one length l is the number of (row, l-subset)
+pairs, ≤ n_max·C(w, l), at most n_max·C(w, l)/B itemsets of length l reach B: so
+
+    nodes ≤ 1 + Σ_{l<ℓmax} min(e_l, n_max·C(w, l)/B),   reports ≤ Σ_{l asked} min(e_l, …)
+
+(e_l the size of the universe of length l), besides O(#items) at the root and the allocation of
+occurrence areas of nnz ≤ n_max·w entries. :func:`work_bound` computes the three bounds;
+:class:`MinerWork` is what a run did, so tests can check them. The traversal order is a
 deterministic function of the rows, so two runs on the same rows report the same itemsets in
-the same order (what :func:`mine_selected` relies on). The returned ``work`` counts the scan
-steps, so tests can check the bound.
+the same order (what :func:`mine_selected` relies on).
 
 Three modes share the traversal: the count spectrum of the reported itemsets
 (:func:`mine_spectrum`), the itemsets at given (count, position-among-that-count) places
@@ -47,6 +53,7 @@ import numpy.typing as npt
 
 __all__ = [
     "MinedSelection",
+    "MinerWork",
     "RowItems",
     "mine_dense",
     "mine_selected",
@@ -98,19 +105,43 @@ class RowItems(NamedTuple):
         return int(self.indptr.nbytes + self.items.nbytes)
 
 
+class MinerWork(NamedTuple):
+    """What one run did (or may do at most): scan steps, expanded nodes, reported itemsets."""
+
+    steps: int
+    nodes: int
+    reports: int
+
+
 class MinedSelection(NamedTuple):
     """Itemsets found at the asked places: row t holds the t-th place's items (−1 padded)."""
 
     itemsets: Int32Array
     counts: IntArray
-    work: int
+    work: MinerWork
 
 
-def work_bound(n_max: int, width: int, max_length: int) -> int:
-    """The public bound of the module docstring on the miner's scan steps (per run)."""
-    upto = sum(math.comb(width, length) for length in range(1, max_length + 1))
-    below = sum(math.comb(width, length) for length in range(1, max_length))
-    return n_max * (upto + below)
+def work_bound(
+    n_max: int,
+    width: int,
+    lengths: tuple[int, int],
+    *,
+    min_count: int = 1,
+    universe: Sequence[int] | None = None,
+) -> MinerWork:
+    """The public bounds of the module docstring on one run over at most ``n_max`` rows of at
+    most ``width`` items; ``universe[l]`` (optional) the number of valid l-itemsets."""
+    low, high = lengths
+    pairs = [math.comb(width, length) for length in range(high + 1)]
+
+    def frequent(length: int) -> int:
+        most = n_max * pairs[length] // max(min_count, 1)
+        return most if universe is None else min(most, universe[length])
+
+    steps = n_max * (sum(pairs[1 : high + 1]) + sum(pairs[1:high]))
+    nodes = 1 + sum(frequent(length) for length in range(1, high))
+    reports = sum(frequent(length) for length in range(low, high + 1))
+    return MinerWork(steps=steps, nodes=nodes, reports=reports)
 
 
 # -- building the rows ---------------------------------------------------------------------------
@@ -190,6 +221,7 @@ class _Scratch(NamedTuple):
     path_rank: IntArray
     touched: Int32Array
     fill: IntArray
+    tally: IntArray  # expanded nodes, reported itemsets
 
 
 @_inlined
@@ -197,6 +229,7 @@ def _report(sink: _Sink, scratch: _Scratch, length: int, kept: int) -> None:
     """Report the ``kept`` children (of length ``length + 1``) of the node of length
     ``length``: the itemsets ``path[:length]`` + child, with their exact counts."""
     children, counts = scratch.child_item, scratch.child_count
+    scratch.tally[1] += kept
     if sink.mode == _SPECTRUM:
         spectrum = sink.spectrum
         for child in range(kept):
@@ -293,6 +326,7 @@ def _expand(
     it is 0). Returns the scan steps."""
     length, low, high = node
     min_count, min_length, max_length = limits
+    scratch.tally[0] += 1
     seen, work = _count_scan(rows, scratch, length, low, high)
     touched, counts = scratch.touched, scratch.counts
     child_item, child_count, child_start = (
@@ -339,6 +373,7 @@ def _scratch(rows: RowItems, max_length: int) -> _Scratch:
         path_rank=np.zeros(max_length, np.int64),
         touched=np.empty(n_items, np.int32),
         fill=np.empty(n_items, np.int64),
+        tally=np.zeros(2, np.int64),
     )
 
 
@@ -387,12 +422,13 @@ _NO_ITEMS = np.zeros((0, 1), dtype=np.int32)
 _NO_RANKS = np.zeros((0, 1), dtype=np.int64)
 
 
-def _run(rows: RowItems, *, min_count: int, lengths: tuple[int, int], sink: _Sink) -> int:
+def _run(rows: RowItems, *, min_count: int, lengths: tuple[int, int], sink: _Sink) -> MinerWork:
     low, high = lengths
     if not 1 <= low <= high:
         raise ValueError(f"lengths must satisfy 1 <= min <= max, got {lengths}")
     scratch = _scratch(rows, high)
-    return int(_mine(rows, sink, scratch, (max(int(min_count), 1), low, high)))
+    steps = int(_mine(rows, sink, scratch, (max(int(min_count), 1), low, high)))
+    return MinerWork(steps=steps, nodes=int(scratch.tally[0]), reports=int(scratch.tally[1]))
 
 
 def _sink(
@@ -421,9 +457,9 @@ def _sink(
 
 def mine_spectrum(
     rows: RowItems, *, min_count: int, lengths: tuple[int, int]
-) -> tuple[IntArray, int]:
+) -> tuple[IntArray, MinerWork]:
     """(spectrum, work): ``spectrum[c]`` itemsets with a length in ``lengths`` (min, max) have
-    count exactly c, for every c ≥ ``min_count`` (0 below); ``work`` the scan steps."""
+    count exactly c, for every c ≥ ``min_count`` (0 below)."""
     spectrum = np.zeros(rows.n_rows + 1, dtype=np.int64)
     sink = _sink(_SPECTRUM, spectrum=spectrum)
     work = _run(rows, min_count=min_count, lengths=lengths, sink=sink)
@@ -463,7 +499,7 @@ def mine_selected(
 
 def mine_dense(
     rows: RowItems, *, lengths: tuple[int, int], rank_of: IntArray, block_offset: IntArray
-) -> tuple[Int32Array, int]:
+) -> tuple[Int32Array, MinerWork]:
     """(counts, work): the exact count of every itemset of the asked lengths that some row
     holds, at index ``block_offset[len] + Σ_i rank_of[item_i, i]`` (items ascending); 0 for the
     others. The caller's ranks must be a bijection onto 0 … ``block_offset[-1]`` − 1."""

@@ -53,6 +53,7 @@ from dpmine_server.data.bitsets import Bitset
 from dpmine_server.data.columns import ColumnStore
 from dpmine_server.data.itemset_miner import (
     MinedSelection,
+    MinerWork,
     RowItems,
     mine_dense,
     mine_selected,
@@ -261,6 +262,12 @@ class TransactionIndex:
         return metadata.row_width if metadata.kind == "transactions" else len(self._catalog.groups)
 
     @property
+    def row_lists(self) -> bool:
+        """Whether the rows are read from stored per-item row lists (transaction data, all
+        rows; public), rather than from one bitset per item."""
+        return self._rows is None and self._store.metadata.kind == "transactions"
+
+    @property
     def _store(self) -> ColumnStore:
         store = self._store_ref()
         if store is None:
@@ -288,7 +295,7 @@ class TransactionIndex:
     def _build_rows(self) -> RowItems:
         store = self._store
         n_items = len(self._catalog.names)
-        if self._rows is None and store.metadata.kind == "transactions":
+        if self.row_lists:
             columns = store.items
             return rows_from_columns(
                 [columns.tidlist(item) for item in range(n_items)], store.n_rows
@@ -310,7 +317,7 @@ class TransactionIndex:
 
     def spectrum(
         self, min_count: int, lengths: tuple[int, int]
-    ) -> tuple[npt.NDArray[np.int64], int]:
+    ) -> tuple[npt.NDArray[np.int64], MinerWork]:
         """(spectrum, work): ``spectrum[c]`` itemsets of lengths ``lengths`` (min, max) have
         count c, for c ≥ ``min_count`` (:func:`~dpmine_server.data.itemset_miner.mine_spectrum`)."""
         return mine_spectrum(self.rows(), min_count=min_count, lengths=lengths)
@@ -322,7 +329,7 @@ class TransactionIndex:
         order of :meth:`spectrum` (:func:`~dpmine_server.data.itemset_miner.mine_selected`)."""
         return mine_selected(self.rows(), min_count=min_count, lengths=lengths, places=places)
 
-    def dense(self, lengths: tuple[int, int]) -> tuple[npt.NDArray[np.int32], int]:
+    def dense(self, lengths: tuple[int, int]) -> tuple[npt.NDArray[np.int32], MinerWork]:
         """(counts, work): the count of every valid itemset of lengths ``lengths``, indexed by
         :meth:`dense_itemset` (:func:`~dpmine_server.data.itemset_miner.mine_dense`)."""
         offsets = self.dense_offsets(lengths)

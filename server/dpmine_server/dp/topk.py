@@ -308,14 +308,16 @@ def reveal_bound(*, k: int, gap: float, scale: float, tail_size: int, failure: f
     def exceeds(reveals: int) -> float:  # P[Beta(K, R + 1 − K) ≥ x] = I_{1−x}(R + 1 − K, K)
         return float(special.betainc(reveals + 1 - k, k, threshold))
 
-    return min(_smallest(lambda reveals: exceeds(reveals) <= failure, k), tail_size)
+    return _smallest(lambda reveals: exceeds(reveals) <= failure, k, tail_size)
 
 
-def draw_bound(*, successes: int, success_probability: float, failure: float) -> int:
+def draw_bound(
+    *, successes: int, success_probability: float, failure: float, limit: int = 2**62
+) -> int:
     """X with P[more than X independent draws are needed for ``successes`` successes] ≤
     ``failure``, each draw succeeding with probability ≥ ``success_probability``: the smallest
     X ≥ successes with P[Binomial(X, p) < successes] = I_{1−p}(X − successes + 1, successes) ≤
-    ``failure``."""
+    ``failure`` (``limit`` if that is more)."""
     if successes <= 0:
         return 0
     if not 0.0 < success_probability <= 1.0:
@@ -327,16 +329,19 @@ def draw_bound(*, successes: int, success_probability: float, failure: float) ->
     def fails(draws: int) -> float:
         return float(special.betainc(draws - successes + 1, successes, miss))
 
-    return _smallest(lambda draws: fails(draws) <= failure, successes)
+    return _smallest(lambda draws: fails(draws) <= failure, successes, max(limit, successes))
 
 
-def _smallest(holds: Callable[[int], bool], start: int) -> int:
-    """The smallest n ≥ ``start`` where the monotone predicate ``holds`` becomes true."""
-    if holds(start):
-        return start
-    low, high = start, 2 * start + 1
+def _smallest(holds: Callable[[int], bool], start: int, limit: int) -> int:
+    """The smallest n in [start, limit] where the monotone predicate ``holds`` becomes true,
+    or ``limit`` if it holds nowhere below."""
+    if start >= limit or holds(start):
+        return min(start, limit)
+    low, high = start, min(2 * start + 1, limit)
     while not holds(high):
-        low, high = high, 2 * high
+        if high >= limit:
+            return limit
+        low, high = high, min(2 * high, limit)
     while high - low > 1:
         middle = (low + high) // 2
         if holds(middle):

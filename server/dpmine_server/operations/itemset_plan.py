@@ -15,16 +15,19 @@ priced by the padding (services/timing.py). :func:`plan_top_k` picks one of two 
   redrawn while explicit or already revealed.
 
 **Bounds (proofs).** (1) Mining: each pass costs at most
-:func:`~dpmine_server.data.itemset_miner.work_bound` (n_max, w, ℓmax) scan steps (proof in that
-module). (2) Explicit set: Σ_I c(I) over the itemsets of the asked lengths is the number of
-(row, itemset ⊆ row) pairs, ≤ n_max·Σ_ℓ C(w, ℓ), so at most F̄ = min(M, ⌊n_max·Σ_ℓ C(w, ℓ)/B⌋)
+:func:`~dpmine_server.data.itemset_miner.work_bound` scan steps, expanded nodes and reported
+itemsets (proofs in that module), from n_max, w, the lengths, the universe and the threshold.
+(2) Explicit set: Σ_I c(I) over the itemsets of the asked lengths is the number of (row,
+itemset ⊆ row) pairs, ≤ n_max·Σ_ℓ C(w, ℓ), so at most F̄ = min(M, ⌊n_max·Σ_ℓ C(w, ℓ)/B⌋)
 itemsets have a count ≥ B. (3) Reveals: the tail bound minus the smallest tail score is at most
 B − 1 (:func:`~dpmine_server.operations.itemsets.top_k_itemsets`), so by
 :func:`~dpmine_server.dp.topk.reveal_bound` more than R reveals happen with probability at most
 :data:`FAILURE` / 2. (4) Draws: while at most R are revealed, a uniform draw from the universe
 lands on an explicit or revealed itemset with probability at most q = (F̄ + R)/M, so more than
 X = :func:`~dpmine_server.dp.topk.draw_bound` (R, 1 − q) draws are needed with probability at
-most :data:`FAILURE` / 2. The running time is then bounded by public values except with
+most :data:`FAILURE` / 2. (5) The rest is linear in public sizes: the input build (items × rows,
+and rows × w entries), the rank table (groups × ℓ), a dense universe's M counts, the spectrum's
+n_max + 1 counts, the K picks. The running time is then bounded by public values except with
 probability :data:`FAILURE` (the residual overrun: its law is still dominated by a public one).
 
 B changes the running time only, never the output law; it must stay ≤ ⌊Γ⌋ + 1 so that every
@@ -42,7 +45,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from dpmine.wire import elementary_symmetric
-from dpmine_server.data.itemset_miner import work_bound
+from dpmine_server.data.itemset_miner import MinerWork, work_bound
 from dpmine_server.dp.topk import draw_bound, reveal_bound
 
 __all__ = [
@@ -74,27 +77,36 @@ _THRESHOLD_STEP = 1.1
 
 @dataclass(frozen=True, slots=True)
 class CostModel:
-    """Seconds per unit of public work, measured on adversarial data (bench/README.md,
-    "Itemset work bounds"): the constants of :meth:`TopKPlan.seconds`."""
+    """Seconds per unit of public work, measured on adversarial data with
+    ``bench/calibrate_itemsets.py`` (bench/README.md, "Itemset work bounds"), times a margin:
+    the constants of :meth:`TopKPlan.seconds`."""
 
-    #: One scan step of the miner (worst case over dense and scattered shapes).
-    scan: float = 2.0e-8
-    #: Building the miner's input: per item × row (attribute data: each item's bitset read).
-    item_row: float = 2.0e-9
-    #: ... per (row, item) entry (transaction data: the stored lists, transposed).
-    entry: float = 2.0e-8
+    #: One scan step of the miner (a row position read and counted or delivered).
+    step: float = 4e-9
+    #: One expanded node of the miner (its bookkeeping besides the scans).
+    node: float = 4e-8
+    #: One reported itemset: a spectrum or selection entry ...
+    report: float = 1.5e-8
+    #: ... or a dense count written at a random place of up to 16 MB.
+    dense_report: float = 1.2e-7
+    #: Building the miner's input: per item × row (attribute data: each item's bitset read) ...
+    item_row: float = 2e-8
+    #: ... and per (row, item) entry (the transposition of the row lists).
+    entry: float = 3e-8
+    #: One entry of the rank table (groups × lengths, exact integers).
+    rank_entry: float = 2e-6
     #: One itemset of a dense universe (allocation, spectrum, selection).
-    cell: float = 2.0e-8
+    cell: float = 3e-8
     #: One possible count (0 … n_max): the blocks of the spectrum.
-    block: float = 1.0e-7
-    #: One tail draw: its fixed part (unrank, bookkeeping) ...
-    draw: float = 5.0e-5
-    #: ... and per item × row of its count (an item's bitset may have to be built).
-    draw_row: float = 1.0e-9
+    block: float = 1.5e-7
+    #: One item of a tail draw: unranked, its bitset looked up, intersected ...
+    draw_item: float = 1.5e-4
+    #: ... and per row when the item's bitset must be built from its row list.
+    draw_row: float = 5e-9
     #: One released itemset (selection heap, names).
-    pick: float = 2.0e-5
+    pick: float = 5e-5
     #: Fixed part of one selection.
-    fixed: float = 5.0e-3
+    fixed: float = 1e-2
 
 
 COSTS = CostModel()
@@ -109,31 +121,43 @@ class TopKPlan:
     width: int
     n_max: int
     n_items: int
+    n_groups: int
     k: int
     dense: bool
     threshold: int  # B (1 when dense)
     explicit_bound: int  # F̄ (M when dense)
     reveals: int  # R (0 when dense)
     draws: int  # X (0 when dense)
-    mining_work: int  # scan steps per pass
+    mining: MinerWork  # per pass, over n_max rows
     passes: int  # 1 dense; 2 sparse (spectrum, then the picked members)
+    bitsets: bool  # the input is read from one bitset per item (attribute data, row subsets)
 
-    def seconds(self, costs: CostModel = COSTS, *, rows: int | None = None) -> float:
-        """Priced time of one run over at most ``rows`` rows (default ``n_max``); the input
-        build is priced for both data kinds (it happens once per loaded dataset)."""
-        n_max = self.n_max if rows is None else rows
-        work = self.mining_work if rows is None else work_bound(rows, self.width, self.lengths[1])
-        build = costs.item_row * self.n_items * n_max + costs.entry * n_max * self.width
-        draw = costs.draw + costs.draw_row * self.lengths[1] * (n_max + n_max // 64 + 1)
-        return (
+    def seconds(self, costs: CostModel = COSTS, *, classes: int = 1) -> float:
+        """Priced time of the selection run on ``classes`` disjoint row subsets of one dataset
+        (n_max rows in all; ``brl.antecedents`` runs one per label class). Scan steps and the
+        uncapped node and report bounds are linear in the rows, so their sum over the subsets
+        is the bound for n_max rows; the rest is paid per subset (the input build reads every
+        row of every item for each subset)."""
+        mining = self.mining
+        report = costs.dense_report if self.dense else costs.report
+        per_pass = costs.step * mining.steps + classes * (
+            costs.node * mining.nodes + report * mining.reports
+        )
+        reads = classes * self.n_items * self.n_max if self.bitsets else 0
+        build = costs.item_row * reads + costs.entry * (
+            self.n_max * self.width + classes * (self.n_max + self.n_items)
+        )
+        high = self.lengths[1]
+        draw = high * (costs.draw_item + costs.draw_row * (self.n_max + self.n_max // 64 + 1))
+        per_class = (
             costs.fixed
-            + build
-            + costs.scan * self.passes * work
+            + costs.rank_entry * (self.n_groups + 1) * (high + 1)
             + costs.cell * (self.universe if self.dense else 0)
-            + costs.block * (n_max + 1)
+            + costs.block * (self.n_max + 1)
             + self.draws * draw
             + costs.pick * self.k
         )
+        return build + self.passes * per_pass + classes * per_class
 
 
 def _subsets_per_row(width: int, lengths: tuple[int, int]) -> int:
@@ -141,36 +165,80 @@ def _subsets_per_row(width: int, lengths: tuple[int, int]) -> int:
     return sum(math.comb(width, length) for length in range(lengths[0], lengths[1] + 1))
 
 
-def _sparse(
-    *,
-    universe: int,
-    lengths: tuple[int, int],
-    width: int,
-    n_max: int,
-    k: int,
-    scale: float,
-    gamma: float,
-) -> tuple[int, int, int, int] | None:
-    """(B, F̄, R, X) with the fewest draws among the allowed thresholds, or None if every one
-    leaves the tail without room (q ≥ 1)."""
-    pairs = n_max * _subsets_per_row(width, lengths)
+@dataclass(frozen=True, slots=True)
+class _Public:
+    """The public inputs of a plan."""
+
+    degrees: tuple[int, ...]  # e_l, l = 0 … ℓmax
+    lengths: tuple[int, int]
+    width: int
+    n_max: int
+    n_items: int
+    n_groups: int
+    k: int
+    bitsets: bool
+
+    @property
+    def universe(self) -> int:
+        low, high = self.lengths
+        return sum(self.degrees[low : high + 1])
+
+    def plan(
+        self, *, dense: bool, threshold: int, explicit: int, reveals: int, draws: int
+    ) -> TopKPlan:
+        return TopKPlan(
+            universe=self.universe,
+            lengths=self.lengths,
+            width=self.width,
+            n_max=self.n_max,
+            n_items=self.n_items,
+            n_groups=self.n_groups,
+            k=self.k,
+            dense=dense,
+            threshold=threshold,
+            explicit_bound=explicit,
+            reveals=reveals,
+            draws=draws,
+            mining=work_bound(
+                self.n_max, self.width, self.lengths, min_count=threshold, universe=self.degrees
+            ),
+            passes=1 if dense else 2,
+            bitsets=self.bitsets,
+        )
+
+
+def _sparse(public: _Public, *, scale: float, gamma: float) -> TopKPlan | None:
+    """The sparse plan of least priced time over the allowed thresholds (module docstring), or
+    None if every one leaves the tail without room or needs too many draws."""
+    universe = public.universe
+    pairs = public.n_max * _subsets_per_row(public.width, public.lengths)
     top = math.floor(gamma) + 1
     threshold = max(1, min(1 + math.ceil(scale), top))
-    best: tuple[int, int, int, int] | None = None
+    best: TopKPlan | None = None
     while True:
         explicit = min(universe, pairs // threshold)
         tail = universe - explicit
         if tail >= 1:
             reveals = reveal_bound(
-                k=k, gap=threshold - 1, scale=scale, tail_size=tail, failure=FAILURE / 2
+                k=public.k, gap=threshold - 1, scale=scale, tail_size=tail, failure=FAILURE / 2
             )
             miss = (explicit + reveals) / universe
             if miss < 1:
                 draws = draw_bound(
-                    successes=reveals, success_probability=1 - miss, failure=FAILURE / 2
+                    successes=reveals,
+                    success_probability=1 - miss,
+                    failure=FAILURE / 2,
+                    limit=MAX_TAIL_DRAWS + 1,
                 )
-                if best is None or draws < best[3]:
-                    best = (threshold, explicit, reveals, draws)
+                plan = public.plan(
+                    dense=False,
+                    threshold=threshold,
+                    explicit=explicit,
+                    reveals=reveals,
+                    draws=draws,
+                )
+                if draws <= MAX_TAIL_DRAWS and (best is None or plan.seconds() < best.seconds()):
+                    best = plan
         if threshold >= top:
             return best
         threshold = min(top, max(threshold + 1, math.ceil(threshold * _THRESHOLD_STEP)))
@@ -186,68 +254,39 @@ def plan_top_k(
     k: int,
     scale: float,
     gamma: float,
+    bitsets: bool,
 ) -> TopKPlan:
     """The plan of a selection of K itemsets of ``lengths`` (min, max) over a catalog with
-    these item groups (module docstring); ValueError, before any data is read, if no regime
-    fits the caps."""
+    these item groups (module docstring), whose rows are read from one bitset per item
+    (``bitsets``: attribute data or a row subset) or from stored row lists (transaction data);
+    ValueError, before any data is read, if no regime fits the caps."""
     low, high = lengths
     degrees = elementary_symmetric(list(group_sizes), high)
     universe = sum(degrees[low : high + 1])
     n_items = sum(group_sizes)
-    mining = work_bound(n_max, width, high)
-    if mining > MAX_MINING_WORK or high * n_max * width * _ENTRY_BYTES > MAX_MINER_BYTES:
+    steps = work_bound(n_max, width, lengths).steps
+    if steps > MAX_MINING_WORK or high * n_max * width * _ENTRY_BYTES > MAX_MINER_BYTES:
         raise ValueError(
             f"itemsets of up to {high} items over rows of up to {width} items on up to "
             f"{n_max} rows are more than this server mines in one call: ask for shorter "
             "itemsets, or (transaction data) have the owner declare a smaller max_row_width"
         )
-    options: list[TopKPlan] = []
-    if universe <= DENSE_UNIVERSE and max(degrees) < 2**62:
-        options.append(
-            TopKPlan(
-                universe=universe,
-                lengths=lengths,
-                width=width,
-                n_max=n_max,
-                n_items=n_items,
-                k=k,
-                dense=True,
-                threshold=1,
-                explicit_bound=universe,
-                reveals=0,
-                draws=0,
-                mining_work=mining,
-                passes=1,
-            )
-        )
-    sparse = _sparse(
-        universe=universe,
+    public = _Public(
+        degrees=tuple(degrees),
         lengths=lengths,
         width=width,
         n_max=n_max,
+        n_items=n_items,
+        n_groups=len(group_sizes),
         k=k,
-        scale=scale,
-        gamma=gamma,
+        bitsets=bitsets,
     )
-    if sparse is not None and sparse[3] <= MAX_TAIL_DRAWS:
-        threshold, explicit, reveals, draws = sparse
-        options.append(
-            TopKPlan(
-                universe=universe,
-                lengths=lengths,
-                width=width,
-                n_max=n_max,
-                n_items=n_items,
-                k=k,
-                dense=False,
-                threshold=threshold,
-                explicit_bound=explicit,
-                reveals=reveals,
-                draws=draws,
-                mining_work=mining,
-                passes=2,
-            )
-        )
+    options: list[TopKPlan] = []
+    if universe <= DENSE_UNIVERSE and max(degrees) < 2**62:
+        options.append(public.plan(dense=True, threshold=1, explicit=universe, reveals=0, draws=0))
+    sparse = _sparse(public, scale=scale, gamma=gamma)
+    if sparse is not None:
+        options.append(sparse)
     if not options:
         raise ValueError(
             f"the {universe} itemsets of {low}..{high} items are too many to count one by one "

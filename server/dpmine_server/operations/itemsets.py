@@ -140,9 +140,11 @@ def top_k_plan(
     lengths: Sequence[int],
     epsilon_selection: float,
     rho: float,
+    bitsets: bool = True,
 ) -> TopKPlan:
     """The public plan of one selection (:func:`~dpmine_server.operations.itemset_plan.
-    plan_top_k`); ValueError when no plan fits the server's caps."""
+    plan_top_k`; ``bitsets``: False for transaction data read from its stored row lists);
+    ValueError when no plan fits the server's caps."""
     universe = catalog.universe_size(lengths)
     scale = selection_scale(method, k=k, epsilon_selection=epsilon_selection)
     gamma = margin(method, k=k, universe=universe, epsilon_selection=epsilon_selection, rho=rho)
@@ -154,6 +156,7 @@ def top_k_plan(
         k=k,
         scale=scale,
         gamma=gamma,
+        bitsets=bitsets,
     )
 
 
@@ -297,6 +300,7 @@ def top_k_itemsets(
             lengths=lengths,
             epsilon_selection=epsilon_selection,
             rho=rho,
+            bitsets=not index.row_lists,
         )
     scale = selection_scale(method, k=k, epsilon_selection=epsilon_selection)
     gamma = margin(
@@ -414,6 +418,7 @@ def request_plan(
         lengths=request.lengths,
         epsilon_selection=selection,
         rho=request.rho,
+        bitsets=metadata.kind != "transactions",
     )
 
 
