@@ -29,8 +29,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from dpmine.wire import DatasetMetadata, RuleListAntecedentsRequest, TopKItemsetsRequest
+from dpmine.wire import (
+    DatasetMetadata,
+    ExtendOneRequest,
+    InitialPairsRequest,
+    RuleListAntecedentsRequest,
+    TopKItemsetsRequest,
+)
 from dpmine_server.operations.itemsets import Method, request_plan
+from dpmine_server.operations.redescriptions import extend_enumeration, pairs_enumeration
 from dpmine_server.operations.rule_lists import antecedents_plan
 from dpmine_server.settings import Settings
 
@@ -72,14 +79,21 @@ def _topk_work(method: Method) -> Work:
     return work
 
 
+#: Seconds per cell pair of an enumerated continuous family (§1.4 at c > 8: log μ and c·Q of a
+#: pair from prefix sums; measured 80–150 ns on 500–2,000 distinct values, times about 3).
+_CELL_PAIR = 4e-7
+
+
 def _pairs_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
     draws = int(request.get("count", 20))
-    return 2e-8 * metadata.n_max * _literals(metadata) * draws
+    cells = pairs_enumeration(InitialPairsRequest.model_validate(request), metadata)
+    return 2e-8 * metadata.n_max * _literals(metadata) * draws + _CELL_PAIR * cells
 
 
 def _extend_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
     collection = request.get("collection") or [None]
-    return 5e-8 * metadata.n_max * _literals(metadata) * len(collection)
+    cells = extend_enumeration(ExtendOneRequest.model_validate(request), metadata)
+    return 5e-8 * metadata.n_max * _literals(metadata) * len(collection) + _CELL_PAIR * cells
 
 
 def _tree_depth(request: Mapping[str, Any]) -> int:
