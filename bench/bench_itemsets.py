@@ -907,10 +907,11 @@ def speed_rows(speeds: list[DatasetSpeed], extra: list[BaselineTiming]) -> list[
 
 #: Kernel phases: (label, file suffix, function name) of the profiled functions.
 PHASES = (
-    ("c_K search: Eclat count spectrum", "dpmine_server/data/itemsets.py", "spectrum"),
-    ("explicit set: Eclat mining", "dpmine_server/data/itemsets.py", "mine"),
-    ("noisy top-K + tail reveal", "dpmine_server/dp/topk.py", "noisy_top_k_with_tail"),
-    ("exact counts (bitset AND)", "dpmine_server/data/itemsets.py", "count"),
+    ("count spectrum (sparse plan)", "dpmine_server/data/itemsets.py", "spectrum"),
+    ("picked members (sparse plan)", "dpmine_server/data/itemsets.py", "select"),
+    ("dense counts (dense plan)", "dpmine_server/data/itemsets.py", "dense"),
+    ("noisy top-K + tail reveal", "dpmine_server/dp/topk.py", "noisy_top_k_blocks"),
+    ("exact counts of tail draws (bitset AND)", "dpmine_server/data/itemsets.py", "count"),
     ("count noise (OpenDP)", "dpmine_server/dp/mechanisms.py", "discrete_laplace"),
 )
 

@@ -20,9 +20,15 @@ scattered ones jump), so each constant is the largest median over shapes built t
   the item's bitset must be built from a full-length row list (cache miss); ``rank_entry``: the
   rank table, per group × length.
 
+With ``--fimi FOLDER`` it also reports, for the FIMI files of FOLDER (the metadata an owner
+would confirm from ``propose-metadata``), the padding budget of ``fim.topk_em`` before this
+model (2e-7 · n_max · items · 2^(ℓ−2) s) and after, the plan, and the server kernel's real
+time (in-process; cold = the first call, which builds the miner's input).
+
 Usage::
 
     PYTHONPATH=client:server .venv/bin/python bench/calibrate_itemsets.py [--repeats 3]
+        [--fimi /path/to/data]
 
 Prints the measured medians and the model's constants side by side (the model must be above).
 """
@@ -35,11 +41,12 @@ import json
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 from scipy import optimize
 
-from dpmine.wire import BooleanAttribute, DatasetMetadata
+from dpmine.wire import BooleanAttribute, DatasetMetadata, FimiSource, TopKItemsetsRequest
 from dpmine_server.data.columns import (
     BooleanColumn,
     ColumnStore,
@@ -53,10 +60,12 @@ from dpmine_server.data.itemset_miner import (
     rows_from_columns,
 )
 from dpmine_server.data.itemsets import TransactionIndex, item_catalog
+from dpmine_server.data.loaders import load_store
+from dpmine_server.data.propose import propose_metadata
 from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.dp.topk import noisy_top_k_blocks
 from dpmine_server.operations.itemset_plan import COSTS
-from dpmine_server.operations.itemsets import _Tail
+from dpmine_server.operations.itemsets import _Tail, request_plan, top_k_itemsets
 
 
 def _median_seconds(run: Callable[[], object], repeats: int) -> float:
@@ -231,10 +240,71 @@ def draw_costs(repeats: int) -> dict[str, float]:
     return {"draw_item": fixed / 6, "draw_row": per_row, "rank_entry": table}
 
 
+FIMI_FILES = {
+    "mushroom": "fimi_mushroom/mushroom.dat",
+    "chess": "fimi_chess/chess.dat",
+    "retail": "fimi_retail/retail.dat.gz",
+    "T10I4D100K": "fimi_T10I4D100K/T10I4D100K.dat.gz",
+}
+
+
+def fimi_budgets(folder: Path, repeats: int) -> list[dict[str, object]]:
+    """Budget before/after and kernel time of fim.topk_em (ε = 1.4, counts on, ℓ = 3)."""
+    rows: list[dict[str, object]] = []
+    for name, relative in FIMI_FILES.items():
+        path = folder / relative
+        source = FimiSource(path=path.name)
+        metadata = propose_metadata(source, kind="transactions", base_dir=path.parent)
+        store, _report = load_store(metadata, source, base_dir=path.parent)
+        index = TransactionIndex(store, item_catalog(metadata))
+        for k in (10, 100):
+            request = TopKItemsetsRequest(k=k, min_length=3, epsilon=1.4)
+            plan = request_plan(request, metadata, "em")
+
+            def run(
+                request: TopKItemsetsRequest = request, index: TransactionIndex = index
+            ) -> object:
+                return top_k_itemsets(
+                    index,
+                    method="em",
+                    k=request.k,
+                    lengths=request.lengths,
+                    epsilon_selection=0.7,
+                    epsilon_counts=0.7,
+                    rho=request.rho,
+                    rng=seeded_generator(11),
+                )
+
+            cold = _median_seconds(run, 1)
+            warm = _median_seconds(run, repeats)
+            before = 2e-7 * metadata.n_max * len(metadata.items) * 2.0
+            regime = "dense" if plan.dense else f"sparse B={plan.threshold} X={plan.draws}"
+            rows.append(
+                {
+                    "dataset": name,
+                    "n_max": metadata.n_max,
+                    "max_row_width": metadata.max_row_width,
+                    "k": k,
+                    "plan": regime,
+                    "steps_bound": plan.mining.steps,
+                    "budget_before_s": round(before, 2),
+                    "budget_after_s": round(plan.seconds(), 2),
+                    "kernel_cold_s": round(cold, 3),
+                    "kernel_warm_s": round(warm, 3),
+                }
+            )
+            print(json.dumps(rows[-1]), flush=True)
+        index = TransactionIndex(store, item_catalog(metadata))  # cold again for the next
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--fimi", type=Path, default=None, help="folder of the FIMI files")
     args = parser.parse_args()
+    if args.fimi is not None:
+        fimi_budgets(args.fimi, args.repeats)
     measured = scan_shapes(args.repeats)
     print(json.dumps(measured, indent=2), flush=True)
     for section in (build_costs, cell_and_block_costs, draw_costs):
