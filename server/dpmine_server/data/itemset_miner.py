@@ -52,9 +52,11 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "ENTRY_BYTES",
     "MinedSelection",
     "MinerWork",
     "RowItems",
+    "memory_bound",
     "mine_dense",
     "mine_selected",
     "mine_spectrum",
@@ -70,6 +72,8 @@ Function = TypeVar("Function", bound=Callable[..., Any])
 _SPECTRUM = 0
 _SELECT = 1
 _DENSE = 2
+#: Bytes of one occurrence entry (row int32, position int64).
+ENTRY_BYTES = 12
 
 
 def _compiled(function: Function) -> Function:
@@ -119,6 +123,14 @@ class MinedSelection(NamedTuple):
     itemsets: Int32Array
     counts: IntArray
     work: MinerWork
+
+
+def memory_bound(n_max: int, width: int, max_length: int) -> int:
+    """Bytes of the occurrence areas of one run over at most ``n_max`` rows of at most
+    ``width`` items (``max_length`` areas of max(nnz, n) entries, nnz ≤ n_max·w; one area of
+    n entries for single items)."""
+    entries = n_max * max(width, 1) if max_length >= 2 else n_max
+    return max_length * max(entries, n_max, 1) * ENTRY_BYTES
 
 
 def work_bound(
@@ -358,7 +370,8 @@ def _expand(
 def _scratch(rows: RowItems, max_length: int) -> _Scratch:
     """The traversal's buffers (allocated here: the compiled code runs without numba's
     reference counting, so it allocates nothing)."""
-    width = max(rows.items.size, rows.n_rows, 1)
+    # Area 0 lists every row once; deeper areas at most every (row, item) entry.
+    width = max(rows.items.size if max_length >= 2 else 0, rows.n_rows, 1)
     n_items = max(rows.n_items, 1)
     return _Scratch(
         counts=np.zeros(n_items, np.int64),

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from dpmine.wire import elementary_symmetric
-from dpmine_server.data.itemset_miner import MinerWork, work_bound
+from dpmine_server.data.itemset_miner import MinerWork, memory_bound, work_bound
 from dpmine_server.dp.topk import draw_bound, reveal_bound
 
 __all__ = [
@@ -69,8 +69,6 @@ MAX_MINING_WORK = 5 * 10**10
 MAX_TAIL_DRAWS = 10**6
 #: Largest bound on the miner's buffers (occurrence areas of n_max·w entries per length).
 MAX_MINER_BYTES = 4 * 2**30
-#: Bytes per occurrence entry (row int32 + position int64).
-_ENTRY_BYTES = 12
 #: Steps of the search for B: each candidate is the previous one times this (at least + 1).
 _THRESHOLD_STEP = 1.1
 
@@ -265,7 +263,7 @@ def plan_top_k(
     universe = sum(degrees[low : high + 1])
     n_items = sum(group_sizes)
     steps = work_bound(n_max, width, lengths).steps
-    if steps > MAX_MINING_WORK or high * n_max * width * _ENTRY_BYTES > MAX_MINER_BYTES:
+    if steps > MAX_MINING_WORK or memory_bound(n_max, width, high) > MAX_MINER_BYTES:
         raise ValueError(
             f"itemsets of up to {high} items over rows of up to {width} items on up to "
             f"{n_max} rows are more than this server mines in one call: ask for shorter "
