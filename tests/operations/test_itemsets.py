@@ -1,21 +1,22 @@
 """The private top-K itemset kernels ``fim.topk_em`` / ``fim.topk_laplace`` (ALGORITHMS.md §4).
 
 * Γ against the spec's worked example (§4.1) and the closed forms of Algorithms 1 and 2.
-* c_K, the explicit threshold and the truncation level τ = max(c_K − Γ, 0) on real indexes,
-  including fewer than K occurring itemsets, c_K read exactly above Γ and the memory-cap path.
-* The uniform tail draw is uniform over the valid itemsets (at most one item per attribute).
-* The whole kernel: with a huge ε it returns the true top-K in order with exact counts; its output
-  law equals the exact law of "truncated counts + noise, top K in order" computed by brute force
-  over the whole universe, whatever the explicit threshold (default, memory cap, everything in the
-  tail); requests are validated from public metadata alone.
+* c_K and the truncation level τ = max(c_K − Γ, 0) read off a spectrum mined at the threshold
+  B ≤ ⌊Γ⌋ + 1, including fewer than K itemsets at B; the public plan's regimes (dense counting
+  of a small universe, explicit blocks and a tail otherwise) and its refusals.
+* The uniform tail draw (by rank) is uniform over the valid itemsets (at most one item per
+  attribute).
+* The whole kernel: with a huge ε it returns the true top-K in order with exact counts, on the
+  dense and the sparse plan; its output law equals the exact law of "truncated counts + noise,
+  top K in order" computed by brute force over the whole universe, whatever the plan (dense;
+  sparse at B = 1, 5 and ⌊Γ⌋ + 1); requests are validated from public metadata alone.
 
 Seeded generators make every sampling test reproducible; goodness-of-fit tests use p > 1e-5.
 Released counts come from OpenDP's unseedable sampler: their checks use ε_p so large that a
 nonzero noise has probability below 1e-12.
 
-Two tests pin down defects (see their docstrings): itemsets held by every row are never mined,
-and the ε split can spend (by one float ulp) more than the charge. A regression test covers a
-dataset with no frequent item (an empty pattern spectrum).
+Regression tests cover itemsets held by every row, the ε split spending (by one float ulp) more
+than the charge, and a dataset with no frequent item.
 """
 
 from __future__ import annotations
@@ -385,11 +386,32 @@ def _names(index: TransactionIndex, itemset: Itemset) -> str:
     return "".join(index.catalog.names[i] for i in itemset)
 
 
+def _huge_epsilon_plan(
+    index: TransactionIndex, method: Method, k: int, *, sparse: bool
+) -> TopKPlan | None:
+    """None (the default plan: dense on these small universes) or the sparse plan at B = 1
+    (explicit: the occurring itemsets; tail: the others, at count 0)."""
+    if not sparse:
+        return None
+    plan = top_k_plan(
+        index.catalog,
+        n_max=index.n_max,
+        width=index.width,
+        method=method,
+        k=k,
+        lengths=[2],
+        epsilon_selection=1e5,
+        rho=NEGLIGIBLE_RHO,
+    )
+    return dataclasses.replace(plan, dense=False, threshold=1, passes=2)
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
 @pytest.mark.parametrize("method", ["em", "laplace"])
-def test_huge_epsilon_returns_the_true_top_k_in_order(method: Method) -> None:
+def test_huge_epsilon_returns_the_true_top_k_in_order(method: Method, sparse: bool) -> None:
     index = index_of(rows_with_pair_counts(SPREAD))
     truth = sorted(SPREAD, key=lambda pair: -SPREAD[pair])
-    rng = seeded_generator(1000 + (method == "laplace"))
+    rng = seeded_generator(1000 + (method == "laplace") + 2 * sparse)
     for k in (1, 3, 8, 14):
         released = top_k_itemsets(
             index,
@@ -400,6 +422,7 @@ def test_huge_epsilon_returns_the_true_top_k_in_order(method: Method) -> None:
             epsilon_counts=1e5,
             rho=NEGLIGIBLE_RHO,
             rng=rng,
+            plan=_huge_epsilon_plan(index, method, k, sparse=sparse),
         )
         assert [_names(index, itemset) for itemset, _count in released] == truth[:k]
         for itemset, count in released:
@@ -418,12 +441,17 @@ def test_huge_epsilon_returns_the_true_top_k_in_order(method: Method) -> None:
         assert all(count is None for _itemset, count in without)
 
 
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
 @pytest.mark.parametrize("method", ["em", "laplace"])
-def test_huge_epsilon_fills_the_top_k_with_zero_count_itemsets(method: Method) -> None:
+def test_huge_epsilon_fills_the_top_k_with_zero_count_itemsets(
+    method: Method, sparse: bool
+) -> None:
     """Fewer occurring itemsets than K: the occurring ones first, then distinct valid
-    zero-count itemsets from the tail (uniformly: all 13 appear over repetitions)."""
+    zero-count itemsets (the count-0 block, or the tail: uniformly, all 13 appear over
+    repetitions)."""
     index = index_of(rows_with_pair_counts({"ab": 5, "cd": 3}))
-    rng = seeded_generator(1100 + (method == "laplace"))
+    rng = seeded_generator(1100 + (method == "laplace") + 2 * sparse)
+    plan = _huge_epsilon_plan(index, method, 4, sparse=sparse)
     fillers: Counter[str] = Counter()
     for _ in range(300):
         released = top_k_itemsets(
@@ -435,6 +463,7 @@ def test_huge_epsilon_fills_the_top_k_with_zero_count_itemsets(method: Method) -
             epsilon_counts=1e5,
             rho=NEGLIGIBLE_RHO,
             rng=rng,
+            plan=plan,
         )
         names = [_names(index, itemset) for itemset, _ in released]
         assert names[:2] == ["ab", "cd"]

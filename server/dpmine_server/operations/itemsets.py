@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -268,6 +269,74 @@ def _found_order(places: dict[int, list[int]]) -> dict[tuple[int, int], int]:
     return order
 
 
+@dataclass(frozen=True, slots=True)
+class _Selection:
+    """The public parameters of one selection's noise."""
+
+    k: int
+    gamma: float
+    noise: Noise
+    scale: float
+
+
+def _select_dense(
+    index: TransactionIndex, plan: TopKPlan, selection: _Selection, rng: np.random.Generator
+) -> list[tuple[Itemset, int]]:
+    """The K picks with their exact counts, every itemset counted (one block per count,
+    count 0 included; no tail)."""
+    counts_array, _work = index.dense(plan.lengths)
+    spectrum = np.bincount(counts_array).astype(np.int64)
+    tau = truncation_level(spectrum, k=selection.k, gamma=selection.gamma)
+    counts, scores, sizes = _blocks(spectrum, tau)
+    picks = noisy_top_k_blocks(
+        scores, sizes, k=selection.k, noise=selection.noise, scale=selection.scale, rng=rng
+    )
+    places, located = _places(picks, counts, sizes, rng)
+    found = select_dense(counts_array, places)
+    row = _found_order(places)
+    chosen = []
+    for place in located:
+        assert place is not None  # no tail in a dense run
+        chosen.append((index.dense_itemset(int(found[row[place]]), plan.lengths), place[0]))
+    return chosen
+
+
+def _select_sparse(
+    index: TransactionIndex, plan: TopKPlan, selection: _Selection, rng: np.random.Generator
+) -> list[tuple[Itemset, int]]:
+    """The K picks with their exact counts: blocks of the itemsets with count ≥ B (the
+    spectrum pass), the rest a tail of bound max(B − 1, τ); a second pass fetches the picked
+    members (the same traversal order, so the same positions)."""
+    spectrum, _work = index.spectrum(plan.threshold, plan.lengths)
+    tau = truncation_level(spectrum, k=selection.k, gamma=selection.gamma)
+    counts, scores, sizes = _blocks(spectrum, tau)
+    tail = _Tail(index, plan.lengths, plan.threshold)
+    picks = noisy_top_k_blocks(
+        scores,
+        sizes,
+        k=selection.k,
+        noise=selection.noise,
+        scale=selection.scale,
+        rng=rng,
+        tail_size=plan.universe - int(sizes.sum()),
+        tail_bound=max(float(plan.threshold - 1), tau),
+        draw_tail=tail.drawer(tau),
+    )
+    places, located = _places(picks, counts, sizes, rng)
+    found = index.select(plan.threshold, plan.lengths, places) if places else None
+    row = _found_order(places)
+    chosen = []
+    for pick, place in zip(picks, located, strict=True):
+        if place is None:
+            itemset = _as_itemset(pick)
+            chosen.append((itemset, tail.counts[itemset]))
+        else:
+            assert found is not None
+            items = found.itemsets[row[place]]
+            chosen.append((tuple(int(i) for i in items if i >= 0), place[0]))
+    return chosen
+
+
 def top_k_itemsets(
     index: TransactionIndex,
     *,
@@ -289,10 +358,9 @@ def top_k_itemsets(
     dense counting, or explicit blocks of count ≥ B and the tail, whose bound max(B − 1, τ)
     covers every tail score and exceeds the smallest possible one (τ) by at most B − 1.
     """
-    catalog = index.catalog
     if plan is None:
         plan = top_k_plan(
-            catalog,
+            index.catalog,
             n_max=index.n_max,
             width=index.width,
             method=method,
@@ -302,53 +370,16 @@ def top_k_itemsets(
             rho=rho,
             bitsets=not index.row_lists,
         )
-    scale = selection_scale(method, k=k, epsilon_selection=epsilon_selection)
-    gamma = margin(
-        method, k=k, universe=plan.universe, epsilon_selection=epsilon_selection, rho=rho
+    selection = _Selection(
+        k=k,
+        gamma=margin(
+            method, k=k, universe=plan.universe, epsilon_selection=epsilon_selection, rho=rho
+        ),
+        noise="gumbel" if method == "em" else "laplace",
+        scale=selection_scale(method, k=k, epsilon_selection=epsilon_selection),
     )
-    noise: Noise = "gumbel" if method == "em" else "laplace"
-    if plan.dense:
-        counts_array, _work = index.dense(plan.lengths)
-        spectrum = np.bincount(counts_array).astype(np.int64)
-        tau = truncation_level(spectrum, k=k, gamma=gamma)
-        counts, scores, sizes = _blocks(spectrum, tau)
-        picks = noisy_top_k_blocks(scores, sizes, k=k, noise=noise, scale=scale, rng=rng)
-        places, located = _places(picks, counts, sizes, rng)
-        found = select_dense(counts_array, places)
-        row = _found_order(places)
-        chosen = []
-        for place in located:
-            assert place is not None  # no tail in a dense run
-            itemset = index.dense_itemset(int(found[row[place]]), plan.lengths)
-            chosen.append((itemset, place[0]))
-    else:
-        spectrum, _work = index.spectrum(plan.threshold, plan.lengths)
-        tau = truncation_level(spectrum, k=k, gamma=gamma)
-        counts, scores, sizes = _blocks(spectrum, tau)
-        tail = _Tail(index, plan.lengths, plan.threshold)
-        picks = noisy_top_k_blocks(
-            scores,
-            sizes,
-            k=k,
-            noise=noise,
-            scale=scale,
-            rng=rng,
-            tail_size=plan.universe - int(sizes.sum()),
-            tail_bound=max(float(plan.threshold - 1), tau),
-            draw_tail=tail.drawer(tau),
-        )
-        places, located = _places(picks, counts, sizes, rng)
-        selection = index.select(plan.threshold, plan.lengths, places) if places else None
-        row = _found_order(places)
-        chosen = []
-        for pick, place in zip(picks, located, strict=True):
-            if place is None:
-                itemset = _as_itemset(pick)
-                chosen.append((itemset, tail.counts[itemset]))
-                continue
-            assert selection is not None
-            items = selection.itemsets[row[place]]
-            chosen.append((tuple(int(i) for i in items if i >= 0), place[0]))
+    select = _select_dense if plan.dense else _select_sparse
+    chosen = select(index, plan, selection, rng)
     if epsilon_counts is None:
         return [(itemset, None) for itemset, _count in chosen]
     noisy = discrete_laplace(
