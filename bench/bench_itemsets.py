@@ -351,7 +351,7 @@ def load_server_side(spec: FimiDataset) -> ServerSide:
     metadata, source = fimi_metadata_source(spec)
     store, _report = load_store(metadata, source, base_dir=spec.path.parent)
     index = TransactionIndex(store, item_catalog(metadata))
-    index.transactions()
+    index.rows()
     return ServerSide(index=index, item_ids=tuple(int(name) for name in index.catalog.names))
 
 
@@ -908,10 +908,11 @@ def speed_rows(speeds: list[DatasetSpeed], extra: list[BaselineTiming]) -> list[
 
 #: Kernel phases: (label, file suffix, function name) of the profiled functions.
 PHASES = (
-    ("c_K search: Eclat count spectrum", "dpmine_server/data/itemsets.py", "spectrum"),
-    ("explicit set: Eclat mining", "dpmine_server/data/itemsets.py", "mine"),
-    ("noisy top-K + tail reveal", "dpmine_server/dp/topk.py", "noisy_top_k_with_tail"),
-    ("exact counts (bitset AND)", "dpmine_server/data/itemsets.py", "count"),
+    ("count spectrum (sparse plan)", "dpmine_server/data/itemsets.py", "spectrum"),
+    ("picked members (sparse plan)", "dpmine_server/data/itemsets.py", "select"),
+    ("dense counts (dense plan)", "dpmine_server/data/itemsets.py", "dense"),
+    ("noisy top-K + tail reveal", "dpmine_server/dp/topk.py", "noisy_top_k_blocks"),
+    ("exact counts of tail draws (bitset AND)", "dpmine_server/data/itemsets.py", "count"),
     ("count noise (OpenDP)", "dpmine_server/dp/mechanisms.py", "discrete_laplace"),
 )
 

@@ -5,12 +5,15 @@
   attributes give none).
 * :meth:`ItemCatalog.universe_size` against brute-force enumeration: e_ℓ of the group sizes, which
   is C(m, ℓ) for transactions, summed over a length range.
-* :class:`TransactionIndex` ``count``/``mine``/``spectrum`` against brute force on tiny datasets
-  loaded from real FIMI and CSV files with :func:`load_store`.
+* :class:`TransactionIndex` ``count``/``spectrum``/``select``/``dense`` against brute force on
+  tiny datasets loaded from real FIMI and CSV files with :func:`load_store`; the colexicographic
+  ranks of :class:`ItemsetRanks` are a bijection.
+* The bounded miner (:mod:`dpmine_server.data.itemset_miner`) never exceeds its public work
+  bound, on random data and on adversarial neighbours; rows longer than a transaction dataset's
+  ``max_row_width`` are cut at load to their first items.
 
-``test_itemsets_held_by_every_row_are_mined`` pins down a defect of the index: pyfim never
-reports an itemset contained in *every* transaction. pyfim also returns a list instead of a dict
-for an empty spectrum (a regression test covers the fix).
+Regression tests cover two defects of the former (pyfim) index: an itemset held by *every*
+transaction was never reported, and an empty spectrum came back as a list.
 """
 
 from __future__ import annotations
@@ -35,6 +38,12 @@ from dpmine.wire import (
     NumericAttribute,
 )
 from dpmine_server.data.columns import ColumnStore
+from dpmine_server.data.itemset_miner import (
+    RowItems,
+    mine_spectrum,
+    rows_from_columns,
+    work_bound,
+)
 from dpmine_server.data.itemsets import (
     ItemCatalog,
     Itemset,
@@ -44,6 +53,7 @@ from dpmine_server.data.itemsets import (
 )
 from dpmine_server.data.loaders import load_store
 from dpmine_server.dp.rng import seeded_generator
+from support.itemsets import mine_all
 
 ITEMS = ("bread", "milk", "eggs", "beer", "nappies", "jam")
 
@@ -100,6 +110,18 @@ def random_baskets(seed: int, n_rows: int) -> list[list[str]]:
         chosen = [item for item, p in zip(ITEMS, probabilities, strict=True) if rng.random() < p]
         baskets.append(chosen)
     return baskets
+
+
+def row_lists(index: TransactionIndex) -> list[list[int]]:
+    """The index's rows as lists of item positions."""
+    rows = index.rows()
+    return [rows.items[rows.indptr[r] : rows.indptr[r + 1]].tolist() for r in range(rows.n_rows)]
+
+
+def spectrum_of(index: TransactionIndex, min_count: int, lengths: Sequence[int]) -> dict[int, int]:
+    """The index's spectrum as count → number of itemsets."""
+    spectrum, _work = index.spectrum(min_count, (min(lengths), max(lengths)))
+    return {count: int(number) for count, number in enumerate(spectrum) if number}
 
 
 def positions(rows: Sequence[Sequence[str]], names: Sequence[str]) -> list[frozenset[int]]:
@@ -218,69 +240,65 @@ def test_universe_size_of_transactions_is_binomial() -> None:
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
 def test_counts_mining_and_spectrum_match_brute_force(tmp_path: Path, seed: int) -> None:
-    # One empty basket keeps every support below the row count: the case of an itemset held by
-    # every row is tested separately (test_itemsets_held_by_every_row_are_mined).
     baskets = [*random_baskets(seed, 40 + 7 * seed), []]
     store = fimi_store(tmp_path, baskets, ITEMS)
     index = TransactionIndex(store, item_catalog(store.metadata))
     catalog = index.catalog
     rows = positions(baskets, catalog.names)
-    assert index.transactions() == [sorted(row) for row in rows]
+    assert row_lists(index) == [sorted(row) for row in rows]
     for lengths in ([1], [2], [3], [2, 3], [1, 2, 3, 4]):
         truth = brute_counts(rows, catalog, lengths)
         for itemset, count in truth.items():
             assert index.count(itemset) == count, itemset
         for min_count in (1, 2, 5, 11, 20):
             expected = {s: c for s, c in truth.items() if c >= min_count}
-            assert index.mine(min_count, lengths) == expected, (lengths, min_count)
-            assert index.spectrum(min_count, lengths) == brute_spectrum(truth, min_count)
+            assert mine_all(index, min_count, lengths) == expected, (lengths, min_count)
+            assert spectrum_of(index, min_count, lengths) == brute_spectrum(truth, min_count)
         # min_count ≤ 0 is read as 1: itemsets that occur at all
-        assert index.mine(0, lengths) == {s: c for s, c in truth.items() if c > 0}
-    assert index.max_item_count() == max(sum(1 for r in rows if i in r) for i in range(6))
+        assert mine_all(index, 0, lengths) == {s: c for s, c in truth.items() if c > 0}
+        span = (min(lengths), max(lengths))
+        dense, _work = index.dense(span)
+        assert dense.size == catalog.universe_size(lengths)
+        assert {index.dense_itemset(i, span): int(c) for i, c in enumerate(dense)} == truth
 
 
 def test_fimi_duplicates_and_empty_lines(tmp_path: Path) -> None:
     baskets = [["bread", "bread", "milk"], [], ["milk", "eggs", "milk"], ["eggs"], []]
     store = fimi_store(tmp_path, baskets, ITEMS)
     index = TransactionIndex(store, item_catalog(store.metadata))
-    assert index.transactions() == [[0, 1], [], [1, 2], [2], []]
+    assert row_lists(index) == [[0, 1], [], [1, 2], [2], []]
     assert index.count((0,)) == 1
     assert index.count((1,)) == 2
     assert index.count((0, 1)) == 1
     assert index.count((3,)) == 0
-    assert index.mine(1, [2]) == {(0, 1): 1, (1, 2): 1}
-    assert index.spectrum(1, [1]) == {1: 1, 2: 2}
+    assert mine_all(index, 1, [2]) == {(0, 1): 1, (1, 2): 1}
+    assert spectrum_of(index, 1, [1]) == {1: 1, 2: 2}
     assert [index.item_rows(i).count() for i in range(6)] == [1, 2, 2, 0, 0, 0]
 
 
 def test_itemsets_held_by_every_row_are_mined(tmp_path: Path) -> None:
-    """BUG (data/itemsets.py, ``spectrum`` and ``mine``): pyfim 6.28 never reports an itemset
-    contained in every transaction (support = number of rows), e.g. ``veil-type=p`` of the
-    Mushroom data. ``top_k_itemsets`` then misses the most frequent itemsets, computes a wrong
-    c_K (a truncation level that can jump by much more than 1 between neighbours) and can fail
-    after the charge when the missing itemset is revealed from the tail with a score above the
-    tail bound. Fix: give pyfim one extra empty transaction (it changes no itemset count)."""
+    """Regression (the former pyfim index never reported an itemset contained in every
+    transaction, e.g. ``veil-type=p`` of the Mushroom data: a wrong c_K, or a failure after the
+    charge when it was revealed from the tail above the tail bound)."""
     baskets = [["bread", "milk"], ["bread", "milk", "eggs"], ["bread", "milk"]]
     store = fimi_store(tmp_path, baskets, ITEMS)
     index = TransactionIndex(store, item_catalog(store.metadata))
     assert index.count((0, 1)) == 3
-    assert index.mine(1, [1]) == {(0,): 3, (1,): 3, (2,): 1}
-    assert index.mine(1, [2]) == {(0, 1): 3, (0, 2): 1, (1, 2): 1}
-    assert index.spectrum(1, [1, 2]) == {3: 3, 1: 3}
-    assert index.spectrum(3, [1]) == {3: 2}
+    assert mine_all(index, 1, [1]) == {(0,): 3, (1,): 3, (2,): 1}
+    assert mine_all(index, 1, [2]) == {(0, 1): 3, (0, 2): 1, (1, 2): 1}
+    assert spectrum_of(index, 1, [1, 2]) == {3: 3, 1: 3}
+    assert spectrum_of(index, 3, [1]) == {3: 2}
 
 
 def test_spectrum_above_every_count_is_empty(tmp_path: Path) -> None:
-    """Regression: when no item reaches ``min_count`` pyfim returns ``[]`` (a list, not a dict).
-    ``top_k_itemsets`` asks for the spectrum above min(1 + ⌈2K/ε_s⌉, ⌊Γ⌋ + 1), so on a dataset
-    whose items are all rarer than that the operation used to fail after its charge (a
-    data-dependent failure, §0.4)."""
+    """Regression: no item reaches ``min_count`` (the former index then returned a list and the
+    operation failed after its charge, a data-dependent failure, §0.4)."""
     baskets = [["bread", "milk"], ["bread"], ["eggs"], []]
     store = fimi_store(tmp_path, baskets, ITEMS)
     index = TransactionIndex(store, item_catalog(store.metadata))
-    assert index.mine(5, [1]) == {}
-    assert index.spectrum(5, [1]) == {}
-    assert index.spectrum(3, [1, 2]) == {}
+    assert mine_all(index, 5, [1]) == {}
+    assert spectrum_of(index, 5, [1]) == {}
+    assert spectrum_of(index, 3, [1, 2]) == {}
 
 
 def test_the_index_is_cached_per_store(tmp_path: Path) -> None:
@@ -290,7 +308,7 @@ def test_the_index_is_cached_per_store(tmp_path: Path) -> None:
     assert transaction_index(store) is first
     assert transaction_index(other) is not first
     assert first.catalog == item_catalog(store.metadata)
-    assert first.transactions() is first.transactions()  # built once
+    assert first.rows() is first.rows()  # built once
 
 
 # --------------------------------------------------------------------------------------------
@@ -340,18 +358,140 @@ def test_attribute_items_never_share_an_attribute(tmp_path: Path) -> None:
         {"region=n", "colour=blue"},
     ]
     rows = [frozenset(catalog.position(name) for name in row) for row in expected_rows]
-    assert index.transactions() == [sorted(row) for row in rows]
+    assert row_lists(index) == [sorted(row) for row in rows]
     for length in (1, 2, 3):
         truth = brute_counts(rows, catalog, [length])
         assert len(truth) == catalog.universe_size([length])
-        assert index.mine(1, [length]) == {s: c for s, c in truth.items() if c > 0}
-        assert index.spectrum(1, [length]) == brute_spectrum(truth, 1)
+        assert mine_all(index, 1, [length]) == {s: c for s, c in truth.items() if c > 0}
+        assert spectrum_of(index, 1, [length]) == brute_spectrum(truth, 1)
+        dense, _work = index.dense((length, length))
+        ranks = catalog.ranks(length)
+        assert {ranks.unrank(i, length): int(c) for i, c in enumerate(dense)} == truth
     # Two values of one attribute never co-occur.
     for group in catalog.groups:
         for pair in itertools.combinations(group, 2):
             assert index.count(pair) == 0
-    mined = index.mine(1, [2, 3])
+    mined = mine_all(index, 1, [2, 3])
     owner = catalog.group_of
     assert all(len({owner[i] for i in itemset}) == len(itemset) for itemset in mined)
     assert mined[(0, 1)] == 2  # smoker & region=n
     assert mined[(0, 2, 4)] == 1  # smoker & region=s & colour=red
+
+
+# --------------------------------------------------------------------------------------------
+# Ranks, the bounded miner and row truncation
+
+
+@pytest.mark.parametrize("sizes", [(1, 1, 1, 1, 1), (3, 1, 2), (2, 2, 2, 2), (4,), (1, 5, 1, 3)])
+def test_ranks_number_the_valid_itemsets(sizes: tuple[int, ...]) -> None:
+    names = [f"g{g}_{i}" for g, size in enumerate(sizes) for i in range(size)]
+    starts = np.cumsum([0, *sizes])
+    catalog = ItemCatalog(
+        names=tuple(names),
+        literals=tuple(BoolLiteral(attribute=name) for name in names),
+        groups=tuple(tuple(range(starts[g], starts[g + 1])) for g in range(len(sizes))),
+    )
+    for length in range(1, len(sizes) + 1):
+        ranks = catalog.ranks(length)
+        valid = valid_itemsets(catalog, [length])
+        numbers = [ranks.rank(itemset) for itemset in valid]
+        assert sorted(numbers) == list(range(catalog.universe_size([length])))
+        assert [ranks.unrank(number, length) for number in numbers] == valid
+        terms = ranks.terms()
+        assert numbers == [sum(int(terms[i, p]) for p, i in enumerate(s)) for s in valid]
+
+
+def _rows(rows: Sequence[Sequence[int]], n_items: int) -> RowItems:
+    columns = [np.array([r for r, row in enumerate(rows) if i in row]) for i in range(n_items)]
+    return rows_from_columns(columns, len(rows))
+
+
+def _subsets(rows: Sequence[Sequence[int]], low: int, high: int) -> dict[tuple[int, ...], int]:
+    counts: dict[tuple[int, ...], int] = {}
+    for row in rows:
+        for length in range(low, high + 1):
+            for subset in itertools.combinations(sorted(row), length):
+                counts[subset] = counts.get(subset, 0) + 1
+    return counts
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_miner_stays_within_its_public_work_bound(seed: int) -> None:
+    """Random rows of at most w items: exact spectrum, and scan steps, nodes and reports within
+    work_bound(n, w, lengths, B) (steps equal to the per-row sums when B = 1: every prefix is
+    frequent)."""
+    rng = seeded_generator(2000 + seed)
+    n_items, width = 9, 5
+    rows = [
+        sorted(rng.choice(n_items, size=int(rng.integers(0, width + 1)), replace=False).tolist())
+        for _ in range(int(rng.integers(1, 40)))
+    ]
+    data = _rows(rows, n_items)
+    assert [data.items[data.indptr[r] : data.indptr[r + 1]].tolist() for r in range(len(rows))] == (
+        rows
+    )
+    universe = [math.comb(n_items, length) for length in range(6)]
+    for low, high in ((1, 1), (1, 3), (2, 2), (2, 4), (3, 5)):
+        for threshold in (1, 2, 4):
+            spectrum, work = mine_spectrum(data, min_count=threshold, lengths=(low, high))
+            truth = _subsets(rows, low, high)
+            expected = np.zeros(len(rows) + 1, dtype=np.int64)
+            for count in truth.values():
+                if count >= threshold:
+                    expected[count] += 1
+            assert spectrum.tolist() == expected.tolist()
+            bound = work_bound(
+                len(rows), width, (low, high), min_count=threshold, universe=universe
+            )
+            assert work.steps <= bound.steps
+            assert work.nodes <= bound.nodes
+            assert work.reports == int(spectrum.sum()) <= bound.reports
+            per_row = sum(
+                math.comb(len(row), length)
+                for row in rows
+                for length in [*range(1, high + 1), *range(1, high)]
+            )
+            assert work.steps <= per_row
+            if threshold == 1:
+                assert work.steps == per_row
+
+
+def test_the_miner_work_and_mined_set_stay_bounded_on_adversarial_neighbours() -> None:
+    """A 12-item block held by B − 1 rows among filler rows; the neighbour adds one more row
+    holding the block, lifting all its itemsets to count B at once: the mined set grows by
+    Σ_ℓ C(12, ℓ), the work with it, yet both stay within the public bounds of n_max rows."""
+    block, threshold, n_max = list(range(12)), 6, 60
+    filler = [[12 + (r % 8), 12 + ((r + 3) % 8)] for r in range(30)]
+    base = [*filler, *([block] * (threshold - 1))]
+    neighbour = [*base, block]
+    width, lengths = 12, (1, 4)
+    bound = work_bound(n_max, width, lengths, min_count=threshold)
+    results = []
+    for rows in (base, neighbour):
+        spectrum, work = mine_spectrum(_rows(rows, 20), min_count=threshold, lengths=lengths)
+        results.append((int(spectrum.sum()), work))
+        assert work.steps <= bound.steps
+        assert work.nodes <= bound.nodes
+        assert int(spectrum.sum()) == work.reports <= bound.reports  # the plan's F̄
+    (mined_base, work_base), (mined_next, work_next) = results
+    assert mined_next - mined_base == sum(math.comb(12, length) for length in range(1, 5))
+    assert work_next.steps > work_base.steps
+    assert work_next.nodes > work_base.nodes
+
+
+def test_rows_longer_than_the_declared_width_are_cut_to_their_first_items(tmp_path: Path) -> None:
+    baskets = [["jam", "bread", "milk", "eggs"], ["beer", "nappies"], ["milk", "jam", "beer"]]
+    path = tmp_path / "long.dat"
+    path.write_text("".join(" ".join(row) + "\n" for row in baskets), encoding="utf-8")
+    metadata = DatasetMetadata(kind="transactions", n_max=10, items=list(ITEMS), max_row_width=2)
+    store, report = load_store(metadata, FimiSource(path=path.name), base_dir=tmp_path)
+    index = transaction_index(store)
+    # first two items in the order of 'items': bread, milk, eggs, beer, nappies, jam
+    assert row_lists(index) == [[0, 1], [3, 4], [1, 3]]
+    assert report.truncated_rows == 2
+    assert index.width == 2
+    assert index.count((5,)) == 0  # jam was cut from both rows holding it
+    with pytest.raises(ValueError, match="only for transaction"):
+        DatasetMetadata(
+            kind="table", n_max=10, attributes=[BooleanAttribute(name="b")], max_row_width=3
+        )

@@ -155,9 +155,22 @@ def test_fimi_item_universe(tmp_path: Path) -> None:
     metadata = propose_metadata(FimiSource(path="t.dat.gz"), kind="transactions", base_dir=tmp_path)
     assert metadata.items == ["2", "3", "10", "100"]
     assert metadata.n_max == 10
+    assert metadata.max_row_width == 4  # 3 items, rounded up to 10, at most the 4 items
     (tmp_path / "w.dat").write_text("milk bread\nbutter\n")
     words = propose_metadata(FimiSource(path="w.dat"), kind="transactions", base_dir=tmp_path)
     assert words.items == ["bread", "butter", "milk"]
+    assert words.review is not None
+    assert any("max_row_width" in note for note in words.review.notes)
+
+
+def test_fimi_row_width_covers_the_bulk_of_the_rows(tmp_path: Path) -> None:
+    """One row of 40 items among 2,000 rows of 3 to 13: the width covers 99.9 % of the rows
+    (13) rounded up to a multiple of 10; the long row would be cut."""
+    lines = [" ".join(str(i) for i in range(3 + r % 11)) for r in range(2_000)]
+    lines.append(" ".join(str(i) for i in range(40)))
+    (tmp_path / "long.dat").write_text("\n".join(lines) + "\n")
+    metadata = propose_metadata(FimiSource(path="long.dat"), kind="transactions", base_dir=tmp_path)
+    assert metadata.max_row_width == 20
     with pytest.raises(ValueError, match="FIMI"):
         propose_metadata(FimiSource(path="w.dat"), kind="table", base_dir=tmp_path)
 

@@ -10,6 +10,9 @@
   P(i first, j second) = ∫ f_j(y)·S_i(y)·Π_{l≠i,j} F_l(y) dy (Laplace).
 * The descending order-statistics recursion against the exact law of the r-th largest of N i.i.d.
   draws, P(V_(r) ≤ x) = P(Binomial(N, S(x)) ≤ r − 1), and against brute force (sorted draws).
+* Explicit blocks of equal scores have the law of their candidates listed one by one; the public
+  bound on tail reveals holds in its worst case (every tail score the furthest below the bound),
+  and the bound on draws is the negative-binomial quantile.
 
 Every generator is seeded, so each test is reproducible; every goodness-of-fit test uses the
 threshold p > 1e-5 (a correct sampler fails one with probability 1e-5).
@@ -32,10 +35,14 @@ from scipy import integrate, stats
 from dpmine_server.dp.mechanisms import exponential_mechanism
 from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.dp.topk import (
+    BlockPick,
     Noise,
     TailCandidate,
     _DescendingOrderStatistics,
+    draw_bound,
+    noisy_top_k_blocks,
     noisy_top_k_with_tail,
+    reveal_bound,
     upper_quantile,
 )
 
@@ -657,3 +664,150 @@ def test_invalid_inputs_raise_value_error(call: BadCall, message: str) -> None:
                 tail_bound=call.tail_bound,
                 draw_tail=_draw_nothing if call.has_drawer else None,
             )
+
+
+# --------------------------------------------------------------------------------------------
+# (d) explicit blocks of equal scores, and the public bounds on reveals and draws
+
+#: Blocks (score, size): the expanded candidates are SCORES-like, with repeated scores.
+BLOCKS = ((3.0, 1), (2.0, 3), (1.0, 2), (0.0, 4))
+
+
+def _expanded(blocks: Sequence[tuple[float, int]]) -> tuple[list[float], list[tuple[int, int]]]:
+    """The candidates of the blocks (scores) and their (block, member) names."""
+    scores, names = [], []
+    for block, (score, size) in enumerate(blocks):
+        for member in range(size):
+            scores.append(score)
+            names.append((block, member))
+    return scores, names
+
+
+def sample_blocks(
+    blocks: Sequence[tuple[float, int]],
+    *,
+    tail: Sequence[float],
+    tail_bound: float,
+    noise: Noise,
+    draws: int,
+    seed: int,
+) -> Counter[Outcome]:
+    """Top-2 outcomes (indices into the expanded blocks, then the tail) of
+    :func:`noisy_top_k_blocks`, each block's picks mapped to distinct uniform members."""
+    rng = seeded_generator(seed)
+    _scores, names = _expanded(blocks)
+    position = {name: i for i, name in enumerate(names)}
+    offset = len(names)
+
+    def draw(generator: np.random.Generator) -> TailCandidate:
+        member = int(generator.integers(len(tail)))
+        return TailCandidate(key=offset + member, score=tail[member])
+
+    outcomes: Counter[Outcome] = Counter()
+    for _ in range(draws):
+        picks = noisy_top_k_blocks(
+            [score for score, _size in blocks],
+            [size for _score, size in blocks],
+            k=2,
+            noise=noise,
+            scale=SCALE,
+            rng=rng,
+            tail_size=len(tail),
+            tail_bound=tail_bound,
+            draw_tail=draw if tail else None,
+        )
+        members: dict[int, list[int]] = {}
+        outcome = []
+        for pick in picks:
+            if isinstance(pick, BlockPick):
+                if pick.block not in members:
+                    size = blocks[pick.block][1]
+                    members[pick.block] = [int(m) for m in rng.permutation(size)]
+                outcome.append(position[(pick.block, members[pick.block][pick.rank])])
+            else:
+                assert isinstance(pick, int)
+                outcome.append(pick)
+        outcomes[tuple(outcome)] += 1
+    return outcomes
+
+
+@pytest.mark.parametrize("noise", ["gumbel", "laplace"])
+@pytest.mark.parametrize("with_tail", [False, True], ids=["blocks", "blocks+tail"])
+def test_blocks_give_the_law_of_their_expanded_candidates(noise: Noise, with_tail: bool) -> None:
+    """Blocks of equal scores (and a tail below them, scores corrected) have the exact law of
+    the mechanism over every candidate listed one by one."""
+    scores, _names = _expanded(BLOCKS)
+    tail = [-0.5, -1.0, 0.5] if with_tail else []
+    law = exact_probabilities([*scores, *tail], noise, SCALE, 2)
+    seed = 800 + 2 * with_tail + (noise == "laplace")
+    observed = sample_blocks(
+        BLOCKS, tail=tail, tail_bound=0.5, noise=noise, draws=TAIL_DRAWS, seed=seed
+    )
+    assert goodness_of_fit(observed, law) > P_VALUE
+
+
+def test_a_huge_block_is_sampled_without_expanding_it() -> None:
+    """A block of 10^15 candidates at score 0 against one at 40 (scale 1): the block's maximum
+    is Gumbel(ln 10^15 ≈ 34.5) and beats the single candidate with probability 1/(1 + e^5.5)."""
+    rng = seeded_generator(811)
+    wins = 0
+    runs = 4000
+    for _ in range(runs):
+        (pick,) = noisy_top_k_blocks(
+            [0.0, 40.0], [10**15, 1], k=1, noise="gumbel", scale=1.0, rng=rng
+        )
+        assert isinstance(pick, BlockPick)
+        wins += pick.block == 0
+    p = 1.0 / (1.0 + math.exp(40.0 - math.log(10**15)))
+    assert stats.binomtest(wins, runs, p).pvalue > P_VALUE
+
+
+@pytest.mark.parametrize("noise", ["gumbel", "laplace"])
+@pytest.mark.parametrize(("k", "gap"), [(1, 0.7), (3, 2.0), (5, 1.0)])
+def test_reveals_stay_within_the_public_bound(noise: Noise, k: int, gap: float) -> None:
+    """The worst case of the bound: no explicit candidate, every tail score `gap` below the
+    declared bound. More than R(δ) reveals happen at most a δ share of the runs (binomial upper
+    limit), and R(½) is not vacuous (exceeded in at least 5 % of the runs)."""
+    rng = seeded_generator(820 + k + int(10 * gap) + (noise == "laplace"))
+    runs, delta = 2000, 0.01
+    tail_size = 10**6
+    strict = reveal_bound(k=k, gap=gap, scale=1.0, tail_size=tail_size, failure=delta)
+    loose = reveal_bound(k=k, gap=gap, scale=1.0, tail_size=tail_size, failure=0.5)
+    assert k <= loose <= strict
+    counts = []
+    for _ in range(runs):
+        revealed = 0
+
+        def draw(generator: np.random.Generator) -> TailCandidate:
+            nonlocal revealed
+            revealed += 1
+            return TailCandidate(key=int(generator.integers(10**12)), score=-gap)
+
+        noisy_top_k_blocks(
+            [],
+            [],
+            k=k,
+            noise=noise,
+            scale=1.0,
+            rng=rng,
+            tail_size=tail_size,
+            tail_bound=0.0,
+            draw_tail=draw,
+        )
+        counts.append(revealed)
+    above = sum(count > strict for count in counts)
+    assert stats.binomtest(above, runs, delta, alternative="greater").pvalue > P_VALUE
+    assert sum(count > loose for count in counts) >= 0.05 * runs
+    assert reveal_bound(k=k, gap=0.0, scale=1.0, tail_size=tail_size, failure=delta) == k
+
+
+@pytest.mark.parametrize(("successes", "p"), [(1, 0.5), (30, 0.9), (200, 0.55), (5, 0.01)])
+def test_draw_bound_is_the_negative_binomial_quantile(successes: int, p: float) -> None:
+    failure = 1e-6
+    draws = draw_bound(successes=successes, success_probability=p, failure=failure)
+    # P[more than X draws] = P[more than X − R failures before the R-th success]
+    assert stats.nbinom.sf(draws - successes, successes, p) <= failure * (1 + 1e-9)
+    assert stats.nbinom.sf(draws - successes - 1, successes, p) > failure
+    assert draw_bound(successes=successes, success_probability=1.0, failure=failure) == successes
+    capped = draw_bound(successes=successes, success_probability=p, failure=failure, limit=3)
+    assert capped == max(3, successes) if draws > 3 else capped == draws

@@ -1,25 +1,27 @@
 """The private top-K itemset kernels ``fim.topk_em`` / ``fim.topk_laplace`` (ALGORITHMS.md §4).
 
 * Γ against the spec's worked example (§4.1) and the closed forms of Algorithms 1 and 2.
-* c_K, the explicit threshold and the truncation level τ = max(c_K − Γ, 0) on real indexes,
-  including fewer than K occurring itemsets, c_K read exactly above Γ and the memory-cap path.
-* The uniform tail draw is uniform over the valid itemsets (at most one item per attribute).
-* The whole kernel: with a huge ε it returns the true top-K in order with exact counts; its output
-  law equals the exact law of "truncated counts + noise, top K in order" computed by brute force
-  over the whole universe, whatever the explicit threshold (default, memory cap, everything in the
-  tail); requests are validated from public metadata alone.
+* c_K and the truncation level τ = max(c_K − Γ, 0) read off a spectrum mined at the threshold
+  B ≤ ⌊Γ⌋ + 1, including fewer than K itemsets at B; the public plan's regimes (dense counting
+  of a small universe, explicit blocks and a tail otherwise) and its refusals.
+* The uniform tail draw (by rank) is uniform over the valid itemsets (at most one item per
+  attribute).
+* The whole kernel: with a huge ε it returns the true top-K in order with exact counts, on the
+  dense and the sparse plan; its output law equals the exact law of "truncated counts + noise,
+  top K in order" computed by brute force over the whole universe, whatever the plan (dense;
+  sparse at B = 1, 5 and ⌊Γ⌋ + 1); requests are validated from public metadata alone.
 
 Seeded generators make every sampling test reproducible; goodness-of-fit tests use p > 1e-5.
 Released counts come from OpenDP's unseedable sampler: their checks use ε_p so large that a
 nonzero noise has probability below 1e-12.
 
-Two tests pin down defects (see their docstrings): itemsets held by every row are never mined,
-and the ε split can spend (by one float ulp) more than the charge. A regression test covers a
-dataset with no frequent item (an empty pattern spectrum).
+Regression tests cover itemsets held by every row, the ε split spending (by one float ulp) more
+than the charge, and a dataset with no frequent item.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections import Counter
@@ -41,6 +43,7 @@ from dpmine.wire import (
     TopKItemsetsResponse,
 )
 from dpmine_server.data.columns import BooleanColumn, CategoricalColumn, ColumnStore, ItemColumns
+from dpmine_server.data.itemset_miner import work_bound
 from dpmine_server.data.itemsets import (
     ItemCatalog,
     Itemset,
@@ -53,16 +56,15 @@ from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.operations import CATALOG
 from dpmine_server.operations import itemsets as kernel
 from dpmine_server.operations.base import no_progress
+from dpmine_server.operations.itemset_plan import TopKPlan
 from dpmine_server.operations.itemsets import (
     Method,
     _split,
-    _uniform_itemset,
-    explicit_itemsets,
-    explicit_threshold,
     kth_largest_count,
     margin,
     selection_scale,
     top_k_itemsets,
+    top_k_plan,
     truncation_level,
 )
 
@@ -221,11 +223,12 @@ def test_margin_closed_forms(k: int, universe_size: int, eps: float, rho: float)
 
 
 # --------------------------------------------------------------------------------------------
-# c_K, the explicit threshold and τ
+# c_K and τ from a spectrum; the plan's regimes
 
 
 def test_kth_largest_count() -> None:
-    spectrum = {10: 2, 7: 1, 3: 5}
+    spectrum = np.zeros(11, dtype=np.int64)
+    spectrum[[10, 7, 3]] = [2, 1, 5]
     assert [kth_largest_count(spectrum, k) for k in range(1, 10)] == [
         10,
         10,
@@ -237,67 +240,76 @@ def test_kth_largest_count() -> None:
         3,
         None,
     ]
-    assert kth_largest_count({}, 1) is None
+    assert kth_largest_count(np.zeros(4, dtype=np.int64), 1) is None
 
 
-def test_explicit_threshold_and_the_memory_cap(monkeypatch: pytest.MonkeyPatch) -> None:
-    spectrum = {10: 2, 9: 2, 5: 1, 2: 7}
-    assert explicit_threshold(spectrum, 4) == 4  # the default cap holds everything
-    assert explicit_threshold(spectrum, 11) == 11
-    monkeypatch.setattr(kernel, "MAX_EXPLICIT_ITEMSETS", 5)
-    assert explicit_threshold(spectrum, 4) == 4  # 2 + 2 + 1 = 5 fit
-    assert explicit_threshold(spectrum, 2) == 3  # the 7 itemsets of count 2 do not
-    monkeypatch.setattr(kernel, "MAX_EXPLICIT_ITEMSETS", 3)
-    assert explicit_threshold(spectrum, 4) == 10  # only the two of count 10 fit
-    monkeypatch.setattr(kernel, "MAX_EXPLICIT_ITEMSETS", 1)
-    assert explicit_threshold(spectrum, 4) == 11  # nothing fits: everything goes to the tail
+#: Pair counts of the τ tests: ab 12, ac 9, bc 9, ad 4 (the rest 0).
+TAU_PAIRS = {"ab": 12, "ac": 9, "bc": 9, "ad": 4}
 
 
-#: Pair counts of the truncation tests: ab 12, ac 9, bc 9, de 4, ef 1 (5 occurring pairs).
-TRUNCATION_ROWS = rows_with_pair_counts({"ab": 12, "ac": 9, "bc": 9, "de": 4, "ef": 1})
+@pytest.mark.parametrize(
+    ("threshold", "k", "gamma", "tau"),
+    [
+        (1, 1, 3.5, 12 - 3.5),
+        (1, 3, 3.5, 9 - 3.5),
+        (1, 4, 3.5, 4 - 3.5),
+        (4, 3, 3.5, 9 - 3.5),  # c_3 = 9 ≥ B: read off the mined spectrum
+        (5, 4, 4.0, 0.0),  # fewer than 4 at B = 5 ≤ ⌊Γ⌋ + 1: c_4 ≤ Γ
+        (1, 4, 4.0, 0.0),  # c_4 = 4 = Γ
+        (13, 1, 12.5, 0.0),  # nothing at B = 13: c_1 = 12 ≤ Γ
+    ],
+)
+def test_truncation_level_from_the_spectrum_at_the_threshold(
+    threshold: int, k: int, gamma: float, tau: float
+) -> None:
+    index = index_of(rows_with_pair_counts(TAU_PAIRS))
+    spectrum, _work = index.spectrum(threshold, (2, 2))
+    assert threshold <= math.floor(gamma) + 1
+    assert truncation_level(spectrum, k=k, gamma=gamma) == tau
 
 
-def test_truncation_level_reads_c_k_exactly_above_the_margin() -> None:
-    index = index_of(TRUNCATION_ROWS)
-    for k, c_k in ((1, 12), (2, 9), (3, 9), (4, 4), (5, 1)):
-        for gamma in (0.25, 0.5):
-            assert truncation_level(index, k=k, lengths=[2], gamma=gamma) == c_k - gamma
-    assert truncation_level(index, k=2, lengths=[2], gamma=3.5) == 9 - 3.5
-    assert truncation_level(index, k=4, lengths=[2], gamma=3.5) == 4 - 3.5
-
-
-def test_truncation_level_is_zero_when_c_k_is_within_the_margin() -> None:
-    index = index_of(TRUNCATION_ROWS)
-    assert truncation_level(index, k=1, lengths=[2], gamma=12.0) == 0.0
-    assert truncation_level(index, k=2, lengths=[2], gamma=9.5) == 0.0
-    assert truncation_level(index, k=4, lengths=[2], gamma=4.0) == 0.0  # c_4 = 4 = Γ
-
-
-def test_fewer_than_k_occurring_itemsets_give_tau_zero() -> None:
-    index = index_of(TRUNCATION_ROWS)
-    # Five pairs occur; c_6 = 0 whatever Γ.
-    for gamma in (0.1, 2.0, 30.0):
-        assert truncation_level(index, k=6, lengths=[2], gamma=gamma) == 0.0
-    # Ten triples could exist among a..f, none occurs in two-item rows.
-    assert truncation_level(index, k=1, lengths=[3], gamma=0.5) == 0.0
-
-
-def test_truncation_level_with_lengths_mixed() -> None:
-    index = index_of(TRUNCATION_ROWS)
-    # Singletons: a 21, b 21, c 18, e 5, d 4, f 1; pairs as above.
-    assert truncation_level(index, k=3, lengths=[1, 2], gamma=0.5) == 18 - 0.5
-
-
-def test_explicit_itemsets_respects_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
-    index = index_of(TRUNCATION_ROWS)
-    assert explicit_itemsets(index, 4, [2], universe=15) == (
-        4,
-        {(0, 1): 12, (0, 2): 9, (1, 2): 9, (3, 4): 4},
+def test_the_plan_counts_small_universes_densely_and_samples_large_ones() -> None:
+    catalog = item_catalog(_transactions(40))
+    small = top_k_plan(
+        catalog,
+        n_max=1000,
+        width=10,
+        method="em",
+        k=5,
+        lengths=[2],
+        epsilon_selection=1.0,
+        rho=0.1,
     )
-    monkeypatch.setattr(kernel, "MAX_EXPLICIT_ITEMSETS", 3)
-    threshold, mined = explicit_itemsets(index, 4, [2], universe=15)
-    assert threshold == 5  # ab (12), ac and bc (9) fit the cap of 3; de (4) does not
-    assert set(mined.values()) == {12, 9}
+    assert small.dense
+    assert (small.threshold, small.reveals, small.draws, small.passes) == (1, 0, 0, 1)
+    big = item_catalog(_transactions(2000))
+    large = top_k_plan(
+        big, n_max=1000, width=10, method="em", k=5, lengths=[3], epsilon_selection=1.0, rho=0.1
+    )
+    assert not large.dense
+    assert large.universe == math.comb(2000, 3)
+    assert large.threshold == 1 + math.ceil(5 / 1.0)  # min(1 + ⌈scale⌉, ⌊Γ⌋ + 1)
+    assert large.explicit_bound == 1000 * math.comb(10, 3) // large.threshold
+    assert large.reveals >= 5
+    assert large.draws >= large.reveals
+    assert large.mining == work_bound(
+        1000, 10, (3, 3), min_count=large.threshold, universe=[math.comb(2000, n) for n in range(4)]
+    )
+
+
+def test_the_plan_refuses_what_it_cannot_bound() -> None:
+    catalog = item_catalog(_transactions(3000))
+    with pytest.raises(ValueError, match="max_row_width"):
+        top_k_plan(
+            catalog,
+            n_max=10**6,
+            width=3000,
+            method="em",
+            k=5,
+            lengths=[3],
+            epsilon_selection=1.0,
+            rho=0.1,
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -315,15 +327,32 @@ def _table_catalog(sizes: Sequence[int]) -> ItemCatalog:
     return item_catalog(DatasetMetadata(kind="table", n_max=10, attributes=attributes))
 
 
-@pytest.mark.parametrize("lengths", [[2], [2, 3], [1, 3, 4]])
-def test_uniform_itemset_is_uniform_over_valid_itemsets(lengths: list[int]) -> None:
-    catalog = _table_catalog((3, 2, 1, 2))
-    valid = universe(catalog, lengths)
-    weights = [catalog.universe_size([length]) for length in lengths]
-    assert sum(weights) == len(valid)
+@pytest.mark.parametrize("lengths", [(2, 2), (2, 3), (1, 4)])
+def test_uniform_tail_draw_is_uniform_over_valid_itemsets(lengths: tuple[int, int]) -> None:
+    sizes = (3, 2, 1, 2)
+    catalog = _table_catalog(sizes)
+    attributes = [
+        BooleanAttribute(name=f"b{g}")
+        if size == 1
+        else CategoricalAttribute(name=f"c{g}", categories=[f"v{v}" for v in range(size)])
+        for g, size in enumerate(sizes)
+    ]
+    metadata = DatasetMetadata(kind="table", n_max=10, attributes=attributes)
+    store = ColumnStore(
+        metadata,
+        n_rows=1,
+        columns={
+            a.name: BooleanColumn.from_arrays(a.name, np.zeros(1, bool), np.ones(1, bool))
+            if isinstance(a, BooleanAttribute)
+            else CategoricalColumn(a.name, tuple(a.categories), np.zeros(1, dtype=np.int32))
+            for a in attributes
+        },
+    )
+    tail = kernel._Tail(transaction_index(store), lengths, threshold=1)
+    valid = universe(catalog, list(range(lengths[0], lengths[1] + 1)))
     rng = seeded_generator(900 + sum(lengths))
     draws = 200 * len(valid)
-    observed = Counter(_uniform_itemset(catalog, lengths, weights, rng) for _ in range(draws))
+    observed = Counter(tail.uniform(rng) for _ in range(draws))
     assert set(observed) <= set(valid), set(observed) - set(valid)
     counts = [observed[itemset] for itemset in valid]
     assert stats.chisquare(counts).pvalue > P_VALUE
@@ -357,11 +386,32 @@ def _names(index: TransactionIndex, itemset: Itemset) -> str:
     return "".join(index.catalog.names[i] for i in itemset)
 
 
+def _huge_epsilon_plan(
+    index: TransactionIndex, method: Method, k: int, *, sparse: bool
+) -> TopKPlan | None:
+    """None (the default plan: dense on these small universes) or the sparse plan at B = 1
+    (explicit: the occurring itemsets; tail: the others, at count 0)."""
+    if not sparse:
+        return None
+    plan = top_k_plan(
+        index.catalog,
+        n_max=index.n_max,
+        width=index.width,
+        method=method,
+        k=k,
+        lengths=[2],
+        epsilon_selection=1e5,
+        rho=NEGLIGIBLE_RHO,
+    )
+    return dataclasses.replace(plan, dense=False, threshold=1, passes=2)
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
 @pytest.mark.parametrize("method", ["em", "laplace"])
-def test_huge_epsilon_returns_the_true_top_k_in_order(method: Method) -> None:
+def test_huge_epsilon_returns_the_true_top_k_in_order(method: Method, sparse: bool) -> None:
     index = index_of(rows_with_pair_counts(SPREAD))
     truth = sorted(SPREAD, key=lambda pair: -SPREAD[pair])
-    rng = seeded_generator(1000 + (method == "laplace"))
+    rng = seeded_generator(1000 + (method == "laplace") + 2 * sparse)
     for k in (1, 3, 8, 14):
         released = top_k_itemsets(
             index,
@@ -372,6 +422,7 @@ def test_huge_epsilon_returns_the_true_top_k_in_order(method: Method) -> None:
             epsilon_counts=1e5,
             rho=NEGLIGIBLE_RHO,
             rng=rng,
+            plan=_huge_epsilon_plan(index, method, k, sparse=sparse),
         )
         assert [_names(index, itemset) for itemset, _count in released] == truth[:k]
         for itemset, count in released:
@@ -390,12 +441,17 @@ def test_huge_epsilon_returns_the_true_top_k_in_order(method: Method) -> None:
         assert all(count is None for _itemset, count in without)
 
 
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
 @pytest.mark.parametrize("method", ["em", "laplace"])
-def test_huge_epsilon_fills_the_top_k_with_zero_count_itemsets(method: Method) -> None:
+def test_huge_epsilon_fills_the_top_k_with_zero_count_itemsets(
+    method: Method, sparse: bool
+) -> None:
     """Fewer occurring itemsets than K: the occurring ones first, then distinct valid
-    zero-count itemsets from the tail (uniformly: all 13 appear over repetitions)."""
+    zero-count itemsets (the count-0 block, or the tail: uniformly, all 13 appear over
+    repetitions)."""
     index = index_of(rows_with_pair_counts({"ab": 5, "cd": 3}))
-    rng = seeded_generator(1100 + (method == "laplace"))
+    rng = seeded_generator(1100 + (method == "laplace") + 2 * sparse)
+    plan = _huge_epsilon_plan(index, method, 4, sparse=sparse)
     fillers: Counter[str] = Counter()
     for _ in range(300):
         released = top_k_itemsets(
@@ -407,6 +463,7 @@ def test_huge_epsilon_fills_the_top_k_with_zero_count_itemsets(method: Method) -
             epsilon_counts=1e5,
             rho=NEGLIGIBLE_RHO,
             rng=rng,
+            plan=plan,
         )
         names = [_names(index, itemset) for itemset, _ in released]
         assert names[:2] == ["ab", "cd"]
@@ -547,17 +604,12 @@ DISTRIBUTION_RHO = 0.5
 DISTRIBUTION_DRAWS = 4_000
 
 
-def _all_in_tail(
-    index: TransactionIndex, start: int, lengths: Sequence[int], universe: int
-) -> tuple[int, dict[Itemset, int]]:
-    """No explicit itemset at all: the whole universe is the tail (bound: the largest count)."""
-    del universe
-    top = max(index.spectrum(1, lengths), default=0)
-    return max(start, top + 1), {}
-
-
 def _sample_outcomes(
-    index: TransactionIndex, method: Method, itemsets: list[Itemset], seed: int
+    index: TransactionIndex,
+    method: Method,
+    itemsets: list[Itemset],
+    seed: int,
+    plan: TopKPlan | None = None,
 ) -> Counter[Outcome]:
     position = {itemset: i for i, itemset in enumerate(itemsets)}
     rng = seeded_generator(seed)
@@ -572,15 +624,31 @@ def _sample_outcomes(
             epsilon_counts=None,
             rho=DISTRIBUTION_RHO,
             rng=rng,
+            plan=plan,
         )
         outcomes[tuple(position[itemset] for itemset, _ in released)] += 1
     return outcomes
 
 
+def _sparse_plan(index: TransactionIndex, method: Method, threshold: int) -> TopKPlan:
+    """The default plan turned sparse at explicit threshold B (any B ≤ ⌊Γ⌋ + 1 is exact)."""
+    plan = top_k_plan(
+        index.catalog,
+        n_max=index.n_max,
+        width=index.width,
+        method=method,
+        k=DISTRIBUTION_K,
+        lengths=[2],
+        epsilon_selection=DISTRIBUTION_EPSILON[method],
+        rho=DISTRIBUTION_RHO,
+    )
+    return dataclasses.replace(plan, dense=False, threshold=threshold, passes=2)
+
+
 @pytest.mark.parametrize("method", ["em", "laplace"])
-def test_output_law_is_exact_whatever_the_explicit_threshold(
-    method: Method, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_output_law_is_exact_whatever_the_plan(method: Method) -> None:
+    """Dense counting, and the sparse scheme at B = 1 (the tail holds ef alone, at τ), B = 5
+    and B = 9 = ⌊Γ⌋ + 1 (the tail holds every pair below 9, scores corrected down to τ)."""
     index = index_of(rows_with_pair_counts(COMPACT))
     itemsets, scores = truncated_scores(
         index,
@@ -602,17 +670,13 @@ def test_output_law_is_exact_whatever_the_explicit_threshold(
     seed = 1500 + 10 * (method == "laplace")
 
     default = _sample_outcomes(index, method, itemsets, seed)
-    with monkeypatch.context() as patch:
-        patch.setattr(kernel, "MAX_EXPLICIT_ITEMSETS", 2)  # explicit: ab, ac; tail bound 13
-        capped = _sample_outcomes(index, method, itemsets, seed + 1)
-    with monkeypatch.context() as patch:
-        patch.setattr(kernel, "explicit_itemsets", _all_in_tail)
-        tail_only = _sample_outcomes(index, method, itemsets, seed + 2)
-
-    for name, observed in (("default", default), ("capped", capped), ("tail", tail_only)):
+    samples = {"default": default}
+    for offset, threshold in enumerate((1, 5, 9), start=1):
+        plan = _sparse_plan(index, method, threshold)
+        samples[f"B={threshold}"] = _sample_outcomes(index, method, itemsets, seed + offset, plan)
+    for name, observed in samples.items():
         assert goodness_of_fit(observed, law) > P_VALUE, name
-    assert homogeneity(default, capped) > P_VALUE
-    assert homogeneity(default, tail_only) > P_VALUE
+        assert homogeneity(default, observed) > P_VALUE, name
 
 
 def _counts(index: TransactionIndex, itemsets: list[Itemset]) -> list[float]:

@@ -560,5 +560,6 @@ def test_the_padding_budget_grows_with_the_public_parameters() -> None:
     assert sample(1000, 100, n_max=300_000) > sample(1000, 100)
     assert sample(3000, 136) > 1.0  # the measured 0.45 ms a step at 32k rows
     count = operation_work("count.noisy", {}, metadata)
-    assert operation_work("brl.antecedents", {"max_length": 2}, metadata) > count
+    antecedents = {"max_length": 1, "epsilon": 1.0, "k_per_class": 1}
+    assert operation_work("brl.antecedents", antecedents, metadata) > count
     assert operation_work("brl.point_estimates", {"rules": [one] * 5}, metadata) > count

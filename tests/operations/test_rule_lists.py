@@ -17,9 +17,11 @@ from pydantic import BaseModel, ValidationError
 from dpmine.wire import (
     MIN_RULE_LIST_ITERATIONS,
     Antecedent,
+    BooleanAttribute,
     BoolLiteral,
     CatLiteral,
     DatasetMetadata,
+    LabelSpec,
     NumLiteral,
     PointEstimatesRequest,
     RuleListAntecedentsRequest,
@@ -39,6 +41,8 @@ from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.operations import CATALOG, rule_lists
 from dpmine_server.operations.base import Progress, no_progress
 from dpmine_server.operations.rule_lists import class_rows, exact_capture_counts
+from dpmine_server.services.timing import operation_work
+from support.itemsets import mine_all
 
 # --------------------------------------------------------------------------------------------
 # A toy table: smoker (Boolean), colour (categorical), age (numeric, grid), weight (numeric,
@@ -199,7 +203,7 @@ def test_a_row_subset_index_counts_and_mines_only_its_rows() -> None:
         for itemset, antecedent in antecedents.items()
     }
     assert {itemset: index.count(itemset) for itemset in brute} == brute
-    mined = index.mine(5, [1, 2])
+    mined = mine_all(index, 5, [1, 2])
     assert mined == {itemset: count for itemset, count in brute.items() if count >= 5}
 
 
@@ -474,3 +478,25 @@ def _collect(reports: list[float]) -> Progress:
         reports.append(fraction)
 
     return report
+
+
+def test_antecedents_past_the_work_cap_are_refused_from_the_metadata() -> None:
+    """120 Boolean attributes on a million rows: antecedents of up to 3 items would mean
+    n_max · Σ C(120, ℓ) ≈ 3e11 scan steps, refused by validation (before the charge); pairs
+    are within the cap, and their padding budget is the plan's priced bound for two classes."""
+    attributes = [BooleanAttribute(name=f"a{i}") for i in range(120)]
+    metadata = DatasetMetadata(
+        kind="table",
+        n_max=1_000_000,
+        attributes=[*attributes, BooleanAttribute(name="y")],
+        label=LabelSpec(attribute="y", positive="1"),
+    )
+    spec = CATALOG["brl.antecedents"]
+    with pytest.raises(ValueError, match="shorter itemsets"):
+        spec.validate(RuleListAntecedentsRequest(max_length=3, epsilon=1.0), metadata)
+    pairs = RuleListAntecedentsRequest(max_length=2, epsilon=1.0)
+    spec.validate(pairs, metadata)
+    plan = rule_lists.antecedents_plan(pairs, metadata)
+    assert plan.mining.steps == 1_000_000 * (120 + math.comb(120, 2) + 120)
+    budget = operation_work("brl.antecedents", pairs.model_dump(mode="json"), metadata)
+    assert budget == plan.seconds(classes=2)

@@ -41,6 +41,7 @@ from dpmine.wire import (
     CsvSource,
     DatasetMetadata,
     Expr,
+    ExtendOneRequest,
     Not,
     NumericAttribute,
     NumLiteral,
@@ -50,8 +51,11 @@ from dpmine.wire import (
 from dpmine.wire.queries import And, Or
 from dpmine_server.data.columns import ColumnStore
 from dpmine_server.data.loaders import load_store
+from dpmine_server.dp.candidates import continuous_cells
+from dpmine_server.dp.lattice import PublicLattice
 from dpmine_server.dp.rng import seeded_generator
-from dpmine_server.operations.redescriptions import quality_parameters
+from dpmine_server.operations import CATALOG, serenade
+from dpmine_server.operations.redescriptions import extend_enumeration, quality_parameters
 from dpmine_server.operations.serenade import (
     REJECTION_MAX_EXPONENT,
     ExtensionRules,
@@ -60,7 +64,9 @@ from dpmine_server.operations.serenade import (
     ThresholdMode,
     choose_threshold_mode,
     extend_one,
+    extension_families,
     initial_pairs,
+    pair_families,
     parse_side,
 )
 from dpmine_server.operations.serenade_quality import (
@@ -817,3 +823,68 @@ def test_same_seed_same_outcome(views: tuple[ColumnStore, Data]) -> None:
 
     assert run(9) == run(9)
     assert run(9) != run(10)
+
+
+# --------------------------------------------------------------------------------------------
+# Public bounds on the enumeration of continuous families (c > 8)
+
+FAMILY_RULES = [
+    ExtensionRules(),
+    ExtensionRules(negations=True),
+    ExtensionRules(operators=frozenset({"and"}), max_literals=2),
+    ExtensionRules(single_side_or=False, negations=True),
+]
+FAMILY_COLLECTIONS = [
+    [red(A, B)],
+    [red(fold(A, ("or", D)), B), red(RED, fold(B, ("and", X_LOW)))],
+    [red(fold(A, ("and", RED)), fold(B, ("or", X_MID)))],
+]
+
+
+@pytest.mark.parametrize("kind", ["views", "table"])
+@pytest.mark.parametrize("numeric_left", [False, True])
+def test_family_counts_are_the_kernels_families(
+    tmp_path: Path, kind: Literal["views", "table"], numeric_left: bool
+) -> None:
+    """The public counts of continuous families match the candidate sets the kernels build,
+    and every family's column has at most n_max distinct values (so (n_max + 2)² cell pairs)."""
+    metadata = attributes(kind, numeric_left=numeric_left)
+    store, _data = load(tmp_path, metadata)
+    for rules in FAMILY_RULES:
+        built = serenade._pair_candidates(store, rules=rules, mode="continuous", params=PARAMS)
+        assert pair_families(metadata, rules) == len(built.families)
+        for collection in FAMILY_COLLECTIONS:
+            kernel = sum(
+                len(
+                    serenade._extension_candidates(
+                        store, redescription, rules=rules, mode="continuous", params=PARAMS
+                    ).families
+                )
+                for redescription in collection
+            )
+            assert extension_families(metadata, collection, rules) == kernel
+            for family in built.families:
+                cells = continuous_cells(family.column, PublicLattice.of(family.attribute))
+                assert (cells.size + 2) ** 2 <= (metadata.n_max + 2) ** 2
+
+
+def test_enumeration_beyond_the_cap_is_refused_before_the_charge() -> None:
+    """Continuous thresholds at c > 8 on n_max = 10^5 rows: (n_max + 2)² ≈ 10^10 cell pairs per
+    family, refused by validation (before any data is read) with what to change; 'auto' (the
+    grid above c = 8) is accepted."""
+    metadata = attributes("views").model_copy(update={"n_max": 100_000})
+    quality = QualityParameters(x0=10.0, s=1.0)
+    base = {
+        "mode": "cs",
+        "collection": [red(A, B).model_dump(mode="json")],
+        "epsilon": 1000.0,
+        "quality": quality.model_dump(mode="json"),
+    }
+    spec = CATALOG["serenade.extend_one"]
+    refused = ExtendOneRequest.model_validate({**base, "options": {"threshold_mode": "continuous"}})
+    assert extend_enumeration(refused, metadata) == 3 * (100_000 + 2) ** 2  # 2 families + 1 draw
+    with pytest.raises(ValueError, match="threshold_mode"):
+        spec.validate(refused, metadata)
+    accepted = ExtendOneRequest.model_validate({**base, "options": {"threshold_mode": "auto"}})
+    spec.validate(accepted, metadata)
+    assert extend_enumeration(accepted, metadata) == 0

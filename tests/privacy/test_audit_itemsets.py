@@ -45,7 +45,7 @@ from dpmine_server.data.columns import ColumnStore, ItemColumns
 from dpmine_server.dp.budget import Epsilon
 from dpmine_server.dp.mechanisms import discrete_laplace
 from dpmine_server.dp.rng import seeded_generator
-from dpmine_server.dp.topk import noisy_top_k_with_tail
+from dpmine_server.dp.topk import BlockPick, noisy_top_k_blocks
 from dpmine_server.operations import CATALOG
 from dpmine_server.operations import itemsets as kernel
 from dpmine_server.operations.base import no_progress
@@ -182,10 +182,10 @@ def reduced_selection_noise(factor: float) -> Iterator[None]:
     """BROKEN on purpose: the kernel's top-K sampler runs with ``factor`` × the noise scale."""
     with pytest.MonkeyPatch.context() as patch:
 
-        def broken(*args: Any, scale: float, **kwargs: Any) -> list[Hashable]:
-            return noisy_top_k_with_tail(*args, scale=scale * factor, **kwargs)
+        def broken(*args: Any, scale: float, **kwargs: Any) -> list[BlockPick | Hashable]:
+            return noisy_top_k_blocks(*args, scale=scale * factor, **kwargs)
 
-        patch.setattr(kernel, "noisy_top_k_with_tail", broken)
+        patch.setattr(kernel, "noisy_top_k_blocks", broken)
         yield
 
 

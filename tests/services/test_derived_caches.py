@@ -210,8 +210,8 @@ def test_memory_accounting_counts_derived_values(tmp_path: Path) -> None:
         rng=seeded_generator(5),
     )
     with_index = cache.memory_bytes()
-    # The miner's input holds one Python list per row.
-    assert with_index - loaded >= ROWS * 56
+    # The miner's input: a row pointer (int64) per row and an item (int32) per occurrence.
+    assert with_index - loaded == transaction_index(store).rows().nbytes() >= 8 * (ROWS + 1)
 
     _populate(store)
     populated = cache.memory_bytes()

@@ -129,6 +129,12 @@ def _cases() -> list[Case]:
     ):
         metadata = DatasetMetadata(kind="transactions", n_max=n_max, items=items)
         cases.append(Case(f"tx-{suffix}", metadata, lines, fimi=True))
+    # A public schema too wide to mine 3-itemsets within the work cap (rows of up to 3,000
+    # items on a million rows), whatever the few rows it holds.
+    wide = DatasetMetadata(
+        kind="transactions", n_max=1_000_000, items=[f"w{i}" for i in range(3_000)]
+    )
+    cases.append(Case("tx-wide", wide, "w1 w2\nw2 w3\n", fimi=True))
     return cases
 
 
@@ -458,6 +464,34 @@ def test_every_request_is_refused_before_the_charge_or_released(
             outcomes["released"] += 1
     assert not failures, f"{len(failures)} failed after the charge:\n" + "\n".join(failures[:10])
     assert outcomes["released"] >= PER_DATASET, outcomes  # the matrix is not all refusals
+
+
+@pytest.mark.parametrize("operation", ["fim.topk_em", "fim.topk_laplace"])
+def test_a_request_past_the_work_cap_is_refused_before_the_charge(
+    engine: tuple[Services, Principal], operation: str
+) -> None:
+    """The itemset plan's public bound (n_max · Σ C(w, ℓ) scan steps) exceeds the server's cap:
+    refused by validation, with what to change, and nothing is charged (issue #20)."""
+    services, alice = engine
+    before = _entries(services)
+    with pytest.raises(InvalidRequest, match="max_row_width"):
+        services.executor.execute(
+            principal=alice,
+            dataset_id="tx-wide",
+            spec=CATALOG[operation],
+            request={"k": 5, "min_length": 3, "epsilon": 1.0},
+            idempotency_key=None,
+        )
+    assert _entries(services) == before
+    release = services.executor.execute(
+        principal=alice,
+        dataset_id="tx-wide",
+        spec=CATALOG[operation],
+        request={"k": 5, "min_length": 1, "epsilon": 1.0},
+        idempotency_key=None,
+    )
+    assert len(release.body["itemsets"]) == 5
+    assert _entries(services) == before + 1
 
 
 def test_the_matrix_covers_every_catalog_operation() -> None:

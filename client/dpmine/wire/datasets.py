@@ -18,6 +18,7 @@ __all__ = [
     "BOOLEAN_FALSE",
     "BOOLEAN_TRUE",
     "DEFAULT_MISSING_VALUES",
+    "MAX_ROW_WIDTH",
     "AnyAttribute",
     "BooleanAttribute",
     "CategoricalAttribute",
@@ -56,6 +57,8 @@ BOOLEAN_FALSE = frozenset({"0", "0.0", "false", "f", "no"})
 
 #: Largest public row bound accepted (sensitivities are computed from it).
 MAX_N_MAX = 1_000_000_000
+#: Largest declared row width of transaction data.
+MAX_ROW_WIDTH = 1_000_000
 
 
 class BooleanAttribute(WireModel):
@@ -173,6 +176,17 @@ class DatasetMetadata(WireModel):
         max_length=1_000_000,
         description="Item universe of transaction data.",
     )
+    max_row_width: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_ROW_WIDTH,
+        description=(
+            "Transaction data: the most items a row holds. A longer row is cut to its first "
+            "max_row_width items in the order of 'items' when the data is loaded (a per-row "
+            "map, so neighbouring datasets stay neighbours). Unset: the number of items. "
+            "Itemset mining's running time is bounded from it (ALGORITHMS.md §4.1)."
+        ),
+    )
     label: LabelSpec | None = None
     missing_values: list[str] = Field(default_factory=lambda: list(DEFAULT_MISSING_VALUES))
     review: ProposalReview | None = Field(
@@ -194,6 +208,11 @@ class DatasetMetadata(WireModel):
             return self
         if self.items:
             raise ValueError(f"'items' is only for transaction datasets, not kind {self.kind!r}")
+        if self.max_row_width is not None:
+            raise ValueError(
+                f"'max_row_width' is only for transaction datasets, not kind {self.kind!r} (a "
+                "row of attribute data holds at most one item per attribute)"
+            )
         if not self.attributes:
             raise ValueError(f"a {self.kind!r} dataset needs at least one attribute")
         if self.kind == "views":
@@ -211,6 +230,14 @@ class DatasetMetadata(WireModel):
             raise ValueError("the item universe lists an item twice")
         if self.label is not None:
             raise ValueError("transaction datasets have no label column")
+
+    @property
+    def row_width(self) -> int:
+        """The public bound on the items of one row of transaction data: ``max_row_width``,
+        or the number of items when it is unset."""
+        if self.max_row_width is None:
+            return len(self.items)
+        return min(self.max_row_width, len(self.items))
 
     def _check_views(self) -> None:
         missing_view = [a.name for a in self.attributes if a.view is None]

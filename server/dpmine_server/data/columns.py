@@ -278,10 +278,21 @@ class ItemColumns:
 
     @classmethod
     def from_pairs(
-        cls, items: Sequence[str], rows: IntArray, item_ids: IntArray, n_rows: int
+        cls,
+        items: Sequence[str],
+        rows: IntArray,
+        item_ids: IntArray,
+        n_rows: int,
+        *,
+        max_row_width: int | None = None,
     ) -> ItemColumns:
-        """Build from (row, item) occurrence pairs; duplicate pairs count once."""
+        """Build from (row, item) occurrence pairs; duplicate pairs count once. With
+        ``max_row_width``, a row holding more items keeps its first ``max_row_width`` in item
+        order (the public row-width bound of the metadata, ALGORITHMS.md §4.1): a map applied to
+        each row on its own, so neighbouring datasets stay neighbours."""
         keys = np.unique(item_ids.astype(np.int64) * max(n_rows, 1) + rows.astype(np.int64))
+        if max_row_width is not None:
+            keys = _first_items_per_row(keys, n_rows, max_row_width)
         item_of = keys // max(n_rows, 1)
         indptr = np.zeros(len(items) + 1, dtype=np.int64)
         np.cumsum(np.bincount(item_of, minlength=len(items)), out=indptr[1:])
@@ -338,6 +349,16 @@ class ItemColumns:
 
     def bitsets(self) -> list[Bitset]:
         return self._bitsets.values()
+
+
+def _first_items_per_row(keys: IntArray, n_rows: int, width: int) -> IntArray:
+    """The (item · n_rows + row) keys whose item is among its row's ``width`` first items."""
+    stride = max(n_rows, 1)
+    row_of, item_of = keys % stride, keys // stride
+    order = np.lexsort((item_of, row_of))
+    starts = np.searchsorted(row_of[order], np.arange(stride))
+    rank = np.arange(order.size) - starts[row_of[order]]
+    return np.sort(keys[order[rank < width]])
 
 
 class ColumnStore:

@@ -11,21 +11,31 @@
   attribute, one closed interval per public bin of a numeric attribute; the label's attribute
   gives none. One group per attribute.
 * :class:`TransactionIndex` is private: exact counts of itemsets (bitset intersections) and
-  frequent-itemset mining above a count threshold with Borgelt's Eclat (PyPI ``pyfim``, C code),
-  over every row or over a subset of the rows (one label class, §5.2).
-  Nothing it returns may be released.
+  frequent-itemset mining above a count threshold with the bounded-work miner of
+  :mod:`~dpmine_server.data.itemset_miner`, over every row or over a subset of the rows (one
+  label class, §5.2). Nothing it returns may be released.
+
+Valid itemsets of one length ℓ are numbered 0 … e_ℓ − 1 in colexicographic order
+(:class:`ItemsetRanks`): with items ascending, item i_p at
+position p (0-based) in group g_p, a_p its place in the group, s_g the group sizes and
+E[g][j] = e_j(s_0 … s_{g−1}) (the valid j-itemsets of the groups before g),
+
+    rank = Σ_p (E[g_p][p + 1] + a_p · E[g_p][p]).
+
+Proof of the bijection: the valid ℓ-itemsets whose last item lies in a group before g_ℓ₋₁ are
+E[g][ℓ] many; those with the same last group and a smaller last item a_ℓ₋₁ · E[g][ℓ − 1] many;
+the rest is the rank of the first ℓ − 1 items among the (ℓ − 1)-itemsets of the groups before
+g (induction on ℓ). Unranking inverts it position by position from the last.
 """
 
 from __future__ import annotations
 
-import sys
+import bisect
 import threading
 import weakref
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-import fim
 import numpy as np
 import numpy.typing as npt
 
@@ -41,11 +51,21 @@ from dpmine.wire import (
 )
 from dpmine_server.data.bitsets import Bitset
 from dpmine_server.data.columns import ColumnStore
+from dpmine_server.data.itemset_miner import (
+    MinedSelection,
+    MinerWork,
+    RowItems,
+    mine_dense,
+    mine_selected,
+    mine_spectrum,
+    rows_from_columns,
+)
 from dpmine_server.errors import InternalError
 
 __all__ = [
     "ItemCatalog",
     "Itemset",
+    "ItemsetRanks",
     "TransactionIndex",
     "item_catalog",
     "row_subset_index",
@@ -53,13 +73,10 @@ __all__ = [
     "transaction_index",
 ]
 
-#: Largest n_max × items for which Eclat may use bit vectors (64 MiB of them).
-_MAX_BITVECTOR_BITS = 2**29
 #: An itemset as sorted item positions in the catalog.
 Itemset = tuple[int, ...]
-#: Bytes of an empty list and of one list slot, for the miner input's estimate.
-_LIST_BYTES = sys.getsizeof([])
-_SLOT_BYTES = 8
+#: Largest rank kept in an int64 (dense counts are indexed by rank).
+_INT64_RANKS = 2**62
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +104,65 @@ class ItemCatalog:
     def position(self, name: str) -> int:
         """Position of the item called ``name``."""
         return self.names.index(name)
+
+    def ranks(self, max_length: int) -> ItemsetRanks:
+        """The colexicographic ranking of the valid itemsets of up to ``max_length`` items."""
+        return ItemsetRanks(self, max_length)
+
+
+class ItemsetRanks:
+    """Rank and unrank the valid itemsets of one catalog (module docstring), with the table
+    E[g][j] built once: unranking costs O(ℓ log G) big-integer steps."""
+
+    def __init__(self, catalog: ItemCatalog, max_length: int) -> None:
+        self._group_of = catalog.group_of
+        self._start = tuple(group[0] for group in catalog.groups)
+        table = [[1] + [0] * max_length]
+        for group in catalog.groups:
+            previous = table[-1]
+            table.append(
+                [1] + [previous[j] + len(group) * previous[j - 1] for j in range(1, max_length + 1)]
+            )
+        self._table = table
+        #: columns[j][g] = E[g][j], non-decreasing in g (for the binary search).
+        self._columns = [[row[j] for row in table] for j in range(max_length + 1)]
+        self.max_length = max_length
+
+    def rank(self, itemset: Itemset) -> int:
+        """The rank of a valid itemset among those of its length."""
+        table, total = self._table, 0
+        for position, item in enumerate(itemset):
+            group = self._group_of[item]
+            place = item - self._start[group]
+            total += table[group][position + 1] + place * table[group][position]
+        return total
+
+    def unrank(self, rank: int, length: int) -> Itemset:
+        """The valid ``length``-itemset of rank ``rank`` (inverse of :meth:`rank`): from the
+        last position, the group is the last g with E[g][p + 1] ≤ rank."""
+        items: list[int] = []
+        groups = len(self._table)
+        for position in range(length - 1, -1, -1):
+            group = bisect.bisect_right(self._columns[position + 1], rank, 0, groups) - 1
+            rank -= self._table[group][position + 1]
+            place, rank = divmod(rank, self._table[group][position])
+            items.append(self._start[group] + place)
+            groups = group + 1
+        return tuple(reversed(items))
+
+    def terms(self) -> npt.NDArray[np.int64]:
+        """``terms[i, p]`` = E[g][p + 1] + a · E[g][p] for item i (group g, place a) at position
+        p: an itemset's rank is the sum of its items' terms. Only while every e_j, j ≤
+        ``max_length``, is below 2^62 (int64)."""
+        if max(self._table[-1]) >= _INT64_RANKS:  # E[g][j] ≤ E[G][j] = e_j
+            raise ValueError("ranks of this universe do not fit in int64")
+        terms = np.zeros((max(len(self._group_of), 1), self.max_length), dtype=np.int64)
+        for item, group in enumerate(self._group_of):
+            place = item - self._start[group]
+            for position in range(self.max_length):
+                row = self._table[group]
+                terms[item, position] = row[position + 1] + place * row[position]
+        return terms
 
 
 def item_catalog(metadata: DatasetMetadata) -> ItemCatalog:
@@ -166,13 +242,30 @@ class TransactionIndex:
         self._catalog = catalog
         self._rows = rows
         self._lock = threading.Lock()
-        self._transactions: list[list[int]] | None = None
-        self._transactions_bytes = 0
+        self._row_items: RowItems | None = None
 
     @property
     def catalog(self) -> ItemCatalog:
         """The public item universe."""
         return self._catalog
+
+    @property
+    def n_max(self) -> int:
+        """The public bound on the rows (the dataset's ``n_max``; a subset has no more)."""
+        return self._store.metadata.n_max
+
+    @property
+    def width(self) -> int:
+        """The public bound on a row's items: a transaction dataset's declared width (longer
+        rows are cut at load), else the number of item groups (one item per group)."""
+        metadata = self._store.metadata
+        return metadata.row_width if metadata.kind == "transactions" else len(self._catalog.groups)
+
+    @property
+    def row_lists(self) -> bool:
+        """Whether the rows are read from stored per-item row lists (transaction data, all
+        rows; public), rather than from one bitset per item."""
+        return self._rows is None and self._store.metadata.kind == "transactions"
 
     @property
     def _store(self) -> ColumnStore:
@@ -190,90 +283,73 @@ class TransactionIndex:
         """Exact number of rows holding every item of ``itemset``."""
         return Bitset.intersection(self.item_rows(item) for item in itemset).count()
 
-    def transactions(self) -> list[list[int]]:
-        """Rows as lists of item positions (built once; the input of the C miner)."""
+    def rows(self) -> RowItems:
+        """The index's rows as item lists (built once: the miner's input). Transaction data
+        reads the stored per-item row lists, O(nnz + n); attribute data each item's bitset,
+        O(items · n). Rows outside the subset are left out, the others renumbered."""
         with self._lock:
-            if self._transactions is None:
-                self._transactions = self._build_transactions()
-            return self._transactions
+            if self._row_items is None:
+                self._row_items = self._build_rows()
+            return self._row_items
 
-    def _build_transactions(self) -> list[list[int]]:
-        n_rows = self._store.n_rows
-        row_parts: list[np.ndarray] = []
-        item_parts: list[np.ndarray] = []
-        for item in range(len(self._catalog.names)):
-            rows = self.item_rows(item).to_indices()
-            row_parts.append(rows)
-            item_parts.append(np.full(rows.size, item, dtype=np.int64))
-        rows_all = np.concatenate(row_parts) if row_parts else np.zeros(0, dtype=np.int64)
-        items_all = np.concatenate(item_parts) if item_parts else np.zeros(0, dtype=np.int64)
-        order = np.lexsort((items_all, rows_all))
-        rows_sorted, items_sorted = rows_all[order], items_all[order]
-        bounds = np.searchsorted(rows_sorted, np.arange(n_rows + 1))
-        item_list = items_sorted.tolist()
-        kept = range(n_rows) if self._rows is None else self._rows.to_indices().tolist()
-        # Lists (outer and per row), their slots, and an int object per item position > 256.
-        self._transactions_bytes = (
-            (len(kept) + 1) * _LIST_BYTES
-            + (len(kept) + items_sorted.size) * _SLOT_BYTES
-            + sys.getsizeof(2**16) * int(np.count_nonzero(items_sorted > 256))
+    def _build_rows(self) -> RowItems:
+        store = self._store
+        n_items = len(self._catalog.names)
+        if self.row_lists:
+            columns = store.items
+            return rows_from_columns(
+                [columns.tidlist(item) for item in range(n_items)], store.n_rows
+            )
+        kept = None if self._rows is None else self._rows.to_indices()
+        renumber = np.full(store.n_rows, -1, dtype=np.int64)
+        if kept is None:
+            renumber = np.arange(store.n_rows, dtype=np.int64)
+        else:
+            renumber[kept] = np.arange(kept.size, dtype=np.int64)
+        n_rows = store.n_rows if kept is None else int(kept.size)
+        return rows_from_columns(
+            [renumber[self.item_rows(item).to_indices()] for item in range(n_items)], n_rows
         )
-        return [item_list[bounds[row] : bounds[row + 1]] for row in kept]
 
     def nbytes(self) -> int:
-        """Estimated memory of what the index built (the miner's input, once built)."""
-        return self._transactions_bytes
+        """Memory of what the index built (the miner's input, once built)."""
+        return 0 if self._row_items is None else self._row_items.nbytes()
 
-    def _miner_input(self) -> list[list[int]]:
-        # pyfim never reports an itemset held by every transaction; one extra empty transaction
-        # makes every support strictly smaller than the input size and changes no count.
-        return [*self.transactions(), []]
+    def spectrum(
+        self, min_count: int, lengths: tuple[int, int]
+    ) -> tuple[npt.NDArray[np.int64], MinerWork]:
+        """(spectrum, work): ``spectrum[c]`` itemsets of lengths ``lengths`` (min, max) have
+        count c, for c ≥ ``min_count`` (:func:`~dpmine_server.data.itemset_miner.mine_spectrum`)."""
+        return mine_spectrum(self.rows(), min_count=min_count, lengths=lengths)
 
-    def _eclat(self, min_count: int, lengths: Sequence[int], report: str) -> Any:
-        # Bit-vector Eclat is about twice as fast on dense data; its memory (rows × items bits)
-        # is bounded with the public n_max, so the choice depends on public values only.
-        bits = self._store.metadata.n_max * len(self._catalog.names)
-        return fim.eclat(
-            self._miner_input(),
-            target="s",
-            supp=-max(int(min_count), 1),
-            zmin=min(lengths),
-            zmax=max(lengths),
-            report=report,
-            algo="b" if bits <= _MAX_BITVECTOR_BITS else "a",
-        )
+    def select(
+        self, min_count: int, lengths: tuple[int, int], places: dict[int, list[int]]
+    ) -> MinedSelection:
+        """The itemsets at ``places`` (count → positions among that count's itemsets), in the
+        order of :meth:`spectrum` (:func:`~dpmine_server.data.itemset_miner.mine_selected`)."""
+        return mine_selected(self.rows(), min_count=min_count, lengths=lengths, places=places)
 
-    def spectrum(self, min_count: int, lengths: Sequence[int]) -> dict[int, int]:
-        """Number of valid itemsets per exact count, for counts ≥ ``min_count``."""
-        wanted = set(lengths)
-        counts: dict[int, int] = {}
-        for (size, support), number in dict(self._eclat(min_count, lengths, "#")).items():
-            if size in wanted:
-                counts[int(support)] = counts.get(int(support), 0) + int(number)
-        return counts
+    def dense(self, lengths: tuple[int, int]) -> tuple[npt.NDArray[np.int32], MinerWork]:
+        """(counts, work): the count of every valid itemset of lengths ``lengths``, indexed by
+        :meth:`dense_itemset` (:func:`~dpmine_server.data.itemset_miner.mine_dense`)."""
+        offsets = self.dense_offsets(lengths)
+        terms = self._catalog.ranks(lengths[1]).terms()
+        return mine_dense(self.rows(), lengths=lengths, rank_of=terms, block_offset=offsets)
 
-    def mine(self, min_count: int, lengths: Sequence[int]) -> dict[Itemset, int]:
-        """Every valid itemset with a length in ``lengths`` and count ≥ ``min_count``."""
-        wanted = set(lengths)
-        found = self._eclat(min_count, lengths, "a")
-        return {tuple(sorted(itemset)): count for itemset, count in found if len(itemset) in wanted}
+    def dense_offsets(self, lengths: tuple[int, int]) -> npt.NDArray[np.int64]:
+        """``offsets[ℓ]``: where the itemsets of length ℓ start in :meth:`dense`'s array;
+        ``offsets[max + 1]`` its size."""
+        low, high = lengths
+        offsets = np.zeros(high + 2, dtype=np.int64)
+        for length in range(low, high + 1):
+            offsets[length + 1] = offsets[length] + self._catalog.universe_size([length])
+        return offsets
 
-    def mine_raw(
-        self, min_count: int, lengths: Sequence[int]
-    ) -> tuple[list[tuple[int, ...]], npt.NDArray[np.int64]]:
-        """:meth:`mine` without building a dict: the itemsets as the miner reports them (items
-        in any order) and their counts, for callers that only need a few of them sorted."""
-        found = self._eclat(min_count, lengths, "a")
-        wanted = set(lengths)
-        if wanted != set(range(min(lengths), max(lengths) + 1)):
-            found = [(itemset, count) for itemset, count in found if len(itemset) in wanted]
-        itemsets = [itemset for itemset, _count in found]
-        counts = np.fromiter((count for _itemset, count in found), dtype=np.int64, count=len(found))
-        return itemsets, counts
-
-    def max_item_count(self) -> int:
-        """The largest single-item count."""
-        return max((self.item_rows(i).count() for i in range(len(self._catalog.names))), default=0)
+    def dense_itemset(self, index: int, lengths: tuple[int, int]) -> Itemset:
+        """The itemset at ``index`` of :meth:`dense`'s array."""
+        offsets = self.dense_offsets(lengths)
+        length = int(np.searchsorted(offsets, index, side="right")) - 1
+        return self._catalog.ranks(length).unrank(index - int(offsets[length]), length)
 
 
 def transaction_index(store: ColumnStore) -> TransactionIndex:

@@ -83,6 +83,8 @@ class LoadReport:
     missing: dict[str, int] = field(default_factory=dict)
     ignored_columns: list[str] = field(default_factory=list)
     duplicate_items: int = 0
+    #: Transaction rows longer than the declared ``max_row_width``, cut to their first items.
+    truncated_rows: int = 0
 
 
 class _Problems:
@@ -523,9 +525,15 @@ def _load_fimi(
         )
     _check_n_max(len(lines), metadata, problems, what)
     problems.raise_if_any(what)
-    items = ItemColumns.from_pairs(metadata.items, rows, item_ids, len(lines))
+    items = ItemColumns.from_pairs(
+        metadata.items, rows, item_ids, len(lines), max_row_width=metadata.max_row_width
+    )
     report.n_rows = len(lines)
-    report.duplicate_items = len(tokens) - int(items.indices.shape[0])
+    distinct = np.unique(item_ids * max(len(lines), 1) + rows)
+    widths = np.bincount(distinct % max(len(lines), 1), minlength=len(lines))
+    report.duplicate_items = len(tokens) - int(distinct.size)
+    if metadata.max_row_width is not None:
+        report.truncated_rows = int(np.count_nonzero(widths > metadata.max_row_width))
     return ColumnStore(metadata, n_rows=len(lines), items=items), report
 
 

@@ -59,6 +59,8 @@ __all__ = [
     "OUTLIER_FENCE",
     "RARE_CATEGORY",
     "REVIEW_REMINDER",
+    "ROW_WIDTH_SHARE",
+    "ROW_WIDTH_STEP",
     "UnreviewedProposal",
     "accept_reviewed",
     "copied_value_warnings",
@@ -84,6 +86,10 @@ MAX_TEXT_SHARE = 0.05
 OUTLIER_FENCE = 3.0
 #: Categories seen fewer times are "rare": a public list reveals that such rows exist.
 RARE_CATEGORY = 5
+#: A transaction proposal's max_row_width covers this share of the rows (longer rows are cut).
+ROW_WIDTH_SHARE = 0.999
+#: ... rounded up to a multiple of this.
+ROW_WIDTH_STEP = 10
 #: Missing-value tokens recognised besides the wire default (whole cells, case as written).
 EXTRA_MISSING_TOKENS: tuple[str, ...] = ("NULL", "Null", "n/a", "#N/A", "NAN", "-", "--", ".")
 
@@ -397,12 +403,25 @@ def _found_missing_tokens(frames: list[tuple[pd.DataFrame, str | None]]) -> list
     ]
 
 
-def _propose_items(source: FimiSource, base_dir: Path) -> tuple[list[str], int]:
+def _propose_items(source: FimiSource, base_dir: Path) -> tuple[list[str], int, int]:
+    """(item universe, row count, proposed max_row_width) of a FIMI file."""
     lines = read_fimi_lines(resolve_path(source.path, base_dir))
-    tokens = sorted({token for line in lines for token in line.split()})
+    rows = [set(line.split()) for line in lines]
+    tokens = sorted(set().union(*rows)) if rows else []
     if tokens and all(token.lstrip("-").isdigit() for token in tokens):
         tokens.sort(key=int)
-    return tokens, len(lines)
+    widths = np.fromiter((len(row) for row in rows), dtype=np.int64, count=len(rows))
+    return tokens, len(lines), _row_width(widths, len(tokens))
+
+
+def _row_width(widths: npt.NDArray[np.int64], n_items: int) -> int:
+    """The width of :data:`ROW_WIDTH_SHARE` of the rows rounded up to a multiple of
+    :data:`ROW_WIDTH_STEP` (at least 1, at most the number of items)."""
+    if widths.size == 0:
+        return max(1, n_items)
+    covered = int(np.quantile(widths, ROW_WIDTH_SHARE, method="higher"))
+    step = ROW_WIDTH_STEP * max(1, math.ceil(covered / ROW_WIDTH_STEP))
+    return max(1, min(step, n_items))
 
 
 def propose_metadata(
@@ -431,17 +450,22 @@ def propose_metadata(
     if isinstance(source, FimiSource) != (kind == "transactions"):
         raise ValueError("transaction datasets come from FIMI files, and FIMI files only hold them")
     if kind == "transactions" and isinstance(source, FimiSource):
-        items, n_rows = _propose_items(source, base_dir)
+        items, n_rows, width = _propose_items(source, base_dir)
         if not items:
             raise ValueError("the FIMI file has no items; nothing to propose")
         notes = [
             "the item universe lists every item seen in the data; remove items that are not "
-            "public knowledge (rare items reveal that some transaction holds them)"
+            "public knowledge (rare items reveal that some transaction holds them)",
+            f"max_row_width covers {ROW_WIDTH_SHARE:.1%} of the rows, rounded up to a multiple "
+            f"of {ROW_WIDTH_STEP}; longer rows are cut to their first items (in the order of "
+            "'items') when loaded. Itemset mining is padded to a time that grows like "
+            "n_max·C(max_row_width, ℓ): lower it to answer faster, raise it to cut fewer rows",
         ]
         return DatasetMetadata(
             kind=kind,
             n_max=_n_max(n_rows, headroom),
             items=items,
+            max_row_width=width,
             review=ProposalReview(reviewed=False, notes=notes),
         )
     frames, notes = _frames(source, base_dir)

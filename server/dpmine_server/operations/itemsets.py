@@ -11,22 +11,24 @@ Both follow Bhaskar et al. in the count domain (add/remove neighbours, §4.1):
    scale 2K/ε_s (Algorithm 2).
 3. Counts (cost ε_p, optional): c(I) + discrete Laplace(K/ε_p) for the K selected itemsets.
 
-The universe is never enumerated: itemsets with count ≥ B (mined with Eclat) are explicit, the
-rest is a tail whose scores are ≤ max(B − 1, τ), sampled exactly by :func:`noisy_top_k_with_tail`.
-B only changes the running time, never the output distribution. Running time is an output
-(DESIGN.md contract item 7), so B is a function of public values only:
-B = min(1 + ⌈scale⌉, ⌊Γ⌋ + 1) (:func:`public_threshold`). One Eclat pass at B yields both the
-explicit set and c_K (every itemset with a count above Γ is mined), so no search over
-data-dependent thresholds remains; one added row changes the mined set only by itemsets of that
-row. The only data-dependent threshold left is the memory cap: when the public universe could
-exceed it and the mined set would, B rises (the response padding covers that case). No
-data-dependent error exists after the charge.
+The universe is never enumerated one itemset at a time. The public plan
+(:mod:`~dpmine_server.operations.itemset_plan`) either counts a small universe densely, or mines
+the itemsets with count ≥ B (public) as explicit blocks of equal count and leaves the rest to a
+tail whose scores are ≤ max(B − 1, τ), sampled exactly by
+:func:`~dpmine_server.dp.topk.noisy_top_k_blocks`. Either way the output has exactly the law of
+step 2 over the whole universe; only the running time differs, and it is bounded by the plan
+from public values (time is an output, DESIGN.md contract item 7). B ≤ ⌊Γ⌋ + 1, so every
+itemset with a count above Γ is mined and c_K comes from the same pass (fewer than K mined means
+c_K ≤ Γ, τ = 0). A request the plan cannot bound within the server's caps is refused before the
+charge; no data-dependent error exists after it.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -42,40 +44,40 @@ from dpmine.wire import (
     TopKItemsetsResponse,
 )
 from dpmine_server.data.columns import ColumnStore
+from dpmine_server.data.itemset_miner import select_dense
 from dpmine_server.data.itemsets import (
     ItemCatalog,
     Itemset,
+    ItemsetRanks,
     TransactionIndex,
     item_catalog,
     transaction_index,
 )
 from dpmine_server.dp.budget import Epsilon
 from dpmine_server.dp.mechanisms import OneSided, discrete_laplace, em_coefficient
-from dpmine_server.dp.topk import Noise, TailCandidate, noisy_top_k_with_tail
+from dpmine_server.dp.topk import BlockPick, Noise, TailCandidate, noisy_top_k_blocks
 from dpmine_server.operations.base import OperationSpec, Progress
+from dpmine_server.operations.itemset_plan import TopKPlan, plan_top_k
 
 __all__ = [
-    "MAX_EXPLICIT_ITEMSETS",
     "MAX_UNIVERSE",
     "OPERATIONS",
-    "MinedItemsets",
-    "explicit_itemsets",
-    "explicit_threshold",
     "kth_largest_count",
+    "length_range",
     "margin",
-    "public_threshold",
+    "request_plan",
+    "row_width",
     "selection_scale",
-    "top_count",
     "top_k_itemsets",
+    "top_k_plan",
     "truncation_level",
 ]
 
-#: Explicit (mined) itemsets kept in memory at most; the rest goes to the exact tail sampler.
-MAX_EXPLICIT_ITEMSETS = 2_000_000
 #: Largest universe accepted (public check before any data access).
 MAX_UNIVERSE = 10**30
 
 Method = Literal["em", "laplace"]
+IntArray = npt.NDArray[np.int64]
 
 
 #: Truncated counts max(c(I), c_K − Γ) only grow when a row is added (§0.8).
@@ -105,128 +107,234 @@ def margin(method: Method, *, k: int, universe: int, epsilon_selection: float, r
     return (4 * k / epsilon_selection) * math.log(universe / rho)
 
 
-def kth_largest_count(spectrum: dict[int, int], k: int) -> int | None:
-    """c_K from a count spectrum (counts ≥ some threshold); None if it holds fewer than K."""
-    seen = 0
-    for count in sorted(spectrum, reverse=True):
-        seen += spectrum[count]
-        if seen >= k:
-            return count
-    return None
+def kth_largest_count(spectrum: IntArray, k: int) -> int | None:
+    """c_K from a count spectrum (``spectrum[c]`` itemsets of count c); None if it holds fewer
+    than K itemsets."""
+    from_top = np.cumsum(spectrum[::-1])
+    reached = np.flatnonzero(from_top >= k)
+    return None if reached.size == 0 else int(spectrum.size - 1 - reached[0])
 
 
-def explicit_threshold(spectrum: dict[int, int], start: int) -> int:
-    """The smallest threshold ≥ ``start`` whose itemsets (per ``spectrum``) fit the cap."""
-    kept = 0
-    for count in sorted((c for c in spectrum if c >= start), reverse=True):
-        if kept + spectrum[count] > MAX_EXPLICIT_ITEMSETS:
-            return count + 1
-        kept += spectrum[count]
-    return start
+def length_range(lengths: Sequence[int]) -> tuple[int, int]:
+    """(min, max) of a range of itemset lengths (every length between them asked)."""
+    low, high = min(lengths), max(lengths)
+    if set(lengths) != set(range(low, high + 1)):
+        raise ValueError("itemset lengths must form a range")
+    return low, high
 
 
-def top_count(index: TransactionIndex, *, k: int, lengths: Sequence[int], floor: int) -> int | None:
-    """c_K if at least K valid itemsets have a count ≥ ``floor``, else None (private).
+def row_width(metadata: DatasetMetadata, catalog: ItemCatalog) -> int:
+    """The public bound w on a row's items: the declared width of transaction data (longer
+    rows are cut at load), the number of item groups of attribute data (one item per group)."""
+    if metadata.kind == "transactions":
+        return metadata.row_width
+    return len(catalog.groups)
 
-    Searched top-down with count spectra at halving thresholds from the largest single-item
-    count: cheap passes of the C miner, never below ``floor``.
-    """
-    floor = max(floor, 1)
-    threshold = max(index.max_item_count(), floor)
+
+def top_k_plan(
+    catalog: ItemCatalog,
+    *,
+    n_max: int,
+    width: int,
+    method: Method,
+    k: int,
+    lengths: Sequence[int],
+    epsilon_selection: float,
+    rho: float,
+    bitsets: bool = True,
+) -> TopKPlan:
+    """The public plan of one selection (:func:`~dpmine_server.operations.itemset_plan.
+    plan_top_k`; ``bitsets``: False for transaction data read from its stored row lists);
+    ValueError when no plan fits the server's caps."""
+    universe = catalog.universe_size(lengths)
+    scale = selection_scale(method, k=k, epsilon_selection=epsilon_selection)
+    gamma = margin(method, k=k, universe=universe, epsilon_selection=epsilon_selection, rho=rho)
+    return plan_top_k(
+        group_sizes=tuple(len(group) for group in catalog.groups),
+        lengths=length_range(lengths),
+        width=width,
+        n_max=n_max,
+        k=k,
+        scale=scale,
+        gamma=gamma,
+        bitsets=bitsets,
+    )
+
+
+def _distinct_positions(size: int, count: int, rng: np.random.Generator) -> list[int]:
+    """``count`` distinct uniform positions in [0, size), in a uniformly random order."""
+    return [int(p) for p in rng.choice(size, size=count, replace=False, shuffle=True)]
+
+
+def _uniform_below(bound: int, rng: np.random.Generator) -> int:
+    """A uniform integer in [0, bound) for any positive bound (beyond 64 bits: uniform bits,
+    redrawn while ≥ bound; each try succeeds with probability > ½)."""
+    if bound < 2**63:
+        return int(rng.integers(bound))
+    bits = bound.bit_length()
     while True:
-        c_k = kth_largest_count(index.spectrum(threshold, lengths), k)
-        if c_k is not None or threshold <= floor:
-            return c_k
-        threshold = max(threshold // 2, floor)
+        words = rng.integers(0, 2**32, size=(bits + 31) // 32, dtype=np.uint64).tolist()
+        value = sum(int(word) << (32 * i) for i, word in enumerate(words)) >> (-bits % 32)
+        if value < bound:
+            return value
 
 
-def truncation_level(
-    index: TransactionIndex, *, k: int, lengths: Sequence[int], gamma: float
-) -> float:
-    """τ = max(c_K − Γ, 0) (private, never released). c_K is needed only above Γ: if fewer
-    than K itemsets reach ⌊Γ⌋ + 1, then c_K ≤ Γ and τ = 0 whatever c_K is."""
-    c_k = top_count(index, k=k, lengths=lengths, floor=math.floor(gamma) + 1)
+class _Tail:
+    """Uniform draws from the valid itemsets of the asked lengths (by rank), their exact
+    counts, and the counts of the revealed tail members (for the released counts)."""
+
+    def __init__(self, index: TransactionIndex, lengths: tuple[int, int], threshold: int):
+        self._index = index
+        self._ranks: ItemsetRanks = index.catalog.ranks(lengths[1])
+        self._sizes = [
+            (length, index.catalog.universe_size([length]))
+            for length in range(lengths[0], lengths[1] + 1)
+        ]
+        self._total = sum(size for _length, size in self._sizes)
+        self._threshold = threshold
+        self.counts: dict[Itemset, int] = {}
+
+    def uniform(self, rng: np.random.Generator) -> Itemset:
+        """A uniformly random valid itemset of the asked lengths."""
+        rank = _uniform_below(self._total, rng)
+        for length, size in self._sizes:
+            if rank < size:
+                return self._ranks.unrank(rank, length)
+            rank -= size
+        raise AssertionError("a rank below the universe size has a length")
+
+    def drawer(self, tau: float) -> Callable[[np.random.Generator], TailCandidate]:
+        """draw_tail of the sampler: uniform itemsets, redrawn while explicit (count ≥ B)."""
+
+        def draw(rng: np.random.Generator) -> TailCandidate:
+            while True:
+                itemset = self.uniform(rng)
+                count = self._index.count(itemset)
+                if count < self._threshold:
+                    self.counts[itemset] = count
+                    return TailCandidate(key=itemset, score=max(float(count), tau))
+
+        return draw
+
+
+def truncation_level(spectrum: IntArray, *, k: int, gamma: float) -> float:
+    """τ = max(c_K − Γ, 0); fewer than K itemsets in the spectrum (counts ≥ B ≤ ⌊Γ⌋ + 1)
+    means c_K < B, so c_K ≤ Γ and τ = 0."""
+    c_k = kth_largest_count(spectrum, k)
     return 0.0 if c_k is None else max(c_k - gamma, 0.0)
 
 
-def public_threshold(*, scale: float, gamma: float) -> int:
-    """The explicit-mining threshold B from public values only: min(1 + ⌈scale⌉, ⌊Γ⌋ + 1).
-
-    B ≤ ⌊Γ⌋ + 1 puts every itemset that can set τ in the mined set; B − 1 ≤ ⌈scale⌉ keeps the
-    tail bound max(B − 1, τ) within one noise scale (plus one) of every tail score when τ is
-    small, so about K·e tail itemsets are revealed, as with the former data-dependent
-    B = ⌊τ⌋ + 1 + ⌈scale⌉; when τ ≥ B − 1 every tail score is τ and at most K are revealed.
-    """
-    return max(1, min(1 + math.ceil(scale), math.floor(gamma) + 1))
+def _blocks(spectrum: IntArray, tau: float) -> tuple[IntArray, npt.NDArray[np.float64], IntArray]:
+    """(counts, scores max(count, τ), sizes) of the spectrum's non-empty blocks."""
+    counts = np.flatnonzero(spectrum).astype(np.int64)
+    return counts, np.maximum(counts.astype(np.float64), tau), spectrum[counts]
 
 
-class MinedItemsets(Mapping[Itemset, int]):
-    """Mined itemsets and their counts, kept as the miner reports them: the kernel needs the
-    counts as an array and only the K selected itemsets as sorted tuples (a read-only mapping
-    itemset → count is built only if someone asks for it)."""
-
-    def __init__(self, raw: Sequence[tuple[int, ...]], counts: npt.NDArray[np.int64]) -> None:
-        self._raw = raw
-        self.counts = counts
-        self._mapping: dict[Itemset, int] | None = None
-
-    @classmethod
-    def of(cls, mined: Mapping[Itemset, int]) -> MinedItemsets:
-        """``mined`` itself if it already is one, else a copy."""
-        if isinstance(mined, MinedItemsets):
-            return mined
-        return cls(list(mined), np.fromiter(mined.values(), dtype=np.int64, count=len(mined)))
-
-    def itemset(self, position: int) -> Itemset:
-        """The ``position``-th itemset, items sorted."""
-        return tuple(sorted(self._raw[position]))
-
-    def _as_dict(self) -> dict[Itemset, int]:
-        if self._mapping is None:
-            self._mapping = {
-                self.itemset(i): int(count) for i, count in enumerate(self.counts.tolist())
-            }
-        return self._mapping
-
-    def __getitem__(self, itemset: Itemset) -> int:
-        return self._as_dict()[itemset]
-
-    def __iter__(self) -> Iterator[Itemset]:
-        return iter(self._as_dict())
-
-    def __len__(self) -> int:
-        return len(self._raw)
+def _places(
+    picks: Sequence[BlockPick | Hashable],
+    counts: IntArray,
+    sizes: IntArray,
+    rng: np.random.Generator,
+) -> tuple[dict[int, list[int]], list[tuple[int, int] | None]]:
+    """Members for the explicit picks: each block's picks (in rank order) get distinct uniform
+    positions among the block's members. Returns (count → positions, and for every pick its
+    (count, position), or None for a tail key)."""
+    per_block: dict[int, int] = {}
+    for pick in picks:
+        if isinstance(pick, BlockPick):
+            per_block[pick.block] = per_block.get(pick.block, 0) + 1
+    positions = {
+        block: _distinct_positions(int(sizes[block]), number, rng)
+        for block, number in per_block.items()
+    }
+    located: list[tuple[int, int] | None] = []
+    for pick in picks:
+        if isinstance(pick, BlockPick):
+            located.append((int(counts[pick.block]), positions[pick.block][pick.rank]))
+        else:
+            located.append(None)
+    places: dict[int, list[int]] = {}
+    for place in located:
+        if place is not None:
+            places.setdefault(place[0], []).append(place[1])
+    return places, located
 
 
-def explicit_itemsets(
-    index: TransactionIndex, start: int, lengths: Sequence[int], universe: int
-) -> tuple[int, Mapping[Itemset, int]]:
-    """(B, every itemset with count ≥ B): B = ``start`` unless that would exceed the memory
-    cap, checked with a spectrum pass only when the public universe could exceed it."""
-    threshold = start
-    if universe > MAX_EXPLICIT_ITEMSETS:
-        threshold = explicit_threshold(index.spectrum(start, lengths), start)
-    return threshold, MinedItemsets(*index.mine_raw(threshold, lengths))
+def _found_order(places: dict[int, list[int]]) -> dict[tuple[int, int], int]:
+    """Row of each (count, position) in a selection's answer (count, then position order)."""
+    order: dict[tuple[int, int], int] = {}
+    for count in sorted(places):
+        for position in sorted(places[count]):
+            order[(count, position)] = len(order)
+    return order
 
 
-def _uniform_itemset(
-    catalog: ItemCatalog, lengths: Sequence[int], weights: Sequence[int], rng: np.random.Generator
-) -> Itemset:
-    """A valid itemset drawn uniformly from the universe (length ∝ its number of itemsets;
-    then a uniform ℓ-subset of items, redrawn until no two items share a group)."""
-    total = sum(weights)
-    pick = int(rng.integers(total)) if total < 2**63 else int(rng.random() * total)
-    length = lengths[-1]
-    for candidate, weight in zip(lengths, weights, strict=True):
-        if pick < weight:
-            length = candidate
-            break
-        pick -= weight
-    group_of = catalog.group_of
-    while True:
-        items = sorted(int(i) for i in rng.choice(len(catalog.names), size=length, replace=False))
-        if len({group_of[i] for i in items}) == length:
-            return tuple(items)
+@dataclass(frozen=True, slots=True)
+class _Selection:
+    """The public parameters of one selection's noise."""
+
+    k: int
+    gamma: float
+    noise: Noise
+    scale: float
+
+
+def _select_dense(
+    index: TransactionIndex, plan: TopKPlan, selection: _Selection, rng: np.random.Generator
+) -> list[tuple[Itemset, int]]:
+    """The K picks with their exact counts, every itemset counted (one block per count,
+    count 0 included; no tail)."""
+    counts_array, _work = index.dense(plan.lengths)
+    spectrum = np.bincount(counts_array).astype(np.int64)
+    tau = truncation_level(spectrum, k=selection.k, gamma=selection.gamma)
+    counts, scores, sizes = _blocks(spectrum, tau)
+    picks = noisy_top_k_blocks(
+        scores, sizes, k=selection.k, noise=selection.noise, scale=selection.scale, rng=rng
+    )
+    places, located = _places(picks, counts, sizes, rng)
+    found = select_dense(counts_array, places)
+    row = _found_order(places)
+    chosen = []
+    for place in located:
+        assert place is not None  # no tail in a dense run
+        chosen.append((index.dense_itemset(int(found[row[place]]), plan.lengths), place[0]))
+    return chosen
+
+
+def _select_sparse(
+    index: TransactionIndex, plan: TopKPlan, selection: _Selection, rng: np.random.Generator
+) -> list[tuple[Itemset, int]]:
+    """The K picks with their exact counts: blocks of the itemsets with count ≥ B (the
+    spectrum pass), the rest a tail of bound max(B − 1, τ); a second pass fetches the picked
+    members (the same traversal order, so the same positions)."""
+    spectrum, _work = index.spectrum(plan.threshold, plan.lengths)
+    tau = truncation_level(spectrum, k=selection.k, gamma=selection.gamma)
+    counts, scores, sizes = _blocks(spectrum, tau)
+    tail = _Tail(index, plan.lengths, plan.threshold)
+    picks = noisy_top_k_blocks(
+        scores,
+        sizes,
+        k=selection.k,
+        noise=selection.noise,
+        scale=selection.scale,
+        rng=rng,
+        tail_size=plan.universe - int(sizes.sum()),
+        tail_bound=max(float(plan.threshold - 1), tau),
+        draw_tail=tail.drawer(tau),
+    )
+    places, located = _places(picks, counts, sizes, rng)
+    found = index.select(plan.threshold, plan.lengths, places) if places else None
+    row = _found_order(places)
+    chosen = []
+    for pick, place in zip(picks, located, strict=True):
+        if place is None:
+            itemset = _as_itemset(pick)
+            chosen.append((itemset, tail.counts[itemset]))
+        else:
+            assert found is not None
+            items = found.itemsets[row[place]]
+            chosen.append((tuple(int(i) for i in items if i >= 0), place[0]))
+    return chosen
 
 
 def top_k_itemsets(
@@ -239,69 +347,45 @@ def top_k_itemsets(
     epsilon_counts: float | None,
     rho: float,
     rng: np.random.Generator,
+    plan: TopKPlan | None = None,
 ) -> list[tuple[Itemset, int | None]]:
     """K itemsets (selection order) and their noisy counts; (ε_s + ε_p)-DP (§4.2, §4.3).
 
     Every truncated count moves by at most 1, and only upward when a row is added; the
     selection's noise scale is :func:`selection_scale` (K/ε_s for ``em``, 2K/ε_s for
-    ``laplace``); counts get discrete Laplace with L1 sensitivity K at ε_p.
+    ``laplace``); counts get discrete Laplace with L1 sensitivity K at ε_p. ``plan`` (public;
+    default :func:`top_k_plan` from the index's public bounds) chooses how, never the law:
+    dense counting, or explicit blocks of count ≥ B and the tail, whose bound max(B − 1, τ)
+    covers every tail score and exceeds the smallest possible one (τ) by at most B − 1.
     """
-    catalog = index.catalog
-    weights = [catalog.universe_size([length]) for length in lengths]
-    universe = sum(weights)
-    scale = selection_scale(method, k=k, epsilon_selection=epsilon_selection)
-    gamma = margin(method, k=k, universe=universe, epsilon_selection=epsilon_selection, rho=rho)
-    # Any B gives the same distribution (the tail bound below covers every tail score); B is
-    # public so that the mining work does not jump with c_K (a timing channel).
-    start = public_threshold(scale=scale, gamma=gamma)
-    threshold, mined = explicit_itemsets(index, start, lengths, universe)
-    explicit = MinedItemsets.of(mined)
-    counts = explicit.counts.astype(np.float64)
-    if threshold <= math.floor(gamma) + 1 or counts.size >= k:
-        # Every itemset with a count above Γ (or at least K itemsets) is explicit: c_K is read
-        # off the mined counts; fewer than K mined at B ≤ ⌊Γ⌋ + 1 means c_K ≤ Γ, τ = 0.
-        c_k = (
-            float(np.partition(counts, counts.size - k)[counts.size - k])
-            if counts.size >= k
-            else 0.0
+    if plan is None:
+        plan = top_k_plan(
+            index.catalog,
+            n_max=index.n_max,
+            width=index.width,
+            method=method,
+            k=k,
+            lengths=lengths,
+            epsilon_selection=epsilon_selection,
+            rho=rho,
+            bitsets=not index.row_lists,
         )
-        tau = max(c_k - gamma, 0.0)
-    else:  # the memory cap pushed B above Γ with fewer than K explicit itemsets (rare)
-        tau = truncation_level(index, k=k, lengths=lengths, gamma=gamma)
-    scores = np.maximum(counts, tau)
-    # An itemset is explicit exactly when its count reaches B (of the asked lengths).
-    tail_bound = max(float(threshold - 1), tau)
-
-    def draw_tail(generator: np.random.Generator) -> TailCandidate:
-        while True:
-            itemset = _uniform_itemset(catalog, lengths, weights, generator)
-            count = index.count(itemset)
-            if count < threshold:
-                return TailCandidate(key=itemset, score=max(count, tau))
-
-    noise: Noise = "gumbel" if method == "em" else "laplace"
-    chosen = noisy_top_k_with_tail(
-        scores,
+    selection = _Selection(
         k=k,
-        noise=noise,
-        scale=scale,
-        rng=rng,
-        tail_size=universe - counts.size,
-        tail_bound=tail_bound,
-        draw_tail=draw_tail,
+        gamma=margin(
+            method, k=k, universe=plan.universe, epsilon_selection=epsilon_selection, rho=rho
+        ),
+        noise="gumbel" if method == "em" else "laplace",
+        scale=selection_scale(method, k=k, epsilon_selection=epsilon_selection),
     )
-    selected: list[Itemset] = [
-        explicit.itemset(label) if isinstance(label, int) else _as_itemset(label)
-        for label in chosen
-    ]
+    select = _select_dense if plan.dense else _select_sparse
+    chosen = select(index, plan, selection, rng)
     if epsilon_counts is None:
-        return [(itemset, None) for itemset in selected]
-    exact = [
-        int(explicit.counts[label]) if isinstance(label, int) else index.count(itemset)
-        for label, itemset in zip(chosen, selected, strict=True)
-    ]
-    noisy = discrete_laplace(exact, epsilon=epsilon_counts, sensitivity=k)
-    return [(itemset, int(value)) for itemset, value in zip(selected, noisy, strict=True)]
+        return [(itemset, None) for itemset, _count in chosen]
+    noisy = discrete_laplace(
+        [count for _itemset, count in chosen], epsilon=epsilon_counts, sensitivity=k
+    )
+    return [(itemset, int(value)) for (itemset, _count), value in zip(chosen, noisy, strict=True)]
 
 
 def _as_itemset(label: object) -> Itemset:
@@ -325,7 +409,7 @@ def _split(request: TopKItemsetsRequest, epsilon: Epsilon) -> tuple[float, float
     return selection, counts
 
 
-def _validate(request: TopKItemsetsRequest, metadata: DatasetMetadata) -> None:
+def _validate(request: TopKItemsetsRequest, metadata: DatasetMetadata, method: Method) -> None:
     if (
         request.with_counts
         and min(request.count_share, 1 - request.count_share) * (request.epsilon) < 1e-9
@@ -347,6 +431,26 @@ def _validate(request: TopKItemsetsRequest, metadata: DatasetMetadata) -> None:
         raise ValueError(f"k = {request.k} exceeds the {universe} possible itemsets")
     if universe > MAX_UNIVERSE:
         raise ValueError("the itemset universe is too large for this server; use shorter itemsets")
+    request_plan(request, metadata, method)
+
+
+def request_plan(
+    request: TopKItemsetsRequest, metadata: DatasetMetadata, method: Method
+) -> TopKPlan:
+    """The public plan of a valid request (ValueError if the server's caps refuse it)."""
+    catalog = item_catalog(metadata)
+    selection, _counts = _split(request, Epsilon.charge(request.epsilon))
+    return top_k_plan(
+        catalog,
+        n_max=metadata.n_max,
+        width=row_width(metadata, catalog),
+        method=method,
+        k=request.k,
+        lengths=request.lengths,
+        epsilon_selection=selection,
+        rho=request.rho,
+        bitsets=metadata.kind != "transactions",
+    )
 
 
 def _cost(request: TopKItemsetsRequest) -> Epsilon:
@@ -408,7 +512,7 @@ def _spec(method: Method) -> OperationSpec[TopKItemsetsRequest, TopKItemsetsResp
         operation=_OPERATIONS[method],
         summary=_SUMMARIES[method],
         dataset_kinds=frozenset({"transactions", "table", "views"}),
-        validate=_validate,
+        validate=functools.partial(_validate, method=method),
         cost=_cost,
         run=_runner(method),
     )

@@ -32,13 +32,17 @@ from dpmine_server.dp.budget import Epsilon
 from dpmine_server.dp.mechanisms import discrete_laplace
 from dpmine_server.operations.base import OperationSpec, Progress
 from dpmine_server.operations.serenade import (
+    REJECTION_MAX_EXPONENT,
     ExtensionRules,
     QualityParams,
     ThresholdMode,
     check_pair_space,
     choose_threshold_mode,
+    enumerated_cells,
     extend_one,
+    extension_families,
     initial_pairs,
+    pair_families,
     parse_side,
 )
 from dpmine_server.operations.serenade_quality import (
@@ -49,8 +53,11 @@ from dpmine_server.operations.serenade_quality import (
 )
 
 __all__ = [
+    "MAX_ENUMERATED_CELLS",
     "OPERATIONS",
+    "extend_enumeration",
     "noisy_quality",
+    "pairs_enumeration",
     "quality_parameters",
     "support_cells",
     "validate_redescription",
@@ -209,15 +216,51 @@ def _rules(options: SerenadeOptions) -> ExtensionRules:
     )
 
 
+#: Most cell pairs one call may enumerate (continuous thresholds at c > 8; public cap, checked
+#: before the charge): about 10 minutes at the measured cost of a cell pair.
+MAX_ENUMERATED_CELLS = 2 * 10**9
+
+
 def _pairs_mode(request: InitialPairsRequest, metadata: DatasetMetadata) -> ThresholdMode:
     params = quality_parameters(request.quality, metadata.n_max)
     c = params.coefficient(request.epsilon / request.count)
     return choose_threshold_mode(c, request.options.threshold_mode)
 
 
+def pairs_enumeration(request: InitialPairsRequest, metadata: DatasetMetadata) -> int:
+    """Public bound on the cell pairs a ``serenade.initial_pairs`` call enumerates: 0 unless
+    its continuous families are enumerated (c > 8, :func:`~.serenade.enumerated_cells`)."""
+    params = quality_parameters(request.quality, metadata.n_max)
+    c = params.coefficient(request.epsilon / request.count)
+    if _pairs_mode(request, metadata) != "continuous" or c <= REJECTION_MAX_EXPONENT:
+        return 0
+    families = pair_families(metadata, _rules(request.options))
+    return enumerated_cells(families, request.count, metadata.n_max) if families else 0
+
+
+def extend_enumeration(request: ExtendOneRequest, metadata: DatasetMetadata) -> int:
+    """Public bound on the cell pairs a ``serenade.extend_one`` call enumerates (as
+    :func:`pairs_enumeration`, one draw)."""
+    params = quality_parameters(request.quality, metadata.n_max)
+    c = params.coefficient(request.epsilon)
+    if _extend_mode(request, metadata) != "continuous" or c <= REJECTION_MAX_EXPONENT:
+        return 0
+    families = extension_families(metadata, request.collection, _rules(request.options))
+    return enumerated_cells(families, 1, metadata.n_max) if families else 0
+
+
+def _check_enumeration(cells: int) -> None:
+    if cells > MAX_ENUMERATED_CELLS:
+        raise ValueError(
+            f"continuous thresholds at this epsilon are sampled by enumerating up to {cells} "
+            "cell pairs (n_max² per numeric family), more than this server does in one call: "
+            "use options.threshold_mode 'auto' or 'grid', or a smaller epsilon"
+        )
+
+
 def _validate_pairs(request: InitialPairsRequest, metadata: DatasetMetadata) -> None:
     check_pair_space(metadata)
-    _pairs_mode(request, metadata)
+    _check_enumeration(pairs_enumeration(request, metadata))
 
 
 def _run_pairs(
@@ -271,7 +314,7 @@ def _validate_extend(request: ExtendOneRequest, metadata: DatasetMetadata) -> No
                     )
         except ValueError as error:
             raise ValueError(f"collection[{position}]: {error}") from error
-    _extend_mode(request, metadata)
+    _check_enumeration(extend_enumeration(request, metadata))
 
 
 def _run_extend(

@@ -51,7 +51,8 @@ from dpmine_server.dp.budget import Epsilon
 from dpmine_server.dp.mechanisms import discrete_laplace, laplace_scale
 from dpmine_server.errors import InternalError
 from dpmine_server.operations.base import OperationSpec, Progress
-from dpmine_server.operations.itemsets import MAX_UNIVERSE, top_k_itemsets
+from dpmine_server.operations.itemset_plan import TopKPlan
+from dpmine_server.operations.itemsets import MAX_UNIVERSE, top_k_itemsets, top_k_plan
 from dpmine_server.operations.rule_list_mcmc import (
     PUBLIC_START,
     ClassWords,
@@ -63,6 +64,7 @@ from dpmine_server.operations.rule_list_mcmc import (
 __all__ = [
     "OPERATIONS",
     "antecedent_words",
+    "antecedents_plan",
     "class_rows",
     "exact_capture_counts",
     "require_label",
@@ -160,6 +162,23 @@ def _validate_antecedents(request: RuleListAntecedentsRequest, metadata: Dataset
             f"k_per_class = {request.k_per_class} exceeds the {universe} possible antecedents "
             f"of 1..{request.max_length} items: lower k_per_class"
         )
+    antecedents_plan(request, metadata)
+
+
+def antecedents_plan(request: RuleListAntecedentsRequest, metadata: DatasetMetadata) -> TopKPlan:
+    """The public plan of each class's selection (§5.2; the same for both classes: at most
+    ``n_max`` rows, one item per attribute); ValueError if the server's caps refuse it."""
+    catalog = rule_list_catalog(metadata, numeric_bins=request.numeric_bins)
+    return top_k_plan(
+        catalog,
+        n_max=metadata.n_max,
+        width=len(catalog.groups),
+        method=request.method,
+        k=request.k_per_class,
+        lengths=list(range(1, request.max_length + 1)),
+        epsilon_selection=Epsilon.charge(request.epsilon).for_mechanism(),
+        rho=request.rho,
+    )
 
 
 def _validate_sample(request: SampleRuleListRequest, metadata: DatasetMetadata) -> None:
@@ -235,6 +254,7 @@ def _run_antecedents(
     composition)."""
     label = require_label(columns.metadata)
     catalog = rule_list_catalog(columns.metadata, numeric_bins=request.numeric_bins)
+    plan = antecedents_plan(request, columns.metadata)
     negative, positive = class_rows(columns)
     lengths = list(range(1, request.max_length + 1))
     by_class = []
@@ -255,6 +275,7 @@ def _run_antecedents(
             epsilon_counts=None,
             rho=request.rho,
             rng=rng,
+            plan=plan,
         )
         antecedents = [_antecedent(catalog, itemset) for itemset, _count in selected]
         by_class.append({"label": name, "antecedents": antecedents})

@@ -60,6 +60,8 @@ from dpmine_server.dp.lattice import PublicLattice
 from dpmine_server.dp.mechanisms import OneSided, em_coefficient
 from dpmine_server.operations.serenade_quality import covered_quality, jaccard, quality
 from dpmine_server.operations.serenade_thresholds import (
+    grid_intervals,
+    grid_points,
     interval_counts,
     numeric_rows,
     threshold_grid,
@@ -74,8 +76,11 @@ __all__ = [
     "ThresholdMode",
     "check_pair_space",
     "choose_threshold_mode",
+    "enumerated_cells",
     "extend_one",
+    "extension_families",
     "initial_pairs",
+    "pair_families",
     "parse_side",
 ]
 
@@ -669,6 +674,69 @@ def check_pair_space(metadata: DatasetMetadata) -> None:
             "initial pairs need two different attributes, one per query; this dataset "
             f"declares only {sorted(set(lefts) | set(rights))}"
         )
+
+
+# -- public bounds on the enumeration (DESIGN.md contract item 7) ----------------------------
+
+
+def enumerated_cells(families: int, draws: int, n_max: int) -> int:
+    """Cell pairs evaluated when continuous families are enumerated (c > 8): every family's
+    total once, and the chosen family again for each draw. A family of a column with V distinct
+    present values has (V + 2)² cell pairs (lower cells 0 … V+1 × upper cells 0 … V+1), and
+    V ≤ n_max: a public bound whatever the data."""
+    return (families + draws) * (n_max + 2) ** 2
+
+
+def extension_families(
+    metadata: DatasetMetadata, collection: Sequence[Redescription], rules: ExtensionRules
+) -> int:
+    """The number of continuous threshold families of :func:`extend_one` over ``collection``
+    (the numeric attributes :func:`_extension_candidates` extends with, per side, operator and
+    polarity): public, from the metadata and the public queries."""
+    polarities = 2 if rules.negations else 1
+    pairs: tuple[tuple[Side, Side], ...] = (("left", "right"), ("right", "left"))
+    families = 0
+    for red in collection:
+        sides = {
+            "left": parse_side(red.left, side="left"),
+            "right": parse_side(red.right, side="right"),
+        }
+        for side, other_side in pairs:
+            mine, other = sides[side], sides[other_side]
+            if len(mine.literals) >= rules.max_literals:
+                continue
+            used = mine.attributes | (other.attributes if metadata.kind != "views" else frozenset())
+            view = [n for n in _view_attributes(metadata, side) if n not in used]
+            numeric = len(_numeric_names(metadata, view))
+            for op in rules.operators:
+                if op == "or" and rules.single_side_or and other.has_or:
+                    continue
+                families += numeric * polarities
+    return families
+
+
+def pair_families(metadata: DatasetMetadata, rules: ExtensionRules) -> int:
+    """The number of continuous threshold families of :func:`initial_pairs`: one per (left
+    literal, right numeric attribute, polarity), the left literals being the discrete ones and
+    the public grid intervals of the left view (§2.3); public, from the metadata alone."""
+    polarities = 2 if rules.negations else 1
+    lefts = _view_attributes(metadata, "left")
+    left_attributes = [
+        literal.attribute
+        for literal in _discrete_literals(
+            metadata, _discrete_names(metadata, lefts), negations=rules.negations
+        )
+    ]
+    for name in _numeric_names(metadata, lefts):
+        attribute = metadata.attribute(name)
+        assert isinstance(attribute, NumericAttribute)
+        left_attributes += [name] * len(grid_intervals(grid_points(attribute))) * polarities
+    same_table = metadata.kind != "views"
+    families = 0
+    for name in _numeric_names(metadata, _view_attributes(metadata, "right")):
+        kept = sum(1 for left in left_attributes if not (same_table and left == name))
+        families += kept * polarities
+    return families
 
 
 def _pair_candidates(
