@@ -91,7 +91,6 @@ SERVER_EXTRA_MODULES = {
     "psycopg": "psycopg",
     "psycopg_pool": "psycopg",
     "procrastinate": "procrastinate",
-    "fim": "pyfim",
     "numba": "numba",
     "jinja2": "jinja2",
     "fastapi_offline": "fastapi-offline",
