@@ -126,11 +126,14 @@ def _warm(services: Services) -> None:
     """Before the first request (issue #20, item 6): the active datasets resident in this
     process (loads padded to their public budgets) and, with padding on, the embedded pool's
     processes started and warmed (:func:`~dpmine_server.services.warmup.warm_process`), so
-    that no request or job pays a first load or a process start. Test mode (no padding)
-    keeps the pool lazy: most test servers never run a job."""
+    that no request or job pays a first load or a process start. Without a padding budget
+    (padding off, or test mode's zero budgets) the pool stays lazy: most test servers never
+    run a job."""
     services.datasets.preload()
     queue = services.jobs.queue
-    if services.settings.timing_padding and isinstance(queue, LocalPoolQueue):
+    policy = TimingPolicy.from_settings(services.settings)
+    pads = policy.enabled and (policy.base > 0 or policy.scale > 0)
+    if pads and isinstance(queue, LocalPoolQueue):
         queue.start()
 
 
