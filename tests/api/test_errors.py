@@ -231,8 +231,10 @@ class TestReachedThroughTheApi:
         toy_csv: Path,
         api_settings: Settings,
         analyst_headers: dict[str, str],
+        services: Services,
     ) -> None:
         (api_settings.data_dir / "datasets" / toy / "v1" / f"path-{toy_csv.name}").unlink()
+        services.datasets.unload(toy)  # registration left it loaded: the next count must load
         response = client.post(
             f"/v1/datasets/{toy}/counts", json={"epsilon": 0.1}, headers=analyst_headers
         )

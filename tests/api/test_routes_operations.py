@@ -719,6 +719,7 @@ class TestFailureAfterCharge:
     ) -> None:
         stored = api_settings.data_dir / "datasets" / toy / "v1" / f"path-{toy_csv.name}"
         stored.unlink()  # the data cannot be loaded any more: the kernel fails after the charge
+        services.datasets.unload(toy)  # (registration left it loaded)
         headers = with_key(analyst_headers, "doomed")
         body = count_body("[smoker]", 0.5)
         response = post_count(client, toy, headers, body)

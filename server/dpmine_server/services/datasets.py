@@ -430,6 +430,11 @@ class DatasetService:
         """The loaded columns of a dataset version (loaded once, then cached)."""
         return self._cache.get(dataset_id, version)
 
+    def unload(self, dataset_id: str) -> None:
+        """Drop this process's loaded store of every version of a dataset; the next request
+        loads it again from its stored files (padded like any load inside a request)."""
+        self._cache.evict(dataset_id)
+
     def _keep_loaded(self, session: Session) -> None:
         """After a commit: cache the stores that the session's registrations loaded."""
         for dataset_id, version, store in session.info.pop(_LOADED_KEY, []):
