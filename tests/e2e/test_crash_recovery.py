@@ -2,23 +2,21 @@
 never charges twice (DESIGN.md "The budget ledger": a crash leaves the charge in place;
 idempotent retries replay the stored release).
 
-To have requests that are certainly charged but unfinished when the process dies, the stored
-file of one dataset is swapped for a FIFO that nobody writes: the first request on it is charged
-(the reservation commits before any data is read) and then blocks opening the file, and so does a
-background job submitted on it. A burst of ordinary requests runs on another dataset while the
+To have requests that are certainly charged but unfinished when the process dies, one request
+and one background job on a dataset run the test-mode spin (operations/testing.py) for far
+longer than the test: both are charged (the reservation commits before any data is read) and
+still computing at the kill. A burst of ordinary requests runs on another dataset while the
 server is killed.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -31,6 +29,7 @@ from dpmine import ChargeKeptNoResultError
 from dpmine.wire import LedgerEntryInfo, NoisyCountRequest, NoisyCountResponse
 from dpmine_server.db.base import make_engine
 from dpmine_server.db.models import Job
+from dpmine_server.operations.testing import SpinCountRequest
 from support.datasets import TABLE_ROWS, register_table
 from support.servers import Account, LiveServer, http_client
 
@@ -38,6 +37,8 @@ BURST_THREADS = 8
 REQUESTS_PER_THREAD = 40
 KILL_AFTER_SUCCESSES = 24
 EPSILON = 0.01
+#: Seconds the stuck request and job spin: far beyond the kill.
+STUCK_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -47,21 +48,6 @@ class Sent:
     key: str
     response: NoisyCountResponse | None
     error: dpmine.DPMineError | None
-
-
-@contextmanager
-def blocked_file(server: LiveServer, dataset_id: str) -> Iterator[Path]:
-    """Replace the dataset's stored file by a FIFO without writer (reads block); restore it."""
-    folder = server.data_dir / "datasets" / dataset_id / "v1"
-    (stored,) = folder.glob("path-*")
-    backup = stored.with_name(stored.name + ".bak")
-    stored.rename(backup)
-    os.mkfifo(stored)
-    try:
-        yield stored
-    finally:
-        stored.unlink()
-        backup.rename(stored)
 
 
 def wait_for(condition: str, check: Callable[[], bool], *, timeout: float = 60.0) -> None:
@@ -152,13 +138,19 @@ def test_kill_mid_burst_then_restart(
     owner.admin.grant(stuck.id, analyst.name, 10.0)
     stuck_key, job_key = str(uuid.uuid4()), str(uuid.uuid4())
 
-    with blocked_file(any_server, stuck.id), ThreadPoolExecutor(max_workers=1) as side:
-        # A charged request that never finishes, and a charged job that never finishes.
+    with ThreadPoolExecutor(max_workers=1) as side:
+        # A charged request that never finishes, and a charged job that never finishes: the
+        # test-mode spin (operations/testing.py) holds each for far longer than the test.
+        # (Registration leaves a dataset loaded, so blocking its file would block nothing.)
         lost: Future[NoisyCountResponse] = side.submit(
-            analyst.connection.dataset(stuck.id).count, None, epsilon=0.5, idempotency_key=stuck_key
+            analyst.connection.call,
+            f"/v1/datasets/{stuck.id}/test/spin-inline",
+            SpinCountRequest(epsilon=0.5, seconds=STUCK_S),
+            NoisyCountResponse,
+            idempotency_key=stuck_key,
         )
         job = analyst.connection.dataset(stuck.id).submit(
-            "count.noisy", NoisyCountRequest(epsilon=0.25), idempotency_key=job_key
+            "test.spin", SpinCountRequest(epsilon=0.25, seconds=STUCK_S), idempotency_key=job_key
         )
         wait_for(
             "both requests on the blocked dataset to be charged",
@@ -238,14 +230,21 @@ def test_kill_mid_burst_then_restart(
 
             with dpmine.connect(any_server.url, analyst.api_key, retries=0) as late:
                 with pytest.raises(ChargeKeptNoResultError, match="the charge was kept"):
-                    late.dataset(stuck.id).count(None, epsilon=0.5, idempotency_key=stuck_key)
+                    late.call(
+                        f"/v1/datasets/{stuck.id}/test/spin-inline",
+                        SpinCountRequest(epsilon=0.5, seconds=STUCK_S),
+                        NoisyCountResponse,
+                        idempotency_key=stuck_key,
+                    )
                 failed_job = late.job(job.id)
                 assert failed_job.status == "interrupted"
                 assert failed_job.message.startswith("interrupted")
                 assert "the charge stands" in failed_job.message
                 assert failed_job.result is None
                 resubmitted = late.dataset(stuck.id).submit(
-                    "count.noisy", NoisyCountRequest(epsilon=0.25), idempotency_key=job_key
+                    "test.spin",
+                    SpinCountRequest(epsilon=0.25, seconds=STUCK_S),
+                    idempotency_key=job_key,
                 )
                 assert resubmitted.id == job.id
                 assert resubmitted.status == "interrupted"
