@@ -30,9 +30,7 @@ import logging
 import math
 import os
 import random
-import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +42,8 @@ from dpmine.wire import CreateDatasetRequest, CsvSource, DatasetMetadata, FimiSo
 from privacy.audit import clopper_pearson
 from privacy.sizes import short_and_long
 from support.datasets import MUSHROOM_PATH, mushroom_metadata, unique_id
-from support.servers import LiveServer, add_analyst, http_client
+from support.servers import LiveServer, add_analyst
+from support.timing import interleaved_response_times
 
 logger = logging.getLogger(__name__)
 
@@ -185,32 +184,16 @@ class TimingServer:
         self, path: str, body: dict[str, Any], pair: str, requests: int
     ) -> tuple[np.ndarray, np.ndarray]:
         """Client-side seconds of ``requests`` calls on each dataset of ``pair``, interleaved."""
-        datasets = self.pairs[pair]
-        order = [0] * requests + [1] * requests
-        random.Random(7).shuffle(order)
-        clients = [http_client(self.server.url) for _ in range(THREADS)]
-
-        def one(job: tuple[int, int]) -> tuple[int, float]:
-            position, side = job
-            client = clients[position % THREADS]
-            start = time.perf_counter()
-            response = client.post(
-                f"/v1/datasets/{datasets[side]}/{path}",
-                json=body,
-                headers={"X-API-Key": self.api_key},
-            )
-            elapsed = time.perf_counter() - start
-            assert response.status_code == 200, response.text
-            return side, elapsed
-
-        try:
-            with ThreadPoolExecutor(max_workers=THREADS) as pool:
-                results = list(pool.map(one, enumerate(order)))
-        finally:
-            for client in clients:
-                client.close()
-        times = [np.array([t for s, t in results if s == side]) for side in (0, 1)]
-        return times[0], times[1]
+        return interleaved_response_times(
+            self.server.url,
+            self.api_key,
+            self.pairs[pair],
+            path,
+            body,
+            requests=requests,
+            threads=THREADS,
+            seed=7,
+        )
 
 
 def _loss(successes_0: int, successes_1: int, trials_0: int, trials_1: int) -> float:

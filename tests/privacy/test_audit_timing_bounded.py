@@ -27,9 +27,7 @@ from __future__ import annotations
 import csv
 import logging
 import random
-import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +45,8 @@ from dpmine.wire import (
 )
 from privacy.test_audit_timing import timing_epsilon
 from support.datasets import unique_id
-from support.servers import LiveServer, add_analyst, http_client
+from support.servers import LiveServer, add_analyst
+from support.timing import interleaved_response_times
 
 logger = logging.getLogger(__name__)
 
@@ -167,31 +166,16 @@ class BoundedTimingServer:
         self, path: str, body: dict[str, Any], pair: str, requests: int
     ) -> tuple[np.ndarray, np.ndarray]:
         """Client-side seconds of ``requests`` calls on each dataset of ``pair``, interleaved."""
-        datasets = self.pairs[pair]
-        order = [0] * requests + [1] * requests
-        random.Random(13).shuffle(order)
-        clients = [http_client(self.server.url) for _ in range(THREADS)]
-
-        def one(job: tuple[int, int]) -> tuple[int, float]:
-            position, side = job
-            start = time.perf_counter()
-            response = clients[position % THREADS].post(
-                f"/v1/datasets/{datasets[side]}/{path}",
-                json=body,
-                headers={"X-API-Key": self.api_key},
-            )
-            elapsed = time.perf_counter() - start
-            assert response.status_code == 200, response.text
-            return side, elapsed
-
-        try:
-            with ThreadPoolExecutor(max_workers=THREADS) as pool:
-                results = list(pool.map(one, enumerate(order)))
-        finally:
-            for client in clients:
-                client.close()
-        times = [np.array([t for s, t in results if s == side]) for side in (0, 1)]
-        return times[0], times[1]
+        return interleaved_response_times(
+            self.server.url,
+            self.api_key,
+            self.pairs[pair],
+            path,
+            body,
+            requests=requests,
+            threads=THREADS,
+            seed=13,
+        )
 
 
 @pytest.fixture(scope="module")
