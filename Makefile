@@ -22,8 +22,9 @@ demo: $(STAMP)
 test: $(STAMP) lint
 	$(PY) -m pytest
 
-## The long runs of the statistical audits (privacy, timing and channel audits at their full
-## sample sizes; tens of minutes). `make test` plus `make audit` is the whole suite.
+## The long runs (marker `slow`): the privacy, timing and channel audits at their full sample
+## sizes and the heavy property tests; tens of minutes. `make test` plus `make audit` is the
+## whole suite.
 audit: $(STAMP)
 	$(PY) -m pytest -m slow
 

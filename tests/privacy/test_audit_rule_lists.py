@@ -16,14 +16,17 @@ checks the Clopper-Pearson lower bound on the privacy loss against the charged �
   the audit checks the chain as run), for both targets (exact stationary loss 0.29 for
   ``likelihood``, 0.14 for ``posterior``). The added row (p = q = 1, positive) lands in a rule
   of one negative when [p] comes first, in a rule of two positives when [q] comes first.
-  Broken: Δu/10 (marked slow, like the tree samplers' audits).
+  Broken: Δu/10. The default run audits 300 chains a side (bounds of the broken variants
+  1.5–1.7); at that size only a coefficient c = 10·ε/Δu is flagged on both targets, so the
+  short power check of ``posterior`` (c = ε/(2Δu)) uses Δu/20. ``slow`` audits 2,000 chains a
+  side with Δu/10 on both.
 * Short chains (ALGORITHMS.md §6 #16, issue #20): a pair on which the public start itself is
   adversarial (every proposal uphill on D', one rejectable on D, λ tuned). The old request
   shape (a start of the analyst's, one step) is refused; the operation at the public minimum
   passes; one step of the chain that never held, run on the kernel, is flagged (D keeps the
-  start with probability 0.39, D' never); one lazy step passes. Slow: over [p] alone the chain
-  that never holds is periodic on D' and is flagged at the public minimum too, the lazy one
-  passes.
+  start with probability 0.39, D' never); one lazy step passes. Over [p] alone the chain
+  that never holds is periodic on D' and is flagged at the public minimum too (300 chains a
+  side by default, bound 1.8; 1,000 under ``slow``), the lazy one passes.
 * ``brl.point_estimates``: the added row moves one capture count; broken: a tenth of the noise
   scale.
 
@@ -73,6 +76,7 @@ from dpmine_server.operations.rule_list_mcmc import (
 )
 from dpmine_server.operations.rule_lists import antecedent_words, exact_capture_counts
 from privacy.audit import AuditResult, assert_audit_flags, assert_audit_passes, audit_categorical
+from privacy.sizes import LONG, SHORT, short_and_long
 
 EPSILON = 1.0
 CHARGE = Epsilon.charge(EPSILON)
@@ -109,7 +113,10 @@ def _store(rows: Sequence[Row], n_max: int) -> ColumnStore:
 # --------------------------------------------------------------------------------------------
 # brl.antecedents
 
-SELECTION_SAMPLES = 5_000
+#: Selections a side: short (default; the broken variant's bound is 3.6) and long (slow; 4.7,
+#: and the passing audit's bound 0.35 clears the non-vacuity floor, which 1,500 do not).
+SELECTION_SHORT, SELECTION_LONG = 1_500, 5_000
+SELECTION_SAMPLES = short_and_long("samples", SELECTION_SHORT, SELECTION_LONG)
 SELECTION_RHO = 1e-3
 #: Positives: [p] 3, ![p] 2; negatives: [p] 1, ![p] 2; q is missing everywhere (no q items
 #: reach the top: K = 1 over [p], ![p], [q], ![q], all q counts are 0).
@@ -148,7 +155,9 @@ def test_the_added_row_lifts_not_p_in_the_positive_class() -> None:
     assert _selection_loss(10 * EPSILON) > 6.0  # what the broken variant loses
 
 
-def _selection_outputs(rows: Sequence[Row], seed: int, broken: bool) -> list[Hashable]:
+def _selection_outputs(
+    rows: Sequence[Row], seed: int, broken: bool, samples: int
+) -> list[Hashable]:
     store = _store(rows, 100)
     request = RuleListAntecedentsRequest(
         k_per_class=1, max_length=1, epsilon=EPSILON, rho=SELECTION_RHO
@@ -162,37 +171,47 @@ def _selection_outputs(rows: Sequence[Row], seed: int, broken: bool) -> list[Has
     charged = Epsilon.charge(10 * EPSILON) if broken else cost
     rng = seeded_generator(seed)
     outputs: list[Hashable] = []
-    for _ in range(SELECTION_SAMPLES):
+    for _ in range(samples):
         fields = spec.run(store, request, charged, rng, no_progress)
         picks = {entry["label"]: _pick(entry["antecedents"][0]) for entry in fields["by_class"]}
         outputs.append((picks["positive"], picks["negative"]))
     return outputs
 
 
-def _selection_audit(broken: bool) -> AuditResult:
+def _selection_audit(broken: bool, samples: int) -> AuditResult:
     categories: list[Hashable] = list(itertools.product(PICKS, repeat=2))
     return audit_categorical(
-        _selection_outputs(SELECTION_ROWS, 61, broken),
-        _selection_outputs((*SELECTION_ROWS, SELECTION_ADDED), 62, broken),
+        _selection_outputs(SELECTION_ROWS, 61, broken, samples),
+        _selection_outputs((*SELECTION_ROWS, SELECTION_ADDED), 62, broken, samples),
         categories=categories,
         alpha=ALPHA,
     )
 
 
-def test_antecedents_pass_the_audit() -> None:
-    result = _selection_audit(broken=False)
+@SELECTION_SAMPLES
+def test_antecedents_pass_the_audit(samples: int) -> None:
+    result = _selection_audit(broken=False, samples=samples)
     assert_audit_passes(result, EPSILON)
-    assert result.lower_bound > 0.3, result.describe()  # the audit is not vacuous
+    if samples == SELECTION_LONG:
+        assert result.lower_bound > 0.3, result.describe()  # the audit is not vacuous
 
 
-def test_audit_flags_antecedents_with_a_tenth_of_the_noise() -> None:
-    assert_audit_flags(_selection_audit(broken=True), EPSILON)
+@SELECTION_SAMPLES
+def test_audit_flags_antecedents_with_a_tenth_of_the_noise(samples: int) -> None:
+    assert_audit_flags(_selection_audit(broken=True, samples=samples), EPSILON)
 
 
 # --------------------------------------------------------------------------------------------
 # brl.sample_rule_list
 
-CHAIN_SAMPLES = 2_000
+#: (target, chains a side, Δu divisor of the broken variant): the short runs by default, the
+#: long ones marked slow (sizes.py).
+CHAIN_RUNS = [
+    pytest.param("likelihood", 300, 10, id=f"likelihood-{SHORT}"),
+    pytest.param("posterior", 300, 20, id=f"posterior-{SHORT}"),
+    pytest.param("likelihood", 2_000, 10, id=f"likelihood-{LONG}", marks=pytest.mark.slow),
+    pytest.param("posterior", 2_000, 10, id=f"posterior-{LONG}", marks=pytest.mark.slow),
+]
 CHAIN_N_MAX = 4
 CHAIN_ROWS: tuple[Row, ...] = ((0, 1, 1), (0, 1, 1), (1, 0, 0))
 CHAIN_ADDED: Row = (1, 1, 1)
@@ -201,6 +220,11 @@ CHAIN_ANTECEDENTS = [
     Antecedent(items=[BoolLiteral(attribute="q")]),
 ]
 LISTS: list[tuple[int, ...]] = [(), (0,), (1,), (0, 1), (1, 0)]
+#: The same lists ordered for the chain audit: those led by [p] (the added row lands in a
+#: negative rule: less likely on D'), the empty list, those led by [q] (more likely on D'). The
+#: union of the first two and that of the last two are then tested events (audit.py tests
+#: unions of consecutive categories), the events of largest loss.
+CHAIN_CATEGORIES: list[Hashable] = [(0,), (0, 1), (), (1,), (1, 0)]
 
 
 def _chain_law(rows: Sequence[Row], target: RuleListTarget, coefficient: float) -> list[float]:
@@ -263,35 +287,33 @@ def _released_lists(
     ]
 
 
-def _chain_audit(target: RuleListTarget) -> AuditResult:
+def _chain_audit(target: RuleListTarget, samples: int) -> AuditResult:
     request = SampleRuleListRequest(antecedents=CHAIN_ANTECEDENTS, epsilon=EPSILON, target=target)
-    categories: list[Hashable] = list(LISTS)
     return audit_categorical(
-        _released_lists(_store(CHAIN_ROWS, CHAIN_N_MAX), request, 71, CHAIN_SAMPLES),
-        _released_lists(
-            _store((*CHAIN_ROWS, CHAIN_ADDED), CHAIN_N_MAX), request, 72, CHAIN_SAMPLES
-        ),
-        categories=categories,
+        _released_lists(_store(CHAIN_ROWS, CHAIN_N_MAX), request, 71, samples),
+        _released_lists(_store((*CHAIN_ROWS, CHAIN_ADDED), CHAIN_N_MAX), request, 72, samples),
+        categories=CHAIN_CATEGORIES,
         alpha=ALPHA,
     )
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("target", ["likelihood", "posterior"])
-def test_sampler_final_states_pass_the_audit(target: RuleListTarget) -> None:
-    assert_audit_passes(_chain_audit(target), EPSILON)
+@pytest.mark.parametrize(("target", "samples", "divisor"), CHAIN_RUNS)
+def test_sampler_final_states_pass_the_audit(
+    target: RuleListTarget, samples: int, divisor: int
+) -> None:
+    del divisor  # the broken variant's
+    assert_audit_passes(_chain_audit(target, samples), EPSILON)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("target", ["likelihood", "posterior"])
-def test_audit_flags_the_sampler_with_a_tenth_of_the_sensitivity(
-    target: RuleListTarget, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("target", "samples", "divisor"), CHAIN_RUNS)
+def test_audit_flags_the_sampler_with_an_understated_sensitivity(
+    target: RuleListTarget, samples: int, divisor: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real = rule_list_mcmc.utility_sensitivity
     monkeypatch.setattr(
-        rule_list_mcmc, "utility_sensitivity", lambda n_max, alpha: real(n_max, alpha) / 10
+        rule_list_mcmc, "utility_sensitivity", lambda n_max, alpha: real(n_max, alpha) / divisor
     )
-    assert_audit_flags(_chain_audit(target), EPSILON)
+    assert_audit_flags(_chain_audit(target, samples), EPSILON)
 
 
 # --------------------------------------------------------------------------------------------
@@ -310,7 +332,8 @@ def test_audit_flags_the_sampler_with_a_tenth_of_the_sensitivity(
 
 SHORT_SAMPLES = 400
 LONG_SAMPLES = 4_000
-PERIODIC_SAMPLES = 1_000
+#: Chains a side of the periodic-chain audits: short (default) and long (slow).
+PERIODIC_SAMPLES = short_and_long("samples", 300, 1_000)
 SHORT_N_MAX = 3
 SHORT_ROWS: tuple[Row, ...] = ((None, None, 0), (None, 0, 0))
 SHORT_ADDED: Row = (1, 1, 1)
@@ -438,7 +461,7 @@ def test_audit_flags_one_step_from_the_adversarial_start(monkeypatch: pytest.Mon
     assert_audit_flags(result, EPSILON)
 
 
-def _periodic_audit() -> AuditResult:
+def _periodic_audit(samples: int) -> AuditResult:
     request = SampleRuleListRequest(
         antecedents=CHAIN_ANTECEDENTS[:1],
         epsilon=EPSILON,
@@ -446,30 +469,34 @@ def _periodic_audit() -> AuditResult:
     )
     data, neighbour = _short_neighbours()
     return audit_categorical(
-        _released_lists(data, request, 91, PERIODIC_SAMPLES),
-        _released_lists(neighbour, request, 92, PERIODIC_SAMPLES),
+        _released_lists(data, request, 91, samples),
+        _released_lists(neighbour, request, 92, samples),
         categories=[(), (0,)],
         alpha=ALPHA,
     )
 
 
-@pytest.mark.slow
-def test_the_lazy_chain_over_one_antecedent_passes_the_audit_at_the_public_minimum() -> None:
-    assert_audit_passes(_periodic_audit(), EPSILON)
+@PERIODIC_SAMPLES
+def test_the_lazy_chain_over_one_antecedent_passes_the_audit_at_the_public_minimum(
+    samples: int,
+) -> None:
+    assert_audit_passes(_periodic_audit(samples), EPSILON)
 
 
-@pytest.mark.slow
+@PERIODIC_SAMPLES
 def test_audit_flags_a_chain_that_never_holds_at_the_public_minimum(
-    monkeypatch: pytest.MonkeyPatch,
+    samples: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(rule_list_mcmc, "HOLD_PROBABILITY", 0.0)
-    assert_audit_flags(_periodic_audit(), EPSILON)
+    assert_audit_flags(_periodic_audit(samples), EPSILON)
 
 
 # --------------------------------------------------------------------------------------------
 # brl.point_estimates
 
-COUNT_SAMPLES = 4_000
+#: Releases a side: short (default) and long (slow). At 1,000 the passing audit's bound is
+#: 0.58–0.73 over 20 runs (the 0.4·ε floor holds at both sizes), the broken variant's 4.1.
+COUNT_SAMPLES = short_and_long("samples", 1_000, 4_000)
 WINDOW = 4
 COUNT_RULES = [Antecedent(items=[BoolLiteral(attribute="p")])]
 
@@ -481,45 +508,47 @@ def test_the_added_row_moves_one_capture_count() -> None:
 
 
 def _count_offsets(
-    rows: Sequence[Row], release: Callable[[ColumnStore], dict[str, Any]]
+    rows: Sequence[Row], release: Callable[[ColumnStore], dict[str, Any]], samples: int
 ) -> list[Hashable]:
     """The released positive count of rule [p] minus D's truth, clipped to ±WINDOW, jointly with
     the other three released counts (unchanged by the added row) minus theirs."""
     truth = exact_capture_counts(_store(CHAIN_ROWS, 100), COUNT_RULES)
     store = _store(rows, 100)
     outputs: list[Hashable] = []
-    for _ in range(COUNT_SAMPLES):
+    for _ in range(samples):
         fields = release(store)
         noisy = np.array([fields["negative_counts"], fields["positive_counts"]]).T
         outputs.append(int(np.clip(noisy[0, 1] - truth[0, 1], -WINDOW, WINDOW)))
     return outputs
 
 
-def _count_audit(release: Callable[[ColumnStore], dict[str, Any]]) -> AuditResult:
+def _count_audit(release: Callable[[ColumnStore], dict[str, Any]], samples: int) -> AuditResult:
     categories: list[Hashable] = list(range(-WINDOW, WINDOW + 1))
     return audit_categorical(
-        _count_offsets(CHAIN_ROWS, release),
-        _count_offsets((*CHAIN_ROWS, CHAIN_ADDED), release),
+        _count_offsets(CHAIN_ROWS, release, samples),
+        _count_offsets((*CHAIN_ROWS, CHAIN_ADDED), release, samples),
         categories=categories,
         alpha=ALPHA,
     )
 
 
-def test_point_estimates_pass_the_audit() -> None:
+@COUNT_SAMPLES
+def test_point_estimates_pass_the_audit(samples: int) -> None:
     request = PointEstimatesRequest(rules=COUNT_RULES, epsilon=EPSILON)
     spec = CATALOG["brl.point_estimates"]
     cost = spec.cost(request)
     assert cost == CHARGE
     rng = seeded_generator(8)
-    result = _count_audit(lambda store: spec.run(store, request, cost, rng, no_progress))
+    result = _count_audit(lambda store: spec.run(store, request, cost, rng, no_progress), samples)
     assert_audit_passes(result, EPSILON)
     assert result.lower_bound > 0.4 * EPSILON, result.describe()  # the audit is not vacuous
 
 
-def test_audit_flags_point_estimates_with_a_tenth_of_the_scale() -> None:
+@COUNT_SAMPLES
+def test_audit_flags_point_estimates_with_a_tenth_of_the_scale(samples: int) -> None:
     def broken(store: ColumnStore) -> dict[str, Any]:
         captures = exact_capture_counts(store, COUNT_RULES)
         noisy = discrete_laplace(captures.T.ravel(), epsilon=10 * EPSILON, sensitivity=1)
         return {"negative_counts": noisy[:2].tolist(), "positive_counts": noisy[2:].tolist()}
 
-    assert_audit_flags(_count_audit(broken), EPSILON)
+    assert_audit_flags(_count_audit(broken, samples), EPSILON)
