@@ -184,7 +184,7 @@ class DatasetMetadata(WireModel):
             "Transaction data: the most items a row holds. A longer row is cut to its first "
             "max_row_width items in the order of 'items' when the data is loaded (a per-row "
             "map, so neighbouring datasets stay neighbours). Unset: the number of items. "
-            "Itemset mining's running time is bounded from it (ALGORITHMS.md §4.1)."
+            "Itemset mining's running time is bounded from it (docs/operations.md §4.1)."
         ),
     )
     label: LabelSpec | None = None
