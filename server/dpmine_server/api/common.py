@@ -150,24 +150,21 @@ async def padded_operation(
     cold = await anyio.to_thread.run_sync(
         functools.partial(cold_load_budget, services, policy, dataset_id=dataset_id)
     )
-    hold = functools.partial(
-        _hold, services, policy, arrival, dataset_id, operation, request, extra=cold
+    budget = functools.partial(
+        release_budget,
+        services,
+        policy,
+        dataset_id=dataset_id,
+        operation=operation,
+        request=request,
     )
+    hold = functools.partial(_hold, policy, arrival, operation, budget, extra=cold)
     try:
         body = await anyio.to_thread.run_sync(call)
     except (RequestInProgress, ChargeKeptNoResult):
         # A retry of a charged request: its answer must not tell whether the original's
         # kernel is still running or how it ended before the original itself shows it.
-        grace = await anyio.to_thread.run_sync(
-            functools.partial(
-                release_budget,
-                services,
-                policy,
-                dataset_id=dataset_id,
-                operation=operation,
-                request=request,
-            )
-        )
+        grace = await anyio.to_thread.run_sync(budget)
         return await _answer_retry(policy, call, hold, grace=max(grace, _RETRY_MIN_GRACE_S))
     except ServerError as error:
         if not isinstance(error, OperationFailed):
@@ -213,27 +210,16 @@ async def _answer_retry(
 
 
 async def _hold(
-    services: Services,
     policy: TimingPolicy,
     arrival: float,
-    dataset_id: str,
     operation: str,
-    request: BaseModel,
+    budget_of: Callable[[], float],
     *,
     extra: float = 0.0,
 ) -> None:
     if not policy.enabled:
         return
-    budget = await anyio.to_thread.run_sync(
-        functools.partial(
-            release_budget,
-            services,
-            policy,
-            dataset_id=dataset_id,
-            operation=operation,
-            request=request,
-        )
-    )
+    budget = await anyio.to_thread.run_sync(budget_of)
     elapsed = time.monotonic() - arrival
     if elapsed > policy.deadline_offset(budget + extra):
         # The owner's signal to raise DPMINE_TIMING_SCALE (never shown to the analyst).
