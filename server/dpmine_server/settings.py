@@ -25,7 +25,15 @@ __all__ = ["DEVELOPMENT_SECRET", "Settings", "UnsafeSettingsError", "get_setting
 DEVELOPMENT_SECRET = "dpmine-development-secret-change-me"
 _CONFIG_FILE_ENV = "DPMINE_CONFIG_FILE"
 #: Padding defaults of test mode (explicit values win): releases wait at most 1 ms.
-_TEST_TIMING = {"timing_grid_ms": 1.0, "timing_base_ms": 0.0, "timing_scale": 0.0}
+_TEST_TIMING = {
+    "timing_grid_ms": 1.0,
+    "timing_base_ms": 0.0,
+    "timing_scale": 0.0,
+    "timing_overrun": "release",
+}
+#: Least fixed budget when overruns fail closed: the request's own bookkeeping (ledger writes,
+#: metadata reads) must fit before the deadline, or every answer would be a failure.
+MIN_FAIL_CLOSED_BASE_MS = 20.0
 
 
 class UnsafeSettingsError(ValueError):
@@ -157,6 +165,13 @@ class Settings(BaseSettings):
         allow_inf_nan=False,
         description="Multiplier of the per-operation budget from public parameters.",
     )
+    timing_overrun: Literal["fail", "release"] = Field(
+        default="fail",
+        description="A kernel still running at its padded deadline: 'fail' answers at the "
+        "deadline with OperationFailed (charge kept, nothing released), so answers come only "
+        "at public times; 'release' shows it at the first grid tick after it finished (test "
+        "mode's default, whose budgets are zero). Refused 'release' in production.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -200,6 +215,22 @@ class Settings(BaseSettings):
                     "DPMINE_TIMING_PADDING=false releases results as soon as they are computed, "
                     "so response times reveal the data; production keeps it on"
                 )
+            if self.timing_overrun != "fail":
+                raise UnsafeSettingsError(
+                    "DPMINE_TIMING_OVERRUN=release shows an overrunning kernel's release at a "
+                    "data-dependent time; production keeps 'fail'"
+                )
+        if (
+            self.timing_padding
+            and self.timing_overrun == "fail"
+            and self.timing_base_ms < MIN_FAIL_CLOSED_BASE_MS
+        ):
+            raise UnsafeSettingsError(
+                f"DPMINE_TIMING_BASE_MS={self.timing_base_ms:g} leaves a request no time for its "
+                "own bookkeeping, and overruns fail closed, so answers would fail; set it to "
+                f"at least {MIN_FAIL_CLOSED_BASE_MS:g} (or DPMINE_TIMING_OVERRUN=release in test "
+                "mode)"
+            )
         return self
 
     @classmethod

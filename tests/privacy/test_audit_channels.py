@@ -18,200 +18,47 @@ schedules); ``@pytest.mark.slow`` repeats each audit with ``SLOW_TRIALS``.
 
 from __future__ import annotations
 
-import functools
-import logging
-import math
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
 import dpmine
 from dpmine.wire import BooleanAttribute, CreateDatasetRequest, CsvSource, DatasetMetadata
-from privacy.audit import assert_audit_flags, assert_audit_passes, clopper_pearson
+from privacy.audit import assert_audit_flags, assert_audit_passes
+from privacy.channels import (
+    EPSILON,
+    PADDED_ENV,
+    PREDICATE,
+    SLOW_TRIALS,
+    SPIN_S,
+    TRIALS,
+    ChannelServer,
+    Observation,
+    audit,
+    bucket,
+    register,
+    settled,
+    spin_body,
+    split_audit,
+    start_channel_server,
+    write_table,
+)
 from support.datasets import unique_id
 from support.servers import LiveServer, add_analyst, http_client
-
-#: Trials a side: the first third choose the audited event, the rest bound it.
-TRIALS = 30
-SLOW_TRIALS = 150
-GRID_MS = 50
-#: Latency buckets: coarse enough that scheduling jitter stays inside one, fine enough that a
-#: kernel's 0.3 s would move an answer by several.
-BUCKET_S = 0.1
-EPSILON = 0.01
-ALPHA = 1e-3
-SPIN_S = 0.15
-#: Production-like padding: a 150 ms base margin over the kernel's public budget (the spin),
-#: so that the kernel itself does not overrun (an overrun is the documented residual channel,
-#: audited for real kernels in test_audit_timing.py).
-PADDED_ENV = {
-    "DPMINE_TIMING_PADDING": "true",
-    "DPMINE_TIMING_GRID_MS": str(GRID_MS),
-    "DPMINE_TIMING_BASE_MS": "150",
-    "DPMINE_TIMING_SCALE": "1",
-    "DPMINE_JOB_WORKERS": "2",
-}
-PREDICATE = {"kind": "bool", "attribute": "flag"}
-METADATA = DatasetMetadata(kind="table", n_max=30_000, attributes=[BooleanAttribute(name="flag")])
-
-Observation = tuple[Any, ...]
-logger = logging.getLogger(__name__)
-
-
-def _write_table(folder: Path, name: str, *, rows: int, flagged: int) -> Path:
-    path = folder / f"{name}.csv"
-    lines = ["flag", *(["yes"] * flagged), *(["no"] * (rows - flagged))]
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def _register(owner: dpmine.Connection, path: Path) -> str:
-    request = CreateDatasetRequest(
-        id=unique_id("channel"),
-        name="channel audit",
-        epsilon_cap=10_000.0,
-        metadata=METADATA,
-        source=CsvSource(path=path.name),
-    )
-    registered = owner.admin.upload_dataset(request, {"path": path})
-    dataset_id: str = registered["dataset"]["id"]
-    return dataset_id
-
-
-def _bucket(seconds: float) -> int:
-    return int(seconds / BUCKET_S)
-
-
-@dataclass
-class ChannelServer:
-    """A padded live server with the neighbours D (no flagged row) and D' (one), an
-    unrelated dataset U, and an analyst granted on all three."""
-
-    server: LiveServer
-    neighbours: tuple[str, str]
-    unrelated: str
-    api_key: str
-
-    def client(self) -> httpx.Client:
-        client = http_client(self.server.url)
-        client.headers["X-API-Key"] = self.api_key
-        return client
-
-
-def _start(workdir: Path, env: dict[str, str], sizes: tuple[int, int]) -> ChannelServer:
-    server = LiveServer(
-        database_url=f"sqlite:///{workdir / 'channels.sqlite3'}",
-        workdir=workdir,
-        name="channels",
-        extra_env=env,
-    )
-    server.start()
-    with dpmine.connect(server.url, server.owner_key, retries=0) as owner:
-        paths = [
-            _write_table(workdir, f"side-{side}", rows=sizes[side], flagged=side) for side in (0, 1)
-        ]
-        neighbours = (_register(owner, paths[0]), _register(owner, paths[1]))
-        unrelated = _register(owner, _write_table(workdir, "unrelated", rows=50, flagged=0))
-        account = add_analyst(server, owner)
-        account.connection.close()
-        for dataset_id in (*neighbours, unrelated):
-            owner.admin.grant(dataset_id, account.name, 5_000.0)
-    return ChannelServer(server, neighbours, unrelated, account.api_key)
 
 
 @pytest.fixture(scope="module")
 def padded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChannelServer]:
-    channel = _start(tmp_path_factory.mktemp("channels"), PADDED_ENV, (40, 41))
+    channel = start_channel_server(tmp_path_factory.mktemp("channels"), PADDED_ENV, (40, 41))
     try:
         yield channel
     finally:
         channel.server.stop()
-
-
-def _spin(seconds: float = SPIN_S) -> dict[str, Any]:
-    return {
-        "predicate": PREDICATE,
-        "epsilon": EPSILON,
-        "seconds": seconds,
-        "spin_if_any": True,
-    }
-
-
-def _loss(hits_0: int, hits_1: int, trials_0: int, trials_1: int) -> float:
-    """Clopper–Pearson lower bound on the privacy loss of one event, both directions (four
-    one-sided bounds at ALPHA/4 each)."""
-    lower_0, upper_0 = clopper_pearson([hits_0], trials_0, ALPHA / 4)
-    lower_1, upper_1 = clopper_pearson([hits_1], trials_1, ALPHA / 4)
-    bounds = [0.0]
-    for lower, upper in ((lower_1[0], upper_0[0]), (lower_0[0], upper_1[0])):
-        if lower > 0 and upper > 0:
-            bounds.append(math.log(lower) - math.log(upper))
-    return max(bounds)
-
-
-def _same_outcome(outcome: Observation, observation: Observation) -> bool:
-    return observation == outcome
-
-
-def _same_status(status: Observation, observation: Observation) -> bool:
-    return observation[:-1] == status
-
-
-def _at_most(bucket: int, observation: Observation) -> bool:
-    return bool(observation[-1] <= bucket)
-
-
-def _candidate_events(observed: set[Observation]) -> list[Callable[[Observation], bool]]:
-    """Events over (status…, latency bucket) outcomes: each outcome, each status part, and
-    each latency threshold {bucket ≤ b}."""
-    events: list[Callable[[Observation], bool]] = []
-    for outcome in observed:
-        events.append(functools.partial(_same_outcome, outcome))
-        events.append(functools.partial(_same_status, outcome[:-1]))
-    for bucket in {outcome[-1] for outcome in observed}:
-        events.append(functools.partial(_at_most, bucket))
-    return events
-
-
-def split_audit(samples_0: list[Observation], samples_1: list[Observation]) -> float:
-    """ε lower bound of the best event: chosen on the first third of each side's samples (the
-    largest difference in frequency), bounded with Clopper–Pearson on the rest, so the
-    choice costs no Bonferroni factor."""
-    select = max(len(samples_0) // 3, 1)
-    pick_0, test_0 = samples_0[:select], samples_0[select:]
-    pick_1, test_1 = samples_1[:select], samples_1[select:]
-    events = _candidate_events(set(pick_0) | set(pick_1))
-
-    def gap(event: Callable[[Observation], bool]) -> float:
-        return abs(sum(map(event, pick_0)) / len(pick_0) - sum(map(event, pick_1)) / len(pick_1))
-
-    best = max(events, key=gap)
-    hits_0, hits_1 = sum(map(best, test_0)), sum(map(best, test_1))
-    return _loss(hits_0, hits_1, len(test_0), len(test_1))
-
-
-def _audit(observe: Callable[[int], Observation], trials: int = TRIALS) -> float:
-    """Alternate the sides, observe, and return the audited ε lower bound."""
-    samples: tuple[list[Observation], list[Observation]] = ([], [])
-    for _trial in range(trials):
-        for side in (0, 1):
-            samples[side].append(observe(side))
-    bound = split_audit(*samples)
-    logger.info(
-        "observed D: %s; D': %s; ε lower bound %.3f",
-        dict(Counter(samples[0])),
-        dict(Counter(samples[1])),
-        bound,
-    )
-    return bound
 
 
 # -- retries -------------------------------------------------------------------------------------
@@ -229,35 +76,25 @@ def _retry_observer(channel: ChannelServer, offset: float) -> Callable[[int], Ob
             channel.client() as second,
             ThreadPoolExecutor(max_workers=1) as pool,
         ):
-            original = pool.submit(first.post, path, json=_spin(), headers=headers)
+            original = pool.submit(first.post, path, json=spin_body(), headers=headers)
             time.sleep(offset)
             sent = time.perf_counter()
-            retry = second.post(path, json=_spin(), headers=headers)
+            retry = second.post(path, json=spin_body(), headers=headers)
             latency = time.perf_counter() - sent
             answer = original.result()
         assert answer.status_code == 200, answer.text
         same = retry.status_code == 200 and retry.json()["count"] == answer.json()["count"]
-        return (retry.status_code if not same else "replayed", _bucket(latency))
+        return (retry.status_code if not same else "replayed", bucket(latency))
 
     return observe
 
 
 @pytest.mark.parametrize("offset", [0.1])
 def test_a_retry_answers_as_the_original_does(padded: ChannelServer, offset: float) -> None:
-    assert_audit_passes(_audit(_retry_observer(padded, offset)), EPSILON)
+    assert_audit_passes(audit(_retry_observer(padded, offset)), EPSILON)
 
 
 # -- cancels -------------------------------------------------------------------------------------
-
-
-def _settled(client: httpx.Client, job_id: str, limit: float = 10.0) -> dict[str, Any]:
-    """Poll a job until it is shown settled."""
-    give_up = time.monotonic() + limit
-    while True:
-        shown = client.get(f"/v1/jobs/{job_id}").json()
-        if shown["status"] != "running" or time.monotonic() > give_up:
-            return dict(shown)
-        time.sleep(0.01)
 
 
 #: The cancelled job spins longer, so that a cancel at CANCEL_OFFSET finds D' still spinning
@@ -275,13 +112,13 @@ def _cancel_observer(channel: ChannelServer, offset: float) -> Callable[[int], O
             submitted = time.perf_counter()
             job = client.post(
                 f"/v1/datasets/{channel.neighbours[side]}/jobs",
-                json={"operation": "test.spin", "request": _spin(CANCEL_SPIN_S)},
+                json={"operation": "test.spin", "request": spin_body(CANCEL_SPIN_S)},
             ).json()
             time.sleep(offset)
             cancelled = client.post(f"/v1/jobs/{job['id']}/cancel").json()
-            final = _settled(client, job["id"])
+            final = settled(client, job["id"])
             shown_after = time.perf_counter() - submitted
-        return (cancelled["status"], final["status"], _bucket(shown_after))
+        return (cancelled["status"], final["status"], bucket(shown_after))
 
     return observe
 
@@ -290,7 +127,7 @@ def _cancel_observer(channel: ChannelServer, offset: float) -> Callable[[int], O
 def test_a_cancel_outcome_does_not_depend_on_the_kernel(
     padded: ChannelServer, offset: float
 ) -> None:
-    assert_audit_passes(_audit(_cancel_observer(padded, offset)), EPSILON)
+    assert_audit_passes(audit(_cancel_observer(padded, offset)), EPSILON)
 
 
 # -- queues --------------------------------------------------------------------------------------
@@ -305,23 +142,23 @@ def _queue_observer(channel: ChannelServer) -> Callable[[int], Observation]:
             for _job in range(2):
                 client.post(
                     f"/v1/datasets/{channel.neighbours[side]}/jobs",
-                    json={"operation": "test.spin", "request": _spin()},
+                    json={"operation": "test.spin", "request": spin_body()},
                 )
             submitted = time.perf_counter()
             job = client.post(
                 f"/v1/datasets/{channel.unrelated}/jobs",
-                json={"operation": "test.spin", "request": _spin(seconds=0.0)},
+                json={"operation": "test.spin", "request": spin_body(seconds=0.0)},
             ).json()
-            final = _settled(client, job["id"])
+            final = settled(client, job["id"])
             shown_after = time.perf_counter() - submitted
             time.sleep(SPIN_S)  # let the spinning jobs' slots end before the next trial
-        return (final["status"], _bucket(shown_after))
+        return (final["status"], bucket(shown_after))
 
     return observe
 
 
 def test_a_queued_job_is_shown_on_a_public_schedule(padded: ChannelServer) -> None:
-    assert_audit_passes(_audit(_queue_observer(padded)), EPSILON)
+    assert_audit_passes(audit(_queue_observer(padded)), EPSILON)
 
 
 # -- first loads ---------------------------------------------------------------------------------
@@ -378,7 +215,7 @@ def one_cached(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoadServer]
                 )
                 path = _write_wide(workdir, f"wide-{rows}", rows)
                 tables.append(owner.admin.upload_dataset(request, {"path": path})["dataset"]["id"])
-            evictor = _register(owner, _write_table(workdir, "evictor", rows=5, flagged=0))
+            evictor = register(owner, write_table(workdir, "evictor", rows=5, flagged=0))
             account = add_analyst(server, owner)
             account.connection.close()
             for dataset_id in (*tables, evictor):
@@ -404,13 +241,13 @@ def _load_observer(channel: LoadServer) -> Callable[[int], Observation]:
             sent = time.perf_counter()
             answer = client.post(f"/v1/datasets/{channel.tables[side]}/counts", json=body)
             latency = time.perf_counter() - sent
-        return (answer.status_code, _bucket(latency))
+        return (answer.status_code, bucket(latency))
 
     return observe
 
 
 def test_a_first_load_does_not_tell_the_row_count(one_cached: LoadServer) -> None:
-    assert_audit_passes(_audit(_load_observer(one_cached), LOAD_TRIALS), EPSILON)
+    assert_audit_passes(audit(_load_observer(one_cached), LOAD_TRIALS), EPSILON)
 
 
 # -- the audits' power ---------------------------------------------------------------------------
@@ -439,20 +276,20 @@ def test_the_channel_audit_flags_what_the_channels_showed_before_the_fix() -> No
 @pytest.mark.slow
 @pytest.mark.parametrize("offset", [0.0, 0.05, 0.15, 0.25])
 def test_slow_retry_audit(padded: ChannelServer, offset: float) -> None:
-    assert_audit_passes(_audit(_retry_observer(padded, offset), SLOW_TRIALS), EPSILON)
+    assert_audit_passes(audit(_retry_observer(padded, offset), SLOW_TRIALS), EPSILON)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("offset", [0.02, 0.1, 0.2, 0.35])
 def test_slow_cancel_audit(padded: ChannelServer, offset: float) -> None:
-    assert_audit_passes(_audit(_cancel_observer(padded, offset), SLOW_TRIALS), EPSILON)
+    assert_audit_passes(audit(_cancel_observer(padded, offset), SLOW_TRIALS), EPSILON)
 
 
 @pytest.mark.slow
 def test_slow_load_audit(one_cached: LoadServer) -> None:
-    assert_audit_passes(_audit(_load_observer(one_cached), SLOW_TRIALS), EPSILON)
+    assert_audit_passes(audit(_load_observer(one_cached), SLOW_TRIALS), EPSILON)
 
 
 @pytest.mark.slow
 def test_slow_queue_audit(padded: ChannelServer) -> None:
-    assert_audit_passes(_audit(_queue_observer(padded), SLOW_TRIALS), EPSILON)
+    assert_audit_passes(audit(_queue_observer(padded), SLOW_TRIALS), EPSILON)

@@ -59,6 +59,7 @@ PADDED_ENV = {
     "DPMINE_TIMING_GRID_MS": "50",
     "DPMINE_TIMING_BASE_MS": "150",
     "DPMINE_TIMING_SCALE": "1",
+    "DPMINE_TIMING_OVERRUN": "fail",
     "DPMINE_JOB_WORKERS": "1",
 }
 #: B − 1 = the one-sided scale K/ε = 20 (both operations: B = min(1 + ⌈K/ε⌉, ⌊Γ⌋ + 1) = 21).

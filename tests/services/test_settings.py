@@ -40,6 +40,22 @@ def test_laptop_defaults() -> None:
     assert settings.bootstrap_owner_key is None
 
 
+class TestOverruns:
+    def test_overruns_fail_closed_by_default_and_test_mode_releases_them(self) -> None:
+        assert Settings().timing_overrun == "fail"
+        assert Settings(environment="test").timing_overrun == "release"
+        assert Settings(environment="test", timing_overrun="fail", timing_base_ms=150.0)
+
+    @pytest.mark.parametrize("environment", ["development", "test"])
+    def test_a_base_too_short_for_the_bookkeeping_is_refused(self, environment: str) -> None:
+        with pytest.raises(ValidationError, match="DPMINE_TIMING_BASE_MS=5") as raised:
+            Settings(environment=environment, timing_overrun="fail", timing_base_ms=5.0)
+        unsafe(raised.value)
+
+    def test_no_padding_needs_no_base(self) -> None:
+        assert Settings(timing_padding=False, timing_base_ms=0.0).timing_base_ms == 0.0
+
+
 class TestProduction:
     def test_refuses_the_development_secret(self) -> None:
         with pytest.raises(ValidationError, match="DPMINE_SECRET_KEY") as raised:
@@ -55,6 +71,11 @@ class TestProduction:
     def test_refuses_any_test_seed(self, seed: int) -> None:
         with pytest.raises(ValidationError, match="DPMINE_TEST_SEED") as raised:
             Settings(environment="production", secret_key=LONG_SECRET, test_seed=seed)
+        unsafe(raised.value)
+
+    def test_refuses_late_release_of_overruns(self) -> None:
+        with pytest.raises(ValidationError, match="DPMINE_TIMING_OVERRUN") as raised:
+            Settings(environment="production", secret_key=LONG_SECRET, timing_overrun="release")
         unsafe(raised.value)
 
     def test_accepts_a_long_secret(self) -> None:

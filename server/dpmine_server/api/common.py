@@ -6,8 +6,10 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 import anyio.to_thread
@@ -25,6 +27,7 @@ from dpmine_server.errors import (
 )
 from dpmine_server.operations import OperationSpec
 from dpmine_server.services.container import Services
+from dpmine_server.services.release_guard import OVERRAN, ReleaseGuard
 from dpmine_server.services.timing import TimingPolicy
 
 __all__ = [
@@ -58,11 +61,13 @@ def run_operation(
     request: BaseModel,
     idempotency_key: str | None,
     response: Response,
+    guard: ReleaseGuard | None = None,
 ) -> dict[str, Any]:
     """Validate, charge, compute, store; or replay the stored release of a retry.
 
-    An ``inline`` operation is computed in the calling thread; a ``job`` operation is submitted
-    to the job runner and waited for (the same ledger entry and job a ``POST .../jobs`` makes).
+    An ``inline`` operation is computed in the calling thread (its release stored only if it
+    claims ``guard`` before the deadline); a ``job`` operation is submitted to the job runner
+    and waited for (the same ledger entry and job a ``POST .../jobs`` makes).
     """
     executor = services.executor
     spec = executor.spec(operation)
@@ -81,6 +86,7 @@ def run_operation(
             spec=spec,
             request=request,
             idempotency_key=idempotency_key,
+            guard=guard,
         )
     if release.replayed:
         response.headers["Idempotent-Replayed"] = "true"
@@ -135,8 +141,13 @@ async def padded_operation(
 ) -> dict[str, Any]:
     """:func:`run_operation` in a worker thread, its answer held until the padded deadline
     (services/timing.py): fresh releases, replays and failures after the charge alike. Refusals
-    before the charge (validation, budget, auth) touch no data and return at once."""
+    before the charge (validation, budget, auth) touch no data and return at once.
+
+    An inline kernel still running at the deadline fails closed there (services/
+    release_guard.py); a job's worker settles it at the end of its slot the same way."""
     policy = TimingPolicy.from_settings(services.settings)
+    inline = services.executor.spec(operation).mode != "job"
+    guard = ReleaseGuard() if inline and policy.fails_closed else None
     call = functools.partial(
         run_operation,
         services,
@@ -146,26 +157,32 @@ async def padded_operation(
         request=request,
         idempotency_key=idempotency_key,
         response=response,
+        guard=guard,
     )
     cold = await anyio.to_thread.run_sync(
         functools.partial(cold_load_budget, services, policy, dataset_id=dataset_id)
     )
-    budget = functools.partial(
-        release_budget,
-        services,
-        policy,
-        dataset_id=dataset_id,
-        operation=operation,
-        request=request,
+    budget = await anyio.to_thread.run_sync(
+        functools.partial(
+            release_budget,
+            services,
+            policy,
+            dataset_id=dataset_id,
+            operation=operation,
+            request=request,
+        )
     )
-    hold = functools.partial(_hold, policy, arrival, operation, budget, extra=cold)
+    hold = functools.partial(_hold, policy, arrival, operation, budget + cold)
     try:
-        body = await anyio.to_thread.run_sync(call)
+        if guard is None:
+            body = await anyio.to_thread.run_sync(call)
+        else:
+            deadline = arrival + policy.deadline_offset(budget + cold)
+            body = await _before_deadline(services, call, guard, deadline=deadline)
     except (RequestInProgress, ChargeKeptNoResult):
         # A retry of a charged request: its answer must not tell whether the original's
         # kernel is still running or how it ended before the original itself shows it.
-        grace = await anyio.to_thread.run_sync(budget)
-        return await _answer_retry(policy, call, hold, grace=max(grace, _RETRY_MIN_GRACE_S))
+        return await _answer_retry(policy, call, hold, grace=max(budget, _RETRY_MIN_GRACE_S))
     except ServerError as error:
         if not isinstance(error, OperationFailed):
             raise  # refused before the charge: no data was read
@@ -176,6 +193,45 @@ async def padded_operation(
         raise
     await hold()
     return body
+
+
+async def _before_deadline(
+    services: Services,
+    call: Callable[[], dict[str, Any]],
+    guard: ReleaseGuard,
+    *,
+    deadline: float,
+) -> dict[str, Any]:
+    """Run ``call`` in a worker thread; at the monotonic ``deadline``, settle it as an overrun
+    unless its kernel has claimed its release (services/release_guard.py). The overrun answer
+    is given at the deadline; the abandoned thread's kernel stops at its next progress call and
+    its release is withheld. A call that claimed in time is waited for (only its ledger write
+    is left)."""
+    outcome: Future[dict[str, Any]] = Future()
+
+    def work() -> None:
+        try:
+            outcome.set_result(call())
+        except BaseException as error:  # handed to the awaiting route below
+            outcome.set_exception(error)
+
+    with anyio.move_on_after(max(deadline - time.monotonic(), 0.0)):
+        await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+    if not outcome.done() and guard.expire():
+        entry_id = guard.entry_id
+        if entry_id is not None:  # else the executor fails it before reading any data
+            # Answered now; the entry is failed alongside (a kernel that never reaches a
+            # progress call would otherwise leave it reserved). The kernel's own thread fails
+            # it too when it stops: both writes are conditional on "reserved".
+            threading.Thread(
+                target=services.ledger.interrupt,
+                args=([entry_id],),
+                kwargs={"status": "failed"},
+                name="dpmine-overrun",
+                daemon=True,
+            ).start()
+        raise OperationFailed(OVERRAN)
+    return await anyio.to_thread.run_sync(outcome.result)
 
 
 async def _answer_retry(
@@ -189,13 +245,14 @@ async def _answer_retry(
 
     The retry is held to its *own* padded deadline first. Its budget is the original's (same
     operation, same parameters, same public metadata) and it arrived later, so by then the
-    original's deadline has passed and the original is settled unless its kernel overran.
-    Only then is the ledger read again: the stored release is replayed, a failed original
-    gives ChargeKeptNoResult, and an original still running (an overrun) is polled on the
-    public grid until it settles, at most ``grace`` more seconds (its budget, at least a
-    second), and then answered 409 RequestInProgress. What the retry shows, and when,
-    is therefore a function of public values and of the original's own shown outcome, never
-    of how far its kernel had got when the retry arrived (issue #20, "retry oracle").
+    original's deadline has passed and the original is settled: released, or failed (an
+    overrun fails closed at that deadline). Only then is the ledger read again: the stored
+    release is replayed and a failed original gives ChargeKeptNoResult. An original still
+    unsettled (only in test mode's release-late setting, or while its store commits) is polled
+    on the public grid for at most ``grace`` more seconds (its budget, at least a second), and
+    then answered 409 RequestInProgress. What the retry shows, and when, is therefore a
+    function of public values and of the original's own shown outcome, never of how far its
+    kernel had got when the retry arrived (issue #20, "retry oracle").
     """
     await hold()
     step = policy.grid if policy.enabled and policy.grid > 0 else _RETRY_POLL_S
@@ -209,24 +266,22 @@ async def _answer_retry(
         await anyio.sleep(step)
 
 
-async def _hold(
-    policy: TimingPolicy,
-    arrival: float,
-    operation: str,
-    budget_of: Callable[[], float],
-    *,
-    extra: float = 0.0,
-) -> None:
+async def _hold(policy: TimingPolicy, arrival: float, operation: str, budget: float) -> None:
+    """Sleep until the padded deadline of a request that arrived at ``arrival`` (monotonic)
+    with this budget; past it, return at once when overruns fail closed (the answer is the
+    deadline's), else sleep to the first grid tick after now (test mode's late release)."""
     if not policy.enabled:
         return
-    budget = await anyio.to_thread.run_sync(budget_of)
     elapsed = time.monotonic() - arrival
-    if elapsed > policy.deadline_offset(budget + extra):
+    if elapsed > policy.deadline_offset(budget):
         # The owner's signal to raise DPMINE_TIMING_SCALE (never shown to the analyst).
         logger.warning(
             "%s overran its padding budget: %.3f s against %.3f s", operation, elapsed, budget
         )
-    await anyio.sleep(policy.remaining(arrival, budget + extra))
+    if policy.fails_closed:  # an overrun was settled at the deadline: nothing to wait for
+        await anyio.sleep(max(arrival + policy.deadline_offset(budget) - time.monotonic(), 0.0))
+    else:
+        await anyio.sleep(policy.remaining(arrival, budget))
 
 
 def operation_router(specs: Sequence[OperationSpec[Any, Any]]) -> APIRouter:

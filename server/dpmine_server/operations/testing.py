@@ -12,6 +12,10 @@ channel audits (tests/privacy/test_audit_channels.py) use it as the adversarial 
 added row decides whether the kernel takes ``seconds`` or nothing, so any state an analyst can
 observe before the padded deadline (a retry's answer, a cancel's outcome, a queue's delay)
 would tell the neighbours apart. ``test.spin_inline`` is the same operation answered inline.
+
+``unpriced_seconds`` spins that much longer than the padding budget prices (which counts
+``seconds`` only): a kernel that overruns its deadline, to show that an overrun fails closed
+at the deadline (services/release_guard.py; tests/privacy/test_audit_overruns.py).
 """
 
 from __future__ import annotations
@@ -50,6 +54,12 @@ class SpinCountRequest(OperationRequest[NoisyCountResponse]):
     predicate: Expr | None = None
     epsilon: WireEpsilon
     seconds: float = Field(ge=0.0, le=60.0, description="Public length of the slow loop.")
+    unpriced_seconds: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=60.0,
+        description="More loop than the padding budget prices (tests a kernel's overrun).",
+    )
     fail: bool = Field(default=False, description="Raise after the loop (tests the failure path).")
     spin_if_any: bool = Field(
         default=False,
@@ -107,7 +117,7 @@ def _run(
     rows = columns.all_rows() if request.predicate is None else columns.evaluate(request.predicate)
     spin = not request.spin_if_any or rows.count() > 0
     for step in range(SPIN_STEPS if spin else 0):
-        _busy(request.seconds / SPIN_STEPS)
+        _busy((request.seconds + request.unpriced_seconds) / SPIN_STEPS)
         progress((step + 1) / SPIN_STEPS)
     if request.fail:
         raise RuntimeError("test.spin was asked to fail")

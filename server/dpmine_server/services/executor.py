@@ -20,11 +20,17 @@ from sqlalchemy.orm import Session, sessionmaker
 from dpmine.wire import DatasetMetadata, Guarantee, Receipt
 from dpmine_server.db.models import Job, LedgerEntry, Principal
 from dpmine_server.dp.budget import BudgetError, Epsilon
-from dpmine_server.errors import Forbidden, InvalidRequest, JobCancelled, OperationFailed
+from dpmine_server.errors import (
+    Forbidden,
+    InvalidRequest,
+    JobCancelled,
+    OperationFailed,
+)
 from dpmine_server.operations import CATALOG, OperationSpec
 from dpmine_server.operations.base import Progress, no_progress
 from dpmine_server.services.datasets import DatasetService
 from dpmine_server.services.ledger import Ledger, Reservation, request_fingerprint
+from dpmine_server.services.release_guard import OVERRAN, ReleaseGuard
 
 __all__ = ["Executor", "Pending", "PricedCall", "Release"]
 
@@ -160,32 +166,49 @@ class Executor:
         progress: Progress = no_progress,
         *,
         settle: Callable[[], bool] | None = None,
+        guard: ReleaseGuard | None = None,
     ) -> Release:
         """Compute a charged request and store its release before anyone sees it.
 
-        ``settle`` (a job's worker) is called between the kernel and the store: it holds the
-        job's slot until its public deadline and says whether the release may still be stored
-        (False: a cancel arrived in the meantime, and the release is withheld whatever the
-        kernel did)."""
+        ``guard`` (services/release_guard.py) settles overruns: the release is stored only if
+        the kernel claims it before the request's padded deadline expires the guard; otherwise
+        it is withheld and the entry failed (charge kept). ``settle`` (a job's worker) is
+        called after that claim: it holds the job's slot until its public deadline and says
+        whether the release may still be stored (False: a cancel arrived in the meantime, and
+        the release is withheld whatever the kernel did)."""
         # The charge is committed: from here on nothing is refunded.
         entry_id = pending.reservation.entry_id
         try:
+            if guard is not None and guard.expired:
+                raise OperationFailed(OVERRAN)  # the deadline passed before the kernel began
             body = self._compute(pending, progress)
+            if guard is not None and not guard.claim():
+                raise OperationFailed(OVERRAN)
             if settle is not None and not settle():
                 raise JobCancelled(
                     "the job was cancelled at your request; the charge stands and nothing was "
                     "released"
                 )
-        except JobCancelled:
-            self._ledger.fail(entry_id)
-            raise
-        except Exception:
+        except Exception as error:
+            overran = guard is not None and guard.expired
+            if overran:  # the deadline may have failed the entry already
+                self._ledger.interrupt([entry_id], status="failed")
+            else:
+                self._ledger.fail(entry_id)
+            if isinstance(error, JobCancelled) and not overran:
+                raise
+            if overran:
+                logger.warning(
+                    "%s overran its padded deadline (entry %s): release withheld",
+                    pending.priced.spec.name,
+                    entry_id,
+                )
+                raise OperationFailed(OVERRAN) from None
             logger.exception(
                 "operation %s failed after its charge (entry %s)",
                 pending.priced.spec.name,
                 entry_id,
             )
-            self._ledger.fail(entry_id)
             raise OperationFailed(
                 f"{pending.priced.spec.name} failed after its charge; nothing was released and "
                 "the charge stands. The owner can see the server log."
@@ -222,9 +245,10 @@ class Executor:
         spec: OperationSpec[Any, Any],
         request: BaseModel | dict[str, Any],
         idempotency_key: str | None,
-        progress: Progress = no_progress,
+        guard: ReleaseGuard | None = None,
     ) -> Release:
-        """:meth:`begin` then :meth:`finish` in the caller's thread."""
+        """:meth:`begin` then :meth:`finish` in the caller's thread; with a ``guard``, the
+        kernel's progress calls stop it once the guard has expired."""
         started = self.begin(
             principal=principal,
             dataset_id=dataset_id,
@@ -234,7 +258,10 @@ class Executor:
         )
         if isinstance(started, Release):
             return started
-        return self.finish(started, progress)
+        if guard is None:
+            return self.finish(started)
+        guard.bind(started.reservation.entry_id)
+        return self.finish(started, guard.progress, guard=guard)
 
     def _compute(self, pending: Pending, progress: Progress) -> dict[str, Any]:
         priced, dataset_id, reservation = pending.priced, pending.dataset_id, pending.reservation

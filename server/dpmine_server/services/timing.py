@@ -10,10 +10,14 @@ only, and every release time lies on a coarse public grid:
   size …), times the configured ``scale``, plus a ``base``;
 * ``deadline = arrival + grid · ⌈budget / grid⌉``, with ``arrival`` the moment the request reached
   the route (synchronous calls) or the job was submitted (jobs);
-* the release is returned (or a job shown done or failed) at the deadline, or, when the kernel
-  overran it, at the first grid tick ``arrival + j · grid`` after the kernel finished.
+* the release is returned (or a job shown done or failed) at the deadline. A kernel still
+  running then fails closed (``DPMINE_TIMING_OVERRUN=fail``, the default; services/
+  release_guard.py): the answer at the deadline is an OperationFailed whose charge stands, and
+  the late release is withheld. Only in test mode (zero budgets) is an overrun shown at the
+  first grid tick ``arrival + j · grid`` after the kernel finished.
 
-The residual channel is the overrun: its tick index is data-dependent. Requests that fail before
+The residual channel is *whether* a kernel overran, an event whose probability the budgets
+keep small (``bench/bench_budgets.py`` measures it per operation). Requests that fail before
 their charge (invalid parameters, unknown dataset, budget exhausted) read no data and are not
 padded; replays of a stored release are padded exactly like the fresh release of that request.
 """
@@ -249,6 +253,8 @@ class TimingPolicy:
     grid: float
     base: float
     scale: float
+    #: Overruns fail closed at the deadline (else they are shown at the next grid tick).
+    fail_closed: bool = False
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TimingPolicy:
@@ -258,7 +264,13 @@ class TimingPolicy:
             grid=settings.timing_grid_ms / 1000.0,
             base=settings.timing_base_ms / 1000.0,
             scale=settings.timing_scale,
+            fail_closed=settings.timing_overrun == "fail",
         )
+
+    @property
+    def fails_closed(self) -> bool:
+        """Whether a kernel still running at its deadline is settled there as a failure."""
+        return self.enabled and self.fail_closed
 
     def budget(
         self, operation: str, request: BaseModel | Mapping[str, Any], metadata: DatasetMetadata

@@ -36,6 +36,7 @@ from dpmine_server.operations.testing import TEST_OPERATIONS
 from dpmine_server.services.datasets import DatasetService
 from dpmine_server.services.executor import Executor
 from dpmine_server.services.ledger import Ledger
+from dpmine_server.services.release_guard import OVERRAN, ReleaseGuard
 from dpmine_server.services.timing import TimingPolicy
 from dpmine_server.settings import Settings
 
@@ -277,10 +278,16 @@ def run_job(runtime: WorkerRuntime, job_id: str) -> Outcome:
         return not _cancel_requested(runtime.write_sessions, job_id)
 
     reporter = _Reporter(runtime.write_sessions, job_id, PROGRESS_INTERVAL_S)
+    guard = _arm_deadline(runtime, job_id, entry.id, release_at if release_at > claimed else None)
+
+    def progress(fraction: float, message: str = "") -> None:
+        guard.progress(fraction, message)
+        reporter.report(fraction, message)
+
     status: Outcome
     try:
         pending = runtime.executor.resume(job, entry, principal)
-        runtime.executor.finish(pending, reporter.report, settle=settle)
+        runtime.executor.finish(pending, progress, settle=settle, guard=guard)
         status, message = "done", ""
     except JobCancelled as cancelled:
         status, message = "cancelled", cancelled.message
@@ -292,12 +299,39 @@ def run_job(runtime: WorkerRuntime, job_id: str) -> Outcome:
         status, message = "failed", "internal error; the charge stands, nothing was released"
     finally:
         reporter.close()
+    guard.claim()  # a kernel that ended in time (failed or cancelled too) settles the job itself
     if release_at > claimed and time.monotonic() > release_at:
         # The owner's signal to raise DPMINE_TIMING_SCALE (never shown to the analyst).
         logger.warning("job %s (%s) overran its padded slot", job_id, job.operation)
     _sleep_until(release_at)  # failures and cancels hold the slot like releases
-    _finish(runtime.engine, runtime.write_sessions, job_id, status, message)
-    return status
+    if not guard.expired:  # else the deadline settled it already
+        _finish(runtime.engine, runtime.write_sessions, job_id, status, message)
+    return "failed" if guard.expired else status
+
+
+def _arm_deadline(
+    runtime: WorkerRuntime, job_id: str, entry_id: int, release_at: float | None
+) -> ReleaseGuard:
+    """A release guard that, when overruns fail closed, settles the job as failed at the end
+    of its slot (``release_at``, monotonic) unless its kernel claimed its release first
+    (services/release_guard.py): the job is then shown failed at the public time it would have
+    been shown done, its ledger entry failed with its charge, and the kernel stops at its next
+    progress call. The timer thread is a daemon; it fires at most once."""
+    guard = ReleaseGuard()
+    guard.bind(entry_id)
+    if release_at is None or not TimingPolicy.from_settings(runtime.settings).fails_closed:
+        return guard
+
+    def expire() -> None:
+        if guard.expire():
+            logger.warning("job %s overran its padded slot: settled as failed", job_id)
+            runtime.ledger.interrupt([entry_id], status="failed")
+            _finish(runtime.engine, runtime.write_sessions, job_id, "failed", OVERRAN)
+
+    timer = threading.Timer(max(release_at - time.monotonic(), 0.0), expire)
+    timer.daemon = True
+    timer.start()
+    return guard
 
 
 def interrupt_jobs(runtime: WorkerRuntime, job_ids: list[str], *, reason: str) -> int:

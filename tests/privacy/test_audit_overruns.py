@@ -1,0 +1,155 @@
+"""Audit of overruns (DESIGN.md contract item 7; issue #20, "an overrun fails closed"): a kernel
+still running at its padded deadline is answered *at* the deadline, as a failure whose charge
+stands, never late with its release.
+
+The adversarial kernel is ``test.spin_inline`` / ``test.spin`` with ``spin_if_any`` and
+``unpriced_seconds`` (operations/testing.py): on D' (one flagged row) it spins well past the
+budget, on D it does nothing. Whether it overran is, by construction here, the one bit that
+differs (for a real kernel that event has the small probability ``bench/bench_budgets.py``
+measures); *when* the answer comes must not differ. The observation is the answer's latency
+bucket; the split Clopper–Pearson audit of the channel audits bounds the ε it carries, which
+must stay within the ε charged. The same audit against a server that releases overruns late
+(``DPMINE_TIMING_OVERRUN=release``, test mode's setting) must flag it.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from privacy.audit import assert_audit_flags, assert_audit_passes
+from privacy.channels import (
+    EPSILON,
+    PADDED_ENV,
+    PREDICATE,
+    ChannelServer,
+    Observation,
+    audit,
+    bucket,
+    settled,
+    start_channel_server,
+)
+
+#: Trials a side: a total separation (what a late release shows) is flagged at this size.
+TRIALS = 20
+SLOW_TRIALS = 100
+PRICED_S = 0.05
+#: Far past the budget (150 ms base + the priced spin), so that D' always overruns.
+UNPRICED_S = 0.4
+#: Pause after a D' trial: an abandoned kernel stops at its next progress step (4.5 ms).
+SETTLE_S = 0.05
+RELEASE_LATE_ENV = {**PADDED_ENV, "DPMINE_TIMING_OVERRUN": "release"}
+
+
+def _overrun_body() -> dict[str, Any]:
+    return {
+        "predicate": PREDICATE,
+        "epsilon": EPSILON,
+        "seconds": PRICED_S,
+        "unpriced_seconds": UNPRICED_S,
+        "spin_if_any": True,
+    }
+
+
+@pytest.fixture(scope="module")
+def fail_closed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChannelServer]:
+    channel = start_channel_server(tmp_path_factory.mktemp("overruns"), PADDED_ENV, (40, 41))
+    try:
+        yield channel
+    finally:
+        channel.server.stop()
+
+
+@pytest.fixture(scope="module")
+def release_late(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChannelServer]:
+    channel = start_channel_server(tmp_path_factory.mktemp("late"), RELEASE_LATE_ENV, (40, 41))
+    try:
+        yield channel
+    finally:
+        channel.server.stop()
+
+
+def _inline_observer(channel: ChannelServer) -> Callable[[int], Observation]:
+    """An inline request whose kernel overruns on D' only: when its answer comes."""
+
+    def observe(side: int) -> Observation:
+        with channel.client() as client:
+            sent = time.perf_counter()
+            client.post(
+                f"/v1/datasets/{channel.neighbours[side]}/test/spin-inline",
+                json=_overrun_body(),
+            )
+            latency = time.perf_counter() - sent
+        time.sleep(SETTLE_S * side)  # let an abandoned kernel stop before the next trial
+        return (bucket(latency),)
+
+    return observe
+
+
+def _job_observer(channel: ChannelServer) -> Callable[[int], Observation]:
+    """A job whose kernel overruns on D' only: when it is shown settled."""
+
+    def observe(side: int) -> Observation:
+        with channel.client() as client:
+            submitted = time.perf_counter()
+            job = client.post(
+                f"/v1/datasets/{channel.neighbours[side]}/jobs",
+                json={"operation": "test.spin", "request": _overrun_body()},
+            ).json()
+            settled(client, job["id"])
+            shown_after = time.perf_counter() - submitted
+        time.sleep(SETTLE_S * side)  # the worker is busy until its kernel stops
+        return (bucket(shown_after),)
+
+    return observe
+
+
+def test_an_overrunning_inline_kernel_is_answered_at_its_deadline(
+    fail_closed: ChannelServer,
+) -> None:
+    assert_audit_passes(audit(_inline_observer(fail_closed), TRIALS), EPSILON)
+
+
+def test_an_overrunning_job_is_shown_settled_at_its_deadline(fail_closed: ChannelServer) -> None:
+    assert_audit_passes(audit(_job_observer(fail_closed), TRIALS), EPSILON)
+
+
+def test_the_audit_flags_overruns_released_late(release_late: ChannelServer) -> None:
+    assert_audit_flags(audit(_inline_observer(release_late), TRIALS), EPSILON)
+
+
+def test_an_overrun_releases_nothing_and_keeps_its_charge(fail_closed: ChannelServer) -> None:
+    """D' overruns: a failure that says why, a retry that finds the charge kept and no result,
+    and a job shown failed with nothing to read; D's kernel (no spin) releases as usual."""
+    key = str(uuid.uuid4())
+    path = f"/v1/datasets/{fail_closed.neighbours[1]}/test/spin-inline"
+    with fail_closed.client() as client:
+        answer = client.post(path, json=_overrun_body(), headers={"Idempotency-Key": key})
+        assert answer.status_code == 500, answer.text
+        assert answer.json()["error"] == "OperationFailed"
+        assert "padded time budget" in answer.json()["detail"]
+        retry = client.post(path, json=_overrun_body(), headers={"Idempotency-Key": key})
+        assert retry.status_code == 409, retry.text
+        assert retry.json()["error"] == "ChargeKeptNoResult"
+        job = client.post(
+            f"/v1/datasets/{fail_closed.neighbours[1]}/jobs",
+            json={"operation": "test.spin", "request": _overrun_body()},
+        ).json()
+        shown = settled(client, job["id"])
+        assert (shown["status"], shown["result"]) == ("failed", None)
+        assert "padded time budget" in shown["message"]
+        quiet = client.post(
+            f"/v1/datasets/{fail_closed.neighbours[0]}/test/spin-inline", json=_overrun_body()
+        )
+        assert quiet.status_code == 200, quiet.text
+    time.sleep(SETTLE_S)
+
+
+@pytest.mark.slow
+def test_slow_overrun_audits(fail_closed: ChannelServer) -> None:
+    assert_audit_passes(audit(_inline_observer(fail_closed), SLOW_TRIALS), EPSILON)
+    assert_audit_passes(audit(_job_observer(fail_closed), SLOW_TRIALS), EPSILON)
