@@ -20,6 +20,7 @@ from dpmine_server.services.ledger import Ledger
 from dpmine_server.services.principals import check_secret_key, create_principal
 from dpmine_server.services.queues import JobQueue, LocalPoolQueue, PostgresQueue
 from dpmine_server.services.timing import TimingPolicy
+from dpmine_server.services.warmup import warm_process
 from dpmine_server.services.workers import WorkerRuntime, build_runtime
 from dpmine_server.settings import Settings
 
@@ -126,13 +127,17 @@ def _warm(services: Services) -> None:
     """Before the first request (issue #20, item 6): the active datasets resident in this
     process (loads padded to their public budgets) and, with padding on, the embedded pool's
     processes started and warmed (:func:`~dpmine_server.services.warmup.warm_process`), so
-    that no request or job pays a first load or a process start. Without a padding budget
+    that no request or job pays a first load or a process start; with padding on, this
+    process's compiled kernels are loaded too (inline operations run here). Without a padding budget
     (padding off, or test mode's zero budgets) the pool stays lazy: most test servers never
     run a job."""
-    services.datasets.preload()
     queue = services.jobs.queue
     policy = TimingPolicy.from_settings(services.settings)
     pads = policy.enabled and (policy.base > 0 or policy.scale > 0)
+    if pads:
+        warm_process(services.datasets)  # inline kernels run in this process
+    else:
+        services.datasets.preload()
     if pads and isinstance(queue, LocalPoolQueue):
         queue.start()
 
