@@ -24,7 +24,7 @@ from support.datasets import unique_id
 from support.servers import LiveServer, add_analyst, http_client
 
 #: Trials a side: the first third choose the audited event, the rest bound it.
-TRIALS = 30
+TRIALS = 20
 SLOW_TRIALS = 150
 GRID_MS = 50
 #: Latency buckets: coarse enough that scheduling jitter stays inside one, fine enough that a
