@@ -4,24 +4,30 @@ Each fenced ``sh`` or ``python`` block of the README is preceded by a marker com
 how it is checked, and a block without a marker fails the test, so a new example cannot go
 untested by accident:
 
-* ``<!-- readme-test: owner -->``: a shell block of the data owner. It runs with bash in a fresh
-  folder (the repository's ``data`` and ``config`` folders linked in) on a fresh SQLite file.
-  A line starting ``dpmine-server serve`` starts the server in the background (the README's
-  port is replaced by a free one) and the rest of the block runs once it answers.
+* ``<!-- readme-test: owner -->``: the shell block of the data owner (there is one). It runs
+  with bash in a fresh folder (the repository's ``data`` and ``config`` folders linked in) on
+  a fresh SQLite file. The line starting ``dpmine-server serve`` starts the server in the
+  background (the README's port is replaced by a free one), the rest of the block runs once it
+  answers, and the server stays up for the analyst examples.
 * ``<!-- readme-test: analyst -->``: an analyst's block (Python or shell), run in README order
-  against a live server on which the owner registered the bundled Mushroom data as the dataset
-  ``mushroom`` and granted the analyst ε = 20. Python blocks share one namespace, like a
-  notebook. The README's placeholders are replaced: ``http://127.0.0.1:8000`` by the server's
-  URL and ``dpm_...`` by the analyst's key.
+  against the owner block's server, dataset and grant, with the key the block printed for
+  ``alice``: what the README's owner gives is what its analyst examples get. Python blocks
+  share one namespace, like a notebook. The README's placeholders are replaced:
+  ``http://127.0.0.1:8000`` by the server's URL and ``dpm_...`` by the analyst's key.
 * ``<!-- readme-test: skip REASON -->``: not run here; the reason names where it is covered.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import queue
 import re
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,14 +35,10 @@ from pathlib import Path
 import pytest
 
 import dpmine
-from dpmine.wire import CreateDatasetRequest, CsvSource, DatasetMetadata, LabelSpec
-from support.datasets import MUSHROOM_PATH
-from support.servers import LiveServer, free_port
+from support.servers import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 README = REPO_ROOT / "README.md"
-#: The reviewed public metadata of the bundled Mushroom data (the demo's, with the README's views).
-DEMO_METADATA = REPO_ROOT / "config" / "demo" / "mushroom.metadata.json"
 PLACEHOLDER_URL = "http://127.0.0.1:8000"
 PLACEHOLDER_KEY = "dpm_..."
 _BLOCK = re.compile(
@@ -137,10 +139,15 @@ sys.exit("dpmine-server serve did not answer within 90 s")
 WAIT"""
 
 
+#: What the owner's script prints once its block has run and its server is still up.
+_READY = "README-OWNER-BLOCK-DONE"
+
+
 def owner_script(body: str, port: int) -> str:
-    """The owner's block as one bash script: ``dpmine-server serve`` runs in the background
-    (stopped when the script ends), the rest waits until it answers; then the datasets are
-    listed, so the test can see what the block registered."""
+    """The owner's block as one bash script: ``dpmine-server serve`` runs in the background,
+    the rest waits until it answers; then the datasets are listed (so the test can see what the
+    block registered), a marker line is printed and the script waits on the server, which the
+    analyst examples use next."""
     lines = []
     for line in body.replace(PLACEHOLDER_URL, f"http://127.0.0.1:{port}").splitlines():
         if line.startswith("dpmine-server serve"):
@@ -153,21 +160,82 @@ def owner_script(body: str, port: int) -> str:
             ]
         else:
             lines.append(line)
-    lines.append("dpmine-server datasets list")
+    lines += ["dpmine-server datasets list", f"echo {_READY}", "wait $serve_pid"]
     return "\n".join(lines)
 
 
-@pytest.mark.parametrize(
-    "example", [e for e in EXAMPLES if e.mode == "owner"], ids=lambda e: f"line{e.line}"
-)
-def test_owner_example_runs(example: Example, tmp_path: Path) -> None:
-    """An owner's shell block runs as written and registers a dataset; ``serve`` answers HTTP."""
+def printed_keys(output: str) -> dict[str, str]:
+    """The API keys ``dpmine-server principals add`` printed (one JSON object each), by name."""
+    keys: dict[str, str] = {}
+    decoder = json.JSONDecoder()
+    for start in (match.start() for match in re.finditer(r"^\{", output, re.MULTILINE)):
+        try:
+            value, _end = decoder.raw_decode(output, start)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict) and "api_key" in value and "principal" in value:
+            keys[value["principal"]["name"]] = value["api_key"]
+    return keys
+
+
+@dataclass
+class OwnerBlock:
+    """The README's owner block, run as written, with its server still running."""
+
+    example: Example
+    output: str
+    url: str
+    workspace: Path
+
+
+@pytest.fixture(scope="module")
+def owner_block(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnerBlock]:
+    """Run the README's owner block (its principals, registration, grant and ``serve``) in a
+    fresh folder, and keep its server up for the analyst examples."""
+    (example,) = [e for e in EXAMPLES if e.mode == "owner"]
+    workspace = _workspace(tmp_path_factory.mktemp("readme-owner"))
     port = free_port()
     env = _environment(DPMINE_PORT=str(port), DPMINE_JOB_WORKERS="1")
-    output = _run_shell(
-        owner_script(example.body, port), cwd=_workspace(tmp_path), env=env, example=example
+    process = subprocess.Popen(
+        ["bash", "-eu", "-c", owner_script(example.body, port)],
+        cwd=workspace,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
-    assert '"id": "mushroom"' in output, f"{example}: no dataset 'mushroom' after the block"
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    output: list[str] = []
+    give_up = time.monotonic() + 300
+    try:
+        while True:
+            line = lines.get(timeout=max(give_up - time.monotonic(), 0.1))
+            assert line is not None, f"{example} ended (exit {process.wait()}):\n{''.join(output)}"
+            if line.strip() == _READY:
+                break
+            output.append(line)
+        yield OwnerBlock(example, "".join(output), f"http://127.0.0.1:{port}", workspace)
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=60)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+def test_owner_example_runs(owner_block: OwnerBlock) -> None:
+    """The owner's shell block runs as written: it registers ``mushroom``, prints the keys it
+    creates, and ``serve`` answers HTTP."""
+    assert '"id": "mushroom"' in owner_block.output, f"{owner_block.example}: no 'mushroom'"
+    assert set(printed_keys(owner_block.output)) == {"admin", "alice"}
 
 
 @dataclass
@@ -180,34 +248,14 @@ class AnalystSetting:
 
 
 @pytest.fixture(scope="module")
-def analyst_setting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AnalystSetting]:
-    """A live server with the bundled Mushroom data as ``mushroom``: the demo's two views and the
-    label ``class`` (positive ``p``), an analyst ``alice`` granted ε = 20."""
-    workdir = tmp_path_factory.mktemp("readme-server")
-    server = LiveServer(
-        database_url=f"sqlite:///{workdir / 'dpmine.sqlite3'}", workdir=workdir, name="readme"
-    )
-    server.start()
-    try:
-        with dpmine.connect(server.url, server.owner_key, retries=0) as owner:
-            metadata = DatasetMetadata.model_validate_json(DEMO_METADATA.read_text())
-            labelled = metadata.model_copy(
-                update={"label": LabelSpec(attribute="class", positive="p")}
-            )
-            request = CreateDatasetRequest(
-                id="mushroom",
-                name="UCI Mushroom",
-                epsilon_cap=50.0,
-                metadata=labelled,
-                source=CsvSource(path=MUSHROOM_PATH.name),
-            )
-            owner.admin.upload_dataset(request, {"path": MUSHROOM_PATH})
-            alice = owner.admin.add_principal("alice", "analyst")
-            owner.admin.grant("mushroom", "alice", 20.0)
-        workspace = _workspace(tmp_path_factory.mktemp("readme-analyst"))
-        yield AnalystSetting(url=server.url, api_key=alice.api_key, workspace=workspace)
-    finally:
-        server.stop()
+def analyst_setting(
+    owner_block: OwnerBlock, tmp_path_factory: pytest.TempPathFactory
+) -> AnalystSetting:
+    """The owner block's server, dataset and grant, with the key it printed for ``alice``: the
+    analyst examples run with exactly what the README's owner gave them."""
+    workspace = _workspace(tmp_path_factory.mktemp("readme-analyst"))
+    key = printed_keys(owner_block.output)["alice"]
+    return AnalystSetting(url=owner_block.url, api_key=key, workspace=workspace)
 
 
 def _substitute(body: str, setting: AnalystSetting) -> str:
@@ -235,4 +283,4 @@ def test_analyst_examples_run(
             value.close()
     with dpmine.connect(analyst_setting.url, analyst_setting.api_key) as alice:
         budget = alice.dataset("mushroom").budget()
-    assert budget.remaining_epsilon < 20.0, "the analyst examples spent nothing"
+    assert budget.grant_spent > 0, "the analyst examples spent nothing"
