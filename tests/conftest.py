@@ -30,6 +30,16 @@ BACKENDS = [
 _POSTGRES_FIXTURES = frozenset({"postgres", "postgres_server"})
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A ``dpmine.toml`` that ``dpmine-server init`` left in the folder the tests start from
+    (the README runs it at the repository's root) must not configure the tests: point
+    DPMINE_CONFIG_FILE at an empty settings file unless the caller set one."""
+    if "DPMINE_CONFIG_FILE" not in os.environ:
+        empty = config.rootpath / ".pytest-empty-settings.toml"
+        empty.write_text("# no settings: tests/conftest.py\n", encoding="utf-8")
+        os.environ["DPMINE_CONFIG_FILE"] = str(empty)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test that runs against PostgreSQL with ``postgres``."""
     for item in items:

@@ -272,6 +272,61 @@ def _plain(value: Any) -> Any:
     return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
 
 
+# -- init --------------------------------------------------------------------------------------
+
+_INIT_TEMPLATE = """\
+# dpmine server settings, written by `dpmine-server init` on {date}.
+# Every dpmine-server command started in this folder reads this file (DPMINE_CONFIG_FILE names
+# another one); DPMINE_* environment variables override it. Keys are the settings' names
+# without the prefix (docs/operators.md lists them).
+#
+# secret_key protects the stored API keys: keep this file private (it is created readable by
+# you only), back it up with the database, and never change the key of an existing database.
+# In production, set environment = "production" and move secret_key to the environment or a
+# secret store.
+environment = "development"
+secret_key = "{secret}"
+database_url = {database_url}
+data_dir = {data_dir}
+"""
+
+
+@app.command()
+def init(
+    path: Annotated[Path, typer.Option(help="Settings file to write.")] = Path("dpmine.toml"),
+    database_url: Annotated[
+        str, typer.Option(help="Database URL (SQLite file, or postgresql+psycopg://...).")
+    ] = "sqlite:///var/dpmine.sqlite3",
+    data_dir: Annotated[Path, typer.Option(help="Folder for registered data.")] = Path("var/data"),
+) -> None:
+    """Write a settings file with a new secret key, the database and the data folder, so that
+    every command and every new shell in this folder uses the same ones."""
+    import secrets
+    from datetime import UTC, datetime
+
+    if path.exists():
+        raise _fail(
+            f"{path} exists already; it holds the secret of an existing database, so it is "
+            "never overwritten (remove it yourself only if you also start a new database)"
+        )
+    text = _INIT_TEMPLATE.format(
+        date=datetime.now(UTC).date().isoformat(),
+        secret=secrets.token_urlsafe(48),
+        # A JSON string is a valid TOML basic string (same escapes).
+        database_url=json.dumps(database_url),
+        data_dir=json.dumps(str(data_dir)),
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("x", encoding="utf-8") as handle:
+        path.chmod(0o600)
+        handle.write(text)
+    typer.echo(
+        f"wrote {path} (readable by you only): a new secret key, database {database_url}, "
+        f"data folder {data_dir}. Commands started in this folder read it; next: "
+        "dpmine-server principals add admin --role owner"
+    )
+
+
 # -- serve -------------------------------------------------------------------------------------
 
 

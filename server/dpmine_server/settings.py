@@ -19,11 +19,21 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-__all__ = ["DEVELOPMENT_SECRET", "Settings", "UnsafeSettingsError", "get_settings"]
+__all__ = [
+    "DEFAULT_CONFIG_FILE",
+    "DEVELOPMENT_SECRET",
+    "Settings",
+    "UnsafeSettingsError",
+    "get_settings",
+]
 
 #: The secret used when none is configured. Fine on a laptop, refused in production.
 DEVELOPMENT_SECRET = "dpmine-development-secret-change-me"
 _CONFIG_FILE_ENV = "DPMINE_CONFIG_FILE"
+#: The settings file read from the working directory when DPMINE_CONFIG_FILE is unset (what
+#: ``dpmine-server init`` writes), so that every command and every new shell started in that
+#: folder uses the same secret and database.
+DEFAULT_CONFIG_FILE = "dpmine.toml"
 #: Padding defaults of test mode (explicit values win): releases wait at most 1 ms.
 _TEST_TIMING = {
     "timing_grid_ms": 1.0,
@@ -243,10 +253,13 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """Explicit arguments, then the environment, then the TOML file named by
-        ``DPMINE_CONFIG_FILE`` (if any); no .env or secrets-directory sources."""
+        ``DPMINE_CONFIG_FILE`` or else ``./dpmine.toml`` if it exists (``dpmine-server init``
+        writes it); no .env or secrets-directory sources."""
         del dotenv_settings, file_secret_settings
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         config_file = os.environ.get(_CONFIG_FILE_ENV)
+        if not config_file and Path(DEFAULT_CONFIG_FILE).is_file():
+            config_file = DEFAULT_CONFIG_FILE
         if config_file:
             path = Path(config_file)
             if not path.is_file():

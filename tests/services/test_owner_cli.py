@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import random
 import re
 import subprocess
@@ -246,3 +247,37 @@ def test_the_install_hint_knows_every_package_of_the_server_extra() -> None:
     distributions = {re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0] for requirement in extra}
     assert set(SERVER_EXTRA_MODULES.values()) == distributions
     assert [m for m in SERVER_EXTRA_MODULES if importlib.util.find_spec(m) is None] == []
+
+
+def test_init_writes_the_settings_every_later_command_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``init`` writes ./dpmine.toml (a new secret, readable by its owner only); a command
+    started later in that folder, as from a new shell, reads it; it is never overwritten."""
+    monkeypatch.chdir(tmp_path)
+    for name in [name for name in os.environ if name.startswith("DPMINE_")]:
+        monkeypatch.delenv(name)
+    environment: dict[str, str | None] = {}
+    written = RUNNER.invoke(app, ["init"], env=environment)
+    assert written.exit_code == 0, written.output
+    settings_file = tmp_path / "dpmine.toml"
+    assert settings_file.stat().st_mode & 0o777 == 0o600
+    secret = tomllib.loads(settings_file.read_text())["secret_key"]
+    assert len(secret) >= 32
+    added = RUNNER.invoke(app, ["principals", "add", "admin", "--role", "owner"], env=environment)
+    assert added.exit_code == 0, added.output
+    assert (tmp_path / "var" / "dpmine.sqlite3").is_file()
+    # A new shell: the same folder, nothing exported; the stored key still checks out.
+    listed = subprocess.run(
+        [sys.executable, "-m", "dpmine_server", "principals", "list"],
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if not k.startswith("DPMINE_")},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert '"admin"' in listed.stdout
+    again = RUNNER.invoke(app, ["init"], env=environment)
+    assert "never overwritten" in _one_line_error(again)
+    assert tomllib.loads(settings_file.read_text())["secret_key"] == secret

@@ -16,11 +16,21 @@ LONG_SECRET = "p" * 40
 
 
 @pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No DPMINE_* variable of the calling shell leaks into a test."""
+def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No DPMINE_* variable of the calling shell, and no ./dpmine.toml of the folder the tests
+    started in, leaks into a test."""
     for name in list(os.environ):
         if name.startswith("DPMINE_"):
             monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+
+
+def test_a_settings_file_in_the_working_folder_is_read(tmp_path: Path) -> None:
+    """What ``dpmine-server init`` writes is read without DPMINE_CONFIG_FILE; the environment
+    still wins."""
+    (tmp_path / "dpmine.toml").write_text(f'secret_key = "{"s" * 40}"\nport = 8123\n')
+    assert (Settings().secret_key, Settings().port) == ("s" * 40, 8123)
+    assert Settings(port=9000).port == 9000
 
 
 def unsafe(error: ValidationError) -> UnsafeSettingsError:
