@@ -33,9 +33,11 @@ from dpmine.wire import (
     FINAL_JOB_STATES,
     AuditEventInfo,
     BudgetStatus,
+    CapRequest,
     ComputeQualityRequest,
     ComputeQualityResponse,
     CreateDatasetRequest,
+    DatasetCap,
     DatasetInfo,
     DatasetMetadata,
     EstimateRequest,
@@ -500,6 +502,21 @@ class AdminClient:
         response = self._connection.request("POST", f"/v1/admin/datasets/{dataset_id}/refresh")
         result: dict[str, Any] = response.json()
         return result
+
+    def cap(self, dataset_id: str) -> DatasetCap:
+        """A dataset's cap and what was spent of it."""
+        response = self._connection.request("GET", f"/v1/admin/datasets/{dataset_id}/cap")
+        return DatasetCap.model_validate(response.json())
+
+    def set_cap(self, dataset_id: str, epsilon_cap: float) -> DatasetCap:
+        """Change a dataset's cap (never below what was spent; raising it lets more be learned
+        about every row, and the audit log records it)."""
+        with checked_parameters():
+            body = CapRequest(epsilon_cap=epsilon_cap)
+        response = self._connection.request(
+            "PUT", f"/v1/admin/datasets/{dataset_id}/cap", json=body.model_dump()
+        )
+        return DatasetCap.model_validate(response.json())
 
     def retire_dataset(self, dataset_id: str) -> DatasetInfo:
         """Stop all further queries on a dataset."""

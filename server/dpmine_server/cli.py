@@ -677,11 +677,25 @@ def _copied_warnings(metadata: DatasetMetadata, source: DatasetSource) -> list[s
 
 @datasets_app.command("list")
 def datasets_list() -> None:
-    """All datasets with their status."""
+    """All datasets with their status, cap and spending."""
     with _owner_session() as (services, session):
-        rows = services.datasets.list_all(session)
+        rows = [
+            (info, services.datasets.cap(session, info.id))
+            for info in services.datasets.list_all(session)
+        ]
     _print_json(
-        [{"id": d.id, "name": d.name, "kind": d.metadata.kind, "status": d.status} for d in rows]
+        [
+            {
+                "id": d.id,
+                "name": d.name,
+                "kind": d.metadata.kind,
+                "status": d.status,
+                "epsilon_cap": cap.epsilon_cap,
+                "spent": cap.spent,
+                "remaining": cap.remaining,
+            }
+            for d, cap in rows
+        ]
     )
 
 
@@ -710,6 +724,31 @@ def datasets_refresh(dataset_id: Annotated[str, typer.Argument(metavar="ID")]) -
             details={"version": info.version, "via": "cli"},
         )
     _print_json({"dataset": info.model_dump(mode="json"), "report": report.__dict__})
+
+
+@datasets_app.command("set-cap")
+def datasets_set_cap(
+    dataset_id: Annotated[str, typer.Argument(metavar="ID")],
+    epsilon_cap: Annotated[float, typer.Argument(metavar="EPSILON")],
+) -> None:
+    """Change a dataset's cap: never below what was spent; raising it lets more be learned
+    about every row (the audit log records it)."""
+    from dpmine_server.services import audit
+
+    with _owner_session() as (services, session):
+        before = services.datasets.cap(session, dataset_id)
+        changed = services.datasets.set_cap(session, dataset_id, epsilon_cap)
+        audit.record(
+            session,
+            action="dataset_cap_set",
+            target=dataset_id,
+            details={
+                "from": before.epsilon_cap_exact,
+                "to": changed.epsilon_cap_exact,
+                "via": "cli",
+            },
+        )
+    _print_json(changed)
 
 
 @datasets_app.command("retire")

@@ -494,6 +494,43 @@ def test_datasets_page_shows_metadata_cap_and_spending(
     assert "ε spent per analyst" in page.text
 
 
+def test_a_cap_is_changed_and_a_dataset_retired_from_the_datasets_page(
+    client: TestClient, owner_key: str, analyst: dpmine.Connection, toy: str
+) -> None:
+    """The cap form saves (never below what was spent, an error that says so), and retiring
+    needs the dataset's id typed: a missing or wrong confirmation changes nothing."""
+    analyst.dataset(toy).count(None, epsilon=1.25)
+    login(client, owner_key)
+    token = csrf_of(client, "/console/datasets")
+    saved = post_form(client, f"/console/datasets/{toy}/cap", {"epsilon_cap": "4"}, token=token)
+    assert (saved.status_code, saved.headers["location"]) == (
+        303,
+        "/console/datasets?notice=cap_set",
+    )
+    page = client.get("/console/datasets?notice=cap_set").text
+    assert "Cap saved." in page
+    row = re.search(rf"<td>{toy}</td>.*?</tr>", page, re.S)
+    assert row
+    assert re.findall(r'<td class="num">([^<]+)</td>', row.group(0)) == ["4", "1.25", "2.75"]
+    below = post_form(client, f"/console/datasets/{toy}/cap", {"epsilon_cap": "1"}, token=token)
+    assert below.status_code == 422
+    assert "already spent 1.25" in below.text
+    for confirm in ("", "wrong"):
+        kept = post_form(
+            client, f"/console/datasets/{toy}/retire", {"confirm": confirm}, token=token
+        )
+        assert kept.status_code == 422
+        assert "type its id" in kept.text
+    assert analyst.dataset(toy).count(None, epsilon=0.25).count is not None
+    retired = post_form(client, f"/console/datasets/{toy}/retire", {"confirm": toy}, token=token)
+    assert retired.status_code == 303
+    assert "Dataset retired" in client.get("/console/datasets?notice=retired").text
+    with pytest.raises(dpmine.NotFoundError):
+        analyst.dataset(toy).count(None, epsilon=0.25)
+    no_token = post_form(client, f"/console/datasets/{toy}/cap", {"epsilon_cap": "9"}, token=None)
+    assert no_token.status_code in {403, 422}
+
+
 def test_jobs_page_lists_running_jobs(
     client: TestClient, owner_key: str, toy: str, analyst_headers: dict[str, str]
 ) -> None:

@@ -28,6 +28,7 @@ from dpmine.wire import (
     CategoricalAttribute,
     CreateDatasetRequest,
     CsvSource,
+    DatasetCap,
     DatasetInfo,
     DatasetMetadata,
     GrantInfo,
@@ -573,6 +574,52 @@ class TestRetire:
         expect_error(
             client.delete("/v1/admin/datasets/nope", headers=owner_headers), 404, "NotFound"
         )
+
+
+class TestCap:
+    def test_cap_lifecycle(
+        self,
+        client: TestClient,
+        toy: str,
+        owner_headers: dict[str, str],
+        analyst_headers: dict[str, str],
+    ) -> None:
+        """A cap can be read, lowered to what was spent (no further), raised again, and every
+        change is audited with its old and new amounts."""
+        url = f"/v1/admin/datasets/{toy}/cap"
+        start = DatasetCap.model_validate(client.get(url, headers=owner_headers).json())
+        assert (start.epsilon_cap, start.spent, start.status) == (10.0, 0.0, "active")
+        count(client, toy, analyst_headers, 0.5)
+        below = client.put(url, json={"epsilon_cap": 0.4}, headers=owner_headers)
+        assert "already spent 0.5" in expect_error(below, 422, "InvalidRequest")
+        exact = client.put(url, json={"epsilon_cap": 0.5}, headers=owner_headers)
+        assert DatasetCap.model_validate(exact.json()).remaining == 0.0
+        refused = client.post(
+            f"/v1/datasets/{toy}/counts", json={"epsilon": 0.01}, headers=analyst_headers
+        )
+        expect_error(refused, 409, "BudgetExhausted")
+        raised = client.put(url, json={"epsilon_cap": 2.0}, headers=owner_headers)
+        assert DatasetCap.model_validate(raised.json()).remaining == 1.5
+        count(client, toy, analyst_headers, 0.25)
+        events = client.get("/v1/admin/audit", headers=owner_headers).json()
+        changes = [e["details"] for e in events if e["action"] == "dataset_cap_set"]
+        expected = [{"from": "10", "to": "0.5"}, {"from": "0.5", "to": "2"}]
+        assert sorted(changes, key=str) == sorted(expected, key=str)
+
+    def test_a_bad_cap_or_a_retired_dataset_is_refused_and_changes_nothing(
+        self, client: TestClient, toy: str, owner_headers: dict[str, str]
+    ) -> None:
+        url = f"/v1/admin/datasets/{toy}/cap"
+        for body in ({"epsilon_cap": 0}, {"epsilon_cap": "x"}, {}):
+            expect_error(client.put(url, json=body, headers=owner_headers), 422, "InvalidRequest")
+        client.delete(f"/v1/admin/datasets/{toy}", headers=owner_headers)
+        retired = client.put(url, json={"epsilon_cap": 20.0}, headers=owner_headers)
+        assert "retired" in expect_error(retired, 422, "InvalidRequest")
+        assert client.get(url, headers=owner_headers).json()["epsilon_cap"] == 10.0
+        missing = client.put(
+            "/v1/admin/datasets/nope/cap", json={"epsilon_cap": 1.0}, headers=owner_headers
+        )
+        expect_error(missing, 404, "NotFound")
 
 
 class TestGrants:

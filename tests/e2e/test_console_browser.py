@@ -142,6 +142,25 @@ def test_owner_grants_in_the_browser_and_sees_the_analysts_charge(
     assert f"{analyst.name}: ε 0.25" in browser.page_source
     assert _csp_violations(browser) == []
 
+    # The owner lowers the cap, then retires the dataset after typing its id.
+    browser.find_element(By.LINK_TEXT, "Datasets").click()
+    _arrive(browser, f"{server.url}/console/datasets")
+    cap = browser.find_element(By.NAME, "epsilon_cap")
+    cap.clear()
+    cap.send_keys("3")
+    cap.submit()
+    _arrive(browser, f"{server.url}/console/datasets?notice=cap_set")
+    assert "Cap saved." in browser.find_element(By.CLASS_NAME, "notice").text
+    with dpmine.connect(server.url, server.owner_key, retries=0) as owner:
+        assert owner.admin.cap(dataset).epsilon_cap == 3.0
+    browser.find_element(By.XPATH, "//summary[text()='retire…']").click()
+    confirm = browser.find_element(By.NAME, "confirm")
+    confirm.send_keys(dataset)
+    confirm.submit()
+    _arrive(browser, f"{server.url}/console/datasets?notice=retired")
+    assert "retired" in browser.find_element(By.TAG_NAME, "table").text
+    assert _csp_violations(browser) == []
+
     browser.find_element(By.XPATH, "//button[text()='Log out']").click()
     _arrive(browser, f"{server.url}/console/login")
     assert browser.get_cookie(sessions.COOKIE) is None

@@ -102,6 +102,14 @@ def test_propose_then_review_then_add(tmp_path: Path, patients: Path) -> None:
     assert _ok(_run(tmp_path, "grants", "set", "p2", "bob", "0.5"))["epsilon"] == 0.5
     assert _ok(_run(tmp_path, "grants", "revoke", "p2", "bob"))["remaining"] == 0.0
     assert "holds no grant" in _one_line_error(_run(tmp_path, "grants", "revoke", "p2", "bob"))
+    # Caps: listed with the spending, changed, never to a bad value; retired ones stay.
+    listed = {row["id"]: row for row in _ok(_run(tmp_path, "datasets", "list"))}
+    assert (listed["p2"]["epsilon_cap"], listed["p2"]["spent"]) == (1.0, 0.0)
+    raised = _ok(_run(tmp_path, "datasets", "set-cap", "p2", "2.5"))
+    assert (raised["epsilon_cap"], raised["remaining"]) == (2.5, 2.5)
+    assert "ledger's unit" in _one_line_error(_run(tmp_path, "datasets", "set-cap", "p2", "1e-13"))
+    _ok(_run(tmp_path, "datasets", "retire", "p2"))
+    assert "retired" in _one_line_error(_run(tmp_path, "datasets", "set-cap", "p2", "3"))
 
 
 def test_input_mistakes_are_one_line(tmp_path: Path, patients: Path) -> None:

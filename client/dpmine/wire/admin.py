@@ -11,7 +11,9 @@ from dpmine.wire.datasets import DatasetId, DatasetMetadata, DatasetSource
 
 __all__ = [
     "AuditEventInfo",
+    "CapRequest",
     "CreateDatasetRequest",
+    "DatasetCap",
     "GrantInfo",
     "GrantRequest",
     "LedgerEntryInfo",
@@ -70,6 +72,24 @@ class GrantInfo(WireModel):
     epsilon: float
     spent: float
     remaining: float
+
+
+class CapRequest(WireModel):
+    """Change a dataset's cap (it can never fall below what was spent on the dataset)."""
+
+    epsilon_cap: CapEpsilon = Field(description="Dataset cap: the total epsilon ever spent on it.")
+
+
+class DatasetCap(WireModel):
+    """A dataset's cap and what was spent of it (owners only; amounts exact as decimals too)."""
+
+    dataset_id: str
+    status: Literal["active", "retired"]
+    epsilon_cap: float
+    spent: float
+    remaining: float
+    epsilon_cap_exact: str
+    spent_exact: str
 
 
 class CreateDatasetRequest(WireModel):

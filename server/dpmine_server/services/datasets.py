@@ -32,6 +32,7 @@ from dpmine.wire import (
     CreateDatasetRequest,
     CsvPairSource,
     CsvSource,
+    DatasetCap,
     DatasetInfo,
     DatasetMetadata,
     DatasetSource,
@@ -48,6 +49,7 @@ from dpmine_server.data.loaders import (
     load_store,
     snapshot_sql,
 )
+from dpmine_server.db.base import rows_affected
 from dpmine_server.db.models import Dataset, Grant, Principal, utcnow
 from dpmine_server.dp.budget import BudgetError, Epsilon
 from dpmine_server.errors import Conflict, Forbidden, InvalidRequest, NotFound
@@ -85,6 +87,7 @@ def _drop(session: Session) -> None:
 __all__ = [
     "DatasetService",
     "StoredFile",
+    "dataset_cap",
     "dataset_info",
     "grant_info",
 ]
@@ -125,6 +128,20 @@ def dataset_info(dataset: Dataset) -> DatasetInfo:
         status="retired" if dataset.status == "retired" else "active",
         metadata=DatasetMetadata.model_validate(dataset.metadata_json),
         created_at=dataset.created_at,
+    )
+
+
+def dataset_cap(dataset: Dataset) -> DatasetCap:
+    """Wire view of a dataset's cap and spending (owners only)."""
+    cap, spent = Epsilon(dataset.cap_units), Epsilon(dataset.spent_units)
+    return DatasetCap(
+        dataset_id=dataset.id,
+        status="retired" if dataset.status == "retired" else "active",
+        epsilon_cap=cap.display(),
+        spent=spent.display(),
+        remaining=Epsilon(dataset.cap_units - dataset.spent_units).display(),
+        epsilon_cap_exact=cap.exact_str(),
+        spent_exact=spent.exact_str(),
     )
 
 
@@ -416,6 +433,35 @@ class DatasetService:
             .order_by(Dataset.id)
         )
         return [dataset_info(d) for d in rows]
+
+    def cap(self, session: Session, dataset_id: str) -> DatasetCap:
+        """A dataset's cap and spending (owners)."""
+        return dataset_cap(self.get(session, dataset_id))
+
+    def set_cap(self, session: Session, dataset_id: str, epsilon_cap: float) -> DatasetCap:
+        """Change an active dataset's cap; never below what was spent. One conditional UPDATE,
+        so a charge committing meanwhile cannot leave the spending above the new cap (the
+        ledger's charges are conditional on the cap in the same way)."""
+        dataset = self.get(session, dataset_id)
+        if dataset.status != "active":
+            raise InvalidRequest(
+                f"dataset {dataset_id!r} is retired and takes no queries; its cap stays"
+            )
+        cap = _budget(epsilon_cap, "epsilon_cap")
+        changed = session.execute(
+            update(Dataset)
+            .where(Dataset.id == dataset_id, Dataset.spent_units <= cap.units)
+            .values(cap_units=cap.units)
+            .execution_options(synchronize_session=False)
+        )
+        session.refresh(dataset)
+        if rows_affected(changed) != 1:
+            raise InvalidRequest(
+                f"dataset {dataset_id!r} has already spent "
+                f"{Epsilon(dataset.spent_units).exact_str()}; a cap cannot be set below that "
+                "(retire the dataset to stop all further queries)"
+            )
+        return dataset_cap(dataset)
 
     def retire(self, session: Session, dataset_id: str) -> DatasetInfo:
         """Stop all further queries on a dataset (its ledger stays)."""

@@ -36,6 +36,7 @@ from sqlalchemy.orm import Session
 from dpmine.amounts import epsilon_text
 from dpmine.wire import (
     AuditEventInfo,
+    CapRequest,
     GrantInfo,
     GrantRequest,
     LedgerEntryInfo,
@@ -83,6 +84,8 @@ _NOTICES = {
     "grant_set": "Grant saved.",
     "grant_revoked": "Grant revoked: the analyst can spend nothing more on that dataset.",
     "disabled": "Principal disabled: its key stopped working.",
+    "cap_set": "Cap saved.",
+    "retired": "Dataset retired: it takes no more queries; its ledger stays.",
 }
 #: The owner API's ledger columns minus the idempotency keys and the releases themselves.
 _LEDGER_CSV_COLUMNS = tuple(
@@ -364,10 +367,50 @@ def _charts(entries: Sequence[LedgerEntryInfo]) -> tuple[Chart, Chart]:
 
 
 @router.get("/datasets")
-def datasets_page(request: Request, _owner: Owner, session: SessionDep) -> Response:
-    """Datasets with their public metadata, cap and spending, and the budget charts."""
+def datasets_page(
+    request: Request, _owner: Owner, session: SessionDep, notice: str = ""
+) -> Response:
+    """Datasets with their public metadata, cap and spending, forms to change a cap or retire
+    a dataset, and the budget charts."""
     charts = _charts(ledger_entries(session))
-    return _page(request, "datasets.html", datasets=_dataset_rows(session), charts=charts)
+    return _page(
+        request,
+        "datasets.html",
+        datasets=_dataset_rows(session),
+        charts=charts,
+        notice=_NOTICES.get(notice, ""),
+    )
+
+
+@router.post("/datasets/{dataset_id}/cap")
+def set_cap(
+    dataset_id: str,
+    owner: Writer,
+    services: ServicesDep,
+    session: WriteSessionDep,
+    epsilon_cap: Annotated[str, Form()],
+) -> Response:
+    """Change a dataset's cap (the owner API's operation, audited the same way)."""
+    body = _validated(lambda: CapRequest(epsilon_cap=_epsilon(epsilon_cap)))
+    admin.set_cap(dataset_id, body, owner, services, session)
+    return RedirectResponse("/console/datasets?notice=cap_set", status_code=303)
+
+
+@router.post("/datasets/{dataset_id}/retire")
+def retire(
+    dataset_id: str,
+    owner: Writer,
+    services: ServicesDep,
+    session: WriteSessionDep,
+    confirm: Annotated[str, Form()] = "",
+) -> Response:
+    """Retire a dataset once the owner typed its id to confirm (it cannot be undone here)."""
+    if confirm.strip() != dataset_id:
+        raise InvalidRequest(
+            f"to retire {dataset_id!r}, type its id in the confirmation box; nothing was changed"
+        )
+    admin.retire_dataset(dataset_id, owner, services, session)
+    return RedirectResponse("/console/datasets?notice=retired", status_code=303)
 
 
 # -- grants --------------------------------------------------------------------------------------

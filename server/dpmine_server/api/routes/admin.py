@@ -17,7 +17,9 @@ from sqlalchemy import select
 
 from dpmine.wire import (
     AuditEventInfo,
+    CapRequest,
     CreateDatasetRequest,
+    DatasetCap,
     DatasetInfo,
     DatasetKind,
     DatasetMetadata,
@@ -289,6 +291,36 @@ def refresh_dataset(
         details={"version": info.version},
     )
     return RegisteredDataset(dataset=info, report=asdict(report))
+
+
+@router.get("/datasets/{dataset_id}/cap", response_model=DatasetCap)
+def get_cap(
+    dataset_id: str, _owner: OwnerDep, services: ServicesDep, session: SessionDep
+) -> DatasetCap:
+    """A dataset's cap and what was spent of it."""
+    return services.datasets.cap(session, dataset_id)
+
+
+@router.put("/datasets/{dataset_id}/cap", response_model=DatasetCap)
+def set_cap(
+    dataset_id: str,
+    body: CapRequest,
+    owner: OwnerDep,
+    services: ServicesDep,
+    session: WriteSessionDep,
+) -> DatasetCap:
+    """Change a dataset's cap: the total ε ever spent on it. It cannot fall below what was
+    spent; raising it lets more be learned about every row (the audit log keeps who and when)."""
+    before = services.datasets.cap(session, dataset_id)
+    changed = services.datasets.set_cap(session, dataset_id, body.epsilon_cap)
+    audit.record(
+        session,
+        action="dataset_cap_set",
+        principal=owner,
+        target=dataset_id,
+        details={"from": before.epsilon_cap_exact, "to": changed.epsilon_cap_exact},
+    )
+    return changed
 
 
 @router.delete("/datasets/{dataset_id}", response_model=DatasetInfo)
