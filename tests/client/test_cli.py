@@ -780,8 +780,10 @@ def test_owner_cli_principals_lifecycle(server: LiveServer) -> None:
 
 def test_owner_cli_datasets_list_and_show(server: LiveServer, cli_dataset: str) -> None:
     listed = _json(owner_cli(server, "datasets list"))
-    expected = {"id": cli_dataset, "name": "Mushroom via CLI", "kind": "views", "status": "active"}
-    assert expected in listed
+    [row] = [row for row in listed if row["id"] == cli_dataset]
+    assert row["name"] == "Mushroom via CLI"
+    assert (row["kind"], row["status"]) == ("views", "active")
+    assert row["epsilon_cap"] == row["spent"] + row["remaining"] > 0
     info = DatasetInfo.model_validate(_json(owner_cli(server, f"datasets show {cli_dataset}")))
     assert (info.id, info.version, info.status) == (cli_dataset, 1, "active")
     assert "missing-x" in _owner_error(owner_cli(server, "datasets show missing-x"))
