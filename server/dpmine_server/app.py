@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from dpmine_server import __version__
-from dpmine_server.api.common import operation_router
+from dpmine_server.api.common import operation_id, operation_router
 from dpmine_server.api.console import router as console_router
 from dpmine_server.api.deps import flush_failed_logins
 from dpmine_server.api.docs import add_docs
@@ -64,6 +64,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         lifespan=lifespan,
         docs_url=None,  # add_docs: the same pages with local assets instead of a CDN's
         redoc_url=None,
+        generate_unique_id_function=operation_id,
     )
     add_docs(app)
     add_exception_handlers(app)

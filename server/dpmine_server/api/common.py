@@ -10,14 +10,16 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import Annotated, Any
 
 import anyio.to_thread
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Body, Response
+from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
 from dpmine.wire import ErrorBody
 from dpmine_server.api.deps import AnalystDep, ArrivalDep, IdempotencyKeyDep, ServicesDep
+from dpmine_server.api.examples import openapi_examples
 from dpmine_server.db.models import Principal
 from dpmine_server.errors import (
     ChargeKeptNoResult,
@@ -32,7 +34,9 @@ from dpmine_server.services.timing import TimingPolicy
 
 __all__ = [
     "ERRORS",
+    "OPERATION_ERRORS",
     "cold_load_budget",
+    "operation_id",
     "operation_router",
     "padded_operation",
     "release_budget",
@@ -46,10 +50,37 @@ _RETRY_POLL_S = 0.02
 #: Least time a retry waits past its own deadline for an original that overran.
 _RETRY_MIN_GRACE_S = 1.0
 
+#: What each error status means, as the OpenAPI document says it (every error has the same
+#: ErrorBody shape; its ``error`` field names the class, e.g. BudgetExhausted).
+_ERROR_MEANINGS: dict[int, str] = {
+    401: "Missing, unknown or disabled API key.",
+    403: "This key may not do this (an owner's key on an analyst's route, or the reverse).",
+    404: "Unknown dataset, job or principal, or a dataset not granted to you.",
+    409: "BudgetExhausted (nothing charged), RequestInProgress (retry with the same "
+    "Idempotency-Key), IdempotencyConflict, or ChargeKeptNoResult (charged, nothing released).",
+    413: "The body is over the server's size limit; nothing was read or charged.",
+    422: "InvalidRequest: nothing was charged; the detail says what to fix.",
+    429: "Too many failed logins from this client or for this key; wait Retry-After seconds.",
+}
 #: Error responses documented on every route (all share the ErrorBody shape).
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody} for code in (401, 403, 404, 409, 422)
+    code: {"model": ErrorBody, "description": meaning} for code, meaning in _ERROR_MEANINGS.items()
 }
+#: The routes of private operations can also fail after their charge.
+OPERATION_ERRORS: dict[int | str, dict[str, Any]] = {
+    **ERRORS,
+    500: {
+        "model": ErrorBody,
+        "description": "OperationFailed: the operation failed after its charge, or did not "
+        "finish within its padded time budget; nothing was released and the charge stands.",
+    },
+}
+
+
+def operation_id(route: APIRoute) -> str:
+    """The OpenAPI operationId of a route: its name (an operation's name with ``_`` for ``.``,
+    e.g. ``count_noisy``; a route function's name otherwise), stable across releases."""
+    return route.name.replace(".", "_")
 
 
 def run_operation(
@@ -301,7 +332,7 @@ def operation_router(specs: Sequence[OperationSpec[Any, Any]]) -> APIRouter:
             _operation_endpoint(spec),
             methods=["POST"],
             response_model=spec.response_model,
-            responses=ERRORS,
+            responses=OPERATION_ERRORS,
             summary=f"{spec.summary} ({spec.name})",
             name=spec.name,
         )
@@ -330,8 +361,14 @@ def _operation_endpoint(spec: OperationSpec[Any, Any]) -> Callable[..., Awaitabl
         )
 
     signature = inspect.signature(endpoint)
+    examples = openapi_examples(spec.name)
+    body_annotation: Any = (
+        spec.request_model
+        if examples is None
+        else Annotated[spec.request_model, Body(openapi_examples=examples)]
+    )
     parameters = [
-        parameter.replace(annotation=spec.request_model) if parameter.name == "body" else parameter
+        parameter.replace(annotation=body_annotation) if parameter.name == "body" else parameter
         for parameter in signature.parameters.values()
     ]
     typed: Any = endpoint
