@@ -1078,3 +1078,60 @@ class TestSerenadeQualityOptions:
         assert response.status_code == 422, response.text
         assert message in response.text
         assert entries(services) == []
+
+
+class TestTextQueries:
+    """REST callers may write a query as the README writes it: the text is the same request as
+    its tree (one fingerprint, one replay), and a text that does not parse costs nothing."""
+
+    def test_a_text_query_is_the_same_request_as_its_tree(
+        self, client: TestClient, toy: str, analyst_headers: dict[str, str]
+    ) -> None:
+        key = {"Idempotency-Key": "text-then-tree"}
+        text = {"predicate": "[age <= 40] & ![smoker]", "epsilon": 0.1}
+        first = client.post(
+            f"/v1/datasets/{toy}/counts", json=text, headers={**analyst_headers, **key}
+        )
+        assert first.status_code == 200, first.text
+        tree = {
+            "predicate": {
+                "kind": "and",
+                "terms": [
+                    {"kind": "num", "attribute": "age", "upper": 40},
+                    {"kind": "bool", "attribute": "smoker", "negated": True},
+                ],
+            },
+            "epsilon": 0.1,
+        }
+        again = client.post(
+            f"/v1/datasets/{toy}/counts", json=tree, headers={**analyst_headers, **key}
+        )
+        assert again.status_code == 200, again.text
+        assert again.headers.get("Idempotent-Replayed") == "true"
+        assert again.json()["count"] == first.json()["count"]
+        quality = client.post(
+            f"/v1/datasets/{toy}/redescriptions/quality",
+            json={"redescription": {"left": "[smoker]", "right": "[color = red]"}, "epsilon": 0.1},
+            headers=analyst_headers,
+        )
+        assert quality.status_code == 200, quality.text
+
+    def test_a_text_that_does_not_parse_is_refused_before_the_charge(
+        self, client: TestClient, toy: str, analyst_headers: dict[str, str]
+    ) -> None:
+        before = client.get(f"/v1/datasets/{toy}/budget", headers=analyst_headers).json()
+        refused = client.post(
+            f"/v1/datasets/{toy}/counts",
+            json={"predicate": "[age <= ", "epsilon": 0.1},
+            headers=analyst_headers,
+        )
+        detail = expect_error(refused, 422, "InvalidRequest")
+        assert "column" in detail
+        unknown = client.post(
+            f"/v1/datasets/{toy}/counts",
+            json={"predicate": "[height <= 3]", "epsilon": 0.1},
+            headers=analyst_headers,
+        )
+        assert "height" in expect_error(unknown, 422, "InvalidRequest")
+        after = client.get(f"/v1/datasets/{toy}/budget", headers=analyst_headers).json()
+        assert after == before

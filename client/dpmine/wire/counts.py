@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from dpmine.wire.common import Epsilon, OperationRequest, Receipt, WireModel
-from dpmine.wire.queries import Expr, check_query_limits
+from dpmine.wire.queries import QueryInput, check_query_limits
 
 __all__ = ["NoisyCountRequest", "NoisyCountResponse"]
 
@@ -20,7 +20,7 @@ class NoisyCountResponse(WireModel):
 class NoisyCountRequest(OperationRequest[NoisyCountResponse]):
     """Count the rows satisfying ``predicate`` (all rows when it is null), plus Laplace noise."""
 
-    predicate: Expr | None = Field(
+    predicate: QueryInput | None = Field(
         default=None, description="A query over any attributes; null counts every row."
     )
     epsilon: Epsilon

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Discriminator, Field, model_validator
+from pydantic import BeforeValidator, Discriminator, Field, model_validator
 
 from dpmine.wire.common import WireModel
 
@@ -35,6 +35,7 @@ __all__ = [
     "Not",
     "NumLiteral",
     "Or",
+    "QueryInput",
     "Redescription",
     "check_query_limits",
 ]
@@ -120,6 +121,23 @@ Or.model_rebuild()
 Not.model_rebuild()
 
 
+def _from_text(value: object) -> object:
+    """A query given as text in the README's syntax (§1.1, :mod:`dpmine.queries`) becomes its
+    tree; anything else is left to the tree's own validation. A text that does not parse is a
+    ValueError naming the column and the fix (a 422 on the server, nothing charged)."""
+    if isinstance(value, str):
+        from dpmine.queries import parse_query  # noqa: PLC0415 (the text syntax builds on this module)
+
+        return parse_query(value)
+    return value
+
+
+#: A query field of a request: the tree, or the same query as text (``"[odor = n] & [bruises]"``),
+#: so that REST callers in any language can write what the README writes.
+_TEXT_OR_TREE: object = str | Expr
+QueryInput = Annotated[Expr, BeforeValidator(_from_text, json_schema_input_type=_TEXT_OR_TREE)]
+
+
 def _size_and_depth(expr: Expr) -> tuple[int, int]:
     if isinstance(expr, And | Or):
         parts = [_size_and_depth(term) for term in expr.terms]
@@ -142,8 +160,8 @@ def check_query_limits(expr: Expr, *, side: str = "query") -> None:
 class Redescription(WireModel):
     """A pair of queries, one over each view (§1.1)."""
 
-    left: Expr
-    right: Expr
+    left: QueryInput
+    right: QueryInput
 
     @model_validator(mode="after")
     def _within_limits(self) -> Redescription:
