@@ -7,7 +7,8 @@ the cap a Serenade kernel uses is the one the budget prices, the budget pays for
 proposal at no less than twice its measured cost, and the modes that make no proposals price
 none; a tree node's numeric candidates are bounded by the public lattice and their price does
 not depend on the classes, every inner node and the target are paid for. The measured costs
-quoted here come from bench/bench_budgets.py (and the comments of services/timing.py).
+quoted here are those of the comments of services/timing.py (bench/bench_budgets.py checks the
+resulting budgets against the kernels).
 """
 
 from __future__ import annotations

@@ -96,8 +96,9 @@ _CELL_PAIR = 4e-7
 def _proposal_seconds(metadata: DatasetMetadata) -> float:
     """Seconds per rejection proposal of a continuous family (§7 at c ≤ 8): a base-measure draw,
     one comparison pass over the column's rows (≤ n_max) packed into a bitset, two popcounts and
-    Q. Measured 34–38 µs + 0.73 ns a row (2,221 to 10⁶ rows of all-distinct values, pairs and
-    extensions, negated or not; bench/bench_budgets.py), budgeted at about three times that."""
+    Q. Measured 34–38 µs + 0.73 ns a row (one proposal timed in-process on 2,221 to 10⁶ rows
+    of all-distinct values, pairs and extensions, negated or not; bench/bench_budgets.py sees
+    40–54 µs a proposal at 5,000 rows under load), budgeted at about three times that."""
     return 1e-4 + 2.5e-9 * metadata.n_max
 
 
@@ -147,7 +148,8 @@ def _tree_classes(target: Mapping[str, Any], metadata: DatasetMetadata) -> int:
 def _split_family_work(attribute: AnyAttribute, n_max: int, classes: int) -> float:
     """Public bound on one node's work for one attribute's splits in ``tree.expmech`` (§3.3,
     operations/tree_kernels.py ``_attribute_candidates``), budgeted at about three times the
-    measured cost (bench/bench_budgets.py; 2,221 to 10⁶ rows, all values distinct):
+    cost measured in-process at the root of synthetic views (2,221 to 10⁶ rows, all values
+    distinct, 2 to 1,000 classes):
 
     * numeric: a sweep of the node's rows in the column's sorted order (gathers, a radix sort
       by class, prefix sums), measured 0.17 ms at 2,221 rows, 50 ns a row at 10⁶, whatever the
@@ -182,7 +184,9 @@ def _tree_expmech_work(request: Mapping[str, Any], metadata: DatasetMetadata) ->
     # node's passes over all n_max rows make every node as dear as the root), plus the node's
     # own passes: its row mask unpacked, the labelled rows and the chosen split's masks (2 ns a
     # row measured, budgeted 10). Measured 0.06 s against 0.27 s budgeted for 48 numeric
-    # attributes on 2,221 rows; 0.5 s against 2.3 s for 2 all-distinct ones on 10⁶ rows.
+    # attributes on 2,221 rows (n_max = 2,221), 0.5 s against 2.3 s for 2 all-distinct ones on
+    # 10⁶ rows, depth 3 (synthetic views; bench/bench_budgets.py checks the budget on mammals
+    # and on all-distinct columns).
     nodes = (1 << _tree_depth(request)) - 1
     target = request.get("target") or {}
     classes = _tree_classes(target, metadata)
