@@ -13,22 +13,24 @@ import itertools
 import math
 from collections import Counter
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 import pytest
-from scipy.stats import chisquare
+from scipy.stats import chisquare, nbinom
 
 from dpmine_server.data.bitsets import Bitset
 from dpmine_server.data.columns import NumericColumn
 from dpmine_server.dp.candidates import (
+    OVERRUN_PROBABILITY,
     Bounds,
     CandidateSampler,
     ContinuousCells,
     continuous_cells,
     draw_base_thresholds,
     family_log_total,
+    rejection_proposal_cap,
 )
 from dpmine_server.dp.lattice import LatticeCells, PublicLattice, public_lattice
 from dpmine_server.dp.rng import seeded_generator
@@ -75,8 +77,11 @@ class ToyFamily:
             inside &= values <= upper
         return float(inside.sum()) / max(int(self.marked.sum()), 1)
 
-    def outcome(self, lower: float | None, upper: float | None) -> tuple[Outcome, float]:
-        return (self.name, lower, upper), self.c * self.quality(lower, upper)
+    def log_weight(self, lower: float | None, upper: float | None) -> float:
+        return self.c * self.quality(lower, upper)
+
+    def outcome(self, lower: float | None, upper: float | None) -> Outcome:
+        return self.name, lower, upper
 
 
 def base_measure(bounds: Bounds, lattice: PublicLattice) -> dict[Thresholds, float]:
@@ -101,7 +106,7 @@ def brute_force_law(explicit: list[float], families: list[ToyFamily]) -> dict[Ha
     weights: dict[Hashable, float] = {("explicit", k): math.exp(w) for k, w in enumerate(explicit)}
     for family in families:
         for (x, y), share in base_measure(family.bounds, family.lattice).items():
-            outcome, log_weight = family.outcome(x, y)
+            outcome, log_weight = family.outcome(x, y), family.log_weight(x, y)
             weights[outcome] = (
                 weights.get(outcome, 0.0) + math.exp(family.log_mass + log_weight) * share
             )
@@ -138,26 +143,68 @@ def assert_matches(observed: Counter[Hashable], law: dict[Hashable, float]) -> N
     assert chisquare([observed[key] for key in keys], wanted).pvalue > SEEDED_P_VALUE
 
 
-@pytest.mark.parametrize("enumerate_cells", [True, False])
+#: Proposal caps: enumeration from the start, and rejection that never reaches its cap.
+ENUMERATE, NO_CAP = 0, 10**9
+
+
+@pytest.mark.parametrize("cap", [ENUMERATE, NO_CAP], ids=["enumerate", "reject"])
 @pytest.mark.parametrize("c", [0.5, 2.0])
-def test_draws_follow_the_exact_law_of_outcomes(enumerate_cells: bool, c: float) -> None:
+def test_draws_follow_the_exact_law_of_outcomes(cap: int, c: float) -> None:
     families = toy_families(c)
     explicit = [math.log(0.3) + c * 0.2, math.log(0.2) + c * 0.9]
     law = brute_force_law(explicit, families)
-    sampler = CandidateSampler(
-        explicit, families, log_weight_bound=c, enumerate_cells=enumerate_cells
-    )
-    observed = sampled_law(sampler, seed=17 if enumerate_cells else 18)
+    sampler = CandidateSampler(explicit, families, log_weight_bound=c, proposal_cap=cap)
+    observed = sampled_law(sampler, seed=17 if cap == ENUMERATE else 18)
     assert_matches(observed, law)
+
+
+@dataclass(frozen=True)
+class CountingFamily(ToyFamily):
+    """A toy family that counts its enumerations (``cell_weights`` is only asked by the
+    enumeration path, never by rejection)."""
+
+    enumerations: list[int] = field(default_factory=lambda: [0])
+
+    def cell_weights(
+        self, cells: ContinuousCells
+    ) -> Callable[[npt.NDArray[np.int64]], npt.NDArray[np.float64]]:
+        self.enumerations[0] += 1
+        return super().cell_weights(cells)
+
+
+def test_draws_that_reach_their_cap_and_enumerate_keep_the_exact_law() -> None:
+    """Rejection until the cap, then enumeration, is the EM law (CandidateSampler's proof): a
+    fresh sampler per draw with a cap of 2 proposals, so that a large share of the draws falls
+    back (counted) while the others are accepted by rejection within the cap; and many draws of
+    one sampler whose cap runs out after the first few."""
+    c, cap = 2.0, 2
+    counter = [0]
+    families: list[ToyFamily] = [
+        CountingFamily(**{**vars(family), "enumerations": counter}) for family in toy_families(c)
+    ]
+    explicit = [math.log(0.3) + c * 0.2, math.log(0.2) + c * 0.9]
+    law = brute_force_law(explicit, families)
+    rng = seeded_generator(30 + cap)
+    observed: Counter[Hashable] = Counter()
+    fallbacks = 0
+    for _ in range(DRAWS):
+        before = counter[0]
+        sampler = CandidateSampler(explicit, families, log_weight_bound=c, proposal_cap=cap)
+        observed[_key(sampler.draw(rng))] += 1
+        fallbacks += counter[0] > before
+    assert DRAWS // 10 < fallbacks < DRAWS - DRAWS // 10, fallbacks
+    assert_matches(observed, law)
+    shared = CandidateSampler(explicit, families, log_weight_bound=c, proposal_cap=cap)
+    counter[0] = 0
+    assert_matches(sampled_law(shared, seed=40 + cap), law)
+    assert counter[0] > 0
 
 
 def test_released_bounds_are_lattice_points_and_upper_families_have_no_lower_bound() -> None:
     families = toy_families(1.0)
     points = set(families[0].lattice.points.tolist())
-    for enumerate_cells in (True, False):
-        sampler = CandidateSampler(
-            np.zeros(0), families, log_weight_bound=1.0, enumerate_cells=enumerate_cells
-        )
+    for cap in (ENUMERATE, NO_CAP):
+        sampler = CandidateSampler(np.zeros(0), families, log_weight_bound=1.0, proposal_cap=cap)
         rng = seeded_generator(23)
         for _ in range(2_000):
             kind, chosen = sampler.draw(rng)
@@ -174,7 +221,7 @@ def test_released_bounds_are_lattice_points_and_upper_families_have_no_lower_bou
 def test_family_total_is_the_brute_force_sum(bounds: Bounds) -> None:
     family = next(f for f in toy_families(1.5) if f.bounds == bounds)
     want = sum(
-        share * math.exp(family.outcome(x, y)[1])
+        share * math.exp(family.log_weight(x, y))
         for (x, y), share in base_measure(bounds, family.lattice).items()
     )
     assert math.exp(family_log_total(family, family.cells())) == pytest.approx(want, rel=1e-12)
@@ -204,3 +251,41 @@ def test_cells_are_cached_on_the_column() -> None:
     family = toy_families(1.0)[0]
     assert family.cells() is family.cells()
     assert family.cells().size == 4  # 0.5, 1.0, 2.5, 3.9; the missing row is in no cell
+
+
+# -- the public cap on proposals -----------------------------------------------------------------
+
+
+def negative_binomial_overrun(trials: int, draws: int, exponent: float) -> float:
+    """P(``draws`` successes need more than ``trials`` trials), success probability
+    e^(−exponent): scipy's negative binomial counts the failures before the last success."""
+    return float(nbinom.sf(trials - draws, draws, math.exp(-exponent)))
+
+
+@pytest.mark.parametrize("draws", [1, 2, 20, 1000])
+@pytest.mark.parametrize("exponent", [0.05, 0.3, 2.5, 8.0])
+def test_the_cap_is_the_least_with_a_tail_below_the_target(draws: int, exponent: float) -> None:
+    cap = rejection_proposal_cap(draws, exponent)
+    assert negative_binomial_overrun(cap, draws, exponent) <= OVERRUN_PROBABILITY
+    assert negative_binomial_overrun(cap - 1, draws, exponent) > OVERRUN_PROBABILITY
+    assert cap > draws * math.exp(exponent)  # above the mean
+
+
+@pytest.mark.parametrize("exponent", [0.3, 2.5, 8.0])
+def test_one_draw_caps_at_the_geometric_quantile(exponent: float) -> None:
+    miss = -math.expm1(-exponent)  # 1 − p
+    want = math.ceil(math.log(OVERRUN_PROBABILITY) / math.log(miss))
+    assert abs(rejection_proposal_cap(1, exponent) - want) <= 1
+    assert rejection_proposal_cap(1, 8.0) == pytest.approx(20.72 * math.exp(8.0), rel=0.01)
+
+
+def test_cap_edges_and_monotonicity() -> None:
+    assert rejection_proposal_cap(0, 3.0) == 0
+    assert rejection_proposal_cap(5, 0.0) == 5  # every proposal is accepted
+    assert rejection_proposal_cap(5, 1.0, overrun=0.5) < rejection_proposal_cap(5, 1.0)
+    caps = [rejection_proposal_cap(k, a) for k in (1, 10, 100) for a in (0.5, 1.0, 4.0)]
+    assert caps[:3] == sorted(caps[:3])  # growing with the exponent
+    assert caps[::3] == sorted(caps[::3])  # growing with the draws
+    for draws, exponent in ((-1, 1.0), (1, -0.5), (1, math.inf), (1, math.nan)):
+        with pytest.raises(ValueError, match="proposal cap"):
+            rejection_proposal_cap(draws, exponent)

@@ -51,7 +51,13 @@ from dpmine.wire import (
 from dpmine.wire.queries import And, Or
 from dpmine_server.data.columns import ColumnStore
 from dpmine_server.data.loaders import load_store
-from dpmine_server.dp.candidates import continuous_cells
+from dpmine_server.dp import candidates
+from dpmine_server.dp.candidates import (
+    ContinuousCells,
+    ThresholdFamily,
+    continuous_cells,
+    rejection_proposal_cap,
+)
 from dpmine_server.dp.lattice import PublicLattice
 from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.operations import CATALOG, serenade
@@ -360,6 +366,71 @@ def test_initial_pairs_continuous_by_enumeration_match_the_exact_law(
     )
     counts = Counter(pair_key(data, "continuous", pair) for pair in pairs)
     assert_law(counts, pairs_law(data, negations=False, mode="continuous", params=PARAMS, c=c))
+
+
+@pytest.fixture
+def enumerations(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the family totals the samplers compute (only enumeration computes them)."""
+    calls = [0]
+    total = candidates.family_log_total
+
+    def counted(family: ThresholdFamily[object], cells: ContinuousCells) -> float:
+        calls[0] += 1
+        return total(family, cells)
+
+    monkeypatch.setattr(candidates, "family_log_total", counted)
+    return calls
+
+
+def test_initial_pairs_past_their_proposal_cap_match_the_exact_law(
+    views: tuple[ColumnStore, Data], enumerations: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rejection until the public cap, then enumeration for the call's remaining draws, keeps
+    the exact law (CandidateSampler's proof): with a cap of one proposal per two draws the cap
+    runs out early in the call (c = 1.5, at least one proposal per draw)."""
+    store, data = views
+    c, samples = 1.5, 6_000
+    caps: list[tuple[float, int]] = []
+
+    def tiny_cap(coefficient: float, draws: int) -> int:
+        caps.append((coefficient, draws))
+        return draws // 2
+
+    monkeypatch.setattr(serenade, "rejection_proposals", tiny_cap)
+    pairs = initial_pairs(
+        store,
+        count=samples,
+        epsilon=c * 2 * PARAMS.delta * samples,
+        params=PARAMS,
+        rules=ExtensionRules(),
+        mode="continuous",
+        rng=seeded_generator(44),
+    )
+    assert len(caps) == 1
+    assert caps[0][0] == pytest.approx(c)
+    assert caps[0][1] == samples
+    assert enumerations[0] > 0  # the cap was reached: the families were enumerated
+    counts = Counter(pair_key(data, "continuous", pair) for pair in pairs)
+    assert_law(counts, pairs_law(data, negations=False, mode="continuous", params=PARAMS, c=c))
+
+
+def test_extensions_past_their_proposal_cap_match_the_exact_law(
+    views: tuple[ColumnStore, Data], enumerations: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """extend_one with a cap of one proposal: the calls whose proposal is rejected enumerate."""
+    store, data = views
+    monkeypatch.setattr(serenade, "rejection_proposals", lambda _c, draws: draws)
+    counts = check_extension(store, data, [red(A, B)], mode="continuous", seed=45)
+    assert any(key[0] == "num" for key in counts)
+    assert enumerations[0] > 0
+
+
+def test_the_kernels_cap_is_public_and_enumeration_has_none() -> None:
+    assert serenade.rejection_proposals(2.5, 20) == rejection_proposal_cap(20, 2.5)
+    assert serenade.rejection_proposals(REJECTION_MAX_EXPONENT, 1) == rejection_proposal_cap(
+        1, REJECTION_MAX_EXPONENT
+    )
+    assert serenade.rejection_proposals(REJECTION_MAX_EXPONENT + 1e-9, 1) == 0
 
 
 def test_continuous_cell_measure_is_the_spec_measure() -> None:

@@ -8,6 +8,7 @@ the noisy means use 5-sigma bands from the exact discrete Laplace variance.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from typing import Any
@@ -38,11 +39,15 @@ from dpmine_server.data.columns import (
     NumericColumn,
 )
 from dpmine_server.dp.budget import Epsilon
+from dpmine_server.dp.lattice import public_lattice
 from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.operations import CATALOG
 from dpmine_server.operations.base import no_progress
 from dpmine_server.operations.tree_kernels import (
+    Labels,
+    SplitFamily,
     SplitSpace,
+    _attribute_candidates,
     _node_split,
     exact_leaf_counts,
     exact_partition_counts,
@@ -505,6 +510,49 @@ def test_a_node_em_gives_an_ancestor_split_no_mass_inside_its_numeric_cell() -> 
     keep = weights > 0
     expected = weights[keep] / weights.sum() * draws
     assert chisquare(np.asarray(counts)[keep], expected).pvalue > SEEDED_P_VALUE
+
+
+@pytest.mark.parametrize(
+    ("rows", "bits", "classes", "seed"),
+    [(60, 4, 7, 1), (200, 2, 3, 2), (40, 6, 64, 3), (1, 3, 2, 4), (0, 3, 2, 5)],
+)
+def test_numeric_cells_give_every_lattice_threshold_its_brute_force_quality(
+    rows: int, bits: int, classes: int, seed: int
+) -> None:
+    """Per lattice index k, the split ``A ≤ point k`` on a node's labelled rows: its Gini
+    quality by brute force (class tables per threshold) equals its cell's, each cell holds the
+    lattice indices [edges[b], edges[b+1]) and its mass counts those not used by an ancestor.
+    Values tie, fall between lattice points and lie on the range's ends; some are missing, some
+    rows unlabelled, some outside the node."""
+    generator = np.random.default_rng(seed)
+    lattice = public_lattice(0.0, 1.0, bits)
+    values = generator.random(rows)
+    values[: min(rows, 4)] = [0.0, 1.0, 0.5, 0.5][:rows]
+    values[generator.random(rows) < 0.1] = NAN
+    column = NumericColumn.from_values("v", values, lo=0.0, hi=1.0)
+    labels = Labels(generator.integers(-1, classes, rows), classes)
+    node = (generator.random(rows) < 0.8) & (labels.classes >= 0)
+    family = SplitFamily("v", "numeric", lattice.size, lattice)
+    banned = sorted({int(k) for k in generator.integers(0, lattice.size, 2)})
+    candidates = _attribute_candidates(column, family, node, labels, banned)
+    assert candidates.edges is not None
+    edges = candidates.edges.tolist()
+    assert edges[0] == 0
+    assert edges[-1] == lattice.size
+    assert all(a < b for a, b in itertools.pairwise(edges[1:]))  # only cell 0 can be empty
+    present = node & ~np.isnan(values)
+    for cell, (start, stop) in enumerate(itertools.pairwise(edges)):
+        free = sum(1 for k in range(start, stop) if k not in banned)
+        want_mass = math.log(free / lattice.size) if free else -math.inf
+        assert candidates.log_mass[cell] == pytest.approx(want_mass)
+        for k in range(start, stop):
+            left = present & (values <= lattice.point(k))
+            total = 0.0
+            for side in (left, present & ~left):
+                counts = np.bincount(labels.classes[side], minlength=classes)
+                size = int(counts.sum())
+                total += size - float(counts @ counts) / size if size else 0.0
+            assert candidates.quality[cell] == pytest.approx(-total, abs=1e-9)
 
 
 def test_expmech_never_reuses_a_split_on_a_path_and_fills_every_node() -> None:

@@ -12,13 +12,17 @@ mass exp(log_mass) is spread over thresholds by a data-independent measure on th
   pair with the lower bound unbounded, in upper cell b = #{v ≤ t}.
 
 The quality of a family member is constant on each *cell* of the column's distinct values (§1.4),
-so the EM is exact in either of two ways, chosen by the caller from public quantities only:
+so the EM is exact in either of two ways:
 
 * rejection from the base measure (:class:`~dpmine_server.dp.mechanisms.RejectionSampler`): a
   threshold is drawn from the family's normalised measure and accepted with probability
-  exp(c·q − bound);
+  exp(c·q − bound), at most a public number of proposals per sampler
+  (:func:`rejection_proposal_cap`);
 * enumeration: every cell gets log μ(cell) (its exact share of lattice points) + c·q(cell); the
   family is chosen by its exact total, the cell by Gumbel-max over chunks of cells.
+
+:class:`CandidateSampler` draws by rejection until the public cap is spent, then by enumeration
+(a cap of 0, which the caller picks from public quantities, enumerates from the start).
 
 Either way the released thresholds are lattice points, uniform inside the chosen cell
 (:meth:`ContinuousCells.draw`), never a data value nor arithmetic on one. The family decides only
@@ -43,10 +47,12 @@ from dpmine_server.dp.lattice import (
     draw_threshold,
     draw_threshold_pair,
 )
-from dpmine_server.dp.mechanisms import LogWeightSampler, RejectionSampler, gumbel_scores
+from dpmine_server.dp.mechanisms import Choice, LogWeightSampler, RejectionSampler, gumbel_scores
+from dpmine_server.dp.topk import draw_bound
 
 __all__ = [
     "ENUMERATION_ROWS",
+    "OVERRUN_PROBABILITY",
     "Bounds",
     "CandidateSampler",
     "ContinuousCells",
@@ -56,6 +62,7 @@ __all__ = [
     "draw_base_thresholds",
     "family_cell_weights",
     "family_log_total",
+    "rejection_proposal_cap",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -69,6 +76,8 @@ Thresholds = tuple[float | None, float | None]
 
 #: Lower cells per enumeration chunk: memory O(128·V) per family.
 ENUMERATION_ROWS = 128
+#: Public bound on P(the rejection draws of one sampler spend their whole proposal cap).
+OVERRUN_PROBABILITY = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,8 +174,12 @@ class ThresholdFamily(Protocol[T_co]):
         once per enumeration (for ``"upper"`` only a = 0 is asked)."""
         ...
 
-    def outcome(self, lower: float | None, upper: float | None) -> tuple[T_co, float]:
-        """The candidate with these released thresholds and its c·q."""
+    def log_weight(self, lower: float | None, upper: float | None) -> float:
+        """c·q of the candidate with these thresholds (what a rejection proposal needs)."""
+        ...
+
+    def outcome(self, lower: float | None, upper: float | None) -> T_co:
+        """The candidate with these released thresholds (built for the chosen one only)."""
         ...
 
 
@@ -224,7 +237,27 @@ def _enumerated_draw(family: ThresholdFamily[T], rng: np.random.Generator) -> T:
         if keys[row, column] > best[0]:
             best = (float(keys[row, column]), int(lower[row]), column)
     low, high = cells.draw(best[1], best[2], rng)
-    return family.outcome(low, high)[0]
+    return family.outcome(low, high)
+
+
+def rejection_proposal_cap(
+    draws: int, exponent: float, overrun: float = OVERRUN_PROBABILITY
+) -> int:
+    """Public cap N on the proposals of ``draws`` rejection draws whose every proposal is
+    accepted with probability at least p = e^(−``exponent``) (``exponent`` ≥ bound − least
+    c·q, a public value), such that P(more than N proposals) ≤ ``overrun``.
+
+    Proof. One sampler's proposals are independent, each accepted with the same probability
+    α ≥ p (:class:`~dpmine_server.dp.mechanisms.RejectionSampler`). Continue the sequence past
+    the last draw with fictitious proposals: the draws need more than N proposals iff fewer than
+    ``draws`` of the first N are accepted, so P(> N) = P(Binomial(N, α) < draws) =
+    I_{1−α}(N − draws + 1, draws), which only grows as α falls to p (coupling). N is the
+    smallest value with I_{1−p}(N − draws + 1, draws) ≤ ``overrun``
+    (:func:`~dpmine_server.dp.topk.draw_bound`, the exact negative-binomial tail); for one draw
+    N = ⌈ln(overrun)/ln(1 − p)⌉, about 20.7·e^exponent at 10⁻⁹."""
+    if draws < 0 or not (math.isfinite(exponent) and exponent >= 0):
+        raise ValueError("a proposal cap needs draws ≥ 0 and a finite exponent ≥ 0")
+    return draw_bound(successes=draws, success_probability=math.exp(-exponent), failure=overrun)
 
 
 class CandidateSampler(Generic[T]):
@@ -232,10 +265,21 @@ class CandidateSampler(Generic[T]):
     prepared once for any number of independent draws.
 
     ``explicit_log_weights`` are log μ + c·q of the explicit candidates; every family's c·q must
-    be ≤ ``log_weight_bound``. ``enumerate_cells`` picks enumeration (exact totals per family,
-    O(V²) for pairs, O(V) for one bound) over rejection (expected proposals ≤
-    exp(bound − min c·q)); the choice must depend on public quantities only. The number of
-    proposals is a timing side channel, never reported (README "Timing")."""
+    be ≤ ``log_weight_bound``. Draws are by rejection (expected proposals ≤ exp(bound − least
+    c·q)) until ``proposal_cap`` proposals are spent over all draws, then by enumeration
+    (exact totals per family, O(V²) for pairs, O(V) for one bound), built on first use. The cap
+    must depend on public quantities only (:func:`rejection_proposal_cap`; 0 enumerates from
+    the start), so the work is bounded by a public value except with probability
+    :data:`OVERRUN_PROBABILITY`, when the enumeration's time is an overrun.
+
+    Exactness. Let π be the EM law and H_j everything drawn before draw j (choices and
+    proposal counts). Draw j gets the r_j proposals left, a function of H_j; it is accepted
+    within r_j proposals, and then its choice has law π independently of how many proposals it
+    took (:class:`~dpmine_server.dp.mechanisms.RejectionSampler`), or else it is an
+    enumerated draw, of law π, from fresh randomness. So P(choice_j = x | H_j) = π(x)·P(accepted
+    | H_j) + π(x)·P(not accepted | H_j) = π(x) whatever H_j, and the choices are independent
+    draws of π, exactly as without a cap. The number of proposals is a timing side channel, never
+    reported (README "Timing")."""
 
     def __init__(
         self,
@@ -243,37 +287,52 @@ class CandidateSampler(Generic[T]):
         families: Sequence[ThresholdFamily[T]],
         *,
         log_weight_bound: float,
-        enumerate_cells: bool,
+        proposal_cap: int,
     ) -> None:
         explicit = np.asarray(explicit_log_weights, dtype=np.float64)
-        self._explicit_size = int(explicit.size)
+        self._explicit = explicit
         self._families = list(families)
+        self._masses = np.asarray([family.log_mass for family in self._families], dtype=np.float64)
         self._enumerated: LogWeightSampler | None = None
         self._rejection: RejectionSampler | None = None
-        masses = [family.log_mass for family in self._families]
-        if self._families and enumerate_cells:
-            totals = [family_log_total(family, family.cells()) for family in self._families]
-            self._enumerated = LogWeightSampler(
-                np.concatenate([explicit, np.asarray(totals) + masses])
+        self._proposals_left = max(proposal_cap, 0)
+        if self._families and self._proposals_left > 0:
+            self._rejection = RejectionSampler(
+                explicit, self._masses, log_weight_bound=log_weight_bound
             )
         else:
-            self._rejection = RejectionSampler(
-                explicit, np.asarray(masses, dtype=np.float64), log_weight_bound=log_weight_bound
-            )
+            self._enumerated = self._enumeration()
 
-    def draw(
-        self, rng: np.random.Generator
-    ) -> tuple[Literal["explicit"], int] | tuple[Literal["family"], T]:
+    def draw(self, rng: np.random.Generator) -> Choice[T]:
         """One exact draw: ("explicit", index) or ("family", the family's outcome)."""
-        if self._enumerated is not None:
-            index = self._enumerated.draw(rng)
-            if index < self._explicit_size:
-                return "explicit", index
-            return "family", _enumerated_draw(self._families[index - self._explicit_size], rng)
-        assert self._rejection is not None
-        return self._rejection.draw(self._propose, rng)
+        if self._rejection is not None and self._proposals_left > 0:
+            choice, made = self._rejection.draw(self._propose, rng, limit=self._proposals_left)
+            self._proposals_left -= made
+            if choice is not None:
+                if choice[0] == "family":
+                    index, lower, upper = choice[1]
+                    return "family", self._families[index].outcome(lower, upper)
+                return "explicit", choice[1]
+        return self._enumerated_draw(rng)
 
-    def _propose(self, index: int, rng: np.random.Generator) -> tuple[T, float]:
+    def _enumeration(self) -> LogWeightSampler:
+        """Explicit weights and every family's exact total (O(V²) per pair family)."""
+        totals = [family_log_total(family, family.cells()) for family in self._families]
+        masses = np.asarray(totals, dtype=np.float64) + self._masses
+        return LogWeightSampler(np.concatenate([self._explicit, masses]))
+
+    def _enumerated_draw(self, rng: np.random.Generator) -> Choice[T]:
+        if self._enumerated is None:
+            self._enumerated = self._enumeration()
+        index = self._enumerated.draw(rng)
+        explicit_size = int(self._explicit.size)
+        if index < explicit_size:
+            return "explicit", index
+        return "family", _enumerated_draw(self._families[index - explicit_size], rng)
+
+    def _propose(
+        self, index: int, rng: np.random.Generator
+    ) -> tuple[tuple[int, float | None, float | None], float]:
         family = self._families[index]
         lower, upper = draw_base_thresholds(family.bounds, family.lattice, rng)
-        return family.outcome(lower, upper)
+        return (index, lower, upper), family.log_weight(lower, upper)

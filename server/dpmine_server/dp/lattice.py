@@ -110,19 +110,22 @@ def draw_threshold_pair(
     lattice: PublicLattice, rng: np.random.Generator
 ) -> tuple[float | None, float | None]:
     """A draw from §1.4's base measure on the lattice: each bound unbounded w.p. ½, else a
-    uniform lattice point; conditioned (by rejection) on a ≤ b and not both unbounded."""
+    uniform lattice point; conditioned on a ≤ b and not both unbounded.
+
+    One exact integer draw, a bounded amount of work: in units of ¼/L² (L points) the atoms
+    (unbounded, b) and (a, unbounded) weigh L each and every bounded pair a ≤ b weighs 1, so a
+    uniform u < 2L² + L(L+1)/2 picks (unbounded, u // L), then (u // L − L, unbounded), then the
+    (u − 2L²)-th ordered pair by the triangular-number inverse (exact integer arithmetic)."""
     size = lattice.size
-    while True:
-        lower = None if rng.random() < 0.5 else int(rng.integers(size))
-        upper = None if rng.random() < 0.5 else int(rng.integers(size))
-        if lower is None and upper is None:
-            continue
-        if lower is not None and upper is not None and lower > upper:
-            continue
-        return (
-            None if lower is None else lattice.point(lower),
-            None if upper is None else lattice.point(upper),
-        )
+    pick = _uniform_index(0, 2 * size * size + size * (size + 1) // 2, rng)
+    if pick < 2 * size * size:
+        index, one_sided = divmod(pick, size * size)
+        point = lattice.point(one_sided // size)
+        return (None, point) if index == 0 else (point, None)
+    pair = pick - 2 * size * size
+    high = (math.isqrt(8 * pair + 1) - 1) // 2
+    low = pair - high * (high + 1) // 2
+    return lattice.point(low), lattice.point(high)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -6,10 +6,11 @@
   data-independent base measure, by the Gumbel-max trick in log space (§0.3, §1.5).
 * :mod:`dpmine_server.dp.lattice`: released thresholds as points of a public lattice (§1.4).
 * :func:`noisy_top_k`: K-fold peeling exponential mechanism as one-shot Gumbel top-K (§4.2).
-* :class:`RejectionSampler` (and :func:`exponential_by_rejection` for one draw): exact EM over
-  explicit candidates plus continuous families (numeric thresholds) by rejection from the base
-  measure (§7), prepared once for many independent draws; :class:`LogWeightSampler` likewise
-  for explicit candidates alone.
+* :class:`RejectionSampler`: exact EM over explicit candidates plus continuous families (numeric
+  thresholds) by rejection from the base measure (§7), prepared once for many independent draws,
+  each within a caller's cap on proposals (:class:`~dpmine_server.dp.candidates.CandidateSampler`
+  completes a capped draw exactly); :class:`LogWeightSampler` likewise for explicit candidates
+  alone.
 * :mod:`dpmine_server.dp.topk`: noisy top-K over a huge universe with a lazily revealed tail.
 
 Selections draw from the injected ``numpy.random.Generator`` (randomgen AES counter mode, see
@@ -37,7 +38,6 @@ __all__ = [
     "Sensitivity",
     "discrete_laplace",
     "em_coefficient",
-    "exponential_by_rejection",
     "exponential_mechanism",
     "gumbel_scores",
     "laplace_scale",
@@ -49,6 +49,12 @@ dp.enable_features("contrib")
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 T = TypeVar("T")
+
+#: One exact draw over explicit candidates and families: ("explicit", index) or ("family", x).
+Choice = tuple[Literal["explicit"], int] | tuple[Literal["family"], T]
+
+#: Envelope picks drawn at once by :meth:`RejectionSampler.draw` (fewer near its limit).
+_PICK_BATCH = 256
 
 
 def _check_epsilon(epsilon: float) -> None:
@@ -253,10 +259,16 @@ class RejectionSampler:
     ``propose(f, rng)`` draws x from its normalised base measure and returns (x, ε·q(x)/(2Δ)),
     which must be ≤ ``log_weight_bound``. Envelope: explicit weights and
     mass_f·exp(log_weight_bound) per family; a family proposal is accepted with probability
-    exp(ε·q(x)/(2Δ) − log_weight_bound). Every draw is exactly the EM distribution (ALGORITHMS.md
-    §7 "exact EM by rejection"); the envelope is prepared once for any number of independent
-    draws. The number of proposals is data-dependent, a timing side channel never reported
-    (responses are padded, README "Timing"). Expected proposals ≤ exp(bound − min quality term).
+    exp(ε·q(x)/(2Δ) − log_weight_bound). The envelope is prepared once for any number of
+    independent draws (ALGORITHMS.md §7 "exact EM by rejection").
+
+    Every proposal (an envelope pick, then the family's proposal if it picked a family) is
+    accepted independently with one probability α ≥ exp(−(log_weight_bound − least c·q)), and
+    a draw accepted at its t-th proposal is candidate x with probability (1 − α)^(t−1)·w(x)/M
+    (w the EM weight, M the envelope's total): the accepted candidate has exactly the EM law and
+    is independent of the number of proposals it took. That number is geometric, so
+    :meth:`draw` stops after a caller's cap (a public bound, see
+    :func:`~dpmine_server.dp.candidates.rejection_proposal_cap`) and says so.
     """
 
     def __init__(
@@ -277,30 +289,22 @@ class RejectionSampler:
         self,
         propose: Callable[[int, np.random.Generator], tuple[T, float]],
         rng: np.random.Generator,
-    ) -> tuple[Literal["explicit"], int] | tuple[Literal["family"], T]:
-        """One exact draw: ("explicit", index) or ("family", accepted proposal)."""
-        while True:
-            for pick in self._envelope.draws(256, rng):
+        *,
+        limit: int,
+    ) -> tuple[Choice[T] | None, int]:
+        """One draw within at most ``limit`` proposals: (the choice, proposals made), or
+        (None, ``limit``) when all ``limit`` were rejected. Given that it returns a choice, the
+        choice has exactly the EM law (class docstring)."""
+        made = 0
+        while made < limit:
+            for pick in self._envelope.draws(min(_PICK_BATCH, limit - made), rng):
+                made += 1
                 index = int(pick)
                 if index < self._explicit_size:
-                    return "explicit", index
+                    return ("explicit", index), made
                 candidate, log_weight = propose(index - self._explicit_size, rng)
                 if log_weight > self._bound + 1e-9:
                     raise ValueError("a proposal's log-weight exceeds log_weight_bound")
                 if math.log(1.0 - rng.random()) <= log_weight - self._bound:
-                    return "family", candidate
-
-
-def exponential_by_rejection(
-    explicit_log_weights: npt.ArrayLike,
-    family_log_masses: npt.ArrayLike,
-    *,
-    log_weight_bound: float,
-    propose: Callable[[int, np.random.Generator], tuple[T, float]],
-    rng: np.random.Generator,
-) -> tuple[Literal["explicit"], int] | tuple[Literal["family"], T]:
-    """One exact draw of :class:`RejectionSampler` (prepared for this draw only)."""
-    sampler = RejectionSampler(
-        explicit_log_weights, family_log_masses, log_weight_bound=log_weight_bound
-    )
-    return sampler.draw(propose, rng)
+                    return ("family", candidate), made
+        return None, made

@@ -44,6 +44,7 @@ from dpmine_server.operations.serenade import (
     initial_pairs,
     pair_families,
     parse_side,
+    rejection_proposals,
 )
 from dpmine_server.operations.serenade_quality import (
     JACCARD_SENSITIVITY,
@@ -56,8 +57,10 @@ __all__ = [
     "MAX_ENUMERATED_CELLS",
     "OPERATIONS",
     "extend_enumeration",
+    "extend_proposals",
     "noisy_quality",
     "pairs_enumeration",
+    "pairs_proposals",
     "quality_parameters",
     "support_cells",
     "validate_redescription",
@@ -221,17 +224,34 @@ def _rules(options: SerenadeOptions) -> ExtensionRules:
 MAX_ENUMERATED_CELLS = 2 * 10**9
 
 
-def _pairs_mode(request: InitialPairsRequest, metadata: DatasetMetadata) -> ThresholdMode:
+def _pairs_coefficient(request: InitialPairsRequest, metadata: DatasetMetadata) -> float:
+    """c of one initial-pair draw, as the kernel computes it from the charged ε."""
     params = quality_parameters(request.quality, metadata.n_max)
-    c = params.coefficient(request.epsilon / request.count)
-    return choose_threshold_mode(c, request.options.threshold_mode)
+    return params.coefficient(_cost(request).for_mechanism() / request.count)
+
+
+def _extend_coefficient(request: ExtendOneRequest, metadata: DatasetMetadata) -> float:
+    """c of the extension draw, as the kernel computes it from the charged ε."""
+    params = quality_parameters(request.quality, metadata.n_max)
+    return params.coefficient(_cost(request).for_mechanism())
+
+
+def _pairs_mode(request: InitialPairsRequest, metadata: DatasetMetadata) -> ThresholdMode:
+    return choose_threshold_mode(
+        _pairs_coefficient(request, metadata), request.options.threshold_mode
+    )
+
+
+def _extend_mode(request: ExtendOneRequest, metadata: DatasetMetadata) -> ThresholdMode:
+    return choose_threshold_mode(
+        _extend_coefficient(request, metadata), request.options.threshold_mode
+    )
 
 
 def pairs_enumeration(request: InitialPairsRequest, metadata: DatasetMetadata) -> int:
     """Public bound on the cell pairs a ``serenade.initial_pairs`` call enumerates: 0 unless
     its continuous families are enumerated (c > 8, :func:`~.serenade.enumerated_cells`)."""
-    params = quality_parameters(request.quality, metadata.n_max)
-    c = params.coefficient(request.epsilon / request.count)
+    c = _pairs_coefficient(request, metadata)
     if _pairs_mode(request, metadata) != "continuous" or c <= REJECTION_MAX_EXPONENT:
         return 0
     families = pair_families(metadata, _rules(request.options))
@@ -241,12 +261,32 @@ def pairs_enumeration(request: InitialPairsRequest, metadata: DatasetMetadata) -
 def extend_enumeration(request: ExtendOneRequest, metadata: DatasetMetadata) -> int:
     """Public bound on the cell pairs a ``serenade.extend_one`` call enumerates (as
     :func:`pairs_enumeration`, one draw)."""
-    params = quality_parameters(request.quality, metadata.n_max)
-    c = params.coefficient(request.epsilon)
+    c = _extend_coefficient(request, metadata)
     if _extend_mode(request, metadata) != "continuous" or c <= REJECTION_MAX_EXPONENT:
         return 0
     families = extension_families(metadata, request.collection, _rules(request.options))
     return enumerated_cells(families, 1, metadata.n_max) if families else 0
+
+
+def pairs_proposals(request: InitialPairsRequest, metadata: DatasetMetadata) -> int:
+    """Public bound on the rejection proposals of a ``serenade.initial_pairs`` call: the
+    kernel's cap (:func:`~.serenade.rejection_proposals`, exceeded with probability ≤ 10⁻⁹)
+    when it has continuous families sampled by rejection (c ≤ 8), else 0."""
+    if _pairs_mode(request, metadata) != "continuous":
+        return 0
+    if not pair_families(metadata, _rules(request.options)):
+        return 0
+    return rejection_proposals(_pairs_coefficient(request, metadata), request.count)
+
+
+def extend_proposals(request: ExtendOneRequest, metadata: DatasetMetadata) -> int:
+    """Public bound on the rejection proposals of a ``serenade.extend_one`` call (as
+    :func:`pairs_proposals`, one draw)."""
+    if _extend_mode(request, metadata) != "continuous":
+        return 0
+    if not extension_families(metadata, request.collection, _rules(request.options)):
+        return 0
+    return rejection_proposals(_extend_coefficient(request, metadata), 1)
 
 
 def _check_enumeration(cells: int) -> None:
@@ -292,13 +332,6 @@ def _run_pairs(
         "delta_down": params.delta_down,
         "c_per_epsilon": params.coefficient(1.0),
     }
-
-
-def _extend_mode(request: ExtendOneRequest, metadata: DatasetMetadata) -> ThresholdMode:
-    params = quality_parameters(request.quality, metadata.n_max)
-    return choose_threshold_mode(
-        params.coefficient(request.epsilon), request.options.threshold_mode
-    )
 
 
 def _validate_extend(request: ExtendOneRequest, metadata: DatasetMetadata) -> None:

@@ -13,9 +13,11 @@ quantities only:
 
 * ``continuous`` (the default while c ≤ 8): exact EM over the threshold cells of §1.4 by
   :class:`~dpmine_server.dp.candidates.CandidateSampler` — by rejection from the base measure
-  while c ≤ 8, by enumerating every cell pair with prefix sums and a chunked Gumbel-max above
-  (O(V²) time, O(128·V) memory per numeric attribute); a threshold is a lattice point drawn
-  uniformly inside its cell, never a data value;
+  while c ≤ 8 (at most :func:`rejection_proposals` proposals per call, a public cap exceeded
+  with probability ≤ 10⁻⁹, after which the call's remaining draws enumerate), by enumerating
+  every cell pair with prefix sums and a chunked Gumbel-max above (O(V²) time, O(128·V) memory
+  per numeric attribute); a threshold is a lattice point drawn uniformly inside its cell, never
+  a data value;
 * ``grid`` (what "auto" picks above c = 8, since enumeration is slow on large data):
   thresholds on the attribute's public grid (owner's grid, else 20 equal-width interior
   points), every interval a discrete candidate, exact enumeration with Gumbel-max.
@@ -55,6 +57,7 @@ from dpmine_server.dp.candidates import (
     CandidateSampler,
     ContinuousCells,
     continuous_cells,
+    rejection_proposal_cap,
 )
 from dpmine_server.dp.lattice import PublicLattice
 from dpmine_server.dp.mechanisms import OneSided, em_coefficient
@@ -82,6 +85,7 @@ __all__ = [
     "initial_pairs",
     "pair_families",
     "parse_side",
+    "rejection_proposals",
 ]
 
 Op = Literal["and", "or"]
@@ -90,7 +94,8 @@ ThresholdMode = Literal["continuous", "grid"]
 WordMatrix = npt.NDArray[np.uint64]
 
 #: Continuous thresholds by rejection only while c·(q_hi − q_lo) ≤ this (expected proposals
-#: ≤ e^8 ≈ 3000); above it, the public grid. Public: depends on ε, Δ only.
+#: ≤ e^8 ≈ 3000 per draw, capped by :func:`rejection_proposals`); above it, the public grid.
+#: Public: depends on ε, Δ only.
 REJECTION_MAX_EXPONENT = 8.0
 
 
@@ -339,11 +344,14 @@ class _ExtendMaker:
             return _Terms(0, x & y, y.count(), x - y)
         return _Terms((x & y).count(), y - x, (x | y).count(), ~(x | y))  # new = X or ℓ
 
-    def evaluate(self, literal: AnyLiteral, rows: Bitset) -> tuple[Redescription, int, int]:
-        """The extended redescription and its (|I|, |U|)."""
+    def statistics(self, rows: Bitset) -> tuple[int, int]:
+        """(|I|, |U|) of the extension by a literal with support ``rows``."""
         new = self.support & rows if self.op == "and" else self.support | rows
-        red = _extended(self.base, self.side, self.op, literal)
-        return red, new.count_and(self.other), (new | self.other).count()
+        return new.count_and(self.other), (new | self.other).count()
+
+    def build(self, literal: AnyLiteral) -> Redescription:
+        """The extended redescription."""
+        return _extended(self.base, self.side, self.op, literal)
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,10 +369,13 @@ class _PairMaker:
         """|I| = |S_L ∩ ℓ| and |U| = |S_L| + |ℓ - S_L|."""
         return _Terms(0, self.support, self.support.count(), ~self.support)
 
-    def evaluate(self, literal: AnyLiteral, rows: Bitset) -> tuple[Redescription, int, int]:
-        """The pair and its (|I|, |U|)."""
-        red = Redescription(left=self.left, right=literal)
-        return red, self.support.count_and(rows), (self.support | rows).count()
+    def statistics(self, rows: Bitset) -> tuple[int, int]:
+        """(|I|, |U|) of the pair with a right literal of support ``rows``."""
+        return self.support.count_and(rows), (self.support | rows).count()
+
+    def build(self, literal: AnyLiteral) -> Redescription:
+        """The pair."""
+        return Redescription(left=self.left, right=literal)
 
 
 @dataclass(frozen=True, slots=True)
@@ -462,27 +473,44 @@ class _WeightedFamily:
 
         return weights
 
-    def outcome(self, lower: float | None, upper: float | None) -> tuple[Outcome, float]:
+    def log_weight(self, lower: float | None, upper: float | None) -> float:
+        """c·Q of the candidate with the literal [lower ≤ A ≤ upper] (negated if the family
+        is): one comparison pass over the column and two popcounts."""
+        family = self.family
+        rows = numeric_rows(family.column, lower, upper, family.negated)
+        i, u = family.make.statistics(rows)
+        return self.c * float(self.params.evaluate(i, u, self.n_rows))
+
+    def outcome(self, lower: float | None, upper: float | None) -> Outcome:
         """The redescription with the literal [lower ≤ A ≤ upper] (negated if the family is)
-        at this position, and its c·Q."""
+        at this position."""
         family = self.family
         literal = NumLiteral(
             attribute=family.attribute.name, lower=lower, upper=upper, negated=family.negated
         )
-        rows = numeric_rows(family.column, lower, upper, family.negated)
-        red, i, u = family.make.evaluate(literal, rows)
-        return (self.position, red), self.c * float(self.params.evaluate(i, u, self.n_rows))
+        return self.position, family.make.build(literal)
+
+
+def rejection_proposals(c: float, draws: int) -> int:
+    """Public cap on the rejection proposals of ``draws`` draws at coefficient c: Q ∈ [0, 1], so
+    a proposal is accepted with probability ≥ e^(−c) (bound c, least c·Q 0), and the cap is
+    exceeded with probability ≤ 10⁻⁹ (:func:`~dpmine_server.dp.candidates.
+    rejection_proposal_cap`); 0 above c = 8, where continuous families are enumerated."""
+    if c > REJECTION_MAX_EXPONENT:
+        return 0
+    return rejection_proposal_cap(draws, c)
 
 
 class _Draws:
     """The EM, weight μ·exp(c·Q), over the union of the groups' candidates (§2.3, §2.4),
-    prepared once for any number of independent draws.
+    prepared once for ``draws`` independent draws.
 
-    Continuous families are sampled by rejection from the base measure while c ≤ 8, and by exact
-    enumeration of their cell pairs above (both exact; the choice depends on c only), by
-    :class:`~dpmine_server.dp.candidates.CandidateSampler`."""
+    Continuous families are sampled by rejection from the base measure while c ≤ 8, at most
+    :func:`rejection_proposals` proposals in all, then (and from the start above c = 8) by exact
+    enumeration of their cell pairs; all exact, the cap depends on c and ``draws`` only
+    (:class:`~dpmine_server.dp.candidates.CandidateSampler`)."""
 
-    def __init__(self, groups: Sequence[tuple[int, _Candidates]], *, c: float) -> None:
+    def __init__(self, groups: Sequence[tuple[int, _Candidates]], *, c: float, draws: int) -> None:
         self._blocks = [(position, block) for position, group in groups for block in group.blocks]
         families = [
             _WeightedFamily(position, family, group.params, group.n_rows, c)
@@ -498,7 +526,7 @@ class _Draws:
             explicit,
             families,
             log_weight_bound=c,
-            enumerate_cells=c > REJECTION_MAX_EXPONENT,
+            proposal_cap=rejection_proposals(c, draws),
         )
 
     def draw(self, rng: np.random.Generator) -> Outcome:
@@ -872,7 +900,8 @@ def initial_pairs(
     duplicates are possible. Numeric bounds are drawn inside their cells.
     """
     c = params.coefficient(epsilon / count)
-    draws = _Draws([(0, _pair_candidates(store, rules=rules, mode=mode, params=params))], c=c)
+    candidates = _pair_candidates(store, rules=rules, mode=mode, params=params)
+    draws = _Draws([(0, candidates)], c=c, draws=count)
     return [draws.draw(rng)[1] for _ in range(count)]
 
 
@@ -902,4 +931,4 @@ def extend_one(
         )
         for position, red in enumerate(collection)
     ]
-    return _Draws(groups, c=c).draw(rng)
+    return _Draws(groups, c=c, draws=1).draw(rng)

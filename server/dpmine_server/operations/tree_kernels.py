@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -41,7 +41,7 @@ from dpmine_server.data.columns import (
     ColumnStore,
     NumericColumn,
 )
-from dpmine_server.dp.lattice import LatticeCells, PublicLattice
+from dpmine_server.dp.lattice import PublicLattice
 from dpmine_server.dp.mechanisms import discrete_laplace, exponential_mechanism
 
 __all__ = [
@@ -55,6 +55,7 @@ __all__ = [
     "exact_leaf_counts",
     "exact_partition_counts",
     "grow_tree_expmech",
+    "lattice_ranks",
     "leaf_class_counts",
     "leaf_counts",
     "leaf_fields",
@@ -304,6 +305,16 @@ class Labels:
 
     classes: IntArray
     n_classes: int
+    _in_order: dict[str, IntArray] = field(default_factory=dict, compare=False, repr=False)
+
+    def in_order(self, column: NumericColumn) -> IntArray:
+        """The classes of the column's present rows in its sorted order (``sorted_order``),
+        computed once per column for all the nodes of a tree."""
+        found = self._in_order.get(column.name)
+        if found is None:
+            found = self.classes[column.sorted_order]
+            self._in_order[column.name] = found
+        return found
 
     def class_words(self) -> WordArray:
         """The rows of every class as a ``(n_classes, W)`` packed array."""
@@ -361,44 +372,97 @@ def weighted_gini(counts: npt.NDArray[np.integer] | FloatArray) -> FloatArray:
 
 @dataclass(frozen=True, slots=True)
 class _Candidates:
-    """The candidate splits of one attribute at one node: the left child's class table per
-    candidate, the class table of all rows with a value (so right = present − left), the log
-    base mass per candidate and, for a numeric attribute, the cells' lattice index edges."""
+    """The candidate splits of one attribute at one node: their qualities, log base masses and,
+    for a numeric attribute, the cells' lattice index edges."""
 
-    left: FloatArray
-    present: FloatArray
+    quality: FloatArray
     log_mass: FloatArray
     edges: IntArray | None = None
 
-    def quality(self) -> FloatArray:
-        """q = −(|L|·Gini(L) + |R|·Gini(R)) per candidate (§3.3); empty children give 0."""
-        return -(weighted_gini(self.left) + weighted_gini(self.present[None, :] - self.left))
+
+def _split_quality(
+    left_size: FloatArray,
+    left_squares: FloatArray,
+    right_size: FloatArray,
+    right_squares: FloatArray,
+) -> FloatArray:
+    """q = −(|L|·Gini(L) + |R|·Gini(R)) per candidate (§3.3) from each child's size and sum of
+    squared class counts (|c|·Gini(c) = |c| − Σ_k c_k²/|c|); empty children give 0."""
+    left = left_size - left_squares / np.maximum(left_size, 1.0)
+    right = right_size - right_squares / np.maximum(right_size, 1.0)
+    return np.asarray(-(left + right), dtype=np.float64)
+
+
+def _table_quality(left: FloatArray, present: FloatArray) -> FloatArray:
+    """q of candidates given as left class tables ``(candidates, classes)`` and the class
+    counts of all rows with a value (right = present − left)."""
+    right = present[None, :] - left
+    return _split_quality(
+        left.sum(axis=1), (left * left).sum(axis=1), right.sum(axis=1), (right * right).sum(axis=1)
+    )
+
+
+def lattice_ranks(column: NumericColumn, lattice: PublicLattice) -> IntArray:
+    """Per present value in sorted order (``column.sorted_values``), its rank on the lattice:
+    #{lattice points < value}. A threshold at lattice index k sends left exactly the values of
+    rank ≤ k, so rows of equal rank are never split. Cached on the column."""
+    return column.derived.get_or_build(
+        ("tree.lattice_ranks", lattice),
+        lambda: np.searchsorted(lattice.points, column.sorted_values, side="left").astype(np.int64),
+        nbytes=lambda ranks: int(ranks.nbytes),
+    )
 
 
 def _numeric_candidates(
     column: NumericColumn, family: SplitFamily, rows: BoolArray, labels: Labels
 ) -> tuple[FloatArray, FloatArray, IntArray]:
-    """Per upper cell b = #{distinct values of the node's labelled rows ≤ t}, b = 0 … V: the
-    left class table, the number of lattice points in the cell and the cells' index edges.
-    The quality is constant on a cell, so the EM over cells weighted by their lattice points is
-    the EM over lattice points (§0.3, §1.4)."""
+    """Per upper cell b = 0 … R of the R distinct lattice ranks d_1 < … < d_R of the node's
+    labelled rows (:func:`lattice_ranks`; R ≤ min(rows, L)): the quality of the thresholds k in
+    [d_b, d_{b+1}) (d_0 = 0, d_{R+1} = L), which all send left the rows of rank ≤ d_b, the
+    number of those lattice points and the cells' index edges. The quality is constant on a
+    cell, so the EM over cells weighted by their lattice points is the EM over lattice points
+    (§0.3, §1.4). Only cell 0 can hold no lattice point (a value at lo); the cells between
+    two data values with no lattice point between them are never formed.
+
+    Work O(present rows + R), whatever the number of classes: sweeping the rows by increasing
+    rank, a row of class k raises |L| by 1, Σ_k L_k² by 2·L_k + 1 (L_k the rows of its class
+    before it) and Σ_k P_k·L_k by P_k (P the classes of all the node's rows), and the right
+    child has |R| = |P| − |L|, Σ_k R_k² = Σ_k P_k² − 2·Σ_k P_k·L_k + Σ_k L_k²; all exact
+    integers, read at the last row of each rank."""
     assert family.lattice is not None
     keep = rows[column.sorted_order]
-    values = column.sorted_values[keep]  # the node's labelled rows, by increasing value
-    starts = np.ones(values.size, dtype=np.bool_)
-    starts[1:] = values[1:] != values[:-1]
-    distinct = values[starts]
-    group = np.cumsum(starts) - 1  # the index of each row's distinct value
-    n_classes = labels.n_classes
-    table = np.bincount(
-        group * n_classes + labels.classes[column.sorted_order[keep]],
-        minlength=distinct.size * n_classes,
-    ).reshape(distinct.size, n_classes)
-    cumulative = np.zeros((distinct.size + 1, n_classes))
-    np.cumsum(table, axis=0, out=cumulative[1:])  # row b: classes of the values ≤ distinct b
-    cells = LatticeCells.build(family.lattice, distinct)
-    points = cells.counts()[1][: distinct.size + 1]
-    return cumulative, points, cells.upper_edges
+    ranks = lattice_ranks(column, family.lattice)[keep]  # the node's labelled rows, by rank
+    classes = labels.in_order(column)[keep]
+    count = ranks.size
+    ends = np.flatnonzero(np.append(ranks[1:] != ranks[:-1], count > 0))  # last row of a rank
+    present = np.bincount(classes, minlength=labels.n_classes)
+    before = _earlier_of_class(classes, present)
+    zero = np.zeros(1, dtype=np.int64)
+    size = np.concatenate([zero, ends + 1])
+    squares = np.concatenate([zero, np.cumsum(2 * before + 1)[ends]])
+    cross = np.concatenate([zero, np.cumsum(present[classes])[ends]])
+    right_squares = int(np.dot(present, present)) - 2 * cross + squares
+    quality = _split_quality(
+        size.astype(np.float64),
+        squares.astype(np.float64),
+        (count - size).astype(np.float64),
+        right_squares.astype(np.float64),
+    )
+    size_l = np.asarray([family.lattice.size], dtype=np.int64)
+    edges = np.concatenate([zero, ranks[ends], size_l])
+    return quality, np.diff(edges).astype(np.float64), edges
+
+
+def _earlier_of_class(classes: IntArray, counts: IntArray) -> IntArray:
+    """For each position, how many earlier positions hold the same class (``counts`` = the
+    classes' sizes): a stable sort by class (numpy's radix sort on 16 bits, O(n)), in which the
+    j-th row of a class has j − 1 before it, scattered back."""
+    narrow = classes.astype(np.int16 if counts.size <= np.iinfo(np.int16).max else np.int32)
+    order = np.argsort(narrow, kind="stable")
+    starts = np.cumsum(counts) - counts
+    earlier = np.empty(classes.size, dtype=np.int64)
+    earlier[order] = np.arange(classes.size) - np.repeat(starts, counts)
+    return earlier
 
 
 def _excluded_by_cell(edges: IntArray, excluded: Sequence[int], cells: int) -> FloatArray:
@@ -427,11 +491,11 @@ def _attribute_candidates(
     values used by ancestors (mass 0; for numeric cells one lattice point less each)."""
     classes, n_classes = labels.classes, labels.n_classes
     if isinstance(column, NumericColumn):
-        left, points, edges = _numeric_candidates(column, family, rows, labels)
+        quality, points, edges = _numeric_candidates(column, family, rows, labels)
         free = points - _excluded_by_cell(edges, banned, points.size)
         with np.errstate(divide="ignore"):
             log_mass = np.log(free) - math.log(family.size)
-        return _Candidates(left, left[-1], log_mass, edges)
+        return _Candidates(quality, log_mass, edges)
     if isinstance(column, CategoricalColumn):
         codes = column.codes.astype(np.int64)
         keep = rows & (codes >= 0)
@@ -446,7 +510,9 @@ def _attribute_candidates(
         present = np.bincount(classes[keep], minlength=n_classes)
     log_mass = np.full(family.size, -math.log(family.size))
     log_mass[list(banned)] = -np.inf
-    return _Candidates(table.astype(np.float64), present.astype(np.float64), log_mass)
+    return _Candidates(
+        _table_quality(table.astype(np.float64), present.astype(np.float64)), log_mass
+    )
 
 
 def _node_split(
@@ -470,7 +536,7 @@ def _node_split(
         column = columns.column(family.name)
         families.append(_attribute_candidates(column, family, labelled, labels, banned))
     pick = exponential_mechanism(
-        np.concatenate([candidates.quality() for candidates in families]),
+        np.concatenate([candidates.quality for candidates in families]),
         epsilon=epsilon,
         sensitivity=GINI_SENSITIVITY,
         rng=rng,

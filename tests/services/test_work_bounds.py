@@ -1,0 +1,263 @@
+"""The padding budget prices the public bounds of the kernels' work (DESIGN.md contract item 7,
+services/timing.py; issue #20, "bounded kernels"): Serenade's capped rejection proposals and
+the splits of ``tree.expmech``.
+
+Pure functions of public values, checked against the real kernels on small hand-built stores:
+the cap a Serenade kernel uses is the one the budget prices, the budget pays for every capped
+proposal at no less than twice its measured cost, and the modes that make no proposals price
+none; a tree node's numeric candidates are bounded by the public lattice and their price does
+not depend on the classes, every inner node and the target are paid for. The measured costs
+quoted here are those of the comments of services/timing.py (bench/bench_budgets.py checks the
+resulting budgets against the kernels).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpmine.wire import (
+    AnyAttribute,
+    BooleanAttribute,
+    BoolLiteral,
+    CategoricalAttribute,
+    DatasetMetadata,
+    ExtendOneRequest,
+    InitialPairsRequest,
+    NumericAttribute,
+    Redescription,
+)
+from dpmine_server.data.columns import BooleanColumn, ColumnStore, NumericColumn
+from dpmine_server.dp.lattice import public_lattice
+from dpmine_server.dp.rng import seeded_generator
+from dpmine_server.operations import CATALOG, serenade
+from dpmine_server.operations.base import no_progress
+from dpmine_server.operations.redescriptions import (
+    extend_proposals,
+    pairs_enumeration,
+    pairs_proposals,
+    quality_parameters,
+)
+from dpmine_server.operations.tree_kernels import Labels, SplitFamily, _attribute_candidates
+from dpmine_server.services.timing import operation_work
+
+ROWS = 400
+#: One proposal measured at 34–38 µs + 0.73 ns a row (services/timing.py): the budget must
+#: pay at least twice that for each capped proposal.
+MEASURED_PROPOSAL = (38e-6, 0.73e-9)
+
+
+def _store(n_max: int = 1_000) -> ColumnStore:
+    """Left: three Boolean columns; right: two numeric columns of all-distinct values and one
+    Boolean column (so both explicit candidates and threshold families exist)."""
+    generator = np.random.default_rng(7)
+    attributes: list[AnyAttribute] = [BooleanAttribute(name=f"b{j}", view="left") for j in range(3)]
+    attributes += [NumericAttribute(name=f"x{j}", view="right", lo=0.0, hi=1.0) for j in range(2)]
+    attributes.append(BooleanAttribute(name="r", view="right"))
+    everyone = np.ones(ROWS, dtype=bool)
+    columns: dict[str, BooleanColumn | NumericColumn] = {
+        f"b{j}": BooleanColumn.from_arrays(f"b{j}", generator.random(ROWS) < 0.4, everyone)
+        for j in range(3)
+    }
+    for j in range(2):
+        columns[f"x{j}"] = NumericColumn.from_values(
+            f"x{j}", generator.random(ROWS), lo=0.0, hi=1.0
+        )
+    columns["r"] = BooleanColumn.from_arrays("r", generator.random(ROWS) < 0.5, everyone)
+    metadata = DatasetMetadata(kind="views", n_max=n_max, attributes=attributes)
+    return ColumnStore(metadata, n_rows=ROWS, columns=columns)
+
+
+def _pairs(epsilon: float, *, mode: str = "auto", count: int = 20) -> InitialPairsRequest:
+    return InitialPairsRequest.model_validate(
+        {
+            "count": count,
+            "epsilon": epsilon,
+            "quality": {"x0": 20.0, "s": 0.05},
+            "options": {"threshold_mode": mode},
+        }
+    )
+
+
+def _extend(epsilon: float, *, mode: str = "auto") -> ExtendOneRequest:
+    red = Redescription(left=BoolLiteral(attribute="b0"), right=BoolLiteral(attribute="r"))
+    return ExtendOneRequest.model_validate(
+        {
+            "mode": "cs",
+            "collection": [red.model_dump(mode="json")],
+            "epsilon": epsilon,
+            "quality": {"x0": 20.0, "s": 0.05},
+            "options": {"threshold_mode": mode},
+        }
+    )
+
+
+@pytest.fixture
+def kernel_caps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The proposal caps the kernels compute (recorded, not changed)."""
+    caps: list[int] = []
+    cap = serenade.rejection_proposals
+
+    def recorded(c: float, draws: int) -> int:
+        caps.append(cap(c, draws))
+        return caps[-1]
+
+    monkeypatch.setattr(serenade, "rejection_proposals", recorded)
+    return caps
+
+
+@pytest.mark.parametrize("epsilon", [0.05, 1.0, 3.0])
+def test_initial_pairs_price_the_cap_their_kernel_uses(
+    kernel_caps: list[int], epsilon: float
+) -> None:
+    store = _store()
+    request = _pairs(epsilon)
+    spec = CATALOG["serenade.initial_pairs"]
+    spec.validate(request, store.metadata)
+    spec.run(store, request, spec.cost(request), seeded_generator(1), no_progress)
+    assert kernel_caps == [pairs_proposals(request, store.metadata)]
+    assert kernel_caps[0] >= request.count
+
+
+@pytest.mark.parametrize("epsilon", [0.05, 1.0])
+def test_extensions_price_the_cap_their_kernel_uses(kernel_caps: list[int], epsilon: float) -> None:
+    store = _store()
+    request = _extend(epsilon)
+    spec = CATALOG["serenade.extend_one"]
+    spec.validate(request, store.metadata)
+    spec.run(store, request, spec.cost(request), seeded_generator(2), no_progress)
+    assert kernel_caps == [extend_proposals(request, store.metadata)]
+    assert kernel_caps[0] >= 1
+
+
+@pytest.mark.parametrize("n_max", [1_000, 100_000, 10_000_000])
+@pytest.mark.parametrize("count", [1, 20, 1000])
+def test_the_budget_pays_every_capped_proposal(n_max: int, count: int) -> None:
+    """The continuous request's work exceeds the grid one's (no proposals, the same other
+    terms) by at least twice the measured cost of its capped proposals."""
+    metadata = _store(n_max).metadata
+    continuous, grid = _pairs(1.0, count=count), _pairs(1.0, mode="grid", count=count)
+    proposals = pairs_proposals(continuous, metadata)
+    assert proposals > 0
+    assert pairs_proposals(grid, metadata) == 0
+    fixed, per_row = MEASURED_PROPOSAL
+    extra = operation_work("serenade.initial_pairs", continuous, metadata) - operation_work(
+        "serenade.initial_pairs", grid, metadata
+    )
+    assert extra >= 2 * proposals * (fixed + per_row * n_max)
+
+
+def test_no_proposals_are_priced_where_none_are_made() -> None:
+    metadata = _store().metadata
+    # c > 8: "auto" takes the grid, "continuous" enumerates (priced as cell pairs instead).
+    per_epsilon = quality_parameters(_pairs(1.0).quality, metadata.n_max).coefficient(1.0)
+    large = 1.01 * serenade.REJECTION_MAX_EXPONENT / per_epsilon  # one draw at c > 8
+    assert pairs_proposals(_pairs(large, count=1), metadata) == 0
+    enumerated = _pairs(large, mode="continuous", count=1)
+    assert pairs_proposals(enumerated, metadata) == 0
+    assert pairs_enumeration(enumerated, metadata) > 0
+    # No numeric attribute in the right view: no threshold family, nothing to propose.
+    no_numeric = metadata.model_copy(
+        update={"attributes": [a for a in metadata.attributes if a.type != "numeric"]}
+    )
+    assert pairs_proposals(_pairs(1.0), no_numeric) == 0
+    assert extend_proposals(_extend(1.0), no_numeric) == 0
+
+
+def test_the_cap_grows_with_epsilon_and_the_draws() -> None:
+    """One draw at a tiny ε (c ≈ 0, every proposal almost surely accepted) needs about
+    ln(10⁹)/ln(1/(1 − e^−c)) proposals at most, a handful; a larger c per draw (more ε for the
+    same draws) or more draws at the same c (ε/count fixed) need more."""
+    metadata = _store().metadata
+    assert 1 <= pairs_proposals(_pairs(1e-6, count=1), metadata) <= 5
+    by_epsilon = [pairs_proposals(_pairs(epsilon), metadata) for epsilon in (0.1, 1.0, 10.0)]
+    assert by_epsilon == sorted(by_epsilon)
+    assert by_epsilon[0] < by_epsilon[-1]
+    by_count = [
+        pairs_proposals(_pairs(0.05 * count, count=count), metadata) for count in (1, 20, 1000)
+    ]
+    assert by_count == sorted(by_count)
+    assert by_count[-1] >= 1000
+
+
+# -- tree.expmech: every term bounded by public values (n_max, lattice, classes, depth) --------
+
+
+def _tree_metadata(
+    n_max: int, *, numeric: int = 2, bits: int = 16, categories: int = 0
+) -> DatasetMetadata:
+    attributes: list[AnyAttribute] = [NumericAttribute(name="t", view="left", lo=0.0, hi=1.0)]
+    attributes += [
+        NumericAttribute(name=f"x{j}", view="right", lo=0.0, hi=1.0, lattice_bits=bits)
+        for j in range(numeric)
+    ]
+    if categories:
+        names = [f"c{i}" for i in range(categories)]
+        attributes.append(CategoricalAttribute(name="c", view="right", categories=names))
+    return DatasetMetadata(kind="views", n_max=n_max, attributes=attributes)
+
+
+def _expmech(depth: int = 3, bins: int = 10) -> dict[str, object]:
+    target = {"kind": "attribute", "attribute": "t", "bins": bins}
+    return {"view": "right", "target": target, "depth": depth, "epsilon": 1.0}
+
+
+#: One node's numeric attribute measured at 0.17 ms on 2,221 rows and 0.1 ms + 50 ns a row up
+#: to 10⁶ rows (services/timing.py): the budget pays at least twice that per inner node.
+MEASURED_NUMERIC_NODE = (0.1e-3, 50e-9)
+
+
+@pytest.mark.parametrize("n_max", [2_221, 100_000, 1_000_000])
+@pytest.mark.parametrize("depth", [1, 3, 6])
+def test_the_tree_budget_pays_every_node_of_every_numeric_attribute(n_max: int, depth: int) -> None:
+    metadata = _tree_metadata(n_max, numeric=5)
+    fixed, per_row = MEASURED_NUMERIC_NODE
+    inner = 2**depth - 1
+    work = operation_work("tree.expmech", _expmech(depth), metadata)
+    assert work >= 2 * inner * 5 * (fixed + per_row * n_max)
+
+
+def test_numeric_splits_cost_the_same_whatever_the_classes() -> None:
+    """The sweep has no classes × values table: 2 or 1,000 target bins price alike (up to a
+    bincount of the classes), while a categorical attribute pays its categories × classes."""
+    numeric = _tree_metadata(100_000)
+    few, many = (operation_work("tree.expmech", _expmech(bins=bins), numeric) for bins in (2, 1000))
+    assert many - few < 1e-3
+    table = _tree_metadata(100_000, numeric=0, categories=500)
+    few, many = (operation_work("tree.expmech", _expmech(bins=bins), table) for bins in (2, 1000))
+    assert many - few == pytest.approx(7 * 3e-8 * 500 * 998)  # 7 nodes, 500 × 998 more cells
+
+
+def test_numeric_candidates_are_bounded_by_the_lattice() -> None:
+    """On 10⁷ rows a 4-bit lattice has 17 points: at most 18 cells per node, priced as such,
+    where a 20-bit one may have 2^20 + 2 (the kernel's side: the next test)."""
+    coarse = operation_work("tree.expmech", _expmech(), _tree_metadata(10**7, bits=4))
+    fine = operation_work("tree.expmech", _expmech(), _tree_metadata(10**7, bits=20))
+    assert fine - coarse >= 7 * 2 * 8e-8 * ((1 << 20) - 17)
+
+
+def test_a_node_has_at_most_a_lattice_of_cells() -> None:
+    """The kernel's candidates of a numeric attribute: distinct lattice ranks of the node's
+    rows plus one, so at most min(rows, L) + 1 whatever the number of distinct values."""
+    rows = 5_000
+    generator = np.random.default_rng(3)
+    for bits in (2, 8, 16):
+        lattice = public_lattice(0.0, 1.0, bits)
+        column = NumericColumn.from_values("v", generator.random(rows), lo=0.0, hi=1.0)
+        family = SplitFamily("v", "numeric", lattice.size, lattice)
+        labels = Labels(generator.integers(0, 10, rows), 10)
+        everyone = np.ones(rows, dtype=bool)
+        cells = _attribute_candidates(column, family, everyone, labels, [])
+        assert cells.quality.size <= min(rows, lattice.size) + 1
+        assert cells.quality.size == cells.log_mass.size
+
+
+def test_a_tree_target_pays_a_pass_per_leaf() -> None:
+    metadata = _tree_metadata(1_000_000)
+    attribute = operation_work("tree.expmech", _expmech(), metadata)
+    leaves = 2**6
+    tree = {"view": "left", "depth": 6, "splits": [{"attribute": "t", "threshold": 0.5}] * 63}
+    request = {**_expmech(), "target": {"kind": "tree", "tree": tree}}
+    assert operation_work("tree.expmech", request, metadata) > attribute
+    # 2.3 ns a row and leaf measured: at least twice that.
+    assert operation_work("tree.expmech", request, metadata) >= 2 * 2.3e-9 * 10**6 * leaves
