@@ -121,19 +121,20 @@ def _numeric_items(attribute: NumericAttribute, numeric_bins: int) -> list[Named
 def usable_columns(
     metadata: DatasetMetadata,
     columns: str | Sequence[str] | None,
-    exclude: str | Sequence[str] = (),
+    exclude: str | Sequence[str] | None = (),
     *,
     label: str | None = None,
 ) -> list[str] | None:
     """The attributes an operation may use, in schema order, or None for all of them.
 
-    ``columns`` (default: every attribute) minus ``exclude``; a single name may be given as a
-    string. ``label``: the attribute a rule list predicts, never an item, so naming it in either
-    is a mistake. A name the schema does not declare, a transaction dataset (items, no columns)
-    or nothing left to use is a ValueError that says what to fix. Public values only.
+    ``columns`` (default: every attribute) minus ``exclude`` (None: nothing); a single name
+    may be given as a string. ``label``: the attribute a rule list predicts, never an item, so
+    naming it in either is a mistake. A name the schema does not declare, a transaction dataset
+    (items, no columns) or nothing left to use is a ValueError that says what to fix. Public
+    values only.
     """
     chosen = [columns] if isinstance(columns, str) else None if columns is None else list(columns)
-    dropped = [exclude] if isinstance(exclude, str) else list(exclude)
+    dropped = [exclude] if isinstance(exclude, str) else list(exclude or ())
     if chosen is None and not dropped:
         return None
     if metadata.kind == "transactions":
