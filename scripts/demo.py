@@ -140,17 +140,19 @@ def mine_itemsets(mushroom: dpmine.DatasetHandle) -> list[RunReceipt]:
     )
     with console.status("mining the top-10 itemsets on the server"):
         miner.mine(mushroom)
-    table = Table("rank", "itemset", "noisy count", "noisy frequency")
+    table = Table("rank", "itemset", "noisy count [90 %, all 10]", "noisy frequency")
     table.title = "top-10 frequent itemsets (exponential mechanism)"
     for itemset in miner.itemsets_:
         frequency = itemset.noisy_frequency
         table.add_row(
             str(itemset.rank),
             escape(" & ".join(itemset.items)),
-            str(itemset.noisy_count),
+            f"{itemset.noisy_count} [{itemset.count_low}, {itemset.count_high}]",
             "-" if frequency is None else f"{frequency:.3f}",
         )
     console.print(table)
+    for note in miner.notes():
+        console.print(f"  {escape(note)}")
     explain_noise(
         [i.noisy_count for i in miner.itemsets_ if i.noisy_count is not None],
         miner.noisy_row_count_,

@@ -514,6 +514,43 @@ mine_app = typer.Typer(
 app.add_typer(mine_app, name="mine")
 
 
+ColumnsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--columns",
+        help="Attributes the miner may use: comma-separated or repeated [default: all]",
+    ),
+]
+ExcludeOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--exclude",
+        help="Attributes the miner may not use (e.g. a column that gives the label away): "
+        "comma-separated or repeated",
+    ),
+]
+
+
+def _column_names(values: Sequence[str] | None, schema: DatasetMetadata) -> list[str] | None:
+    """The names given to --columns / --exclude: a value that names a column of the schema is
+    kept whole (a name may hold a comma), any other is split at its commas."""
+    if values is None:
+        return None
+    known = {attribute.name for attribute in schema.attributes}
+    names: list[str] = []
+    for value in values:
+        parts = [value] if value in known else value.split(",")
+        names.extend(part.strip() for part in parts if part.strip())
+    return names
+
+
+def _bins(value: int) -> int:
+    """--numeric-bins: 0 (numeric attributes give no items) or at least 2."""
+    if value == 1 or value < 0:
+        raise typer.BadParameter(f"must be 0 (no numeric items) or at least 2 (got {value})")
+    return value
+
+
 def _parse_length(text: str) -> int | tuple[int, int]:
     low, separator, high = text.partition("-")
     try:
@@ -550,10 +587,21 @@ def mine_itemsets(
             callback=_closed_unit,
         ),
     ] = None,
+    numeric_bins: Annotated[
+        int,
+        typer.Option(
+            help="Numeric attributes as items: this many equal-width public bins (the owner's "
+            "grid if declared), as rule lists do; 0 = no numeric items",
+            callback=_bins,
+        ),
+    ] = DEFAULT_NUMERIC_BINS,
+    columns: ColumnsOption = None,
+    exclude: ExcludeOption = None,
     output: Annotated[Path | None, typer.Option(help="Write results to .json or .csv")] = None,
     plan_only: Annotated[bool, typer.Option(help="Only price the run (free)")] = False,
 ) -> None:
-    """Private top-K frequent itemsets (Bhaskar et al.); costs --epsilon (+ --frequency-epsilon)."""
+    """Private top-K frequent itemsets (Bhaskar et al.); costs --epsilon (+ --frequency-epsilon).
+    Each noisy count comes with an interval holding the true count (all K together, 90 %)."""
     options = _options(ctx)
     if method not in {"em", "laplace"}:
         raise _fail("--method must be 'em' or 'laplace'")
@@ -567,10 +615,13 @@ def mine_itemsets(
         with_counts=counts,
         count_share=count_share,
         frequency_epsilon=frequency_epsilon,
+        numeric_bins=numeric_bins or None,
     )
 
     def action(connection: Connection) -> Any:
         dataset = connection.dataset(dataset_id)
+        miner.columns = _column_names(columns, dataset.schema)
+        miner.exclude = _column_names(exclude, dataset.schema) or ()
         if plan_only:
             return miner.plan(dataset)
         with console.status("mining itemsets on the server…"):
@@ -582,17 +633,10 @@ def mine_itemsets(
         return
     if output is not None:
         (miner.to_csv if output.suffix == ".csv" else miner.to_json)(output)
-    table = Table("rank", "itemset", "noisy count", "noisy frequency", title=f"top-{k} itemsets")
-    for itemset in miner.itemsets_:
-        table.add_row(
-            str(itemset.rank),
-            escape(itemset.query or " & ".join(itemset.items)),
-            "-" if itemset.noisy_count is None else str(itemset.noisy_count),
-            "-" if itemset.noisy_frequency is None else f"{itemset.noisy_frequency:.4f}",
-        )
-    table.caption = " | ".join(_receipt_line(receipt) for receipt in miner.receipts_)
+    table = _itemsets_table(miner, f"top-{k} itemsets")
     payload: dict[str, Any] = {
         "itemsets": [asdict(itemset) for itemset in miner.itemsets_],
+        **miner.summary(),
         "receipts": [receipt.model_dump(mode="json") for receipt in miner.receipts_],
     }
     _emit(options, payload, table)
@@ -615,6 +659,30 @@ def mine_itemsets(
                 "-" if rule.lift is None else f"{rule.lift:.3f}",
             )
         _emit(options, [asdict(rule) for rule in found], rule_table)
+
+
+def _itemsets_table(miner: TopKItemsets, title: str) -> Table:
+    """The released itemsets: rank, the rows counted, the noisy count and the interval of the
+    true count, the noisy frequency; the caption says what the rank and the intervals mean,
+    then the receipts."""
+    level = f"true count ({miner.interval_level:.0%}, all together)"
+    table = Table("rank", "itemset", "noisy count", level, "noisy frequency", title=title)
+    for itemset in miner.itemsets_:
+        interval = (
+            "-"
+            if itemset.count_low is None or itemset.count_high is None
+            else f"[{itemset.count_low}, {itemset.count_high}]"
+        )
+        table.add_row(
+            str(itemset.rank),
+            escape(itemset.query or " & ".join(itemset.items)),
+            "-" if itemset.noisy_count is None else str(itemset.noisy_count),
+            interval,
+            "-" if itemset.noisy_frequency is None else f"{itemset.noisy_frequency:.4f}",
+        )
+    receipts = " | ".join(_receipt_line(receipt) for receipt in miner.receipts_)
+    table.caption = "\n".join([*(escape(note) for note in miner.notes()), receipts])
+    return table
 
 
 def _serenade_options(
@@ -1251,6 +1319,8 @@ def fit_rule_list(
     split: Annotated[
         str, typer.Option(help="Relative ε weights antecedents,sampler,estimates")
     ] = "1,1,1",
+    columns: ColumnsOption = None,
+    exclude: ExcludeOption = None,
     output: Annotated[
         Path | None, typer.Option(help="Save the model (.json); predict with it offline")
     ] = None,
@@ -1283,6 +1353,10 @@ def fit_rule_list(
 
     def action(connection: Connection) -> Any:
         dataset = connection.dataset(dataset_id)
+        model.set_params(
+            columns=_column_names(columns, dataset.schema),
+            exclude=tuple(_column_names(exclude, dataset.schema) or ()),
+        )
         try:
             return model.plan(dataset) if plan_only else model.fit(dataset)
         except ValueError as error:
@@ -1304,6 +1378,9 @@ def fit_rule_list(
         f"{len(model.rule_list_)} rules over {len(model.antecedents_)} antecedents; "
         f"ε spent = {_spent(model.receipts_)}"
     )
+    allowed = model.columns_for(model.rule_list_.schema)
+    if allowed is not None:
+        console.print(escape(f"antecedents drawn from the columns {', '.join(allowed)}"))
     for receipt in model.receipts_:
         console.print(escape(f"{receipt.operation}: {_receipt_line(receipt)}"), soft_wrap=True)
     if output is not None:

@@ -30,6 +30,7 @@ from dpmine.errors import (
 )
 from dpmine.queries import parse_query
 from dpmine.wire import (
+    DATASET_ID_RULE,
     FINAL_JOB_STATES,
     AuditEventInfo,
     BudgetStatus,
@@ -61,6 +62,7 @@ from dpmine.wire import (
     Role,
     SubmitJobRequest,
     WireModel,
+    is_dataset_id,
     operation_for,
 )
 
@@ -276,7 +278,14 @@ class Connection:
         return self._get_list("/v1/datasets", DatasetInfo)
 
     def dataset(self, dataset_id: str) -> DatasetHandle:
-        """A handle on one dataset (fetches its public metadata)."""
+        """A handle on one dataset (fetches its public metadata). An id that breaks the id
+        rule (:data:`~dpmine.wire.DATASET_ID_RULE`) is a :class:`ParameterError` before any
+        request: it names no dataset, and its text never reaches a URL."""
+        if not is_dataset_id(dataset_id):
+            raise ParameterError(
+                f"{dataset_id!r} is not a dataset id: a dataset id has {DATASET_ID_RULE}; "
+                "list datasets to see yours"
+            )
         return DatasetHandle(self, self._get(f"/v1/datasets/{dataset_id}", DatasetInfo))
 
     @overload

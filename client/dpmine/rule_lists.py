@@ -42,6 +42,7 @@ from rich.progress import Progress
 
 from dpmine.connection import DatasetHandle
 from dpmine.errors import ParameterError
+from dpmine.items import items_display
 from dpmine.miners._base import BaseMiner, NotMinedError, _Spent
 from dpmine.miners.trees import share_of
 from dpmine.queries import format_query
@@ -62,6 +63,7 @@ from dpmine.wire import (
     PlannedCall,
     Receipt,
 )
+from dpmine.wire.items import usable_columns
 from dpmine.wire.operations import BRL_ANTECEDENTS, BRL_POINT_ESTIMATES, BRL_SAMPLE_RULE_LIST
 from dpmine.wire.rule_lists import (
     Antecedent,
@@ -84,7 +86,9 @@ __all__ = [
     "RuleList",
     "antecedent_display",
     "antecedent_text",
+    "label_classes",
     "point_estimate",
+    "rule_counts_text",
     "union_antecedents",
 ]
 
@@ -153,45 +157,11 @@ def antecedent_text(antecedent: Antecedent, *, digits: int | None = None) -> str
 
 
 def antecedent_display(antecedent: Antecedent, schema: DatasetMetadata) -> str:
-    """The antecedent as short text with exactly its rows, for display (issue #21).
-
-    A bin's upper bound is the float just below the next cut-point c (:func:`numeric_bins_of`),
-    which prints as 17 digits and which rounding would move onto c, a value of the next bin.
-    It is written as the strict bound ``![c <= A]`` (present and A < c), and a bound at an end
-    of the public range, which every present (clipped) value meets, is left out when another
-    literal keeps the missing rows out: the bins of ``age`` on [0, 100] with cut-points 25 and
-    50 read ``![25.0 <= age]``, ``[25.0 <= age] & ![50.0 <= age]`` and ``[50.0 <= age]``.
-    """
-    return " & ".join(
-        format_query(literal)
-        for item in antecedent.items
-        for literal in _short_exact(item, schema.attribute(item.attribute))
-    )
-
-
-def _short_exact(
-    item: AnyLiteral, attribute: BooleanAttribute | CategoricalAttribute | NumericAttribute
-) -> list[AnyLiteral]:
-    """``item`` as literals with the same rows and shorter bounds (see the caller)."""
-    if not isinstance(item, NumLiteral) or item.negated:
-        return [item]
-    if not isinstance(attribute, NumericAttribute):
-        return [item]
-    lower, upper, strict_upper = item.lower, item.upper, None
-    if upper is not None and upper < attribute.hi:
-        above = math.nextafter(upper, math.inf)
-        if len(repr(above)) < len(repr(upper)):
-            upper, strict_upper = None, above
-    if lower is not None and lower <= attribute.lo and (upper, strict_upper) != (None, None):
-        lower = None
-    if upper is not None and upper >= attribute.hi and lower is not None:
-        upper = None
-    literals: list[AnyLiteral] = []
-    if lower is not None or upper is not None:
-        literals.append(NumLiteral(attribute=item.attribute, lower=lower, upper=upper))
-    if strict_upper is not None:
-        literals.append(NumLiteral(attribute=item.attribute, lower=strict_upper, negated=True))
-    return literals
+    """The antecedent as short text with exactly its rows, for display (issue #21;
+    :func:`dpmine.items.items_display`, the same text as the itemset display): the bins of
+    ``age`` on [0, 100] with cut-points 25 and 50 read ``![25.0 <= age]``,
+    ``[25.0 <= age] & ![50.0 <= age]`` and ``[50.0 <= age]``."""
+    return items_display(antecedent.items, schema)
 
 
 # --------------------------------------------------------------------------------------------
@@ -384,6 +354,19 @@ class Rule:
         """The antecedent in query syntax (``"(default)"`` for the default rule)."""
         return "(default)" if self.antecedent is None else antecedent_text(self.antecedent)
 
+    @property
+    def noisy_captured(self) -> int:
+        """n̂ = n̂₊ + n̂₋: the noisy number of labelled rows the rule captures (the sum of its
+        two released counts; it may be ≤ 0)."""
+        return self.noisy_negative + self.noisy_positive
+
+    @property
+    def estimated(self) -> bool:
+        """Whether the counts estimate P at all: False when n̂ ≤ 0, where the released counts
+        say only that the rule captures few rows (its :attr:`estimate` is then what the
+        counts clamped at 0 and the prior α give, :func:`point_estimate`)."""
+        return self.noisy_captured > 0
+
 
 @dataclass(frozen=True)
 class RuleList:
@@ -444,14 +427,10 @@ class RuleList:
 
     @property
     def classes(self) -> tuple[str, str]:
-        """(negative, positive) class names: the other category of a two-category label, else
-        ``"not <positive>"``."""
-        positive = self.label.positive
-        attribute = self.schema.attribute(self.label.attribute)
-        if isinstance(attribute, CategoricalAttribute) and len(attribute.categories) == 2:
-            other = next(c for c in attribute.categories if c != positive)
-            return other, positive
-        return f"not {positive}", positive
+        """(negative, positive) class names (:func:`label_classes`): the other category of a
+        two-category label, ``"not <positive>"`` for more, ``"False"``/``"True"`` for a
+        Boolean label."""
+        return label_classes(self.label, self.schema)
 
     def __len__(self) -> int:
         return len(self.rules)
@@ -516,11 +495,12 @@ class RuleList:
     # -- text ----------------------------------------------------------------------------------
 
     def to_text(self, *, digits: int = 3) -> str:
-        """The list as if / else-if text with each estimate (``digits`` decimals) and its noisy
-        counts. Each antecedent is :func:`antecedent_display`: short, and with exactly the rows
-        the server evaluated, so rule j's counts are those of the rows its text holds and no
-        earlier text holds (:attr:`Rule.text` is the antecedent as fitted)."""
-        target = f"P({format_query(_label_literal(self.label, self.schema))})"
+        """The list as if / else-if text, each rule with its estimate (``digits`` decimals) and
+        its noisy counts named (:func:`rule_counts_text`), then what the counts are. Each
+        antecedent is :func:`antecedent_display`: short, and with exactly the rows the server
+        evaluated, so rule j's counts are those of the rows its text holds and no earlier text
+        holds (:attr:`Rule.text` is the antecedent as fitted)."""
+        target = f"P({_class_events(self.label, self.schema)[1]})"
         lines = []
         for index, rule in enumerate(self.rules):
             keyword = "if" if index == 0 else "else if"
@@ -532,11 +512,20 @@ class RuleList:
             lines.append(f"{keyword} {shown} then {_estimate_text(rule, target, digits)}")
         keyword = "else" if self.rules else "always"
         lines.append(f"{keyword} {_estimate_text(self.default, target, digits)}")
-        lines.append(
-            f"(noisy counts: discrete Laplace of scale {self.noise_scale:.3g} each, clamped at 0; "
-            f"α = ({self.alpha[0]:g}, {self.alpha[1]:g}); guarantee: {self.guarantee})"
-        )
+        lines.extend(self._counts_legend())
         return "\n".join(lines)
+
+    def _counts_legend(self) -> list[str]:
+        """Two lines saying which noisy count is which, their noise and how P uses them."""
+        negative, positive = _class_events(self.label, self.schema)
+        return [
+            f"(noisy counts of the labelled rows a rule captures: n̂₊ with {positive}, "
+            f"n̂₋ with {negative}, captured n̂ = n̂₊ + n̂₋; each count has discrete Laplace noise of "
+            f"scale {self.noise_scale:.3g}, so it may be negative;",
+            f" P = (n̂₊ + α1)/(n̂₊ + n̂₋ + α0 + α1) with a negative count read as 0, "
+            f"α = ({self.alpha[0]:g}, {self.alpha[1]:g}); n̂ ≤ 0: too few rows to estimate; "
+            f"guarantee: {self.guarantee})",
+        ]
 
     def __str__(self) -> str:
         return self.to_text()
@@ -554,6 +543,8 @@ class RuleList:
                 else rule.antecedent.model_dump(mode="json"),
                 "noisy_negative": rule.noisy_negative,
                 "noisy_positive": rule.noisy_positive,
+                "noisy_captured": rule.noisy_captured,
+                "estimated": rule.estimated,
                 "estimate": rule.estimate,
             }
 
@@ -609,16 +600,65 @@ def _is_plain_table(rows: object) -> bool:
     return not hasattr(rows, "columns") and not isinstance(rows, Mapping)
 
 
-def _label_literal(label: LabelSpec, schema: DatasetMetadata) -> AnyLiteral:
-    if isinstance(schema.attribute(label.attribute), BooleanAttribute):
-        return BoolLiteral(attribute=label.attribute)
-    return CatLiteral(attribute=label.attribute, category=label.positive)
+def _boolean_token(text: str) -> bool:
+    """The truth value of a Boolean label's declared positive value (a Boolean token)."""
+    token = text.strip().lower()
+    if token not in BOOLEAN_TRUE | BOOLEAN_FALSE:
+        raise ValueError(
+            f"the positive value {text!r} of a Boolean label must be a Boolean token "
+            "(1/0, true/false, t/f, yes/no)"
+        )
+    return token in BOOLEAN_TRUE
+
+
+def label_classes(label: LabelSpec, schema: DatasetMetadata) -> tuple[str, str]:
+    """(negative, positive) class names of a label (§5.1): the other category of a
+    two-category label, ``"not <positive>"`` for more categories, and for a Boolean label
+    ``"False"``/``"True"`` whatever token the owner declared (``yes``, ``1``, ``t``, …)."""
+    attribute = schema.attribute(label.attribute)
+    if isinstance(attribute, BooleanAttribute):
+        truth = _boolean_token(label.positive)
+        return str(not truth), str(truth)
+    positive = label.positive
+    if isinstance(attribute, CategoricalAttribute) and len(attribute.categories) == 2:
+        other = next(c for c in attribute.categories if c != positive)
+        return other, positive
+    return f"not {positive}", positive
+
+
+def _class_events(label: LabelSpec, schema: DatasetMetadata) -> tuple[str, str]:
+    """(negative, positive) classes as events: ``sick = no`` (``sick ≠ yes`` when the label has
+    more than two categories) and ``sick = yes``; ``died = False`` and ``died = True``."""
+    negative, positive = label_classes(label, schema)
+    attribute = schema.attribute(label.attribute)
+    several = isinstance(attribute, CategoricalAttribute) and len(attribute.categories) > 2
+    other = f"{label.attribute} ≠ {positive}" if several else f"{label.attribute} = {negative}"
+    return other, f"{label.attribute} = {positive}"
+
+
+def rule_counts_text(rule: Rule) -> str:
+    """The rule's released counts, each named: ``captured n̂ = 10, positives n̂₊ = 2,
+    negatives n̂₋ = 8`` (all noisy); a negative count is marked ``read as 0``, as the
+    estimate reads it (§5.4)."""
+
+    def shown(value: int) -> str:
+        return f"{value} read as 0" if value < 0 else str(value)
+
+    return (
+        f"captured n̂ = {rule.noisy_captured}, positives n̂₊ = {shown(rule.noisy_positive)}, "
+        f"negatives n̂₋ = {shown(rule.noisy_negative)}"
+    )
 
 
 def _estimate_text(rule: Rule, target: str, digits: int) -> str:
+    """``P(...) = 0.250  (noisy: …)``; when n̂ ≤ 0 no estimate is claimed, only what the model
+    predicts there (from the counts clamped at 0 and the prior α)."""
+    counts = f"(noisy: {rule_counts_text(rule)})"
+    if rule.estimated:
+        return f"{target} = {rule.estimate:.{digits}f}  {counts}"
     return (
-        f"{target} = {rule.estimate:.{digits}f}  "
-        f"(noisy counts {rule.noisy_negative} / {rule.noisy_positive})"
+        f"{target}: too few rows to estimate  {counts}; "
+        f"predicts {rule.estimate:.{digits}f} from the counts read as 0 and α"
     )
 
 
@@ -659,6 +699,10 @@ class DPBayesianRuleList(BaseMiner):
       antecedent; ``numeric_bins``: equal-width public bins of a numeric attribute without a
       declared grid; ``method``: "em" or "laplace" top-K selection; ``rho``: its truncation
       failure probability;
+    * ``columns``: the attributes antecedents may use (default: all but the label), and
+      ``exclude``: attributes they may not use, e.g. a proxy that gives the label away (a
+      cause-of-death column for a survival label); checked against the public schema before
+      anything is sent, and sent to the server as the public set the selection draws from;
     * ``expected_length`` λ and ``expected_cardinality`` η of the prior, ``alpha`` = (α0, α1)
       of the Dirichlet prior (§5.1); ``iterations``: MCMC steps of the sampler (§5.3), at
       least :data:`~dpmine.wire.MIN_RULE_LIST_ITERATIONS` (the server refuses shorter chains,
@@ -686,6 +730,8 @@ class DPBayesianRuleList(BaseMiner):
         numeric_bins: int = DEFAULT_NUMERIC_BINS,
         method: Literal["em", "laplace"] = "em",
         rho: float = 0.1,
+        columns: Sequence[str] | None = None,
+        exclude: Sequence[str] = (),
         progress: bool = False,
     ) -> None:
         self.epsilon = epsilon
@@ -700,6 +746,8 @@ class DPBayesianRuleList(BaseMiner):
         self.numeric_bins = numeric_bins
         self.method = method
         self.rho = rho
+        self.columns = columns
+        self.exclude = exclude
         self.progress = progress
 
     # -- scikit-learn conventions --------------------------------------------------------------
@@ -754,7 +802,9 @@ class DPBayesianRuleList(BaseMiner):
         (:func:`antecedent_universe`): the selection would release all of them, so the fit skips
         it, uses every antecedent (:func:`every_antecedent`, schema order) and gives its share
         of ε to the sampler and the point estimates."""
-        universe = antecedent_universe(schema, self.max_length, self.numeric_bins)
+        universe = antecedent_universe(
+            schema, self.max_length, self.numeric_bins, self.columns_for(schema)
+        )
         return self.k_for(schema) < universe
 
     def budgets_for(self, schema: DatasetMetadata) -> tuple[float, float, float]:
@@ -787,6 +837,7 @@ class DPBayesianRuleList(BaseMiner):
                 "rule lists need a table with a label column: the dataset's owner declares it "
                 "(metadata 'label': attribute and positive value)"
             )
+        self.columns_for(schema)
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -795,8 +846,20 @@ class DPBayesianRuleList(BaseMiner):
         possible antecedents (:func:`antecedent_universe`)."""
         if self.k_per_class is not None:
             return self.k_per_class
-        universe = antecedent_universe(schema, self.max_length, self.numeric_bins)
+        universe = antecedent_universe(
+            schema, self.max_length, self.numeric_bins, self.columns_for(schema)
+        )
         return max(1, min(DEFAULT_K_PER_CLASS, universe))
+
+    def columns_for(self, schema: DatasetMetadata) -> list[str] | None:
+        """The attributes antecedents may use (``columns`` minus ``exclude``, schema order), or
+        None for every attribute but the label (:func:`~dpmine.wire.items.usable_columns`); a
+        :class:`~dpmine.errors.ParameterError` names an unknown column or the label."""
+        label = schema.label.attribute if schema.label is not None else None
+        try:
+            return usable_columns(schema, self.columns, self.exclude, label=label)
+        except ValueError as error:
+            raise ParameterError(str(error)) from None
 
     def _antecedents_request(self, schema: DatasetMetadata) -> RuleListAntecedentsRequest:
         return RuleListAntecedentsRequest(
@@ -806,6 +869,7 @@ class DPBayesianRuleList(BaseMiner):
             method=self.method,
             rho=self.rho,
             numeric_bins=self.numeric_bins,
+            columns=self.columns_for(schema),
         )
 
     def _sample_request(
@@ -860,7 +924,9 @@ class DPBayesianRuleList(BaseMiner):
                 self._spent.receipts.append(selected.receipt)
                 self.antecedents_ = union_antecedents(selected.by_class)
             else:  # every possible antecedent: public, nothing to select
-                self.antecedents_ = every_antecedent(schema, self.max_length, self.numeric_bins)
+                self.antecedents_ = every_antecedent(
+                    schema, self.max_length, self.numeric_bins, self.columns_for(schema)
+                )
             report("sampling a rule list", 1.0)
             connection = dataset.connection
             job = connection.submit(dataset.id, self._sample_request(schema, self.antecedents_))
@@ -954,6 +1020,8 @@ class DPBayesianRuleList(BaseMiner):
                 "epsilon_split": None
                 if params["epsilon_split"] is None
                 else list(params["epsilon_split"]),
+                "columns": None if params["columns"] is None else list(params["columns"]),
+                "exclude": list(params["exclude"]),
             },
             "budgets": list(getattr(self, "budgets_", self.budgets)),
             "antecedents": [a.model_dump(mode="json") for a in getattr(self, "antecedents_", [])],
@@ -970,7 +1038,7 @@ class DPBayesianRuleList(BaseMiner):
     def from_dict(cls, payload: Mapping[str, Any]) -> DPBayesianRuleList:
         """A fitted estimator from :meth:`to_dict` (predicts; cannot refit without a server)."""
         params = dict(payload.get("params", {}))
-        for name in ("alpha", "epsilon_split"):
+        for name in ("alpha", "epsilon_split", "exclude"):
             if params.get(name) is not None:
                 params[name] = tuple(params[name])
         estimator = cls().set_params(**params)

@@ -23,6 +23,7 @@ from sqlalchemy import select, update
 
 import dpmine
 from dpmine.wire import (
+    DATASET_ID_RULE,
     AuditEventInfo,
     BooleanAttribute,
     CategoricalAttribute,
@@ -333,6 +334,40 @@ class TestUpload:
     ) -> None:
         response = upload(client, owner_headers, toy_request(toy_metadata, toy), {"path": toy_csv})
         assert f"{toy!r}" in expect_error(response, 409, "Conflict")
+
+    @pytest.mark.parametrize("dataset_id", ["Toy", "-toy", "to y", "t" * 65, "tôy", ""])
+    def test_a_bad_id_is_refused_with_the_rule_in_words(
+        self,
+        client: TestClient,
+        owner_headers: dict[str, str],
+        toy_csv: Path,
+        toy_metadata: DatasetMetadata,
+        dataset_id: str,
+    ) -> None:
+        request = toy_request(toy_metadata)
+        request["id"] = dataset_id
+        detail = expect_error(
+            upload(client, owner_headers, request, {"path": toy_csv}), 422, "InvalidRequest"
+        )
+        assert DATASET_ID_RULE in detail, detail
+        assert "[a-z0-9]" not in detail
+        assert "pattern" not in detail
+
+    def test_an_id_that_breaks_the_rule_is_named_in_the_not_found_answer(
+        self, client: TestClient, owner_headers: dict[str, str], analyst_headers: dict[str, str]
+    ) -> None:
+        for headers, method, path in [
+            (analyst_headers, "GET", "/v1/datasets/Mushroom"),
+            (owner_headers, "DELETE", "/v1/admin/datasets/Mushroom"),
+        ]:
+            detail = expect_error(client.request(method, path, headers=headers), 404, "NotFound")
+            assert "'Mushroom'" in detail
+            assert DATASET_ID_RULE in detail, detail
+        # A well-formed unknown id gets the plain answer.
+        detail = expect_error(
+            client.get("/v1/datasets/mushroom", headers=analyst_headers), 404, "NotFound"
+        )
+        assert DATASET_ID_RULE not in detail
 
     def test_sql_source(
         self, owner: dpmine.Connection, tmp_path: Path, analyst_key: str, client: TestClient

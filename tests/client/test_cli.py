@@ -412,8 +412,55 @@ def test_an_exhausted_budget_exits_2_and_charges_nothing(
     assert _budget(server, account, mushroom.id).grant_spent == pytest.approx(0.7)
 
 
+def test_itemsets_show_intervals_explain_the_rank_and_take_columns(
+    server: LiveServer, account: Account, mushroom: DatasetInfo
+) -> None:
+    """``mine itemsets --columns`` mines only those columns' items; the table gives each noisy
+    count its interval and says what the rank and the intervals mean; ``--exclude`` likewise
+    in JSON; a column the schema lacks is refused before any charge."""
+    command = f"mine itemsets {mushroom.id} --k 3 --length 1 --epsilon 0.5 --columns odor,class"
+    table = _ok(dpmine_cli(server, account.api_key, command))
+    flat = _flat(table)
+    assert "true count (90%, all together)" in flat
+    rows = re.findall(
+        r"│\s*(\d)\s*│\s*\[(\S+) = \S+\]\s*│\s*(-?\d+)\s*│\s*\[(\d+), (\d+)\]\s*│", table
+    )
+    assert [int(rank) for rank, *_ in rows] == [1, 2, 3], table
+    for _rank, column, noisy, low, high in rows:
+        assert column in {"odor", "class"}
+        assert int(low) <= max(int(noisy), 0) <= int(high)
+    assert "rank = order of the private selection" in flat
+    assert "the 3 true counts all lie in their intervals together with probability ≥ 90%" in flat
+    payload = _json(
+        dpmine_cli(
+            server,
+            account.api_key,
+            f"--json mine itemsets {mushroom.id} --k 2 --length 1 --epsilon 0.3 "
+            "--exclude odor --exclude class,habitat",
+        )
+    )
+    for itemset in payload["itemsets"]:
+        assert itemset["items"][0].split("=")[0] not in {"odor", "class", "habitat"}
+        assert itemset["count_low"] <= max(itemset["noisy_count"], 0) <= itemset["count_high"]
+    assert payload["count_intervals"]["level"] == 0.9
+    assert payload["order"].startswith("rank = order of the private selection")
+    spent = _budget(server, account, mushroom.id).grant_spent
+    assert spent == pytest.approx(0.8)
+    refused = _error(
+        dpmine_cli(
+            server, account.api_key, f"mine itemsets {mushroom.id} --epsilon 0.1 --columns odour"
+        )
+    )
+    assert "unknown column(s) ['odour']; the dataset's columns are ['class'," in refused
+    assert _budget(server, account, mushroom.id).grant_spent == pytest.approx(spent)
+
+
 def test_unknown_dataset_and_bad_mode_exit_2(server: LiveServer, account: Account) -> None:
     assert "NotFound" in _error(dpmine_cli(server, account.api_key, "schema no-such-dataset"))
+    malformed = _error(dpmine_cli(server, account.api_key, "schema Mushroom"))
+    assert "'Mushroom' is not a dataset id: a dataset id has 1 to 64 characters: lower-case" in (
+        malformed
+    )
     bad_mode = "quality no-such-dataset --left '[a]' --right '[b]' --epsilon 0.1 --mode fancy"
     assert "--mode must be 'cells' or 'paper'" in _error(
         dpmine_cli(server, account.api_key, bad_mode)
@@ -476,6 +523,7 @@ def _usage_error(result: Result) -> str:
         ("mine itemsets d --epsilon 1 --rho 1", "'--rho': must be in (0, 1) (got 1)"),
         ("mine itemsets d --epsilon 1 --frequency-epsilon -1", "must be >= 0 (got -1)"),
         ("mine itemsets d --epsilon 1 --rules 1.5", "must be in [0, 1] (got 1.5)"),
+        ("mine itemsets d --epsilon 1 --numeric-bins 1", "must be 0 (no numeric items) or at"),
         ("mine itemsets d --epsilon 1 --output out.txt", "--output must end in .json or .csv"),
         (
             "mine itemsets d --epsilon 1 --output /no/such/folder/out.json",

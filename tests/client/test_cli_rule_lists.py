@@ -253,6 +253,49 @@ def test_fit_prints_the_list_saves_it_and_charges_the_receipts(
     assert len(lines) == 21
 
 
+def test_exclude_keeps_a_label_proxy_out_of_the_rule_list(
+    server: LiveServer,
+    account: Account,
+    mushroom: DatasetInfo,
+    owner_connection: dpmine.Connection,
+    tmp_path: Path,
+) -> None:
+    """odor nearly determines a mushroom's class: ``--exclude odor`` sends the other columns
+    as the public set the antecedent selection draws from (the ledger records it, the output
+    says it), and no antecedent or rule uses odor."""
+    model_path = tmp_path / "model.json"
+    printed = _ok(
+        dpmine_cli(
+            server,
+            account.api_key,
+            f"fit rule-list {mushroom.id} --epsilon 0.9 {SMALL} "
+            f"--exclude odor,spore-print-color --output {model_path}",
+        )
+    )
+    payload = json.loads(model_path.read_text())
+    assert payload["params"]["exclude"] == ["odor", "spore-print-color"]
+    used = {
+        item["attribute"] for antecedent in payload["antecedents"] for item in antecedent["items"]
+    }
+    assert used
+    assert used.isdisjoint({"odor", "spore-print-color", "class"})
+    assert "odor" not in payload["model"]["text"]
+    expected = [
+        a.name
+        for a in mushroom.metadata.attributes
+        if a.name not in {"odor", "spore-print-color", "class"}
+    ]
+    assert f"antecedents drawn from the columns {', '.join(expected)}" in " ".join(printed.split())
+    selection = payload["receipts"][0]
+    assert selection["operation"] == "brl.antecedents"
+    (entry,) = [
+        e
+        for e in owner_connection.admin.ledger(mushroom.id)
+        if e.id == selection["ledger_entry_id"]
+    ]
+    assert entry.parameters["columns"] == expected
+
+
 def test_fit_with_json_prints_the_saved_payload(
     server: LiveServer, account: Account, mushroom: DatasetInfo
 ) -> None:
@@ -284,6 +327,8 @@ def test_fit_with_json_prints_the_saved_payload(
         ("--epsilon 1000", "only ε=50 remains; nothing was spent"),
         ("--epsilon 1 --max-length 9", "max_length"),
         ("--epsilon 1 --iterations 300", "at least 1000, the server's public minimum"),
+        ("--epsilon 1 --exclude class", "'class' is the label: a rule list predicts it"),
+        ("--epsilon 1 --columns odour,habitat", "unknown column(s) ['odour']; the dataset's"),
     ],
 )
 def test_fit_errors_are_one_line_and_charge_nothing(

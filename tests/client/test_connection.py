@@ -433,6 +433,16 @@ class TestErrorMapping:
         _expect(lambda: analyst.dataset("nope"), NotFoundError, "NotFound", 404)
         _expect(lambda: analyst.job("no-job"), NotFoundError, "NotFound", 404)
 
+    @pytest.mark.parametrize("dataset_id", ["Mini", "mini/budget", "../admin", "", "m" * 65])
+    def test_a_text_that_breaks_the_id_rule_is_refused_before_any_request(
+        self, dataset_id: str
+    ) -> None:
+        """A connection to no server at all: a request would fail with a TransportError."""
+        nowhere = dpmine.connect("http://127.0.0.1:9", "unused-key", retries=0)
+        with pytest.raises(dpmine.ParameterError) as refused:
+            nowhere.dataset(dataset_id)
+        assert f"{dataset_id!r} is not a dataset id: a dataset id has 1 to 64" in str(refused.value)
+
     def test_conflict(self, owner: dpmine.Connection) -> None:
         _expect(lambda: owner.admin.add_principal("admin", "owner"), ConflictError, "Conflict", 409)
 

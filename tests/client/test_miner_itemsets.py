@@ -15,11 +15,13 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import pytest
 
 import dpmine
@@ -30,8 +32,10 @@ from dpmine.miners import (
     TopKItemsets,
     association_rules,
 )
+from dpmine.miners.itemsets import count_intervals, intervals_note, order_note
 from dpmine.wire import CreateDatasetRequest, DatasetMetadata, FimiSource, TopKItemsetsRequest
 from dpmine_server.app import create_app
+from support.datasets import Row, register_table, table_rows
 from support.inprocess import TestClient, connect, open_client, settings_for
 
 Method = Literal["em", "laplace"]
@@ -172,6 +176,11 @@ def test_mine_returns_the_top_itemsets(
         assert itemset.noisy_count is not None
         assert abs(itemset.noisy_count - truth) < COUNT_BAND
         assert itemset.noisy_frequency is None
+        # Scale 3/50: the count is exact but with probability about 1e-7, and so is the
+        # interval's claim.
+        assert itemset.count_low is not None
+        assert itemset.count_high is not None
+        assert itemset.count_low <= truth <= itemset.count_high
     assert miner.noisy_row_count_ is None
     (receipt,) = miner.receipts_
     assert receipt.operation == f"fim.topk_{method}"
@@ -264,7 +273,15 @@ def test_exports(baskets: dpmine.DatasetHandle, tmp_path: Path) -> None:
     csv_path = tmp_path / "itemsets.csv"
     miner.to_csv(csv_path)
     rows = list(csv.reader(io.StringIO(csv_path.read_text())))
-    assert rows[0] == ["rank", "items", "noisy_count", "noisy_frequency", "query"]
+    assert rows[0] == [
+        "rank",
+        "items",
+        "noisy_count",
+        "noisy_frequency",
+        "query",
+        "count_low",
+        "count_high",
+    ]
     assert rows[1][:2] == ["1", "bread & milk"]
     assert rows[1][4] == "[bread] & [milk]"
     for row, itemset in zip(rows[1:], miner.itemsets_, strict=True):
@@ -273,12 +290,15 @@ def test_exports(baskets: dpmine.DatasetHandle, tmp_path: Path) -> None:
         assert int(row[2]) == itemset.noisy_count
         assert itemset.noisy_frequency is not None
         assert float(row[3]) == pytest.approx(itemset.noisy_frequency, rel=1e-5)
+        assert [int(row[5]), int(row[6])] == [itemset.count_low, itemset.count_high]
+    assert payload["count_intervals"]["level"] == 0.9
+    assert payload["order"].startswith("rank = order of the private selection")
 
     bare = TopKItemsets(k=2, length=2, epsilon=50.0, with_counts=False, rho=TINY_RHO)
     bare.mine(baskets)
     bare.to_csv(csv_path)
     rows = list(csv.reader(io.StringIO(csv_path.read_text())))
-    assert [row[2:4] for row in rows[1:]] == [["", ""], ["", ""]]
+    assert [row[2:4] + row[5:] for row in rows[1:]] == [["", "", "", ""], ["", "", "", ""]]
 
 
 def test_exports_before_mining_are_refused(tmp_path: Path) -> None:
@@ -369,3 +389,144 @@ def test_rules_from_triples() -> None:
     assert triple[(("c",), ("a", "b"))].lift == pytest.approx(0.4 / 0.4)
     assert triple[(("a",), ("b", "c"))].lift is None  # {b, c} was not released
     assert [r.confidence for r in rules] == sorted((r.confidence for r in rules), reverse=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Displays that say what they show (issue #21)
+
+
+def _tail(t: int, scale: float) -> float:
+    """P(|Z| > t) for discrete Laplace Z of ``scale``: 2q^(t+1)/(1+q), q = e^(−1/scale)."""
+    q = math.exp(-1.0 / scale)
+    return 2 * q ** (t + 1) / (1 + q)
+
+
+@pytest.mark.parametrize(("scale", "k", "level"), [(3.0, 3, 0.9), (20.0, 10, 0.9), (0.5, 1, 0.95)])
+def test_count_intervals_use_the_exact_simultaneous_quantile(
+    scale: float, k: int, level: float
+) -> None:
+    """t is the smallest integer with P(|Z| ≤ t)^K ≥ level: all K true counts are inside
+    together with probability ≥ level (independent noises), and t − 1 would fall short."""
+    half, intervals = count_intervals([1000] * k, scale=scale, level=level)
+    assert (1 - _tail(half, scale)) ** k >= level
+    assert half == 0 or (1 - _tail(half - 1, scale)) ** k < level
+    assert intervals == [(1000 - half, 1000 + half)] * k
+    # Clamped at 0: no true count is negative.
+    pair, clamped = count_intervals([-3, 2], scale=scale, level=level)
+    assert clamped == [(0, max(pair - 3, 0)), (max(2 - pair, 0), 2 + pair)]
+
+
+def test_count_intervals_cover_at_the_stated_level() -> None:
+    """Simulated releases c + Z (Z a difference of two geometric variables, the discrete
+    Laplace law): the K intervals hold their counts together at least ``level`` of the time
+    (t = 15, exact joint coverage 0.9012; 20,000 runs keep the estimate within ±0.007 at
+    3σ)."""
+    scale, k, level, runs = 4.0, 5, 0.9, 20_000
+    rng = np.random.default_rng(2104)
+    success = -math.expm1(-1.0 / scale)
+    truth = np.array([30, 12, 7, 3, 0])
+    noise = rng.geometric(success, (runs, k)) - rng.geometric(success, (runs, k))
+    covered = 0
+    for released in truth + noise:
+        _half, intervals = count_intervals(released.tolist(), scale=scale, level=level)
+        covered += all(low <= c <= high for c, (low, high) in zip(truth, intervals, strict=True))
+    assert covered / runs >= level - 0.007
+
+
+def test_the_notes_say_what_the_rank_and_the_intervals_mean() -> None:
+    assert order_note("em", 0.7) == (
+        "rank = order of the private selection (the top K truncated counts plus Gumbel noise, "
+        "ε_s = 0.7), not of the noisy counts: those carry separate noise, so a count may exceed "
+        "the count of a better rank"
+    )
+    assert "Laplace noise" in order_note("laplace", 0.7)
+    assert intervals_note(0.9, 10, 14.3, 40) == (
+        "count interval: the 10 true counts all lie in their intervals together with "
+        "probability ≥ 90% (noisy count ± 40, clamped at 0; each count has discrete Laplace "
+        "noise of scale 14.3)"
+    )
+
+
+@pytest.fixture
+def table(
+    owner_connection: dpmine.Connection, http: TestClient, tmp_path: Path
+) -> dpmine.DatasetHandle:
+    """support.datasets' generated table (numeric age and score, Boolean smoker, categorical
+    region) as dataset ``table``; analyst ``cal`` holds GRANT on it."""
+    key = owner_connection.admin.add_principal("cal", "analyst").api_key
+    register_table(owner_connection, tmp_path, dataset_id="table", epsilon_cap=1000.0)
+    owner_connection.admin.grant("table", "cal", GRANT)
+    return connect(key, http).dataset("table")
+
+
+def _exact(predicate: Callable[[Row], bool]) -> int:
+    return sum(1 for row in table_rows() if predicate(row))
+
+
+def test_numeric_attributes_are_items_through_their_public_bins(
+    table: dpmine.DatasetHandle,
+) -> None:
+    """age on [0, 100] in 4 bins: smoker (80 rows), then age in [25, 50) (67) and [50, 75)
+    (66) lead the single items; each display holds exactly the counted rows, and each count
+    interval holds its exact count."""
+    miner = TopKItemsets(k=3, length=1, epsilon=200.0, rho=TINY_RHO)
+    request = TopKItemsetsRequest.model_validate(miner.plan(table).calls[0].request)
+    assert (request.numeric_bins, request.columns) == (4, None)
+    miner.mine(table)
+    shown = [(itemset.items, itemset.query) for itemset in miner.itemsets_]
+    assert shown == [
+        (("smoker",), "[smoker]"),
+        (("age=[25.0, 50.0)",), "[25.0 <= age] & ![50.0 <= age]"),
+        (("age=[50.0, 75.0)",), "[50.0 <= age] & ![75.0 <= age]"),
+    ]
+    truths = [
+        _exact(lambda row: row["smoker"] == "yes"),
+        _exact(lambda row: 25 <= float(row["age"]) < 50),
+        _exact(lambda row: 50 <= float(row["age"]) < 75),
+    ]
+    assert truths == [80, 67, 66]
+    for itemset, truth in zip(miner.itemsets_, truths, strict=True):
+        assert itemset.count_low is not None
+        assert itemset.count_high is not None
+        assert itemset.count_low <= truth <= itemset.count_high  # scale 0.03: fails ~1e-14
+    assert miner.count_noise_scale_ == pytest.approx(3 / 100)
+    without = TopKItemsets(k=3, length=1, epsilon=200.0, rho=TINY_RHO, numeric_bins=None)
+    assert (
+        TopKItemsetsRequest.model_validate(without.plan(table).calls[0].request).numeric_bins
+        is None
+    )
+
+
+def test_the_interval_width_is_the_public_quantile_of_the_released_scale(
+    table: dpmine.DatasetHandle,
+) -> None:
+    miner = TopKItemsets(k=3, length=1, epsilon=2.0, columns=["smoker", "region"])
+    miner.mine(table)
+    scale = miner.count_noise_scale_
+    assert scale is not None
+    assert 3.0 <= scale < 3.0 * (1 + 1e-9)  # K/ε_p, rounded up by the server
+    half = miner.count_half_width_
+    assert half == 10  # (1 − 2q^11/(1+q))^3 ≥ 0.9 > (1 − 2q^10/(1+q))^3, q = e^(−1/3)
+    for itemset in miner.itemsets_:
+        assert itemset.noisy_count is not None
+        assert (itemset.count_low, itemset.count_high) == (
+            max(itemset.noisy_count - half, 0),
+            max(itemset.noisy_count + half, 0),
+        )
+        assert itemset.items[0] == "smoker" or itemset.items[0].startswith("region=")
+    assert miner.notes()[1].startswith("count interval: the 3 true counts all lie")
+
+
+def test_columns_and_exclude_are_sent_and_checked_before_anything_is_spent(
+    table: dpmine.DatasetHandle, baskets: dpmine.DatasetHandle
+) -> None:
+    only = TopKItemsets(k=2, length=1, exclude=["age", "score"])
+    request = TopKItemsetsRequest.model_validate(only.plan(table).calls[0].request)
+    assert request.columns == ["smoker", "region"]
+    assert request.numeric_bins is None  # no numeric attribute left
+    before = table.budget()
+    with pytest.raises(dpmine.ParameterError, match=r"unknown column\(s\) \['income'\]"):
+        TopKItemsets(k=2, length=1, columns=["age", "income"]).mine(table)
+    with pytest.raises(dpmine.ParameterError, match="transaction data"):
+        TopKItemsets(k=2, length=1, columns=["milk"]).plan(baskets)
+    assert table.budget() == before

@@ -9,8 +9,9 @@ them), everything is evaluated in process on the exact data with the server's ``
 * a rule list's printed text (:meth:`RuleList.to_text`, parsed back line by line with the
   client's parser) captures, rule by rule and class by class, exactly the rows whose counts
   the server's ``brl.point_estimates`` kernel releases (``exact_capture_counts``);
-* an itemset's printed query (:func:`dpmine.miners.itemsets.itemset_query`) holds exactly the
-  rows the itemset kernels count (``TransactionIndex.count``).
+* an itemset's printed query (:func:`dpmine.miners.itemsets.itemset_query`, and its short
+  display, numeric bins included) holds exactly the rows the itemset kernels count
+  (``TransactionIndex.count``).
 
 The default profile keeps the file short; ``-m slow`` runs the heavier one.
 """
@@ -26,7 +27,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpmine.miners.itemsets import itemset_query
+from dpmine.miners.itemsets import itemset_display, itemset_query
 from dpmine.queries import (
     SerenadeOp,
     format_query,
@@ -223,17 +224,25 @@ def _store_of_ages(ages: list[float]) -> ColumnStore:
 
 
 @FAST
-@given(tables(), st.data())
-def test_printed_itemsets_hold_the_counted_rows(store: ColumnStore, data: st.DataObject) -> None:
-    catalog = item_catalog(METADATA)
+@given(tables(), st.data(), st.sampled_from([None, BINS]))
+def test_printed_itemsets_hold_the_counted_rows(
+    store: ColumnStore, data: st.DataObject, numeric_bins: int | None
+) -> None:
+    """Both texts of an itemset, the exact query and the short display (numeric bins as
+    ``[25.0 <= age] & ![50.0 <= age]``), hold exactly the rows the kernel counts."""
+    catalog = item_catalog(METADATA, numeric_bins=numeric_bins)
     index = TransactionIndex(store, catalog)
     groups = data.draw(
         st.lists(st.sampled_from(range(len(catalog.groups))), min_size=1, max_size=3, unique=True)
     )
     itemset = tuple(sorted(data.draw(st.sampled_from(catalog.groups[g])) for g in groups))
-    query = itemset_query([catalog.names[item] for item in itemset], METADATA)
+    names = [catalog.names[item] for item in itemset]
+    query = itemset_query(names, METADATA, numeric_bins)
+    shown = itemset_display(names, METADATA, numeric_bins)
     assert query is not None
+    assert shown is not None
     assert _rows(store, format_query(query)).sum() == index.count(itemset)
+    assert np.array_equal(_rows(store, shown), _rows(store, format_query(query)))
 
 
 def test_an_ambiguous_item_name_has_no_query() -> None:

@@ -257,8 +257,9 @@ def test_an_empty_list_predicts_the_default_estimate_everywhere() -> None:
         [], [-2], [4], noise_scale=1.0, alpha=(1, 1), schema=SCHEMA, dataset_id="toy"
     )
     assert listed.predict_proba(ROWS)[:, 1] == pytest.approx([5 / 6] * len(ROWS))
-    assert (
-        listed.to_text().splitlines()[0] == "always P([sick = yes]) = 0.833  (noisy counts -2 / 4)"
+    assert listed.to_text().splitlines()[0] == (
+        "always P(sick = yes) = 0.833  "
+        "(noisy: captured n̂ = 2, positives n̂₊ = 4, negatives n̂₋ = -2 read as 0)"
     )
 
 
@@ -268,12 +269,19 @@ def test_an_empty_list_predicts_the_default_estimate_everywhere() -> None:
 
 def test_the_list_renders_as_if_else_if_text_in_query_syntax() -> None:
     assert fitted_list().to_text().splitlines() == [
-        "if [age <= 25.0] & [smoker] then P([sick = yes]) = 0.250  (noisy counts 8 / 2)",
-        "else if [region = north] then P([sick = yes]) = 0.031  (noisy counts 30 / -4)",
-        "else if ![smoker] then P([sick = yes]) = 0.889  (noisy counts -3 / 7)",
-        "else P([sick = yes]) = 0.177  (noisy counts 50 / 10)",
-        "(noisy counts: discrete Laplace of scale 3 each, clamped at 0; α = (1, 1); "
-        "guarantee: approximate)",
+        "if [age <= 25.0] & [smoker] then P(sick = yes) = 0.250  "
+        "(noisy: captured n̂ = 10, positives n̂₊ = 2, negatives n̂₋ = 8)",
+        "else if [region = north] then P(sick = yes) = 0.031  "
+        "(noisy: captured n̂ = 26, positives n̂₊ = -4 read as 0, negatives n̂₋ = 30)",
+        "else if ![smoker] then P(sick = yes) = 0.889  "
+        "(noisy: captured n̂ = 4, positives n̂₊ = 7, negatives n̂₋ = -3 read as 0)",
+        "else P(sick = yes) = 0.177  "
+        "(noisy: captured n̂ = 60, positives n̂₊ = 10, negatives n̂₋ = 50)",
+        "(noisy counts of the labelled rows a rule captures: n̂₊ with sick = yes, n̂₋ with "
+        "sick = no, captured n̂ = n̂₊ + n̂₋; each count has discrete Laplace noise of scale 3, "
+        "so it may be negative;",
+        " P = (n̂₊ + α1)/(n̂₊ + n̂₋ + α0 + α1) with a negative count read as 0, α = (1, 1); "
+        "n̂ ≤ 0: too few rows to estimate; guarantee: approximate)",
     ]
     for rule in fitted_list().rules:
         assert rule.antecedent is not None
@@ -320,6 +328,91 @@ def test_classes_follow_the_label_declaration() -> None:
     ]
 
 
+def test_a_rule_whose_captured_count_is_not_positive_claims_no_estimate() -> None:
+    """n̂ = n̂₊ + n̂₋ ≤ 0 says only that the rule captures few rows: no P is printed as its
+    estimate, only what the model predicts there (from the counts read as 0 and α), and the
+    saved model says so; a rule with n̂ > 0 keeps its estimate."""
+    listed = RuleList.from_counts(
+        [antecedent("[smoker]"), antecedent("[region = east]")],
+        [-3, 0, 40],
+        [1, 0, 9],
+        noise_scale=2.0,
+        alpha=(1, 1),
+        schema=SCHEMA,
+    )
+    first, second, default = listed.to_text().splitlines()[:3]
+    assert first == (
+        "if [smoker] then P(sick = yes): too few rows to estimate  (noisy: captured n̂ = -2, "
+        "positives n̂₊ = 1, negatives n̂₋ = -3 read as 0); predicts 0.667 from the counts read "
+        "as 0 and α"
+    )
+    assert second.startswith("else if [region = east] then P(sick = yes): too few rows")
+    assert "captured n̂ = 0," in second
+    assert "predicts 0.500" in second
+    for line in (first, second):
+        assert "P(sick = yes) =" not in line
+    assert default.startswith("else P(sick = yes) = 0.196  (noisy: captured n̂ = 49,")
+    assert [r.estimated for r in listed.rules] == [False, False]
+    assert listed.default.estimated
+    # Prediction still uses §5.4's clamped estimate; the JSON carries n̂ and the flag.
+    assert [r.estimate for r in listed.rules] == pytest.approx([2 / 3, 1 / 2])
+    saved = listed.to_dict()["rules"]
+    assert [(r["noisy_captured"], r["estimated"]) for r in saved] == [(-2, False), (0, False)]
+    assert listed.to_dict()["default"]["noisy_captured"] == 49
+
+
+BOOLEAN_LABEL = [
+    NumericAttribute(name="age", lo=0.0, hi=100.0),
+    BooleanAttribute(name="smoker"),
+    BooleanAttribute(name="died"),
+]
+
+
+@pytest.mark.parametrize(
+    ("positive", "classes"),
+    [
+        ("yes", ("False", "True")),
+        ("1", ("False", "True")),
+        ("T", ("False", "True")),
+        ("0", ("True", "False")),
+        ("no", ("True", "False")),
+    ],
+)
+def test_a_boolean_label_prints_as_false_and_true(positive: str, classes: tuple[str, str]) -> None:
+    schema = DatasetMetadata(
+        kind="table",
+        n_max=100,
+        attributes=BOOLEAN_LABEL,
+        label=LabelSpec(attribute="died", positive=positive),
+    )
+    listed = RuleList.from_counts(
+        [antecedent("[smoker]")], [5, 20], [15, 4], noise_scale=1.0, alpha=(1, 1), schema=schema
+    )
+    assert listed.classes == classes
+    text = listed.to_text()
+    negative_class, positive_class = classes
+    assert f"then P(died = {positive_class}) = 0.727" in text
+    assert f"n̂₊ with died = {positive_class}, n̂₋ with died = {negative_class}," in text
+    assert f"P(died = {positive})" not in text  # the declared token is not shown
+    rows = {"smoker": ["yes", "no"]}
+    predicted = listed.predict_proba(rows)[:, 1] > 0.5
+    assert [classes[int(p)] for p in predicted] == [positive_class, negative_class]
+    assert listed.to_dict()["classes"] == list(classes)
+
+
+def test_a_label_with_more_classes_names_the_negative_rows_by_inequality() -> None:
+    many = SCHEMA.model_copy(
+        update={
+            "attributes": [
+                *SCHEMA.attributes[:3],
+                CategoricalAttribute(name="sick", categories=["no", "yes", "maybe"]),
+            ]
+        }
+    )
+    listed = RuleList.from_counts([], [3], [4], noise_scale=1.0, alpha=(1, 1), schema=many)
+    assert "n̂₊ with sick = yes, n̂₋ with sick ≠ yes," in listed.to_text()
+
+
 # --------------------------------------------------------------------------------------------
 # Parameters, budget split, planned calls
 
@@ -342,6 +435,8 @@ def test_get_and_set_params_follow_scikit_learn() -> None:
         "numeric_bins",
         "method",
         "rho",
+        "columns",
+        "exclude",
         "progress",
     }
     assert DPBayesianRuleList(**params).get_params() == params
@@ -400,6 +495,53 @@ def test_the_planned_calls_are_the_three_operations_with_their_shares() -> None:
     assert antecedent_text(sample.antecedents[0]) == "[0.0 <= age <= 20.0]"
     estimates = PointEstimatesRequest.model_validate(calls[2].request)
     assert [antecedents.epsilon, sample.epsilon, estimates.epsilon] == [0.3, 0.3, 0.3]
+
+
+def test_columns_and_exclude_restrict_the_antecedents_sent_to_the_server() -> None:
+    """columns= / exclude= are checked against the public schema and sent as the public set
+    of attributes the selection draws from; the universe and K follow it."""
+    model = DPBayesianRuleList(epsilon=0.9, k_per_class=2, exclude=["region"])
+    request = RuleListAntecedentsRequest.model_validate(model._calls(handle(SCHEMA))[0].request)
+    assert request.columns == ["age", "smoker"]
+    only = DPBayesianRuleList(epsilon=0.9, k_per_class=2, columns=["smoker", "age"])
+    request = RuleListAntecedentsRequest.model_validate(only._calls(handle(SCHEMA))[0].request)
+    assert request.columns == ["age", "smoker"]  # schema order
+    assert DPBayesianRuleList(exclude="region").columns_for(SCHEMA) == ["age", "smoker"]
+    assert DPBayesianRuleList().columns_for(SCHEMA) is None
+    unrestricted = DPBayesianRuleList(epsilon=0.9, k_per_class=2)._calls(handle(SCHEMA))
+    assert RuleListAntecedentsRequest.model_validate(unrestricted[0].request).columns is None
+    # 4 age bins + 2 smoker items; K defaults to all of them, so nothing is selected.
+    assert antecedent_universe(SCHEMA, 1, 4, ["age", "smoker"]) == 6
+    narrow = DPBayesianRuleList(epsilon=0.9, columns=["smoker"])
+    assert narrow.k_for(SCHEMA) == 2
+    assert not narrow.selects_antecedents(SCHEMA)
+    assert every_antecedent(SCHEMA, 1, 4, ["smoker"]) == [
+        antecedent("[smoker]"),
+        antecedent("![smoker]"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (
+            {"columns": ["age", "income"]},
+            "unknown column(s) ['income']; the dataset's columns are "
+            "['age', 'smoker', 'region', 'sick']",
+        ),
+        ({"exclude": ["sickness"]}, "unknown column(s) ['sickness']"),
+        ({"exclude": ["sick"]}, "'sick' is the label: a rule list predicts it"),
+        ({"columns": ["sick", "age"]}, "'sick' is the label"),
+        ({"columns": ["age"], "exclude": ["age"]}, "leave no column to use"),
+    ],
+)
+def test_unusable_columns_are_refused_before_anything_is_sent(
+    params: dict[str, Any], message: str
+) -> None:
+    model = DPBayesianRuleList(epsilon=0.9, **params)
+    with pytest.raises(dpmine.ParameterError) as refused:
+        model._calls(handle(SCHEMA))  # the handle's connection is never used
+    assert message in str(refused.value)
 
 
 def test_fitting_needs_a_labelled_table() -> None:

@@ -36,8 +36,9 @@ from dpmine.wire import (
     DatasetMetadata,
     FimiSource,
     NumericAttribute,
+    NumLiteral,
 )
-from dpmine_server.data.columns import ColumnStore
+from dpmine_server.data.columns import BooleanColumn, ColumnStore, NumericColumn
 from dpmine_server.data.itemset_miner import (
     RowItems,
     mine_spectrum,
@@ -181,6 +182,67 @@ def test_catalog_of_attribute_data() -> None:
     assert catalog.universe_size([1, 2]) == 24
     assert catalog.universe_size([4]) == 1 * 3 * 2 * 1
     assert catalog.universe_size([5]) == 0
+
+
+def test_numeric_bins_and_columns_shape_the_catalog() -> None:
+    """Numeric attributes give one item per public bin when a request asks for bins (the
+    rule lists' bins, :func:`~dpmine.wire.items.numeric_bins_of`), named by their exact edges;
+    ``columns`` keeps only those attributes' groups. Public values only."""
+    attributes: list[AnyAttribute] = [
+        BooleanAttribute(name="smoker"),
+        NumericAttribute(name="age", lo=0, hi=75),
+        CategoricalAttribute(name="region", categories=["n", "s"]),
+        NumericAttribute(name="score", lo=0, hi=1, grid=[0.0, 0.5, 1.0]),
+    ]
+    metadata = DatasetMetadata(kind="table", n_max=10, attributes=attributes)
+    binned = item_catalog(metadata, numeric_bins=3)
+    assert binned.names == (
+        "smoker",
+        "age=[0.0, 25.0)",
+        "age=[25.0, 50.0)",
+        "age=[50.0, 75.0]",
+        "region=n",
+        "region=s",
+        "score=[0.0, 0.5)",  # the declared grid, whatever numeric_bins says
+        "score=[0.5, 1.0]",
+    )
+    assert binned.literals[1] == NumLiteral(
+        attribute="age", lower=0.0, upper=math.nextafter(25.0, 0.0)
+    )
+    assert binned.literals[3] == NumLiteral(attribute="age", lower=50.0, upper=75.0)
+    assert binned.groups == ((0,), (1, 2, 3), (4, 5), (6, 7))
+    assert item_catalog(metadata).names == ("smoker", "region=n", "region=s")  # no bins asked
+    narrow = item_catalog(metadata, numeric_bins=3, columns=["score", "smoker"])
+    assert narrow.names == ("smoker", "score=[0.0, 0.5)", "score=[0.5, 1.0]")
+    assert narrow.groups == ((0,), (1, 2))
+
+
+def test_an_index_per_catalog_counts_the_bins_rows() -> None:
+    ages = np.array([10.0, 25.0, 24.999, np.nan, 80.0, 50.0])
+    metadata = DatasetMetadata(
+        kind="table",
+        n_max=10,
+        attributes=[NumericAttribute(name="age", lo=0, hi=75), BooleanAttribute(name="flag")],
+    )
+    flags = np.array([True, True, False, True, False, True])
+    store = ColumnStore(
+        metadata,
+        n_rows=len(ages),
+        columns={
+            "age": NumericColumn.from_values("age", ages, lo=0.0, hi=75.0),
+            "flag": BooleanColumn.from_arrays("flag", flags, np.ones(len(ages), dtype=bool)),
+        },
+    )
+    binned = transaction_index(store, numeric_bins=3)
+    assert binned is transaction_index(store, numeric_bins=3)  # cached per catalog
+    assert binned is not transaction_index(store)
+    assert transaction_index(store).catalog.names == ("flag",)
+    # [0, 25): 10, 24.999; [25, 50): 25; [50, 75]: 50 and 80 (clipped to 75); NaN in none.
+    assert [binned.count((i,)) for i in range(3)] == [2, 1, 2]
+    assert binned.count((1, 3)) == 1  # age in [25, 50) and flag
+    only_flag = transaction_index(store, numeric_bins=3, columns=["flag"])
+    assert only_flag.catalog.names == ("flag",)
+    assert only_flag.count((0,)) == 4
 
 
 def test_numeric_only_data_has_no_items() -> None:

@@ -28,6 +28,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 from functools import partial
+from typing import Any
 
 import numpy as np
 import pytest
@@ -42,7 +43,13 @@ from dpmine.wire import (
     TopKItemsetsRequest,
     TopKItemsetsResponse,
 )
-from dpmine_server.data.columns import BooleanColumn, CategoricalColumn, ColumnStore, ItemColumns
+from dpmine_server.data.columns import (
+    BooleanColumn,
+    CategoricalColumn,
+    ColumnStore,
+    ItemColumns,
+    NumericColumn,
+)
 from dpmine_server.data.itemset_miner import work_bound
 from dpmine_server.data.itemsets import (
     ItemCatalog,
@@ -52,6 +59,7 @@ from dpmine_server.data.itemsets import (
     transaction_index,
 )
 from dpmine_server.dp.budget import Epsilon
+from dpmine_server.dp.mechanisms import laplace_scale
 from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.operations import CATALOG
 from dpmine_server.operations import itemsets as kernel
@@ -857,3 +865,82 @@ def test_runner_releases_item_names_and_the_split(method: Method) -> None:
     assert fields["epsilon_selection"] == 1000.0
     assert fields["epsilon_counts"] == 0.0
     assert [entry["noisy_count"] for entry in fields["itemsets"]] == [None, None]
+
+
+def test_the_runner_releases_the_public_scale_of_the_count_noise() -> None:
+    """The counts' discrete Laplace scale is public (K/ε_p rounded up until OpenDP's map
+    confirms it), so the client can give each count an exact interval."""
+    store = transaction_store(rows_with_pair_counts(SPREAD))
+    spec = CATALOG["fim.topk_em"]
+    request = TopKItemsetsRequest(k=3, min_length=2, epsilon=2.0, rho=NEGLIGIBLE_RHO)
+    fields = spec.run(store, request, Epsilon.charge(2.0), seeded_generator(1902), no_progress)
+    assert fields["count_noise_scale"] == laplace_scale(epsilon=1.0, sensitivity=3)
+    assert 3.0 <= fields["count_noise_scale"] < 3.0 * (1 + 1e-9)
+    bare = request.model_copy(update={"with_counts": False})
+    fields = spec.run(store, bare, Epsilon.charge(2.0), seeded_generator(1903), no_progress)
+    assert fields["count_noise_scale"] is None
+
+
+_BINNED = DatasetMetadata(
+    kind="table",
+    n_max=100,
+    attributes=[
+        NumericAttribute(name="age", lo=0, hi=90),
+        BooleanAttribute(name="flag"),
+        CategoricalAttribute(name="colour", categories=["red", "blue"]),
+    ],
+)
+
+
+def test_numeric_bins_and_columns_choose_the_items_a_request_may_use() -> None:
+    """At a huge ε the top itemsets of a table with ``numeric_bins`` include its age bins,
+    named by their exact edges; ``columns`` leaves the other attributes' items out."""
+    ages = np.array([5.0] * 6 + [40.0] * 3 + [80.0] * 2 + [np.nan])
+    rows = len(ages)
+    store = ColumnStore(
+        _BINNED,
+        n_rows=rows,
+        columns={
+            "age": NumericColumn.from_values("age", ages, lo=0.0, hi=90.0),
+            "flag": BooleanColumn.from_arrays("flag", np.arange(rows) < 1, np.ones(rows, bool)),
+            "colour": CategoricalColumn("colour", ("red", "blue"), np.zeros(rows, np.int32)),
+        },
+    )
+    spec = CATALOG["fim.topk_em"]
+    request = TopKItemsetsRequest(
+        k=3, min_length=1, epsilon=1000.0, rho=NEGLIGIBLE_RHO, numeric_bins=3
+    )
+    spec.validate(request, _BINNED)
+    fields = spec.run(store, request, Epsilon.charge(1000.0), seeded_generator(7), no_progress)
+    top = [(entry["items"], entry["noisy_count"]) for entry in fields["itemsets"]]
+    # Single items: colour=red 12, the age bins 6, 3 and 2 (NaN in none), flag 1.
+    assert top == [(["colour=red"], 12), (["age=[0.0, 30.0)"], 6), (["age=[30.0, 60.0)"], 3)]
+    only_age = request.model_copy(update={"columns": ["age"]})
+    spec.validate(only_age, _BINNED)
+    fields = spec.run(store, only_age, Epsilon.charge(1000.0), seeded_generator(8), no_progress)
+    assert [entry["items"] for entry in fields["itemsets"]] == [
+        ["age=[0.0, 30.0)"],
+        ["age=[30.0, 60.0)"],
+        ["age=[60.0, 90.0]"],
+    ]
+
+
+@pytest.mark.parametrize(
+    ("metadata", "fields", "message"),
+    [
+        (_BINNED, {"columns": ["age", "height"]}, "unknown column(s) ['height']"),
+        (_BINNED, {"columns": ["age"]}, "no items to mine"),  # numeric, and no numeric_bins
+        (_transactions(4), {"columns": ["i0"]}, "transaction data, whose items are not columns"),
+        (_transactions(4), {"numeric_bins": 4}, "leave numeric_bins out"),
+        (_BINNED, {"columns": ["flag"], "min_length": 2}, "among the allowed columns"),
+    ],
+)
+def test_items_a_request_names_are_checked_from_metadata_alone(
+    metadata: DatasetMetadata, fields: dict[str, Any], message: str
+) -> None:
+    request = TopKItemsetsRequest.model_validate(
+        {"k": 1, "min_length": 1, "epsilon": 1.0, **fields}
+    )
+    with pytest.raises(ValueError) as refused:  # noqa: PT011  # the message is checked below
+        CATALOG["fim.topk_em"].validate(request, metadata)
+    assert message in str(refused.value)

@@ -500,3 +500,54 @@ def test_antecedents_past_the_work_cap_are_refused_from_the_metadata() -> None:
     assert plan.mining.steps == 1_000_000 * (120 + math.comb(120, 2) + 120)
     budget = operation_work("brl.antecedents", pairs.model_dump(mode="json"), metadata)
     assert budget == plan.seconds(classes=2)
+
+
+# --------------------------------------------------------------------------------------------
+# Columns an analyst allows (issue #21 item 4)
+
+
+def test_columns_restrict_the_antecedent_universe_and_the_selection() -> None:
+    """A request's ``columns`` is the public set of attributes the selection draws from: every
+    selected antecedent uses only those, the universe is theirs, and K is checked against it."""
+    spec = CATALOG["brl.antecedents"]
+    allowed = ["smoker", "age"]
+    catalog = rule_list_catalog(METADATA, numeric_bins=2, columns=allowed)
+    assert [item.attribute for item in catalog.literals] == ["smoker", "smoker"] + ["age"] * 3
+    # smoker: 2 items, age: 3 grid bins; pairs 2·3.
+    assert catalog.universe_size([1, 2]) == 5 + 6
+    request = RuleListAntecedentsRequest(
+        k_per_class=11, max_length=2, epsilon=500.0, numeric_bins=2, rho=0.5, columns=allowed
+    )
+    spec.validate(request, METADATA)
+    fields = spec.run(_store(), request, spec.cost(request), seeded_generator(5), no_progress)
+    response = spec.response_model.model_validate({**fields, "receipt": _receipt()})
+    for entry in response.by_class:
+        assert len(entry.antecedents) == 11  # the whole restricted universe, nothing else
+        assert {item.attribute for a in entry.antecedents for item in a.items} == set(allowed)
+    too_many = request.model_copy(update={"k_per_class": 12})
+    assert "exceeds the 11 possible antecedents" in _error(
+        lambda: spec.validate(too_many, METADATA)
+    )
+    long = request.model_copy(update={"max_length": 3, "k_per_class": 1})
+    assert "among the allowed columns" in _error(lambda: spec.validate(long, METADATA))
+
+
+@pytest.mark.parametrize(
+    ("columns", "message"),
+    [
+        (["smoker", "height"], "unknown column(s) ['height']; the dataset's columns are"),
+        (["risk", "age"], "'risk' is the label"),
+    ],
+)
+def test_columns_are_checked_against_the_schema_before_any_charge(
+    columns: list[str], message: str
+) -> None:
+    request = RuleListAntecedentsRequest(epsilon=1.0, columns=columns)
+    assert message in _error(lambda: CATALOG["brl.antecedents"].validate(request, METADATA))
+
+
+def test_a_column_named_twice_is_refused_by_the_wire_model() -> None:
+    with pytest.raises(ValidationError, match=r"columns lists \['age'\] more than once"):
+        RuleListAntecedentsRequest.model_validate(
+            {"epsilon": 1.0, "columns": ["age", "smoker", "age"]}
+        )

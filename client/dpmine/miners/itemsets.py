@@ -3,39 +3,46 @@ derived from the released itemsets by post-processing.
 
 An itemset's noisy count counts the rows holding every item; :func:`itemset_query` writes it as
 the query with exactly those rows (``[A]`` for a Boolean attribute or an item, ``[A = c]`` for
-the item ``A=c``: false on a row where A is missing, as the count has it).
+the item ``A=c``, a public bin ``A=[25.0, 50.0)`` of a numeric attribute as
+``[25.0 <= A] & ![50.0 <= A]``: false on a row where A is missing, as the count has it).
+
+Displays (issue #21) say what they show: the rank is the order of the private selection, not of
+the noisy counts (:func:`order_note`), and each released count comes with an interval that
+holds the true count, all K together, with a stated probability (:func:`count_intervals`).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from itertools import combinations
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from dpmine.connection import DatasetHandle
 from dpmine.errors import ParameterError
+from dpmine.intervals import LEVEL, cell_interval, half_width
+from dpmine.items import items_display
 from dpmine.miners._base import BaseMiner, NotMinedError, _Spent
-from dpmine.queries import format_query
 from dpmine.wire import (
     COUNT_NOISY,
+    DEFAULT_NUMERIC_BINS,
     FIM_TOPK_EM,
     FIM_TOPK_LAPLACE,
     AnyLiteral,
-    BooleanAttribute,
-    BoolLiteral,
-    CategoricalAttribute,
-    CatLiteral,
     DatasetMetadata,
     NoisyCountRequest,
     NoisyCountResponse,
+    NumericAttribute,
     Operation,
     PlannedCall,
     TopKItemsetsRequest,
     TopKItemsetsResponse,
+    itemset_items,
+    usable_columns,
 )
 from dpmine.wire.queries import And, Expr
 
@@ -44,17 +51,32 @@ __all__ = [
     "MinedItemset",
     "TopKItemsets",
     "association_rules",
+    "count_intervals",
+    "intervals_note",
     "item_literals",
+    "itemset_display",
     "itemset_query",
+    "order_note",
 ]
 
 _METHODS = {"em": FIM_TOPK_EM, "laplace": FIM_TOPK_LAPLACE}
+_CSV_HEADER = (
+    "rank",
+    "items",
+    "noisy_count",
+    "noisy_frequency",
+    "query",
+    "count_low",
+    "count_high",
+)
 
 
 @dataclass(frozen=True)
 class MinedItemset:
-    """A released itemset: items, noisy count (if asked) and noisy frequency (if asked), and
-    the query text whose rows the count counts (:func:`itemset_query`; None when an item name
+    """A released itemset: its rank in the private selection, items, noisy count (if asked),
+    the interval [count_low, count_high] that holds the true count (all K together with the
+    miner's ``interval_level``; :func:`count_intervals`), noisy frequency (if asked), and the
+    query text whose rows the count counts (:func:`itemset_display`; None when an item name
     is ambiguous in the schema)."""
 
     rank: int
@@ -62,41 +84,98 @@ class MinedItemset:
     noisy_count: int | None
     noisy_frequency: float | None
     query: str | None = None
+    count_low: int | None = None
+    count_high: int | None = None
 
 
-def item_literals(schema: DatasetMetadata) -> dict[str, AnyLiteral | None]:
-    """The literal of every item name of the server's item universe (§4.1): an item of
-    transaction data or a Boolean attribute ``A`` is ``[A]``, the item ``A=c`` of a categorical
-    attribute ``[A = c]``. A name that two items share (an attribute ``a=b`` with category
-    ``c`` and an attribute ``a`` with category ``b=c``) maps to None."""
-    if schema.kind == "transactions":
-        return {item: BoolLiteral(attribute=item) for item in schema.items}
+def item_literals(
+    schema: DatasetMetadata, numeric_bins: int | None = None
+) -> dict[str, AnyLiteral | None]:
+    """The literal of every item name of the server's item universe (§4.1,
+    :func:`~dpmine.wire.items.itemset_items`): an item of transaction data or a Boolean
+    attribute ``A`` is ``[A]``, the item ``A=c`` of a categorical attribute ``[A = c]``, with
+    ``numeric_bins`` the bin ``A=[lo, hi)`` of a numeric attribute its closed interval. A name
+    that two items share (an attribute ``a=b`` with category ``c`` and an attribute ``a``
+    with category ``b=c``) maps to None."""
     found: dict[str, AnyLiteral | None] = {}
-
-    def add(name: str, literal: AnyLiteral) -> None:
-        found[name] = None if name in found else literal
-
-    for attribute in schema.attributes:
-        if isinstance(attribute, BooleanAttribute):
-            add(attribute.name, BoolLiteral(attribute=attribute.name))
-        elif isinstance(attribute, CategoricalAttribute):
-            for category in attribute.categories:
-                add(
-                    f"{attribute.name}={category}",
-                    CatLiteral(attribute=attribute.name, category=category),
-                )
+    for group in itemset_items(schema, numeric_bins):
+        for name, literal in group:
+            found[name] = None if name in found else literal
     return found
 
 
-def itemset_query(items: Sequence[str], schema: DatasetMetadata) -> Expr | None:
-    """The conjunction of the items' literals: the rows the itemset's count counts (None when
-    an item name is ambiguous or unknown)."""
-    literals = item_literals(schema)
+def _itemset_literals(
+    items: Sequence[str], schema: DatasetMetadata, numeric_bins: int | None
+) -> list[AnyLiteral] | None:
+    literals = item_literals(schema, numeric_bins)
     terms = [literals.get(item) for item in items]
     chosen = [term for term in terms if term is not None]
     if not chosen or len(chosen) != len(terms):
         return None
+    return chosen
+
+
+def itemset_query(
+    items: Sequence[str], schema: DatasetMetadata, numeric_bins: int | None = None
+) -> Expr | None:
+    """The conjunction of the items' literals: the rows the itemset's count counts (None when
+    an item name is ambiguous or unknown)."""
+    chosen = _itemset_literals(items, schema, numeric_bins)
+    if chosen is None:
+        return None
     return chosen[0] if len(chosen) == 1 else And(terms=list(chosen))
+
+
+def itemset_display(
+    items: Sequence[str], schema: DatasetMetadata, numeric_bins: int | None = None
+) -> str | None:
+    """:func:`itemset_query` as short text with exactly its rows (a bin as
+    ``[25.0 <= age] & ![50.0 <= age]``, :func:`dpmine.items.items_display`, as rule lists
+    print it); None when an item name is ambiguous or unknown."""
+    chosen = _itemset_literals(items, schema, numeric_bins)
+    return None if chosen is None else items_display(chosen, schema)
+
+
+def count_intervals(
+    noisy_counts: Sequence[int], *, scale: float, level: float = LEVEL
+) -> tuple[int, list[tuple[int, int]]]:
+    """(t, intervals): [y − t, y + t] ∩ [0, ∞) around each of the K released counts y, with t
+    the smallest integer such that P(|Z| > t) ≤ 1 − level^(1/K) for Z discrete Laplace of
+    ``scale`` (exact tail, :func:`dpmine.intervals.half_width`).
+
+    Proof of coverage: given the data, the selected itemsets and their true counts c_i are
+    fixed by the selection, whose noise is independent of the count noise; y_i = c_i + Z_i
+    with Z_1 … Z_K i.i.d. discrete Laplace (the release of §4.2 step 3). So
+    P(every c_i ∈ [y_i − t, y_i + t]) = P(|Z| ≤ t)^K ≥ level, and clamping at 0 removes no
+    possible count. Post-processing of public values: no data, no budget.
+    """
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    if not noisy_counts:
+        return 0, []
+    miss = -math.expm1(math.log(level) / len(noisy_counts))  # 1 − level^(1/K), without rounding
+    t = half_width(scale, miss)
+    return t, [cell_interval(count, t) for count in noisy_counts]
+
+
+def order_note(method: str, epsilon_selection: float) -> str:
+    """What the rank means (§4.2, §4.3): the order of the private selection, not of the noisy
+    counts, which carry noise of their own."""
+    noise = "Gumbel" if method == "em" else "Laplace"
+    return (
+        f"rank = order of the private selection (the top K truncated counts plus {noise} noise, "
+        f"ε_s = {epsilon_selection:.6g}), not of the noisy counts: those carry separate noise, "
+        "so a count may exceed the count of a better rank"
+    )
+
+
+def intervals_note(level: float, k: int, scale: float, half: int) -> str:
+    """How the count intervals read (:func:`count_intervals`)."""
+    return (
+        f"count interval: the {k} true counts all lie in their intervals together with "
+        f"probability ≥ {level:.0%} (noisy count ± {half}, clamped at 0; each count has "
+        f"discrete Laplace noise of scale {scale:.3g})"
+    )
 
 
 @dataclass(frozen=True)
@@ -115,7 +194,12 @@ class TopKItemsets(BaseMiner):
 
     ``method="em"`` (Bhaskar et al. Algorithm 1) or ``"laplace"`` (Algorithm 2); ``epsilon`` is
     the cost of the selection (+ counts when ``with_counts``). ``frequency_epsilon`` > 0 buys a
-    separate noisy row count to turn counts into frequencies.
+    separate noisy row count to turn counts into frequencies. ``numeric_bins``: numeric
+    attributes of a table give one item per public bin (the owner's grid, else this many
+    equal-width bins, as rule lists do; None: no numeric items). ``columns`` / ``exclude``:
+    the attributes whose items may be used, checked against the public schema before anything
+    is sent. ``interval_level``: the probability with which the K count intervals hold their
+    true counts together.
     """
 
     def __init__(
@@ -129,6 +213,10 @@ class TopKItemsets(BaseMiner):
         with_counts: bool = True,
         count_share: float = 0.5,
         frequency_epsilon: float = 0.0,
+        numeric_bins: int | None = DEFAULT_NUMERIC_BINS,
+        columns: Sequence[str] | None = None,
+        exclude: Sequence[str] = (),
+        interval_level: float = LEVEL,
     ) -> None:
         self.k = k
         self.length = length
@@ -138,9 +226,35 @@ class TopKItemsets(BaseMiner):
         self.with_counts = with_counts
         self.count_share = count_share
         self.frequency_epsilon = frequency_epsilon
+        self.numeric_bins = numeric_bins
+        self.columns = columns
+        self.exclude = exclude
+        self.interval_level = interval_level
 
-    def _request(self) -> TopKItemsetsRequest:
+    def columns_for(self, schema: DatasetMetadata) -> list[str] | None:
+        """The attributes whose items may be used (``columns`` minus ``exclude``, schema
+        order), or None for all (:func:`~dpmine.wire.items.usable_columns`); a
+        :class:`~dpmine.errors.ParameterError` names an unknown column."""
+        try:
+            return usable_columns(schema, self.columns, self.exclude)
+        except ValueError as error:
+            raise ParameterError(str(error)) from None
+
+    def bins_for(self, schema: DatasetMetadata, columns: Sequence[str] | None) -> int | None:
+        """``numeric_bins`` when an allowed attribute is numeric, else None (the request then
+        reads as before numeric items existed)."""
+        numeric = any(
+            isinstance(attribute, NumericAttribute)
+            and (columns is None or attribute.name in columns)
+            for attribute in schema.attributes
+        )
+        return self.numeric_bins if numeric else None
+
+    def _request(self, schema: DatasetMetadata) -> TopKItemsetsRequest:
+        if not 0 < self.interval_level < 1:
+            raise ParameterError(f"interval_level must be in (0, 1), got {self.interval_level!r}")
         low, high = self.length if isinstance(self.length, tuple) else (self.length, self.length)
+        columns = self.columns_for(schema)
         return TopKItemsetsRequest(
             k=self.k,
             min_length=low,
@@ -149,6 +263,8 @@ class TopKItemsets(BaseMiner):
             rho=self.rho,
             with_counts=self.with_counts,
             count_share=self.count_share,
+            numeric_bins=self.bins_for(schema, columns),
+            columns=columns,
         )
 
     def _operation(self) -> Operation[TopKItemsetsRequest, TopKItemsetsResponse]:
@@ -157,8 +273,7 @@ class TopKItemsets(BaseMiner):
         return _METHODS[self.method]
 
     def _calls(self, dataset: DatasetHandle) -> list[PlannedCall]:
-        del dataset
-        calls = [self._operation().plan(self._request())]
+        calls = [self._operation().plan(self._request(dataset.schema))]
         if self.frequency_epsilon > 0:
             count = NoisyCountRequest(epsilon=self.frequency_epsilon)
             calls.append(COUNT_NOISY.plan(count))
@@ -168,15 +283,47 @@ class TopKItemsets(BaseMiner):
         """Run the plan (refused up front if the budget cannot cover it)."""
         self._check_budget(dataset)
         spent = _Spent()
-        released = dataset.run(self._request(), operation=self._operation().name)
+        request = self._request(dataset.schema)
+        released = dataset.run(request, operation=self._operation().name)
         spent.receipts.append(released.receipt)
         n_hat: int | None = None
         if self.frequency_epsilon > 0:
             count: NoisyCountResponse = dataset.count(epsilon=self.frequency_epsilon)
             spent.receipts.append(count.receipt)
             n_hat = max(count.count, 1)
-        queries = [itemset_query(entry.items, dataset.schema) for entry in released.itemsets]
-        self.itemsets_ = [
+        self.count_half_width_, bounds = self._count_bounds(released)
+        self.itemsets_ = self._itemsets(
+            released, dataset.schema, request.numeric_bins, n_hat, bounds
+        )
+        self.noisy_row_count_ = n_hat
+        self.epsilon_selection_ = released.epsilon_selection
+        self.count_noise_scale_ = released.count_noise_scale
+        self._spent = spent
+        return self
+
+    def _count_bounds(
+        self, released: TopKItemsetsResponse
+    ) -> tuple[int | None, list[tuple[int, int] | None]]:
+        """(t, intervals) of :func:`count_intervals` at ``interval_level``; (None, Nones) when
+        the release has no counts or does not state their noise scale."""
+        counts = [entry.noisy_count for entry in released.itemsets]
+        known = [count for count in counts if count is not None]
+        scale = released.count_noise_scale
+        if scale is None or len(known) != len(counts):
+            return None, [None] * len(counts)
+        half, found = count_intervals(known, scale=scale, level=self.interval_level)
+        return half, list(found)
+
+    def _itemsets(
+        self,
+        released: TopKItemsetsResponse,
+        schema: DatasetMetadata,
+        numeric_bins: int | None,
+        n_hat: int | None,
+        bounds: Sequence[tuple[int, int] | None],
+    ) -> list[MinedItemset]:
+        """The released itemsets with their display text and count intervals."""
+        return [
             MinedItemset(
                 rank=rank,
                 items=tuple(entry.items),
@@ -184,15 +331,42 @@ class TopKItemsets(BaseMiner):
                 noisy_frequency=None
                 if entry.noisy_count is None or n_hat is None
                 else max(entry.noisy_count, 0) / n_hat,
-                query=None if query is None else format_query(query),
+                query=itemset_display(entry.items, schema, numeric_bins),
+                count_low=None if bound is None else bound[0],
+                count_high=None if bound is None else bound[1],
             )
-            for rank, (entry, query) in enumerate(
-                zip(released.itemsets, queries, strict=True), start=1
-            )
+            for rank, (entry, bound) in enumerate(zip(released.itemsets, bounds, strict=True), 1)
         ]
-        self.noisy_row_count_ = n_hat
-        self._spent = spent
-        return self
+
+    def notes(self) -> list[str]:
+        """What the results show: the rank order and, with counts, the intervals' meaning."""
+        itemsets = self._mined()
+        lines = [order_note(self.method, self.epsilon_selection_)]
+        if self.count_noise_scale_ is not None and self.count_half_width_ is not None:
+            lines.append(
+                intervals_note(
+                    self.interval_level,
+                    len(itemsets),
+                    self.count_noise_scale_,
+                    self.count_half_width_,
+                )
+            )
+        return lines
+
+    def summary(self) -> dict[str, Any]:
+        """The notes and the public figures behind the intervals, for JSON."""
+        return {
+            "order": self.notes()[0],
+            "count_intervals": None
+            if self.count_half_width_ is None
+            else {
+                "level": self.interval_level,
+                "simultaneous": True,
+                "noise_scale": self.count_noise_scale_,
+                "half_width": self.count_half_width_,
+                "note": self.notes()[1],
+            },
+        }
 
     def _mined(self) -> list[MinedItemset]:
         itemsets: list[MinedItemset] | None = getattr(self, "itemsets_", None)
@@ -210,15 +384,17 @@ class TopKItemsets(BaseMiner):
         """Write the itemsets and the receipts as JSON."""
         payload = {
             "itemsets": [asdict(itemset) for itemset in self._mined()],
+            **self.summary(),
             "receipts": [receipt.model_dump(mode="json") for receipt in self.receipts_],
         }
         path.write_text(json.dumps(payload, indent=2) + "\n")
 
     def to_csv(self, path: Path) -> None:
-        """Write the itemsets as CSV (items joined with ' & ', and the query text)."""
+        """Write the itemsets as CSV (items joined with ' & ', the query text, and the count
+        interval, whose level :meth:`notes` states)."""
         with path.open("w", newline="") as handle:
             writer = csv.writer(handle)
-            writer.writerow(["rank", "items", "noisy_count", "noisy_frequency", "query"])
+            writer.writerow(_CSV_HEADER)
             for itemset in self._mined():
                 writer.writerow(
                     [
@@ -227,6 +403,8 @@ class TopKItemsets(BaseMiner):
                         "" if itemset.noisy_count is None else itemset.noisy_count,
                         "" if itemset.noisy_frequency is None else f"{itemset.noisy_frequency:.6g}",
                         itemset.query or "",
+                        "" if itemset.count_low is None else itemset.count_low,
+                        "" if itemset.count_high is None else itemset.count_high,
                     ]
                 )
 

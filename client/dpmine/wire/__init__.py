@@ -5,6 +5,7 @@ from dpmine.wire.budget import *  # noqa: F403
 from dpmine.wire.common import *  # noqa: F403
 from dpmine.wire.counts import *  # noqa: F403
 from dpmine.wire.datasets import *  # noqa: F403
+from dpmine.wire.items import *  # noqa: F403
 from dpmine.wire.itemsets import *  # noqa: F403
 from dpmine.wire.jobs import *  # noqa: F403
 from dpmine.wire.operations import *  # noqa: F403

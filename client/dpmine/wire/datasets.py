@@ -7,16 +7,18 @@ count: n is private, only the owner's public upper bound ``n_max`` is known.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from typing import Annotated, Literal
 
-from pydantic import Discriminator, Field, model_validator
+from pydantic import AfterValidator, Discriminator, Field, model_validator
 
 from dpmine.wire.common import Timestamp, WireModel
 
 __all__ = [
     "BOOLEAN_FALSE",
     "BOOLEAN_TRUE",
+    "DATASET_ID_RULE",
     "DEFAULT_MISSING_VALUES",
     "MAX_ROW_WIDTH",
     "AnyAttribute",
@@ -35,17 +37,42 @@ __all__ = [
     "ProposalReview",
     "SqlSource",
     "View",
+    "is_dataset_id",
 ]
 
 View = Literal["left", "right"]
 DatasetKind = Literal["views", "table", "transactions"]
+#: The dataset-id rule in words (errors and documentation say this, never the pattern).
+DATASET_ID_RULE = (
+    "1 to 64 characters: lower-case letters a-z, digits 0-9, '-' and '_', starting with a "
+    "letter or a digit"
+)
+_DATASET_ID = re.compile(r"[a-z0-9][a-z0-9_-]*")
+_DATASET_ID_LENGTH = 64
+
+
+def is_dataset_id(text: str) -> bool:
+    """Whether ``text`` follows :data:`DATASET_ID_RULE`."""
+    return len(text) <= _DATASET_ID_LENGTH and _DATASET_ID.fullmatch(text) is not None
+
+
+def _dataset_id(text: str) -> str:
+    if not is_dataset_id(text):
+        shown = text if len(text) <= 80 else f"{text[:80]}…"
+        raise ValueError(f"a dataset id has {DATASET_ID_RULE}; got {shown!r}")
+    return text
+
+
 DatasetId = Annotated[
     str,
+    AfterValidator(_dataset_id),
     Field(
-        min_length=1,
-        max_length=64,
-        pattern=r"^[a-z0-9][a-z0-9_\-]*$",
-        description="Lower-case letters, digits, '_' and '-'.",
+        description=f"Dataset id: {DATASET_ID_RULE}.",
+        json_schema_extra={
+            "minLength": 1,
+            "maxLength": _DATASET_ID_LENGTH,
+            "pattern": "^[a-z0-9][a-z0-9_\\-]*$",
+        },
     ),
 ]
 Name = Annotated[str, Field(min_length=1, max_length=200)]

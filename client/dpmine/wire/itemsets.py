@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from dpmine.wire.common import Epsilon, OperationRequest, Receipt, WireModel
+from dpmine.wire.items import MAX_NUMERIC_BINS, ColumnNames
 
 __all__ = [
     "MAX_ITEMSET_LENGTH",
@@ -44,12 +45,20 @@ class ReleasedItemset(WireModel):
 
 
 class TopKItemsetsResponse(WireModel):
-    """The K itemsets in selection order (most frequent first, noisily)."""
+    """The K itemsets in selection order (most frequent first, noisily: the order of the private
+    selection, not of the noisy counts, which carry fresh noise)."""
 
     method: TopKMethod
     itemsets: list[ReleasedItemset]
     epsilon_selection: float
     epsilon_counts: float
+    count_noise_scale: float | None = Field(
+        default=None,
+        description=(
+            "Public scale b of the discrete Laplace noise of each released count, "
+            "P(noise = z) ∝ exp(−|z|/b) (None without counts)."
+        ),
+    )
     receipt: Receipt
 
 
@@ -69,6 +78,20 @@ class TopKItemsetsRequest(OperationRequest[TopKItemsetsResponse]):
     rho: float = Field(default=0.1, gt=0, lt=1, description="Failure probability of the truncation")
     with_counts: bool = True
     count_share: float = Field(default=0.5, gt=0, lt=1, description="Share of ε for the counts.")
+    numeric_bins: int | None = Field(
+        default=None,
+        ge=2,
+        le=MAX_NUMERIC_BINS,
+        description=(
+            "Numeric attributes as items, one per public bin: the declared grid as cut-points, "
+            "else this many equal-width bins (as rule lists do). Default: numeric attributes "
+            "give no items. Tables only."
+        ),
+    )
+    columns: ColumnNames | None = Field(
+        default=None,
+        description="The attributes whose items may be used (default: all). Tables only.",
+    )
 
     @model_validator(mode="after")
     def _lengths(self) -> TopKItemsetsRequest:

@@ -9,13 +9,16 @@ Items (the binary features antecedents are made of) are literals of the query mo
 (:mod:`dpmine.wire.queries`): ``[A = c]`` for every category c of a categorical attribute,
 ``[A]`` and ``![A]`` for a Boolean one, and one closed interval ``[a <= A <= b]`` per public bin of
 a numeric one (the attribute's public ``grid`` as cut-points when it declares one, else
-``numeric_bins`` equal-width bins over its public range). The label's attribute gives no items.
+``numeric_bins`` equal-width bins over its public range). The label's attribute gives no items,
+and ``columns`` restricts the attributes that do (:func:`dpmine.wire.items.usable_columns`). The
+item functions live in :mod:`dpmine.wire.items` (shared with itemset mining) and are re-exported
+here.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
+from collections.abc import Collection
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
@@ -27,14 +30,17 @@ from dpmine.wire.common import (
     WireModel,
     check_chain_length,
 )
-from dpmine.wire.datasets import (
-    BooleanAttribute,
-    CategoricalAttribute,
-    DatasetMetadata,
-    NumericAttribute,
+from dpmine.wire.datasets import DatasetMetadata
+from dpmine.wire.items import (
+    DEFAULT_NUMERIC_BINS,
+    MAX_NUMERIC_BINS,
+    ColumnNames,
+    numeric_bin_edges,
+    numeric_bins_of,
+    rule_list_items,
 )
 from dpmine.wire.itemsets import TopKMethod, elementary_symmetric
-from dpmine.wire.queries import AnyLiteral, BoolLiteral, CatLiteral, NumLiteral
+from dpmine.wire.queries import AnyLiteral
 
 __all__ = [
     "DEFAULT_NUMERIC_BINS",
@@ -73,78 +79,35 @@ MAX_RULE_LIST_ITERATIONS = 200_000
 #: (Titanic) and four of its 250-step convergence windows: a floor against short chains, not a
 #: proof of convergence.
 MIN_RULE_LIST_ITERATIONS = 1000
-MAX_NUMERIC_BINS = 64
-DEFAULT_NUMERIC_BINS = 4
 
 # --------------------------------------------------------------------------------------------
-# The public item universe (metadata only; the server's catalog and the client use the same)
+# The public antecedent universe (metadata only; the server's catalog and the client use the
+# same items, :func:`dpmine.wire.items.rule_list_items`)
 
 
-def numeric_bin_edges(attribute: NumericAttribute, numeric_bins: int) -> list[float]:
-    """Public bin edges lo = e_0 < … < e_B = hi of a numeric attribute (§5.1): its declared
-    ``grid`` values strictly inside (lo, hi) as cut-points, else ``numeric_bins`` equal-width
-    bins."""
-    lo, hi = attribute.lo, attribute.hi
-    if attribute.grid is not None:
-        cuts = [value for value in attribute.grid if lo < value < hi]
-    else:
-        cuts = [lo + (hi - lo) * step / numeric_bins for step in range(1, numeric_bins)]
-        cuts = [value for value in cuts if lo < value < hi]
-    return [lo, *cuts, hi]
-
-
-def numeric_bins_of(attribute: NumericAttribute, numeric_bins: int) -> list[tuple[float, float]]:
-    """The public bins of a numeric attribute as closed (lower, upper) bounds (§5.1): [e_0, e_1),
-    [e_1, e_2), …, [e_{B−1}, e_B] of :func:`numeric_bin_edges`, each half-open bin written with
-    the largest float below its cut-point as upper bound. Bins are disjoint, so no row holds two
-    items of one attribute (the invariant the itemset miner relies on, as for categories)."""
-    edges = numeric_bin_edges(attribute, numeric_bins)
-    last = len(edges) - 2
-    return [
-        (lower, upper if position == last else math.nextafter(upper, -math.inf))
-        for position, (lower, upper) in enumerate(itertools.pairwise(edges))
-    ]
-
-
-def _attribute_items(
-    attribute: BooleanAttribute | CategoricalAttribute | NumericAttribute, numeric_bins: int
-) -> list[AnyLiteral]:
-    name = attribute.name
-    if isinstance(attribute, BooleanAttribute):
-        return [BoolLiteral(attribute=name), BoolLiteral(attribute=name, negated=True)]
-    if isinstance(attribute, CategoricalAttribute):
-        return [CatLiteral(attribute=name, category=c) for c in attribute.categories]
-    return [
-        NumLiteral(attribute=name, lower=lower, upper=upper)
-        for lower, upper in numeric_bins_of(attribute, numeric_bins)
-    ]
-
-
-def rule_list_items(metadata: DatasetMetadata, numeric_bins: int) -> list[list[AnyLiteral]]:
-    """The items of every attribute but the label, one list per attribute (§5.1, the module
-    docstring): ``[A = c]`` per category, ``[A]`` and ``![A]`` for a Boolean attribute, one
-    closed interval per public bin of a numeric one (:func:`numeric_bins_of`)."""
-    label = metadata.label.attribute if metadata.label is not None else None
-    return [
-        _attribute_items(attribute, numeric_bins)
-        for attribute in metadata.attributes
-        if attribute.name != label
-    ]
-
-
-def antecedent_universe(metadata: DatasetMetadata, max_length: int, numeric_bins: int) -> int:
-    """How many antecedents of 1..L items, at most one per attribute, the public schema allows:
-    Σ_ℓ e_ℓ(items per attribute), e_ℓ the elementary symmetric polynomial (§5.2)."""
-    sizes = [len(items) for items in rule_list_items(metadata, numeric_bins)]
+def antecedent_universe(
+    metadata: DatasetMetadata,
+    max_length: int,
+    numeric_bins: int,
+    columns: Collection[str] | None = None,
+) -> int:
+    """How many antecedents of 1..L items, at most one per attribute (of ``columns`` when
+    given), the public schema allows: Σ_ℓ e_ℓ(items per attribute), e_ℓ the elementary
+    symmetric polynomial (§5.2)."""
+    sizes = [len(items) for items in rule_list_items(metadata, numeric_bins, columns)]
     return sum(elementary_symmetric(sizes, max_length)[1:])
 
 
 def every_antecedent(
-    metadata: DatasetMetadata, max_length: int, numeric_bins: int
+    metadata: DatasetMetadata,
+    max_length: int,
+    numeric_bins: int,
+    columns: Collection[str] | None = None,
 ) -> list[Antecedent]:
     """Every antecedent of 1..L items in schema order (by length, then attribute and item
-    order). Meant for schemas whose :func:`antecedent_universe` is small."""
-    groups = rule_list_items(metadata, numeric_bins)
+    order), over ``columns`` when given. Meant for schemas whose :func:`antecedent_universe` is
+    small."""
+    groups = rule_list_items(metadata, numeric_bins, columns)
     found: list[Antecedent] = []
     for length in range(1, max_length + 1):
         for chosen in itertools.combinations(groups, length):
@@ -202,6 +165,13 @@ class RuleListAntecedentsRequest(OperationRequest[RuleListAntecedentsResponse]):
         ge=2,
         le=MAX_NUMERIC_BINS,
         description="Equal-width public bins of a numeric attribute without a declared grid.",
+    )
+    columns: ColumnNames | None = Field(
+        default=None,
+        description=(
+            "The attributes antecedents may use (default: every attribute but the label); "
+            "leave out a column that gives the label away."
+        ),
     )
 
 

@@ -1,8 +1,10 @@
 """Itemsets over a dataset: the public item universe and the private counting index (§4.1).
 
-* :class:`ItemCatalog` is public (built from metadata only): the item names and their *groups*.
-  Transaction data: every item is its own group. Attribute data: items are the Boolean
-  attributes (``A``) and the attribute=value pairs of categorical attributes (``A=c``), and the
+* :class:`ItemCatalog` is public (built from metadata and the public request only): the item
+  names and their *groups*. Transaction data: every item is its own group. Attribute data:
+  items are the Boolean attributes (``A``), the attribute=value pairs of categorical attributes
+  (``A=c``) and, when a request asks for them, the public bins of numeric attributes
+  (``A=[lo, hi)``, :mod:`dpmine.wire.items`), over the attributes the request allows; the
   items of one attribute form a group; an itemset holds at most one item per group, so the
   universe of ℓ-itemsets has size e_ℓ(group sizes) (elementary symmetric polynomial), which is
   C(m, ℓ) for transactions.
@@ -33,7 +35,7 @@ from __future__ import annotations
 import bisect
 import threading
 import weakref
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,12 +43,11 @@ import numpy.typing as npt
 
 from dpmine.wire import (
     AnyLiteral,
-    BooleanAttribute,
     BoolLiteral,
-    CategoricalAttribute,
     CatLiteral,
     DatasetMetadata,
     elementary_symmetric,
+    itemset_items,
     rule_list_items,
 )
 from dpmine_server.data.bitsets import Bitset
@@ -165,31 +166,31 @@ class ItemsetRanks:
         return terms
 
 
-def item_catalog(metadata: DatasetMetadata) -> ItemCatalog:
-    """The item universe declared by the metadata (numeric attributes contribute no items)."""
-    if metadata.kind == "transactions":
-        literals = tuple(BoolLiteral(attribute=item) for item in metadata.items)
-        return ItemCatalog(
-            names=tuple(metadata.items),
-            literals=literals,
-            groups=tuple((index,) for index in range(len(metadata.items))),
-        )
+def item_catalog(
+    metadata: DatasetMetadata,
+    *,
+    numeric_bins: int | None = None,
+    columns: Collection[str] | None = None,
+) -> ItemCatalog:
+    """The item universe of itemset mining (:func:`~dpmine.wire.items.itemset_items`): the
+    declared items of transaction data; Boolean attributes and attribute=value pairs of a
+    table, its numeric attributes' public bins when ``numeric_bins`` is given, restricted to
+    ``columns`` when given. Public values only."""
+    return _catalog(itemset_items(metadata, numeric_bins, columns))
+
+
+def _catalog(groups: Sequence[Sequence[tuple[str, AnyLiteral]]]) -> ItemCatalog:
+    """The catalog of named items, one group per inner sequence (positions in order)."""
     names: list[str] = []
-    item_literals: list[AnyLiteral] = []
-    groups: list[tuple[int, ...]] = []
-    for attribute in metadata.attributes:
+    literals: list[AnyLiteral] = []
+    positions: list[tuple[int, ...]] = []
+    for group in groups:
         start = len(names)
-        if isinstance(attribute, BooleanAttribute):
-            names.append(attribute.name)
-            item_literals.append(BoolLiteral(attribute=attribute.name))
-        elif isinstance(attribute, CategoricalAttribute):
-            for category in attribute.categories:
-                names.append(f"{attribute.name}={category}")
-                item_literals.append(CatLiteral(attribute=attribute.name, category=category))
-        else:
-            continue
-        groups.append(tuple(range(start, len(names))))
-    return ItemCatalog(names=tuple(names), literals=tuple(item_literals), groups=tuple(groups))
+        for name, literal in group:
+            names.append(name)
+            literals.append(literal)
+        positions.append(tuple(range(start, len(names))))
+    return ItemCatalog(names=tuple(names), literals=tuple(literals), groups=tuple(positions))
 
 
 def _item_name(literal: AnyLiteral) -> str:
@@ -201,22 +202,21 @@ def _item_name(literal: AnyLiteral) -> str:
     return f"[{literal.lower!r} <= {literal.attribute} <= {literal.upper!r}]"
 
 
-def rule_list_catalog(metadata: DatasetMetadata, *, numeric_bins: int) -> ItemCatalog:
+def rule_list_catalog(
+    metadata: DatasetMetadata, *, numeric_bins: int, columns: Collection[str] | None = None
+) -> ItemCatalog:
     """The public item universe of rule-list antecedents (§5.1, §5.2): ``[A = c]`` for every
     category, ``[A]`` and ``![A]`` for a Boolean attribute, one closed interval
     ``[e_i <= A <= e_{i+1}⁻]`` per public bin of a numeric attribute (:func:`numeric_bins_of`:
-    disjoint bins, a cut-point belongs to the bin above it). The label's attribute gives no
-    items; the items of one attribute form one group (an antecedent holds at most one of them)."""
-    names: list[str] = []
-    literals: list[AnyLiteral] = []
-    groups: list[tuple[int, ...]] = []
-    for items in rule_list_items(metadata, numeric_bins):
-        start = len(names)
-        for literal in items:
-            names.append(_item_name(literal))
-            literals.append(literal)
-        groups.append(tuple(range(start, len(names))))
-    return ItemCatalog(names=tuple(names), literals=tuple(literals), groups=tuple(groups))
+    disjoint bins, a cut-point belongs to the bin above it), over ``columns`` when given. The
+    label's attribute gives no items; the items of one attribute form one group (an antecedent
+    holds at most one of them)."""
+    return _catalog(
+        [
+            [(_item_name(literal), literal) for literal in items]
+            for items in rule_list_items(metadata, numeric_bins, columns)
+        ]
+    )
 
 
 class TransactionIndex:
@@ -352,11 +352,25 @@ class TransactionIndex:
         return self._catalog.ranks(length).unrank(index - int(offsets[length]), length)
 
 
-def transaction_index(store: ColumnStore) -> TransactionIndex:
-    """The index of a loaded store, cached on the store (it holds private data)."""
+def transaction_index(
+    store: ColumnStore,
+    *,
+    numeric_bins: int | None = None,
+    columns: Collection[str] | None = None,
+) -> TransactionIndex:
+    """The index of a loaded store over the catalog of :func:`item_catalog` (``numeric_bins``
+    and ``columns`` are public request values), cached on the store per catalog (it holds
+    private data)."""
+    key: tuple[Hashable, ...] = ("itemsets.transaction_index",)
+    if numeric_bins is not None or columns is not None:
+        key = (*key, numeric_bins, None if columns is None else tuple(sorted(columns)))
     return store.derived.get_or_build(
-        ("itemsets.transaction_index",),
-        lambda: TransactionIndex(store, item_catalog(store.metadata), weak=True),
+        key,
+        lambda: TransactionIndex(
+            store,
+            item_catalog(store.metadata, numeric_bins=numeric_bins, columns=columns),
+            weak=True,
+        ),
         nbytes=TransactionIndex.nbytes,
     )
 

@@ -42,6 +42,7 @@ from dpmine.wire import (
     Operation,
     TopKItemsetsRequest,
     TopKItemsetsResponse,
+    usable_columns,
 )
 from dpmine_server.data.columns import ColumnStore
 from dpmine_server.data.itemset_miner import select_dense
@@ -54,7 +55,12 @@ from dpmine_server.data.itemsets import (
     transaction_index,
 )
 from dpmine_server.dp.budget import Epsilon
-from dpmine_server.dp.mechanisms import OneSided, discrete_laplace, em_coefficient
+from dpmine_server.dp.mechanisms import (
+    OneSided,
+    discrete_laplace,
+    em_coefficient,
+    laplace_scale,
+)
 from dpmine_server.dp.topk import BlockPick, Noise, TailCandidate, noisy_top_k_blocks
 from dpmine_server.operations.base import OperationSpec, Progress
 from dpmine_server.operations.itemset_plan import TopKPlan, plan_top_k
@@ -65,6 +71,7 @@ __all__ = [
     "kth_largest_count",
     "length_range",
     "margin",
+    "request_catalog",
     "request_plan",
     "row_width",
     "selection_scale",
@@ -409,6 +416,19 @@ def _split(request: TopKItemsetsRequest, epsilon: Epsilon) -> tuple[float, float
     return selection, counts
 
 
+def request_catalog(request: TopKItemsetsRequest, metadata: DatasetMetadata) -> ItemCatalog:
+    """The item universe a request may use (:func:`item_catalog` with its public
+    ``numeric_bins`` and ``columns``); ValueError, saying what to change, when the request
+    names what the dataset does not have."""
+    if metadata.kind == "transactions" and request.numeric_bins is not None:
+        raise ValueError(
+            "numeric_bins applies to the numeric attributes of a table; this dataset is "
+            "transaction data: leave numeric_bins out"
+        )
+    usable_columns(metadata, request.columns)
+    return item_catalog(metadata, numeric_bins=request.numeric_bins, columns=request.columns)
+
+
 def _validate(request: TopKItemsetsRequest, metadata: DatasetMetadata, method: Method) -> None:
     if (
         request.with_counts
@@ -418,13 +438,17 @@ def _validate(request: TopKItemsetsRequest, metadata: DatasetMetadata, method: M
             "count_share leaves less than 1e-9 of ε to the selection or to the counts; "
             "choose a share between them or set with_counts to false"
         )
-    catalog = item_catalog(metadata)
+    catalog = request_catalog(request, metadata)
     if not catalog.names:
-        raise ValueError("this dataset declares no items (no Boolean or categorical attributes)")
+        raise ValueError(
+            "no items to mine: the dataset (or the allowed columns) has no Boolean or "
+            "categorical attribute, and numeric attributes give items only with numeric_bins"
+        )
     if max(request.lengths) > len(catalog.groups):
         raise ValueError(
             f"itemsets of length {max(request.lengths)} need at least that many items of "
             f"different attributes; this dataset has {len(catalog.groups)}"
+            + ("" if request.columns is None else " among the allowed columns")
         )
     universe = catalog.universe_size(request.lengths)
     if universe < request.k:
@@ -438,7 +462,7 @@ def request_plan(
     request: TopKItemsetsRequest, metadata: DatasetMetadata, method: Method
 ) -> TopKPlan:
     """The public plan of a valid request (ValueError if the server's caps refuse it)."""
-    catalog = item_catalog(metadata)
+    catalog = request_catalog(request, metadata)
     selection, _counts = _split(request, Epsilon.charge(request.epsilon))
     return top_k_plan(
         catalog,
@@ -470,7 +494,9 @@ def _runner(
         progress: Progress,
     ) -> dict[str, Any]:
         """Kernel of fim.topk_em / fim.topk_laplace (ALGORITHMS.md §4.2, §4.3): pure ε-DP."""
-        index = transaction_index(columns)
+        index = transaction_index(
+            columns, numeric_bins=request.numeric_bins, columns=request.columns
+        )
         selection, counts = _split(request, epsilon)
         progress(0.1, "selecting itemsets")
         released = top_k_itemsets(
@@ -492,6 +518,9 @@ def _runner(
             ],
             "epsilon_selection": selection,
             "epsilon_counts": counts or 0.0,
+            "count_noise_scale": None
+            if counts is None
+            else laplace_scale(epsilon=counts, sensitivity=request.k),
         }
 
     return run

@@ -8,7 +8,9 @@ that fit the declared attributes, universe sizes); the cost is the requested ε.
 
 * ``brl.antecedents`` (§5.2): Bhaskar top-K selection only (the whole ε on selection) run on
   the positive rows and on the negative rows. The classes partition the rows, so one added row
-  changes one class's counts only: ε once (parallel composition).
+  changes one class's counts only: ε once (parallel composition). The request's ``columns``
+  restricts the items to those attributes: the candidate set stays a function of public values,
+  so the truncated counts keep their sensitivity.
 * ``brl.sample_rule_list`` (§5.3): lazy Metropolis–Hastings in
   :mod:`~dpmine_server.operations.rule_list_mcmc` from the public start (the empty list) for
   at least the public minimum of steps (checked by the wire model), final state only;
@@ -43,6 +45,7 @@ from dpmine.wire import (
     PointEstimatesRequest,
     RuleListAntecedentsRequest,
     SampleRuleListRequest,
+    usable_columns,
 )
 from dpmine_server.data.bitsets import Bitset
 from dpmine_server.data.columns import BooleanColumn, CategoricalColumn, ColumnStore
@@ -63,6 +66,7 @@ from dpmine_server.operations.rule_list_mcmc import (
 
 __all__ = [
     "OPERATIONS",
+    "antecedent_catalog",
     "antecedent_words",
     "antecedents_plan",
     "class_rows",
@@ -141,16 +145,26 @@ def _validate_rules(rules: Sequence[Antecedent], metadata: DatasetMetadata) -> N
         validate_antecedent(antecedent, metadata, label.attribute)
 
 
+def antecedent_catalog(
+    request: RuleListAntecedentsRequest, metadata: DatasetMetadata
+) -> ItemCatalog:
+    """The antecedent items a request may use (:func:`rule_list_catalog` with its public
+    ``numeric_bins`` and ``columns``); ValueError when a column is unknown or is the label."""
+    label = require_label(metadata)
+    usable_columns(metadata, request.columns, label=label.attribute)
+    return rule_list_catalog(metadata, numeric_bins=request.numeric_bins, columns=request.columns)
+
+
 def _validate_antecedents(request: RuleListAntecedentsRequest, metadata: DatasetMetadata) -> None:
-    require_label(metadata)
-    catalog = rule_list_catalog(metadata, numeric_bins=request.numeric_bins)
+    catalog = antecedent_catalog(request, metadata)
     if not catalog.names:
         raise ValueError("this dataset declares no attribute besides the label, so no items")
     lengths = list(range(1, request.max_length + 1))
     if request.max_length > len(catalog.groups):
+        where = "besides the label" if request.columns is None else "among the allowed columns"
         raise ValueError(
-            f"antecedents of {request.max_length} items need that many attributes besides the "
-            f"label; this dataset has {len(catalog.groups)}: lower max_length"
+            f"antecedents of {request.max_length} items need that many attributes {where}; "
+            f"this dataset has {len(catalog.groups)}: lower max_length"
         )
     universe = catalog.universe_size(lengths)
     if universe > MAX_UNIVERSE:
@@ -168,7 +182,7 @@ def _validate_antecedents(request: RuleListAntecedentsRequest, metadata: Dataset
 def antecedents_plan(request: RuleListAntecedentsRequest, metadata: DatasetMetadata) -> TopKPlan:
     """The public plan of each class's selection (§5.2; the same for both classes: at most
     ``n_max`` rows, one item per attribute); ValueError if the server's caps refuse it."""
-    catalog = rule_list_catalog(metadata, numeric_bins=request.numeric_bins)
+    catalog = antecedent_catalog(request, metadata)
     return top_k_plan(
         catalog,
         n_max=metadata.n_max,
@@ -253,7 +267,7 @@ def _run_antecedents(
     rows; the classes are disjoint, so the two selections together cost ε (parallel
     composition)."""
     label = require_label(columns.metadata)
-    catalog = rule_list_catalog(columns.metadata, numeric_bins=request.numeric_bins)
+    catalog = antecedent_catalog(request, columns.metadata)
     plan = antecedents_plan(request, columns.metadata)
     negative, positive = class_rows(columns)
     lengths = list(range(1, request.max_length + 1))
@@ -264,7 +278,14 @@ def _run_antecedents(
             columns,
             catalog,
             rows,
-            key=("brl", label.attribute, label.positive, name, request.numeric_bins),
+            key=(
+                "brl",
+                label.attribute,
+                label.positive,
+                name,
+                request.numeric_bins,
+                None if request.columns is None else tuple(sorted(request.columns)),
+            ),
         )
         selected = top_k_itemsets(
             index,

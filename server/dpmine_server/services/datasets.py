@@ -29,6 +29,7 @@ from sqlalchemy import bindparam, event, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from dpmine.wire import (
+    DATASET_ID_RULE,
     CreateDatasetRequest,
     CsvPairSource,
     CsvSource,
@@ -39,6 +40,7 @@ from dpmine.wire import (
     FimiSource,
     GrantInfo,
     SqlSource,
+    is_dataset_id,
 )
 from dpmine_server.data.cache import DatasetCache
 from dpmine_server.data.columns import ColumnStore
@@ -94,11 +96,17 @@ __all__ = [
 
 
 def _not_granted(dataset_id: str) -> NotFound:
-    """The one answer for unknown, retired and not-granted datasets (they must look alike)."""
+    """The one answer for unknown, retired and not-granted datasets (they must look alike);
+    an id that breaks the public id rule says so (it cannot name any dataset)."""
     return NotFound(
         f"dataset {dataset_id!r} does not exist or is not granted to you; list datasets to see "
-        "yours"
+        f"yours{_id_rule_hint(dataset_id)}"
     )
+
+
+def _id_rule_hint(dataset_id: str) -> str:
+    """`` (a dataset id has …)`` when ``dataset_id`` breaks the public id rule, else nothing."""
+    return "" if is_dataset_id(dataset_id) else f" (a dataset id has {DATASET_ID_RULE})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,7 +343,10 @@ class DatasetService:
         """The dataset row (owners see retired ones too)."""
         dataset = session.get(Dataset, dataset_id)
         if dataset is None:
-            raise NotFound(f"no dataset {dataset_id!r}; list datasets to see the ids")
+            raise NotFound(
+                f"no dataset {dataset_id!r}; list datasets to see the ids"
+                f"{_id_rule_hint(dataset_id)}"
+            )
         return dataset
 
     @staticmethod
