@@ -43,6 +43,7 @@ __all__ = [
     "box_intervals",
     "cell_box",
     "cell_interval",
+    "excess_of",
     "excess_range",
     "format_with_interval",
     "half_width",
@@ -108,6 +109,24 @@ class StatisticIntervals:
     def uninformative(self) -> bool:
         """The Jaccard interval spans most of [0, 1] (width > ``UNINFORMATIVE_WIDTH``)."""
         return self.jaccard.width > UNINFORMATIVE_WIDTH
+
+    def as_dict(self) -> dict[str, object]:
+        """For JSON: the level and [low, high] of every statistic that has an interval."""
+        record: dict[str, object] = {
+            "level": self.level,
+            "support": self.support.as_list(),
+            "union": self.union.as_list(),
+            "jaccard": self.jaccard.as_list(),
+        }
+        for name, interval in (
+            ("support_left", self.support_left),
+            ("support_right", self.support_right),
+            ("excess", self.excess),
+            ("p_value", self.p_value),
+        ):
+            if interval is not None:
+                record[name] = interval.as_list()
+        return record
 
 
 def noise_scale(epsilon: float, mode: QualityMode) -> float:
@@ -315,6 +334,15 @@ def independence_jaccard(x: float, y: float) -> float:
     return x * y / denominator if denominator > 0 else 0.0
 
 
+def excess_of(
+    jaccard_value: float, support_left: float, support_right: float, n_rows: float
+) -> float:
+    """J − J_ind of one set of (noisy or true) statistics, J_ind at x = s_L/N, y = s_R/N
+    (:func:`independence_jaccard`; x = y = 0 when N ≤ 0)."""
+    x, y = _ratio(support_left, n_rows), _ratio(support_right, n_rows)
+    return jaccard_value - independence_jaccard(x, y)
+
+
 def excess_range(box: CellBox) -> Interval:
     """An interval holding J − J_ind for every table of the box.
 
@@ -333,22 +361,52 @@ def excess_range(box: CellBox) -> Interval:
 def p_value_range(box: CellBox) -> Interval:
     """An interval holding the §1.3 p-value for every table of the box.
 
-    Proof: for consistent cells the p-value is T(N, xy, k) = P[Bin(N, xy) ≥ k] with k = E11,
-    x = s_L/N, y = s_R/N (also when a support is 0: then k = 0 and both are 1). T is
-    nondecreasing in N (one more trial only adds a success), nondecreasing in the success
-    probability (the usual coupling) and nonincreasing in k. Over the box
-    N ∈ [Σ lows, Σ highs], xy ∈ [x_lo·y_lo, x_hi·y_hi] (:func:`margin_ranges`, x, y ≥ 0) and
-    k ∈ [E11 low, E11 high], so T(N_lo, x_lo·y_lo, k_hi) ≤ p ≤ T(N_hi, x_hi·y_hi, k_lo). The p-value
-    is not monotone in every cell (one more row in E10 can lower it), which is why the bound
-    goes through (N, xy, k)."""
+    Proof: for consistent cells the p-value is T(N, μ/N, k) = P[Bin(N, μ/N) ≥ k] with k = E11
+    and mean μ = s_L·s_R/N (also when a support is 0: then k = 0 and both are 1). T is
+    nondecreasing in N at a fixed success probability (one more trial only adds a success),
+    nondecreasing in the success probability (the usual coupling) and nonincreasing in k; with
+    x = s_L/N, y = s_R/N, over the box N ∈ [Σ lows, Σ highs], xy ∈ [x_lo·y_lo, x_hi·y_hi]
+    (:func:`margin_ranges`) and k ∈ [E11 low, E11 high], which gives the lower end
+    T(N_lo, x_lo·y_lo, k_hi) and one upper end T(N_hi, x_hi·y_hi, k_lo). That upper end lets E11
+    be high in the success probability and low in k at once; :func:`_poisson_p_upper` keeps
+    them together and is usually far tighter. The upper end is the smaller of the two. (The
+    p-value is not monotone in every cell: one more row in E10 can lower it, so no single
+    corner bounds it.)"""
     cells = (box.e11, box.e10, box.e01, box.e00)
     x, y = margin_ranges(box)
     n_low = round(sum(cell.low for cell in cells))
     n_high = round(sum(cell.high for cell in cells))
+    separate = binomial_upper_tail(n_high, min(1.0, x.high * y.high), round(box.e11.low))
     return Interval(
         binomial_upper_tail(n_low, x.low * y.low, round(box.e11.high)),
-        binomial_upper_tail(n_high, min(1.0, x.high * y.high), round(box.e11.low)),
+        min(separate, _poisson_p_upper(box)),
     )
+
+
+def _poisson_p_upper(box: CellBox) -> float:
+    """An upper end of the p-value over the box, one value of E11 at a time.
+
+    Proof: the mean μ = s_L·s_R/N = (E11 + E10)(E11 + E01)/N is nondecreasing in E11, E10, E01
+    (∂μ/∂E10 = y(1 − x) ≥ 0, ∂μ/∂E11 = x + y − xy ≥ 0) and nonincreasing in E00
+    (∂μ/∂E00 = −xy), so at E11 = k the box's largest mean is μ*(k) = μ(k, E10 high, E01 high,
+    E00 low). Anderson & Samuels (1967, "Some inequalities among binomial and Poisson
+    probabilities", Proc. 5th Berkeley Symp.) prove P[Bin(N, μ/N) ≤ j] > P[Poi(μ) ≤ j] for
+    j > μ, i.e. P[Bin(N, μ/N) ≥ k] ≤ P[Poi(μ) ≥ k] for k > μ + 1; the Poisson tail rises with μ.
+    So when every k of the box has k > μ*(k) + 1, the p-value of any table of the box is at most
+    max_k P[Poi(μ*(k)) ≥ k], taken over every integer k in E11's range; otherwise the bound
+    is 1."""
+    ks = np.arange(round(box.e11.low), round(box.e11.high) + 1, dtype=np.float64)
+    others = box.e10.high + box.e01.high + box.e00.low
+    rows = ks + others
+    means = np.divide(
+        (ks + box.e10.high) * (ks + box.e01.high),
+        rows,
+        out=np.zeros_like(ks),
+        where=rows > 0,
+    )
+    if bool(np.any(ks <= means + 1.0)):
+        return 1.0
+    return float(np.max(stats.poisson.sf(ks - 1.0, means)))
 
 
 def box_intervals(box: CellBox, *, level: float, scale: float) -> StatisticIntervals:
