@@ -939,11 +939,11 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
             return [r for r in self._mined() if r.jaccard_interval.low >= min_jaccard]
         return [r for r in self._mined() if r.noisy_jaccard >= min_jaccard]
 
-    def to_json(self, path: Path) -> None:
+    def to_json(self, path: Path, min_jaccard: float | None = None) -> None:
         """Write every redescription by J's lower end (queries, noisy statistics, their 90 %
-        and joint intervals, the noise scale, whether it passes the significance test), the
-        test's summary and the receipts."""
-        verdict = self.significance()
+        and joint intervals, the noise scale, whether it passes the significance test with
+        ``min_jaccard``, default the run's), the test's summary and the receipts."""
+        verdict = self.significance(min_jaccard)
         passed = {id(r) for r in verdict.passed}
         payload = {
             "redescriptions": [
@@ -954,10 +954,11 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
         }
         path.write_text(json.dumps(payload, indent=2) + "\n")
 
-    def to_csv(self, path: Path) -> None:
+    def to_csv(self, path: Path, min_jaccard: float | None = None) -> None:
         """Write one row per redescription, by J's lower end, with its noisy statistics, 90 %
-        and joint intervals and whether it passes the significance test."""
-        verdict = self.significance()
+        and joint intervals and whether it passes the significance test (with
+        ``min_jaccard``, default the run's)."""
+        verdict = self.significance(min_jaccard)
         passed = {id(r) for r in verdict.passed}
         with path.open("w", newline="") as handle:
             writer = csv.writer(handle)
