@@ -114,7 +114,10 @@ __all__ = [
     "MinedTreeRedescription",
     "TreeMinerParameters",
     "leaf_paths",
+    "release_miss",
+    "result_table",
     "simplified_leaf_paths",
+    "tree_record",
 ]
 
 #: Default depth: 3 split levels, the reference's maxTreeDepth = 4 (§3.1, §3.8).
@@ -284,6 +287,40 @@ def share_of(epsilon: float, fraction: Fraction) -> float:
     return float(Decimal(units) / _UNITS_PER_EPSILON)
 
 
+def release_miss(
+    shape: tuple[int, int], max_clauses: int, releases: int, alpha: float = ALPHA
+) -> tuple[float, float]:
+    """(the miss of one sum's range, the joint level of a release) for a run of ``releases``
+    leaf-count releases of trees with ``shape`` leaves (issue #21).
+
+    Proof: the release gets the miss α/R. A query's four cells sum the released cells of a
+    rectangle (side of the left query or its complement) × (the same on the right); a side is
+    one of at most 2·L sets, L = :func:`~dpmine.treereds.query_cell_sets`, so at most
+    4·L_left·L_right rectangles exist. Giving each the miss α/(R·4·L_left·L_right), all are in
+    their ranges together with probability ≥ 1 − α/R (union bound), and the R releases' with
+    probability ≥ 1 − α."""
+    rectangles = 4 * query_cell_sets(shape[0], max_clauses) * query_cell_sets(shape[1], max_clauses)
+    share = alpha / releases
+    return share / rectangles, 1.0 - share
+
+
+def result_table(
+    red: TreeRedescription,
+    matrix: Sequence[Sequence[int]],
+    shape: tuple[int, int],
+    *,
+    partition: bool,
+) -> tuple[tuple[int, int, int, int], tuple[int, int, int, int]]:
+    """The noisy sums and terms of a result's four cells (:func:`~dpmine.treereds.table_sums`)
+    on the released ``matrix`` (the partition, or the paper's intersections) of trees with
+    ``shape`` leaves."""
+    return table_sums(
+        matrix,
+        active_cells(red.left, shape[0], outside=partition),
+        active_cells(red.right, shape[1], outside=partition),
+    )
+
+
 def _other(view: View) -> View:
     return "right" if view == "left" else "left"
 
@@ -402,32 +439,20 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
         self.examined_ += examined
         partition = response.partition is not None
         shape = (left.n_leaves, right.n_leaves)
-        rectangles = (
-            4
-            * query_cell_sets(shape[0], self.max_clauses)
-            * query_cell_sets(shape[1], self.max_clauses)
-        )
-        share = ALPHA / self._releases()
-        results = []
-        for red in found:
-            cells, terms = table_sums(
-                matrix,
-                active_cells(red.left, shape[0], outside=partition),
-                active_cells(red.right, shape[1], outside=partition),
+        miss = release_miss(shape, self.max_clauses, self._releases())
+        return [
+            self._result_of(
+                red,
+                left_paths,
+                right_paths,
+                noise_scale=(1.0 if partition else 2.0) / released.epsilon,
+                shape=shape,
+                partition=partition,
+                table=result_table(red, matrix, shape, partition=partition),
+                miss=miss,
             )
-            results.append(
-                self._result_of(
-                    red,
-                    left_paths,
-                    right_paths,
-                    noise_scale=(1.0 if partition else 2.0) / released.epsilon,
-                    shape=shape,
-                    partition=partition,
-                    table=(cells, terms),
-                    miss=(share / rectangles, 1.0 - share),
-                )
-            )
-        return results
+            for red in found
+        ]
 
     def _run_iterations(
         self,
