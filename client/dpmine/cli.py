@@ -44,7 +44,12 @@ from dpmine.errors import (
     TransportError,
     parameter_error,
 )
-from dpmine.intervals import StatisticIntervals, format_with_interval, quality_intervals
+from dpmine.intervals import (
+    StatisticIntervals,
+    excess_of,
+    format_with_interval,
+    quality_intervals,
+)
 from dpmine.miners import (
     AltExpM,
     AltMCMC,
@@ -440,8 +445,15 @@ def _quality_table(result: ComputeQualityResponse, left: str, right: str) -> Tab
         "support [90 %]",
         "union [90 %]",
         "Jaccard [90 %]",
+        "J − J_ind [90 %]",
         "p-value [90 %]",
         title="noisy quality",
+    )
+    s_left, s_right, n_rows = stats.support_left, stats.support_right, stats.n_rows
+    excess = (
+        "-"
+        if s_left is None or s_right is None or n_rows is None
+        else format_with_interval(excess_of(stats.jaccard, s_left, s_right, n_rows), iv.excess)
     )
     table.add_row(
         escape(left),
@@ -449,6 +461,7 @@ def _quality_table(result: ComputeQualityResponse, left: str, right: str) -> Tab
         format_with_interval(stats.support, iv.support, ".0f"),
         format_with_interval(stats.union, iv.union, ".0f"),
         _jaccard_cell(stats.jaccard, iv),
+        excess,
         "-" if stats.p_value is None else format_with_interval(stats.p_value, iv.p_value, ".2g"),
     )
     table.caption = f"{_receipt_line(result.receipt)}; noise scale {iv.scale:.3g} per cell"

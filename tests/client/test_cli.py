@@ -308,6 +308,13 @@ def test_quality_cells_mode(server: LiveServer, account: Account, mushroom: Data
     assert support_low <= support <= support_high  # the 90 % interval around the release
     assert 0.0 <= j_low <= jaccard <= j_high <= 1.0
     assert "noise scale 5 per cell" in _flat(table)
+    # The excess over independence, J − J_ind, with its 90 % interval (issue #21).
+    assert "J − J_ind [90 %]" in _flat(table)
+    signed = r"\s*(-?[\d.]+) \[(-?[\d.]+), (-?[\d.]+)\]\s*│"
+    excess = re.search(with_interval * 3 + signed, table)
+    assert excess is not None, table
+    e_value, e_low, e_high = map(float, excess.groups()[-3:])
+    assert -1.0 <= e_low <= e_value <= e_high <= 1.0
 
     command = f"--json quality {mushroom.id} {QUALITY} --epsilon 0.2"
     response = ComputeQualityResponse.model_validate_json(

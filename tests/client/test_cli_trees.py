@@ -385,7 +385,7 @@ def test_when_nothing_passes_the_run_says_so_and_how_to_get_more_signal(
     text = _flat(_ok(dpmine_cli(server, account.api_key, command)))
     assert "AltMCMC redescriptions that pass the noise-aware test: none" in text
     assert "No result passes the noise-aware test (p ≤ α/m = 0.01/" in text
-    assert "ε spent: 0.03. For more signal: shallower trees (--depth" in text
+    assert "ε spent: 0.03. For more signal: shallower trees (depth, CLI --depth" in text
     assert "a larger ε" in text
     assert "fewer attributes or columns" in text
     payload = _json(dpmine_cli(server, account.api_key, f"--json {command} --all"))

@@ -158,7 +158,8 @@ DEFAULT_MIN_JACCARD = 0.3
 class MinedRedescription:
     """A released redescription: the noisy cells of ``red.compute_quality``, the statistics
     derived from them, and (post-processing, :mod:`dpmine.intervals`) their 90 % intervals
-    from the public noise law of the call that released them (ε, mode)."""
+    from the public noise law of the call that released them (ε, mode), and the joint
+    intervals of the significance test (box miss ``joint_miss``, :mod:`dpmine.significance`)."""
 
     redescription: Redescription
     statistics: NoisyStatistics
@@ -932,7 +933,9 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
         self, min_jaccard: float = 0.3, *, by: Literal["noisy", "lower"] = "noisy"
     ) -> list[MinedRedescription]:
         """The paper's display filter, noisy J ≥ ``min_jaccard``, or with ``by="lower"`` the
-        lower end of J's 90 % interval ≥ ``min_jaccard`` (post-processing)."""
+        lower end of J's 90 % interval ≥ ``min_jaccard`` (post-processing). Neither is what a
+        run shows by default: that is ``results_``, the noise-aware test
+        (:mod:`dpmine.significance`)."""
         if by not in ("noisy", "lower"):
             raise ParameterError(f"by must be 'noisy' or 'lower', got {by!r}")
         if by == "lower":
@@ -1197,7 +1200,7 @@ class SerenadeES(_SerenadeBase):
         copies: dict[tuple[str, str], list[Redescription]] = {}
         for red in collection:
             copies.setdefault(redescription_key(red), []).append(red)
-        joint_miss = ALPHA / len(copies)  # M = the distinct checks, known before any
+        joint_miss = ALPHA / max(len(copies), 1)  # M = the distinct checks, known before any
         results = []
         for same in copies.values():
             epsilon = settings.call_epsilon(e_qual * len(same) / len(collection))

@@ -555,7 +555,7 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
     def _hints(self) -> list[str]:
         """Tree-specific remedies, then the general ones."""
         return [
-            "shallower trees (--depth: fewer released cells per query, fewer candidates)",
+            "shallower trees (depth, CLI --depth: fewer released cells per query, fewer tests)",
             *GENERAL_HINTS,
         ]
 
