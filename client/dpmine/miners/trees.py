@@ -28,7 +28,9 @@ are sums of released cells over a rectangle of (left cells) × (right cells)
 probability ≥ 1 − α/R, so the boxes of every query the extraction could pick from that release
 hold, and those of the whole run with probability ≥ 1 − α. m counts the candidates whose
 statistics the extractions computed. ``results_`` are the results that pass, ``all_results_``
-every result.
+every result. With ``leaf_release="paper"`` the boxes sum the intersection matrix only (scale
+2/ε): they hold the statistics of the rows that reach a leaf of both trees, which are the
+printed queries' only when no row misses a value on the trees' paths.
 """
 
 from __future__ import annotations
@@ -140,7 +142,8 @@ class MinedTreeRedescription:
     With the default ``leaf_release="partition"`` the statistics are noisy counts of exactly the
     rows of the printed queries (a ``!(path)`` holds the rows missing a value on the path too).
     With ``"paper"`` they are the paper's estimates: exact only when no row misses a value on
-    the trees' paths (:mod:`dpmine.treereds`)."""
+    the trees' paths (:mod:`dpmine.treereds`). ``joint_intervals`` are those of the
+    significance test (module docstring)."""
 
     redescription: Redescription
     statistics: NoisyStatistics
