@@ -7,8 +7,9 @@
 3. as the analyst, through the ``dpmine`` client over HTTP: a private top-10 frequent itemset
    run (Bhaskar et al.'s exponential mechanism, with noisy counts, frequencies from a noisy row
    count, and association rules derived from them), then a SerenadeES redescription mining run
-   (auto preset: initial pairs, extension rounds, noisy quality with 90 % intervals) between the
-   cap/gill/odor view and the stalk/ring/spore/habitat/class view;
+   (auto preset: initial pairs, extension rounds, noisy quality) between the cap/gill/odor view
+   and the stalk/ring/spore/habitat/class view, showing the redescriptions that pass the
+   noise-aware significance test, with intervals that hold together with probability ≥ 99 %;
 4. prints the results and the budget receipts, shows the owner's ledger check, stops the server.
 """
 
@@ -177,21 +178,34 @@ def redescriptions(mushroom: dpmine.DatasetHandle) -> list[RunReceipt]:
     )
     miner.mine(mushroom)
     table = Table("left query (cap, gills, odor)", "right query (stalk, ring, spores, class, …)")
-    table.add_column("noisy |I| [90 %]")
-    table.add_column("noisy J [90 %]")
-    table.title = "SerenadeES redescriptions whose J interval starts at 0.3 or more"
-    for found in sorted(miner.displayed(0.3, by="lower"), key=lambda r: -r.noisy_jaccard):
+    table.add_column("noisy |I| [joint]")
+    table.add_column("noisy J [joint]")
+    table.add_column("J − J_ind [joint]")
+    table.add_column("p-value [joint]")
+    table.title = "SerenadeES redescriptions that pass the noise-aware test"
+    for found in miner.results_:  # by the lower end of J's interval
+        joint = found.joint_intervals
+        excess = found.noisy_excess
+        p = found.statistics.p_value
         table.add_row(
             escape(found.left),
             escape(found.right),
-            escape(format_with_interval(found.statistics.support, found.support_interval, ".0f")),
-            escape(found.describe_jaccard()),
+            escape(format_with_interval(found.statistics.support, joint.support, ".0f")),
+            escape(format_with_interval(found.noisy_jaccard, joint.jaccard)),
+            "-" if excess is None else escape(format_with_interval(excess, joint.excess)),
+            "-" if p is None else escape(format_with_interval(p, joint.p_value, ".2g")),
         )
+    table.caption = miner.significance_.describe()
     console.print(table)
+    message = miner.nothing_passed()
+    if message is not None:
+        console.print(f"  {escape(message)}")
     console.print(
         "  noisy |I| and J come from noisy cell counts, so |I| can exceed the row count and J "
-        "is only an estimate of the true Jaccard; each interval holds the true value with "
-        "probability at least 90 %."
+        "is only an estimate of the true Jaccard. Every interval of the run holds the true "
+        "value, all of them together, with probability at least 99 %; a result is shown when "
+        'its intervals still say "significant, above independence, J ≥ 0.3" at their worst '
+        f"end. miner.all_results_ has all {len(miner.all_results_)} results."
     )
     return [("2 SerenadeES", receipt) for receipt in miner.receipts_]
 

@@ -44,7 +44,12 @@ from dpmine.errors import (
     TransportError,
     parameter_error,
 )
-from dpmine.intervals import StatisticIntervals, format_with_interval, quality_intervals
+from dpmine.intervals import (
+    StatisticIntervals,
+    excess_of,
+    format_with_interval,
+    quality_intervals,
+)
 from dpmine.miners import (
     AltExpM,
     AltMCMC,
@@ -56,7 +61,12 @@ from dpmine.miners import (
     SerenadePlan,
     TopKItemsets,
 )
-from dpmine.miners.trees import DEFAULT_DEPTH, DEFAULT_MIN_SUPPORT, TreeMinerParameters
+from dpmine.miners.trees import (
+    DEFAULT_DEPTH,
+    DEFAULT_MIN_SUPPORT,
+    TreeMinerParameters,
+    tree_record,
+)
 from dpmine.queries import QuerySyntaxError, format_query, parse_query
 from dpmine.rule_lists import (
     DEFAULT_ITERATIONS,
@@ -435,8 +445,15 @@ def _quality_table(result: ComputeQualityResponse, left: str, right: str) -> Tab
         "support [90 %]",
         "union [90 %]",
         "Jaccard [90 %]",
+        "J − J_ind [90 %]",
         "p-value [90 %]",
         title="noisy quality",
+    )
+    s_left, s_right, n_rows = stats.support_left, stats.support_right, stats.n_rows
+    excess = (
+        "-"
+        if s_left is None or s_right is None or n_rows is None
+        else format_with_interval(excess_of(stats.jaccard, s_left, s_right, n_rows), iv.excess)
     )
     table.add_row(
         escape(left),
@@ -444,6 +461,7 @@ def _quality_table(result: ComputeQualityResponse, left: str, right: str) -> Tab
         format_with_interval(stats.support, iv.support, ".0f"),
         format_with_interval(stats.union, iv.union, ".0f"),
         _jaccard_cell(stats.jaccard, iv),
+        excess,
         "-" if stats.p_value is None else format_with_interval(stats.p_value, iv.p_value, ".2g"),
     )
     table.caption = f"{_receipt_line(result.receipt)}; noise scale {iv.scale:.3g} per cell"
@@ -740,11 +758,11 @@ def _run_serenade(
     plan_only: bool,
     output: Path | None,
     min_jaccard: float | None,
-    filter_by: str = "noisy",
+    show_all: bool = False,
 ) -> None:
+    """Plan or mine; show the results that pass the noise-aware test (``--all``: every
+    result), by J's lower end, each statistic with its joint interval."""
     options = _options(ctx)
-    if filter_by not in {"noisy", "lower"}:
-        raise _fail("--filter-by must be 'noisy' (the noisy J) or 'lower' (its interval's low end)")
 
     def action(connection: Connection) -> Any:
         dataset = connection.dataset(dataset_id)
@@ -755,38 +773,47 @@ def _run_serenade(
         _emit_plan(options, dataset_id, result)
         return
     if output is not None:
-        (miner.to_csv if output.suffix == ".csv" else miner.to_json)(output)
-    found = (
-        miner.displayed(min_jaccard, by="lower" if filter_by == "lower" else "noisy")
-        if min_jaccard is not None
-        else miner.redescriptions_
-    )
+        (miner.to_csv if output.suffix == ".csv" else miner.to_json)(output, min_jaccard)
+    verdict = miner.significance(min_jaccard)
+    found = verdict.ranked if show_all else verdict.passed
+    passed = {id(r) for r in verdict.passed}
     table = Table(
         "left",
         "right",
-        "noisy |I| [90 %]",
-        "noisy J [90 %]",
-        "p-value [90 %]",
-        title=f"{type(miner).__name__} redescriptions",
+        "noisy |I| [joint]",
+        "noisy J [joint]",
+        "J − J_ind [joint]",
+        "p-value [joint]",
+        *(["passes"] if show_all else []),
+        title=f"{type(miner).__name__} redescriptions"
+        + ("" if show_all else " that pass the noise-aware test"),
     )
-    for red in sorted(found, key=lambda r: -r.noisy_jaccard):
-        stats = red.statistics
+    for red in found:
+        stats, joint = red.statistics, red.joint_intervals
+        excess = red.noisy_excess
         table.add_row(
             escape(red.left),
             escape(red.right),
-            format_with_interval(stats.support, red.support_interval, ".0f"),
-            _jaccard_cell(stats.jaccard, red.intervals),
+            format_with_interval(stats.support, joint.support, ".0f"),
+            format_with_interval(stats.jaccard, joint.jaccard),
+            "-" if excess is None else format_with_interval(excess, joint.excess),
             "-"
             if stats.p_value is None
-            else format_with_interval(stats.p_value, red.p_value_interval, ".2g"),
+            else format_with_interval(stats.p_value, joint.p_value, ".2g"),
+            *(["yes" if id(red) in passed else "no"] if show_all else []),
         )
+    message = miner.nothing_passed(min_jaccard)
     table.caption = (
-        f"{len(miner.receipts_)} charged calls, ε spent = {_spent(miner.receipts_)}; "
-        f"x0 = {miner.x0_:g}; thresholds: {', '.join(sorted(set(miner.threshold_modes_)))}; "
-        "intervals hold the true value with probability ≥ 90 %"
+        f"{verdict.summary.describe()}; {len(miner.receipts_)} charged calls, ε spent = "
+        f"{_spent(miner.receipts_)}; x0 = {miner.x0_:g}; thresholds: "
+        f"{', '.join(sorted(set(miner.threshold_modes_)))}"
+        + ("" if show_all else "; --all shows every result")
+        + ("" if message is None else f"\n{message}")
     )
     payload = {
-        "redescriptions": [r.to_dict() for r in found],
+        "redescriptions": [{**r.to_dict(), "significant": id(r) in passed} for r in found],
+        "significance": verdict.summary.as_dict(),
+        "message": message,
         "budget_spent": miner.budget_spent_,
     }
     _emit(options, payload, table)
@@ -831,8 +858,9 @@ PresetOption = Annotated[
         "every draw carries signal; paper: the paper's settings"
     ),
 ]
-FilterByOption = Annotated[
-    str, typer.Option(help="--min-jaccard applies to the noisy J or to its interval's lower end")
+AllOption = Annotated[
+    bool,
+    typer.Option("--all", help="Show every result, not only those that pass the noise-aware test"),
 ]
 OperatorsOption = Annotated[str, typer.Option(help="Extension operators: and, or or and,or")]
 ThresholdOption = Annotated[str, typer.Option(help="Numeric thresholds: auto, continuous, grid")]
@@ -840,7 +868,11 @@ OutputOption = Annotated[Path | None, typer.Option(help="Write results to .json 
 PlanOption = Annotated[bool, typer.Option(help="Only price the run (free)")]
 DisplayOption = Annotated[
     float | None,
-    typer.Option(help="Show only noisy J at least this (paper: 0.3)", callback=_closed_unit),
+    typer.Option(
+        help="J threshold of the noise-aware test: J's lower end at least this (default: the "
+        "run's, 0.3)",
+        callback=_closed_unit,
+    ),
 ]
 InitialOption = Annotated[
     int | None, typer.Option(help="Initial pairs I (default: from the preset)", min=1)
@@ -867,7 +899,7 @@ def mine_serenade_es(
     thresholds: ThresholdOption = "auto",
     jaccard_quality: Annotated[bool, typer.Option(help="NoSens ablation: plain Jaccard")] = False,
     min_jaccard: DisplayOption = None,
-    filter_by: FilterByOption = "noisy",
+    show_all: AllOption = False,
     output: OutputOption = None,
     plan_only: PlanOption = False,
 ) -> None:
@@ -886,7 +918,7 @@ def mine_serenade_es(
         quality_function="jaccard" if jaccard_quality else "serenade",
         progress=not plan_only,
     )
-    _run_serenade(ctx, dataset_id, miner, plan_only, output, min_jaccard, filter_by)
+    _run_serenade(ctx, dataset_id, miner, plan_only, output, min_jaccard, show_all)
 
 
 @mine_app.command("serenade-cs")
@@ -911,7 +943,7 @@ def mine_serenade_cs(
     max_literals: MaxLiteralsOption = 4,
     thresholds: ThresholdOption = "auto",
     min_jaccard: DisplayOption = None,
-    filter_by: FilterByOption = "noisy",
+    show_all: AllOption = False,
     output: OutputOption = None,
     plan_only: PlanOption = False,
 ) -> None:
@@ -930,7 +962,7 @@ def mine_serenade_cs(
         options=_serenade_options(operators, negations, max_literals, thresholds),
         progress=not plan_only,
     )
-    _run_serenade(ctx, dataset_id, miner, plan_only, output, min_jaccard, filter_by)
+    _run_serenade(ctx, dataset_id, miner, plan_only, output, min_jaccard, show_all)
 
 
 # --------------------------------------------------------------------------------------------
@@ -958,7 +990,13 @@ IterationsOption = Annotated[
 ]
 SeedOption = Annotated[int | None, typer.Option(help="Seed of the (public) attribute draws")]
 MinSupportOption = Annotated[float, typer.Option(help="Minimum noisy support of a result")]
-MinJaccardOption = Annotated[float, typer.Option(help="Minimum noisy Jaccard of a result")]
+MinJaccardOption = Annotated[
+    float,
+    typer.Option(
+        help="Minimum noisy Jaccard of a result, and the J threshold of the noise-aware test "
+        "(J's lower end at least this)"
+    ),
+]
 PMaxOption = Annotated[float, typer.Option(help="Maximum noisy p-value of a result")]
 BinsOption = Annotated[
     int | None, typer.Option(help="Bins of a numeric target attribute (server default if unset)")
@@ -1041,10 +1079,13 @@ def _run_tree_miner(
     plot: Path | None,
     prune: float | None,
     max_error: float | None = None,
+    show_all: bool = False,
 ) -> None:
-    """Build the miner (``make(progress)``), plan or mine it, then show and write its results
-    (``prune``: noisy support at least this; ``max_error``: standard error of noisy J at most
-    this, the public rule of :meth:`~dpmine.miners.trees._TreeMinerBase.reliable`)."""
+    """Build the miner (``make(progress)``), plan or mine it, then show the results that pass
+    the noise-aware test (``show_all``: every result), by J's lower end, and write every
+    result. ``prune`` (noisy support at least this) and ``max_error`` (standard error of noisy
+    J at most this, the public rule of :meth:`~dpmine.miners.trees._TreeMinerBase.reliable`)
+    narrow what is shown."""
     options = _options(ctx)
     for output in outputs or []:
         _check_output(output, (".json", ".csv"))
@@ -1076,50 +1117,53 @@ def _run_tree_miner(
             miner.save_plot(plot, prune)
         except ImportError as error:
             raise _fail(str(error)) from error
-    found = miner.redescriptions_ if max_error is None else miner.reliable(max_error)
+    verdict = miner.significance()
+    passed = {id(r) for r in verdict.passed}
+    found = verdict.ranked if show_all else verdict.passed
+    if max_error is not None:
+        found = [r for r in found if r.jaccard_error <= max_error]
     if prune is not None:
         found = [r for r in found if r.statistics.intersection >= prune]
     table = Table(
         "round",
         "left",
         "right",
-        "noisy I",
-        "noisy J ± s.e.",
-        "p-value",
-        title=f"{type(miner).__name__} redescriptions",
+        "noisy I [joint]",
+        "noisy J ± s.e. [joint]",
+        "J − J_ind [joint]",
+        "p-value [joint]",
+        *(["passes"] if show_all else []),
+        title=f"{type(miner).__name__} redescriptions"
+        + ("" if show_all else " that pass the noise-aware test"),
     )
-    for red in sorted(found, key=lambda r: -r.statistics.jaccard):
-        stats = red.statistics
+    for red in found:
+        stats, joint = red.statistics, red.joint_intervals
+        jaccard = f"{stats.jaccard:.3f} ± {red.jaccard_error:.3f}"
         table.add_row(
             str(red.round),
             escape(red.left),
             escape(red.right),
-            f"{stats.intersection:g}",
-            f"{stats.jaccard:.3f} ± {red.jaccard_error:.3f}",
-            "-" if stats.p_value is None else f"{stats.p_value:.2g}",
+            format_with_interval(stats.intersection, joint.support, ".0f"),
+            f"{jaccard} [{joint.jaccard.low:.3f}, {joint.jaccard.high:.3f}]",
+            format_with_interval(red.noisy_excess, joint.excess, ".3f"),
+            format_with_interval(stats.p_value, joint.p_value, ".2g"),
+            *(["yes" if id(red) in passed else "no"] if show_all else []),
         )
     kept = [f"noisy I ≥ {prune:g}"] if prune is not None else []
     kept += [f"s.e. of noisy J ≤ {max_error:g}"] if max_error is not None else []
-    shown = f" ({len(found)} with {' and '.join(kept)})" if kept else ""
+    shown = f"; {len(found)} shown with {' and '.join(kept)}" if kept else ""
+    message = miner.nothing_passed()
     table.caption = (
-        f"{len(miner.redescriptions_)} redescriptions{shown} from {len(miner.trees_)} tree "
-        f"pairs; {len(miner.receipts_)} charged calls, ε spent = {_spent(miner.receipts_)}"
+        f"{verdict.summary.describe()}{shown}; from {len(miner.trees_)} tree pairs; "
+        f"{len(miner.receipts_)} charged calls, ε spent = {_spent(miner.receipts_)}"
+        + ("" if show_all else "; --all shows every result")
+        + ("" if message is None else f"\n{message}")
     )
     payload = {
         "miner": type(miner).__name__,
-        "redescriptions": [
-            {
-                "left": r.left,
-                "right": r.right,
-                "round": r.round,
-                "noise_scale": r.noise_scale,
-                "noisy_jaccard_error": r.jaccard_error,
-                "noisy_intersection": r.statistics.intersection,
-                "noisy_jaccard": r.statistics.jaccard,
-                "noisy_p_value": r.statistics.p_value,
-            }
-            for r in found
-        ],
+        "redescriptions": [tree_record(r, significant=id(r) in passed) for r in found],
+        "significance": verdict.summary.as_dict(),
+        "message": message,
         "budget_spent": miner.budget_spent_,
         "receipts": [receipt.model_dump(mode="json") for receipt in miner.receipts_],
     }
@@ -1143,6 +1187,7 @@ def mine_alt_expm(
     target_bins: BinsOption = None,
     prune: PruneOption = None,
     max_jaccard_error: MaxErrorOption = None,
+    show_all: AllOption = False,
     leaf_release: LeafReleaseOption = "partition",
     output: OutputsOption = None,
     plot: PlotOption = None,
@@ -1162,7 +1207,9 @@ def mine_alt_expm(
             **_with_progress(parameters, progress),
         )
 
-    _run_tree_miner(ctx, dataset_id, make, plan_only, output, plot, prune, max_jaccard_error)
+    _run_tree_miner(
+        ctx, dataset_id, make, plan_only, output, plot, prune, max_jaccard_error, show_all
+    )
 
 
 @mine_app.command("alt-mcmc")
@@ -1183,6 +1230,7 @@ def mine_alt_mcmc(
     target_bins: BinsOption = None,
     prune: PruneOption = None,
     max_jaccard_error: MaxErrorOption = None,
+    show_all: AllOption = False,
     leaf_release: LeafReleaseOption = "partition",
     output: OutputsOption = None,
     plot: PlotOption = None,
@@ -1203,7 +1251,9 @@ def mine_alt_mcmc(
             **_with_progress(parameters, progress),
         )
 
-    _run_tree_miner(ctx, dataset_id, make, plan_only, output, plot, prune, max_jaccard_error)
+    _run_tree_miner(
+        ctx, dataset_id, make, plan_only, output, plot, prune, max_jaccard_error, show_all
+    )
 
 
 @mine_app.command("tree-pair")
@@ -1224,6 +1274,7 @@ def mine_tree_pair(
     target_bins: BinsOption = None,
     prune: PruneOption = None,
     max_jaccard_error: MaxErrorOption = None,
+    show_all: AllOption = False,
     leaf_release: LeafReleaseOption = "partition",
     output: OutputsOption = None,
     plot: PlotOption = None,
@@ -1245,7 +1296,9 @@ def mine_tree_pair(
             **_with_progress(parameters, progress),
         )
 
-    _run_tree_miner(ctx, dataset_id, make, plan_only, output, plot, prune, max_jaccard_error)
+    _run_tree_miner(
+        ctx, dataset_id, make, plan_only, output, plot, prune, max_jaccard_error, show_all
+    )
 
 
 # --------------------------------------------------------------------------------------------

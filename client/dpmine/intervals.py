@@ -15,6 +15,11 @@ uses (E11, E10 + E01), the p-value the four cells. The coverage is ≥ level for
 table (no prior, no boundary effect), at the price of some width. A flat-prior posterior
 simulation was measured first and rejected: its Jaccard intervals covered 0–78 % of the truth
 near J = 0 or 1 and at large noise scales.
+
+Boxes (issue #21). A :class:`CellBox` holds a range for each of the four true cells; on the
+event that every true cell is in its range, :func:`box_intervals` bounds every derived
+statistic (|I|, |U|, the supports, J, the excess J − J_ind over independence and the p-value)
+by monotone functions of the ends, so its intervals hold together with the box's probability.
 """
 
 from __future__ import annotations
@@ -24,31 +29,41 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy import signal
+from scipy import special, stats
 
 from dpmine.wire import ComputeQualityResponse, NoisyCells, QualityMode
-from dpmine.wire.statistics import jaccard, p_value
+from dpmine.wire.statistics import binomial_upper_tail, jaccard
 
 __all__ = [
     "LEVEL",
     "UNINFORMATIVE_WIDTH",
+    "CellBox",
     "Interval",
     "StatisticIntervals",
+    "box_intervals",
+    "cell_box",
     "cell_interval",
+    "excess_of",
+    "excess_range",
     "format_with_interval",
     "half_width",
+    "independence_jaccard",
     "intervals_for",
     "intervals_from_cells",
     "intervals_from_paper",
+    "jaccard_range",
+    "margin_ranges",
     "noise_scale",
+    "p_value_range",
     "quality_intervals",
+    "sum_box",
     "sum_half_width",
 ]
 
 #: Default confidence level of every interval.
 LEVEL = 0.9
-#: −log of the noise mass ignored in a sum's law (e^-35 ≈ 6e-16).
-_NEGLIGIBLE_LOG = 35.0
+#: Standard deviations of the negative binomial summed term by term in a sum's tail.
+_TAIL_SPAN = 40.0
 #: A Jaccard interval wider than this says little about the true J ("uninformative").
 UNINFORMATIVE_WIDTH = 0.8
 
@@ -87,11 +102,31 @@ class StatisticIntervals:
     support_left: Interval | None = None
     support_right: Interval | None = None
     p_value: Interval | None = None
+    #: J − J_ind, J_ind the Jaccard expected of independent sides (:func:`excess_range`).
+    excess: Interval | None = None
 
     @property
     def uninformative(self) -> bool:
         """The Jaccard interval spans most of [0, 1] (width > ``UNINFORMATIVE_WIDTH``)."""
         return self.jaccard.width > UNINFORMATIVE_WIDTH
+
+    def as_dict(self) -> dict[str, object]:
+        """For JSON: the level and [low, high] of every statistic that has an interval."""
+        record: dict[str, object] = {
+            "level": self.level,
+            "support": self.support.as_list(),
+            "union": self.union.as_list(),
+            "jaccard": self.jaccard.as_list(),
+        }
+        for name, interval in (
+            ("support_left", self.support_left),
+            ("support_right", self.support_right),
+            ("excess", self.excess),
+            ("p_value", self.p_value),
+        ):
+            if interval is not None:
+                record[name] = interval.as_list()
+        return record
 
 
 def noise_scale(epsilon: float, mode: QualityMode) -> float:
@@ -123,28 +158,50 @@ def _tail(t: int, log_q: float) -> float:
     return 2.0 * math.exp((t + 1) * log_q) / (1.0 + math.exp(log_q))
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=1024)
 def sum_half_width(scale: float, terms: int, miss: float) -> int:
     """The smallest integer t ≥ 0 with P(|Z_1 + … + Z_terms| > t) ≤ ``miss`` for independent
-    discrete Laplace Z_i of ``scale`` (the exact law of the sum, by FFT convolution)."""
+    discrete Laplace Z_i of ``scale``, from the exact law of the sum (:func:`_log_sum_tail`);
+    any ``miss`` in (0, 1), however small."""
     if terms == 1:
         return half_width(scale, miss)
     if terms < 1:
         raise ValueError(f"terms must be at least 1, got {terms}")
     half_width(scale, miss)  # validates scale and miss
-    reach = math.ceil(_NEGLIGIBLE_LOG * scale) + 1  # q^reach < e^-35: the dropped mass
-    ks = np.arange(-reach, reach + 1)
-    log_q = -1.0 / scale
-    single = np.exp(np.abs(ks) * log_q) * (-math.expm1(log_q) / (1.0 + math.exp(log_q)))
-    law = single
-    for _ in range(terms - 1):
-        law = np.clip(signal.fftconvolve(law, single), 0.0, None)
-    centre = len(law) // 2
-    # inside[t] = P(|S| ≤ t) = law[centre] + Σ_{1≤k≤t} (law[centre+k] + law[centre−k])
-    pairs = law[centre + 1 :] + law[centre - 1 :: -1]
-    inside = law[centre] + np.concatenate(([0.0], np.cumsum(pairs)))
-    above = np.flatnonzero(1.0 - inside <= miss)
-    return int(above[0]) if above.size else len(inside) - 1
+    target = math.log(miss / 2.0)  # P(|S| > t) = 2·P(S > t) for t ≥ 0 (S is symmetric)
+    if _log_sum_tail(scale, terms, 0) <= target:
+        return 0
+    low, high = 0, max(1, math.ceil(scale))
+    while _log_sum_tail(scale, terms, high) > target:
+        low, high = high, 2 * high
+    while high - low > 1:  # P(S > low) > miss/2 ≥ P(S > high)
+        middle = (low + high) // 2
+        if _log_sum_tail(scale, terms, middle) > target:
+            low = middle
+        else:
+            high = middle
+    return high
+
+
+def _log_sum_tail(scale: float, terms: int, t: int) -> float:
+    """log P(S > t) for S the sum of ``terms`` independent discrete Laplace noises of ``scale``.
+
+    A discrete Laplace variable is the difference of two independent geometrics, so S = X − Y
+    with X, Y independent negative binomials NB(terms, 1 − q), q = exp(−1/scale), and
+    P(S > t) = Σ_y P(Y = y)·P(X > t + y). The sum runs over y ≤ y_max (the mean plus
+    ``_TAIL_SPAN`` standard deviations); the rest is at most P(Y > y_max)·P(X > t + y_max),
+    which is added, so the value is an upper bound that is exact to that rest. In log space
+    (scipy's log-pmf and log-survival functions), so tails far below 1e-300 keep their
+    precision."""
+    success = -math.expm1(-1.0 / scale)
+    q = 1.0 - success
+    mean = terms * q / success
+    spread = math.sqrt(terms * q) / success
+    y_max = math.ceil(mean + _TAIL_SPAN * spread) + 50
+    ys = np.arange(y_max + 1)
+    terms_log = stats.nbinom.logpmf(ys, terms, success) + stats.nbinom.logsf(t + ys, terms, success)
+    rest = stats.nbinom.logsf(y_max, terms, success) + stats.nbinom.logsf(t + y_max, terms, success)
+    return float(special.logsumexp(np.append(terms_log, rest)))
 
 
 def cell_interval(observed: int, t: int) -> tuple[int, int]:
@@ -161,10 +218,12 @@ def _miss(level: float, cells: int) -> float:
 def intervals_from_cells(
     e11: int, e10: int, e01: int, e00: int, *, scale: float, level: float = LEVEL
 ) -> StatisticIntervals:
-    """Intervals of |I|, |U|, J, the supports and the §1.3 p-value from four noisy cells.
+    """Intervals of |I|, |U|, J, the supports, the excess and the §1.3 p-value from four noisy
+    cells, each holding the truth with probability ≥ ``level``.
 
     Sums of cells (|U|, the supports, E10 + E01) use the exact law of a sum of noises; J uses
-    the box of (E11, E10 + E01), which is all it depends on; the p-value the four-cell box."""
+    the box of (E11, E10 + E01), which is all it depends on; the p-value and the excess the
+    four-cell box (:func:`cell_box`, :func:`p_value_range`, :func:`excess_range`)."""
     _miss(level, 1)  # validates the level before anything else
     i_lo, i_hi = cell_interval(e11, sum_half_width(scale, 1, 1.0 - level))
     two = sum_half_width(scale, 2, 1.0 - level)
@@ -172,10 +231,7 @@ def intervals_from_cells(
     # J = E11 / (E11 + D) with D = E10 + E01: increasing in E11, decreasing in D.
     j11, k11 = cell_interval(e11, sum_half_width(scale, 1, _miss(level, 2)))
     jd, kd = cell_interval(e10 + e01, sum_half_width(scale, 2, _miss(level, 2)))
-    t4 = sum_half_width(scale, 1, _miss(level, 4))
-    (p11, r11), (p10, r10), (p01, r01), (p00, r00) = (
-        cell_interval(y, t4) for y in (e11, e10, e01, e00)
-    )
+    box = cell_box((e11, e10, e01, e00), scale=scale, miss=1.0 - level)
     return StatisticIntervals(
         level=level,
         scale=scale,
@@ -184,11 +240,191 @@ def intervals_from_cells(
         jaccard=Interval(jaccard(j11, j11 + kd), jaccard(k11, k11 + jd)),
         support_left=Interval(*cell_interval(e11 + e10, two)),
         support_right=Interval(*cell_interval(e11 + e01, two)),
-        # p falls with |I| and with N, and grows with the margins (chance overlap).
-        p_value=Interval(
-            p_value(r11 + p10 + p01 + r00, r11 + p10, r11 + p01, r11),
-            p_value(p11 + r10 + r01 + p00, p11 + r10, p11 + r01, p11),
-        ),
+        p_value=p_value_range(box),
+        excess=excess_range(box),
+    )
+
+
+# -- boxes of the four true cells (issue #21) -------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CellBox:
+    """A range for each true cell E11, E10, E01, E00 of §1.2 (integers ≥ 0). Whatever holds
+    for every table of the box holds for the true table whenever the four true cells are in
+    their ranges together: the functions below bound statistics over the box."""
+
+    e11: Interval
+    e10: Interval
+    e01: Interval
+    e00: Interval
+
+
+def cell_box(noisy: tuple[int, int, int, int], *, scale: float, miss: float) -> CellBox:
+    """The box of four independently noised cells (one ``red.compute_quality`` release) that
+    holds the true cells together with probability ≥ 1 − ``miss``: each cell gets
+    [y − t, y + t] ∩ [0, ∞) with P(|Z| > t) ≤ 1 − (1 − miss)^(1/4), and the four noises are
+    independent, so all four are inside with probability ≥ ((1 − miss)^(1/4))⁴ = 1 − miss."""
+    if not 0 < miss < 1:
+        raise ValueError(f"miss must be in (0, 1), got {miss!r}")
+    t = half_width(scale, -math.expm1(math.log1p(-miss) / 4.0))
+    e11, e10, e01, e00 = (Interval(*cell_interval(y, t)) for y in noisy)
+    return CellBox(e11, e10, e01, e00)
+
+
+def sum_box(
+    sums: tuple[int, int, int, int], terms: tuple[int, int, int, int], *, scale: float, miss: float
+) -> CellBox:
+    """The box of four true cells that are each a sum of ``terms`` released cells (noisy sums
+    ``sums``, discrete Laplace noise of ``scale`` per released cell): a cell of k ≥ 1 terms
+    gets [y − t, y + t] ∩ [0, ∞) with P(|noise of the sum| > t) ≤ ``miss``
+    (:func:`sum_half_width`), a cell of no term is 0 exactly. Each range misses with
+    probability ≤ ``miss``; the caller's union bound says what holds together."""
+    ranges = []
+    for value, count in zip(sums, terms, strict=True):
+        if count < 0:
+            raise ValueError(f"a cell is a sum of at least 0 released cells, got {count}")
+        t = sum_half_width(scale, count, miss) if count else 0
+        ranges.append(Interval(*cell_interval(value, t)))
+    return CellBox(*ranges)
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    return numerator / denominator if denominator > 0 else 0.0
+
+
+def jaccard_range(box: CellBox) -> Interval:
+    """Range of J = E11/(E11 + E10 + E01) over the box (0 when the union is empty).
+
+    Proof: with U = E11 + E10 + E01 > 0, ∂J/∂E11 = (E10 + E01)/U² ≥ 0 and
+    ∂J/∂E10 = ∂J/∂E01 = −E11/U² ≤ 0; an empty union has E11 = 0 and J = 0, which no ratio
+    undercuts. So the least J is at (E11 low, E10 high, E01 high) and the largest at the other
+    corner."""
+    a, b, c = box.e11, box.e10, box.e01
+    low = jaccard(a.low, a.low + b.high + c.high)
+    return Interval(low, jaccard(a.high, a.high + b.low + c.low))
+
+
+def margin_ranges(box: CellBox) -> tuple[Interval, Interval]:
+    """Ranges of x = s_L/N and y = s_R/N over the box (0 when N = 0), s_L = E11 + E10,
+    s_R = E11 + E01, N the sum of the cells.
+
+    Proof: x = (E11 + E10)/(E11 + E10 + E01 + E00) has ∂x/∂E11 = ∂x/∂E10 = (N − s_L)/N² ≥ 0
+    and ∂x/∂E01 = ∂x/∂E00 = −s_L/N² ≤ 0, so its extremes are at (E11, E10 high, E01, E00 low)
+    and the opposite corner; the same for y with E10 and E01 exchanged. N = 0 only at the
+    origin, where x = 0 is the least value anyway."""
+    a, b, c, d = box.e11, box.e10, box.e01, box.e00
+    x = Interval(
+        _ratio(a.low + b.low, a.low + b.low + c.high + d.high),
+        _ratio(a.high + b.high, a.high + b.high + c.low + d.low),
+    )
+    y = Interval(
+        _ratio(a.low + c.low, a.low + c.low + b.high + d.high),
+        _ratio(a.high + c.high, a.high + c.high + b.low + d.low),
+    )
+    return x, y
+
+
+def independence_jaccard(x: float, y: float) -> float:
+    """J_ind = xy/(x + y − xy): the Jaccard expected when the sides are independent with
+    support fractions x = s_L/N and y = s_R/N, i.e. (s_L·s_R/N)/(s_L + s_R − s_L·s_R/N)
+    (issue #21); 0 when x = y = 0. Nondecreasing in x and in y on [0, 1]²:
+    ∂J_ind/∂x = y²/(x + y − xy)² ≥ 0 (and symmetrically)."""
+    denominator = x + y - x * y
+    return x * y / denominator if denominator > 0 else 0.0
+
+
+def excess_of(
+    jaccard_value: float, support_left: float, support_right: float, n_rows: float
+) -> float:
+    """J − J_ind of one set of (noisy or true) statistics, J_ind at x = s_L/N, y = s_R/N
+    (:func:`independence_jaccard`; x = y = 0 when N ≤ 0)."""
+    x, y = _ratio(support_left, n_rows), _ratio(support_right, n_rows)
+    return jaccard_value - independence_jaccard(x, y)
+
+
+def excess_range(box: CellBox) -> Interval:
+    """An interval holding J − J_ind for every table of the box.
+
+    Proof: over the box J ∈ :func:`jaccard_range` = [J_lo, J_hi] and x ∈ [x_lo, x_hi],
+    y ∈ [y_lo, y_hi] (:func:`margin_ranges`); J_ind is nondecreasing in x and y
+    (:func:`independence_jaccard`), so J_ind(x_lo, y_lo) ≤ J_ind ≤ J_ind(x_hi, y_hi) and
+    J − J_ind ∈ [J_lo − J_ind(x_hi, y_hi), J_hi − J_ind(x_lo, y_lo)]. Conservative: the ends
+    bound J and J_ind separately, at corners that need not coincide."""
+    j = jaccard_range(box)
+    x, y = margin_ranges(box)
+    return Interval(
+        j.low - independence_jaccard(x.high, y.high), j.high - independence_jaccard(x.low, y.low)
+    )
+
+
+def p_value_range(box: CellBox) -> Interval:
+    """An interval holding the §1.3 p-value for every table of the box.
+
+    Proof: for consistent cells the p-value is T(N, μ/N, k) = P[Bin(N, μ/N) ≥ k] with k = E11
+    and mean μ = s_L·s_R/N (also when a support is 0: then k = 0 and both are 1). T is
+    nondecreasing in N at a fixed success probability (one more trial only adds a success),
+    nondecreasing in the success probability (the usual coupling) and nonincreasing in k; with
+    x = s_L/N, y = s_R/N, over the box N ∈ [Σ lows, Σ highs], xy ∈ [x_lo·y_lo, x_hi·y_hi]
+    (:func:`margin_ranges`) and k ∈ [E11 low, E11 high], which gives the lower end
+    T(N_lo, x_lo·y_lo, k_hi) and one upper end T(N_hi, x_hi·y_hi, k_lo). That upper end lets E11
+    be high in the success probability and low in k at once; :func:`_poisson_p_upper` keeps
+    them together and is usually far tighter. The upper end is the smaller of the two. (The
+    p-value is not monotone in every cell: one more row in E10 can lower it, so no single
+    corner bounds it.)"""
+    cells = (box.e11, box.e10, box.e01, box.e00)
+    x, y = margin_ranges(box)
+    n_low = round(sum(cell.low for cell in cells))
+    n_high = round(sum(cell.high for cell in cells))
+    separate = binomial_upper_tail(n_high, min(1.0, x.high * y.high), round(box.e11.low))
+    return Interval(
+        binomial_upper_tail(n_low, x.low * y.low, round(box.e11.high)),
+        min(separate, _poisson_p_upper(box)),
+    )
+
+
+def _poisson_p_upper(box: CellBox) -> float:
+    """An upper end of the p-value over the box, one value of E11 at a time.
+
+    Proof: the mean μ = s_L·s_R/N = (E11 + E10)(E11 + E01)/N is nondecreasing in E11, E10, E01
+    (∂μ/∂E10 = y(1 − x) ≥ 0, ∂μ/∂E11 = x + y − xy ≥ 0) and nonincreasing in E00
+    (∂μ/∂E00 = −xy), so at E11 = k the box's largest mean is μ*(k) = μ(k, E10 high, E01 high,
+    E00 low). Anderson & Samuels (1967, "Some inequalities among binomial and Poisson
+    probabilities", Proc. 5th Berkeley Symp.) prove P[Bin(N, μ/N) ≤ j] > P[Poi(μ) ≤ j] for
+    j > μ, i.e. P[Bin(N, μ/N) ≥ k] ≤ P[Poi(μ) ≥ k] for k > μ + 1; the Poisson tail rises with μ.
+    So when every k of the box has k > μ*(k) + 1, the p-value of any table of the box is at most
+    max_k P[Poi(μ*(k)) ≥ k], taken over every integer k in E11's range; otherwise the bound
+    is 1."""
+    ks = np.arange(round(box.e11.low), round(box.e11.high) + 1, dtype=np.float64)
+    others = box.e10.high + box.e01.high + box.e00.low
+    rows = ks + others
+    means = np.divide(
+        (ks + box.e10.high) * (ks + box.e01.high),
+        rows,
+        out=np.zeros_like(ks),
+        where=rows > 0,
+    )
+    if bool(np.any(ks <= means + 1.0)):
+        return 1.0
+    return float(np.max(stats.poisson.sf(ks - 1.0, means)))
+
+
+def box_intervals(box: CellBox, *, level: float, scale: float) -> StatisticIntervals:
+    """Every statistic's interval over one box (:func:`jaccard_range`, :func:`excess_range`,
+    :func:`p_value_range`; |I|, |U| and the supports are sums of cells, nondecreasing in each):
+    they hold together whenever the true cells are in the box, i.e. with the box's probability
+    ``level``."""
+    a, b, c = box.e11, box.e10, box.e01
+    return StatisticIntervals(
+        level=level,
+        scale=scale,
+        support=a,
+        union=Interval(a.low + b.low + c.low, a.high + b.high + c.high),
+        jaccard=jaccard_range(box),
+        support_left=Interval(a.low + b.low, a.high + b.high),
+        support_right=Interval(a.low + c.low, a.high + c.high),
+        p_value=p_value_range(box),
+        excess=excess_range(box),
     )
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, NamedTuple, Protocol, TypedDict, TypeVar
 
@@ -46,6 +46,7 @@ __all__ = [
     "DEFAULT_MIN_SUPPORT",
     "DEFAULT_P_MAX",
     "ExtractOptions",
+    "Extraction",
     "HasJaccardError",
     "HasNoisyStatistics",
     "LeafCounts",
@@ -59,6 +60,8 @@ __all__ = [
     "clamped_statistics",
     "consistent_release",
     "derived_counts",
+    "examine_partition",
+    "examine_release",
     "extract_redescriptions",
     "extract_redescriptions_from_partition",
     "is_acceptable",
@@ -69,9 +72,11 @@ __all__ = [
     "partition_counts",
     "prune",
     "prune_by_precision",
+    "query_cell_sets",
     "render_query",
     "render_redescription",
     "save_support_jaccard_plot",
+    "table_sums",
 ]
 
 #: Defaults of §3.8 (paper Table 6, App. C.3).
@@ -364,6 +369,46 @@ def noisy_statistics(counts: LeafCounts, left: LeafQuery, right: LeafQuery) -> N
     )
 
 
+def table_sums(
+    matrix: Sequence[Sequence[int]], left: Collection[int], right: Collection[int]
+) -> tuple[tuple[int, int, int, int], tuple[int, int, int, int]]:
+    """The cells (E11, E10, E01, E00) of §1.2 of a pair of queries as sums of released cells,
+    and how many released cells each one sums [REC, issue #21].
+
+    ``left`` and ``right`` are the queries' active cells (:func:`active_cells`): E11 sums the
+    rows of ``left`` × the columns of ``right``, E10 ``left`` × the other columns, E01 the other
+    rows × ``right`` and E00 the rest. On the partition release every data row is in one cell,
+    so these are noisy counts of exactly the printed queries' four cells; on the paper's
+    intersection matrix, of the rows that reach a leaf of both trees."""
+    rows = range(len(matrix))
+    columns = range(len(matrix[0]) if matrix else 0)
+    sides = (
+        ([i for i in rows if i in left], [j for j in columns if j in right]),
+        ([i for i in rows if i in left], [j for j in columns if j not in right]),
+        ([i for i in rows if i not in left], [j for j in columns if j in right]),
+        ([i for i in rows if i not in left], [j for j in columns if j not in right]),
+    )
+    sums = tuple(sum(int(matrix[i][j]) for i in r for j in c) for r, c in sides)
+    terms = tuple(len(r) * len(c) for r, c in sides)
+    return (sums[0], sums[1], sums[2], sums[3]), (terms[0], terms[1], terms[2], terms[3])
+
+
+def query_cell_sets(n_leaves: int, max_clauses: int) -> int:
+    """At most how many sets of active cells a query over one tree of ``n_leaves`` leaves can
+    have [REC, issue #21]: the size of the family a union bound over queries runs over.
+
+    Proof: a query is a disjunction of at most ``max_clauses`` signed leaves, each leaf used
+    once, and is no tautology (§3.6), so it negates at most one leaf (two negated leaves cover
+    every leaf). With a negated leaf i its active leaves are all but i (its positive leaves are
+    among them): n sets. Otherwise they are its positive leaves, at most min(c, n − 1) of them:
+    Σ_{j ≤ min(c, n − 1)} C(n, j) sets. The outside cell of the partition release only follows
+    the sign, so it adds no set."""
+    if n_leaves < 1 or max_clauses < 1:
+        raise ValueError("a tree has at least one leaf and a query at least one clause")
+    largest = min(max_clauses, n_leaves - 1)
+    return sum(math.comb(n_leaves, size) for size in range(1, largest + 1)) + n_leaves
+
+
 def jaccard_standard_error(
     red: TreeRedescription,
     n_left: int,
@@ -466,6 +511,14 @@ class ExtractOptions(TypedDict, total=False):
     empty_right: Collection[int]
 
 
+class Extraction(NamedTuple):
+    """What an extraction found, and m (issue #21): how many distinct candidates, pairs of
+    active cell sets, the search computed statistics of on the way (a public count)."""
+
+    redescriptions: list[TreeRedescription]
+    examined: int
+
+
 def extract_redescriptions(
     intersections: Sequence[Sequence[float]],
     left_counts: Sequence[float],
@@ -479,7 +532,36 @@ def extract_redescriptions(
     empty_right: Collection[int] = (),
     consistent: bool = True,
 ) -> list[TreeRedescription]:
-    """The client ``extractReds`` of §3.6 on a release (Ĩ, ĉ_L) of ``tree.leaf_counts``.
+    """The redescriptions of :func:`examine_release` (the client ``extractReds`` of §3.6)."""
+    return examine_release(
+        intersections,
+        left_counts,
+        min_supp=min_supp,
+        max_supp_fraction=max_supp_fraction,
+        min_jaccard=min_jaccard,
+        p_max=p_max,
+        max_clauses=max_clauses,
+        empty_left=empty_left,
+        empty_right=empty_right,
+        consistent=consistent,
+    ).redescriptions
+
+
+def examine_release(
+    intersections: Sequence[Sequence[float]],
+    left_counts: Sequence[float],
+    *,
+    min_supp: float = DEFAULT_MIN_SUPPORT,
+    max_supp_fraction: float = DEFAULT_MAX_SUPPORT_FRACTION,
+    min_jaccard: float = DEFAULT_MIN_JACCARD,
+    p_max: float = DEFAULT_P_MAX,
+    max_clauses: int = DEFAULT_MAX_CLAUSES,
+    empty_left: Collection[int] = (),
+    empty_right: Collection[int] = (),
+    consistent: bool = True,
+) -> Extraction:
+    """The client ``extractReds`` of §3.6 on a release (Ĩ, ĉ_L) of ``tree.leaf_counts``, and
+    the number of candidates it examined.
 
     maxSupp = ``max_supp_fraction``·N̂ (N̂ clamped at 0). For every leaf pair (i, j), in row-major
     order: start from (+i, +j); try (−i, +j), (+i, −j), (−i, −j) in that order, each replacing
@@ -507,7 +589,7 @@ def extract_redescriptions(
         max_clauses=max_clauses,
         empty=(empty_left, empty_right),
     )
-    return search.run(min_supp=min_supp, min_jaccard=min_jaccard)
+    return Extraction(search.run(min_supp=min_supp, min_jaccard=min_jaccard), len(search.examined))
 
 
 def extract_redescriptions_from_partition(
@@ -521,7 +603,31 @@ def extract_redescriptions_from_partition(
     empty_left: Collection[int] = (),
     empty_right: Collection[int] = (),
 ) -> list[TreeRedescription]:
-    """:func:`extract_redescriptions` on the ``partition`` release [REC, §3.6], through
+    """The redescriptions of :func:`examine_partition`."""
+    return examine_partition(
+        partition,
+        min_supp=min_supp,
+        max_supp_fraction=max_supp_fraction,
+        min_jaccard=min_jaccard,
+        p_max=p_max,
+        max_clauses=max_clauses,
+        empty_left=empty_left,
+        empty_right=empty_right,
+    ).redescriptions
+
+
+def examine_partition(
+    partition: Sequence[Sequence[float]],
+    *,
+    min_supp: float = DEFAULT_MIN_SUPPORT,
+    max_supp_fraction: float = DEFAULT_MAX_SUPPORT_FRACTION,
+    min_jaccard: float = DEFAULT_MIN_JACCARD,
+    p_max: float = DEFAULT_P_MAX,
+    max_clauses: int = DEFAULT_MAX_CLAUSES,
+    empty_left: Collection[int] = (),
+    empty_right: Collection[int] = (),
+) -> Extraction:
+    """:func:`examine_release` on the ``partition`` release [REC, §3.6], through
     :func:`partition_counts`: the same search, filters and tie rules; the release is already
     consistent, so no estimate is needed. A negated leaf is the exact complement of its
     leaf (:func:`active_cells`)."""
@@ -533,7 +639,7 @@ def extract_redescriptions_from_partition(
         max_clauses=max_clauses,
         empty=(empty_left, empty_right),
     )
-    return search.run(min_supp=min_supp, min_jaccard=min_jaccard)
+    return Extraction(search.run(min_supp=min_supp, min_jaccard=min_jaccard), len(search.examined))
 
 
 def _check_parameters(
@@ -561,6 +667,8 @@ class _Search:
     max_clauses: int
     empty_left: frozenset[int]
     empty_right: frozenset[int]
+    #: The pairs of active cell sets whose statistics the search computed (m of issue #21).
+    examined: set[tuple[frozenset[int], frozenset[int]]] = field(default_factory=set)
 
     @classmethod
     def of(
@@ -654,7 +762,14 @@ class _Search:
         )
 
     def _red(self, left: LeafQuery, right: LeafQuery) -> TreeRedescription:
-        return TreeRedescription(left, right, noisy_statistics(self.counts, left, right))
+        counts = self.counts
+        self.examined.add(
+            (
+                active_cells(left, counts.n_left, outside=counts.outside),
+                active_cells(right, counts.n_right, outside=counts.outside),
+            )
+        )
+        return TreeRedescription(left, right, noisy_statistics(counts, left, right))
 
     def _passes_filters(self, red: TreeRedescription, min_supp: float, min_jaccard: float) -> bool:
         """The final filters of §3.6, tautologies included."""

@@ -308,6 +308,13 @@ def test_quality_cells_mode(server: LiveServer, account: Account, mushroom: Data
     assert support_low <= support <= support_high  # the 90 % interval around the release
     assert 0.0 <= j_low <= jaccard <= j_high <= 1.0
     assert "noise scale 5 per cell" in _flat(table)
+    # The excess over independence, J − J_ind, with its 90 % interval (issue #21).
+    assert "J − J_ind [90 %]" in _flat(table)
+    signed = r"\s*(-?[\d.]+) \[(-?[\d.]+), (-?[\d.]+)\]\s*│"
+    excess = re.search(with_interval * 3 + signed, table)
+    assert excess is not None, table
+    e_value, e_low, e_high = map(float, excess.groups()[-3:])
+    assert -1.0 <= e_low <= e_value <= e_high <= 1.0
 
     command = f"--json quality {mushroom.id} {QUALITY} --epsilon 0.2"
     response = ComputeQualityResponse.model_validate_json(
@@ -518,7 +525,7 @@ def _usage_error(result: Result) -> str:
         ("mine serenade-es d --epsilon 1 --x0 5 --x0-fraction 0.1", "give only one of --x0"),
         ("mine serenade-es d --epsilon 1 --min-jaccard 2", "must be in [0, 1] (got 2)"),
         ("mine serenade-es d --epsilon 1 --preset best", "--preset must be 'auto' or 'paper'"),
-        ("mine serenade-cs d --epsilon 1 --filter-by best", "--filter-by must be 'noisy'"),
+        ("mine serenade-cs d --epsilon 1 --filter-by lower", "No such option: --filter-by"),
         ("mine itemsets d --epsilon 1 --k 0", "Invalid value for '--k'"),
         ("mine itemsets d --epsilon 1 --rho 1", "'--rho': must be in (0, 1) (got 1)"),
         ("mine itemsets d --epsilon 1 --frequency-epsilon -1", "must be >= 0 (got -1)"),
@@ -945,22 +952,46 @@ def test_serenade_plan_reports_the_signal_and_the_run_shows_intervals(
     assert "preset paper: I = 20, steps = 80" in paper, paper
     assert _budget(server, account, mushroom.id).grant_spent == 0.0  # plans are free
 
+    # The run prints the results that pass the noise-aware test (issue #21), each statistic
+    # with its joint interval; the file holds every result with its verdict.
     output = tmp_path / "reds.json"
-    command = (
-        f"mine serenade-es {mushroom.id} --epsilon 0.8 --min-jaccard 0.3 --filter-by lower "
-        f"--output {output}"
-    )
+    command = f"mine serenade-es {mushroom.id} --epsilon 0.8 --min-jaccard 0.5 --output {output}"
     table = _ok(dpmine_cli(server, account.api_key, command))
-    saved = json.loads(output.read_text())["redescriptions"]
+    written = json.loads(output.read_text())
+    saved, summary = written["redescriptions"], written["significance"]
     assert saved, "the auto preset found nothing on mushroom at ε = 0.8"
+    assert summary["min_jaccard"] == 0.5
+    assert summary["examined"] == len(saved)  # ES: one quality check per result
+    lows = [record["joint_intervals"]["jaccard"][0] for record in saved]
+    assert lows == sorted(lows, reverse=True)
     for record in saved:
+        joint = record["joint_intervals"]
         low, high = record["intervals"]["jaccard"]
         assert low <= record["noisy_statistics"]["jaccard"] <= high
-    shown = re.findall(r"(\d\.\d\d) \[(\d\.\d\d), (\d\.\d\d)\]", table)
-    assert all(float(low) >= 0.3 for _, low, _ in shown)  # --filter-by lower
-    for record in saved:  # every result whose interval starts at 0.3 or more is shown
-        low, high = record["intervals"]["jaccard"]
-        if low >= 0.3:
-            jaccard = record["noisy_statistics"]["jaccard"]
-            assert f"{jaccard:.2f} [{low:.2f}, {high:.2f}]" in table, table
-    assert "probability ≥ 90 %" in _flat(table)
+        assert joint["jaccard"][0] <= record["noisy_statistics"]["jaccard"] <= joint["jaccard"][1]
+        assert joint["level"] == pytest.approx(1 - 0.01 / len(saved))
+        passes = (
+            joint["p_value"][1] <= 0.01 / len(saved)
+            and joint["excess"][0] > 0
+            and joint["jaccard"][0] >= 0.5
+        )
+        assert record["significant"] == passes
+        if passes:  # printed with its joint interval
+            shown = f"{record['noisy_statistics']['jaccard']:.2f} [{joint['jaccard'][0]:.2f}, "
+            assert shown in table, table
+    flat = _flat(table)
+    passed = [r for r in saved if r["significant"]]
+    assert f"{len(passed)} of {len(saved)} results pass the noise-aware test" in flat
+    assert "probability ≥ 99 %" in flat
+    assert len(re.findall(r"\d\.\d\d \[\d\.\d\d, \d\.\d\d\]", table)) >= 2 * len(passed)
+    if not passed:
+        assert "No result passes the noise-aware test" in flat
+
+    # --all prints every result, each with its verdict.
+    every = _json(
+        dpmine_cli(
+            server, account.api_key, f"--json mine serenade-es {mushroom.id} --epsilon 0.2 --all"
+        )
+    )
+    assert len(every["redescriptions"]) == every["significance"]["total"]
+    assert sum(r["significant"] for r in every["redescriptions"]) == every["significance"]["passed"]

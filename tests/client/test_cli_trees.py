@@ -31,7 +31,8 @@ from support.datasets import register_mushroom
 from support.servers import Account, LiveServer, add_analyst
 
 RUNNER = CliRunner()
-ANALYST_ENV = {"COLUMNS": "250", "DPMINE_URL": "", "DPMINE_API_KEY": ""}
+#: Wide enough that long tree queries and the interval columns fit on one line.
+ANALYST_ENV = {"COLUMNS": "400", "DPMINE_URL": "", "DPMINE_API_KEY": ""}
 GRANT = 200.0
 #: Small, fast runs: trees of depth 2, few MCMC iterations.
 SMALL = "--depth 2 --iterations 1000 --seed 7"
@@ -176,7 +177,7 @@ def test_alt_expm_writes_json_csv_and_plot_that_agree_with_the_output(
         server,
         account.api_key,
         f"--json mine alt-expm {mushroom.id} --epsilon 12 --setting stable --k 2 --depth 2 "
-        f"--seed 3 --min-support 1 --min-jaccard 0 --p-max 1 "
+        f"--seed 3 --min-support 1 --min-jaccard 0 --p-max 1 --all "
         f"--output {json_file} --output {csv_file} --plot {plot_file}",
     )
     payload = _json(result)
@@ -213,7 +214,7 @@ def test_alt_mcmc_table_lists_every_redescription_and_the_spend(
         server,
         account.api_key,
         f"mine alt-mcmc {mushroom.id} --epsilon 5 --setting standard --k 2 {SMALL} "
-        f"--min-support 1 --min-jaccard 0 --p-max 1 --output {json_file}",
+        f"--min-support 1 --min-jaccard 0 --p-max 1 --all --output {json_file}",
     )
     text = _flat(_ok(result))
     written = json.loads(json_file.read_text(encoding="utf-8"))
@@ -226,7 +227,9 @@ def test_alt_mcmc_table_lists_every_redescription_and_the_spend(
         assert _flat(red["left"]) in text
         assert _flat(red["right"]) in text
     found = len(written["redescriptions"])
-    assert f"{found} redescriptions from 2 tree pairs; 5 charged calls, ε spent = 5" in text
+    passed = sum(red["significant"] for red in written["redescriptions"])
+    assert f"{passed} of {found} results pass the noise-aware test" in text
+    assert "from 2 tree pairs; 5 charged calls, ε spent = 5" in text
 
 
 def test_leaf_release_paper_prints_the_papers_noise_scale(
@@ -255,7 +258,7 @@ def test_tree_pair_prune_keeps_exactly_the_large_noisy_supports(
             account.api_key,
             f"--json mine tree-pair {mushroom.id} --epsilon 160 --in-trees 16 --omega 0.5 "
             f"--depth 2 --iterations 2000 --seed 7 --min-support 1 --min-jaccard 0 --p-max 1 "
-            f"--output {json_file} --prune {threshold}",
+            f"--all --output {json_file} --prune {threshold}",
         )
     )
     assert [r["operation"] for r in shown["receipts"]] == [
@@ -282,20 +285,114 @@ def test_max_jaccard_error_keeps_exactly_the_precise_results(
     server: LiveServer, account: Account, mushroom: DatasetInfo, tmp_path: Path
 ) -> None:
     """--max-jaccard-error shows the results whose noisy J has at most that standard error
-    (the public pruning rule), and the table prints each noisy J with its error. AltMCMC, whose
-    alternations always give redescriptions on Mushroom (a tree pair may give none, §3.5)."""
+    (the public pruning rule; here among all results, --all), and the table prints each noisy
+    J with its error. AltMCMC, whose alternations always give redescriptions on Mushroom (a
+    tree pair may give none, §3.5)."""
     json_file = tmp_path / "r.json"
     command = (
         f"mine alt-mcmc {mushroom.id} --epsilon 5 --setting standard --k 2 {SMALL} "
         f"--min-support 1 --min-jaccard 0 --p-max 1 --output {json_file} "
-        "--max-jaccard-error 0.05"
+        "--max-jaccard-error 0.05 --all"
     )
     table = _ok(dpmine_cli(server, account.api_key, command))
     everything = json.loads(json_file.read_text(encoding="utf-8"))["redescriptions"]
     assert everything
     precise = [r for r in everything if r["noisy_jaccard_error"] <= 0.05]
-    assert f"({len(precise)} with s.e. of noisy J ≤ 0.05)" in " ".join(table.split())
+    assert f"; {len(precise)} shown with s.e. of noisy J ≤ 0.05;" in " ".join(table.split())
     assert len(re.findall(r"\d\.\d{3} ± \d\.\d{3}", table)) == len(precise)
+
+
+# --------------------------------------------------------------------------------------------
+# The noise-aware significance test (issue #21): the default output, --all, the files
+
+
+def _passes(record: dict[str, Any], examined: int, min_jaccard: float) -> bool:
+    """The test, recomputed from the interval ends a file carries."""
+    joint = record["joint_intervals"]
+    return bool(
+        joint["p_value"][1] <= 0.01 / examined
+        and joint["excess"][0] > 0
+        and joint["jaccard"][0] >= min_jaccard
+    )
+
+
+def test_default_output_is_what_passes_and_all_shows_every_result(
+    server: LiveServer, account: Account, mushroom: DatasetInfo, tmp_path: Path
+) -> None:
+    """By default only the results that pass the noise-aware test are printed, by J's lower
+    end; the files hold every result with its joint intervals and ``significant``; ``--all``
+    prints every result with a "passes" column. The extraction's filters are loose (support
+    1, p 1), so the file holds results the test judges, not only those the paper's noisy
+    filters keep."""
+    loose = f"--min-support 1 --min-jaccard 0.1 --p-max 1 {SMALL}"
+    json_file, csv_file = tmp_path / "r.json", tmp_path / "r.csv"
+    shown = _json(
+        dpmine_cli(
+            server,
+            account.api_key,
+            f"--json mine alt-mcmc {mushroom.id} --epsilon 5 --setting standard --k 2 {loose} "
+            f"--output {json_file} --output {csv_file}",
+        )
+    )
+    written = json.loads(json_file.read_text(encoding="utf-8"))
+    everything, summary = written["redescriptions"], written["significance"]
+    assert summary["alpha"] == 0.01
+    assert summary["min_jaccard"] == 0.1
+    assert summary["examined"] >= len(everything) > 0
+    lows = [r["joint_intervals"]["jaccard"][0] for r in everything]
+    assert lows == sorted(lows, reverse=True)
+    for red in everything:
+        assert red["significant"] == _passes(red, summary["examined"], 0.1)
+        low, high = red["joint_intervals"]["jaccard"]
+        assert low <= red["noisy_jaccard"] <= high or red["noisy_union"] == 0
+    passing = [(r["left"], r["right"]) for r in everything if r["significant"]]
+    assert summary["passed"] == len(passing)
+    assert [(r["left"], r["right"]) for r in shown["redescriptions"]] == passing
+    assert shown["significance"] == summary
+    with csv_file.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(r["left"], r["right"], r["significant"]) for r in rows] == [
+        (r["left"], r["right"], str(r["significant"])) for r in everything
+    ]
+    assert {"joint_p_value_high", "joint_excess_low", "joint_jaccard_low"} <= set(rows[0])
+
+    # --all on another run: every result is printed, marked yes or no.
+    every_file = tmp_path / "all.json"
+    table = _flat(
+        _ok(
+            dpmine_cli(
+                server,
+                account.api_key,
+                f"mine alt-mcmc {mushroom.id} --epsilon 5 --setting standard --k 2 {loose} "
+                f"--all --output {every_file}",
+            )
+        )
+    )
+    again = json.loads(every_file.read_text(encoding="utf-8"))
+    marks = re.findall(r"│ (yes|no) │", table)
+    assert marks == ["yes" if r["significant"] else "no" for r in again["redescriptions"]]
+    assert "passes" in table
+    assert f"{again['significance']['passed']} of {len(marks)} results pass" in table
+
+
+def test_when_nothing_passes_the_run_says_so_and_how_to_get_more_signal(
+    server: LiveServer, account: Account, mushroom: DatasetInfo
+) -> None:
+    """At ε = 0.03 (a noise scale of 300 per released cell) no interval excludes J = 0: the
+    output says that nothing passed, what was spent and what to change, and --all still has
+    the results."""
+    command = f"mine alt-mcmc {mushroom.id} --epsilon 0.03 --setting standard --k 1 {SMALL}"
+    text = _flat(_ok(dpmine_cli(server, account.api_key, command)))
+    assert "AltMCMC redescriptions that pass the noise-aware test: none" in text
+    assert "No result passes the noise-aware test (p ≤ α/m = 0.01/" in text
+    assert "ε spent: 0.03. For more signal: shallower trees (depth, CLI --depth" in text
+    assert "a larger ε" in text
+    assert "fewer attributes or columns" in text
+    payload = _json(dpmine_cli(server, account.api_key, f"--json {command} --all"))
+    assert payload["significance"]["passed"] == 0
+    assert payload["message"].startswith("No result passes the noise-aware test")
+    assert len(payload["redescriptions"]) == payload["significance"]["total"]
+    assert all(not red["significant"] for red in payload["redescriptions"])
 
 
 # --------------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 
 import dpmine
+from dpmine.amounts import epsilon_sum, epsilon_text
 from dpmine.canonical import redescription_key
 from dpmine.intervals import intervals_for, quality_intervals
 from dpmine.miners import NoSens, NotMinedError, SerenadeCS, SerenadeES
@@ -474,14 +475,26 @@ def test_displayed_and_exports(people: dpmine.DatasetHandle, tmp_path: Path) -> 
     middle = sorted(r.noisy_jaccard for r in found)[2]
     assert all(r.noisy_jaccard >= middle for r in miner.displayed(min_jaccard=middle))
 
+    # Exports hold every result, by the lower end of J's joint interval, with the test's verdict.
+    ranked = miner.all_results_
+    assert sorted(map(id, ranked)) == sorted(map(id, found))
+    lows = [r.joint_intervals.jaccard.low for r in ranked]
+    assert lows == sorted(lows, reverse=True)
+    passed = miner.results_
     json_path = tmp_path / "serenade.json"
     miner.to_json(json_path)
     payload = json.loads(json_path.read_text())
-    assert [r["left"] for r in payload["redescriptions"]] == [r.left for r in found]
-    assert [r["right"] for r in payload["redescriptions"]] == [r.right for r in found]
-    for item, mined in zip(payload["redescriptions"], found, strict=True):
+    assert [r["left"] for r in payload["redescriptions"]] == [r.left for r in ranked]
+    assert [r["right"] for r in payload["redescriptions"]] == [r.right for r in ranked]
+    for item, mined in zip(payload["redescriptions"], ranked, strict=True):
         assert Redescription.model_validate(item["query"]) == mined.redescription
         assert item["noisy_statistics"] == mined.statistics.model_dump(mode="json")
+        assert item["significant"] == any(mined is r for r in passed)
+        joint_p = mined.joint_intervals.p_value
+        assert joint_p is not None
+        assert item["joint_intervals"]["p_value"] == joint_p.as_list()
+    assert payload["significance"]["passed"] == len(passed)
+    assert payload["significance"]["examined"] == len(found)  # ES: one check per result
     assert [r["ledger_entry_id"] for r in payload["receipts"]] == [
         r.ledger_entry_id for r in miner.receipts_
     ]
@@ -489,22 +502,25 @@ def test_displayed_and_exports(people: dpmine.DatasetHandle, tmp_path: Path) -> 
     csv_path = tmp_path / "serenade.csv"
     miner.to_csv(csv_path)
     rows = list(csv.reader(io.StringIO(csv_path.read_text())))
-    assert rows[0][:6] == [
+    assert rows[0][:7] == [
         "left",
         "right",
         "noisy_support",
         "noisy_union",
         "noisy_jaccard",
+        "noisy_excess",
         "p_value",
     ]
+    assert rows[0][-1] == "significant"
     assert len(rows) == len(found) + 1
-    for row, mined in zip(rows[1:], found, strict=True):
+    for row, mined in zip(rows[1:], ranked, strict=True):
         assert row[:2] == [mined.left, mined.right]
         assert int(row[2]) == mined.statistics.support
         assert int(row[3]) == mined.statistics.union
         assert float(row[4]) == pytest.approx(mined.noisy_jaccard, rel=1e-5)
         assert mined.statistics.p_value is not None
-        assert float(row[5]) == pytest.approx(mined.statistics.p_value, rel=1e-5)
+        assert float(row[6]) == pytest.approx(mined.statistics.p_value, rel=1e-5)
+        assert row[-1] == ("true" if any(mined is r for r in passed) else "false")
 
 
 def test_exports_before_mining_are_refused(tmp_path: Path) -> None:
@@ -769,7 +785,7 @@ def test_results_carry_intervals_and_the_lower_end_filter(
     json_path = tmp_path / "auto.json"
     miner.to_json(json_path)
     items = json.loads(json_path.read_text())["redescriptions"]
-    for item, mined in zip(items, found, strict=True):
+    for item, mined in zip(items, miner.all_results_, strict=True):
         assert item["intervals"]["jaccard"] == mined.jaccard_interval.as_list()
         assert item["intervals"]["level"] == 0.9
         assert item["noise_scale"] == pytest.approx(1.0 / mined.epsilon)
@@ -777,7 +793,7 @@ def test_results_carry_intervals_and_the_lower_end_filter(
     csv_path = tmp_path / "auto.csv"
     miner.to_csv(csv_path)
     rows = list(csv.DictReader(io.StringIO(csv_path.read_text())))
-    for row, mined in zip(rows, found, strict=True):
+    for row, mined in zip(rows, miner.all_results_, strict=True):
         assert float(row["jaccard_low"]) == pytest.approx(mined.jaccard_interval.low, rel=1e-5)
         assert float(row["jaccard_high"]) == pytest.approx(mined.jaccard_interval.high, rel=1e-5)
         assert float(row["support_low"]) == mined.support_interval.low
@@ -796,3 +812,67 @@ def test_quality_answers_have_intervals(people: dpmine.DatasetHandle, tmp_path: 
     assert got.jaccard.contains(truth)
     assert got.jaccard.width == 0.0
     assert got.scale == pytest.approx(0.02)
+
+
+# --------------------------------------------------------------------------------------------
+# the noise-aware significance test (issue #21)
+
+
+@pytest.mark.parametrize("miner_class", [SerenadeES, SerenadeCS])
+def test_default_results_pass_the_noise_aware_test(
+    people: dpmine.DatasetHandle, miner_class: type[SerenadeES | SerenadeCS]
+) -> None:
+    """The planted [smoker] ⇔ [sick] at ε = 20: results_ are exactly the results whose joint
+    intervals pass (p ≤ α/m, excess > 0, J ≥ min_jaccard at their unfavourable ends), m counts
+    the quality checks made, and each check's box misses with probability α/M, M the checks
+    the run could make."""
+    miner = miner_class(epsilon=20.0)
+    miner.mine(people)
+    settings = miner.settings_
+    checks = [r for r in miner.receipts_ if r.operation == "red.compute_quality"]
+    summary = miner.significance_
+    assert (summary.alpha, summary.examined, summary.min_jaccard) == (0.01, len(checks), 0.3)
+    possible = (
+        len(checks) if miner_class is SerenadeES else (settings.steps + 1) * settings.n_initial
+    )
+    everything = miner.all_results_
+    assert sorted(map(id, everything)) == sorted(map(id, miner.redescriptions_))
+    for mined in everything:
+        assert mined.joint_miss == pytest.approx(0.01 / possible)
+        assert mined.joint_intervals.level == pytest.approx(1 - 0.01 / possible)
+    passing = [
+        r
+        for r in everything
+        if r.joint_intervals.p_value is not None
+        and r.joint_intervals.excess is not None
+        and r.joint_intervals.p_value.high <= 0.01 / len(checks)
+        and r.joint_intervals.excess.low > 0
+        and r.joint_intervals.jaccard.low >= 0.3
+    ]
+    assert miner.results_ == passing
+    assert summary.passed == len(passing) >= 1, [r.joint_intervals for r in everything]
+    assert summary.total == len(everything)
+    assert miner.nothing_passed() is None
+    # Another J threshold: the same test, post-processing only.
+    assert miner.significance(min_jaccard=0.9).passed == [
+        r for r in passing if r.joint_intervals.jaccard.low >= 0.9
+    ]
+
+
+def test_paper_quality_mode_cannot_pass_and_says_why(people: dpmine.DatasetHandle) -> None:
+    """The "paper" quality mode releases |I| and |U| only: no p-value or excess can be
+    bounded, so no result passes, and the hint names the "cells" mode."""
+    miner = SerenadeES(epsilon=20.0, quality_mode="paper")
+    miner.mine(people)
+    assert miner.redescriptions_
+    assert miner.results_ == []
+    assert all(r.joint_intervals.p_value is None for r in miner.all_results_)
+    message = miner.nothing_passed()
+    assert message is not None
+    spent = epsilon_text(epsilon_sum(r.epsilon_exact for r in miner.receipts_))
+    checks = sum(r.operation == "red.compute_quality" for r in miner.receipts_)
+    assert message.startswith(f"No result passes the noise-aware test (p ≤ α/m = 0.01/{checks} ")
+    assert f"ε spent: {spent}. For more signal: quality_mode='cells'" in message
+    assert "a larger ε" in message
+    assert "fewer attributes" in message
+    assert f"all_results_ (CLI: --all) lists the {len(miner.redescriptions_)} results" in message

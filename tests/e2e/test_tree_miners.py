@@ -178,15 +178,22 @@ def test_a_tree_miner_runs_end_to_end(
     reliable = miner.reliable(0.2)
     assert reliable == [red for red in found if red.jaccard_error <= 0.2]
 
-    # Exports carry the same results and receipts.
+    # Exports carry the same results, by J's lower end with their verdicts, and the receipts.
+    ranked = miner.all_results_
+    assert sorted(map(id, ranked)) == sorted(map(id, found))
+    passing = {id(red) for red in miner.results_}
     miner.to_json(tmp_path / "reds.json")
     exported = json.loads((tmp_path / "reds.json").read_text())
-    assert [r["left"] for r in exported["redescriptions"]] == [r.left for r in found]
+    assert [r["left"] for r in exported["redescriptions"]] == [r.left for r in ranked]
+    assert [r["significant"] for r in exported["redescriptions"]] == [
+        id(red) in passing for red in ranked
+    ]
+    assert exported["significance"]["passed"] == len(passing)
     assert len(exported["receipts"]) == len(miner.receipts_)
     assert len(exported["trees"]) == len(miner.trees_)
     miner.to_csv(tmp_path / "reds.csv")
     with (tmp_path / "reds.csv").open(newline="") as handle:
         rows = list(csv.DictReader(handle))
-    assert [row["right"] for row in rows] == [r.right for r in found]
+    assert [row["right"] for row in rows] == [r.right for r in ranked]
     assert miner.pruned(float("inf")) == []
     assert miner.pruned(float("-inf")) == found

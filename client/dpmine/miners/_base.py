@@ -11,15 +11,17 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Generic
 
 from rich.progress import Progress
 
 from dpmine.amounts import epsilon_sum, epsilon_text
 from dpmine.connection import DatasetHandle
 from dpmine.errors import BudgetExhaustedError, DPMineError, checked_parameters
+from dpmine.significance import ResultT, Significance, Verdict, nothing_passed, significance_test
 from dpmine.wire import EstimateResponse, PlannedCall, Receipt
 
-__all__ = ["BaseMiner", "NotMinedError", "Plan"]
+__all__ = ["BaseMiner", "NotMinedError", "Plan", "SignificantMiner"]
 
 
 class NotMinedError(DPMineError):
@@ -103,3 +105,58 @@ class BaseMiner(ABC):
         if spent is None:
             raise NotMinedError(f"{type(self).__name__} has not mined yet; call mine() first")
         return spent.receipts
+
+
+#: How to get more signal, whatever the miner (issue #21).
+GENERAL_HINTS = (
+    "a larger ε (less noise on every release)",
+    "fewer attributes or columns in the views (fewer candidates per draw, fewer tests)",
+)
+
+
+class SignificantMiner(BaseMiner, Generic[ResultT]):
+    """A redescription miner whose default results pass the noise-aware test of
+    :mod:`dpmine.significance` (issue #21): ``results_`` the passing results, ``all_results_``
+    every result, both by J's lower end, and ``significance_`` the summary (m, α, how many
+    passed). ``min_jaccard`` is the run's J threshold."""
+
+    min_jaccard: float
+
+    @abstractmethod
+    def _examined(self) -> tuple[list[ResultT], int]:
+        """Every result of the last run and m, the number of results it examined."""
+
+    def _hints(self) -> list[str]:
+        """How to get more signal from this miner: its plan's weak draws first."""
+        return list(GENERAL_HINTS)
+
+    def significance(self, min_jaccard: float | None = None) -> Verdict[ResultT]:
+        """The test on the last run's results, with the run's ``min_jaccard`` or another J
+        threshold (post-processing, free)."""
+        results, examined = self._examined()
+        threshold = self.min_jaccard if min_jaccard is None else min_jaccard
+        return significance_test(results, examined=examined, min_jaccard=threshold)
+
+    @property
+    def results_(self) -> list[ResultT]:
+        """The results that pass the noise-aware test, by J's lower end (the default output)."""
+        return self.significance().passed
+
+    @property
+    def all_results_(self) -> list[ResultT]:
+        """Every result of the last run, by J's lower end."""
+        return self.significance().ranked
+
+    @property
+    def significance_(self) -> Significance:
+        """m, α, the J threshold and how many results passed."""
+        return self.significance().summary
+
+    def nothing_passed(self, min_jaccard: float | None = None) -> str | None:
+        """None when some result passes; otherwise what to say: that none did, the ε spent and
+        how to get more signal (:func:`dpmine.significance.nothing_passed`)."""
+        verdict = self.significance(min_jaccard)
+        if verdict.passed:
+            return None
+        spent = epsilon_text(epsilon_sum(r.epsilon_exact for r in self.receipts_))
+        return nothing_passed(verdict.summary, spent=spent, hints=self._hints())

@@ -39,6 +39,13 @@ the server's free ``serenade.calibrate`` (c per unit ε) — never from data:
 Explicit parameters always win over the preset. ``plan()`` reports each draw's c·R against
 ln M and flags uniform-like draws and noisy quality checks (:class:`SerenadePlan`). Results
 carry 90 % intervals from the public noise law of their quality call (:mod:`dpmine.intervals`).
+
+Noise-aware significance (issue #21, :mod:`dpmine.significance`). Each quality check also gets
+a box of its four true cells at miss α/M, M the checks the run can make, known before the first
+one (ES: its distinct final redescriptions; CS: (τ + 1)·I). Every check draws fresh noise on a
+redescription chosen before it, so all boxes of the run hold together with probability
+≥ 1 − α, also for the CS chain that kept a check because of its own noisy J. ``results_`` are
+the results that pass the test with m the checks actually made; ``all_results_`` all of them.
 """
 
 from __future__ import annotations
@@ -55,9 +62,20 @@ from typing import Literal, TypedDict, Unpack
 from dpmine.canonical import redescription_key
 from dpmine.connection import DatasetHandle
 from dpmine.errors import ParameterError
-from dpmine.intervals import Interval, StatisticIntervals, format_with_interval, intervals_for
-from dpmine.miners._base import BaseMiner, NotMinedError, Plan, _Spent
+from dpmine.intervals import (
+    Interval,
+    StatisticIntervals,
+    box_intervals,
+    cell_box,
+    excess_of,
+    format_with_interval,
+    intervals_for,
+    intervals_from_paper,
+    noise_scale,
+)
+from dpmine.miners._base import GENERAL_HINTS, NotMinedError, Plan, SignificantMiner, _Spent
 from dpmine.queries import format_query
+from dpmine.significance import ALPHA
 from dpmine.wire import (
     COUNT_NOISY,
     RED_COMPUTE_QUALITY,
@@ -132,19 +150,24 @@ AUTO_COUNT_CAP = 0.05
 _NANO = 1_000_000_000
 #: One-sided sensitivities of plain Jaccard (the NoSens ablation): up 1, down ½ (§0.8).
 _JACCARD_UP_DOWN = (1.0, 0.5)
+#: J threshold of the significance test when none is given: the paper's display filter (§2.6).
+DEFAULT_MIN_JACCARD = 0.3
 
 
 @dataclass(frozen=True)
 class MinedRedescription:
     """A released redescription: the noisy cells of ``red.compute_quality``, the statistics
     derived from them, and (post-processing, :mod:`dpmine.intervals`) their 90 % intervals
-    from the public noise law of the call that released them (ε, mode)."""
+    from the public noise law of the call that released them (ε, mode), and the joint
+    intervals of the significance test (box miss ``joint_miss``, :mod:`dpmine.significance`)."""
 
     redescription: Redescription
     statistics: NoisyStatistics
     cells: NoisyCells
     epsilon: float
     mode: QualityMode = "cells"
+    #: Probability that the box of the joint intervals misses: α/M in a run of M checks.
+    joint_miss: float = ALPHA
 
     @property
     def left(self) -> str:
@@ -170,6 +193,33 @@ class MinedRedescription:
     def intervals(self) -> StatisticIntervals:
         """90 % intervals of |I|, |U|, J, the supports and the p-value (§1.6)."""
         return intervals_for(self.cells, epsilon=self.epsilon, mode=self.mode)
+
+    @cached_property
+    def joint_intervals(self) -> StatisticIntervals:
+        """Intervals of |I|, |U|, J, the supports, the excess J − J_ind and the p-value that
+        hold together with probability ≥ 1 − ``joint_miss`` (:func:`dpmine.intervals.cell_box`):
+        those of the significance test. "paper" mode releases |I| and |U| only, so it has no
+        p-value or excess interval (and its results cannot pass the test)."""
+        scale = noise_scale(self.epsilon, self.mode)
+        level = 1.0 - self.joint_miss
+        cells = self.cells
+        if self.mode == "cells":
+            values = (cells.e11, cells.e10, cells.e01, cells.e00)
+            noisy = tuple(int(v) if v is not None else 0 for v in values)
+            box = cell_box(
+                (noisy[0], noisy[1], noisy[2], noisy[3]), scale=scale, miss=self.joint_miss
+            )
+            return box_intervals(box, level=level, scale=scale)
+        intersection, union = cells.intersection or 0, cells.union or 0
+        return intervals_from_paper(intersection, union, scale=scale, level=level)
+
+    @property
+    def noisy_excess(self) -> float | None:
+        """J̃ − J_ind(ŝ_L/N̂, ŝ_R/N̂) from the noisy statistics (None in "paper" mode)."""
+        stats = self.statistics
+        if stats.support_left is None or stats.support_right is None or stats.n_rows is None:
+            return None
+        return excess_of(stats.jaccard, stats.support_left, stats.support_right, stats.n_rows)
 
     @property
     def jaccard_interval(self) -> Interval:
@@ -197,7 +247,7 @@ class MinedRedescription:
 
     def to_dict(self) -> dict[str, object]:
         """The record of the JSON export: queries, noisy cells and statistics, their 90 %
-        intervals and the noise scale."""
+        intervals, the joint intervals of the significance test and the noise scale."""
         return _json_record(self)
 
 
@@ -433,6 +483,24 @@ class CheckNoise:
         return self.scale > self.x0 / NOISY_CHECK_RATIO
 
 
+def signal_warnings(signals: list[DrawSignal], noise: CheckNoise | None) -> list[str]:
+    """One line per uniform-like draw kind and for noisy quality checks (issue #12): where a
+    run's signal is weak, and what to change."""
+    lines = [
+        f"{s.operation}: c·R = {s.signal:.2f} < ln(candidates) = {s.log_candidates:.2f}: "
+        "these draws are close to uniform (raise ε or lower I/K/τ)"
+        for s in signals
+        if s.uniform_like
+    ]
+    if noise is not None and noise.noisy:
+        lines.append(
+            f"red.compute_quality: noise scale {noise.scale:.3g} per cell is above "
+            f"x0/{NOISY_CHECK_RATIO:g} = {noise.x0 / NOISY_CHECK_RATIO:.3g}: the quality "
+            "checks cannot judge supports near x0"
+        )
+    return lines
+
+
 @dataclass(frozen=True)
 class SerenadePlan(Plan):
     """A Serenade plan: the priced calls, the settings used and the signal report."""
@@ -444,20 +512,7 @@ class SerenadePlan(Plan):
     @property
     def warnings(self) -> list[str]:
         """One line per uniform-like draw kind and for noisy quality checks."""
-        lines = [
-            f"{s.operation}: c·R = {s.signal:.2f} < ln(candidates) = {s.log_candidates:.2f}: "
-            "these draws are close to uniform (raise ε or lower I/K/τ)"
-            for s in self.signals
-            if s.uniform_like
-        ]
-        noise = self.check_noise
-        if noise is not None and noise.noisy:
-            lines.append(
-                f"red.compute_quality: noise scale {noise.scale:.3g} per cell is above "
-                f"x0/{NOISY_CHECK_RATIO:g} = {noise.x0 / NOISY_CHECK_RATIO:.3g}: the quality "
-                "checks cannot judge supports near x0"
-            )
-        return lines
+        return signal_warnings(self.signals, self.check_noise)
 
     def report(self) -> str:
         """The signal report as text (one line per draw kind, then the warnings)."""
@@ -508,9 +563,11 @@ class SerenadeParameters(TypedDict, total=False):
     progress: bool
 
 
-class _SerenadeBase(BaseMiner):
+class _SerenadeBase(SignificantMiner[MinedRedescription]):
     """Parameters and shared plumbing of the Serenade miners. ``None`` = chosen by ``preset``
     (see the module docstring); ``y0_fraction=0`` turns the coverage factor off."""
+
+    min_jaccard: float = DEFAULT_MIN_JACCARD
 
     def __init__(
         self,
@@ -767,7 +824,7 @@ class _SerenadeBase(BaseMiner):
         """Check the budget, buy the row count if any, and settle the run's settings and x0/y0:
         fractions of n̂ clamped to the same fractions of the public n_max (post-processing);
         under "auto" I, K/τ and the split are chosen again at that x0 (same total ε)."""
-        self._check_budget(dataset)
+        plan = self._check_budget(dataset)
         settings, _prices = self._settings(dataset)
         spent = _Spent()
         n_hat: float | None = None
@@ -781,6 +838,13 @@ class _SerenadeBase(BaseMiner):
         self.x0_ = x0
         self.y0_ = y0
         self.settings_ = settings
+        # Where the run's signal is weak: at the final settings under "auto", else the plan's.
+        if _prices is not None:
+            signals = self._signals(dataset.schema, settings, _prices.c_per_epsilon, x0)
+            self.weak_draws_ = signal_warnings(*signals)
+        else:
+            self.weak_draws_ = plan.warnings if isinstance(plan, SerenadePlan) else []
+        self._checks = 0
         return settings, self._quality_request(x0, y0, settings.calibration), spent
 
     def _initial_pairs(
@@ -824,13 +888,25 @@ class _SerenadeBase(BaseMiner):
         return response
 
     def _measure(
-        self, dataset: DatasetHandle, red: Redescription, epsilon: float, spent: _Spent
+        self,
+        dataset: DatasetHandle,
+        red: Redescription,
+        epsilon: float,
+        spent: _Spent,
+        joint_miss: float,
     ) -> MinedRedescription:
+        """One quality check; its joint box misses with probability ``joint_miss`` (α/M)."""
         request = ComputeQualityRequest(redescription=red, epsilon=epsilon, mode=self.quality_mode)
         response = dataset.run(request)
         spent.receipts.append(response.receipt)
+        self._checks += 1
         return MinedRedescription(
-            red, response.statistics, response.cells, epsilon=epsilon, mode=response.mode
+            red,
+            response.statistics,
+            response.cells,
+            epsilon=epsilon,
+            mode=response.mode,
+            joint_miss=joint_miss,
         )
 
     # -- results -------------------------------------------------------------------------------
@@ -841,51 +917,89 @@ class _SerenadeBase(BaseMiner):
             raise NotMinedError(f"{type(self).__name__} has not mined yet; call mine() first")
         return found
 
+    def _examined(self) -> tuple[list[MinedRedescription], int]:
+        """The results and m, the quality checks the run made (each measured one candidate)."""
+        found = self._mined()
+        return found, self._checks
+
+    def _hints(self) -> list[str]:
+        """The plan's weak draws and noisy checks, then the general remedies."""
+        weak = list(getattr(self, "weak_draws_", []))
+        if self.quality_mode == "paper":
+            weak.insert(0, "quality_mode='cells' (the 'paper' mode releases no p-value)")
+        return weak + list(GENERAL_HINTS)
+
     def displayed(
         self, min_jaccard: float = 0.3, *, by: Literal["noisy", "lower"] = "noisy"
     ) -> list[MinedRedescription]:
         """The paper's display filter, noisy J ≥ ``min_jaccard``, or with ``by="lower"`` the
-        lower end of J's 90 % interval ≥ ``min_jaccard`` (post-processing)."""
+        lower end of J's 90 % interval ≥ ``min_jaccard`` (post-processing). Neither is what a
+        run shows by default: that is ``results_``, the noise-aware test
+        (:mod:`dpmine.significance`)."""
         if by not in ("noisy", "lower"):
             raise ParameterError(f"by must be 'noisy' or 'lower', got {by!r}")
         if by == "lower":
             return [r for r in self._mined() if r.jaccard_interval.low >= min_jaccard]
         return [r for r in self._mined() if r.noisy_jaccard >= min_jaccard]
 
-    def to_json(self, path: Path) -> None:
-        """Write the redescriptions (queries, noisy statistics, their 90 % intervals and the
-        noise scale) and the receipts."""
+    def to_json(self, path: Path, min_jaccard: float | None = None) -> None:
+        """Write every redescription by J's lower end (queries, noisy statistics, their 90 %
+        and joint intervals, the noise scale, whether it passes the significance test with
+        ``min_jaccard``, default the run's), the test's summary and the receipts."""
+        verdict = self.significance(min_jaccard)
+        passed = {id(r) for r in verdict.passed}
         payload = {
-            "redescriptions": [r.to_dict() for r in self._mined()],
+            "redescriptions": [
+                {**r.to_dict(), "significant": id(r) in passed} for r in verdict.ranked
+            ],
+            "significance": verdict.summary.as_dict(),
             "receipts": [receipt.model_dump(mode="json") for receipt in self.receipts_],
         }
         path.write_text(json.dumps(payload, indent=2) + "\n")
 
-    def to_csv(self, path: Path) -> None:
-        """Write one row per redescription with its noisy statistics and 90 % intervals."""
+    def to_csv(self, path: Path, min_jaccard: float | None = None) -> None:
+        """Write one row per redescription, by J's lower end, with its noisy statistics, 90 %
+        and joint intervals and whether it passes the significance test (with
+        ``min_jaccard``, default the run's)."""
+        verdict = self.significance(min_jaccard)
+        passed = {id(r) for r in verdict.passed}
         with path.open("w", newline="") as handle:
             writer = csv.writer(handle)
             writer.writerow(CSV_COLUMNS)
-            for r in self._mined():
-                writer.writerow(_csv_row(r))
+            for r in verdict.ranked:
+                writer.writerow(_csv_row(r, significant=id(r) in passed))
 
 
-#: Columns of :meth:`_SerenadeBase.to_csv`.
+#: Columns of :meth:`_SerenadeBase.to_csv`: noisy values, 90 % intervals (``*_low``/``*_high``),
+#: the joint intervals of the significance test (``joint_*``) and its verdict.
 CSV_COLUMNS = (
     "left",
     "right",
     "noisy_support",
     "noisy_union",
     "noisy_jaccard",
+    "noisy_excess",
     "p_value",
     "support_low",
     "support_high",
     "jaccard_low",
     "jaccard_high",
+    "excess_low",
+    "excess_high",
     "p_value_low",
     "p_value_high",
     "noise_scale",
     "uninformative",
+    "joint_level",
+    "joint_support_low",
+    "joint_support_high",
+    "joint_jaccard_low",
+    "joint_jaccard_high",
+    "joint_excess_low",
+    "joint_excess_high",
+    "joint_p_value_low",
+    "joint_p_value_high",
+    "significant",
 )
 
 
@@ -893,52 +1007,49 @@ def _g(value: float | None) -> str:
     return "" if value is None else f"{value:.6g}"
 
 
-def _csv_row(r: MinedRedescription) -> list[str | int]:
-    stats, iv = r.statistics, r.intervals
-    p = iv.p_value
+def _ends(interval: Interval | None) -> list[str]:
+    return ["", ""] if interval is None else [_g(interval.low), _g(interval.high)]
+
+
+def _csv_row(r: MinedRedescription, *, significant: bool) -> list[str | int]:
+    stats, iv, joint = r.statistics, r.intervals, r.joint_intervals
     return [
         r.left,
         r.right,
         stats.support,
         stats.union,
         _g(stats.jaccard),
+        _g(r.noisy_excess),
         _g(stats.p_value),
-        _g(iv.support.low),
-        _g(iv.support.high),
-        _g(iv.jaccard.low),
-        _g(iv.jaccard.high),
-        _g(None if p is None else p.low),
-        _g(None if p is None else p.high),
+        *_ends(iv.support),
+        *_ends(iv.jaccard),
+        *_ends(iv.excess),
+        *_ends(iv.p_value),
         _g(iv.scale),
         "true" if iv.uninformative else "false",
+        _g(joint.level),
+        *_ends(joint.support),
+        *_ends(joint.jaccard),
+        *_ends(joint.excess),
+        *_ends(joint.p_value),
+        "true" if significant else "false",
     ]
 
 
 def _json_record(r: MinedRedescription) -> dict[str, object]:
     iv = r.intervals
-    intervals: dict[str, object] = {
-        "level": iv.level,
-        "support": iv.support.as_list(),
-        "union": iv.union.as_list(),
-        "jaccard": iv.jaccard.as_list(),
-    }
-    for name, interval in (
-        ("support_left", iv.support_left),
-        ("support_right", iv.support_right),
-        ("p_value", iv.p_value),
-    ):
-        if interval is not None:
-            intervals[name] = interval.as_list()
     return {
         "left": r.left,
         "right": r.right,
         "query": r.redescription.model_dump(mode="json"),
         "noisy_cells": r.cells.model_dump(mode="json", exclude_none=True),
         "noisy_statistics": r.statistics.model_dump(mode="json"),
+        "noisy_excess": r.noisy_excess,
         "epsilon": r.epsilon,
         "mode": r.mode,
         "noise_scale": iv.scale,
-        "intervals": intervals,
+        "intervals": iv.as_dict(),
+        "joint_intervals": r.joint_intervals.as_dict(),
         "uninformative": iv.uninformative,
     }
 
@@ -976,13 +1087,20 @@ def _placeholder(schema: DatasetMetadata) -> Redescription:
 
 
 class SerenadeES(_SerenadeBase):
-    """SerenadeES (Algorithm 2): one collection of I redescriptions, K extension rounds."""
+    """SerenadeES (Algorithm 2): one collection of I redescriptions, K extension rounds.
+    ``min_jaccard`` is only the J threshold of the significance test (default 0.3, the
+    paper's display filter, §2.6)."""
 
     def __init__(
-        self, *, rounds: int | None = None, **parameters: Unpack[SerenadeParameters]
+        self,
+        *,
+        rounds: int | None = None,
+        min_jaccard: float = DEFAULT_MIN_JACCARD,
+        **parameters: Unpack[SerenadeParameters],
     ) -> None:
         super().__init__(**parameters)
         self.rounds = rounds
+        self.min_jaccard = min_jaccard
 
     def _planned(self, dataset: DatasetHandle, settings: SerenadeSettings) -> list[PlannedCall]:
         schema = dataset.schema
@@ -1076,15 +1194,17 @@ class SerenadeES(_SerenadeBase):
         """One quality check per distinct redescription, in the order of first positions, at
         m·ε_qual/I for m positions holding it: a repeat is measured once and printed once, and
         its share of ε_qual buys a more precise check instead (post-processing of the released
-        collection decides the split; the total stays ε_qual)."""
+        collection decides the split; the total stays ε_qual). Each box misses with probability
+        α/M, M the distinct redescriptions (:mod:`dpmine.significance`)."""
         e_qual = settings.shares[2]
         copies: dict[tuple[str, str], list[Redescription]] = {}
         for red in collection:
             copies.setdefault(redescription_key(red), []).append(red)
+        joint_miss = ALPHA / max(len(copies), 1)  # M = the distinct checks, known before any
         results = []
         for same in copies.values():
             epsilon = settings.call_epsilon(e_qual * len(same) / len(collection))
-            results.append(self._measure(dataset, same[0], epsilon, spent))
+            results.append(self._measure(dataset, same[0], epsilon, spent, joint_miss))
             for _ in same:
                 advance()
         return results
@@ -1173,6 +1293,8 @@ class SerenadeCS(_SerenadeBase):
         """Run the chains; the plan is an upper bound (chains stop below J_min)."""
         settings, quality, spent = self._start(dataset)
         e_x, e_q = self._budgets(settings)
+        # M = every check the chains can make, (τ + 1)·I, fixed before the first one.
+        joint_miss = ALPHA / (settings.n_initial * (settings.steps + 1))
         pairs = self._initial_pairs(dataset, settings, quality, spent)
         results: list[MinedRedescription] = []
         seen: set[tuple[str, str]] = set()
@@ -1186,6 +1308,7 @@ class SerenadeCS(_SerenadeBase):
                     e_x=e_x,
                     e_q=e_q,
                     spent=spent,
+                    joint_miss=joint_miss,
                 )
                 # Chains that end on the same canonical redescription give one result: the
                 # first chain's (keeping the copy with the best noisy figures would favour the
@@ -1208,8 +1331,9 @@ class SerenadeCS(_SerenadeBase):
         e_x: float,
         e_q: float,
         spent: _Spent,
+        joint_miss: float,
     ) -> MinedRedescription | None:
-        measured = self._measure(dataset, start, e_q, spent)
+        measured = self._measure(dataset, start, e_q, spent, joint_miss)
         last_good = measured if measured.noisy_jaccard >= self.min_jaccard else None
         for _ in range(steps):
             if measured.noisy_jaccard < self.min_jaccard:
@@ -1223,7 +1347,7 @@ class SerenadeCS(_SerenadeBase):
                 spent=spent,
             )
             if step.changed:  # an unchanged chain keeps its noisy J (no new quality call)
-                measured = self._measure(dataset, step.redescription, e_q, spent)
+                measured = self._measure(dataset, step.redescription, e_q, spent, joint_miss)
             if measured.noisy_jaccard >= self.min_jaccard:
                 last_good = measured
         return last_good
@@ -1233,7 +1357,11 @@ class NoSens(SerenadeES):
     """The paper's ablation: SerenadeES with plain Jaccard quality (sensitivity 1)."""
 
     def __init__(
-        self, *, rounds: int | None = None, **parameters: Unpack[SerenadeParameters]
+        self,
+        *,
+        rounds: int | None = None,
+        min_jaccard: float = DEFAULT_MIN_JACCARD,
+        **parameters: Unpack[SerenadeParameters],
     ) -> None:
         parameters.setdefault("quality_function", "jaccard")
-        super().__init__(rounds=rounds, **parameters)
+        super().__init__(rounds=rounds, min_jaccard=min_jaccard, **parameters)

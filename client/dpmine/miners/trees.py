@@ -18,6 +18,19 @@ The attribute draws use the miner's own generator (``seed``): they are public ch
 iterations (one per drawn attribute) share no released value, so up to ``concurrent_iterations``
 of them run their calls at the same time; their releases are then read in the order of the
 draws, so the results and receipts are those of the sequential run.
+
+Noise-aware significance (issue #21, :mod:`dpmine.significance`). The four cells of a result
+are sums of released cells over a rectangle of (left cells) × (right cells)
+(:func:`dpmine.treereds.table_sums`). Each of the run's R leaf-count releases gets the miss
+α/R, split by a union bound over every rectangle the cells of a query can sum, at most
+4·L_left·L_right with L the active cell sets a query can have
+(:func:`dpmine.treereds.query_cell_sets`): all those sums are in their ranges together with
+probability ≥ 1 − α/R, so the boxes of every query the extraction could pick from that release
+hold, and those of the whole run with probability ≥ 1 − α. m counts the candidates whose
+statistics the extractions computed. ``results_`` are the results that pass, ``all_results_``
+every result. With ``leaf_release="paper"`` the boxes sum the intersection matrix only (scale
+2/ε): they hold the statistics of the rows that reach a leaf of both trees, which are the
+printed queries' only when no row misses a value on the trees' paths.
 """
 
 from __future__ import annotations
@@ -32,6 +45,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
+from functools import cached_property
 from pathlib import Path
 from typing import Self, TypedDict, Unpack, get_args
 
@@ -40,8 +54,10 @@ import numpy as np
 from dpmine.canonical import redescription_key, simplify_conjunction
 from dpmine.connection import DatasetHandle
 from dpmine.errors import ParameterError
-from dpmine.miners._base import BaseMiner, NotMinedError, _Spent
+from dpmine.intervals import StatisticIntervals, box_intervals, excess_of, sum_box
+from dpmine.miners._base import GENERAL_HINTS, NotMinedError, SignificantMiner, _Spent
 from dpmine.queries import format_query
+from dpmine.significance import ALPHA
 from dpmine.treereds import (
     DEFAULT_MAX_CLAUSES,
     DEFAULT_MAX_JACCARD_ERROR,
@@ -52,12 +68,15 @@ from dpmine.treereds import (
     LeafPath,
     NoisyStatistics,
     TreeRedescription,
-    extract_redescriptions,
-    extract_redescriptions_from_partition,
+    active_cells,
+    examine_partition,
+    examine_release,
     jaccard_standard_error,
     prune_by_precision,
+    query_cell_sets,
     render_redescription,
     save_support_jaccard_plot,
+    table_sums,
 )
 from dpmine.wire import (
     DEFAULT_TREE_ITERATIONS,
@@ -97,7 +116,10 @@ __all__ = [
     "MinedTreeRedescription",
     "TreeMinerParameters",
     "leaf_paths",
+    "release_miss",
+    "result_table",
     "simplified_leaf_paths",
+    "tree_record",
 ]
 
 #: Default depth: 3 split levels, the reference's maxTreeDepth = 4 (§3.1, §3.8).
@@ -120,13 +142,35 @@ class MinedTreeRedescription:
     With the default ``leaf_release="partition"`` the statistics are noisy counts of exactly the
     rows of the printed queries (a ``!(path)`` holds the rows missing a value on the path too).
     With ``"paper"`` they are the paper's estimates: exact only when no row misses a value on
-    the trees' paths (:mod:`dpmine.treereds`)."""
+    the trees' paths (:mod:`dpmine.treereds`). ``joint_intervals`` are those of the
+    significance test (module docstring)."""
 
     redescription: Redescription
     statistics: NoisyStatistics
     noise_scale: float
     round: int
     jaccard_error: float
+    #: Noisy (E11, E10, E01, E00) as sums of released cells, and how many cells each sums.
+    noisy_cells: tuple[int, int, int, int]
+    cell_terms: tuple[int, int, int, int]
+    #: Probability that one such sum's range misses: α/(R·rectangles) (module docstring).
+    sum_miss: float
+    #: Probability ≥ which every range of the release holds together: 1 − α/R.
+    joint_level: float
+
+    @cached_property
+    def joint_intervals(self) -> StatisticIntervals:
+        """Intervals of |I|, |U|, J, the supports, the excess J − J_ind and the p-value that
+        hold, with those of every query of the same release, with probability ≥
+        ``joint_level`` (:func:`dpmine.intervals.sum_box`): those of the significance test."""
+        box = sum_box(self.noisy_cells, self.cell_terms, scale=self.noise_scale, miss=self.sum_miss)
+        return box_intervals(box, level=self.joint_level, scale=self.noise_scale)
+
+    @property
+    def noisy_excess(self) -> float:
+        """J̃ − J_ind(ŝ_L/N̂, ŝ_R/N̂) from the noisy statistics."""
+        stats = self.statistics
+        return excess_of(stats.jaccard, stats.support_left, stats.support_right, stats.n_rows)
 
     @property
     def left(self) -> str:
@@ -246,11 +290,45 @@ def share_of(epsilon: float, fraction: Fraction) -> float:
     return float(Decimal(units) / _UNITS_PER_EPSILON)
 
 
+def release_miss(
+    shape: tuple[int, int], max_clauses: int, releases: int, alpha: float = ALPHA
+) -> tuple[float, float]:
+    """(the miss of one sum's range, the joint level of a release) for a run of ``releases``
+    leaf-count releases of trees with ``shape`` leaves (issue #21).
+
+    Proof: the release gets the miss α/R. A query's four cells sum the released cells of a
+    rectangle (side of the left query or its complement) × (the same on the right); a side is
+    one of at most 2·L sets, L = :func:`~dpmine.treereds.query_cell_sets`, so at most
+    4·L_left·L_right rectangles exist. Giving each the miss α/(R·4·L_left·L_right), all are in
+    their ranges together with probability ≥ 1 − α/R (union bound), and the R releases' with
+    probability ≥ 1 − α."""
+    rectangles = 4 * query_cell_sets(shape[0], max_clauses) * query_cell_sets(shape[1], max_clauses)
+    share = alpha / releases
+    return share / rectangles, 1.0 - share
+
+
+def result_table(
+    red: TreeRedescription,
+    matrix: Sequence[Sequence[int]],
+    shape: tuple[int, int],
+    *,
+    partition: bool,
+) -> tuple[tuple[int, int, int, int], tuple[int, int, int, int]]:
+    """The noisy sums and terms of a result's four cells (:func:`~dpmine.treereds.table_sums`)
+    on the released ``matrix`` (the partition, or the paper's intersections) of trees with
+    ``shape`` leaves."""
+    return table_sums(
+        matrix,
+        active_cells(red.left, shape[0], outside=partition),
+        active_cells(red.right, shape[1], outside=partition),
+    )
+
+
 def _other(view: View) -> View:
     return "right" if view == "left" else "left"
 
 
-class _TreeMinerBase(BaseMiner):
+class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
     """Parameters and plumbing of the three tree miners."""
 
     def __init__(
@@ -285,6 +363,10 @@ class _TreeMinerBase(BaseMiner):
     @abstractmethod
     def mine(self, dataset: DatasetHandle) -> Self:
         """Run the miner; returns self (results in ``redescriptions_``)."""
+
+    @abstractmethod
+    def _releases(self) -> int:
+        """R: the leaf-count releases of a run (public, from the parameters)."""
 
     # -- parameters ----------------------------------------------------------------------------
 
@@ -350,18 +432,27 @@ class _TreeMinerBase(BaseMiner):
         options["empty_left"] = [leaf for leaf, path in enumerate(left_paths) if path is None]
         options["empty_right"] = [leaf for leaf, path in enumerate(right_paths) if path is None]
         if response.partition is not None:
-            found = extract_redescriptions_from_partition(response.partition, **options)
+            found, examined = examine_partition(response.partition, **options)
+            matrix = response.partition
         else:
-            found = extract_redescriptions(response.intersections, response.left_counts, **options)
+            found, examined = examine_release(
+                response.intersections, response.left_counts, **options
+            )
+            matrix = response.intersections  # the intervals use the leaf block only
+        self.examined_ += examined
         partition = response.partition is not None
+        shape = (left.n_leaves, right.n_leaves)
+        miss = release_miss(shape, self.max_clauses, self._releases())
         return [
             self._result_of(
                 red,
                 left_paths,
                 right_paths,
                 noise_scale=(1.0 if partition else 2.0) / released.epsilon,
-                shape=(left.n_leaves, right.n_leaves),
+                shape=shape,
                 partition=partition,
+                table=result_table(red, matrix, shape, partition=partition),
+                miss=miss,
             )
             for red in found
         ]
@@ -413,13 +504,21 @@ class _TreeMinerBase(BaseMiner):
         noise_scale: float,
         shape: tuple[int, int],
         partition: bool,
+        table: tuple[tuple[int, int, int, int], tuple[int, int, int, int]],
+        miss: tuple[float, float],
     ) -> MinedTreeRedescription:
+        """One result: ``table`` its cells' noisy sums and terms, ``miss`` (a sum's miss, the
+        release's joint level)."""
         return MinedTreeRedescription(
             redescription=render_redescription(red, left_paths, right_paths),
             statistics=red.statistics,
             noise_scale=noise_scale,
             round=len(self.trees_) - 1,
             jaccard_error=jaccard_standard_error(red, *shape, noise_scale, partition=partition),
+            noisy_cells=table[0],
+            cell_terms=table[1],
+            sum_miss=miss[0],
+            joint_level=miss[1],
         )
 
     def _start(self, dataset: DatasetHandle) -> None:
@@ -429,6 +528,7 @@ class _TreeMinerBase(BaseMiner):
         self.trees_: list[tuple[DecisionTree, DecisionTree]] = []
         self.leaf_counts_: list[LeafCountsResponse] = []
         self.redescriptions_: list[MinedTreeRedescription] = []
+        self.examined_ = 0
         self._seen: set[tuple[str, str]] = set()
 
     def _keep_new(self, found: Sequence[MinedTreeRedescription]) -> None:
@@ -451,6 +551,17 @@ class _TreeMinerBase(BaseMiner):
             raise NotMinedError(f"{type(self).__name__} has not mined yet; call mine() first")
         return found
 
+    def _examined(self) -> tuple[list[MinedTreeRedescription], int]:
+        """Every result, and m: the candidates the extractions computed statistics of."""
+        return self._results(), self.examined_
+
+    def _hints(self) -> list[str]:
+        """Tree-specific remedies, then the general ones."""
+        return [
+            "shallower trees (depth, CLI --depth: fewer released cells per query, fewer tests)",
+            *GENERAL_HINTS,
+        ]
+
     def pruned(self, min_noisy_support: float) -> list[MinedTreeRedescription]:
         """The redescriptions with noisy support I ≥ ``min_noisy_support`` (§3.7 pruning; choose
         the threshold from :meth:`save_plot`)."""
@@ -468,33 +579,24 @@ class _TreeMinerBase(BaseMiner):
         return save_support_jaccard_plot(self._results(), path, threshold)
 
     def _rows(self) -> list[dict[str, object]]:
-        return [
-            {
-                "left": r.left,
-                "right": r.right,
-                "round": r.round,
-                "noise_scale": r.noise_scale,
-                "noisy_jaccard_error": r.jaccard_error,
-                "noisy_support_left": r.statistics.support_left,
-                "noisy_support_right": r.statistics.support_right,
-                "noisy_intersection": r.statistics.intersection,
-                "noisy_union": r.statistics.union,
-                "noisy_jaccard": r.statistics.jaccard,
-                "noisy_p_value": r.statistics.p_value,
-                "noisy_rows": r.statistics.n_rows,
-            }
-            for r in self._results()
-        ]
+        """One record per result, by J's lower end, with its noisy statistics, joint intervals
+        and whether it passes the significance test."""
+        verdict = self.significance()
+        passed = {id(r) for r in verdict.passed}
+        return [tree_record(r, significant=id(r) in passed) for r in verdict.ranked]
 
     def to_json(self, path: Path) -> None:
-        """Write the redescriptions (queries, noisy statistics), the released trees and the
-        receipts."""
+        """Write every redescription by J's lower end (queries, noisy statistics, joint
+        intervals, whether it passes the significance test), the test's summary, the released
+        trees and the receipts."""
+        verdict = self.significance()
         payload = {
             "miner": type(self).__name__,
             "redescriptions": [
                 {**row, "query": red.redescription.model_dump(mode="json")}
-                for row, red in zip(self._rows(), self._results(), strict=True)
+                for row, red in zip(self._rows(), verdict.ranked, strict=True)
             ],
+            "significance": verdict.summary.as_dict(),
             "trees": [
                 {"left": left.model_dump(mode="json"), "right": right.model_dump(mode="json")}
                 for left, right in self.trees_
@@ -504,13 +606,53 @@ class _TreeMinerBase(BaseMiner):
         path.write_text(json.dumps(payload, indent=2), encoding="utf-8")
 
     def to_csv(self, path: Path) -> None:
-        """Write one row per redescription with its noisy statistics and noise scale."""
-        rows = self._rows()
+        """Write one row per redescription (by J's lower end) with its noisy statistics, noise
+        scale, joint interval ends (``joint_*_low``/``_high``) and ``significant``."""
+        rows = [_flat_row(row) for row in self._rows()]
         with path.open("w", newline="", encoding="utf-8") as handle:
             fields = list(rows[0]) if rows else ["left", "right"]
             writer = csv.DictWriter(handle, fieldnames=fields)
             writer.writeheader()
             writer.writerows(rows)
+
+
+def tree_record(r: MinedTreeRedescription, *, significant: bool) -> dict[str, object]:
+    """The JSON record of a tree result: queries, round, noise, noisy statistics, the joint
+    intervals of the significance test (``joint_intervals``) and its verdict."""
+    stats = r.statistics
+    return {
+        "left": r.left,
+        "right": r.right,
+        "round": r.round,
+        "noise_scale": r.noise_scale,
+        "noisy_jaccard_error": r.jaccard_error,
+        "noisy_support_left": stats.support_left,
+        "noisy_support_right": stats.support_right,
+        "noisy_intersection": stats.intersection,
+        "noisy_union": stats.union,
+        "noisy_jaccard": stats.jaccard,
+        "noisy_excess": r.noisy_excess,
+        "noisy_p_value": stats.p_value,
+        "noisy_rows": stats.n_rows,
+        "joint_intervals": r.joint_intervals.as_dict(),
+        "significant": significant,
+    }
+
+
+def _flat_row(record: dict[str, object]) -> dict[str, object]:
+    """A JSON record as one CSV row: ``joint_intervals`` becomes ``joint_level`` and
+    ``joint_<statistic>_low`` / ``_high`` columns."""
+    joint = record["joint_intervals"]
+    assert isinstance(joint, dict)
+    flat = {key: value for key, value in record.items() if key != "joint_intervals"}
+    significant = flat.pop("significant")
+    flat["joint_level"] = joint["level"]
+    for name in ("support", "jaccard", "excess", "p_value"):
+        low, high = joint[name]
+        flat[f"joint_{name}_low"] = low
+        flat[f"joint_{name}_high"] = high
+    flat["significant"] = significant
+    return flat
 
 
 class _Alternation(_TreeMinerBase):
@@ -526,6 +668,10 @@ class _Alternation(_TreeMinerBase):
         super().__init__(**parameters)
         self.in_trees = in_trees
         self.rm_iterations = rm_iterations
+
+    def _releases(self) -> int:
+        """InTr·RMIter leaf-count releases."""
+        return self.in_trees * self.rm_iterations
 
     @property
     def epsilon_unit(self) -> float:
@@ -706,6 +852,10 @@ class MCMCTreePair(_TreeMinerBase):
         if not 0 < self.omega < 1:
             raise ParameterError(f"omega must be in (0, 1), got {self.omega!r}")
         _check_iterations(self.iterations)
+
+    def _releases(self) -> int:
+        """One leaf-count release per sampled pair: InTr."""
+        return self.in_trees
 
     @property
     def _budgets(self) -> tuple[float, float]:

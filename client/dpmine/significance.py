@@ -1,0 +1,182 @@
+"""The noise-aware significance test of every redescription miner (issue #21): a claim that
+dpmine shows by default still holds after the noise. Pure post-processing of released values
+and public quantities: it reads no data and costs no budget.
+
+Every result of a run carries *joint intervals* (:class:`~dpmine.intervals.StatisticIntervals`
+with the excess and the p-value) from a box of its true cells (:mod:`dpmine.intervals`). A run
+sets its boxes so that **all of them hold the truth together with probability ≥ 1 − α**
+(α = :data:`ALPHA` = 0.01), for every true table and however its results were selected:
+
+* Serenade gives the box of each quality check the miss α/M, M the quality checks the run can
+  make, fixed before the first one; each check draws fresh noise on a redescription chosen
+  before it, so the union bound gives P(some box misses) ≤ M·α/M = α
+  (:mod:`dpmine.miners.greedy`).
+* The tree miners give each of their R leaf-count releases the miss α/R, split by a union
+  bound over every rectangle of released cells that a query's four cells can sum, so the boxes
+  hold for every query the extraction could pick from that release
+  (:mod:`dpmine.miners.trees`).
+
+A result **passes** when, at its intervals' unfavourable ends (:func:`passes`):
+
+* p ≤ α/m: the p-value's upper end is at most α/m, m the number of results the run examined
+  (every candidate whose statistics were computed from a release; a public count). This is
+  Bonferroni's correction for m tests: a claim about the data, beyond the noise;
+* J − J_ind > 0: the lower end of the excess over independence is positive;
+* J ≥ min_jaccard: J's lower end is at least the run's ``min_jaccard``.
+
+Proof of the guarantee: on the event that every box of the run holds the true cells
+(probability ≥ 1 − α), every interval holds its statistic, so every passing result has true
+p ≤ α/m, true excess > 0 and true J ≥ min_jaccard. Hence the probability that any shown claim
+is false because of the noise is at most α.
+
+Miners show the passing results by default, sorted by J's lower end (:func:`rank`), and keep
+the rest one step away (``all_results_``, the CLI's ``--all``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+from dpmine.intervals import StatisticIntervals
+
+__all__ = [
+    "ALPHA",
+    "HasJointIntervals",
+    "ResultT",
+    "Significance",
+    "Verdict",
+    "nothing_passed",
+    "passes",
+    "rank",
+    "significance_test",
+]
+
+#: Probability that any claim a run shows is false because of the noise (issue #21).
+ALPHA = 0.01
+
+
+class HasJointIntervals(Protocol):
+    """A result with the run's joint intervals of its statistics."""
+
+    @property
+    def joint_intervals(self) -> StatisticIntervals: ...
+
+
+ResultT = TypeVar("ResultT", bound=HasJointIntervals)
+
+
+def passes(intervals: StatisticIntervals, *, threshold: float, min_jaccard: float) -> bool:
+    """The test of one result: the p-value's upper end ≤ ``threshold`` (α/m), the excess's
+    lower end > 0 and J's lower end ≥ ``min_jaccard``. A result without a p-value or an
+    excess (the "paper" quality mode releases no supports) cannot pass: nothing bounds them."""
+    p, excess = intervals.p_value, intervals.excess
+    if p is None or excess is None:
+        return False
+    return p.high <= threshold and excess.low > 0 and intervals.jaccard.low >= min_jaccard
+
+
+def rank(results: Iterable[ResultT]) -> list[ResultT]:
+    """``results`` by the lower end of J's joint interval, highest first; ties keep their
+    order. A noisy J says little by itself (``1.000 ± 5.5`` on a true support of 0), its lower
+    end is what the data support."""
+    return sorted(results, key=lambda result: -result.joint_intervals.jaccard.low)
+
+
+@dataclass(frozen=True, slots=True)
+class Significance:
+    """What the test did on one run: α, m (results examined), the J threshold, how many
+    results there are and how many passed."""
+
+    alpha: float
+    examined: int
+    min_jaccard: float
+    total: int
+    passed: int
+
+    @property
+    def threshold(self) -> float:
+        """α/m, the largest p-value a passing result may have (α when nothing was examined)."""
+        return self.alpha / max(self.examined, 1)
+
+    @property
+    def level(self) -> float:
+        """1 − α: the probability that every interval of the run holds together."""
+        return 1.0 - self.alpha
+
+    def rule(self) -> str:
+        """The test in words, with its numbers."""
+        return (
+            f"p ≤ α/m = {self.alpha:g}/{self.examined} = {self.threshold:.2g}, J − J_ind > 0 "
+            f"and J ≥ {self.min_jaccard:g} at the unfavourable ends of intervals that hold "
+            f"together with probability ≥ {100 * self.level:g} %"
+        )
+
+    def describe(self) -> str:
+        """``3 of 12 results pass the noise-aware test: p ≤ α/m = …``."""
+        return f"{self.passed} of {self.total} results pass the noise-aware test: {self.rule()}"
+
+    def as_dict(self) -> dict[str, float | int]:
+        """The summary for JSON."""
+        return {
+            "alpha": self.alpha,
+            "examined": self.examined,
+            "p_threshold": self.threshold,
+            "min_jaccard": self.min_jaccard,
+            "level": self.level,
+            "total": self.total,
+            "passed": self.passed,
+        }
+
+
+@dataclass(frozen=True)
+class Verdict(Generic[ResultT]):
+    """The passing results and every result, both ranked (:func:`rank`), and the summary."""
+
+    passed: list[ResultT]
+    ranked: list[ResultT]
+    summary: Significance
+
+
+def significance_test(
+    results: Sequence[ResultT], *, examined: int, min_jaccard: float, alpha: float = ALPHA
+) -> Verdict[ResultT]:
+    """Apply :func:`passes` with threshold α/m (m = ``examined``) to every result.
+
+    ``examined`` must count every result whose statistics the run computed (at least the
+    results given), so that α/m is Bonferroni's correction for what was looked at."""
+    if not 0 < alpha < 1:  # NaN fails too
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    if not 0 <= min_jaccard <= 1:
+        raise ValueError(f"min_jaccard must be in [0, 1], got {min_jaccard!r}")
+    if examined < len(results):
+        raise ValueError(f"{len(results)} results cannot come from {examined} examined")
+    threshold = alpha / max(examined, 1)
+    ranked = rank(results)
+    passed = [
+        r for r in ranked if passes(r.joint_intervals, threshold=threshold, min_jaccard=min_jaccard)
+    ]
+    summary = Significance(
+        alpha=alpha,
+        examined=examined,
+        min_jaccard=min_jaccard,
+        total=len(results),
+        passed=len(passed),
+    )
+    return Verdict(passed=passed, ranked=ranked, summary=summary)
+
+
+def nothing_passed(summary: Significance, *, spent: str, hints: Sequence[str]) -> str:
+    """What to say when no result passes: that nothing did and why, the ε spent, and how to
+    get more signal (``hints``: the plan's weak draws first, then the general remedies)."""
+    remedies = "; ".join(hints) if hints else "a larger ε"
+    listed = (
+        f" all_results_ (CLI: --all) lists the {summary.total} results that did not pass."
+        if summary.total
+        else ""
+    )
+    return (
+        f"No result passes the noise-aware test ({summary.rule()}). ε spent: {spent}. "
+        f"For more signal: {remedies}.{listed}"
+    )
