@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy import special, stats
 
 from dpmine.wire import ComputeQualityResponse, NoisyCells, QualityMode
 from dpmine.wire.statistics import binomial_upper_tail, jaccard
@@ -193,6 +192,8 @@ def _log_sum_tail(scale: float, terms: int, t: int) -> float:
     which is added, so the value is an upper bound that is exact to that rest. In log space
     (scipy's log-pmf and log-survival functions), so tails far below 1e-300 keep their
     precision."""
+    from scipy import special, stats  # noqa: PLC0415 (0.5 s to import: `dpmine --help` waits)
+
     success = -math.expm1(-1.0 / scale)
     q = 1.0 - success
     mean = terms * q / success
@@ -406,6 +407,8 @@ def _poisson_p_upper(box: CellBox) -> float:
     )
     if bool(np.any(ks <= means + 1.0)):
         return 1.0
+    from scipy import stats  # noqa: PLC0415 (0.5 s to import: `dpmine --help` waits)
+
     return float(np.max(stats.poisson.sf(ks - 1.0, means)))
 
 
