@@ -56,6 +56,7 @@ from dpmine.wire.queries import (
     Or,
     Redescription,
     check_query_limits,
+    register_text_parser,
 )
 from dpmine.wire.query_tree import (
     SerenadeOp,
@@ -471,3 +472,6 @@ class _Parser:
 def _article(noun: str) -> str:
     """``a`` or ``an`` before ``noun``."""
     return "an" if noun[:1].lower() in "aeiou" else "a"
+
+
+register_text_parser(parse_query)  # query fields of requests accept this text syntax

@@ -18,6 +18,7 @@ are both expressions of this form; :mod:`dpmine.wire.query_tree` builds and reco
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Discriminator, Field, model_validator
@@ -38,6 +39,7 @@ __all__ = [
     "QueryInput",
     "Redescription",
     "check_query_limits",
+    "register_text_parser",
 ]
 
 #: Public limits on query size, checked before anything else.
@@ -121,19 +123,26 @@ Or.model_rebuild()
 Not.model_rebuild()
 
 
-def _from_text(value: object) -> object:
-    """A query given as text in the README's syntax (§1.1, :mod:`dpmine.queries`) becomes its
-    tree; anything else is left to the tree's own validation. A text that does not parse is a
-    ValueError naming the column and the fix (a 422 on the server, nothing charged)."""
-    if isinstance(value, str):
-        from dpmine.queries import parse_query  # noqa: PLC0415 (the text syntax builds on this module)
+#: The parser of the text syntax (§1.1). :mod:`dpmine.queries` registers it when it is imported,
+#: which importing any part of ``dpmine`` does: the wire package itself imports nothing outside
+#: pydantic and the standard library.
+_TEXT_PARSERS: list[Callable[[str], Expr]] = []
 
-        return parse_query(value)
+
+def register_text_parser(parse: Callable[[str], Expr]) -> None:
+    """Make ``parse`` the parser of query fields given as text (called by dpmine.queries)."""
+    _TEXT_PARSERS[:] = [parse]
+
+
+def _from_text(value: object) -> object:
+    """A query given as text in the README's syntax (§1.1) becomes its tree; anything else is
+    left to the tree's own validation. A text that does not parse is a ValueError naming the
+    column and the fix (a 422 on the server, nothing charged)."""
+    if isinstance(value, str) and _TEXT_PARSERS:
+        return _TEXT_PARSERS[0](value)
     return value
 
 
-#: A query field of a request: the tree, or the same query as text (``"[odor = n] & [bruises]"``),
-#: so that REST callers in any language can write what the README writes.
 _TEXT_OR_TREE: object = str | Expr
 QueryInput = Annotated[Expr, BeforeValidator(_from_text, json_schema_input_type=_TEXT_OR_TREE)]
 
