@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import tempfile
 import time
@@ -537,7 +538,14 @@ def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+#: A server process runs with one BLAS/OpenMP thread (dpmine_server/__init__.py); BLAS reads
+#: these when numpy loads, so the benchmark restarts itself with them when they are unset.
+_ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    if any(name not in os.environ for name in _ONE_THREAD):
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**_ONE_THREAD, **os.environ})
     unwind_on_sigterm()
     arguments = parse_arguments(argv)
     repeats = arguments.repeats or (QUICK_REPEATS if arguments.quick else REPEATS)

@@ -35,11 +35,12 @@ from dpmine_server.operations.base import no_progress
 from dpmine_server.operations.redescriptions import (
     extend_proposals,
     pairs_enumeration,
+    pairs_grid_products,
     pairs_proposals,
     quality_parameters,
 )
 from dpmine_server.operations.tree_kernels import Labels, SplitFamily, _attribute_candidates
-from dpmine_server.services.timing import operation_work
+from dpmine_server.services.timing import GRID_PRODUCT_SECONDS, operation_work
 
 ROWS = 400
 #: One proposal measured at 34–38 µs + 0.73 ns a row (services/timing.py): the budget must
@@ -134,15 +135,18 @@ def test_extensions_price_the_cap_their_kernel_uses(kernel_caps: list[int], epsi
 @pytest.mark.parametrize("count", [1, 20, 1000])
 def test_the_budget_pays_every_capped_proposal(n_max: int, count: int) -> None:
     """The continuous request's work exceeds the grid one's (no proposals, the same other
-    terms) by at least twice the measured cost of its capped proposals."""
+    terms once the grid's own counting is set aside) by at least twice the measured cost of
+    its capped proposals."""
     metadata = _store(n_max).metadata
     continuous, grid = _pairs(1.0, count=count), _pairs(1.0, mode="grid", count=count)
     proposals = pairs_proposals(continuous, metadata)
     assert proposals > 0
     assert pairs_proposals(grid, metadata) == 0
     fixed, per_row = MEASURED_PROPOSAL
-    extra = operation_work("serenade.initial_pairs", continuous, metadata) - operation_work(
-        "serenade.initial_pairs", grid, metadata
+    grid_counting = GRID_PRODUCT_SECONDS * pairs_grid_products(grid, metadata)
+    assert grid_counting > 0
+    extra = operation_work("serenade.initial_pairs", continuous, metadata) - (
+        operation_work("serenade.initial_pairs", grid, metadata) - grid_counting
     )
     assert extra >= 2 * proposals * (fixed + per_row * n_max)
 
@@ -261,3 +265,20 @@ def test_a_tree_target_pays_a_pass_per_leaf() -> None:
     assert operation_work("tree.expmech", request, metadata) > attribute
     # 2.3 ns a row and leaf measured: at least twice that.
     assert operation_work("tree.expmech", request, metadata) >= 2 * 2.3e-9 * 10**6 * leaves
+
+
+def test_grid_pairs_price_every_left_literal_row_and_cell() -> None:
+    """Two Boolean left literals and one right numeric attribute with a three-point owner grid:
+    7 cells (3 points, 4 gaps) counted over n_max rows per literal, and 12 grid intervals."""
+    metadata = DatasetMetadata(
+        kind="views",
+        n_max=1_000,
+        attributes=[
+            BooleanAttribute(name="a", view="left"),
+            BooleanAttribute(name="b", view="left"),
+            NumericAttribute(name="x", view="right", lo=0.0, hi=1.0, grid=[0.25, 0.5, 0.75]),
+        ],
+    )
+    grid = _pairs(1.0, mode="grid")
+    assert pairs_grid_products(grid, metadata) == 2 * (1_000 * 7 + 12)
+    assert pairs_grid_products(_pairs(1.0, mode="continuous"), metadata) == 0

@@ -41,6 +41,7 @@ from dpmine_server.operations.serenade import (
     enumerated_cells,
     extend_one,
     extension_families,
+    grid_pair_products,
     initial_pairs,
     pair_families,
     parse_side,
@@ -277,6 +278,14 @@ def pairs_proposals(request: InitialPairsRequest, metadata: DatasetMetadata) -> 
     if not pair_families(metadata, _rules(request.options)):
         return 0
     return rejection_proposals(_pairs_coefficient(request, metadata), request.count)
+
+
+def pairs_grid_products(request: InitialPairsRequest, metadata: DatasetMetadata) -> int:
+    """Public bound on the grid counting of a ``serenade.initial_pairs`` call in grid mode
+    (:func:`~.serenade.grid_pair_products`), else 0."""
+    if _pairs_mode(request, metadata) != "grid":
+        return 0
+    return grid_pair_products(metadata, _rules(request.options))
 
 
 def extend_proposals(request: ExtendOneRequest, metadata: DatasetMetadata) -> int:

@@ -767,6 +767,36 @@ def pair_families(metadata: DatasetMetadata, rules: ExtensionRules) -> int:
     return families
 
 
+def grid_pair_products(metadata: DatasetMetadata, rules: ExtensionRules) -> int:
+    """Public bound on the work of grid-mode initial pairs (:func:`_add_grid_pairs`): for each
+    right numeric attribute, every kept left literal is counted over every row into the grid's
+    cells by one matrix product, n_max · (left literals) · (cells) multiply-adds, and its
+    (left literal, interval) pairs become candidates. Public: the metadata and the options."""
+    polarities = 2 if rules.negations else 1
+    lefts = _view_attributes(metadata, "left")
+    left_attributes = [
+        literal.attribute
+        for literal in _discrete_literals(
+            metadata, _discrete_names(metadata, lefts), negations=rules.negations
+        )
+    ]
+    for name in _numeric_names(metadata, lefts):
+        attribute = metadata.attribute(name)
+        assert isinstance(attribute, NumericAttribute)
+        left_attributes += [name] * len(grid_intervals(grid_points(attribute))) * polarities
+    same_table = metadata.kind != "views"
+    products = 0
+    for name in _numeric_names(metadata, _view_attributes(metadata, "right")):
+        attribute = metadata.attribute(name)
+        assert isinstance(attribute, NumericAttribute)
+        points = grid_points(attribute)
+        cells = 2 * len(points) + 1
+        intervals = len(grid_intervals(points)) * polarities
+        kept = sum(1 for left in left_attributes if not (same_table and left == name))
+        products += kept * (metadata.n_max * cells + intervals)
+    return products
+
+
 def _pair_candidates(
     store: ColumnStore, *, rules: ExtensionRules, mode: ThresholdMode, params: QualityParams
 ) -> _Candidates:
