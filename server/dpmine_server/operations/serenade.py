@@ -743,10 +743,10 @@ def extension_families(
     return families
 
 
-def pair_families(metadata: DatasetMetadata, rules: ExtensionRules) -> int:
-    """The number of continuous threshold families of :func:`initial_pairs`: one per (left
-    literal, right numeric attribute, polarity), the left literals being the discrete ones and
-    the public grid intervals of the left view (§2.3); public, from the metadata alone."""
+def _pair_left_attributes(metadata: DatasetMetadata, rules: ExtensionRules) -> list[str]:
+    """The attribute of every left literal of :func:`initial_pairs` (§2.3): the discrete ones
+    and the public grid intervals of the left view's numeric attributes (per polarity). Public,
+    from the metadata alone."""
     polarities = 2 if rules.negations else 1
     lefts = _view_attributes(metadata, "left")
     left_attributes = [
@@ -759,6 +759,15 @@ def pair_families(metadata: DatasetMetadata, rules: ExtensionRules) -> int:
         attribute = metadata.attribute(name)
         assert isinstance(attribute, NumericAttribute)
         left_attributes += [name] * len(grid_intervals(grid_points(attribute))) * polarities
+    return left_attributes
+
+
+def pair_families(metadata: DatasetMetadata, rules: ExtensionRules) -> int:
+    """The number of continuous threshold families of :func:`initial_pairs`: one per (left
+    literal, right numeric attribute, polarity), the left literals being the discrete ones and
+    the public grid intervals of the left view (§2.3); public, from the metadata alone."""
+    polarities = 2 if rules.negations else 1
+    left_attributes = _pair_left_attributes(metadata, rules)
     same_table = metadata.kind != "views"
     families = 0
     for name in _numeric_names(metadata, _view_attributes(metadata, "right")):
@@ -773,17 +782,7 @@ def grid_pair_products(metadata: DatasetMetadata, rules: ExtensionRules) -> int:
     cells by one matrix product, n_max · (left literals) · (cells) multiply-adds, and its
     (left literal, interval) pairs become candidates. Public: the metadata and the options."""
     polarities = 2 if rules.negations else 1
-    lefts = _view_attributes(metadata, "left")
-    left_attributes = [
-        literal.attribute
-        for literal in _discrete_literals(
-            metadata, _discrete_names(metadata, lefts), negations=rules.negations
-        )
-    ]
-    for name in _numeric_names(metadata, lefts):
-        attribute = metadata.attribute(name)
-        assert isinstance(attribute, NumericAttribute)
-        left_attributes += [name] * len(grid_intervals(grid_points(attribute))) * polarities
+    left_attributes = _pair_left_attributes(metadata, rules)
     same_table = metadata.kind != "views"
     products = 0
     for name in _numeric_names(metadata, _view_attributes(metadata, "right")):
