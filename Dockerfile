@@ -1,6 +1,7 @@
 # dpmine server image. The builder stage builds the wheel from the source tree; the runtime
 # stage installs only that wheel with the server extra (as a data owner's
-# `pip install 'dpmine[server]'` would), never the source tree.
+# `pip install 'dpmine[server]'` would), never the source tree. Every dependency installs from a
+# wheel (--only-binary=:all:): the slim image has no C compiler, and nothing needs one.
 FROM python:3.11-slim AS builder
 
 WORKDIR /src
@@ -22,7 +23,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 COPY --from=builder /dist/ /tmp/dist/
 RUN wheel="$(ls /tmp/dist/dpmine-*-py3-none-any.whl)" \
-    && pip install --no-cache-dir "${wheel}[server]" \
+    && pip install --no-cache-dir --only-binary=:all: "${wheel}[server]" \
     && rm -rf /tmp/dist \
     && useradd --system --home /var/lib/dpmine --create-home dpmine \
     && mkdir -p /var/lib/dpmine/data /var/lib/dpmine/numba-cache \

@@ -12,6 +12,9 @@ through tests/test_packaging.py; by hand: ``.venv/bin/python scripts/check_wheel
    migrations inside the installed package, ``/docs`` and ``/redoc`` serve their assets from the
    installed packages, and ``scripts/demo.py`` runs against that server.
 
+Both fresh environments install with ``--only-binary=:all:``: every dependency must come as a
+wheel, so the install needs no C compiler (as in the Dockerfile's slim image).
+
 Everything runs outside the source tree (a temporary directory as working directory, no
 ``PYTHONPATH``, ``python -P``), so only the installed packages can be imported. The last line
 printed is ``wheel check passed`` on success; any failure exits non-zero.
@@ -140,10 +143,12 @@ def new_venv(path: Path, work: Path, requirement: str, *, compile_bytecode: bool
     its job workers start with ``-B`` and would otherwise compile every module from source at
     every start, and the start-up warms them (74 s instead of 18 s on this project's machines).
     """
-    step(f"fresh venv {path.name}: pip install {requirement}")
+    step(f"fresh venv {path.name}: pip install --only-binary=:all: {requirement}")
     run([sys.executable, "-m", "venv", path], cwd=work, env=clean_env())
     env = clean_env(path)
-    pip: list[str | Path] = [path / "bin" / "python", "-m", "pip", "install"]
+    # Wheels only: pip fails rather than build a package from source, so the install is the
+    # one a machine without a C compiler gets (the Dockerfile's slim image, issue #22).
+    pip: list[str | Path] = [path / "bin" / "python", "-m", "pip", "install", "--only-binary=:all:"]
     if not compile_bytecode:
         pip.append("--no-compile")
     run([*pip, "--quiet", requirement], cwd=work, env=env)
