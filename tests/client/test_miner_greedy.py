@@ -984,6 +984,9 @@ def test_a_cs_run_that_stops_early_says_why(people: dpmine.DatasetHandle) -> Non
         "min_jaccard = 0.6 (chain 1: initial pair at noisy J "
     ), reason
     assert miner.budget_spent_ < plan.total_epsilon
+    used = epsilon_text(epsilon_sum(r.epsilon_exact for r in miner.receipts_))
+    planned = epsilon_text(plan.estimate.total_epsilon_exact)
+    assert reason.endswith(f" ε spent: {used} of the {planned} planned."), reason
     assert miner.redescriptions_ == []
     message = miner.nothing_passed()
     assert message is not None

@@ -60,6 +60,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal, TypedDict, Unpack
 
+from dpmine.amounts import epsilon_sum, epsilon_text
 from dpmine.canonical import redescription_key
 from dpmine.connection import DatasetHandle
 from dpmine.errors import ParameterError
@@ -897,6 +898,9 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
         fractions of n̂ clamped to the same fractions of the public n_max (post-processing);
         under "auto" I, K/τ and the split are chosen again at that x0 (same total ε)."""
         plan = self._check_budget(dataset)
+        self._planned_epsilon = (
+            plan.estimate.total_epsilon_exact if isinstance(plan, Plan) else None
+        )
         settings, _prices = self._settings(dataset)
         spent = _Spent()
         n_hat: float | None = None
@@ -1476,6 +1480,10 @@ class SerenadeCS(_SerenadeBase):
                     results.append(found)
                 advance()
         self.stop_reason_ = chain_stop_reason(self.chain_stops_, self.min_jaccard, self._unchanged)
+        if self._planned_epsilon is not None and any(stop.early for stop in self.chain_stops_):
+            used = epsilon_text(epsilon_sum(r.epsilon_exact for r in spent.receipts))
+            planned = epsilon_text(self._planned_epsilon)
+            self.stop_reason_ += f" ε spent: {used} of the {planned} planned."
         self.redescriptions_ = results
         self._spent = spent
         return self
