@@ -759,13 +759,18 @@ def _run_serenade(
     output: Path | None,
     min_jaccard: float | None,
     show_all: bool = False,
+    columns: Sequence[str] | None = None,
+    exclude: Sequence[str] | None = None,
 ) -> None:
     """Plan or mine; show the results that pass the noise-aware test (``--all``: every
-    result), by J's lower end, each statistic with its joint interval."""
+    result), by J's lower end, each statistic with its joint interval, and how the run ended
+    (``stop_reason_``: the chains that stopped early and why)."""
     options = _options(ctx)
 
     def action(connection: Connection) -> Any:
         dataset = connection.dataset(dataset_id)
+        miner.columns = _column_names(columns, dataset.schema)
+        miner.exclude = tuple(_column_names(exclude, dataset.schema) or ())
         return miner.plan(dataset) if plan_only else miner.mine(dataset)
 
     result = _run(options, action)
@@ -803,17 +808,22 @@ def _run_serenade(
             *(["yes" if id(red) in passed else "no"] if show_all else []),
         )
     message = miner.nothing_passed(min_jaccard)
+    allowed = miner.columns_
     table.caption = (
         f"{verdict.summary.describe()}; {len(miner.receipts_)} charged calls, ε spent = "
         f"{_spent(miner.receipts_)}; x0 = {miner.x0_:g}; thresholds: "
         f"{', '.join(sorted(set(miner.threshold_modes_)))}"
         + ("" if show_all else "; --all shows every result")
-        + ("" if message is None else f"\n{message}")
+        + ("" if allowed is None else f"\nqueries drawn from the columns {', '.join(allowed)}")
+        # nothing_passed() already ends with how the run ended
+        + (f"\n{miner.stop_reason_}" if message is None else f"\n{message}")
     )
     payload = {
         "redescriptions": [{**r.to_dict(), "significant": id(r) in passed} for r in found],
         "significance": verdict.summary.as_dict(),
         "message": message,
+        "stop_reason": miner.stop_reason_,
+        "columns": allowed,
         "budget_spent": miner.budget_spent_,
     }
     _emit(options, payload, table)
@@ -898,6 +908,8 @@ def mine_serenade_es(
     max_literals: MaxLiteralsOption = 4,
     thresholds: ThresholdOption = "auto",
     jaccard_quality: Annotated[bool, typer.Option(help="NoSens ablation: plain Jaccard")] = False,
+    columns: ColumnsOption = None,
+    exclude: ExcludeOption = None,
     min_jaccard: DisplayOption = None,
     show_all: AllOption = False,
     output: OutputOption = None,
@@ -918,7 +930,9 @@ def mine_serenade_es(
         quality_function="jaccard" if jaccard_quality else "serenade",
         progress=not plan_only,
     )
-    _run_serenade(ctx, dataset_id, miner, plan_only, output, min_jaccard, show_all)
+    _run_serenade(
+        ctx, dataset_id, miner, plan_only, output, min_jaccard, show_all, columns, exclude
+    )
 
 
 @mine_app.command("serenade-cs")
@@ -942,6 +956,8 @@ def mine_serenade_cs(
     negations: Annotated[bool, typer.Option(help="Allow negated literals")] = False,
     max_literals: MaxLiteralsOption = 4,
     thresholds: ThresholdOption = "auto",
+    columns: ColumnsOption = None,
+    exclude: ExcludeOption = None,
     min_jaccard: DisplayOption = None,
     show_all: AllOption = False,
     output: OutputOption = None,
@@ -962,7 +978,9 @@ def mine_serenade_cs(
         options=_serenade_options(operators, negations, max_literals, thresholds),
         progress=not plan_only,
     )
-    _run_serenade(ctx, dataset_id, miner, plan_only, output, min_jaccard, show_all)
+    _run_serenade(
+        ctx, dataset_id, miner, plan_only, output, min_jaccard, show_all, columns, exclude
+    )
 
 
 # --------------------------------------------------------------------------------------------

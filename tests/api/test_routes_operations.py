@@ -1080,6 +1080,53 @@ class TestSerenadeQualityOptions:
         assert entries(services) == []
 
 
+class TestSerenadeColumns:
+    """``options.columns`` (issue #21): a column the schema does not declare, or a view left
+    with no attribute, is refused before the charge with what to fix."""
+
+    @pytest.mark.parametrize(
+        ("route", "columns", "message"),
+        [
+            (PAIRS, ["smoker", "colour"], "unknown column(s) ['colour']"),
+            (PAIRS, ["age", "smoker"], "leaves the right view no attribute"),
+            ("redescriptions/serenade/extend", ["age", "member"], "leaves out"),
+        ],
+    )
+    def test_bad_columns_are_refused_before_the_charge(
+        self,
+        *,
+        client: TestClient,
+        toy: str,
+        analyst_headers: dict[str, str],
+        services: Services,
+        route: str,
+        columns: list[str],
+        message: str,
+    ) -> None:
+        options = {"threshold_mode": "grid", "columns": columns}
+        body = (
+            {"count": 2, "epsilon": 0.1, "quality": {"x0": 10.0}, "options": options}
+            if route == PAIRS
+            else extend_body(options=options)
+        )
+        response = post_to(client, toy, route, analyst_headers, body)
+        assert message in expect_error(response, 422, "InvalidRequest")
+        assert entries(services) == []
+        assert spent(services, toy) == 0
+
+    def test_allowed_columns_bound_the_pairs(
+        self, *, client: TestClient, toy: str, analyst_headers: dict[str, str]
+    ) -> None:
+        options = {"threshold_mode": "grid", "columns": ["smoker", "member"]}
+        body = {"count": 20, "epsilon": 1.0, "quality": {"x0": 10.0}, "options": options}
+        response = post_to(client, toy, PAIRS, analyst_headers, body)
+        assert response.status_code == 200, response.text
+        pairs = InitialPairsResponse.model_validate(response.json()).pairs
+        assert {(pair.left, pair.right) for pair in pairs} == {
+            (BoolLiteral(attribute="smoker"), BoolLiteral(attribute="member"))
+        }
+
+
 class TestTextQueries:
     """REST callers may write a query as the README writes it: the text is the same request as
     its tree (one fingerprint, one replay), and a text that does not parse costs nothing."""

@@ -50,6 +50,7 @@ from dpmine.errors import (
     TransportError,
 )
 from dpmine.miners import TopKItemsets
+from dpmine.queries import parse_query
 from dpmine.wire import (
     AuditEventInfo,
     BudgetStatus,
@@ -60,6 +61,7 @@ from dpmine.wire import (
     NoisyCountResponse,
     PrincipalCreated,
     PrincipalInfo,
+    attributes,
 )
 from dpmine_server.cli import app as owner_app
 from dpmine_server.settings import Settings
@@ -995,3 +997,46 @@ def test_serenade_plan_reports_the_signal_and_the_run_shows_intervals(
     )
     assert len(every["redescriptions"]) == every["significance"]["total"]
     assert sum(r["significant"] for r in every["redescriptions"]) == every["significance"]["passed"]
+
+
+def test_serenade_takes_columns_and_says_how_the_run_ended(
+    server: LiveServer, account: Account, mushroom: DatasetInfo
+) -> None:
+    """`mine serenade-cs --columns/--exclude`: every released query uses the allowed columns
+    only, and the run says how its chains ended; a view left without a column is refused
+    before any charge, naming what to fix."""
+    payload = _json(
+        dpmine_cli(
+            server,
+            account.api_key,
+            f"--json mine serenade-cs {mushroom.id} --epsilon 0.3 --initial 3 --tau 2 --all "
+            "--columns cap-color,odor,habitat --columns gill-color --exclude habitat",
+        )
+    )
+    assert payload["columns"] == ["cap-color", "odor", "gill-color"]  # schema order
+    for record in payload["redescriptions"]:
+        for side in ("left", "right"):
+            assert attributes(parse_query(record[side])) <= {"cap-color", "odor", "gill-color"}
+    assert "chain" in payload["stop_reason"]
+    text = _flat(
+        _ok(
+            dpmine_cli(
+                server,
+                account.api_key,
+                f"mine serenade-cs {mushroom.id} --epsilon 0.2 --initial 2 --tau 2 "
+                "--min-chain-jaccard 0.9 --exclude odor",
+            )
+        )
+    )
+    assert "chains stopped before their τ = 2 steps" in text or "Every chain ran all" in text
+    spent = _budget(server, account, mushroom.id).grant_spent
+    assert 0 < spent <= 0.5 + 1e-9
+    refused = _error(
+        dpmine_cli(
+            server,
+            account.api_key,
+            f"mine serenade-es {mushroom.id} --epsilon 0.1 --columns odor,class",
+        )
+    )
+    assert "columns and exclude leave the left view no attribute" in refused
+    assert _budget(server, account, mushroom.id).grant_spent == pytest.approx(spent)

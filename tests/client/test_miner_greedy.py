@@ -22,6 +22,7 @@ import csv
 import io
 import json
 import math
+import re
 from collections import Counter
 from collections.abc import Iterator
 from decimal import Decimal
@@ -60,6 +61,7 @@ from dpmine.wire import (
     NumericAttribute,
     Redescription,
     SerenadeOptions,
+    attributes,
 )
 from dpmine_server.app import create_app
 from dpmine_server.data.loaders import load_store
@@ -408,6 +410,15 @@ def test_cs_mine_spends_at_most_the_plan(
     assert len(chains) == 4
     assert len(miner.redescriptions_) <= 4
     assert all(found.noisy_jaccard >= 0.3 for found in miner.redescriptions_)
+    # How each chain ended is what the ledger shows: its extension steps, in order.
+    assert [stop.steps for stop in miner.chain_stops_] == [
+        chain.count("serenade.extend_one") for chain in chains
+    ]
+    early = sum(stop.early for stop in miner.chain_stops_)
+    if early:
+        assert f"{early} of 4 chains stopped before their τ = 3 steps" in miner.stop_reason_
+    else:
+        assert miner.stop_reason_.startswith("Every chain ran all τ = 3 steps.")
 
 
 def test_x0_fraction_mine(people: dpmine.DatasetHandle) -> None:
@@ -876,3 +887,115 @@ def test_paper_quality_mode_cannot_pass_and_says_why(people: dpmine.DatasetHandl
     assert "a larger ε" in message
     assert "fewer attributes" in message
     assert f"all_results_ (CLI: --all) lists the {len(miner.redescriptions_)} results" in message
+
+
+# --------------------------------------------------------------------------------------------
+# Allowed columns (issue #21) and why a CS run stopped
+
+
+def test_candidate_masses_count_only_the_allowed_columns() -> None:
+    schema = two_view_metadata()
+    options = SerenadeOptions(columns=["smoker", "sick", "score"])
+    # left: smoker = 1 unit; right: sick, score = 2 units
+    assert log_pair_mass(schema, options) == pytest.approx(math.log(2))
+    assert log_extension_mass(schema, options, 1) == pytest.approx(math.log(1 + 2 * 3))
+
+
+def test_columns_and_exclude_restrict_every_draw(
+    people: dpmine.DatasetHandle, owner: dpmine.Connection
+) -> None:
+    """columns minus exclude is sent as options.columns of every draw; the plan's signals count
+    the candidates over them; no released query uses another attribute."""
+    allowed = ["region", "sporty", "score", "age"]
+    miner = SerenadeCS(
+        epsilon=20.0, n_initial=3, tau=2, columns=[*allowed, "smoker"], exclude=["smoker"]
+    )
+    plan = miner.plan(people)
+    draws = [call for call in plan.calls if call.operation.startswith("serenade.")]
+    assert draws
+    assert all(call.request["options"]["columns"] == allowed for call in draws)
+    restricted = SerenadeOptions(columns=allowed)
+    assert plan.signals[0].log_candidates == pytest.approx(log_pair_mass(people.schema, restricted))
+    unrestricted = SerenadeCS(epsilon=20.0, n_initial=3, tau=2).plan(people)
+    assert plan.signals[0].log_candidates < unrestricted.signals[0].log_candidates
+    miner.mine(people)
+    assert miner.columns_ == allowed
+    used: set[str] = set()
+    for entry in owner.admin.ledger("people"):
+        release = entry.release or {}
+        reds = release.get("pairs") or [
+            release.get("redescription") or entry.parameters.get("redescription")
+        ]
+        for red in reds:
+            if red is not None:
+                parsed = Redescription.model_validate(red)
+                used |= attributes(parsed.left) | attributes(parsed.right)
+    assert used
+    assert used <= set(allowed)
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        ({"columns": ["smoker", "weight"]}, "unknown column(s) ['weight']"),
+        ({"exclude": ["sick", "score", "age"]}, "leave the right view no attribute"),
+        (
+            {"columns": ["smoker", "sick"], "options": SerenadeOptions(columns=["smoker", "sick"])},
+            "give the allowed columns once",
+        ),
+    ],
+)
+def test_bad_columns_are_refused_before_any_call(
+    people: dpmine.DatasetHandle,
+    owner: dpmine.Connection,
+    parameters: dict[str, Any],
+    message: str,
+) -> None:
+    for cls in (SerenadeES, SerenadeCS):
+        miner = cls(epsilon=1.0, **parameters)
+        with pytest.raises(dpmine.ParameterError, match=re.escape(message)):
+            miner.plan(people)
+        with pytest.raises(dpmine.ParameterError, match=re.escape(message)):
+            miner.mine(people)
+    assert owner.admin.ledger("people") == []
+
+
+def test_a_cs_run_that_stops_early_says_why(people: dpmine.DatasetHandle) -> None:
+    """Left query on smoker only, right on score/age (independent of smoking): every true
+    Jaccard is about |smoker| / |union| ≤ 0.35, so at this ε (each check ε_qual/((τ+1)·I) =
+    4/9, per-cell noise scale 2.25) every chain's initial pair is below min_jaccard = 0.6 (a
+    miss needs ≥ 70 counts of noise, probability < 1e-12) and stops before extending; the run
+    spends less than planned and says so."""
+    miner = SerenadeCS(
+        preset="paper",
+        epsilon=40.0,
+        n_initial=3,
+        tau=2,
+        x0=X0,
+        min_jaccard=0.6,
+        columns=["smoker", "score", "age"],
+    )
+    plan = miner.plan(people)
+    miner.mine(people)
+    assert [(stop.steps, stop.early) for stop in miner.chain_stops_] == [(0, True)] * 3
+    reason = miner.stop_reason_
+    assert reason.startswith(
+        "3 of 3 chains stopped before their τ = 2 steps because their noisy Jaccard fell below "
+        "min_jaccard = 0.6 (chain 1: initial pair at noisy J "
+    ), reason
+    assert miner.budget_spent_ < plan.total_epsilon
+    used = epsilon_text(epsilon_sum(r.epsilon_exact for r in miner.receipts_))
+    planned = epsilon_text(plan.estimate.total_epsilon_exact)
+    assert reason.endswith(f" ε spent: {used} of the {planned} planned."), reason
+    assert miner.redescriptions_ == []
+    message = miner.nothing_passed()
+    assert message is not None
+    assert message.endswith(f"How the run ended: {reason}")
+
+
+def test_es_says_it_ran_its_whole_plan(people: dpmine.DatasetHandle) -> None:
+    miner = SerenadeES(preset="paper", epsilon=4.0, n_initial=2, rounds=3, x0=X0)
+    miner.mine(people)
+    assert miner.stop_reason_.startswith(
+        "SerenadeES ran its whole plan: 2 initial pairs, all K = 3 extension rounds ("
+    )

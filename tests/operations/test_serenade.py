@@ -21,6 +21,7 @@ seeded generators throughout.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Hashable, Sequence
 from dataclasses import replace
@@ -49,6 +50,7 @@ from dpmine.wire import (
     Redescription,
 )
 from dpmine.wire.queries import And, Or
+from dpmine.wire.query_tree import attributes as attributes_of
 from dpmine_server.data.columns import ColumnStore
 from dpmine_server.data.loaders import load_store
 from dpmine_server.dp import candidates
@@ -959,3 +961,115 @@ def test_enumeration_beyond_the_cap_is_refused_before_the_charge() -> None:
     accepted = ExtendOneRequest.model_validate({**base, "options": {"threshold_mode": "auto"}})
     spec.validate(accepted, metadata)
     assert extend_enumeration(accepted, metadata) == 0
+
+
+# --------------------------------------------------------------------------------------------
+# Allowed columns (options.columns, issue #21): the candidate set keeps only their literals
+
+
+def restricted(data: Data, allowed: set[str]) -> Data:
+    """The reference over the allowed attributes only: the same rows, a smaller schema."""
+    metadata = data.metadata
+    kept = [a for a in metadata.attributes if a.name in allowed]
+    return replace(data, metadata=metadata.model_copy(update={"attributes": kept}))
+
+
+#: colour (left view) left out: the left view keeps a and d, the right one b and x.
+ALLOWED = frozenset({"a", "d", "b", "x"})
+
+
+@pytest.mark.parametrize("mode", ["grid", "continuous"])
+def test_restricted_extensions_match_the_restricted_law(
+    views: tuple[ColumnStore, Data], mode: ThresholdMode
+) -> None:
+    """Restricted to ALLOWED, extend_one draws from the exact law of a schema without colour:
+    no colour literal is ever proposed, and (at c = 0, every candidate seen) nothing allowed is
+    lost."""
+    store, data = views
+    rules = ExtensionRules(columns=ALLOWED)
+    start = [red(A, B)]
+    counts = run_extend(
+        store, data, start, rules=rules, mode=mode, epsilon=0.0, samples=4000, seed=501
+    )
+    law = extension_law(
+        restricted(data, set(ALLOWED)),
+        start,
+        rules=ExtensionRules(),
+        mode=mode,
+        params=PARAMS,
+        epsilon=0.0,
+    )
+    assert_law(counts, law, complete=True)
+    names = {key[4] for key in counts if key[0] in ("lit", "num")}
+    assert names == {"d", "x"}
+
+
+@pytest.mark.parametrize("mode", ["grid", "continuous"])
+def test_restricted_initial_pairs_match_the_restricted_law(
+    views: tuple[ColumnStore, Data], mode: ThresholdMode
+) -> None:
+    store, data = views
+    samples, c = 6_000, 1.5
+    pairs = initial_pairs(
+        store,
+        count=samples,
+        epsilon=c * 2 * PARAMS.delta * samples,
+        params=PARAMS,
+        rules=ExtensionRules(columns=ALLOWED),
+        mode=mode,
+        rng=seeded_generator(502),
+    )
+    used = {name for pair in pairs for name in attributes_of(pair.left) | attributes_of(pair.right)}
+    assert used <= ALLOWED
+    counts = Counter(pair_key(data, mode, pair) for pair in pairs)
+    law = pairs_law(restricted(data, set(ALLOWED)), negations=False, mode=mode, params=PARAMS, c=c)
+    assert_law(counts, law)
+
+
+def test_restricted_family_counts_are_the_kernels_families(
+    views: tuple[ColumnStore, Data],
+) -> None:
+    """The public counts that price the padding use the allowed columns, as the kernels do."""
+    store, _data = views
+    metadata = store.metadata
+    for columns in (ALLOWED, frozenset({"a", "colour", "b"}), frozenset({"d", "x"})):
+        rules = ExtensionRules(columns=columns)
+        built = serenade._pair_candidates(store, rules=rules, mode="continuous", params=PARAMS)
+        assert pair_families(metadata, rules) == len(built.families)
+        start = red(D, B) if "d" in columns else red(A, B)
+        kernel = serenade._extension_candidates(
+            store, start, rules=rules, mode="continuous", params=PARAMS
+        )
+        assert extension_families(metadata, [start], rules) == len(kernel.families)
+    assert pair_families(metadata, ExtensionRules(columns=frozenset({"a", "b"}))) == 0
+
+
+@pytest.mark.parametrize(
+    ("operation", "options", "message"),
+    [
+        ("serenade.initial_pairs", {"columns": ["a", "zz"]}, "unknown column(s) ['zz']"),
+        ("serenade.initial_pairs", {"columns": ["a", "d"]}, "leaves the right view no"),
+        ("serenade.extend_one", {"columns": ["colour", "b"]}, "leaves out"),
+        ("serenade.extend_one", {"columns": ["a", "a", "b"]}, "more than once"),
+    ],
+)
+def test_bad_columns_are_refused_by_validation(
+    operation: str, options: dict[str, object], message: str
+) -> None:
+    """Public checks before any charge, each naming what to fix."""
+    metadata = attributes("views")
+    body = {
+        "count": 2,
+        "mode": "cs",
+        "collection": [red(A, B).model_dump(mode="json")],
+        "epsilon": 1.0,
+        "quality": QualityParameters(x0=2.0).model_dump(mode="json"),
+        "options": options,
+    }
+    spec = CATALOG[operation]
+    if operation == "serenade.initial_pairs":
+        del body["mode"], body["collection"]
+    else:
+        del body["count"]
+    with pytest.raises(ValueError, match=re.escape(message)):
+        spec.validate(spec.request_model.model_validate(body), metadata)

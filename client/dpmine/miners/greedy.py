@@ -9,7 +9,8 @@ Budget split ε = ε_init + ε_ext + ε_qual by ``split``:
   measured once with their m shares, m·ε_qual/I: I results or fewer, ε_qual spent in full.
 * CS: ``initial_pairs(I, ε_init)``; per pair up to τ ``extend_one(CS, ε_ext/(τI))`` calls and up
   to τ+1 ``compute_quality(ε_qual/((τ+1)I))`` calls ([REC]: the paper's ε_qual/(τI) overspends);
-  a chain stops when its noisy Jaccard falls below J_min, so a run may spend less than planned;
+  a chain stops when its noisy Jaccard falls below J_min, so a run may spend less than planned
+  (``stop_reason_`` says which chains stopped and why; SerenadeES has no early stop);
   chains that end on the same canonical redescription give one result.
 
 Presets (issue #12). ``preset="paper"`` is the paper's setting (§2.6): I = 20, K = 80, τ = 4,
@@ -53,12 +54,13 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Literal, TypedDict, Unpack
 
+from dpmine.amounts import epsilon_sum, epsilon_text
 from dpmine.canonical import redescription_key
 from dpmine.connection import DatasetHandle
 from dpmine.errors import ParameterError
@@ -103,9 +105,11 @@ from dpmine.wire import (
     QualityParameters,
     Redescription,
     SerenadeOptions,
+    usable_columns,
 )
 
 __all__ = [
+    "ChainStop",
     "DrawSignal",
     "MinedRedescription",
     "NoSens",
@@ -119,6 +123,7 @@ __all__ = [
     "auto_es",
     "log_extension_mass",
     "log_pair_mass",
+    "serenade_columns",
 ]
 
 Preset = Literal["auto", "paper"]
@@ -254,8 +259,43 @@ class MinedRedescription:
 # -- public candidate masses (§2.2, §2.3, §7) -----------------------------------------------------
 
 
-def _view_attributes(schema: DatasetMetadata, side: Literal["left", "right"]) -> list[str]:
-    return [a.name for a in schema.attributes if schema.kind != "views" or a.view == side]
+def _view_attributes(
+    schema: DatasetMetadata, side: Literal["left", "right"], columns: Sequence[str] | None = None
+) -> list[str]:
+    """The attributes of one side's view (every attribute of a table), of ``columns`` only when
+    given (the attributes a run may use)."""
+    return [
+        a.name
+        for a in schema.attributes
+        if (schema.kind != "views" or a.view == side) and (columns is None or a.name in columns)
+    ]
+
+
+def serenade_columns(
+    schema: DatasetMetadata,
+    columns: str | Sequence[str] | None,
+    exclude: str | Sequence[str] | None = (),
+) -> list[str] | None:
+    """The attributes a Serenade run may use (``columns`` minus ``exclude``, schema order), or
+    None for all (:func:`~dpmine.wire.items.usable_columns`). ValueError, saying what to fix,
+    when a name is unknown or when they leave a view without an attribute (on a table: fewer
+    than two attributes, one per query), as the server checks ``options.columns``."""
+    allowed = usable_columns(schema, columns, exclude)
+    if allowed is None:
+        return None
+    if schema.kind == "views":
+        for side in ("left", "right"):
+            if not _view_attributes(schema, side, allowed):
+                raise ValueError(
+                    f"columns and exclude leave the {side} view no attribute; allow at least one "
+                    f"of {_view_attributes(schema, side)}"
+                )
+    elif len(allowed) < 2:
+        raise ValueError(
+            f"a redescription needs two different attributes, one per query; columns and "
+            f"exclude leave only {allowed}: allow at least one more"
+        )
+    return allowed
 
 
 def _units(schema: DatasetMetadata, names: list[str], options: SerenadeOptions) -> int:
@@ -274,9 +314,10 @@ def _units(schema: DatasetMetadata, names: list[str], options: SerenadeOptions) 
 
 
 def log_pair_mass(schema: DatasetMetadata, options: SerenadeOptions) -> float:
-    """ln M of an initial-pair draw (§2.3): units(left) × units(right), from the schema."""
-    left = _units(schema, _view_attributes(schema, "left"), options)
-    right = _units(schema, _view_attributes(schema, "right"), options)
+    """ln M of an initial-pair draw (§2.3): units(left) × units(right), from the schema (the
+    attributes of ``options.columns`` when given)."""
+    left = _units(schema, _view_attributes(schema, "left", options.columns), options)
+    right = _units(schema, _view_attributes(schema, "right", options.columns), options)
     return math.log(max(left * right, 1))
 
 
@@ -285,9 +326,9 @@ def log_extension_mass(
 ) -> float:
     """ln M of an extension draw (§2.2, §2.4) over ``collection`` redescriptions, each with one
     unit for "unchanged" and one per literal unit, side and operator (an upper bound: used
-    attributes are not subtracted)."""
-    sides = _units(schema, _view_attributes(schema, "left"), options) + _units(
-        schema, _view_attributes(schema, "right"), options
+    attributes are not subtracted; only ``options.columns`` when given)."""
+    sides = _units(schema, _view_attributes(schema, "left", options.columns), options) + _units(
+        schema, _view_attributes(schema, "right", options.columns), options
     )
     per_red = 1 + len(options.operators) * sides
     return math.log(max(collection, 1) * per_red)
@@ -558,6 +599,8 @@ class SerenadeParameters(TypedDict, total=False):
     steepness: float | None
     calibration: Calibration | None
     options: SerenadeOptions | None
+    columns: Sequence[str] | None
+    exclude: Sequence[str]
     quality_mode: QualityMode
     quality_function: Literal["serenade", "jaccard"]
     progress: bool
@@ -565,7 +608,12 @@ class SerenadeParameters(TypedDict, total=False):
 
 class _SerenadeBase(SignificantMiner[MinedRedescription]):
     """Parameters and shared plumbing of the Serenade miners. ``None`` = chosen by ``preset``
-    (see the module docstring); ``y0_fraction=0`` turns the coverage factor off."""
+    (see the module docstring); ``y0_fraction=0`` turns the coverage factor off.
+
+    ``columns``: the attributes whose literals queries may use (default: all), and
+    ``exclude``: attributes they may not use, e.g. a proxy of what the other view describes.
+    Sent as the public ``options.columns`` of every draw: the server builds the candidates
+    from them only, and the auto preset and ``plan()`` count the candidates over them."""
 
     min_jaccard: float = DEFAULT_MIN_JACCARD
 
@@ -583,6 +631,8 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
         steepness: float | None = None,
         calibration: Calibration | None = None,
         options: SerenadeOptions | None = None,
+        columns: Sequence[str] | None = None,
+        exclude: Sequence[str] = (),
         quality_mode: QualityMode = "cells",
         quality_function: Literal["serenade", "jaccard"] = "serenade",
         progress: bool = False,
@@ -598,6 +648,8 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
         self.steepness = steepness
         self.calibration = calibration
         self.options = options
+        self.columns = columns
+        self.exclude = exclude
         self.quality_mode = quality_mode
         self.quality_function = quality_function
         self.progress = progress
@@ -704,8 +756,8 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
         x0, y0 = _centres(schema.n_max, n_hat, self.x0, x0_fraction, y0_fraction)
         prices = DrawPrices(
             c_per_epsilon=self._c_per_epsilon(dataset, x0, y0, calibration),
-            log_pairs=log_pair_mass(schema, self._options()),
-            log_extend_one=log_extension_mass(schema, self._options()),
+            log_pairs=log_pair_mass(schema, self._options(schema)),
+            log_extend_one=log_extension_mass(schema, self._options(schema)),
             check=NOISE_RATIO / x0 * (2.0 if self.quality_mode == "paper" else 1.0),
         )
         n_initial, steps, split = self._auto(epsilon, prices, steps)
@@ -729,7 +781,7 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
     def _auto(
         self, epsilon: float, prices: DrawPrices, steps: int | None
     ) -> tuple[int, int, tuple[float, float, float]]:
-        options = self._options()
+        options = self._base_options()
         return auto_es(
             epsilon,
             prices,
@@ -767,8 +819,29 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
             return response.c_per_epsilon
         return 1.0 / (2.0 * response.delta)
 
-    def _options(self) -> SerenadeOptions:
+    def _base_options(self) -> SerenadeOptions:
         return self.options or SerenadeOptions()
+
+    def columns_for(self, schema: DatasetMetadata) -> list[str] | None:
+        """The attributes queries may use (``columns`` minus ``exclude``, schema order), or
+        None for all (:func:`serenade_columns`); a :class:`~dpmine.errors.ParameterError`
+        names an unknown column or a view left without an attribute."""
+        try:
+            return serenade_columns(schema, self.columns, self.exclude)
+        except ValueError as error:
+            raise ParameterError(str(error)) from None
+
+    def _options(self, schema: DatasetMetadata) -> SerenadeOptions:
+        """The options of every draw: ``options`` with the allowed columns."""
+        options = self._base_options()
+        allowed = self.columns_for(schema)
+        if allowed is None:
+            return options
+        if options.columns is not None:
+            raise ParameterError(
+                "give the allowed columns once: columns=/exclude= or options.columns, not both"
+            )
+        return options.model_copy(update={"columns": allowed})
 
     # -- plan ----------------------------------------------------------------------------------
 
@@ -825,6 +898,9 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
         fractions of n̂ clamped to the same fractions of the public n_max (post-processing);
         under "auto" I, K/τ and the split are chosen again at that x0 (same total ε)."""
         plan = self._check_budget(dataset)
+        self._planned_epsilon = (
+            plan.estimate.total_epsilon_exact if isinstance(plan, Plan) else None
+        )
         settings, _prices = self._settings(dataset)
         spent = _Spent()
         n_hat: float | None = None
@@ -838,6 +914,7 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
         self.x0_ = x0
         self.y0_ = y0
         self.settings_ = settings
+        self.columns_ = self.columns_for(dataset.schema)
         # Where the run's signal is weak: at the final settings under "auto", else the plan's.
         if _prices is not None:
             signals = self._signals(dataset.schema, settings, _prices.c_per_epsilon, x0)
@@ -858,7 +935,7 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
             count=st.n_initial,
             epsilon=st.call_epsilon(st.shares[0]),
             quality=quality,
-            options=self._options(),
+            options=self._options(dataset.schema),
         )
         response = dataset.run(request)
         spent.receipts.append(response.receipt)
@@ -880,7 +957,7 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
             collection=collection,
             epsilon=epsilon,
             quality=quality,
-            options=self._options(),
+            options=self._options(dataset.schema),
         )
         response = dataset.run(request)
         spent.receipts.append(response.receipt)
@@ -929,6 +1006,15 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
             weak.insert(0, "quality_mode='cells' (the 'paper' mode releases no p-value)")
         return weak + list(GENERAL_HINTS)
 
+    def nothing_passed(self, min_jaccard: float | None = None) -> str | None:
+        """As :meth:`SignificantMiner.nothing_passed`, followed by how the run ended
+        (``stop_reason_``: the chains that stopped early and why)."""
+        message = super().nothing_passed(min_jaccard)
+        reason: str | None = getattr(self, "stop_reason_", None)
+        if message is None or reason is None:
+            return message
+        return f"{message} How the run ended: {reason}"
+
     def displayed(
         self, min_jaccard: float = 0.3, *, by: Literal["noisy", "lower"] = "noisy"
     ) -> list[MinedRedescription]:
@@ -953,6 +1039,7 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
                 {**r.to_dict(), "significant": id(r) in passed} for r in verdict.ranked
             ],
             "significance": verdict.summary.as_dict(),
+            "stop_reason": getattr(self, "stop_reason_", None),
             "receipts": [receipt.model_dump(mode="json") for receipt in self.receipts_],
         }
         path.write_text(json.dumps(payload, indent=2) + "\n")
@@ -1054,11 +1141,74 @@ def _json_record(r: MinedRedescription) -> dict[str, object]:
     }
 
 
-def _placeholder(schema: DatasetMetadata) -> Redescription:
-    """A valid redescription used only to price extend/quality calls (costs ignore queries)."""
+@dataclass(frozen=True)
+class ChainStop:
+    """How one SerenadeCS chain ended (post-processing of its noisy checks): ``steps`` of its
+    ``tau`` extension steps taken, the noisy J of its last check and whether that J fell below
+    ``min_jaccard`` (the chain's only early stop: it then makes no further draw or check)."""
+
+    chain: int
+    steps: int
+    tau: int
+    noisy_jaccard: float
+    below: bool
+
+    @property
+    def early(self) -> bool:
+        """Whether the chain stopped before its τ steps."""
+        return self.below and self.steps < self.tau
+
+    def describe(self, min_jaccard: float) -> str:
+        """``chain 3: initial pair at noisy J 0.12 < 0.3`` and the like."""
+        if not self.below:
+            return f"chain {self.chain}: all {self.tau} steps"
+        where = "initial pair" if self.steps == 0 else f"step {self.steps} of {self.tau}"
+        return f"chain {self.chain}: {where} at noisy J {self.noisy_jaccard:.3g} < {min_jaccard:g}"
+
+
+#: Chains listed by name in SerenadeCS's ``stop_reason_`` (the rest are counted).
+_LISTED_STOPS = 5
+
+
+def chain_stop_reason(stops: Sequence[ChainStop], min_jaccard: float, unchanged: int) -> str:
+    """SerenadeCS's ``stop_reason_``: which chains stopped before their τ steps and why (their
+    noisy Jaccard fell below ``min_jaccard``), and how many draws left a chain unchanged (no
+    quality check was then needed), so a run that spent less than its plan says why."""
+    early = [stop for stop in stops if stop.early]
+    if not stops:
+        return "No chain ran."
+    tau = stops[0].tau
+    if early:
+        named = "; ".join(stop.describe(min_jaccard) for stop in early[:_LISTED_STOPS])
+        more = f"; {len(early) - _LISTED_STOPS} more" if len(early) > _LISTED_STOPS else ""
+        text = (
+            f"{len(early)} of {len(stops)} chains stopped before their τ = {tau} steps because "
+            f"their noisy Jaccard fell below min_jaccard = {min_jaccard:g} ({named}{more}), so "
+            "their remaining draws and checks were never made."
+        )
+    else:
+        text = f"Every chain ran all τ = {tau} steps."
+    last = [stop for stop in stops if not stop.early and stop.below]
+    if last:
+        text += (
+            f" {len(last)} chain(s) fell below min_jaccard at their last step and keep the "
+            "redescription before it."
+        )
+    if unchanged:
+        text += (
+            f" {unchanged} extension draw(s) kept their redescription unchanged (no new quality "
+            "check)."
+        )
+    return text
+
+
+def _placeholder(schema: DatasetMetadata, columns: Sequence[str] | None = None) -> Redescription:
+    """A valid redescription used only to price extend/quality calls (costs ignore queries),
+    on the allowed ``columns`` (None: any attribute)."""
+    usable = [a for a in schema.attributes if columns is None or a.name in columns]
 
     def literal(view: str) -> BoolLiteral | CatLiteral | NumLiteral:
-        for attribute in schema.attributes:
+        for attribute in usable:
             if schema.kind == "views" and attribute.view != view:
                 continue
             if isinstance(attribute, BooleanAttribute):
@@ -1072,7 +1222,7 @@ def _placeholder(schema: DatasetMetadata) -> Redescription:
     left = literal("left")
     right = literal("right")
     if schema.kind != "views" and right.attribute == left.attribute:
-        others = [a for a in schema.attributes if a.name != left.attribute]
+        others = [a for a in usable if a.name != left.attribute]
         if not others:
             raise ValueError("a single-table dataset needs two attributes")
         first = others[0]
@@ -1112,16 +1262,16 @@ class SerenadeES(_SerenadeBase):
             count=count,
             epsilon=settings.call_epsilon(e_init),
             quality=quality,
-            options=self._options(),
+            options=self._options(schema),
         )
         calls.append(SERENADE_INITIAL_PAIRS.plan(pairs))
-        collection = [_placeholder(schema)] * count
+        collection = [_placeholder(schema, self.columns_for(schema))] * count
         extend = ExtendOneRequest(
             mode="es",
             collection=collection,
             epsilon=settings.call_epsilon(e_ext / rounds),
             quality=quality,
-            options=self._options(),
+            options=self._options(schema),
         )
         calls += [SERENADE_EXTEND_ONE.plan(extend)] * rounds
         measure = ComputeQualityRequest(
@@ -1136,7 +1286,7 @@ class SerenadeES(_SerenadeBase):
         self, schema: DatasetMetadata, st: SerenadeSettings, c_unit: float, x0: float
     ) -> tuple[list[DrawSignal], CheckNoise]:
         e_init, e_ext, e_qual = st.shares
-        options = self._options()
+        options = self._options(schema)
         pair_eps = st.call_epsilon(e_init) / st.n_initial
         ext_eps = st.call_epsilon(e_ext / st.steps)
         signals = [
@@ -1166,6 +1316,7 @@ class SerenadeES(_SerenadeBase):
         e_ext = settings.shares[1]
         rounds = settings.steps
         collection = self._initial_pairs(dataset, settings, quality, spent)
+        unchanged = 0
         with self._progress(rounds + len(collection), "Serenade ES") as advance:
             for _ in range(rounds):
                 step = self._extend(
@@ -1177,8 +1328,15 @@ class SerenadeES(_SerenadeBase):
                     spent=spent,
                 )
                 collection[step.position] = step.redescription
+                unchanged += not step.changed
                 advance()
             results = self._measure_all(dataset, collection, settings, spent, advance)
+        # SerenadeES has no early stop: say so, so that an empty result is not read as one.
+        self.stop_reason_ = (
+            f"SerenadeES ran its whole plan: {len(collection)} initial pairs, all K = {rounds} "
+            f"extension rounds ({unchanged} left the collection unchanged) and "
+            f"{len(results)} quality checks."
+        )
         self.redescriptions_ = results
         self._spent = spent
         return self
@@ -1211,7 +1369,9 @@ class SerenadeES(_SerenadeBase):
 
 
 class SerenadeCS(_SerenadeBase):
-    """SerenadeCS (Algorithm 1): each initial pair extended alone for up to τ rounds."""
+    """SerenadeCS (Algorithm 1): each initial pair extended alone for up to τ rounds. A chain
+    stops when its noisy Jaccard falls below ``min_jaccard``; ``chain_stops_`` records how each
+    chain ended and ``stop_reason_`` says it in one paragraph (also in ``nothing_passed()``)."""
 
     _steps_name = "tau"
     _paper_steps = PAPER_TAU
@@ -1230,7 +1390,7 @@ class SerenadeCS(_SerenadeBase):
     def _auto(
         self, epsilon: float, prices: DrawPrices, steps: int | None
     ) -> tuple[int, int, tuple[float, float, float]]:
-        max_tau = min(AUTO_MAX_TAU, 2 * (self._options().max_literals - 1))
+        max_tau = min(AUTO_MAX_TAU, 2 * (self._base_options().max_literals - 1))
         return auto_cs(epsilon, prices, max_tau=max_tau, n_initial=self.n_initial, tau=steps)
 
     @staticmethod
@@ -1248,12 +1408,12 @@ class SerenadeCS(_SerenadeBase):
             count=settings.n_initial,
             epsilon=settings.call_epsilon(settings.shares[0]),
             quality=quality,
-            options=self._options(),
+            options=self._options(schema),
         )
         calls.append(SERENADE_INITIAL_PAIRS.plan(pairs))
-        red = _placeholder(schema)
+        red = _placeholder(schema, self.columns_for(schema))
         extend = ExtendOneRequest(
-            mode="cs", collection=[red], epsilon=e_x, quality=quality, options=self._options()
+            mode="cs", collection=[red], epsilon=e_x, quality=quality, options=self._options(schema)
         )
         measure = ComputeQualityRequest(redescription=red, epsilon=e_q, mode=self.quality_mode)
         for _ in range(settings.n_initial):
@@ -1267,7 +1427,7 @@ class SerenadeCS(_SerenadeBase):
         self, schema: DatasetMetadata, st: SerenadeSettings, c_unit: float, x0: float
     ) -> tuple[list[DrawSignal], CheckNoise]:
         e_x, e_q = self._budgets(st)
-        options = self._options()
+        options = self._options(schema)
         pair_eps = st.call_epsilon(st.shares[0]) / st.n_initial
         signals = [
             DrawSignal(
@@ -1298,6 +1458,8 @@ class SerenadeCS(_SerenadeBase):
         pairs = self._initial_pairs(dataset, settings, quality, spent)
         results: list[MinedRedescription] = []
         seen: set[tuple[str, str]] = set()
+        self.chain_stops_: list[ChainStop] = []
+        self._unchanged = 0
         with self._progress(len(pairs), "Serenade CS") as advance:
             for start in pairs:
                 found = self._chain(
@@ -1317,6 +1479,11 @@ class SerenadeCS(_SerenadeBase):
                     seen.add(redescription_key(found.redescription))
                     results.append(found)
                 advance()
+        self.stop_reason_ = chain_stop_reason(self.chain_stops_, self.min_jaccard, self._unchanged)
+        if self._planned_epsilon is not None and any(stop.early for stop in self.chain_stops_):
+            used = epsilon_text(epsilon_sum(r.epsilon_exact for r in spent.receipts))
+            planned = epsilon_text(self._planned_epsilon)
+            self.stop_reason_ += f" ε spent: {used} of the {planned} planned."
         self.redescriptions_ = results
         self._spent = spent
         return self
@@ -1335,6 +1502,7 @@ class SerenadeCS(_SerenadeBase):
     ) -> MinedRedescription | None:
         measured = self._measure(dataset, start, e_q, spent, joint_miss)
         last_good = measured if measured.noisy_jaccard >= self.min_jaccard else None
+        taken = 0
         for _ in range(steps):
             if measured.noisy_jaccard < self.min_jaccard:
                 break
@@ -1346,10 +1514,22 @@ class SerenadeCS(_SerenadeBase):
                 quality=quality,
                 spent=spent,
             )
+            taken += 1
             if step.changed:  # an unchanged chain keeps its noisy J (no new quality call)
                 measured = self._measure(dataset, step.redescription, e_q, spent, joint_miss)
+            else:
+                self._unchanged += 1
             if measured.noisy_jaccard >= self.min_jaccard:
                 last_good = measured
+        self.chain_stops_.append(
+            ChainStop(
+                chain=len(self.chain_stops_) + 1,
+                steps=taken,
+                tau=steps,
+                noisy_jaccard=measured.noisy_jaccard,
+                below=measured.noisy_jaccard < self.min_jaccard,
+            )
+        )
         return last_good
 
 

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from dpmine.wire.common import Epsilon, OperationRequest, Receipt, WireModel
+from dpmine.wire.items import ColumnNames
 from dpmine.wire.queries import Redescription
 
 __all__ = [
@@ -88,7 +89,9 @@ def _both_operators() -> list[SerenadeOperator]:
 
 
 class SerenadeOptions(WireModel):
-    """Data-independent candidate rules (§2.2) and the threshold mode (§1.4)."""
+    """Data-independent candidate rules (§2.2), the threshold mode (§1.4) and the attributes
+    candidates may use (``columns``: a public list, so the candidate set stays a function of
+    public values)."""
 
     operators: list[SerenadeOperator] = Field(default_factory=_both_operators, min_length=1)
     negations: bool = False
@@ -100,6 +103,11 @@ class SerenadeOptions(WireModel):
         "by enumerating every cell pair above, which costs O(V²) per numeric attribute), grid "
         "(public grid), or auto (continuous while c ≤ 8, else grid; decided from public values "
         "only). c = ε/(Δ_up + Δ_down) under the default range calibration, else ε/(2Δ).",
+    )
+    columns: ColumnNames | None = Field(
+        default=None,
+        description="The attributes whose literals may start or extend a query (default: "
+        "all). Each view (or, on a table, the pair's two sides) must keep at least one.",
     )
 
 

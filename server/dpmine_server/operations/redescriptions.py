@@ -25,6 +25,7 @@ from dpmine.wire import (
     attributes,
     jaccard,
     statistics_from_cells,
+    usable_columns,
 )
 from dpmine_server.data.columns import ColumnStore
 from dpmine_server.data.validation import validate_expr
@@ -217,7 +218,33 @@ def _rules(options: SerenadeOptions) -> ExtensionRules:
         negations=options.negations,
         max_literals=options.max_literals,
         single_side_or=options.single_side_or,
+        columns=None if options.columns is None else frozenset(options.columns),
     )
+
+
+def _check_columns(options: SerenadeOptions, metadata: DatasetMetadata) -> None:
+    """``options.columns`` names declared attributes and leaves a pair of attributes, one per
+    side (public values only, before the charge); ValueError saying what to fix."""
+    if options.columns is None:
+        return
+    try:
+        usable_columns(metadata, options.columns)
+    except ValueError as error:
+        raise ValueError(f"options.columns: {error}") from None
+    check_pair_space(metadata, _rules(options).columns)
+
+
+def _check_allowed(red: Redescription, options: SerenadeOptions) -> None:
+    """A query of the collection may use only the allowed columns (a restricted run never
+    starts from, nor keeps, a literal the analyst left out)."""
+    if options.columns is None:
+        return
+    outside = sorted((attributes(red.left) | attributes(red.right)) - set(options.columns))
+    if outside:
+        raise ValueError(
+            f"uses column(s) {outside} that options.columns leaves out; allow them in "
+            "options.columns or drop them from the query"
+        )
 
 
 #: Most cell pairs one call may enumerate (continuous thresholds at c > 8; public cap, checked
@@ -308,6 +335,7 @@ def _check_enumeration(cells: int) -> None:
 
 
 def _validate_pairs(request: InitialPairsRequest, metadata: DatasetMetadata) -> None:
+    _check_columns(request.options, metadata)
     check_pair_space(metadata)
     _check_enumeration(pairs_enumeration(request, metadata))
 
@@ -344,9 +372,11 @@ def _run_pairs(
 
 
 def _validate_extend(request: ExtendOneRequest, metadata: DatasetMetadata) -> None:
+    _check_columns(request.options, metadata)
     for position, red in enumerate(request.collection):
         try:
             validate_redescription(red, metadata)
+            _check_allowed(red, request.options)
             for side, expr in (("left", red.left), ("right", red.right)):
                 parsed = parse_side(expr, side=side)
                 if len(parsed.literals) > request.options.max_literals:

@@ -22,8 +22,12 @@ quantities only:
   thresholds on the attribute's public grid (owner's grid, else 20 equal-width interior
   points), every interval a discrete candidate, exact enumeration with Gumbel-max.
 
-The candidate sets depend only on public metadata and the public queries (§2.2): no support
-filters. Nothing but the chosen candidate leaves this module.
+The candidate sets depend only on public metadata, the public queries and the public options
+(§2.2): no support filters. ``ExtensionRules.columns`` (the request's ``options.columns``)
+restricts the attributes whose literals may start or extend a query; the list is public, so the
+candidate set stays a function of public values and Q's sensitivities, which bound every
+candidate's change when one row is added, are unchanged (a subset of candidates needs no more).
+Nothing but the chosen candidate leaves this module.
 """
 
 from __future__ import annotations
@@ -140,12 +144,14 @@ class QualityParams:
 
 @dataclass(frozen=True, slots=True)
 class ExtensionRules:
-    """Data-independent restrictions on candidates (§2.2)."""
+    """Data-independent restrictions on candidates (§2.2); ``columns``: the attributes whose
+    literals candidates may use (None = all), a public list."""
 
     operators: frozenset[Op] = frozenset({"and", "or"})
     negations: bool = False
     max_literals: int = 4
     single_side_or: bool = True
+    columns: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,10 +270,16 @@ def _discrete_names(metadata: DatasetMetadata, names: Sequence[str]) -> list[str
     return [n for n in names if not isinstance(metadata.attribute(n), NumericAttribute)]
 
 
-def _view_attributes(metadata: DatasetMetadata, side: Side) -> list[str]:
-    if metadata.kind == "views":
-        return [a.name for a in metadata.attributes if a.view == side]
-    return [a.name for a in metadata.attributes]
+def _view_attributes(
+    metadata: DatasetMetadata, side: Side, columns: frozenset[str] | None = None
+) -> list[str]:
+    """The attributes of one side's view (every attribute of a table), those of ``columns``
+    only when given: public, from the metadata and the request."""
+    return [
+        a.name
+        for a in metadata.attributes
+        if (metadata.kind != "views" or a.view == side) and (columns is None or a.name in columns)
+    ]
 
 
 def _numeric(store: ColumnStore, name: str) -> tuple[NumericAttribute, NumericColumn]:
@@ -581,7 +593,7 @@ def _extension_candidates(
         if len(mine.literals) >= rules.max_literals:
             continue
         used = mine.attributes | (other.attributes if metadata.kind != "views" else frozenset())
-        view = _view_attributes(metadata, side)
+        view = _view_attributes(metadata, side, rules.columns)
         bank = _bank(store, tuple(_discrete_names(metadata, view)), rules.negations)
         keep = np.fromiter((a not in used for a in bank.attributes), dtype=bool)
         for op in sorted(rules.operators):
@@ -667,13 +679,15 @@ class _LazyOutcomes:
 
 
 def _left_pair_literals(
-    store: ColumnStore, *, negations: bool
+    store: ColumnStore, rules: ExtensionRules
 ) -> tuple[list[AnyLiteral], npt.NDArray[np.float64], list[Bitset]]:
     """Left literals of initial pairs, their log base masses and supports: discrete literals of
     the left view (one unit each) and, if the left view has numeric attributes, their public-grid
-    intervals (one unit per attribute) — §2.3 [REC] for two numeric views."""
+    intervals (one unit per attribute) — §2.3 [REC] for two numeric views. Only the attributes
+    of ``rules.columns`` when given."""
     metadata = store.metadata
-    names = _view_attributes(metadata, "left")
+    negations = rules.negations
+    names = _view_attributes(metadata, "left", rules.columns)
     bank = _bank(store, tuple(_discrete_names(metadata, names)), negations)
     literals: list[AnyLiteral] = list(bank.literals)
     masses = [0.0] * len(literals)
@@ -690,17 +704,31 @@ def _left_pair_literals(
     return literals, np.asarray(masses, dtype=np.float64), rows
 
 
-def check_pair_space(metadata: DatasetMetadata) -> None:
-    """ValueError unless some (left, right) attribute pair exists, so that §2.3's candidate set
-    is not empty whatever the data (public metadata only; checked before the charge). Every
-    attribute has at least one literal (a Boolean, a category, grid intervals), so a pair of
-    distinct attributes, one per side, is enough."""
-    lefts = _view_attributes(metadata, "left")
-    rights = _view_attributes(metadata, "right")
+def check_pair_space(metadata: DatasetMetadata, columns: frozenset[str] | None = None) -> None:
+    """ValueError unless some (left, right) attribute pair exists among ``columns`` (None: all
+    attributes), so that §2.3's candidate set is not empty whatever the data (public metadata
+    and request only; checked before the charge). Every attribute has at least one literal (a
+    Boolean, a category, grid intervals), so a pair of distinct attributes, one per side, is
+    enough."""
+    lefts = _view_attributes(metadata, "left", columns)
+    rights = _view_attributes(metadata, "right", columns)
+    if columns is not None and metadata.kind == "views":
+        sides: tuple[tuple[Side, list[str]], ...] = (("left", lefts), ("right", rights))
+        for side, kept in sides:
+            if not kept:
+                raise ValueError(
+                    f"options.columns leaves the {side} view no attribute; allow at least one "
+                    f"of {_view_attributes(metadata, side)}"
+                )
     if not any(left != right for left in lefts for right in rights):
+        if columns is None:
+            raise ValueError(
+                "initial pairs need two different attributes, one per query; this dataset "
+                f"declares only {sorted(set(lefts) | set(rights))}"
+            )
         raise ValueError(
-            "initial pairs need two different attributes, one per query; this dataset "
-            f"declares only {sorted(set(lefts) | set(rights))}"
+            "initial pairs need two different attributes, one per query; options.columns "
+            f"allows only {sorted(set(lefts) | set(rights))}: allow at least one more"
         )
 
 
@@ -734,7 +762,7 @@ def extension_families(
             if len(mine.literals) >= rules.max_literals:
                 continue
             used = mine.attributes | (other.attributes if metadata.kind != "views" else frozenset())
-            view = [n for n in _view_attributes(metadata, side) if n not in used]
+            view = [n for n in _view_attributes(metadata, side, rules.columns) if n not in used]
             numeric = len(_numeric_names(metadata, view))
             for op in rules.operators:
                 if op == "or" and rules.single_side_or and other.has_or:
@@ -748,7 +776,7 @@ def _pair_left_attributes(metadata: DatasetMetadata, rules: ExtensionRules) -> l
     and the public grid intervals of the left view's numeric attributes (per polarity). Public,
     from the metadata alone."""
     polarities = 2 if rules.negations else 1
-    lefts = _view_attributes(metadata, "left")
+    lefts = _view_attributes(metadata, "left", rules.columns)
     left_attributes = [
         literal.attribute
         for literal in _discrete_literals(
@@ -770,7 +798,7 @@ def pair_families(metadata: DatasetMetadata, rules: ExtensionRules) -> int:
     left_attributes = _pair_left_attributes(metadata, rules)
     same_table = metadata.kind != "views"
     families = 0
-    for name in _numeric_names(metadata, _view_attributes(metadata, "right")):
+    for name in _numeric_names(metadata, _view_attributes(metadata, "right", rules.columns)):
         kept = sum(1 for left in left_attributes if not (same_table and left == name))
         families += kept * polarities
     return families
@@ -785,7 +813,7 @@ def grid_pair_products(metadata: DatasetMetadata, rules: ExtensionRules) -> int:
     left_attributes = _pair_left_attributes(metadata, rules)
     same_table = metadata.kind != "views"
     products = 0
-    for name in _numeric_names(metadata, _view_attributes(metadata, "right")):
+    for name in _numeric_names(metadata, _view_attributes(metadata, "right", rules.columns)):
         attribute = metadata.attribute(name)
         assert isinstance(attribute, NumericAttribute)
         points = grid_points(attribute)
@@ -802,10 +830,10 @@ def _pair_candidates(
     """Every (left literal, right literal) pair of §2.3; numeric right literals as families."""
     metadata = store.metadata
     candidates = _Candidates(params, store.all_rows().count())
-    left_literals, left_masses, left_rows = _left_pair_literals(store, negations=rules.negations)
+    left_literals, left_masses, left_rows = _left_pair_literals(store, rules)
     if not left_literals:
         raise ValueError("the left view has no attribute that can start an initial pair")
-    right_names = _view_attributes(metadata, "right")
+    right_names = _view_attributes(metadata, "right", rules.columns)
     bank = _bank(store, tuple(_discrete_names(metadata, right_names)), rules.negations)
     left_words = np.stack([rows.words for rows in left_rows])
     same_table = metadata.kind != "views"

@@ -115,6 +115,9 @@ GRID_PRODUCT_SECONDS = 6e-10
 
 
 def _pairs_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
+    # The literal term counts every declared attribute's literals, an upper bound when
+    # options.columns restricts them; the families, proposals and grid products are counted
+    # over the allowed columns, as the kernel builds them (operations/redescriptions.py).
     draws = int(request.get("count", 20))
     body = InitialPairsRequest.model_validate(request)
     cells = pairs_enumeration(body, metadata)
@@ -128,6 +131,7 @@ def _pairs_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
 
 
 def _extend_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
+    # As _pairs_work: every declared literal (an upper bound under options.columns).
     collection = request.get("collection") or [None]
     body = ExtendOneRequest.model_validate(request)
     cells = extend_enumeration(body, metadata)
