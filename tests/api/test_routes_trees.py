@@ -103,3 +103,40 @@ def test_a_chain_below_the_public_minimum_is_refused_before_the_charge(
             detail = expect_error(response, 422, "InvalidRequest")
             assert f"at least {MIN_TREE_ITERATIONS}, got {short}" in detail, detail
     assert analyst.dataset(toy).budget().remaining_epsilon == 5.0
+
+
+def test_tree_columns_are_refused_before_the_charge(analyst: dpmine.Connection, toy: str) -> None:
+    """An unknown column, or columns that leave a tree's view without an attribute, is a 422
+    that says what to fix; nothing is charged."""
+    target = AttributeTarget(attribute="member")
+    refused = [
+        (
+            TreeExpMechRequest(view="left", target=target, epsilon=0.5, columns=["height"]),
+            "unknown",
+        ),
+        (
+            TreeMCMCRequest(
+                view="left",
+                target=target,
+                depth=1,
+                iterations=MIN_TREE_ITERATIONS,
+                epsilon=0.5,
+                columns=["member", "color"],
+            ),
+            "leave the left view no attribute",
+        ),
+        (
+            TreePairMCMCRequest(
+                attribute="member",
+                depth=1,
+                iterations=MIN_TREE_ITERATIONS,
+                epsilon=0.5,
+                columns=["age", "smoker"],
+            ),
+            "not among the allowed columns",
+        ),
+    ]
+    for request, message in refused:
+        with pytest.raises(InvalidRequestError, match=message):
+            analyst.run(toy, request)
+    assert analyst.dataset(toy).budget().remaining_epsilon == 5.0
