@@ -1080,10 +1080,13 @@ def _run_tree_miner(
     prune: float | None,
     max_error: float | None = None,
     show_all: bool = False,
+    columns: list[str] | None = None,
+    exclude: list[str] | None = None,
 ) -> None:
-    """Build the miner (``make(progress)``), plan or mine it, then show the results that pass
-    the noise-aware test (``show_all``: every result), by J's lower end, and write every
-    result. ``prune`` (noisy support at least this) and ``max_error`` (standard error of noisy
+    """Build the miner (``make(progress)``), restrict it to ``columns`` minus ``exclude``
+    (--columns / --exclude, read against the schema), plan or mine it, then show the results
+    that pass the noise-aware test (``show_all``: every result), by J's lower end, and write
+    every result. ``prune`` (noisy support at least this) and ``max_error`` (standard error of noisy
     J at most this, the public rule of :meth:`~dpmine.miners.trees._TreeMinerBase.reliable`)
     narrow what is shown."""
     options = _options(ctx)
@@ -1099,6 +1102,8 @@ def _run_tree_miner(
 
     def action(connection: Connection) -> Any:
         dataset = connection.dataset(dataset_id)
+        miner.columns = _column_names(columns, dataset.schema)
+        miner.exclude = _column_names(exclude, dataset.schema)
         try:
             return miner.plan(dataset) if plan_only else miner.mine(dataset)
         except ValueError as error:
@@ -1189,6 +1194,8 @@ def mine_alt_expm(
     max_jaccard_error: MaxErrorOption = None,
     show_all: AllOption = False,
     leaf_release: LeafReleaseOption = "partition",
+    columns: ColumnsOption = None,
+    exclude: ExcludeOption = None,
     output: OutputsOption = None,
     plot: PlotOption = None,
     plan_only: PlanOption = False,
@@ -1208,7 +1215,17 @@ def mine_alt_expm(
         )
 
     _run_tree_miner(
-        ctx, dataset_id, make, plan_only, output, plot, prune, max_jaccard_error, show_all
+        ctx,
+        dataset_id,
+        make,
+        plan_only,
+        output,
+        plot,
+        prune,
+        max_jaccard_error,
+        show_all,
+        columns,
+        exclude,
     )
 
 
@@ -1232,6 +1249,8 @@ def mine_alt_mcmc(
     max_jaccard_error: MaxErrorOption = None,
     show_all: AllOption = False,
     leaf_release: LeafReleaseOption = "partition",
+    columns: ColumnsOption = None,
+    exclude: ExcludeOption = None,
     output: OutputsOption = None,
     plot: PlotOption = None,
     plan_only: PlanOption = False,
@@ -1252,7 +1271,17 @@ def mine_alt_mcmc(
         )
 
     _run_tree_miner(
-        ctx, dataset_id, make, plan_only, output, plot, prune, max_jaccard_error, show_all
+        ctx,
+        dataset_id,
+        make,
+        plan_only,
+        output,
+        plot,
+        prune,
+        max_jaccard_error,
+        show_all,
+        columns,
+        exclude,
     )
 
 
@@ -1276,6 +1305,8 @@ def mine_tree_pair(
     max_jaccard_error: MaxErrorOption = None,
     show_all: AllOption = False,
     leaf_release: LeafReleaseOption = "partition",
+    columns: ColumnsOption = None,
+    exclude: ExcludeOption = None,
     output: OutputsOption = None,
     plot: PlotOption = None,
     plan_only: PlanOption = False,
@@ -1297,7 +1328,17 @@ def mine_tree_pair(
         )
 
     _run_tree_miner(
-        ctx, dataset_id, make, plan_only, output, plot, prune, max_jaccard_error, show_all
+        ctx,
+        dataset_id,
+        make,
+        plan_only,
+        output,
+        plot,
+        prune,
+        max_jaccard_error,
+        show_all,
+        columns,
+        exclude,
     )
 
 

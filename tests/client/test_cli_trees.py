@@ -422,3 +422,34 @@ def test_tree_miner_errors_are_one_line_and_charge_nothing(
     text = _error(dpmine_cli(server, account.api_key, "mine " + command.format(ds=mushroom.id)))
     assert message in text, text
     assert _remaining(server, account, mushroom.id) == before
+
+
+def test_exclude_keeps_the_columns_out_of_targets_and_splits(
+    server: LiveServer, account: Account, mushroom: DatasetInfo, tmp_path: Path
+) -> None:
+    """--exclude odor,class: no released tree splits on them (the server restricts the
+    splits) and no drawn target is one of them; an unknown column charges nothing."""
+    json_file = tmp_path / "r.json"
+    payload = _json(
+        dpmine_cli(
+            server,
+            account.api_key,
+            f"--json mine alt-expm {mushroom.id} --epsilon 12 --setting stable --k 2 --depth 2 "
+            f"--seed 1 --exclude odor,class --exclude spore-print-color --output {json_file}",
+        )
+    )
+    assert _charged(payload) == 12
+    trees = json.loads(json_file.read_text(encoding="utf-8"))["trees"]
+    used = {
+        split["attribute"] for pair in trees for tree in pair.values() for split in tree["splits"]
+    }
+    assert used
+    assert not used & {"odor", "class", "spore-print-color"}
+    before = _remaining(server, account, mushroom.id)
+    text = _error(
+        dpmine_cli(
+            server, account.api_key, f"mine tree-pair {mushroom.id} --epsilon 1 --columns odor"
+        )
+    )
+    assert "leave the left view no attribute" in text, text
+    assert _remaining(server, account, mushroom.id) == before

@@ -586,7 +586,7 @@ def test_expmech_operation_releases_a_valid_tree() -> None:
 # columns: a public restriction of the split attributes
 
 
-_OPERATION = {
+_OPERATION: dict[type[Any], str] = {
     TreeExpMechRequest: "tree.expmech",
     TreeMCMCRequest: "tree.mcmc",
     TreePairMCMCRequest: "tree.pair_mcmc",

@@ -107,6 +107,7 @@ from dpmine.wire import (
     TreeTargetSpec,
     View,
 )
+from dpmine.wire.items import usable_columns
 from dpmine.wire.operations import TREE_EXPMECH, TREE_LEAF_COUNTS, TREE_MCMC, TREE_PAIR_MCMC
 
 __all__ = [
@@ -216,6 +217,8 @@ class TreeMinerParameters(TypedDict, total=False):
     target_bins: int | None
     seed: int | None
     progress: bool
+    columns: str | Sequence[str] | None
+    exclude: str | Sequence[str] | None
 
 
 def _literal(split: TreeSplit, attribute: object, *, left: bool) -> AnyLiteral:
@@ -252,12 +255,15 @@ def leaf_paths(tree: DecisionTree, schema: DatasetMetadata) -> list[list[AnyLite
     return paths
 
 
-def _placeholder_tree(schema: DatasetMetadata, view: View, depth: int) -> DecisionTree:
-    """A valid public tree of the view, only for pricing a plan (costs do not depend on it):
-    level ℓ of the tree repeats the ℓ-th distinct split key, so no path reuses one."""
+def _placeholder_tree(
+    schema: DatasetMetadata, view: View, depth: int, columns: Sequence[str] | None = None
+) -> DecisionTree:
+    """A valid public tree of the view (on ``columns`` when given), only for pricing a plan
+    (costs do not depend on it): level ℓ of the tree repeats the ℓ-th distinct split key, so
+    no path reuses one."""
     keys: list[TreeSplit] = []
     for attribute in schema.attributes:
-        if attribute.view != view:
+        if attribute.view != view or (columns is not None and attribute.name not in columns):
             continue
         if isinstance(attribute, NumericAttribute):
             keys += [
@@ -329,7 +335,12 @@ def _other(view: View) -> View:
 
 
 class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
-    """Parameters and plumbing of the three tree miners."""
+    """Parameters and plumbing of the three tree miners. ``columns`` / ``exclude`` restrict the
+    attributes a run uses: the drawn targets and, sent with every tree request (public), the
+    splits the server may choose."""
+
+    #: The allowed columns of the current plan or run (None: all), sent with each tree request.
+    _allowed: list[str] | None = None
 
     def __init__(
         self,
@@ -346,6 +357,8 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
         target_bins: int | None = None,
         seed: int | None = None,
         progress: bool = False,
+        columns: str | Sequence[str] | None = None,
+        exclude: str | Sequence[str] | None = None,
     ) -> None:
         self.epsilon = epsilon
         self.depth = depth
@@ -359,6 +372,8 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
         self.target_bins = target_bins
         self.seed = seed
         self.progress = progress
+        self.columns = columns
+        self.exclude = exclude
 
     @abstractmethod
     def mine(self, dataset: DatasetHandle) -> Self:
@@ -382,9 +397,32 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
             if not isinstance(value, int) or value < 1:
                 raise ParameterError(f"{name} must be a whole number of at least 1, got {value!r}")
 
+    def columns_for(self, schema: DatasetMetadata) -> list[str] | None:
+        """The attributes the run may use, as targets and as splits (``columns`` minus
+        ``exclude``, schema order), or None for all (:func:`~dpmine.wire.items.usable_columns`);
+        a :class:`~dpmine.errors.ParameterError` names an unknown column or an empty view."""
+        try:
+            allowed = usable_columns(schema, self.columns, self.exclude)
+        except ValueError as error:
+            raise ParameterError(str(error)) from None
+        if allowed is not None:
+            for view in ("left", "right"):
+                if not any(a.view == view and a.name in allowed for a in schema.attributes):
+                    raise ParameterError(
+                        f"columns and exclude leave the {view} view no attribute: the trees of "
+                        f"both views need one; allow at least one {view}-view attribute"
+                    )
+        return allowed
+
     def _attribute_draws(self, schema: DatasetMetadata, count: int) -> list[str]:
-        """``count`` attributes drawn uniformly from both views (public choices, §3.7)."""
-        names = [a.name for a in schema.attributes if a.view in ("left", "right")]
+        """``count`` attributes drawn uniformly from both views' allowed attributes (public
+        choices, §3.7)."""
+        allowed = self.columns_for(schema)
+        names = [
+            a.name
+            for a in schema.attributes
+            if a.view in ("left", "right") and (allowed is None or a.name in allowed)
+        ]
         rng = np.random.default_rng(self.seed)
         return [names[int(index)] for index in rng.integers(0, len(names), size=count)]
 
@@ -524,6 +562,7 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
     def _start(self, dataset: DatasetHandle) -> None:
         self._check_params()
         self._check_budget(dataset)
+        self._allowed = self.columns_for(dataset.schema)
         self._spent = _Spent()
         self.trees_: list[tuple[DecisionTree, DecisionTree]] = []
         self.leaf_counts_: list[LeafCountsResponse] = []
@@ -688,8 +727,10 @@ class _Alternation(_TreeMinerBase):
         self._check_params()
         schema = dataset.schema
         unit = self.epsilon_unit
+        self._allowed = self.columns_for(schema)
         placeholder = {
-            view: _placeholder_tree(schema, view, self.depth) for view in ("left", "right")
+            view: _placeholder_tree(schema, view, self.depth, self._allowed)
+            for view in ("left", "right")
         }
         calls: list[PlannedCall] = []
         for attribute in self._attribute_draws(schema, self.in_trees):
@@ -757,7 +798,11 @@ class AltExpM(_Alternation):
 
     def _tree_request(self, view: View, target: TreeTargetSpec) -> TreeExpMechRequest:
         return TreeExpMechRequest(
-            view=view, target=target, depth=self.depth, epsilon=self.epsilon_unit
+            view=view,
+            target=target,
+            depth=self.depth,
+            epsilon=self.epsilon_unit,
+            columns=self._allowed,
         )
 
     @classmethod
@@ -806,6 +851,7 @@ class AltMCMC(_Alternation):
             depth=self.depth,
             iterations=self.iterations,
             epsilon=self.epsilon_unit,
+            columns=self._allowed,
         )
 
     @classmethod
@@ -872,13 +918,15 @@ class MCMCTreePair(_TreeMinerBase):
             depth=self.depth,
             iterations=self.iterations,
             epsilon=self._budgets[0],
+            columns=self._allowed,
         )
 
     def _calls(self, dataset: DatasetHandle) -> list[PlannedCall]:
         self._check_params()
         schema = dataset.schema
-        left = _placeholder_tree(schema, "left", self.depth)
-        right = _placeholder_tree(schema, "right", self.depth)
+        self._allowed = self.columns_for(schema)
+        left = _placeholder_tree(schema, "left", self.depth, self._allowed)
+        right = _placeholder_tree(schema, "right", self.depth, self._allowed)
         calls: list[PlannedCall] = []
         for attribute in self._attribute_draws(schema, self.in_trees):
             calls.append(TREE_PAIR_MCMC.plan(self._pair_request(attribute)))
