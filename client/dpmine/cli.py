@@ -65,6 +65,7 @@ from dpmine.miners.trees import (
     DEFAULT_DEPTH,
     DEFAULT_MIN_SUPPORT,
     TreeMinerParameters,
+    TreePlan,
     tree_record,
 )
 from dpmine.queries import QuerySyntaxError, format_query, parse_query
@@ -831,7 +832,7 @@ def _emit_plan(options: _Options, dataset_id: str, plan: Plan) -> None:
         f"total ε={epsilon_text(plan.estimate.total_epsilon_exact)}; remaining "
         f"ε={epsilon_text(plan.estimate.remaining_epsilon)}; fits: {plan.fits}"
     )
-    if isinstance(plan, SerenadePlan):  # the signal of each draw kind, and its warnings
+    if isinstance(plan, SerenadePlan | TreePlan):  # each draw kind's signal, and its warnings
         table.caption += "\n" + plan.report()
     _emit(options, plan.estimate, table)
 

@@ -162,6 +162,10 @@ def test_plan_only_of_tree_pair_splits_epsilon_by_omega(
     assert "│ tree.leaf_counts │ 2 │ 3 │" in text, text
     assert "total ε=8;" in text
     assert "fits: True" in text
+    # The signal report: the pair score (sensitivity 1, range 1) gives c·R = ω·4/2 = 0.5.
+    assert "tree.pair_mcmc (both): 2 draw(s) at ε = 1: c·R = 0.5" in text, text
+    assert "UNIFORM-LIKE" in text
+    assert "tree.leaf_counts: 2 release(s) at ε = 3" in text, text
 
 
 # --------------------------------------------------------------------------------------------

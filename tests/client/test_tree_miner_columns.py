@@ -1,15 +1,26 @@
 """``columns`` / ``exclude`` of the tree miners (issue #21): the drawn target attributes come
 from the allowed columns only, every tree request carries them (the server restricts the splits
-to them), and a bad list is refused before anything is priced or charged."""
+to them), and a bad list is refused before anything is priced or charged. Also the plan's signal
+report: uniform-like draws and noisy leaf counts, from public values."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 
 from dpmine.errors import ParameterError
 from dpmine.miners import AltExpM, AltMCMC, MCMCTreePair
-from dpmine.miners.trees import _placeholder_tree
-from dpmine.wire import AttributeTarget, DatasetMetadata
+from dpmine.miners.trees import TreePlan, _placeholder_tree, leaf_noise, tree_signals
+from dpmine.wire import (
+    AttributeTarget,
+    DatasetMetadata,
+    EstimateResponse,
+    LeafCountsRequest,
+    TreeExpMechRequest,
+    TreePairMCMCRequest,
+)
+from dpmine.wire.operations import TREE_EXPMECH, TREE_LEAF_COUNTS, TREE_PAIR_MCMC
 
 METADATA = DatasetMetadata.model_validate(
     {
@@ -64,3 +75,55 @@ def test_bad_columns_are_parameter_errors(
 ) -> None:
     with pytest.raises(ParameterError, match=message):
         AltExpM(columns=columns, exclude=exclude).columns_for(METADATA)
+
+
+def test_plan_signals_flag_uniform_like_draws_and_noisy_leaf_counts() -> None:
+    """The plan's measures from public values only (n_max = 2000, 4 Boolean attributes a view,
+    ln M = ln 4 per split): c·R = ε/(4d)·n_max at the root of tree.expmech, ε/4·n_max for a
+    tree.mcmc tree, ε/2 for a tree pair (ln M = 2·(2^d − 1)·ln 4)."""
+    depth = 2
+    calls = [
+        TREE_EXPMECH.plan(
+            TreeExpMechRequest(
+                view="left", target=AttributeTarget(attribute="r0"), depth=depth, epsilon=0.01
+            )
+        ),
+        TREE_PAIR_MCMC.plan(TreePairMCMCRequest(attribute="r0", depth=depth, epsilon=1.0)),
+    ]
+    expmech, pair = tree_signals(calls, METADATA, None)
+    assert expmech.signal == pytest.approx(0.01 / (4 * depth) * 2000)  # 2.5 > ln 4
+    assert expmech.deepest == pytest.approx(expmech.signal / 2)  # 1.25 < ln 4 = 1.386
+    assert not expmech.uniform_like
+    assert expmech.deep_uniform_like
+    assert pair.signal == pytest.approx(0.5)
+    assert pair.log_candidates == pytest.approx(2 * 3 * math.log(4))
+    assert pair.uniform_like
+    # Restricted to 2 left attributes, M shrinks: ln 2.
+    narrowed = tree_signals(calls[:1], METADATA, ["l0", "l1", "r0"])[0]
+    assert narrowed.log_candidates == pytest.approx(math.log(2))
+
+    tree = _placeholder_tree(METADATA, "left", depth)
+    other = _placeholder_tree(METADATA, "right", depth)
+    counts = [
+        TREE_LEAF_COUNTS.plan(LeafCountsRequest(left_tree=tree, right_tree=other, epsilon=e))
+        for e in (1.0, 0.02)
+    ]
+    noise = leaf_noise(counts, METADATA)
+    assert noise is not None
+    assert noise.releases == 2
+    assert noise.leaf_std == pytest.approx(math.sqrt(2 * 5) / 0.02)  # 158: the smaller ε
+    assert noise.leaf_size == 500
+    assert noise.noisy  # 500 < 5 · 158
+    plan = TreePlan(
+        calls=calls + counts,
+        estimate=EstimateResponse(
+            calls=[], total_epsilon=0, total_epsilon_exact="0", remaining_epsilon=1, fits=True
+        ),
+        n_max=2000,
+        signals=[expmech, pair],
+        noise=noise,
+    )
+    report = plan.report()
+    assert "tree.pair_mcmc (both): 1 draw(s) at ε = 1: c·R = 0.5" in report
+    assert "UNIFORM-LIKE" in report
+    assert len(plan.warnings) == 3
