@@ -65,6 +65,7 @@ from dpmine.miners.trees import (
     DEFAULT_DEPTH,
     DEFAULT_MIN_SUPPORT,
     TreeMinerParameters,
+    TreePlan,
     tree_record,
 )
 from dpmine.queries import QuerySyntaxError, format_query, parse_query
@@ -841,7 +842,7 @@ def _emit_plan(options: _Options, dataset_id: str, plan: Plan) -> None:
         f"total ε={epsilon_text(plan.estimate.total_epsilon_exact)}; remaining "
         f"ε={epsilon_text(plan.estimate.remaining_epsilon)}; fits: {plan.fits}"
     )
-    if isinstance(plan, SerenadePlan):  # the signal of each draw kind, and its warnings
+    if isinstance(plan, SerenadePlan | TreePlan):  # each draw kind's signal, and its warnings
         table.caption += "\n" + plan.report()
     _emit(options, plan.estimate, table)
 
@@ -1098,10 +1099,13 @@ def _run_tree_miner(
     prune: float | None,
     max_error: float | None = None,
     show_all: bool = False,
+    columns: list[str] | None = None,
+    exclude: list[str] | None = None,
 ) -> None:
-    """Build the miner (``make(progress)``), plan or mine it, then show the results that pass
-    the noise-aware test (``show_all``: every result), by J's lower end, and write every
-    result. ``prune`` (noisy support at least this) and ``max_error`` (standard error of noisy
+    """Build the miner (``make(progress)``), restrict it to ``columns`` minus ``exclude``
+    (--columns / --exclude, read against the schema), plan or mine it, then show the results
+    that pass the noise-aware test (``show_all``: every result), by J's lower end, and write
+    every result. ``prune`` (noisy support at least this) and ``max_error`` (standard error of noisy
     J at most this, the public rule of :meth:`~dpmine.miners.trees._TreeMinerBase.reliable`)
     narrow what is shown."""
     options = _options(ctx)
@@ -1117,6 +1121,8 @@ def _run_tree_miner(
 
     def action(connection: Connection) -> Any:
         dataset = connection.dataset(dataset_id)
+        miner.columns = _column_names(columns, dataset.schema)
+        miner.exclude = _column_names(exclude, dataset.schema)
         try:
             return miner.plan(dataset) if plan_only else miner.mine(dataset)
         except ValueError as error:
@@ -1207,6 +1213,8 @@ def mine_alt_expm(
     max_jaccard_error: MaxErrorOption = None,
     show_all: AllOption = False,
     leaf_release: LeafReleaseOption = "partition",
+    columns: ColumnsOption = None,
+    exclude: ExcludeOption = None,
     output: OutputsOption = None,
     plot: PlotOption = None,
     plan_only: PlanOption = False,
@@ -1226,7 +1234,17 @@ def mine_alt_expm(
         )
 
     _run_tree_miner(
-        ctx, dataset_id, make, plan_only, output, plot, prune, max_jaccard_error, show_all
+        ctx,
+        dataset_id,
+        make,
+        plan_only,
+        output,
+        plot,
+        prune,
+        max_jaccard_error,
+        show_all,
+        columns,
+        exclude,
     )
 
 
@@ -1250,6 +1268,8 @@ def mine_alt_mcmc(
     max_jaccard_error: MaxErrorOption = None,
     show_all: AllOption = False,
     leaf_release: LeafReleaseOption = "partition",
+    columns: ColumnsOption = None,
+    exclude: ExcludeOption = None,
     output: OutputsOption = None,
     plot: PlotOption = None,
     plan_only: PlanOption = False,
@@ -1270,7 +1290,17 @@ def mine_alt_mcmc(
         )
 
     _run_tree_miner(
-        ctx, dataset_id, make, plan_only, output, plot, prune, max_jaccard_error, show_all
+        ctx,
+        dataset_id,
+        make,
+        plan_only,
+        output,
+        plot,
+        prune,
+        max_jaccard_error,
+        show_all,
+        columns,
+        exclude,
     )
 
 
@@ -1294,6 +1324,8 @@ def mine_tree_pair(
     max_jaccard_error: MaxErrorOption = None,
     show_all: AllOption = False,
     leaf_release: LeafReleaseOption = "partition",
+    columns: ColumnsOption = None,
+    exclude: ExcludeOption = None,
     output: OutputsOption = None,
     plot: PlotOption = None,
     plan_only: PlanOption = False,
@@ -1315,7 +1347,17 @@ def mine_tree_pair(
         )
 
     _run_tree_miner(
-        ctx, dataset_id, make, plan_only, output, plot, prune, max_jaccard_error, show_all
+        ctx,
+        dataset_id,
+        make,
+        plan_only,
+        output,
+        plot,
+        prune,
+        max_jaccard_error,
+        show_all,
+        columns,
+        exclude,
     )
 
 

@@ -103,3 +103,32 @@ def test_a_chain_below_the_public_minimum_is_refused_before_the_charge(
             detail = expect_error(response, 422, "InvalidRequest")
             assert f"at least {MIN_TREE_ITERATIONS}, got {short}" in detail, detail
     assert analyst.dataset(toy).budget().remaining_epsilon == 5.0
+
+
+def test_tree_columns_are_refused_before_the_charge(analyst: dpmine.Connection, toy: str) -> None:
+    """An unknown column, columns that leave a tree's view without an attribute, or a target
+    outside them is a 422 that says what to fix; nothing is charged."""
+    target = AttributeTarget(attribute="member")
+    unknown = TreeExpMechRequest(view="left", target=target, epsilon=0.5, columns=["height"])
+    with pytest.raises(InvalidRequestError, match="unknown column"):
+        analyst.run(toy, unknown)
+    empty = TreeMCMCRequest(
+        view="left",
+        target=target,
+        depth=1,
+        iterations=MIN_TREE_ITERATIONS,
+        epsilon=0.5,
+        columns=["member", "color"],
+    )
+    with pytest.raises(InvalidRequestError, match="leave the left view no attribute"):
+        analyst.run(toy, empty)
+    outside = TreePairMCMCRequest(
+        attribute="member",
+        depth=1,
+        iterations=MIN_TREE_ITERATIONS,
+        epsilon=0.5,
+        columns=["age", "smoker"],
+    )
+    with pytest.raises(InvalidRequestError, match="not among the allowed columns"):
+        analyst.run(toy, outside)
+    assert analyst.dataset(toy).budget().remaining_epsilon == 5.0

@@ -162,6 +162,10 @@ def test_plan_only_of_tree_pair_splits_epsilon_by_omega(
     assert "│ tree.leaf_counts │ 2 │ 3 │" in text, text
     assert "total ε=8;" in text
     assert "fits: True" in text
+    # The signal report: the pair score (sensitivity 1, range 1) gives c·R = ω·4/2 = 0.5.
+    assert "tree.pair_mcmc (both): 2 draw(s) at ε = 1: c·R = 0.5" in text, text
+    assert "UNIFORM-LIKE" in text
+    assert "tree.leaf_counts: 2 release(s) at ε = 3" in text, text
 
 
 # --------------------------------------------------------------------------------------------
@@ -421,4 +425,35 @@ def test_tree_miner_errors_are_one_line_and_charge_nothing(
     before = _remaining(server, account, mushroom.id)
     text = _error(dpmine_cli(server, account.api_key, "mine " + command.format(ds=mushroom.id)))
     assert message in text, text
+    assert _remaining(server, account, mushroom.id) == before
+
+
+def test_exclude_keeps_the_columns_out_of_targets_and_splits(
+    server: LiveServer, account: Account, mushroom: DatasetInfo, tmp_path: Path
+) -> None:
+    """--exclude odor,class: no released tree splits on them (the server restricts the
+    splits) and no drawn target is one of them; an unknown column charges nothing."""
+    json_file = tmp_path / "r.json"
+    payload = _json(
+        dpmine_cli(
+            server,
+            account.api_key,
+            f"--json mine alt-expm {mushroom.id} --epsilon 12 --setting stable --k 2 --depth 2 "
+            f"--seed 1 --exclude odor,class --exclude spore-print-color --output {json_file}",
+        )
+    )
+    assert _charged(payload) == 12
+    trees = json.loads(json_file.read_text(encoding="utf-8"))["trees"]
+    used = {
+        split["attribute"] for pair in trees for tree in pair.values() for split in tree["splits"]
+    }
+    assert used
+    assert not used & {"odor", "class", "spore-print-color"}
+    before = _remaining(server, account, mushroom.id)
+    text = _error(
+        dpmine_cli(
+            server, account.api_key, f"mine tree-pair {mushroom.id} --epsilon 1 --columns odor"
+        )
+    )
+    assert "leave the left view no attribute" in text, text
     assert _remaining(server, account, mushroom.id) == before

@@ -580,3 +580,109 @@ def test_expmech_operation_releases_a_valid_tree() -> None:
     CATALOG["tree.leaf_counts"].validate(
         LeafCountsRequest(left_tree=LEFT_TREE, right_tree=tree, epsilon=1.0), _metadata()
     )
+
+
+# --------------------------------------------------------------------------------------------
+# columns: a public restriction of the split attributes
+
+
+_OPERATION: dict[type[Any], str] = {
+    TreeExpMechRequest: "tree.expmech",
+    TreeMCMCRequest: "tree.mcmc",
+    TreePairMCMCRequest: "tree.pair_mcmc",
+}
+
+
+def test_restricted_trees_never_split_on_an_excluded_column() -> None:
+    """With ``columns`` the samplers' candidates are the allowed attributes only: on the exact
+    rows, at an ε where the unrestricted trees do use colour, no released tree splits on it."""
+    allowed = ["a", "x", "b", "y"]
+    target = AttributeTarget(attribute="y")
+    requests: list[Any] = [
+        TreeExpMechRequest(view="left", target=target, depth=2, epsilon=50.0, columns=allowed),
+        TreeMCMCRequest(
+            view="left",
+            target=target,
+            depth=2,
+            iterations=MIN_TREE_ITERATIONS,
+            epsilon=50.0,
+            columns=allowed,
+        ),
+        TreePairMCMCRequest(
+            attribute="y", depth=2, iterations=MIN_TREE_ITERATIONS, epsilon=50.0, columns=allowed
+        ),
+    ]
+    used: Counter[str] = Counter()
+    for request in requests:
+        spec = CATALOG[_OPERATION[type(request)]]
+        spec.validate(request, _metadata())
+        for seed in range(25 if _OPERATION[type(request)] == "tree.expmech" else 4):
+            fields = spec.run(
+                _store(), request, spec.cost(request), seeded_generator(seed), no_progress
+            )
+            trees = [fields[name] for name in ("tree", "left_tree", "right_tree") if name in fields]
+            used.update(split.attribute for tree in trees for split in tree.splits)
+    assert "colour" not in used
+    assert used["a"] > 0
+    assert used["x"] > 0
+    # Unrestricted, the same requests do split on colour: the restriction is what removed it.
+    free = TreeExpMechRequest(view="left", target=target, depth=2, epsilon=50.0)
+    spec = CATALOG["tree.expmech"]
+    splits = [
+        split.attribute
+        for seed in range(25)
+        for split in spec.run(_store(), free, spec.cost(free), seeded_generator(seed), no_progress)[
+            "tree"
+        ].splits
+    ]
+    assert "colour" in splits
+
+
+@pytest.mark.parametrize(
+    ("request_", "message"),
+    [
+        (
+            TreeExpMechRequest(
+                view="left", target=AttributeTarget(attribute="y"), epsilon=1.0, columns=["zz"]
+            ),
+            "unknown column",
+        ),
+        (
+            TreeExpMechRequest(
+                view="left",
+                target=AttributeTarget(attribute="y"),
+                depth=1,
+                epsilon=1.0,
+                columns=["b", "y"],
+            ),
+            "leave the left view no attribute",
+        ),
+        (
+            TreeMCMCRequest(
+                view="left",
+                target=AttributeTarget(attribute="y"),
+                depth=1,
+                epsilon=1.0,
+                columns=["a", "b"],
+            ),
+            "target attribute 'y' is not among the allowed columns",
+        ),
+        (
+            TreePairMCMCRequest(attribute="b", depth=1, epsilon=1.0, columns=["b", "y"]),
+            "leave the left view no attribute",
+        ),
+        (
+            TreeExpMechRequest(
+                view="left",
+                target=AttributeTarget(attribute="y"),
+                depth=2,
+                epsilon=1.0,
+                columns=["a", "y"],
+            ),
+            "needs at least 3",
+        ),
+    ],
+)
+def test_columns_are_validated_from_public_metadata(request_: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        _validate(_OPERATION[type(request_)], request_)

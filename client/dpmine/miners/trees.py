@@ -55,7 +55,7 @@ from dpmine.canonical import redescription_key, simplify_conjunction
 from dpmine.connection import DatasetHandle
 from dpmine.errors import ParameterError
 from dpmine.intervals import StatisticIntervals, box_intervals, excess_of, sum_box
-from dpmine.miners._base import GENERAL_HINTS, NotMinedError, SignificantMiner, _Spent
+from dpmine.miners._base import GENERAL_HINTS, NotMinedError, Plan, SignificantMiner, _Spent
 from dpmine.queries import format_query
 from dpmine.significance import ALPHA
 from dpmine.treereds import (
@@ -107,14 +107,18 @@ from dpmine.wire import (
     TreeTargetSpec,
     View,
 )
+from dpmine.wire.items import usable_columns
 from dpmine.wire.operations import TREE_EXPMECH, TREE_LEAF_COUNTS, TREE_MCMC, TREE_PAIR_MCMC
 
 __all__ = [
     "AltExpM",
     "AltMCMC",
+    "LeafNoise",
     "MCMCTreePair",
     "MinedTreeRedescription",
+    "TreeDrawSignal",
     "TreeMinerParameters",
+    "TreePlan",
     "leaf_paths",
     "release_miss",
     "result_table",
@@ -216,6 +220,8 @@ class TreeMinerParameters(TypedDict, total=False):
     target_bins: int | None
     seed: int | None
     progress: bool
+    columns: str | Sequence[str] | None
+    exclude: str | Sequence[str] | None
 
 
 def _literal(split: TreeSplit, attribute: object, *, left: bool) -> AnyLiteral:
@@ -252,12 +258,15 @@ def leaf_paths(tree: DecisionTree, schema: DatasetMetadata) -> list[list[AnyLite
     return paths
 
 
-def _placeholder_tree(schema: DatasetMetadata, view: View, depth: int) -> DecisionTree:
-    """A valid public tree of the view, only for pricing a plan (costs do not depend on it):
-    level ℓ of the tree repeats the ℓ-th distinct split key, so no path reuses one."""
+def _placeholder_tree(
+    schema: DatasetMetadata, view: View, depth: int, columns: Sequence[str] | None = None
+) -> DecisionTree:
+    """A valid public tree of the view (on ``columns`` when given), only for pricing a plan
+    (costs do not depend on it): level ℓ of the tree repeats the ℓ-th distinct split key, so
+    no path reuses one."""
     keys: list[TreeSplit] = []
     for attribute in schema.attributes:
-        if attribute.view != view:
+        if attribute.view != view or (columns is not None and attribute.name not in columns):
             continue
         if isinstance(attribute, NumericAttribute):
             keys += [
@@ -275,6 +284,183 @@ def _placeholder_tree(schema: DatasetMetadata, view: View, depth: int) -> Decisi
         depth=depth,
         splits=[keys[(node + 1).bit_length() - 1] for node in range(2**depth - 1)],
     )
+
+
+# -- the plan's signal report (public quantities only) --------------------------------------------
+
+#: A leaf-count release is flagged when the expected leaf size is below this many standard
+#: deviations of a released leaf size.
+NOISY_LEAF_RATIO = 5.0
+
+
+def view_units(schema: DatasetMetadata, view: View, columns: Sequence[str] | None) -> int:
+    """Base-measure units of a view's splits (§3.1, as Serenade's §7 units): one per Boolean or
+    numeric attribute (a numeric attribute's thresholds share its unit), one per category."""
+    units = 0
+    for attribute in schema.attributes:
+        if attribute.view != view or (columns is not None and attribute.name not in columns):
+            continue
+        units += len(attribute.categories) if isinstance(attribute, CategoricalAttribute) else 1
+    return units
+
+
+@dataclass(frozen=True)
+class TreeDrawSignal:
+    """Signal of one kind of tree draw: c·R, the largest log-weight gap the mechanism can give
+    two candidates, against ln M, the log of the candidates' base-measure units, both at the
+    public n_max (an upper bound of the rows, so c·R is an upper bound too):
+
+    * ``tree.expmech`` (§3.3): c = (ε/d)/(2·Δ), Δ = 2; a node at level ℓ holds about
+      n_max/2^ℓ rows and the Gini gain of its splits spans at most that, R_ℓ = n_max/2^ℓ; M =
+      the view's units. ``signal`` is the root's, ``deepest`` the last level's.
+    * ``tree.mcmc`` (§3.4): c = ε/(2·Δ), R = n_max (the count-weighted Gini of a tree); M =
+      units^(2^d − 1), the trees.
+    * ``tree.pair_mcmc`` (§3.5): c = ε/2 (sensitivity 1), R = 1 (the pair score is in [0, 1]);
+      M = the pairs, units_L^(2^d − 1)·units_R^(2^d − 1).
+
+    ``uniform_like``: c·R < ln M, the best candidate weighs less than the crowd of the others,
+    whatever the data; since c·R is an upper bound, a flagged draw is close to uniform."""
+
+    operation: str
+    view: str
+    draws: int
+    epsilon: float
+    signal: float
+    deepest: float
+    log_candidates: float
+
+    @property
+    def uniform_like(self) -> bool:
+        """Even the best split or tree is not favoured over the crowd at the root/whole tree."""
+        return self.signal < self.log_candidates
+
+    @property
+    def deep_uniform_like(self) -> bool:
+        """The last level's draws are close to uniform (``tree.expmech`` only)."""
+        return self.deepest < self.log_candidates
+
+
+@dataclass(frozen=True)
+class LeafNoise:
+    """Noise of the leaf-count releases against the expected leaf size n_max/2^d (an upper
+    bound): a released leaf size sums 2^d + 1 cells of scale 1/ε ("partition", standard
+    deviation √(2·(2^d + 1))/ε) or is one count of scale 2/ε ("paper", 2√2/ε)."""
+
+    releases: int
+    epsilon: float
+    leaf_std: float
+    leaf_size: float
+
+    @property
+    def noisy(self) -> bool:
+        """The expected leaf size is below ``NOISY_LEAF_RATIO`` standard deviations."""
+        return self.leaf_size < NOISY_LEAF_RATIO * self.leaf_std
+
+
+def tree_signals(
+    calls: Sequence[PlannedCall], schema: DatasetMetadata, columns: Sequence[str] | None
+) -> list[TreeDrawSignal]:
+    """One :class:`TreeDrawSignal` per (operation, view, ε) of a plan's tree draws."""
+    n = float(schema.n_max)
+    grouped: dict[tuple[str, str, float, int], int] = {}
+    for call in calls:
+        if call.operation not in (TREE_EXPMECH.name, TREE_MCMC.name, TREE_PAIR_MCMC.name):
+            continue
+        body = call.request
+        view = str(body.get("view", "both"))
+        key = (call.operation, view, float(body["epsilon"]), int(body.get("depth") or 3))
+        grouped[key] = grouped.get(key, 0) + 1
+    signals = []
+    for (operation, view, epsilon, depth), draws in grouped.items():
+        nodes = 2**depth - 1
+        if operation == TREE_PAIR_MCMC.name:
+            units = [max(view_units(schema, v, columns), 1) for v in ("left", "right")]
+            signal = deepest = epsilon / 2.0
+            log_m = nodes * (math.log(units[0]) + math.log(units[1]))
+        else:
+            side: View = "left" if view == "left" else "right"
+            log_units = math.log(max(view_units(schema, side, columns), 1))
+            if operation == TREE_EXPMECH.name:
+                c = epsilon / depth / 4.0
+                signal, deepest = c * n, c * n / 2 ** (depth - 1)
+                log_m = log_units
+            else:
+                signal = deepest = epsilon / 4.0 * n
+                log_m = nodes * log_units
+        signals.append(TreeDrawSignal(operation, view, draws, epsilon, signal, deepest, log_m))
+    return signals
+
+
+def leaf_noise(calls: Sequence[PlannedCall], schema: DatasetMetadata) -> LeafNoise | None:
+    """The :class:`LeafNoise` of a plan's leaf-count releases (the smallest ε among them)."""
+    releases = [call.request for call in calls if call.operation == TREE_LEAF_COUNTS.name]
+    if not releases:
+        return None
+    body = min(releases, key=lambda request: float(request["epsilon"]))
+    epsilon = float(body["epsilon"])
+    depth = int(body["left_tree"]["depth"])
+    cells = 2 * (2**depth + 1) if body.get("release", "partition") == "partition" else 8
+    return LeafNoise(
+        releases=len(releases),
+        epsilon=epsilon,
+        leaf_std=math.sqrt(cells) / epsilon,
+        leaf_size=schema.n_max / 2**depth,
+    )
+
+
+@dataclass(frozen=True)
+class TreePlan(Plan):
+    """A tree miner's plan: the priced calls, each draw kind's signal and the leaf-count noise,
+    all from public quantities at n_max (see :class:`TreeDrawSignal`, :class:`LeafNoise`)."""
+
+    n_max: int = 0
+    signals: list[TreeDrawSignal] = field(default_factory=list)
+    noise: LeafNoise | None = None
+
+    @property
+    def warnings(self) -> list[str]:
+        """One line per uniform-like draw kind and for noisy leaf counts."""
+        lines = []
+        for s in self.signals:
+            where = f"{s.operation} ({s.view})"
+            if s.uniform_like:
+                lines.append(
+                    f"{where}: c·R = {s.signal:.3g} < ln(candidates) = {s.log_candidates:.3g}: "
+                    "these draws are close to uniform (raise ε, or lower the depth or iterations)"
+                )
+            elif s.deep_uniform_like:
+                lines.append(
+                    f"{where}: the deepest level's c·R = {s.deepest:.3g} < ln(candidates) = "
+                    f"{s.log_candidates:.3g}: its splits are close to uniform (lower the depth)"
+                )
+        if self.noise is not None and self.noise.noisy:
+            lines.append(
+                f"tree.leaf_counts: a leaf's expected size {self.noise.leaf_size:.4g} is below "
+                f"{NOISY_LEAF_RATIO:g} noise standard deviations ({self.noise.leaf_std:.3g}): "
+                "lower the depth or the number of releases"
+            )
+        return lines
+
+    def report(self) -> str:
+        """The signal report as text (one line per draw kind and for the leaf counts, then the
+        warnings)."""
+        lines = [f"signal at n_max = {self.n_max} rows (an upper bound of n)"]
+        for s in self.signals:
+            deep = f", deepest level {s.deepest:.3g}" if s.operation == TREE_EXPMECH.name else ""
+            flag = "  UNIFORM-LIKE" if s.uniform_like else ""
+            lines.append(
+                f"{s.operation} ({s.view}): {s.draws} draw(s) at ε = {s.epsilon:.4g}: c·R = "
+                f"{s.signal:.3g}{deep} vs ln(candidates) = {s.log_candidates:.3g}{flag}"
+            )
+        if self.noise is not None:
+            n = self.noise
+            flag = "  NOISY" if n.noisy else ""
+            lines.append(
+                f"tree.leaf_counts: {n.releases} release(s) at ε = {n.epsilon:.4g}: noise s.d. "
+                f"{n.leaf_std:.3g} per leaf size vs expected leaf size {n.leaf_size:.4g}{flag}"
+            )
+        lines += [f"warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
 
 
 #: The ledger's unit: a pico-ε. Charges are rounded up to it.
@@ -329,7 +515,12 @@ def _other(view: View) -> View:
 
 
 class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
-    """Parameters and plumbing of the three tree miners."""
+    """Parameters and plumbing of the three tree miners. ``columns`` / ``exclude`` restrict the
+    attributes a run uses: the drawn targets and, sent with every tree request (public), the
+    splits the server may choose."""
+
+    #: The allowed columns of the current plan or run (None: all), sent with each tree request.
+    _allowed: list[str] | None = None
 
     def __init__(
         self,
@@ -346,6 +537,8 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
         target_bins: int | None = None,
         seed: int | None = None,
         progress: bool = False,
+        columns: str | Sequence[str] | None = None,
+        exclude: str | Sequence[str] | None = None,
     ) -> None:
         self.epsilon = epsilon
         self.depth = depth
@@ -359,6 +552,8 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
         self.target_bins = target_bins
         self.seed = seed
         self.progress = progress
+        self.columns = columns
+        self.exclude = exclude
 
     @abstractmethod
     def mine(self, dataset: DatasetHandle) -> Self:
@@ -367,6 +562,19 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
     @abstractmethod
     def _releases(self) -> int:
         """R: the leaf-count releases of a run (public, from the parameters)."""
+
+    def plan(self, dataset: DatasetHandle) -> TreePlan:
+        """Price the run (free) and report each tree draw's signal against ln(candidates) and
+        the leaf counts' noise against the expected leaf size (:class:`TreePlan`)."""
+        base = super().plan(dataset)
+        schema = dataset.schema
+        return TreePlan(
+            calls=base.calls,
+            estimate=base.estimate,
+            n_max=schema.n_max,
+            signals=tree_signals(base.calls, schema, self._allowed),
+            noise=leaf_noise(base.calls, schema),
+        )
 
     # -- parameters ----------------------------------------------------------------------------
 
@@ -382,9 +590,32 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
             if not isinstance(value, int) or value < 1:
                 raise ParameterError(f"{name} must be a whole number of at least 1, got {value!r}")
 
+    def columns_for(self, schema: DatasetMetadata) -> list[str] | None:
+        """The attributes the run may use, as targets and as splits (``columns`` minus
+        ``exclude``, schema order), or None for all (:func:`~dpmine.wire.items.usable_columns`);
+        a :class:`~dpmine.errors.ParameterError` names an unknown column or an empty view."""
+        try:
+            allowed = usable_columns(schema, self.columns, self.exclude)
+        except ValueError as error:
+            raise ParameterError(str(error)) from None
+        if allowed is not None:
+            for view in ("left", "right"):
+                if not any(a.view == view and a.name in allowed for a in schema.attributes):
+                    raise ParameterError(
+                        f"columns and exclude leave the {view} view no attribute: the trees of "
+                        f"both views need one; allow at least one {view}-view attribute"
+                    )
+        return allowed
+
     def _attribute_draws(self, schema: DatasetMetadata, count: int) -> list[str]:
-        """``count`` attributes drawn uniformly from both views (public choices, §3.7)."""
-        names = [a.name for a in schema.attributes if a.view in ("left", "right")]
+        """``count`` attributes drawn uniformly from both views' allowed attributes (public
+        choices, §3.7)."""
+        allowed = self.columns_for(schema)
+        names = [
+            a.name
+            for a in schema.attributes
+            if a.view in ("left", "right") and (allowed is None or a.name in allowed)
+        ]
         rng = np.random.default_rng(self.seed)
         return [names[int(index)] for index in rng.integers(0, len(names), size=count)]
 
@@ -524,6 +755,7 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
     def _start(self, dataset: DatasetHandle) -> None:
         self._check_params()
         self._check_budget(dataset)
+        self._allowed = self.columns_for(dataset.schema)
         self._spent = _Spent()
         self.trees_: list[tuple[DecisionTree, DecisionTree]] = []
         self.leaf_counts_: list[LeafCountsResponse] = []
@@ -688,8 +920,10 @@ class _Alternation(_TreeMinerBase):
         self._check_params()
         schema = dataset.schema
         unit = self.epsilon_unit
+        self._allowed = self.columns_for(schema)
         placeholder = {
-            view: _placeholder_tree(schema, view, self.depth) for view in ("left", "right")
+            view: _placeholder_tree(schema, view, self.depth, self._allowed)
+            for view in ("left", "right")
         }
         calls: list[PlannedCall] = []
         for attribute in self._attribute_draws(schema, self.in_trees):
@@ -757,7 +991,11 @@ class AltExpM(_Alternation):
 
     def _tree_request(self, view: View, target: TreeTargetSpec) -> TreeExpMechRequest:
         return TreeExpMechRequest(
-            view=view, target=target, depth=self.depth, epsilon=self.epsilon_unit
+            view=view,
+            target=target,
+            depth=self.depth,
+            epsilon=self.epsilon_unit,
+            columns=self._allowed,
         )
 
     @classmethod
@@ -806,6 +1044,7 @@ class AltMCMC(_Alternation):
             depth=self.depth,
             iterations=self.iterations,
             epsilon=self.epsilon_unit,
+            columns=self._allowed,
         )
 
     @classmethod
@@ -872,13 +1111,15 @@ class MCMCTreePair(_TreeMinerBase):
             depth=self.depth,
             iterations=self.iterations,
             epsilon=self._budgets[0],
+            columns=self._allowed,
         )
 
     def _calls(self, dataset: DatasetHandle) -> list[PlannedCall]:
         self._check_params()
         schema = dataset.schema
-        left = _placeholder_tree(schema, "left", self.depth)
-        right = _placeholder_tree(schema, "right", self.depth)
+        self._allowed = self.columns_for(schema)
+        left = _placeholder_tree(schema, "left", self.depth, self._allowed)
+        right = _placeholder_tree(schema, "right", self.depth, self._allowed)
         calls: list[PlannedCall] = []
         for attribute in self._attribute_draws(schema, self.in_trees):
             calls.append(TREE_PAIR_MCMC.plan(self._pair_request(attribute)))

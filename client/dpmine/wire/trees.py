@@ -22,6 +22,7 @@ from dpmine.wire.common import (
     check_chain_length,
 )
 from dpmine.wire.datasets import View
+from dpmine.wire.items import ColumnNames
 
 __all__ = [
     "DEFAULT_TARGET_BINS",
@@ -225,6 +226,13 @@ class TreeExpMechRequest(OperationRequest[TreeExpMechResponse]):
     target: TreeTargetSpec
     depth: Depth = 3
     epsilon: Epsilon
+    columns: ColumnNames | None = Field(
+        default=None,
+        description=(
+            "The attributes the trees may split on (default: every attribute of the view); an "
+            "attribute target must be one of them. Public: it narrows the candidate splits."
+        ),
+    )
 
 
 class TreeMCMCRequest(OperationRequest[TreeMCMCResponse]):
@@ -237,6 +245,13 @@ class TreeMCMCRequest(OperationRequest[TreeMCMCResponse]):
     depth: Depth = 3
     iterations: Iterations = DEFAULT_TREE_ITERATIONS
     epsilon: Epsilon
+    columns: ColumnNames | None = Field(
+        default=None,
+        description=(
+            "The attributes the trees may split on (default: every attribute of the view); an "
+            "attribute target must be one of them. Public: it narrows the candidate splits."
+        ),
+    )
 
 
 class TreePairMCMCRequest(OperationRequest[TreePairMCMCResponse]):
@@ -250,6 +265,13 @@ class TreePairMCMCRequest(OperationRequest[TreePairMCMCResponse]):
     depth: Depth = 3
     iterations: Iterations = DEFAULT_TREE_ITERATIONS
     epsilon: Epsilon
+    columns: ColumnNames | None = Field(
+        default=None,
+        description=(
+            "The attributes the trees may split on (default: every attribute of the view); an "
+            "attribute target must be one of them. Public: it narrows the candidate splits."
+        ),
+    )
 
     @property
     def target(self) -> AttributeTarget:

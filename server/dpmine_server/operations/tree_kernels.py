@@ -16,7 +16,7 @@ syntax (:class:`dpmine.wire.TreeSplit` with lattice thresholds).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -106,11 +106,21 @@ class SplitSpace:
     families: tuple[SplitFamily, ...]
 
     @classmethod
-    def of(cls, metadata: DatasetMetadata, view: View, exclude: str | None = None) -> SplitSpace:
-        """The space of ``view``'s attributes (public metadata only), without ``exclude``."""
+    def of(
+        cls,
+        metadata: DatasetMetadata,
+        view: View,
+        exclude: str | None = None,
+        columns: Collection[str] | None = None,
+    ) -> SplitSpace:
+        """The space of ``view``'s attributes (public metadata only), without ``exclude`` and,
+        when ``columns`` is given, only those it names (a public restriction of the candidates:
+        the scores' sensitivity does not change)."""
         families: list[SplitFamily] = []
         for attribute in metadata.attributes:
             if attribute.view != view or attribute.name == exclude:
+                continue
+            if columns is not None and attribute.name not in columns:
                 continue
             if isinstance(attribute, NumericAttribute):
                 lattice = PublicLattice.of(attribute)

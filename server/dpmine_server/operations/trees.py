@@ -4,7 +4,11 @@
 Validation reads public metadata only: a two-view dataset, attributes in the right view, numeric
 thresholds that are points of the attribute's public lattice, declared categories, and a view
 with enough distinct splits for a complete tree without repeats on a path (so every sampler
-always finds a split). The cost is the requested ε. The kernels are in
+always finds a split). A request's ``columns`` (public) restricts the split attributes: every
+name declared, an attribute target among them, and each view it grows a tree on left with an
+attribute; the candidate set stays public and the scores' sensitivity unchanged, and the padded
+time (:mod:`~dpmine_server.services.timing`, priced over every attribute of the view) stays an
+upper bound. The cost is the requested ε. The kernels are in
 :mod:`~dpmine_server.operations.tree_kernels` and :mod:`~dpmine_server.operations.tree_mcmc`
 (whose Metropolis–Hastings steps are compiled in :mod:`~dpmine_server.operations.tree_native`).
 """
@@ -35,6 +39,7 @@ from dpmine.wire import (
     TreeTarget,
     View,
     tree_nodes,
+    usable_columns,
 )
 from dpmine_server.data.columns import ColumnStore
 from dpmine_server.dp.budget import Epsilon
@@ -130,28 +135,61 @@ def _target_exclusion(target: AttributeTarget | TreeTarget) -> str | None:
     return target.attribute if isinstance(target, AttributeTarget) else None
 
 
+def _validate_columns(
+    columns: list[str] | None, target: AttributeTarget | TreeTarget, metadata: DatasetMetadata
+) -> None:
+    """``columns`` names declared attributes (:func:`~dpmine.wire.items.usable_columns`) and
+    holds an attribute target: the request's attributes, all public."""
+    usable_columns(metadata, columns)
+    target_attribute = target.attribute if isinstance(target, AttributeTarget) else None
+    if columns is not None and target_attribute is not None and target_attribute not in columns:
+        raise ValueError(
+            f"the target attribute {target_attribute!r} is not among the allowed columns "
+            f"{columns}: allow it or draw another target"
+        )
+
+
+def _require_attributes(space: SplitSpace, columns: list[str] | None) -> None:
+    """The allowed columns leave the view at least one attribute to split on."""
+    if columns is not None and not space.families:
+        raise ValueError(
+            f"the allowed columns {columns} leave the {space.view} view no attribute to split "
+            f"on (the target excluded): allow at least one attribute of the {space.view} view"
+        )
+
+
 def _validate_single(
     request: TreeExpMechRequest | TreeMCMCRequest, metadata: DatasetMetadata
 ) -> None:
     _require_views(metadata)
     validate_target(request.target, metadata)
-    space = SplitSpace.of(metadata, request.view, exclude=_target_exclusion(request.target))
+    _validate_columns(request.columns, request.target, metadata)
+    space = SplitSpace.of(
+        metadata, request.view, _target_exclusion(request.target), request.columns
+    )
+    _require_attributes(space, request.columns)
     _require_splits(space, request.depth)
 
 
 def _pair_spaces(
     request: TreePairMCMCRequest, metadata: DatasetMetadata
 ) -> tuple[SplitSpace, SplitSpace]:
-    """(first tree's space: the view without a; second tree's space: a's view), §3.5."""
+    """(first tree's space: the view without a; second tree's space: a's view), §3.5, each
+    restricted to the request's columns when given."""
     view = _attribute(metadata, request.attribute).view
     assert view is not None
-    return SplitSpace.of(metadata, _other(view)), SplitSpace.of(metadata, view)
+    return (
+        SplitSpace.of(metadata, _other(view), columns=request.columns),
+        SplitSpace.of(metadata, view, columns=request.columns),
+    )
 
 
 def _validate_pair(request: TreePairMCMCRequest, metadata: DatasetMetadata) -> None:
     _require_views(metadata)
     validate_target(request.target, metadata)
+    _validate_columns(request.columns, request.target, metadata)
     for space in _pair_spaces(request, metadata):
+        _require_attributes(space, request.columns)
         _require_splits(space, request.depth)
 
 
@@ -177,7 +215,9 @@ def _run_expmech(
     progress: Progress,
 ) -> dict[str, Any]:
     """Kernel of ``tree.expmech`` (ALGORITHMS.md §3.3): pure ε-DP, ε/depth per level."""
-    space = SplitSpace.of(columns.metadata, request.view, _target_exclusion(request.target))
+    space = SplitSpace.of(
+        columns.metadata, request.view, _target_exclusion(request.target), request.columns
+    )
     labels = make_target(columns, request.target)
     keys = grow_tree_expmech(
         columns,
@@ -200,7 +240,9 @@ def _run_mcmc(
 ) -> dict[str, Any]:
     """Kernel of ``tree.mcmc`` (ALGORITHMS.md §3.4): approximate ε-DP (exact at convergence of
     a fixed, public number of Metropolis–Hastings steps)."""
-    space = SplitSpace.of(columns.metadata, request.view, _target_exclusion(request.target))
+    space = SplitSpace.of(
+        columns.metadata, request.view, _target_exclusion(request.target), request.columns
+    )
     keys = sample_tree_mcmc(
         columns,
         space,
