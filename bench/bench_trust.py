@@ -614,7 +614,9 @@ def run_grid(
                             (config.out / "trust_partial.json").write_text(
                                 json.dumps([asdict(r) for r in records]) + "\n"
                             )
-                            print(f"  [{len(records):3}/{total}] {_progress_line(record)}")
+                            print(
+                                f"  [{len(records):3}/{total}] {_progress_line(record)}", flush=True
+                            )
     return records
 
 
