@@ -1,0 +1,966 @@
+"""Trust benchmark of issue #21: is what dpmine's miners print true on the exact data?
+
+For every (table, miner, ε) cell, over ``--runs`` whole runs through the analyst client against a
+real uvicorn server (SQLite, development mode, release padding off), each shown result (the
+default output ``results_``, after the noise-aware test) is checked on the exact data:
+
+* **printed ≡ measured**: the printed query *text*, parsed with :mod:`dpmine.queries` and
+  evaluated by this harness (``bench_serenade.evaluate_query``: the README's query semantics,
+  missing values included), holds row for row (by position, i.e. by id) the rows the release
+  measured. Those are recomputed from the miner's internal representation with the server's own
+  code in-process: Serenade's query objects (``ColumnStore.evaluate``), a tree result's active
+  cells of the released trees (``tree_leaves`` + the cell of rows outside every leaf), an
+  itemset's items from the server's item catalog. Checked on ``all_results_`` too.
+* **truly significant**: the §1.3 p-value (``dpmine.stats.p_value``) of the printed queries'
+  exact cells ≤ 0.01; **true excess** J − J_ind ≥ 0.05 (J_ind of
+  ``dpmine.intervals.independence_jaccard``);
+* **coverage**: the share of shown results whose printed joint intervals (|I|, |U|, J, both
+  supports, excess, p-value: those ``to_json``/the CLI print) all hold the exact values, and
+  per statistic;
+* for top-K itemsets: itemsets shown, coverage of the count intervals, printed ≡ measured, and
+  the share that are truly among the top K' = ⌈1.5 K⌉ (exact count ≥ the K'-th largest exact
+  count of the valid itemsets of that length).
+
+Also: ``all_results_`` count, m (results examined) and wall time per run. A run that fails is
+recorded with its error and the benchmark goes on. Tables: mammals and asia (the splits of
+``bench_serenade``) and the weak health tables of ``trust_views.py`` (declared before any
+result). Metadata: ``propose_metadata`` on the written CSVs, confirmed by the owner (the
+harness) as proposed.
+
+Usage::
+
+    PYTHONPATH=client:server .venv/bin/python bench/bench_trust.py [--quick] [--runs N]
+        [--tables mammals,asia,stroke,heart,pima,mimic,rwas] [--epsilons 1,0.5]
+        [--miners SerenadeCS,SerenadeES,AltExpM,AltMCMC,MCMCTreePair,TopKItemsets]
+        [--out bench/out]
+
+Writes ``<out>/trust.json`` (every run, every shown result's checks, the summaries and the
+Markdown report; ``trust_partial.json`` after every run); prints Markdown tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import math
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+import dpmine
+from _support import (
+    load_average,
+    machine_info,
+    median,
+    owner_confirmed,
+    server_for_backend,
+    unwind_on_sigterm,
+)
+from bench_serenade import (
+    DATA_ROOT,
+    VIEW_CHOOSERS,
+    HarnessData,
+    PreparedData,
+    ViewChoice,
+    evaluate_query,
+    load_harness_data,
+    prepare_dataset,
+    register_all,
+)
+from dpmine.intervals import Interval, StatisticIntervals, independence_jaccard
+from dpmine.miners import (
+    AltExpM,
+    AltMCMC,
+    MCMCTreePair,
+    MinedItemset,
+    MinedTreeRedescription,
+    SerenadeCS,
+    SerenadeES,
+    TopKItemsets,
+)
+from dpmine.miners.greedy import MinedRedescription
+from dpmine.queries import parse_query
+from dpmine.stats import p_value
+from dpmine.treereds import TreeRedescription, active_cells
+from dpmine.wire import DecisionTree, Redescription
+from dpmine_server.data.bitsets import Bitset
+from dpmine_server.data.columns import ColumnStore
+from dpmine_server.data.loaders import load_store
+from dpmine_server.data.propose import propose_metadata
+from dpmine_server.operations.itemsets import request_catalog
+from dpmine_server.operations.tree_kernels import tree_leaves
+from trust_views import WEAK_TABLES, write_pair
+
+BoolArray = npt.NDArray[np.bool_]
+
+TABLES = ("mammals", "asia", *WEAK_TABLES)
+QUICK_TABLES = ("pima", "mimic")
+MINERS = ("SerenadeCS", "SerenadeES", "AltExpM", "AltMCMC", "MCMCTreePair", "TopKItemsets")
+EPSILONS = (1.0, 0.5)
+RUNS = 5
+GRANT_EPSILON = 100_000.0
+CLIENT_TIMEOUT_S = 1800.0
+#: The targets of issue #21.
+P_GOOD = 0.01
+EXCESS_GOOD = 0.05
+TARGET_PRINTED = 1.0
+TARGET_SIGNIFICANT = 0.95
+TARGET_EXCESS = 0.90
+TARGET_COVERAGE = 0.90
+#: Top-K: shown itemsets should be among the exact top K' = ceil(TOPK_SLACK · K).
+TOPK_SLACK = 1.5
+#: Significant shown results per run of today's default output (issue #21 baseline commit).
+BASELINE_COMMIT = "f614ac4"
+
+
+@dataclass(frozen=True)
+class Config:
+    """What one run of the benchmark does."""
+
+    out: Path
+    tables: tuple[str, ...]
+    miners: tuple[str, ...]
+    epsilons: tuple[float, ...]
+    runs: int
+
+
+# -- the tables ----------------------------------------------------------------------------------
+
+
+def prepare_table(key: str, scratch: Path) -> PreparedData:
+    """Write the table's two views and propose + confirm its metadata (owner side)."""
+    if key in VIEW_CHOOSERS:
+        folder_name, chooser = VIEW_CHOOSERS[key]
+        return prepare_dataset(chooser(DATA_ROOT / folder_name), scratch / key)
+    spec = WEAK_TABLES[key]
+    raw = scratch / f"{key}-raw"
+    write_pair(spec, DATA_ROOT, raw)
+    choice = ViewChoice(
+        key=key,
+        title=spec.title,
+        folder=raw,
+        left_file="left.csv",
+        right_file="right.csv",
+        left=list(spec.left),
+        right=list(spec.right),
+        note=spec.rationale,
+    )
+    return prepare_dataset(choice, scratch / key)
+
+
+def _proposal_check(data: PreparedData) -> None:
+    """The proposal ``prepare_dataset`` confirmed must be the one ``propose_metadata`` makes."""
+    fresh = owner_confirmed(propose_metadata(data.source, kind="views", base_dir=data.directory))
+    if fresh != data.metadata:
+        raise RuntimeError(f"{data.key}: the confirmed metadata is not the proposal")
+
+
+# -- exact evaluation ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Truth:
+    """A table in the harness: its parse (for printed text) and the server's store (for what a
+    release measured), both from the same files."""
+
+    data: PreparedData
+    harness: HarnessData
+    store: ColumnStore
+
+    @property
+    def n_rows(self) -> int:
+        """Every row of the table."""
+        return self.harness.n_rows
+
+    def printed_rows(self, text: str) -> BoolArray:
+        """Rows of the printed ``text`` under the README's semantics (harness evaluator)."""
+        return evaluate_query(parse_query(text), self.harness)
+
+    def server_rows(self, text: str) -> BoolArray:
+        """Rows of the printed ``text`` by the server's evaluator (a cross-check of the
+        harness)."""
+        return self.store.evaluate(parse_query(text)).to_bool_array()
+
+
+@dataclass(frozen=True)
+class Exact:
+    """Exact statistics of a pair of row sets."""
+
+    n: int
+    left: int
+    right: int
+    inter: int
+    union: int
+    jaccard: float
+    p: float
+    excess: float
+
+
+def exact_of(left: BoolArray, right: BoolArray) -> Exact:
+    """|L|, |R|, |I|, |U|, J, the §1.3 p-value and J − J_ind over all rows."""
+    n = int(left.size)
+    s_left, s_right = int(left.sum()), int(right.sum())
+    inter, union = int((left & right).sum()), int((left | right).sum())
+    jaccard = inter / union if union else 0.0
+    x, y = (s_left / n, s_right / n) if n else (0.0, 0.0)
+    return Exact(
+        n=n,
+        left=s_left,
+        right=s_right,
+        inter=inter,
+        union=union,
+        jaccard=jaccard,
+        p=p_value(n, s_left, s_right, inter),
+        excess=jaccard - independence_jaccard(x, y),
+    )
+
+
+def _inside(interval: Interval | None, value: float) -> bool | None:
+    if interval is None:
+        return None
+    return interval.low - 1e-9 <= value <= interval.high + 1e-9
+
+
+def coverage_of(intervals: StatisticIntervals, exact: Exact) -> dict[str, bool | None]:
+    """Which printed joint intervals hold the exact value (None: not printed)."""
+    return {
+        "support": _inside(intervals.support, exact.inter),
+        "union": _inside(intervals.union, exact.union),
+        "jaccard": _inside(intervals.jaccard, exact.jaccard),
+        "support_left": _inside(intervals.support_left, exact.left),
+        "support_right": _inside(intervals.support_right, exact.right),
+        "excess": _inside(intervals.excess, exact.excess),
+        "p_value": _inside(intervals.p_value, exact.p),
+    }
+
+
+@dataclass
+class Checked:
+    """One result of a run and its checks on the exact data."""
+
+    left: str
+    right: str
+    shown: bool
+    printed_is_measured: bool
+    #: The harness and the server's evaluator agree on the printed text's rows.
+    evaluators_agree: bool
+    exact: dict[str, float]
+    noisy_jaccard: float
+    jaccard_interval: tuple[float, float]
+    coverage: dict[str, bool | None]
+    #: Rows where printed and measured differ (left, right), when they do.
+    differing_rows: tuple[int, int] = (0, 0)
+
+    @property
+    def covered(self) -> bool:
+        """Every printed interval holds its exact value."""
+        return all(v for v in self.coverage.values() if v is not None)
+
+
+def check_pair(
+    truth: Truth,
+    *,
+    left_text: str,
+    right_text: str,
+    measured: tuple[BoolArray, BoolArray],
+    intervals: StatisticIntervals,
+    noisy_jaccard: float,
+    shown: bool,
+) -> Checked:
+    """Evaluate the printed text, compare with the measured rows, score on the exact data."""
+    left, right = truth.printed_rows(left_text), truth.printed_rows(right_text)
+    agree = bool(
+        np.array_equal(left, truth.server_rows(left_text))
+        and np.array_equal(right, truth.server_rows(right_text))
+    )
+    differ = (int((left != measured[0]).sum()), int((right != measured[1]).sum()))
+    exact = exact_of(left, right)
+    return Checked(
+        left=left_text,
+        right=right_text,
+        shown=shown,
+        printed_is_measured=differ == (0, 0),
+        evaluators_agree=agree,
+        exact=asdict(exact),
+        noisy_jaccard=noisy_jaccard,
+        jaccard_interval=(intervals.jaccard.low, intervals.jaccard.high),
+        coverage=coverage_of(intervals, exact),
+        differing_rows=differ,
+    )
+
+
+# -- redescription miners ------------------------------------------------------------------------
+
+Miner = SerenadeCS | SerenadeES | AltExpM | AltMCMC | MCMCTreePair
+
+
+def make_miner(name: str, epsilon: float, seed: int) -> Miner:
+    """A miner as a new user gets it: defaults (Serenade's ``auto`` preset), ε, a seed for the
+    tree miners' public attribute draws."""
+    if name == "SerenadeCS":
+        return SerenadeCS(epsilon=epsilon)
+    if name == "SerenadeES":
+        return SerenadeES(epsilon=epsilon)
+    if name == "AltExpM":
+        return AltExpM(epsilon=epsilon, seed=seed)
+    if name == "AltMCMC":
+        return AltMCMC(epsilon=epsilon, seed=seed)
+    if name == "MCMCTreePair":
+        return MCMCTreePair(epsilon=epsilon, seed=seed)
+    raise ValueError(f"unknown miner {name}")
+
+
+@dataclass(frozen=True)
+class _TreeMeasure:
+    """What a tree result measured: its leaf queries and the released pair's trees."""
+
+    red: TreeRedescription
+    shape: tuple[int, int]
+    partition: bool
+    round: int
+
+
+def capture_tree_measures(
+    miner: AltExpM | AltMCMC | MCMCTreePair,
+) -> dict[int, tuple[MinedTreeRedescription, _TreeMeasure]]:
+    """Record, for every result the miner builds, the leaf query it measured (its internal
+    representation, which the result object does not keep). Keyed by ``id`` with the result
+    held, so that ids stay unique."""
+    captured: dict[int, tuple[MinedTreeRedescription, _TreeMeasure]] = {}
+    original = miner._result_of
+
+    def recording(red: TreeRedescription, *args: Any, **kwargs: Any) -> MinedTreeRedescription:
+        result = original(red, *args, **kwargs)
+        measure = _TreeMeasure(
+            red=red, shape=kwargs["shape"], partition=kwargs["partition"], round=result.round
+        )
+        captured[id(result)] = (result, measure)
+        return result
+
+    setattr(miner, "_result_of", recording)  # noqa: B010 (an instance attribute on purpose)
+    return captured
+
+
+def _cells(store: ColumnStore, tree: DecisionTree) -> list[BoolArray]:
+    """Rows of every leaf of ``tree`` and, last, the rows outside every leaf."""
+    leaves = tree_leaves(store, tree)
+    everyone = store.all_rows().words
+    outside = everyone & ~np.bitwise_or.reduce(leaves, axis=0)
+    return [
+        Bitset(np.ascontiguousarray(words), store.n_rows).to_bool_array()
+        for words in [*leaves, outside]
+    ]
+
+
+def tree_measured(
+    truth: Truth, trees: tuple[DecisionTree, DecisionTree], measure: _TreeMeasure
+) -> tuple[BoolArray, BoolArray]:
+    """The rows a tree result's statistics count: the union of its active cells."""
+    sides = []
+    for tree, query, n_leaves in zip(
+        trees, (measure.red.left, measure.red.right), measure.shape, strict=True
+    ):
+        cells = _cells(truth.store, tree)
+        rows = np.zeros(truth.n_rows, dtype=bool)
+        for cell in active_cells(query, n_leaves, outside=measure.partition):
+            rows |= cells[cell]
+        sides.append(rows)
+    return sides[0], sides[1]
+
+
+def serenade_measured(truth: Truth, red: Redescription) -> tuple[BoolArray, BoolArray]:
+    """The rows of the query objects Serenade sent to ``red.compute_quality``."""
+    return (
+        truth.store.evaluate(red.left).to_bool_array(),
+        truth.store.evaluate(red.right).to_bool_array(),
+    )
+
+
+@dataclass
+class RunRecord:
+    """One whole run of one miner and its checked results."""
+
+    table: str
+    miner: str
+    epsilon: float
+    repetition: int
+    status: str
+    wall_s: float
+    load_average: tuple[float, float, float]
+    shown: int = 0
+    all_results: int = 0
+    examined: int = 0
+    epsilon_spent: float = 0.0
+    results: list[Checked] = field(default_factory=list)
+    itemsets: list[dict[str, Any]] = field(default_factory=list)
+    error: str = ""
+
+
+def run_redescriptions(
+    handle: dpmine.DatasetHandle,
+    truth: Truth,
+    *,
+    name: str,
+    epsilon: float,
+    repetition: int,
+) -> RunRecord:
+    """One whole ``mine()`` over HTTP, then every result checked on the exact data."""
+    seed = 7919 * repetition + 31 * MINERS.index(name) + int(10 * epsilon)
+    miner = make_miner(name, epsilon, seed)
+    captured = (
+        capture_tree_measures(miner)
+        if isinstance(miner, AltExpM | AltMCMC | MCMCTreePair)
+        else None
+    )
+    load = load_average()
+    start = time.perf_counter()
+    miner.mine(handle)
+    wall = time.perf_counter() - start
+    shown = {id(r) for r in miner.results_}
+    everything: Sequence[MinedRedescription | MinedTreeRedescription] = miner.all_results_
+    checked: list[Checked] = []
+    for result in everything:
+        if isinstance(result, MinedTreeRedescription):
+            assert captured is not None
+            assert isinstance(miner, AltExpM | AltMCMC | MCMCTreePair)
+            measure = captured[id(result)][1]
+            measured = tree_measured(truth, miner.trees_[measure.round], measure)
+            noisy_j = result.statistics.jaccard
+        else:
+            measured = serenade_measured(truth, result.redescription)
+            noisy_j = result.noisy_jaccard
+        checked.append(
+            check_pair(
+                truth,
+                left_text=result.left,
+                right_text=result.right,
+                measured=measured,
+                intervals=result.joint_intervals,
+                noisy_jaccard=noisy_j,
+                shown=id(result) in shown,
+            )
+        )
+    summary = miner.significance_
+    return RunRecord(
+        table=truth.data.key,
+        miner=name,
+        epsilon=epsilon,
+        repetition=repetition,
+        status="ok",
+        wall_s=round(wall, 3),
+        load_average=load,
+        shown=summary.passed,
+        all_results=summary.total,
+        examined=summary.examined,
+        epsilon_spent=miner.budget_spent_,
+        results=checked,
+    )
+
+
+# -- top-K itemsets ------------------------------------------------------------------------------
+
+
+def exact_kth_count(matrix: BoolArray, group_of: Sequence[int], length: int, k: int) -> int:
+    """The k-th largest exact count among valid itemsets of ``length`` items (at most one item
+    per group), by pairs in descending count with the Apriori bound (a triple's count ≤ each of
+    its pairs'). Lengths 1–3."""
+    counts_1 = matrix.sum(axis=0).astype(np.int64)
+    m = matrix.shape[1]
+    valid = np.array(group_of)[:, None] != np.array(group_of)[None, :]
+    if length == 1:
+        ranked = np.sort(counts_1)[::-1]
+        return int(ranked[k - 1]) if ranked.size >= k else 0
+    as_int = matrix.astype(np.int32)
+    pairs = as_int.T @ as_int
+    upper = np.triu(valid, 1)
+    if length == 2:
+        ranked = np.sort(pairs[upper])[::-1]
+        return int(ranked[k - 1]) if ranked.size >= k else 0
+    if length != 3:
+        raise ValueError("the harness checks itemsets of length 1 to 3")
+    order = np.argwhere(upper)
+    order = order[np.argsort(-pairs[upper], kind="stable")]
+    top: list[int] = []  # min-heap of the k largest triple counts
+    seen: set[tuple[int, int, int]] = set()
+    for i, j in order:
+        bound = int(pairs[i, j])
+        if len(top) == k and bound <= top[0]:
+            break
+        both = matrix[:, i] & matrix[:, j]
+        triple = both.astype(np.int32) @ as_int
+        for third in range(m):
+            if not (valid[i, third] and valid[j, third]):
+                continue
+            key = tuple(sorted((int(i), int(j), third)))
+            if key in seen:
+                continue
+            seen.add((key[0], key[1], key[2]))
+            count = int(triple[third])
+            if len(top) < k:
+                heapq.heappush(top, count)
+            elif count > top[0]:
+                heapq.heapreplace(top, count)
+    return top[0] if len(top) == k else 0
+
+
+def run_itemsets(
+    handle: dpmine.DatasetHandle, truth: Truth, *, epsilon: float, repetition: int
+) -> RunRecord:
+    """One ``TopKItemsets`` run at its defaults, checked on the exact data."""
+    miner = TopKItemsets(epsilon=epsilon)
+    load = load_average()
+    start = time.perf_counter()
+    miner.mine(handle)
+    wall = time.perf_counter() - start
+    schema = truth.data.metadata
+    catalog = request_catalog(miner._request(schema), schema)
+    item_rows = np.column_stack(
+        [truth.store.evaluate(literal).to_bool_array() for literal in catalog.literals]
+    )
+    length = miner.length if isinstance(miner.length, int) else miner.length[1]
+    k_prime = math.ceil(TOPK_SLACK * miner.k)
+    kth = exact_kth_count(item_rows, catalog.group_of, length, k_prime)
+    checked: list[dict[str, Any]] = []
+    for itemset in miner.itemsets_:
+        checked.append(_check_itemset(truth, itemset, catalog.names, item_rows, kth))
+    return RunRecord(
+        table=truth.data.key,
+        miner="TopKItemsets",
+        epsilon=epsilon,
+        repetition=repetition,
+        status="ok",
+        wall_s=round(wall, 3),
+        load_average=load,
+        shown=len(checked),
+        all_results=len(checked),
+        examined=len(checked),
+        epsilon_spent=miner.budget_spent_,
+        itemsets=checked,
+    )
+
+
+def _check_itemset(
+    truth: Truth,
+    itemset: MinedItemset,
+    names: Sequence[str],
+    item_rows: BoolArray,
+    kth: int,
+) -> dict[str, Any]:
+    measured = np.ones(truth.n_rows, dtype=bool)
+    for item in itemset.items:
+        measured &= item_rows[:, names.index(item)]
+    true_count = int(measured.sum())
+    printed = None if itemset.query is None else truth.printed_rows(itemset.query)
+    covered = (
+        None
+        if itemset.count_low is None or itemset.count_high is None
+        else itemset.count_low <= true_count <= itemset.count_high
+    )
+    return {
+        "items": list(itemset.items),
+        "query": itemset.query,
+        "noisy_count": itemset.noisy_count,
+        "count_interval": [itemset.count_low, itemset.count_high],
+        "true_count": true_count,
+        "covered": covered,
+        "printed_is_measured": printed is not None and bool(np.array_equal(printed, measured)),
+        "differing_rows": None if printed is None else int((printed != measured).sum()),
+        "in_top_k_prime": true_count >= kth,
+        "kth_prime_count": kth,
+    }
+
+
+# -- the grid ------------------------------------------------------------------------------------
+
+
+def run_grid(
+    prepared: Sequence[PreparedData], truths: Mapping[str, Truth], config: Config
+) -> list[RunRecord]:
+    """One server; every (table, ε, miner) ``runs`` times, repetition outermost. A failed run
+    is recorded with its error."""
+    records: list[RunRecord] = []
+    total = config.runs * len(prepared) * len(config.epsilons) * len(config.miners)
+    with (
+        tempfile.TemporaryDirectory(prefix="dpmine-bench-trust-") as work,
+        server_for_backend(
+            "sqlite", Path(work), extra_env={"DPMINE_TIMING_PADDING": "false"}
+        ) as server,
+    ):
+        key = register_all(server, prepared, grant=GRANT_EPSILON)
+        with server.connect(key, timeout=CLIENT_TIMEOUT_S) as connection:
+            handles = {data.key: connection.dataset(data.key) for data in prepared}
+            for data in prepared:  # load the files once, outside the timings
+                handles[data.key].count(epsilon=0.01)
+            for repetition in range(config.runs):
+                for data in prepared:
+                    for epsilon in config.epsilons:
+                        for name in config.miners:
+                            record = _one_run(
+                                handles[data.key], truths[data.key], name, epsilon, repetition
+                            )
+                            if record.status != "ok":
+                                print(f"server log tail:\n{server.log_tail()[-1500:]}")
+                            records.append(record)
+                            (config.out / "trust_partial.json").write_text(
+                                json.dumps([asdict(r) for r in records]) + "\n"
+                            )
+                            print(
+                                f"  [{len(records):3}/{total}] {_progress_line(record)}", flush=True
+                            )
+    return records
+
+
+def _one_run(
+    handle: dpmine.DatasetHandle, truth: Truth, name: str, epsilon: float, repetition: int
+) -> RunRecord:
+    start = time.perf_counter()
+    try:
+        if name == "TopKItemsets":
+            return run_itemsets(handle, truth, epsilon=epsilon, repetition=repetition)
+        return run_redescriptions(handle, truth, name=name, epsilon=epsilon, repetition=repetition)
+    except Exception as error:  # recorded and reported; the benchmark goes on
+        return RunRecord(
+            table=truth.data.key,
+            miner=name,
+            epsilon=epsilon,
+            repetition=repetition,
+            status="failed",
+            wall_s=round(time.perf_counter() - start, 3),
+            load_average=load_average(),
+            error=f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=6)}",
+        )
+
+
+def _progress_line(r: RunRecord) -> str:
+    head = f"{r.table:8} {r.miner:13} ε={r.epsilon:<4g} run {r.repetition + 1}: {r.wall_s:7.1f} s"
+    if r.status != "ok":
+        return f"{head}, FAILED {r.error.splitlines()[0]}"
+    if r.miner == "TopKItemsets":
+        good = sum(bool(i["printed_is_measured"]) for i in r.itemsets)
+        return f"{head}, {r.shown} itemsets, printed≡measured {good}/{r.shown}"
+    shown = [c for c in r.results if c.shown]
+    sig = sum(c.exact["p"] <= P_GOOD for c in shown)
+    same = sum(c.printed_is_measured for c in r.results)
+    return (
+        f"{head}, shown {r.shown} / all {r.all_results} (m = {r.examined}), truly significant "
+        f"{sig}/{len(shown)}, printed≡measured {same}/{len(r.results)} (all results)"
+    )
+
+
+# -- summaries -----------------------------------------------------------------------------------
+
+
+def _share(flags: Sequence[bool]) -> float | None:
+    return sum(flags) / len(flags) if flags else None
+
+
+@dataclass(frozen=True)
+class CellSummary:
+    """One (table, miner, ε) cell over its runs."""
+
+    table: str
+    miner: str
+    epsilon: float
+    runs_ok: int
+    runs_failed: int
+    shown_per_run: list[int]
+    all_per_run: list[int]
+    wall_s: list[float]
+    shown_total: int
+    significant_share: float | None
+    significant_per_run: float | None
+    excess_share: float | None
+    coverage_share: float | None
+    coverage_by_statistic: dict[str, float | None]
+    printed_shown_share: float | None
+    printed_all_share: float | None
+    evaluators_agree_share: float | None
+    in_top_k_prime_share: float | None
+    errors: list[str]
+
+
+def summarise(records: Sequence[RunRecord]) -> list[CellSummary]:
+    """One summary per (table, miner, ε), first-seen order."""
+    keys = list(dict.fromkeys((r.table, r.miner, r.epsilon) for r in records))
+    return [
+        _summary(key, [r for r in records if (r.table, r.miner, r.epsilon) == key]) for key in keys
+    ]
+
+
+def _summary(key: tuple[str, str, float], runs: list[RunRecord]) -> CellSummary:
+    ok = [r for r in runs if r.status == "ok"]
+    shown = [c for r in ok for c in r.results if c.shown]
+    every = [c for r in ok for c in r.results]
+    items = [i for r in ok for i in r.itemsets]
+    stats = ("support", "union", "jaccard", "support_left", "support_right", "excess", "p_value")
+    by_stat = {
+        s: _share([bool(c.coverage[s]) for c in shown if c.coverage[s] is not None]) for s in stats
+    }
+    if key[1] == "TopKItemsets":
+        coverage = _share([bool(i["covered"]) for i in items if i["covered"] is not None])
+        printed_shown = _share([bool(i["printed_is_measured"]) for i in items])
+        printed_all = printed_shown
+        top = _share([bool(i["in_top_k_prime"]) for i in items])
+        significant = excess = None
+        significant_run = None
+    else:
+        coverage = _share([c.covered for c in shown])
+        printed_shown = _share([c.printed_is_measured for c in shown])
+        printed_all = _share([c.printed_is_measured for c in every])
+        top = None
+        significant = _share([c.exact["p"] <= P_GOOD for c in shown])
+        excess = _share([c.exact["excess"] >= EXCESS_GOOD for c in shown])
+        significant_run = sum(c.exact["p"] <= P_GOOD for c in shown) / len(ok) if ok else None
+    return CellSummary(
+        table=key[0],
+        miner=key[1],
+        epsilon=key[2],
+        runs_ok=len(ok),
+        runs_failed=len(runs) - len(ok),
+        shown_per_run=[r.shown for r in ok],
+        all_per_run=[r.all_results for r in ok],
+        wall_s=[r.wall_s for r in runs],
+        shown_total=len(items) if key[1] == "TopKItemsets" else len(shown),
+        significant_share=significant,
+        significant_per_run=significant_run,
+        excess_share=excess,
+        coverage_share=coverage,
+        coverage_by_statistic=by_stat,
+        printed_shown_share=printed_shown,
+        printed_all_share=printed_all,
+        evaluators_agree_share=_share([c.evaluators_agree for c in every]) if every else None,
+        in_top_k_prime_share=top,
+        errors=[r.error.splitlines()[0] for r in runs if r.status != "ok"],
+    )
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.0f} %"
+
+
+def _mark(value: float | None, target: float) -> str:
+    if value is None:
+        return "–"
+    return f"{_pct(value)} {'PASS' if value >= target - 1e-12 else 'MISS'}"
+
+
+def _runs_text(values: Sequence[float]) -> str:
+    if not values:
+        return "–"
+    return f"{median(values):g} ({min(values):g}–{max(values):g})"
+
+
+def markdown(summaries: Sequence[CellSummary], n_rows: Mapping[str, int]) -> str:
+    """The report: redescription cells, top-K cells, timings and failures."""
+    lines = [
+        "### Redescription miners: shown results (`results_`) checked on the exact data",
+        "",
+        f"Targets (issue #21): printed ≡ measured {TARGET_PRINTED:.0%}; among shown results "
+        f"≥ {TARGET_SIGNIFICANT:.0%} truly significant (exact p ≤ {P_GOOD}) and "
+        f"≥ {TARGET_EXCESS:.0%} with exact J − J_ind ≥ {EXCESS_GOOD}; joint-interval coverage "
+        f"≥ {TARGET_COVERAGE:.0%}. '–': no shown result to judge.",
+        "",
+        "| table | rows | miner | ε | runs ok/failed | shown/run median (min–max) "
+        "| all/run | truly significant | excess ≥ 0.05 | coverage | printed ≡ measured (shown) "
+        "| printed ≡ measured (all) | significant/run |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in summaries:
+        if s.miner == "TopKItemsets":
+            continue
+        lines.append(
+            f"| {s.table} | {n_rows[s.table]} | {s.miner} | {s.epsilon:g} | "
+            f"{s.runs_ok}/{s.runs_failed} | {_runs_text(s.shown_per_run)} | "
+            f"{_runs_text(s.all_per_run)} | {_mark(s.significant_share, TARGET_SIGNIFICANT)} | "
+            f"{_mark(s.excess_share, TARGET_EXCESS)} | "
+            f"{_mark(s.coverage_share, TARGET_COVERAGE)} | "
+            f"{_mark(s.printed_shown_share, TARGET_PRINTED)} | "
+            f"{_mark(s.printed_all_share, TARGET_PRINTED)} | "
+            f"{'–' if s.significant_per_run is None else f'{s.significant_per_run:.1f}'} |"
+        )
+    lines += [
+        "",
+        "Coverage by statistic (shown results; the joint intervals the miners print):",
+        "",
+        "| table | miner | ε | |I| | |U| | J | s_L | s_R | excess | p |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in summaries:
+        if s.miner == "TopKItemsets":
+            continue
+        c = s.coverage_by_statistic
+        lines.append(
+            f"| {s.table} | {s.miner} | {s.epsilon:g} | "
+            + " | ".join(
+                _pct(c[k])
+                for k in (
+                    "support",
+                    "union",
+                    "jaccard",
+                    "support_left",
+                    "support_right",
+                    "excess",
+                    "p_value",
+                )
+            )
+            + " |"
+        )
+    top = [s for s in summaries if s.miner == "TopKItemsets"]
+    if top:
+        lines += [
+            "",
+            "### Top-K itemsets (defaults: K = 10, length 3, EM)",
+            "",
+            f"| table | ε | runs ok/failed | itemsets/run | count-interval coverage "
+            f"| printed ≡ measured | truly in top ⌈{TOPK_SLACK:g}K⌉ |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for s in top:
+            lines.append(
+                f"| {s.table} | {s.epsilon:g} | {s.runs_ok}/{s.runs_failed} | "
+                f"{_runs_text(s.shown_per_run)} | {_mark(s.coverage_share, TARGET_COVERAGE)} | "
+                f"{_mark(s.printed_shown_share, TARGET_PRINTED)} | "
+                f"{_pct(s.in_top_k_prime_share)} |"
+            )
+    lines += [
+        "",
+        f"### Significant shown results per run on mammals and asia at ε = 1 (target: ≥ the "
+        f"baseline commit {BASELINE_COMMIT}, not measured by this script)",
+        "",
+        "| table | miner | truly significant shown results per run |",
+        "|---|---|---|",
+    ]
+    for s in summaries:
+        if s.table in ("mammals", "asia") and s.epsilon == 1.0 and s.miner != "TopKItemsets":
+            value = "–" if s.significant_per_run is None else f"{s.significant_per_run:.1f}"
+            lines.append(f"| {s.table} | {s.miner} | {value} |")
+    lines += [
+        "",
+        "### Wall time of one run (s, median (min–max); for planning a full run)",
+        "",
+        "| table | miner | ε | wall |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {s.table} | {s.miner} | {s.epsilon:g} | {_runs_text(s.wall_s)} |" for s in summaries
+    ]
+    agree = [s.evaluators_agree_share for s in summaries if s.evaluators_agree_share is not None]
+    lines += [
+        "",
+        "Harness evaluator vs the server's evaluator on the printed text: "
+        + ("agree on every result" if all(a == 1.0 for a in agree) else "DISAGREE on some"),
+    ]
+    failures = [(s, e) for s in summaries for e in s.errors]
+    if failures:
+        lines += ["", "### Failed runs", ""]
+        lines += [f"* {s.table} {s.miner} ε={s.epsilon:g}: {e}" for s, e in failures]
+    return "\n".join(lines) + "\n"
+
+
+# -- main ----------------------------------------------------------------------------------------
+
+
+def _names(value: str, allowed: Sequence[str], what: str) -> tuple[str, ...]:
+    names = tuple(v.strip() for v in value.split(",") if v.strip())
+    unknown = [n for n in names if n not in allowed]
+    if unknown:
+        raise SystemExit(f"unknown {what}: {', '.join(unknown)} (choose from {', '.join(allowed)})")
+    return names
+
+
+def parse_args(argv: list[str] | None = None) -> Config:
+    """Command line → Config."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
+    parser.add_argument(
+        "--quick", action="store_true", help=f"1 run, ε = 1, tables {','.join(QUICK_TABLES)}"
+    )
+    parser.add_argument("--runs", type=int, default=None, help=f"runs per cell (default {RUNS})")
+    parser.add_argument("--tables", default=None, help=f"comma list of {','.join(TABLES)}")
+    parser.add_argument("--miners", default=",".join(MINERS))
+    parser.add_argument("--epsilons", default=None, help="comma list (default 1,0.5)")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out")
+    args = parser.parse_args(argv)
+    tables = args.tables or ",".join(QUICK_TABLES if args.quick else TABLES)
+    epsilons = args.epsilons or ("1" if args.quick else ",".join(f"{e:g}" for e in EPSILONS))
+    return Config(
+        out=args.out.resolve(),
+        tables=_names(tables, TABLES, "table"),
+        miners=_names(args.miners, MINERS, "miner"),
+        epsilons=tuple(float(e) for e in epsilons.split(",")),
+        runs=args.runs if args.runs is not None else (1 if args.quick else RUNS),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; the exit status is 1 if a run failed or a printed query is not the
+    measured one."""
+    unwind_on_sigterm()
+    config = parse_args(argv)
+    config.out.mkdir(parents=True, exist_ok=True)
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    with tempfile.TemporaryDirectory(prefix="dpmine-trust-data-") as scratch:
+        prepared = [prepare_table(key, Path(scratch)) for key in config.tables]
+        for data in prepared:
+            _proposal_check(data)
+        truths = {
+            data.key: Truth(
+                data=data,
+                harness=load_harness_data(data),
+                store=load_store(data.metadata, data.source, base_dir=data.directory)[0],
+            )
+            for data in prepared
+        }
+        records = run_grid(prepared, truths, config)
+        n_rows = {data.key: data.n_rows for data in prepared}
+        views = {
+            data.key: {
+                "left": data.choice.left,
+                "right": data.choice.right,
+                "note": data.choice.note,
+            }
+            for data in prepared
+        }
+    summaries = summarise(records)
+    report = markdown(summaries, n_rows)
+    print(report)
+    payload: dict[str, Any] = {
+        "started": started,
+        "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine_info(),
+        "config": {**asdict(config), "out": str(config.out)},
+        "targets": {
+            "printed_is_measured": TARGET_PRINTED,
+            "significant": TARGET_SIGNIFICANT,
+            "excess": TARGET_EXCESS,
+            "coverage": TARGET_COVERAGE,
+            "p_good": P_GOOD,
+            "excess_good": EXCESS_GOOD,
+            "top_k_slack": TOPK_SLACK,
+        },
+        "n_rows": n_rows,
+        "views": views,
+        "summaries": [asdict(s) for s in summaries],
+        "runs": [asdict(r) for r in records],
+        "report": report,
+    }
+    path = config.out / "trust.json"
+    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    print(f"wrote {path}")
+    bad = any(r.status != "ok" for r in records) or any(
+        s.printed_all_share is not None and s.printed_all_share < 1 for s in summaries
+    )
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
