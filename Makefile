@@ -18,9 +18,13 @@ demo: $(STAMP)
 
 ## Lint, type-check, then the whole test suite (PostgreSQL lane included when available). Every
 ## statistical audit runs at a short size that still flags its broken variant; the long
-## repetitions (marker `slow`) are left out, see `make audit`.
+## repetitions (marker `slow`) are left out, see `make audit`. Two phases: the tests not marked
+## `serial` on $(TEST_WORKERS) pytest-xdist workers, then the `serial` ones (wall-time audits,
+## kills mid-job, the browser) alone on the machine (tests/conftest.py: SERIAL_MODULES).
+TEST_WORKERS ?= 2
 test: $(STAMP) lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) -m 'not slow and not serial'
+	$(PY) -m pytest -m 'serial and not slow'
 
 ## The long runs (marker `slow`): the privacy, timing and channel audits at their full sample
 ## sizes and the heavy property tests; tens of minutes. `make test` plus `make audit` is the

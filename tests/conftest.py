@@ -40,11 +40,33 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["DPMINE_CONFIG_FILE"] = str(empty)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test that runs against PostgreSQL with ``postgres``."""
+#: Test modules whose outcome depends on wall time (padded deadlines, latency buckets, kills
+#: seconds into a job) or that load both cores: marked ``serial``. ``make test`` runs the rest on
+#: two pytest-xdist workers, then these alone, so no other test shares the CPU with them.
+SERIAL_MODULES = frozenset(
+    {
+        "api/test_job_mode.py",
+        "e2e/test_console_browser.py",
+        "e2e/test_crash_recovery.py",
+        "e2e/test_workers.py",
+        "privacy/test_audit_channels.py",
+        "privacy/test_audit_overruns.py",
+        "privacy/test_audit_timing.py",
+        "privacy/test_audit_timing_bounded.py",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test that runs against PostgreSQL with ``postgres``, and the tests of
+    :data:`SERIAL_MODULES` with ``serial``."""
+    tests_dir = config.rootpath / "tests"
     for item in items:
         if _POSTGRES_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.postgres)
+        module = item.path.relative_to(tests_dir) if item.path.is_relative_to(tests_dir) else None
+        if module is not None and module.as_posix() in SERIAL_MODULES:
+            item.add_marker(pytest.mark.serial)
 
 
 @pytest.fixture(scope="session")
