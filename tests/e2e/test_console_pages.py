@@ -43,7 +43,7 @@ class FormReader(HTMLParser):
         found = {k: v or "" for k, v in attrs}
         if tag == "form":
             self.inside = found.get("id") == self.form_id
-        if not self.inside or "name" not in found and tag not in {"option"}:
+        if not self.inside or ("name" not in found and tag not in {"option"}):
             return
         if tag == "input":
             checkbox = found.get("type") == "checkbox"
@@ -141,12 +141,16 @@ def test_a_dataset_is_registered_from_a_reviewed_proposal(
     assert "The proposal's notes" in proposed.text
     fields = form_of(proposed.text, "review")
     assert "reviewed" not in fields, "the server never ticks the review box"
-    assert fields["a0.name"] == "age" and fields["a0.type"] == "numeric"
-    assert fields["kind"] == "table" and fields["path"] == name
+    assert fields["a0.name"] == "age"
+    assert fields["a0.type"] == "numeric"
+    assert fields["kind"] == "table"
+    assert fields["path"] == name
 
     fields.update({"n_max": "5000", "epsilon_cap": "3", "a0.lo": "zero"})
     unreviewed = console.post("/console/datasets/register", data=with_notes(proposed.text, fields))
-    assert_form_page(unreviewed, "Register a dataset", "lower bound: &#39;zero&#39; is not a number")
+    assert_form_page(
+        unreviewed, "Register a dataset", "lower bound: &#39;zero&#39; is not a number"
+    )
     kept = form_of(unreviewed.text, "review")
     assert (kept["n_max"], kept["a0.lo"], kept["epsilon_cap"]) == ("5000", "zero", "3")
 
@@ -162,7 +166,8 @@ def test_a_dataset_is_registered_from_a_reviewed_proposal(
     assert "Dataset people registered" in registered.text
     assert "<caption>attributes</caption>" in registered.text
     info = next(d for d in owner.datasets() if d.id == "people")
-    assert info.metadata.n_max == 5000 and info.metadata.review is None
+    assert info.metadata.n_max == 5000
+    assert info.metadata.review is None
     assert owner.admin.cap("people").epsilon_cap == 3.0
     event = next(e for e in owner.admin.audit() if e.action == "dataset_registered")
     assert (event.target, event.details) == ("people", {"via": "console"})
@@ -215,9 +220,9 @@ def test_revoke_and_disable_ask_for_confirmation(
     unconfirmed = console.post("/console/grants/revoke", data=revoke)
     assert_form_page(unconfirmed, "Grants", "tick the confirmation box")
     assert analyst.name in {g.analyst for g in owner.admin.grants(dataset)}
-    assert console.post("/console/grants/revoke", data={**revoke, "confirm": "yes"}).status_code == (
-        303
-    )
+    assert console.post(
+        "/console/grants/revoke", data={**revoke, "confirm": "yes"}
+    ).status_code == (303)
     assert analyst.name not in {g.analyst for g in owner.admin.grants(dataset)}
 
     disable = f"/console/principals/{analyst.name}/disable"
@@ -246,11 +251,13 @@ def test_jobs_page_shows_progress_charge_cancel_and_history(
     slow = handle.submit("test.spin", SpinCountRequest(epsilon=0.25, seconds=8.0))
 
     def section(html: str, table: str) -> str:
-        return html[html.index(f'id="{table}"') :].split("</table>")[0]
+        return html[html.index(f'id="{table}"') :].split("</table>", maxsplit=1)[0]
 
     page = console.get("/console/jobs").text
     active = section(page, "active-jobs")
-    assert slow.id in active and "0.25" in active and "<progress" in active
+    assert slow.id in active
+    assert "0.25" in active
+    assert "<progress" in active
     assert f'action="/console/jobs/{slow.id}/cancel"' in active
 
     cancelled = console.post(f"/console/jobs/{slow.id}/cancel", data={"csrf": token(console)})
@@ -266,8 +273,10 @@ def test_jobs_page_shows_progress_charge_cancel_and_history(
     )
     history = section(console.get("/console/jobs").text, "job-history")
     rows = {job: row for row in history.split("<tr>") for job in (quick.id, slow.id) if job in row}
-    assert "done" in rows[quick.id] and "0.125" in rows[quick.id]
-    assert "cancelled" in rows[slow.id] and "0.25" in rows[slow.id]
+    assert "done" in rows[quick.id]
+    assert "0.125" in rows[quick.id]
+    assert "cancelled" in rows[slow.id]
+    assert "0.25" in rows[slow.id]
     again = console.post(f"/console/jobs/{slow.id}/cancel", data={"csrf": token(console)})
     assert_form_page(again, "Jobs", "already cancelled")
     event = next(e for e in owner.admin.audit() if e.action == "job_cancelled")
