@@ -313,9 +313,12 @@ def test_grants_are_set_changed_and_revoked(
     )
     assert bad.status_code == 422
     assert "not a number" in bad.text
-    revoked = post_form(
-        client, "/console/grants/revoke", {"dataset_id": toy, "analyst": "alice"}, token=token
-    )
+    revoke = {"dataset_id": toy, "analyst": "alice"}
+    unconfirmed = post_form(client, "/console/grants/revoke", revoke, token=token)
+    assert unconfirmed.status_code == 422
+    assert "tick the confirmation box" in unconfirmed.text
+    assert owner.admin.grants(toy)[0].remaining == 1.5, "nothing changed unconfirmed"
+    revoked = post_form(client, "/console/grants/revoke", {**revoke, "confirm": "yes"}, token=token)
     assert revoked.status_code == 303
     [grant] = owner.admin.grants(toy)
     assert (grant.epsilon, grant.spent, grant.remaining) == (0.5, 0.5, 0.0)
@@ -354,7 +357,7 @@ def test_revoking_an_unspent_grant_removes_it(
     revoked = post_form(
         client,
         "/console/grants/revoke",
-        {"dataset_id": toy, "analyst": "alice"},
+        {"dataset_id": toy, "analyst": "alice", "confirm": "yes"},
         token=csrf_of(client),
     )
     assert revoked.status_code == 303
@@ -362,7 +365,7 @@ def test_revoking_an_unspent_grant_removes_it(
     again = post_form(
         client,
         "/console/grants/revoke",
-        {"dataset_id": toy, "analyst": "alice"},
+        {"dataset_id": toy, "analyst": "alice", "confirm": "yes"},
         token=csrf_of(client),
     )
     assert again.status_code == 404
@@ -401,7 +404,9 @@ def test_principals_are_added_rotated_and_disabled_with_keys_shown_once(
     with pytest.raises(dpmine.AuthenticationError):
         carol.datasets()
     assert connect(new_key.group(1), client).datasets() == []
-    disabled = post_form(client, "/console/principals/carol/disable", {}, token=token)
+    disabled = post_form(
+        client, "/console/principals/carol/disable", {"confirm": "carol"}, token=token
+    )
     assert disabled.status_code == 303
     with pytest.raises(dpmine.AuthenticationError):
         connect(new_key.group(1), client).datasets()
@@ -489,7 +494,8 @@ def test_datasets_page_shows_metadata_cap_and_spending(
     row = re.search(rf"<td>{toy}</td>.*?</tr>", page.text, re.S)
     assert row
     assert re.findall(r'<td class="num">([^<]+)</td>', row.group(0)) == ["10", "1.25", "8.75"]
-    assert "&#34;n_max&#34;: 1000" in page.text, "the public metadata (HTML-escaped)"
+    assert "n<sub>max</sub> = 1000" in page.text, "the public metadata, in words"
+    assert "<caption>left view</caption>" in page.text, "a table per view"
     assert "ε spent per dataset" in page.text
     assert "ε spent per analyst" in page.text
 

@@ -1,8 +1,9 @@
 """The owner console in a real headless browser (Debian's ``chromium`` driven by Selenium through
 ``chromedriver``) against a real uvicorn server: an owner logs in with its key, grants a budget
 through the page, an analyst spends it over HTTP with the dpmine client, and the ledger page
-shows the charge; an analyst's key gets no session; the pages keep to their content security
-policy; a POST without the CSRF token changes nothing.
+shows the charge and the jobs page the analyst's job; the owner registers a data-folder file
+from its reviewed metadata proposal; an analyst's key gets no session; the pages keep to their
+content security policy; a POST without the CSRF token changes nothing.
 
 Skipped when chromium or chromedriver is missing, except under CI (``CI`` set): there it fails.
 Selenium is given both binaries, so it downloads nothing.
@@ -29,7 +30,8 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 import dpmine
 from dpmine_server.api.console import sessions
 from dpmine_server.api.console.routes import SECURITY_HEADERS
-from support.datasets import register_table
+from dpmine_server.operations.testing import SpinCountRequest
+from support.datasets import register_table, write_table_csv
 from support.servers import LiveServer, add_analyst
 
 CHROMIUM_ARGS = (
@@ -142,6 +144,16 @@ def test_owner_grants_in_the_browser_and_sees_the_analysts_charge(
     assert f"{analyst.name}: ε 0.25" in browser.page_source
     assert _csp_violations(browser) == []
 
+    # The jobs page shows an analyst's job with its charge (queued, running or finished).
+    with dpmine.connect(server.url, analyst.api_key, retries=0) as again:
+        job = again.dataset(dataset).submit(
+            "test.spin", SpinCountRequest(epsilon=0.125, seconds=0.0)
+        )
+    browser.find_element(By.LINK_TEXT, "Jobs").click()
+    _arrive(browser, f"{server.url}/console/jobs")
+    jobs = [row.text for row in browser.find_elements(By.CSS_SELECTOR, "table tbody tr")]
+    assert any(job.id in row and "0.125" in row and "test.spin" in row for row in jobs), jobs
+
     # The owner lowers the cap, then retires the dataset after typing its id.
     browser.find_element(By.LINK_TEXT, "Datasets").click()
     _arrive(browser, f"{server.url}/console/datasets")
@@ -159,6 +171,32 @@ def test_owner_grants_in_the_browser_and_sees_the_analysts_charge(
     confirm.submit()
     _arrive(browser, f"{server.url}/console/datasets?notice=retired")
     assert "retired" in browser.find_element(By.TAG_NAME, "table").text
+    assert _csp_violations(browser) == []
+
+    # The owner registers a file of the data folder from its reviewed metadata proposal.
+    incoming = server.data_dir / "incoming"
+    incoming.mkdir(parents=True, exist_ok=True)
+    source = f"incoming/{write_table_csv(incoming).name}"
+    browser.get(f"{server.url}/console/datasets")
+    browser.find_element(By.LINK_TEXT, "Register a dataset").click()
+    _arrive(browser, f"{server.url}/console/datasets/new")
+    form = browser.find_element(By.ID, "propose")
+    form.find_element(By.NAME, "dataset_id").send_keys("from-the-browser")
+    form.find_element(By.NAME, "path").send_keys(source)
+    form.find_element(By.TAG_NAME, "button").click()
+    review = WebDriverWait(browser, 60).until(
+        expected_conditions.presence_of_element_located((By.ID, "review"))
+    )
+    reviewed = review.find_element(By.NAME, "reviewed")
+    assert not reviewed.is_selected(), "never ticked by the server"
+    review.find_element(By.NAME, "epsilon_cap").send_keys("2")
+    reviewed.click()
+    review.find_element(By.XPATH, ".//button[text()='Register']").click()
+    WebDriverWait(browser, 60).until(
+        expected_conditions.text_to_be_present_in_element((By.TAG_NAME, "h1"), "registered")
+    )
+    with dpmine.connect(server.url, server.owner_key, retries=0) as owner:
+        assert owner.admin.cap("from-the-browser").epsilon_cap == 2.0
     assert _csp_violations(browser) == []
 
     browser.find_element(By.XPATH, "//button[text()='Log out']").click()

@@ -282,10 +282,22 @@ class JobRunner:
         step or, if it had finished, its release is withheld); it is shown cancelled at the
         time it would have been shown settled. A job shown settled is left as it is. The
         charge stays either way (issue #20, "cancel outcome")."""
+        return self._cancel(job_id, principal_id=principal.id)
+
+    def cancel_for_owner(self, job_id: str) -> JobInfo:
+        """Cancel any analyst's job (the owner console): the same outcome, message and charge
+        as the analyst's own cancel, so the analyst sees no state that a cancel of theirs
+        could not have produced."""
+        return self._cancel(job_id, principal_id=None)
+
+    def _cancel(self, job_id: str, *, principal_id: int | None) -> JobInfo:
+        """Cancel ``job_id`` (of ``principal_id`` only, unless None): see :meth:`cancel`."""
         with self._sessions() as session, session.begin():
             job = session.get(Job, job_id)
-            if job is None or job.principal_id != principal.id:
-                raise NotFound(f"no job {job_id!r} of yours")
+            if job is None or principal_id not in {None, job.principal_id}:
+                raise NotFound(
+                    f"no job {job_id!r} of yours" if principal_id else f"no job {job_id!r}"
+                )
             if self._info(session, job).status != "running":
                 return self._info(session, job)  # shown settled: as it is
             never_ran = rows_affected(

@@ -37,6 +37,8 @@ from dpmine.amounts import epsilon_text
 from dpmine.wire import (
     AuditEventInfo,
     CapRequest,
+    CreateDatasetRequest,
+    DatasetMetadata,
     GrantInfo,
     GrantRequest,
     LedgerEntryInfo,
@@ -45,11 +47,35 @@ from dpmine.wire import (
 )
 from dpmine_server.api.console import sessions
 from dpmine_server.api.console.plot import Charge, Chart, cumulative_chart
+from dpmine_server.api.console.registration import (
+    Fields,
+    FormProblems,
+    MetadataRow,
+    ReviewForm,
+    SourceForm,
+    data_files,
+    metadata_rows,
+)
 from dpmine_server.api.deps import ServicesDep, SessionDep, WriteSessionDep, get_principal
 from dpmine_server.api.routes import admin
-from dpmine_server.db.models import AuditEvent, Dataset, Job, Principal
+from dpmine_server.data.propose import (
+    UnreviewedProposal,
+    accept_reviewed,
+    copied_value_warnings,
+    propose_metadata,
+    source_tables,
+)
+from dpmine_server.db.models import AuditEvent, Dataset, Job, LedgerEntry, Principal
 from dpmine_server.dp.budget import Epsilon
-from dpmine_server.errors import Forbidden, InvalidRequest, RateLimited, ServerError, Unauthorized
+from dpmine_server.errors import (
+    Conflict,
+    Forbidden,
+    InvalidRequest,
+    NotFound,
+    RateLimited,
+    ServerError,
+    Unauthorized,
+)
 from dpmine_server.services import audit
 from dpmine_server.services.container import Services
 from dpmine_server.services.datasets import dataset_info
@@ -86,7 +112,15 @@ _NOTICES = {
     "disabled": "Principal disabled: its key stopped working.",
     "cap_set": "Cap saved.",
     "retired": "Dataset retired: it takes no more queries; its ledger stays.",
+    "job_cancelled": (
+        "Cancel requested: a queued job never runs, a running one stops at its next progress "
+        "step; the charge stays."
+    ),
 }
+#: Owner mistakes a console form shows beside the form (nothing was changed).
+_FORM_ERRORS = (InvalidRequest, NotFound, Conflict)
+#: Finished jobs shown on the jobs page (newest first).
+JOB_HISTORY_ROWS = 100
 #: The owner API's ledger columns minus the idempotency keys and the releases themselves.
 _LEDGER_CSV_COLUMNS = tuple(
     column for column in admin.LEDGER_EXPORT_COLUMNS if column not in {"idempotency_key", "release"}
@@ -330,7 +364,8 @@ class DatasetRow:
     cap: str
     spent: str
     left: str
-    metadata: str
+    metadata: DatasetMetadata
+    tables: list[tuple[str, list[MetadataRow]]]
 
 
 def _dataset_rows(session: Session) -> list[DatasetRow]:
@@ -347,7 +382,8 @@ def _dataset_rows(session: Session) -> list[DatasetRow]:
                 cap=Epsilon(dataset.cap_units).exact_str(),
                 spent=Epsilon(dataset.spent_units).exact_str(),
                 left=Epsilon(dataset.cap_units - dataset.spent_units).exact_str(),
-                metadata=json.dumps(info.metadata.model_dump(mode="json"), indent=2),
+                metadata=info.metadata,
+                tables=metadata_rows(info.metadata),
             )
         )
     return rows
@@ -366,24 +402,38 @@ def _charts(entries: Sequence[LedgerEntryInfo]) -> tuple[Chart, Chart]:
     return per_dataset, per_analyst
 
 
+def _datasets(
+    request: Request, session: Session, *, notice: str = "", error: str = "", status: int = 200
+) -> Response:
+    return _page(
+        request,
+        "datasets.html",
+        status,
+        datasets=_dataset_rows(session),
+        charts=_charts(ledger_entries(session)),
+        notice=_NOTICES.get(notice, ""),
+        error=error,
+    )
+
+
 @router.get("/datasets")
 def datasets_page(
     request: Request, _owner: Owner, session: SessionDep, notice: str = ""
 ) -> Response:
-    """Datasets with their public metadata, cap and spending, forms to change a cap or retire
-    a dataset, and the budget charts."""
-    charts = _charts(ledger_entries(session))
-    return _page(
-        request,
-        "datasets.html",
-        datasets=_dataset_rows(session),
-        charts=charts,
-        notice=_NOTICES.get(notice, ""),
-    )
+    """Datasets with their public metadata (a table per view), cap and spending, forms to
+    change a cap or retire a dataset, and the budget charts."""
+    return _datasets(request, session, notice=notice)
+
+
+def _form_error(request: Request, session: Session, error: ServerError) -> Response:
+    """A datasets-page form that changed nothing: the page again, the reason above it."""
+    session.rollback()
+    return _datasets(request, session, error=error.message, status=error.status_code)
 
 
 @router.post("/datasets/{dataset_id}/cap")
 def set_cap(
+    request: Request,
     dataset_id: str,
     owner: Writer,
     services: ServicesDep,
@@ -391,13 +441,17 @@ def set_cap(
     epsilon_cap: Annotated[str, Form()],
 ) -> Response:
     """Change a dataset's cap (the owner API's operation, audited the same way)."""
-    body = _validated(lambda: CapRequest(epsilon_cap=_epsilon(epsilon_cap)))
-    admin.set_cap(dataset_id, body, owner, services, session)
+    try:
+        body = _validated(lambda: CapRequest(epsilon_cap=_epsilon(epsilon_cap)))
+        admin.set_cap(dataset_id, body, owner, services, session)
+    except _FORM_ERRORS as error:
+        return _form_error(request, session, error)
     return RedirectResponse("/console/datasets?notice=cap_set", status_code=303)
 
 
 @router.post("/datasets/{dataset_id}/retire")
 def retire(
+    request: Request,
     dataset_id: str,
     owner: Writer,
     services: ServicesDep,
@@ -405,22 +459,187 @@ def retire(
     confirm: Annotated[str, Form()] = "",
 ) -> Response:
     """Retire a dataset once the owner typed its id to confirm (it cannot be undone here)."""
-    if confirm.strip() != dataset_id:
-        raise InvalidRequest(
-            f"to retire {dataset_id!r}, type its id in the confirmation box; nothing was changed"
-        )
-    admin.retire_dataset(dataset_id, owner, services, session)
+    try:
+        if confirm.strip() != dataset_id:
+            raise InvalidRequest(
+                f"to retire {dataset_id!r}, type its id in the confirmation box; "
+                "nothing was changed"
+            )
+        admin.retire_dataset(dataset_id, owner, services, session)
+    except _FORM_ERRORS as error:
+        return _form_error(request, session, error)
     return RedirectResponse("/console/datasets?notice=retired", status_code=303)
+
+
+# -- registering a dataset -----------------------------------------------------------------------
+
+
+async def form_fields(request: Request) -> Fields:
+    """Every field of the submitted form by name (forms with a variable set of fields)."""
+    form = await request.form()
+    return lambda name: [value for value in form.getlist(name) if isinstance(value, str)]
+
+
+FieldsDep = Annotated[Fields, Depends(form_fields)]
+
+
+def _source_page(
+    request: Request, services: Services, source: SourceForm, problems: Sequence[str] = ()
+) -> Response:
+    return _page(
+        request,
+        "register.html",
+        422 if problems else 200,
+        step="source",
+        source=source,
+        problems=problems,
+        files=data_files(services.settings.data_dir),
+        data_dir=services.settings.data_dir,
+    )
+
+
+def _review_page(request: Request, review: ReviewForm, problems: Sequence[str] = ()) -> Response:
+    return _page(
+        request,
+        "register.html",
+        422 if problems else 200,
+        step="review",
+        review=review,
+        problems=problems,
+    )
+
+
+@router.get("/datasets/new")
+def register_form(request: Request, _owner: Owner, services: ServicesDep) -> Response:
+    """Step 1: name the data (files of the server's data folder) and its kind."""
+    return _source_page(request, services, SourceForm())
+
+
+@router.post("/datasets/new")
+def propose(request: Request, _owner: Writer, services: ServicesDep, fields: FieldsDep) -> Response:
+    """Step 2: the metadata proposal for those files, as a form to review and edit. Views of a
+    one-file two-view dataset are left for the owner to choose per attribute."""
+    source = SourceForm.from_fields(fields)
+    data_dir = services.settings.data_dir
+    try:
+        kind = source.kind_of()
+        files = source.files(data_dir)
+        located = source.source().model_copy(
+            update={part: str(stored.path) for part, stored in files.items()}
+        )
+        one_file_views = kind == "views" and source.path != ""
+        proposal = propose_metadata(
+            located,
+            kind="table" if one_file_views else kind,
+            base_dir=data_dir,
+            label=source.label_spec(),
+        )
+    except FormProblems as error:
+        return _source_page(request, services, source, error.problems)
+    except (ValueError, OSError) as error:
+        return _source_page(request, services, source, [str(error)])
+    review = ReviewForm.of_proposal(source, proposal)
+    if one_file_views:
+        review = replace(
+            review,
+            notes=(
+                "choose the view (left or right) of every attribute you keep",
+                *review.notes,
+            ),
+        )
+    return _review_page(request, review)
+
+
+@router.post("/datasets/register")
+def register(
+    request: Request,
+    owner: Writer,
+    services: ServicesDep,
+    session: WriteSessionDep,
+    fields: FieldsDep,
+) -> Response:
+    """Step 3: register the reviewed metadata (refused until the owner ticked "reviewed"), as
+    ``dpmine-server datasets add`` does: the files are copied into the dataset's folder."""
+    review = ReviewForm.from_fields(fields)
+    data_dir = services.settings.data_dir
+    try:
+        files = review.source.files(data_dir)
+        problems: list[str] = []
+        try:
+            metadata = review.metadata()
+        except FormProblems as error:
+            problems += error.problems
+        try:
+            cap = review.cap()
+        except FormProblems as error:
+            problems += error.problems
+        if problems:
+            raise FormProblems(problems)
+        accepted = accept_reviewed(metadata)
+        body = _validated(
+            lambda: CreateDatasetRequest(
+                id=review.source.dataset_id,
+                name=review.source.name or review.source.dataset_id,
+                description=review.description,
+                epsilon_cap=cap,
+                metadata=accepted,
+                source=review.source.source(),
+            )
+        )
+        info, report = services.datasets.register(session, body, files=files)
+    except FormProblems as error:
+        return _review_page(request, review, error.problems)
+    except UnreviewedProposal:
+        tick = "tick “I reviewed every attribute” once you checked them; nothing was registered"
+        return _review_page(request, review, [tick])
+    except _FORM_ERRORS as error:
+        session.rollback()
+        return _review_page(request, review, [error.message])
+    audit.record(
+        session,
+        action="dataset_registered",
+        principal=owner,
+        target=body.id,
+        details={"via": "console"},
+    )
+    stored = {part: str(file.path) for part, file in files.items()}
+    try:
+        tables = source_tables(body.source.model_copy(update=stored), data_dir)
+        warnings = copied_value_warnings(accepted, tables)
+    except (ValueError, OSError) as error:
+        warnings = [f"could not check the metadata for values copied from the data: {error}"]
+    return _page(
+        request,
+        "registered.html",
+        dataset=info,
+        tables=metadata_rows(info.metadata),
+        report=report,
+        warnings=warnings,
+    )
 
 
 # -- grants --------------------------------------------------------------------------------------
 
 
-@router.get("/grants")
-def grants_page(
-    request: Request, _owner: Owner, services: ServicesDep, session: SessionDep, notice: str = ""
+@dataclass(frozen=True, slots=True)
+class GrantForm:
+    """What the owner typed into the grant form (kept when the form comes back with an error)."""
+
+    dataset_id: str = ""
+    analyst: str = ""
+    epsilon: str = ""
+
+
+def _grants(
+    request: Request,
+    services: Services,
+    session: Session,
+    *,
+    notice: str = "",
+    error: str = "",
+    status: int = 200,
+    typed: GrantForm | None = None,
 ) -> Response:
-    """Every grant, with forms to set, change and revoke them."""
     datasets = services.datasets.list_all(session)
     grants: list[GrantInfo] = [
         grant for info in datasets for grant in services.datasets.list_grants(session, info.id)
@@ -433,11 +652,22 @@ def grants_page(
     return _page(
         request,
         "grants.html",
+        status,
         grants=grants,
         datasets=[d.id for d in datasets if d.status == "active"],
         analysts=analysts,
         notice=_NOTICES.get(notice, ""),
+        error=error,
+        typed=typed or GrantForm(),
     )
+
+
+@router.get("/grants")
+def grants_page(
+    request: Request, _owner: Owner, services: ServicesDep, session: SessionDep, notice: str = ""
+) -> Response:
+    """Every grant, with forms to set, change and revoke them."""
+    return _grants(request, services, session, notice=notice)
 
 
 def _epsilon(raw: str) -> float:
@@ -464,6 +694,7 @@ def _validated(build: Callable[[], _T]) -> _T:
 
 @router.post("/grants")
 def set_grant(
+    request: Request,
     owner: Writer,
     services: ServicesDep,
     session: WriteSessionDep,
@@ -471,27 +702,62 @@ def set_grant(
     analyst: Annotated[str, Form()],
     epsilon: Annotated[str, Form()],
 ) -> Response:
-    """Create or change a grant (the owner API's operation, audited the same way)."""
-    body = _validated(lambda: GrantRequest(analyst=analyst, epsilon=_epsilon(epsilon)))
-    admin.set_grant(dataset_id, body, owner, services, session)
+    """Create or change a grant (the owner API's operation, audited the same way); a refusal
+    (e.g. below what was spent) comes back on the form with the typed values."""
+    try:
+        body = _validated(lambda: GrantRequest(analyst=analyst, epsilon=_epsilon(epsilon)))
+        admin.set_grant(dataset_id, body, owner, services, session)
+    except _FORM_ERRORS as error:
+        session.rollback()
+        typed = GrantForm(dataset_id=dataset_id, analyst=analyst, epsilon=epsilon)
+        return _grants(
+            request, services, session, error=error.message, status=error.status_code, typed=typed
+        )
     return RedirectResponse("/console/grants?notice=grant_set", status_code=303)
 
 
 @router.post("/grants/revoke")
 def revoke_grant(
+    request: Request,
     owner: Writer,
     services: ServicesDep,
     session: WriteSessionDep,
     dataset_id: Annotated[str, Form()],
     analyst: Annotated[str, Form()],
+    confirm: Annotated[str, Form()] = "",
 ) -> Response:
-    """Stop an analyst's spending on a dataset (the owner API's operation: what was spent stays
-    spent)."""
-    admin.revoke_grant(dataset_id, analyst, owner, services, session)
+    """Stop an analyst's spending on a dataset once the owner ticked the confirmation (the owner
+    API's operation: what was spent stays spent)."""
+    try:
+        if confirm != "yes":
+            raise InvalidRequest(
+                f"to revoke {analyst!r}'s grant on {dataset_id!r}, tick the confirmation box; "
+                "nothing was changed"
+            )
+        admin.revoke_grant(dataset_id, analyst, owner, services, session)
+    except _FORM_ERRORS as error:
+        session.rollback()
+        return _grants(request, services, session, error=error.message, status=error.status_code)
     return RedirectResponse("/console/grants?notice=grant_revoked", status_code=303)
 
 
 # -- principals ----------------------------------------------------------------------------------
+
+
+def _principals(
+    request: Request, session: Session, *, notice: str = "", error: str = "", status: int = 200
+) -> Response:
+    principals = [
+        principal_info(p) for p in session.scalars(select(Principal).order_by(Principal.id))
+    ]
+    return _page(
+        request,
+        "principals.html",
+        status,
+        principals=principals,
+        notice=_NOTICES.get(notice, ""),
+        error=error,
+    )
 
 
 @router.get("/principals")
@@ -499,10 +765,7 @@ def principals_page(
     request: Request, _owner: Owner, session: SessionDep, notice: str = ""
 ) -> Response:
     """Every principal (never a key), with forms to add, disable and rotate keys."""
-    principals = [
-        principal_info(p) for p in session.scalars(select(Principal).order_by(Principal.id))
-    ]
-    return _page(request, "principals.html", principals=principals, notice=_NOTICES.get(notice, ""))
+    return _principals(request, session, notice=notice)
 
 
 def _key_page(request: Request, created: PrincipalCreated, action: str) -> Response:
@@ -535,9 +798,24 @@ def rotate_key(
 
 
 @router.post("/principals/{name}/disable")
-def disable(name: str, owner: Writer, session: WriteSessionDep) -> Response:
-    """Disable a principal: its key stops working."""
-    admin.disable_principal(name, owner, session)
+def disable(
+    request: Request,
+    name: str,
+    owner: Writer,
+    session: WriteSessionDep,
+    confirm: Annotated[str, Form()] = "",
+) -> Response:
+    """Disable a principal once the owner typed its name to confirm: its key stops working
+    (the console has no way back)."""
+    try:
+        if confirm.strip() != name:
+            raise InvalidRequest(
+                f"to disable {name!r}, type its name in the confirmation box; nothing was changed"
+            )
+        admin.disable_principal(name, owner, session)
+    except _FORM_ERRORS as error:
+        session.rollback()
+        return _principals(request, session, error=error.message, status=error.status_code)
     return RedirectResponse("/console/principals?notice=disabled", status_code=303)
 
 
@@ -700,16 +978,95 @@ def audit_csv(_owner: Owner, session: SessionDep, chosen: FiltersDep) -> Respons
 # -- jobs ----------------------------------------------------------------------------------------
 
 
-@router.get("/jobs")
-def jobs_page(request: Request, _owner: Owner, session: SessionDep) -> Response:
-    """Queued and running background jobs, oldest first (the owner sees the real times)."""
-    jobs = session.execute(
-        select(Job, Principal.name)
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """A job as the owner sees it: the real state, progress and times (never shown to the
+    analyst, whose view is the padded public schedule of services/jobs.py) and its charge."""
+
+    id: str
+    dataset_id: str
+    analyst: str
+    operation: str
+    status: str
+    progress: int
+    epsilon: str
+    message: str
+    cancel_requested: bool
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def active(self) -> bool:
+        """Queued or running: it can still be cancelled."""
+        return self.status in {"queued", "running"}
+
+
+def _job_rows(session: Session, *, active: bool, limit: int | None = None) -> list[JobRow]:
+    statuses = ("queued", "running")
+    query = (
+        select(Job, Principal.name, LedgerEntry.epsilon_units)
         .join(Principal, Principal.id == Job.principal_id)
-        .where(Job.status.in_(("queued", "running")))
-        .order_by(Job.created_at)
-    ).all()
-    return _page(request, "jobs.html", jobs=[(job, name) for job, name in jobs])
+        .outerjoin(LedgerEntry, LedgerEntry.id == Job.ledger_entry_id)
+        .where(Job.status.in_(statuses) if active else Job.status.not_in(statuses))
+        .order_by(Job.created_at if active else Job.updated_at.desc())
+        .limit(limit)
+    )
+    return [
+        JobRow(
+            id=job.id,
+            dataset_id=job.dataset_id,
+            analyst=name,
+            operation=job.operation,
+            status=job.status,
+            progress=round(100 * (1.0 if job.status == "done" else job.progress)),
+            epsilon=Epsilon(units).exact_str() if units is not None else "",
+            message=job.message,
+            cancel_requested=job.cancel_requested,
+            created_at=job.created_at,
+            updated_at=job.updated_at,
+        )
+        for job, name, units in session.execute(query).all()
+    ]
+
+
+def _jobs(
+    request: Request, session: Session, *, notice: str = "", error: str = "", status: int = 200
+) -> Response:
+    return _page(
+        request,
+        "jobs.html",
+        status,
+        active=_job_rows(session, active=True),
+        history=_job_rows(session, active=False, limit=JOB_HISTORY_ROWS),
+        history_rows=JOB_HISTORY_ROWS,
+        notice=_NOTICES.get(notice, ""),
+        error=error,
+    )
+
+
+@router.get("/jobs")
+def jobs_page(request: Request, _owner: Owner, session: SessionDep, notice: str = "") -> Response:
+    """Queued and running jobs (oldest first) with their real progress, charge and a cancel
+    button, and the latest finished jobs (newest first)."""
+    return _jobs(request, session, notice=notice)
+
+
+@router.post("/jobs/{job_id}/cancel")
+def cancel_job(
+    request: Request, job_id: str, owner: Writer, services: ServicesDep, session: SessionDep
+) -> Response:
+    """Cancel a queued or running job: the analyst's own cancel (the charge stays), audited."""
+    job = session.get(Job, job_id)
+    if job is None or job.status not in {"queued", "running"}:
+        shown = "no such job" if job is None else f"it is already {job.status}"
+        message = f"job {job_id!r} cannot be cancelled: {shown}; nothing was changed"
+        return _jobs(request, session, error=message, status=409 if job else 404)
+    details = {"dataset": job.dataset_id, "operation": job.operation}
+    session.rollback()  # the cancel writes in its own transaction
+    services.jobs.cancel_for_owner(job_id)
+    with services.write_sessions() as db, db.begin():
+        audit.record(db, action="job_cancelled", principal=owner, target=job_id, details=details)
+    return RedirectResponse("/console/jobs?notice=job_cancelled", status_code=303)
 
 
 @router.api_route("/{rest:path}", methods=["GET", "POST"])
