@@ -264,7 +264,8 @@ class ChargeKeptNoResultError(ConflictError):
 
 
 class JobCancelledError(ConflictError):
-    """The job was cancelled at your request before it released anything; the charge stands."""
+    """The job was cancelled (by you or the data owner) before it released anything; the charge
+    stands."""
 
 
 class RateLimitedError(ServerError):

@@ -186,8 +186,8 @@ class Executor:
                 raise OperationFailed(OVERRAN)
             if settle is not None and not settle():
                 raise JobCancelled(
-                    "the job was cancelled at your request; the charge stands and nothing was "
-                    "released"
+                    "the job was cancelled (by you or the data owner); the charge stands and "
+                    "nothing was released"
                 )
         except Exception as error:
             overran = guard is not None and guard.expired

@@ -60,7 +60,7 @@ logger = logging.getLogger(__name__)
 #: Longest wait between two reads of a waited-for job's state: a safety net, since the queue
 #: wakes the waiter when the job settles.
 _RECHECK_S = 5.0
-_CANCELLED = "cancelled at your request; the charge stands and nothing was released"
+_CANCELLED = "cancelled (by you or the data owner); the charge stands and nothing was released"
 _PAST = {
     "failed": "failed",
     "cancelled": "was cancelled",

@@ -159,7 +159,8 @@ class _Reporter:
         self._fraction = min(max(fraction, 0.0), 1.0)
         if self._cancelled.is_set():
             raise JobCancelled(
-                "the job was cancelled at your request; the charge stands and nothing was released"
+                "the job was cancelled (by you or the data owner); the charge stands and nothing "
+                "was released"
             )
 
     def _loop(self) -> None:
