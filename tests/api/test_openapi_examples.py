@@ -51,3 +51,46 @@ def test_the_document_shows_them_with_stable_ids_and_every_error(app: FastAPI) -
     shown = counts["requestBody"]["content"]["application/json"]["examples"]
     assert shown["mushroom"]["value"] == OPERATION_EXAMPLES["count.noisy"]
     assert "500" in counts["responses"]
+
+
+def _references(node: object) -> set[str]:
+    """Names of the component schemas ``node`` refers to directly."""
+    if isinstance(node, dict):
+        found = {node["$ref"].rsplit("/", 1)[-1]} if isinstance(node.get("$ref"), str) else set()
+        return found.union(*(_references(value) for value in node.values()))
+    if isinstance(node, list):
+        return set().union(*(_references(value) for value in node))
+    return set()
+
+
+def _reachable(schemas: dict[str, Any], roots: set[str]) -> set[str]:
+    seen: set[str] = set()
+    todo = set(roots)
+    while todo:
+        name = todo.pop()
+        seen.add(name)
+        todo |= _references(schemas[name]) - seen
+    return seen
+
+
+def test_request_fields_with_a_default_are_optional_for_code_generators(app: FastAPI) -> None:
+    # openapi-typescript's default options read a `default` as "always present" (required);
+    # in a request it is not: a request schema states its defaults in the description.
+    document = app.openapi()
+    schemas: dict[str, Any] = document["components"]["schemas"]
+    bodies = [op["requestBody"] for op in _operations(document) if "requestBody" in op]
+    requests = _reachable(schemas, _references(bodies))
+    answers = _reachable(schemas, _references([op["responses"] for op in _operations(document)]))
+    assert {"NoisyCountRequest", "TopKItemsetsRequest", "CatLiteral-Input"} <= requests
+    for name in requests:
+        for field, schema in schemas[name].get("properties", {}).items():
+            assert "default" not in schema, (name, field)
+    rho = schemas["TopKItemsetsRequest"]["properties"]["rho"]
+    assert "rho" not in schemas["TopKItemsetsRequest"]["required"]
+    assert rho["description"].endswith("Default: 0.1.")
+    # An answer always has its defaulted fields: its schema lists them as required.
+    for name in answers - requests:
+        schema = schemas[name]
+        for field, property_schema in schema.get("properties", {}).items():
+            if "default" in property_schema:
+                assert field in schema.get("required", []), (name, field)

@@ -44,7 +44,6 @@ from dpmine.wire import (
     RuleListAntecedentsRequest,
     SampleRuleListRequest,
     SerenadeOptions,
-    SubmitJobRequest,
     TopKItemsetsRequest,
     TreeExpMechRequest,
     TreeMCMCRequest,
@@ -426,5 +425,15 @@ def test_the_openapi_operation_routes_are_the_wire_tables(openapi: dict[str, Any
         post = openapi["paths"][f"/v1/datasets/{{dataset_id}}/{operation.path}"]["post"]
         assert _schema_name(post["requestBody"]) == operation.request_model.__name__
         assert _schema_name(post["responses"]["200"]) == operation.response_model.__name__
+    # A job names its operation and carries that operation's own request model.
     jobs = openapi["paths"]["/v1/datasets/{dataset_id}/jobs"]["post"]
-    assert _schema_name(jobs["requestBody"]) == SubmitJobRequest.__name__
+    union = jobs["requestBody"]["content"]["application/json"]["schema"]
+    mapping = union["discriminator"]["mapping"]
+    assert union["discriminator"]["propertyName"] == "operation"
+    assert set(mapping) == set(OPERATIONS)
+    schemas = openapi["components"]["schemas"]
+    for name, operation in OPERATIONS.items():
+        job = schemas[mapping[name].rsplit("/", 1)[-1]]
+        assert job["properties"]["operation"]["const"] == name
+        request = job["properties"]["request"]["$ref"].rsplit("/", 1)[-1]
+        assert request == operation.request_model.__name__

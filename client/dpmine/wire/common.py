@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, Strict, model_validator
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 __all__ = [
     "MAX_EPSILON_PER_CALL",
@@ -73,7 +76,27 @@ class WireModel(BaseModel):
 
     # ``strict`` is merged in rather than passed to ConfigDict(...): pydantic's mypy plugin
     # would otherwise type every __init__ strictly (init_typed), unlike the project's setting.
-    model_config = ConfigDict(frozen=True, extra="forbid") | _STRICT
+    # A field with a default is always present in an answer: the answer's schema says so.
+    model_config = (
+        ConfigDict(frozen=True, extra="forbid", json_schema_serialization_defaults_required=True)
+        | _STRICT
+    )
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        """The model's JSON schema; as a request (validation mode), each default is stated in
+        its field's description instead of a ``default`` keyword.
+
+        Code generators read ``default`` as "always present" (openapi-typescript's default
+        options make such a field required), which holds for answers and not for requests: a
+        request may leave the field out. The field stays out of ``required`` either way.
+        """
+        json_schema = handler(core_schema)
+        if handler.mode == "validation":
+            _defaults_to_descriptions(handler.resolve_ref_schema(json_schema))
+        return json_schema
 
     @model_validator(mode="before")
     @classmethod
@@ -84,6 +107,18 @@ class WireModel(BaseModel):
                 "send only the documented fields"
             )
         return data
+
+
+def _defaults_to_descriptions(schema: JsonSchemaValue) -> None:
+    """Move each property's ``default`` into its description (``"… Default: 0.1."``)."""
+    for field_schema in schema.get("properties", {}).values():
+        if "default" not in field_schema:
+            continue
+        default = json.dumps(field_schema.pop("default"), ensure_ascii=False)
+        described = field_schema.get("description", "").rstrip()
+        if described and not described.endswith("."):
+            described += "."
+        field_schema["description"] = f"{described} Default: {default}.".lstrip()
 
 
 #: The response model of an operation (a type parameter of :class:`OperationRequest`).

@@ -32,7 +32,10 @@ class JobInfo(WireModel):
 
 
 class SubmitJobRequest(WireModel):
-    """An operation by name (``dpmine.wire.OPERATIONS``) and its request body."""
+    """An operation by name (``dpmine.wire.OPERATIONS``) and its request body: the body of
+    ``POST .../jobs`` as this client sends it. The server validates it as the operation's own
+    job model (``CountNoisyJob``, ``FimTopkEmJob``, …; one per operation in its OpenAPI
+    document), so ``request`` must be that operation's request."""
 
     operation: str = Field(min_length=1, max_length=64)
     request: dict[str, Any]

@@ -12,7 +12,7 @@ from typing import Any
 
 from fastapi.openapi.models import Example
 
-__all__ = ["OPERATION_EXAMPLES", "openapi_examples"]
+__all__ = ["OPERATION_EXAMPLES", "job_examples", "openapi_examples"]
 
 _ODOR_N = {"kind": "cat", "attribute": "odor", "category": "n", "negated": False}
 _EDIBLE = {"kind": "cat", "attribute": "class", "category": "e", "negated": False}
@@ -93,3 +93,14 @@ def openapi_examples(operation: str) -> dict[str, Example] | None:
     if example is None:
         return None
     return {"mushroom": Example(summary="on the README's mushroom dataset", value=example)}
+
+
+def job_examples() -> dict[str, Example]:
+    """The ``openapi_examples`` of ``POST .../jobs``: each operation's example as a job."""
+    return {
+        name: Example(
+            summary=f"{name} on the README's mushroom dataset",
+            value={"operation": name, "request": example},
+        )
+        for name, example in OPERATION_EXAMPLES.items()
+    }
