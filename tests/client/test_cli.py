@@ -759,7 +759,7 @@ def _add_dataset(server: LiveServer, metadata: Path, prefix: str, cap: str) -> d
         f"datasets add {dataset_id} --metadata {metadata} --epsilon-cap {cap} --csv {MUSHROOM} "
         "--name 'Mushroom via CLI'"
     )
-    added: dict[str, Any] = _json(owner_cli(server, command))
+    added: dict[str, Any] = _json(owner_cli(server, command + " --json"))
     assert DatasetInfo.model_validate(added["dataset"]).id == dataset_id
     return added
 
@@ -776,7 +776,7 @@ def cli_dataset(server: LiveServer, cli_metadata: Path) -> str:
 
 def _new_principal(server: LiveServer, role: str = "analyst") -> PrincipalCreated:
     name = unique_id("cli-analyst")
-    created = _json(owner_cli(server, f"principals add {name} --role {role}"))
+    created = _json(owner_cli(server, f"principals add {name} --role {role} --json"))
     return PrincipalCreated.model_validate(created)
 
 
@@ -806,24 +806,26 @@ def test_owner_cli_principals_lifecycle(server: LiveServer) -> None:
     with dpmine.connect(server.url, created.api_key, retries=0) as connection:
         assert connection.datasets() == []  # the key works on the live server at once
 
-    listing = _ok(owner_cli(server, "principals list"))
+    listing = _ok(owner_cli(server, "principals list --json"))
     principals = [PrincipalInfo.model_validate(p) for p in json.loads(listing)]
     assert name in {p.name for p in principals}
     assert "admin" in {p.name for p in principals if p.role == "owner"}
     assert created.api_key not in listing  # keys are never listed
 
     rotated = PrincipalCreated.model_validate(
-        _json(owner_cli(server, f"principals rotate-key {name}"))
+        _json(owner_cli(server, f"principals rotate-key {name} --json"))
     )
     assert rotated.api_key != created.api_key
     _refused_within_the_auth_cache_ttl(server, created.api_key)
-    events = _json(owner_cli(server, "audit export"))
+    events = _json(owner_cli(server, "audit export --json"))
     failures = [event["details"] for event in events if event["action"] == "auth_failed"]
     assert {"key_prefix": created.api_key[:10]} in failures
     with dpmine.connect(server.url, rotated.api_key, retries=0) as new:
         assert new.datasets() == []
 
-    disabled = PrincipalInfo.model_validate(_json(owner_cli(server, f"principals disable {name}")))
+    disabled = PrincipalInfo.model_validate(
+        _json(owner_cli(server, f"principals disable {name} --json"))
+    )
     assert disabled.disabled
     _refused_within_the_auth_cache_ttl(server, rotated.api_key)
 
@@ -833,12 +835,14 @@ def test_owner_cli_principals_lifecycle(server: LiveServer) -> None:
 
 
 def test_owner_cli_datasets_list_and_show(server: LiveServer, cli_dataset: str) -> None:
-    listed = _json(owner_cli(server, "datasets list"))
+    listed = _json(owner_cli(server, "datasets list --json"))
     [row] = [row for row in listed if row["id"] == cli_dataset]
     assert row["name"] == "Mushroom via CLI"
     assert (row["kind"], row["status"]) == ("views", "active")
     assert row["epsilon_cap"] == row["spent"] + row["remaining"] > 0
-    info = DatasetInfo.model_validate(_json(owner_cli(server, f"datasets show {cli_dataset}")))
+    info = DatasetInfo.model_validate(
+        _json(owner_cli(server, f"datasets show {cli_dataset} --json"))
+    )
     assert (info.id, info.version, info.status) == (cli_dataset, 1, "active")
     assert "missing-x" in _owner_error(owner_cli(server, "datasets show missing-x"))
 
@@ -848,9 +852,9 @@ def test_owner_cli_grants_then_analyst_cli_then_ledger_export(
 ) -> None:
     created = _new_principal(server)
     name = created.principal.name
-    grant = _json(owner_cli(server, f"grants set {cli_dataset} {name} 0.5"))
+    grant = _json(owner_cli(server, f"grants set {cli_dataset} {name} 0.5 --json"))
     assert (grant["analyst"], grant["dataset_id"], grant["epsilon"]) == (name, cli_dataset, 0.5)
-    grants = _json(owner_cli(server, f"grants list {cli_dataset}"))
+    grants = _json(owner_cli(server, f"grants list {cli_dataset} --json"))
     assert {(g["analyst"], g["epsilon"], g["spent"]) for g in grants} == {(name, 0.5, 0.0)}
 
     # The analyst CLI uses the key and the grant made by the owner CLI, on the live server.
@@ -860,7 +864,7 @@ def test_owner_cli_grants_then_analyst_cli_then_ledger_export(
     )
     assert abs(released.count - EDIBLE) < 300
 
-    exported = _json(owner_cli(server, f"ledger export --dataset {cli_dataset}"))
+    exported = _json(owner_cli(server, f"ledger export --dataset {cli_dataset} --json"))
     entries = [LedgerEntryInfo.model_validate(e) for e in exported]
     assert len(entries) == 1
     entry = entries[0]
@@ -885,15 +889,17 @@ def test_owner_cli_grants_then_analyst_cli_then_ledger_export(
     _ok(owner_cli(server, f"ledger export --output {output}"))
     assert entry.id in {e["id"] for e in json.loads(output.read_text())}
     bad_format = owner_cli(server, "ledger export --format xml")
-    assert "--format must be json or csv" in _owner_error(bad_format)
+    assert "--format must be table, json or csv" in _owner_error(bad_format)
 
     assert "ledger is consistent" in _ok(owner_cli(server, "ledger verify"))
 
 
 def test_owner_cli_audit_export(server: LiveServer, cli_dataset: str) -> None:
     name = _new_principal(server).principal.name
-    _json(owner_cli(server, f"grants set {cli_dataset} {name} 0.25"))
-    events = [AuditEventInfo.model_validate(e) for e in _json(owner_cli(server, "audit export"))]
+    _json(owner_cli(server, f"grants set {cli_dataset} {name} 0.25 --json"))
+    events = [
+        AuditEventInfo.model_validate(e) for e in _json(owner_cli(server, "audit export --json"))
+    ]
     by_target = {(e.action, e.target): e for e in events}
     assert ("dataset_registered", cli_dataset) in by_target
     assert ("principal_created", name) in by_target
@@ -910,17 +916,19 @@ def test_owner_cli_audit_export(server: LiveServer, cli_dataset: str) -> None:
 def test_owner_cli_retire_stops_queries(server: LiveServer, cli_metadata: Path) -> None:
     dataset_id = _add_dataset(server, cli_metadata, "cli-retire", "1")["dataset"]["id"]
     created = _new_principal(server)
-    _json(owner_cli(server, f"grants set {dataset_id} {created.principal.name} 0.5"))
+    _json(owner_cli(server, f"grants set {dataset_id} {created.principal.name} 0.5 --json"))
     _ok(dpmine_cli(server, created.api_key, f"count {dataset_id} --epsilon 0.1"))
 
-    retired = DatasetInfo.model_validate(_json(owner_cli(server, f"datasets retire {dataset_id}")))
+    retired = DatasetInfo.model_validate(
+        _json(owner_cli(server, f"datasets retire {dataset_id} --json"))
+    )
     assert retired.status == "retired"
-    listed = {entry["id"]: entry for entry in _json(owner_cli(server, "datasets list"))}
+    listed = {entry["id"]: entry for entry in _json(owner_cli(server, "datasets list --json"))}
     assert listed[dataset_id]["status"] == "retired"
     after = dpmine_cli(server, created.api_key, f"count {dataset_id} --epsilon 0.1")
     assert after.exit_code == 2, after.output
     # The ledger keeps the charge made before retirement, and nothing after it.
-    entries = _json(owner_cli(server, f"ledger export --dataset {dataset_id}"))
+    entries = _json(owner_cli(server, f"ledger export --dataset {dataset_id} --json"))
     assert [(e["status"], e["epsilon_exact"]) for e in entries] == [("released", "0.1")]
 
 
