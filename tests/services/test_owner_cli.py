@@ -78,8 +78,8 @@ def test_propose_then_review_then_add(tmp_path: Path, patients: Path) -> None:
     assert "column 'patient_id' excluded: it looks like a row identifier" in result.stderr
     path = tmp_path / "proposal.json"
     path.write_text(result.stdout, encoding="utf-8")
-    add = ("datasets", "add", "--metadata", str(path), "--epsilon-cap", "1", "--csv", str(patients))
-    add = (*add, "--json")
+    source = ("--metadata", str(path), "--epsilon-cap", "1", "--csv", str(patients), "--json")
+    add = ("datasets", "add", *source)
     refused = _one_line_error(_run(tmp_path, *add[:2], "p1", *add[2:]))
     assert "has not been reviewed" in refused
     assert "column 'patient_id' excluded" in refused  # the reasons come with the refusal
