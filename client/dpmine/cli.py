@@ -76,6 +76,7 @@ from dpmine.rule_lists import (
     DPBayesianRuleList,
     RuleList,
 )
+from dpmine.tables import print_table
 from dpmine.treereds import DEFAULT_MIN_JACCARD, DEFAULT_P_MAX
 from dpmine.wire import (
     DEFAULT_NUMERIC_BINS,
@@ -249,19 +250,16 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 
 
 def _emit(options: _Options, value: BaseModel | list[Any] | dict[str, Any], table: Table) -> None:
-    """``value`` as JSON with --json, else ``table``; a table without rows is one line, e.g.
+    """``value`` as JSON with --json, else ``table``: fitted to the terminal, or one line per
+    row when piped (:func:`dpmine.tables.print_table`); a table without rows is one line, e.g.
     ``top-10 itemsets: none``, then its caption (the receipts)."""
     if options.as_json:
         if isinstance(value, BaseModel):
             typer.echo(value.model_dump_json(indent=2))
         else:
             typer.echo(json.dumps(value, indent=2, default=str))
-    elif table.row_count == 0:
-        console.print(f"{table.title or 'results'}: none", highlight=False)
-        if table.caption:
-            console.print(table.caption, highlight=False, soft_wrap=True)
     else:
-        console.print(table)
+        print_table(table)
 
 
 def _check_output(

@@ -115,6 +115,24 @@ class Job(Generic[ResponseT]):
         return self.operation.parse_response(self.info.result)
 
 
+def _checked_api_key(api_key: str) -> str:
+    """The key without surrounding white space (a copied line break), or a ParameterError
+    saying what to fix: an empty key, or one that cannot travel in an HTTP header."""
+    key = api_key.strip() if isinstance(api_key, str) else ""
+    if not key:
+        raise ParameterError(
+            "the API key is empty: pass the key your data owner gave you (printed once by "
+            "`dpmine-server principals add`), e.g. connect(url, os.environ['DPMINE_API_KEY']) "
+            "with DPMINE_API_KEY set"
+        )
+    if not key.isascii() or not key.isprintable() or any(c.isspace() for c in key):
+        raise ParameterError(
+            "the API key holds spaces, line breaks or non-ASCII characters; copy it exactly "
+            "as `dpmine-server principals add` printed it (it starts with 'dpm_')"
+        )
+    return key
+
+
 class Connection:
     """A session with one server and one API key."""
 
@@ -129,9 +147,10 @@ class Connection:
     ) -> None:
         if retries < 0:
             raise ParameterError(f"retries must be >= 0 (got {retries})")
+        key = _checked_api_key(api_key)
         self._owns_http = http is None
         self._http = http or httpx.Client(base_url=url, timeout=timeout)
-        self._headers = {"Authorization": f"Bearer {api_key}"}
+        self._headers = {"Authorization": f"Bearer {key}"}
         self._retries = retries
         self.admin = AdminClient(self)
 

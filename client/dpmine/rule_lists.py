@@ -33,8 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from pathlib import Path
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -42,6 +41,7 @@ from rich.progress import Progress
 
 from dpmine.connection import DatasetHandle
 from dpmine.errors import ParameterError
+from dpmine.frames import PathLike, as_path, data_frame, write_csv
 from dpmine.items import items_display
 from dpmine.miners._base import BaseMiner, NotMinedError, _Spent
 from dpmine.miners.trees import share_of
@@ -76,6 +76,9 @@ from dpmine.wire.rule_lists import (
     every_antecedent,
 )
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 __all__ = [
     "DEFAULT_ITERATIONS",
     "DEFAULT_K_PER_CLASS",
@@ -91,6 +94,10 @@ __all__ = [
     "rule_counts_text",
     "union_antecedents",
 ]
+
+#: Columns of :meth:`RuleList.to_csv` and :meth:`RuleList.to_frame`: the rule's place in the
+#: list, its antecedent in query syntax, its released noisy counts and the estimate P(positive).
+RULE_COLUMNS = ("position", "rule", "noisy_negative", "noisy_positive", "estimate")
 
 #: Public defaults, data-independent and the same for every dataset (bench/README.md "Rule lists
 #: benchmark" says how they were chosen): single-item antecedents, because the most frequent
@@ -585,14 +592,31 @@ class RuleList:
             return replace(built, guarantee="pure")
         return built
 
-    def to_json(self, path: Path) -> None:
+    def to_json(self, path: PathLike) -> None:
         """Write :meth:`to_dict` as JSON."""
-        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+        text = json.dumps(self.to_dict(), indent=2) + "\n"
+        as_path(path).write_text(text, encoding="utf-8")
+
+    def _table(self) -> tuple[list[str], list[list[object]]]:
+        """One row per rule, in order, the default rule last."""
+        rows: list[list[object]] = [
+            [position, rule.text, rule.noisy_negative, rule.noisy_positive, rule.estimate]
+            for position, rule in enumerate((*self.rules, self.default), start=1)
+        ]
+        return list(RULE_COLUMNS), rows
+
+    def to_csv(self, path: PathLike) -> None:
+        """Write the rules as CSV (:data:`RULE_COLUMNS`), the default rule last."""
+        write_csv(path, *self._table())
+
+    def to_frame(self) -> pd.DataFrame:
+        """The rules as a pandas DataFrame with the columns of :meth:`to_csv`."""
+        return data_frame(*self._table())
 
     @classmethod
-    def from_json(cls, path: Path) -> RuleList:
+    def from_json(cls, path: PathLike) -> RuleList:
         """Load a list written by :meth:`to_json` (or by ``DPBayesianRuleList.to_json``)."""
-        payload = json.loads(path.read_text(encoding="utf-8"))
+        payload = json.loads(as_path(path).read_text(encoding="utf-8"))
         return cls.from_dict(payload.get("model", payload))
 
 
@@ -771,10 +795,8 @@ class DPBayesianRuleList(BaseMiner):
             setattr(self, name, value)
         return self
 
-    def __repr__(self) -> str:
-        defaults = type(self)().get_params()
-        changed = [f"{k}={v!r}" for k, v in self.get_params().items() if v != defaults[k]]
-        return f"{type(self).__name__}({', '.join(changed)})"
+    def _found(self) -> str:
+        return f"{len(self.rule_list_.rules)} rules and the default rule"
 
     # -- budget --------------------------------------------------------------------------------
 
@@ -816,7 +838,8 @@ class DPBayesianRuleList(BaseMiner):
         second, third = self._shares(self._weights()[1:])
         return 0.0, second, third
 
-    def _check_params(self, schema: DatasetMetadata) -> None:
+    def _check_params(self) -> None:
+        """The checks that need no schema (also run at construction)."""
         if not (isinstance(self.epsilon, int | float) and math.isfinite(self.epsilon)):
             raise ParameterError(f"epsilon must be a positive number, got {self.epsilon!r}")
         if not self.epsilon > 0:
@@ -832,6 +855,19 @@ class DPBayesianRuleList(BaseMiner):
             )
         if len(self.alpha) != 2 or not all(a > 0 for a in self.alpha):
             raise ParameterError(f"alpha takes two positive numbers (α0, α1), got {self.alpha!r}")
+        self._weights()
+        if self.k_per_class is not None and not (
+            isinstance(self.k_per_class, int) and self.k_per_class >= 1
+        ):
+            raise ParameterError(f"k_per_class must be at least 1, got {self.k_per_class!r}")
+        if not (isinstance(self.max_length, int) and self.max_length >= 1):
+            raise ParameterError(f"max_length must be at least 1, got {self.max_length!r}")
+        if not 0 < self.rho < 1:
+            raise ParameterError(f"rho must be in (0, 1), got {self.rho!r}")
+
+    def _check_params_for(self, schema: DatasetMetadata) -> None:
+        """Every check, the schema's included."""
+        self._check_params()
         if schema.kind == "transactions" or schema.label is None:
             raise ParameterError(
                 "rule lists need a table with a label column: the dataset's owner declares it "
@@ -895,7 +931,7 @@ class DPBayesianRuleList(BaseMiner):
         """The calls of a fit (placeholder antecedents: the costs do not depend on them); the
         selection only when :meth:`selects_antecedents`."""
         schema = dataset.schema
-        self._check_params(schema)
+        self._check_params_for(schema)
         placeholder = [_placeholder_antecedent(schema, self.numeric_bins)]
         selection = (
             [BRL_ANTECEDENTS.plan(self._antecedents_request(schema))]
@@ -913,7 +949,7 @@ class DPBayesianRuleList(BaseMiner):
     def fit(self, dataset: DatasetHandle) -> Self:
         """Run the three charged calls (refused up front when the remaining budget cannot cover
         them); returns self with ``rule_list_`` set."""
-        self._check_params(dataset.schema)
+        self._check_params_for(dataset.schema)
         self._check_budget(dataset)
         self._spent = _Spent()
         schema = dataset.schema
@@ -1030,9 +1066,18 @@ class DPBayesianRuleList(BaseMiner):
             ],
         }
 
-    def to_json(self, path: Path) -> None:
+    def to_json(self, path: PathLike) -> None:
         """Write :meth:`to_dict` as JSON; :meth:`from_json` loads it without a server."""
-        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+        text = json.dumps(self.to_dict(), indent=2) + "\n"
+        as_path(path).write_text(text, encoding="utf-8")
+
+    def to_csv(self, path: PathLike) -> None:
+        """Write the fitted rules as CSV (:meth:`RuleList.to_csv`)."""
+        self.rule_list_.to_csv(path)
+
+    def to_frame(self) -> pd.DataFrame:
+        """The fitted rules as a pandas DataFrame (:meth:`RuleList.to_frame`)."""
+        return self.rule_list_.to_frame()
 
     @classmethod
     def from_dict(cls, payload: Mapping[str, Any]) -> DPBayesianRuleList:
@@ -1052,6 +1097,6 @@ class DPBayesianRuleList(BaseMiner):
         return estimator
 
     @classmethod
-    def from_json(cls, path: Path) -> DPBayesianRuleList:
+    def from_json(cls, path: PathLike) -> DPBayesianRuleList:
         """Load a model written by :meth:`to_json`."""
-        return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        return cls.from_dict(json.loads(as_path(path).read_text(encoding="utf-8")))

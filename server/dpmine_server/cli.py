@@ -6,6 +6,10 @@ reported as one ``error:`` line (exit 2), never a traceback; on a client-only in
 ``[server]`` extra) a command says in one line which package is missing (exit 1). Heavy
 modules (the engine, pandas, SQLAlchemy, uvicorn) are imported inside the commands, so
 ``--help`` answers at once.
+
+Output is for people by default: tables (fitted to the terminal, one line per row when piped;
+:mod:`dpmine.tables`) and short ``key: value`` blocks. ``--json`` prints the JSON that scripts
+read, in the same shape as before the tables existed.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import json
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -25,7 +30,17 @@ if TYPE_CHECKING:
     from pydantic import ValidationError
     from sqlalchemy.orm import Session
 
-    from dpmine.wire import DatasetMetadata, DatasetSource
+    from dpmine.wire import (
+        BooleanAttribute,
+        CategoricalAttribute,
+        DatasetCap,
+        DatasetInfo,
+        DatasetMetadata,
+        DatasetSource,
+        GrantInfo,
+        NumericAttribute,
+    )
+    from dpmine_server.data.loaders import LoadReport
     from dpmine_server.services.container import Services
     from dpmine_server.services.datasets import StoredFile
     from dpmine_server.settings import Settings
@@ -255,6 +270,11 @@ def _owner_session() -> Iterator[tuple[Services, Session]]:
         services.close()
 
 
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print JSON for scripts instead of a table")
+]
+
+
 def _print_json(value: Any) -> None:
     from pydantic import BaseModel
 
@@ -270,6 +290,32 @@ def _plain(value: Any) -> Any:
     from pydantic import BaseModel
 
     return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+
+
+def _eps(value: float | str) -> str:
+    """A privacy amount as people read it (``0.7``, never ``0.7000000001``)."""
+    from dpmine.amounts import epsilon_text
+
+    return epsilon_text(value)
+
+
+def _print_fields(pairs: list[tuple[str, object]]) -> None:
+    from dpmine.tables import print_fields
+
+    print_fields(pairs)
+
+
+def _print_rows(title: str, header: list[str], rows: list[list[str]], caption: str = "") -> None:
+    """A table of ``rows`` under ``header`` (:func:`dpmine.tables.print_table`)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from dpmine.tables import print_table
+
+    table = Table(*header, title=title, caption=caption or None, caption_justify="left")
+    for row in rows:
+        table.add_row(*(escape(cell) for cell in row))
+    print_table(table)
 
 
 # -- init --------------------------------------------------------------------------------------
@@ -298,6 +344,7 @@ def init(
         str, typer.Option(help="Database URL (SQLite file, or postgresql+psycopg://...).")
     ] = "sqlite:///var/dpmine.sqlite3",
     data_dir: Annotated[Path, typer.Option(help="Folder for registered data.")] = Path("var/data"),
+    as_json: JsonOption = False,
 ) -> None:
     """Write a settings file with a new secret key, the database and the data folder, so that
     every command and every new shell in this folder uses the same ones."""
@@ -320,6 +367,9 @@ def init(
     with path.open("x", encoding="utf-8") as handle:
         path.chmod(0o600)
         handle.write(text)
+    if as_json:
+        _print_json({"path": str(path), "database_url": database_url, "data_dir": str(data_dir)})
+        return
     typer.echo(
         f"wrote {path} (readable by you only): a new secret key, database {database_url}, "
         f"data folder {data_dir}. Commands started in this folder read it; next: "
@@ -386,6 +436,7 @@ def db_upgrade() -> None:
 def principals_add(
     name: str,
     role: Annotated[str, typer.Option(help="owner or analyst")] = "analyst",
+    as_json: JsonOption = False,
 ) -> None:
     """Create a principal and print its API key (shown only this once)."""
     if role not in {"owner", "analyst"}:
@@ -401,11 +452,24 @@ def principals_add(
             secret=services.settings.secret_key,
         )
         audit.record(session, action="principal_created", target=name, details={"via": "cli"})
-    _print_json(created)
+    if as_json:
+        _print_json(created)
+        return
+    _print_new_key(created.principal.name, created.principal.role, created.api_key)
+
+
+def _print_new_key(name: str, role: str, api_key: str) -> None:
+    _print_fields(
+        [
+            ("principal", f"{name} ({role})"),
+            ("api_key", api_key),
+            ("note", f"the key is shown only this once: give it to {name} now"),
+        ]
+    )
 
 
 @principals_app.command("list")
-def principals_list() -> None:
+def principals_list(as_json: JsonOption = False) -> None:
     """List principals (never their keys)."""
     from sqlalchemy import select
 
@@ -416,11 +480,28 @@ def principals_list() -> None:
         rows = [
             principal_info(p) for p in session.scalars(select(Principal).order_by(Principal.id))
         ]
-    _print_json(rows)
+    if as_json:
+        _print_json(rows)
+        return
+    _print_rows(
+        "principals",
+        ["id", "name", "role", "status", "key starts", "created"],
+        [
+            [
+                str(p.id),
+                p.name,
+                p.role,
+                "disabled" if p.disabled else "active",
+                p.key_prefix,
+                f"{p.created_at:%Y-%m-%d %H:%M}",
+            ]
+            for p in rows
+        ],
+    )
 
 
 @principals_app.command("rotate-key")
-def principals_rotate(name: str) -> None:
+def principals_rotate(name: str, as_json: JsonOption = False) -> None:
     """Issue a new key for NAME; the old key stops working."""
     from dpmine_server.services import audit
     from dpmine_server.services.principals import rotate_key
@@ -428,11 +509,14 @@ def principals_rotate(name: str) -> None:
     with _owner_session() as (services, session):
         rotated = rotate_key(session, name, secret=services.settings.secret_key)
         audit.record(session, action="key_rotated", target=name, details={"via": "cli"})
-    _print_json(rotated)
+    if as_json:
+        _print_json(rotated)
+        return
+    _print_new_key(rotated.principal.name, rotated.principal.role, rotated.api_key)
 
 
 @principals_app.command("disable")
-def principals_disable(name: str) -> None:
+def principals_disable(name: str, as_json: JsonOption = False) -> None:
     """Disable NAME."""
     from dpmine_server.services import audit
     from dpmine_server.services.principals import set_disabled
@@ -440,7 +524,10 @@ def principals_disable(name: str) -> None:
     with _owner_session() as (_services, session):
         info = set_disabled(session, name, disabled=True)
         audit.record(session, action="principal_disabled", target=name, details={"via": "cli"})
-    _print_json(info)
+    if as_json:
+        _print_json(info)
+        return
+    _print_fields([("principal", f"{info.name} ({info.role})"), ("status", "disabled")])
 
 
 # -- datasets ----------------------------------------------------------------------------------
@@ -617,6 +704,7 @@ def datasets_add(
         bool,
         typer.Option(help="Register a proposal whose review.reviewed is still false"),
     ] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Register a dataset (files are copied into the data folder). A proposal from
     propose-metadata is refused until its review.reviewed is true (or --force); metadata written
@@ -657,12 +745,67 @@ def datasets_add(
         audit.record(
             session, action="dataset_registered", target=dataset_id, details={"via": "cli"}
         )
+        cap = services.datasets.cap(session, dataset_id)
     warnings = _copied_warnings(accepted, _local_source(source, files))
     for warning in warnings:
         typer.echo(f"warning: {warning}", err=True)
-    _print_json(
-        {"dataset": info.model_dump(mode="json"), "report": report.__dict__, "warnings": warnings}
-    )
+    if as_json:
+        _print_json(
+            {
+                "dataset": info.model_dump(mode="json"),
+                "report": report.__dict__,
+                "warnings": warnings,
+            }
+        )
+        return
+    _print_fields([("registered", info.id), *_dataset_fields(info, cap), *_load_fields(report)])
+
+
+def _attribute_counts(metadata: DatasetMetadata) -> str:
+    """How many attributes each view has (public), e.g. ``left 12, right 11``."""
+    if metadata.kind == "transactions":
+        return f"{len(metadata.items)} items, at most {metadata.row_width} per row"
+    views = ("left", "right") if metadata.kind == "views" else (None,)
+    counts = [sum(a.view == view for a in metadata.attributes) for view in views]
+    if metadata.kind != "views":
+        return f"{counts[0]} attributes"
+    return ", ".join(f"{view} {count}" for view, count in zip(views, counts, strict=True))
+
+
+def _dataset_fields(info: DatasetInfo, cap: DatasetCap) -> list[tuple[str, object]]:
+    """The public summary of a dataset and its budget (never its rows nor their number)."""
+    metadata = info.metadata
+    label = metadata.label
+    remaining = _eps(str(Decimal(cap.epsilon_cap_exact) - Decimal(cap.spent_exact)))
+    return [
+        ("name", info.name),
+        ("kind", metadata.kind),
+        ("version", info.version),
+        ("status", info.status),
+        ("attributes", _attribute_counts(metadata)),
+        ("label", None if label is None else f"{label.attribute} = {label.positive}"),
+        ("row bound", f"n_max = {metadata.n_max}"),
+        ("ε cap", _eps(cap.epsilon_cap_exact)),
+        ("ε spent", f"{_eps(cap.spent_exact)} (left {remaining})"),
+    ]
+
+
+def _load_fields(report: LoadReport) -> list[tuple[str, object]]:
+    """What the load changed, by column name only (--json has the owner-only counts)."""
+    touched = [
+        ("clipped to their range", report.clipped),
+        ("read as missing", report.missing),
+    ]
+    fields: list[tuple[str, object]] = [
+        (what, ", ".join(sorted(c for c, count in columns.items() if count)))
+        for what, columns in touched
+        if any(columns.values())
+    ]
+    if report.ignored_columns:
+        fields.append(("columns ignored", ", ".join(report.ignored_columns)))
+    if report.truncated_rows:
+        fields.append(("rows cut to max_row_width", "some (counts: --json)"))
+    return fields
 
 
 def _copied_warnings(metadata: DatasetMetadata, source: DatasetSource) -> list[str]:
@@ -676,13 +819,32 @@ def _copied_warnings(metadata: DatasetMetadata, source: DatasetSource) -> list[s
 
 
 @datasets_app.command("list")
-def datasets_list() -> None:
+def datasets_list(as_json: JsonOption = False) -> None:
     """All datasets with their status, cap and spending."""
     with _owner_session() as (services, session):
         rows = [
             (info, services.datasets.cap(session, info.id))
             for info in services.datasets.list_all(session)
         ]
+    if not as_json:
+        _print_rows(
+            "datasets",
+            ["id", "name", "kind", "status", "version", "ε cap", "ε spent", "ε left"],
+            [
+                [
+                    d.id,
+                    d.name,
+                    d.metadata.kind,
+                    d.status,
+                    str(d.version),
+                    _eps(cap.epsilon_cap_exact),
+                    _eps(cap.spent_exact),
+                    _eps(str(Decimal(cap.epsilon_cap_exact) - Decimal(cap.spent_exact))),
+                ]
+                for d, cap in rows
+            ],
+        )
+        return
     _print_json(
         [
             {
@@ -700,17 +862,40 @@ def datasets_list() -> None:
 
 
 @datasets_app.command("show")
-def datasets_show(dataset_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
-    """Public metadata of a dataset."""
+def datasets_show(
+    dataset_id: Annotated[str, typer.Argument(metavar="ID")], as_json: JsonOption = False
+) -> None:
+    """Public metadata of a dataset, its cap and spending."""
     from dpmine_server.services.datasets import dataset_info
 
     with _owner_session() as (services, session):
         info = dataset_info(services.datasets.get(session, dataset_id))
-    _print_json(info)
+        cap = services.datasets.cap(session, dataset_id)
+    if as_json:
+        _print_json(info)
+        return
+    _print_fields([("dataset", info.id), *_dataset_fields(info, cap)])
+    typer.echo("")
+    _print_rows(
+        f"{info.metadata.kind} schema",
+        ["attribute", "view", "type", "public domain"],
+        [[a.name, a.view or "-", a.type, _domain(a)] for a in info.metadata.attributes],
+    )
+
+
+def _domain(attribute: BooleanAttribute | CategoricalAttribute | NumericAttribute) -> str:
+    """An attribute's public domain in a few words."""
+    if attribute.type == "categorical":
+        return ", ".join(attribute.categories)
+    if attribute.type == "numeric":
+        return f"[{attribute.lo:g}, {attribute.hi:g}]"
+    return "true, false"
 
 
 @datasets_app.command("refresh")
-def datasets_refresh(dataset_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
+def datasets_refresh(
+    dataset_id: Annotated[str, typer.Argument(metavar="ID")], as_json: JsonOption = False
+) -> None:
     """Re-read an SQL dataset's source, validate it and keep it as the next version (operations
     only read the snapshot; a source that no longer matches the metadata is refused)."""
     from dpmine_server.services import audit
@@ -723,13 +908,18 @@ def datasets_refresh(dataset_id: Annotated[str, typer.Argument(metavar="ID")]) -
             target=dataset_id,
             details={"version": info.version, "via": "cli"},
         )
-    _print_json({"dataset": info.model_dump(mode="json"), "report": report.__dict__})
+        cap = services.datasets.cap(session, dataset_id)
+    if as_json:
+        _print_json({"dataset": info.model_dump(mode="json"), "report": report.__dict__})
+        return
+    _print_fields([("refreshed", info.id), *_dataset_fields(info, cap), *_load_fields(report)])
 
 
 @datasets_app.command("set-cap")
 def datasets_set_cap(
     dataset_id: Annotated[str, typer.Argument(metavar="ID")],
     epsilon_cap: Annotated[float, typer.Argument(metavar="EPSILON")],
+    as_json: JsonOption = False,
 ) -> None:
     """Change a dataset's cap: never below what was spent; raising it lets more be learned
     about every row (the audit log records it)."""
@@ -748,25 +938,42 @@ def datasets_set_cap(
                 "via": "cli",
             },
         )
-    _print_json(changed)
+    if as_json:
+        _print_json(changed)
+        return
+    _print_fields(
+        [
+            ("dataset", changed.dataset_id),
+            ("ε cap", f"{_eps(before.epsilon_cap_exact)} → {_eps(changed.epsilon_cap_exact)}"),
+            ("ε spent", _eps(changed.spent_exact)),
+            ("ε left", _eps(changed.remaining)),
+        ]
+    )
 
 
 @datasets_app.command("retire")
-def datasets_retire(dataset_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
+def datasets_retire(
+    dataset_id: Annotated[str, typer.Argument(metavar="ID")], as_json: JsonOption = False
+) -> None:
     """Stop all further queries on a dataset (its ledger is kept)."""
     from dpmine_server.services import audit
 
     with _owner_session() as (services, session):
         info = services.datasets.retire(session, dataset_id)
         audit.record(session, action="dataset_retired", target=dataset_id, details={"via": "cli"})
-    _print_json(info)
+    if as_json:
+        _print_json(info)
+        return
+    _print_fields(
+        [("dataset", info.id), ("status", "retired: no more queries; its ledger is kept")]
+    )
 
 
 # -- grants ------------------------------------------------------------------------------------
 
 
 @grants_app.command("revoke")
-def grants_revoke(dataset_id: str, analyst: str) -> None:
+def grants_revoke(dataset_id: str, analyst: str, as_json: JsonOption = False) -> None:
     """Stop ANALYST's spending on DATASET_ID (what was spent stays spent)."""
     from dpmine_server.services import audit
 
@@ -778,11 +985,26 @@ def grants_revoke(dataset_id: str, analyst: str) -> None:
             target=f"{dataset_id}/{analyst}",
             details={"epsilon": grant.epsilon, "via": "cli"},
         )
-    _print_json(grant)
+    _show_grant(grant, as_json)
+
+
+def _show_grant(grant: GrantInfo, as_json: bool) -> None:
+    if as_json:
+        _print_json(grant)
+        return
+    _print_fields(
+        [
+            ("dataset", grant.dataset_id),
+            ("analyst", grant.analyst),
+            ("ε granted", _eps(grant.epsilon)),
+            ("ε spent", _eps(grant.spent)),
+            ("ε left", _eps(grant.remaining)),
+        ]
+    )
 
 
 @grants_app.command("set")
-def grants_set(dataset_id: str, analyst: str, epsilon: float) -> None:
+def grants_set(dataset_id: str, analyst: str, epsilon: float, as_json: JsonOption = False) -> None:
     """Set ANALYST's allotment on DATASET_ID to EPSILON."""
     from dpmine_server.services import audit
 
@@ -794,33 +1016,61 @@ def grants_set(dataset_id: str, analyst: str, epsilon: float) -> None:
             target=f"{dataset_id}/{analyst}",
             details={"epsilon": epsilon, "via": "cli"},
         )
-    _print_json(grant)
+    _show_grant(grant, as_json)
 
 
 @grants_app.command("list")
-def grants_list(dataset_id: str) -> None:
+def grants_list(dataset_id: str, as_json: JsonOption = False) -> None:
     """Grants on a dataset."""
     with _owner_session() as (services, session):
         services.datasets.get(session, dataset_id)
         rows = services.datasets.list_grants(session, dataset_id)
-    _print_json(rows)
+    if as_json:
+        _print_json(rows)
+        return
+    _print_rows(
+        f"grants on {dataset_id}",
+        ["analyst", "ε granted", "ε spent", "ε left"],
+        [[g.analyst, _eps(g.epsilon), _eps(g.spent), _eps(g.remaining)] for g in rows],
+    )
 
 
 # -- ledger and audit --------------------------------------------------------------------------
 
-FormatOption = Annotated[str, typer.Option("--format", help="json or csv")]
+FormatOption = Annotated[
+    str | None,
+    typer.Option(
+        "--format",
+        help="table, json or csv (default: a table on the screen, json into --output)",
+        show_default=False,
+    ),
+]
 
 
-def _write_rows(rows: list[dict[str, Any]], export_format: str, output: Path | None) -> None:
-    if export_format not in {"json", "csv"}:
-        raise _fail("--format must be json or csv")
+def _export_format(export_format: str | None, as_json: bool, output: Path | None) -> str:
+    """The format asked for: ``--json`` is ``--format json``; without either, a table on the
+    screen and JSON into a file."""
+    if as_json and export_format not in {None, "json"}:
+        raise _fail(f"--json and --format {export_format} disagree; give one of them")
+    chosen = "json" if as_json else export_format or ("json" if output else "table")
+    if chosen not in {"table", "json", "csv"}:
+        raise _fail("--format must be table, json or csv")
+    if chosen == "table" and output is not None:
+        raise _fail("--output takes --format json or csv; a table is for the screen")
+    return chosen
+
+
+def _write_rows(
+    rows: list[dict[str, Any]], columns: list[str], export_format: str, output: Path | None
+) -> None:
+    """``rows`` as JSON or CSV (a header even when there are no rows) into ``output``."""
     handle = output.open("w", newline="") if output else sys.stdout
     try:
         if export_format == "json":
             json.dump(rows, handle, indent=2, default=str)
             handle.write("\n")
-        elif rows:
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        else:
+            writer = csv.DictWriter(handle, fieldnames=columns)
             writer.writeheader()
             for row in rows:
                 writer.writerow(
@@ -834,22 +1084,51 @@ def _write_rows(rows: list[dict[str, Any]], export_format: str, output: Path | N
 @ledger_app.command("export")
 def ledger_export(
     dataset: Annotated[str | None, typer.Option(help="Only this dataset")] = None,
-    export_format: FormatOption = "json",
+    export_format: FormatOption = None,
     output: Annotated[Path | None, typer.Option(help="File (default: stdout)")] = None,
+    as_json: JsonOption = False,
 ) -> None:
-    """Every ledger entry, with parameters and releases."""
+    """Every ledger entry (JSON and CSV: with parameters and releases)."""
+    from dpmine.wire import LedgerEntryInfo
     from dpmine_server.services.exports import ledger_entries
 
+    chosen = _export_format(export_format, as_json, output)
     with _owner_session() as (_services, session):
-        rows = [e.model_dump(mode="json") for e in ledger_entries(session, dataset_id=dataset)]
-    _write_rows(rows, export_format, output)
+        entries = ledger_entries(session, dataset_id=dataset)
+    if chosen != "table":
+        rows = [e.model_dump(mode="json") for e in entries]
+        _write_rows(rows, list(LedgerEntryInfo.model_fields), chosen, output)
+        return
+    _print_rows(
+        "ledger" + (f" of {dataset}" if dataset else ""),
+        ["id", "created", "dataset", "analyst", "operation", "ε", "guarantee", "status"],
+        [
+            [
+                str(e.id),
+                f"{e.created_at:%Y-%m-%d %H:%M:%S}",
+                e.dataset_id,
+                e.principal,
+                e.operation,
+                _eps(e.epsilon_exact),
+                e.guarantee,
+                e.status,
+            ]
+            for e in entries
+        ],
+        caption="--format csv or --json adds each entry's parameters and release",
+    )
 
 
 @ledger_app.command("verify")
-def ledger_verify() -> None:
+def ledger_verify(as_json: JsonOption = False) -> None:
     """Check that every spent total equals the sum of its entries (exit 1 if not)."""
     with _owner_session() as (services, _session):
         problems = services.ledger.verify()
+    if as_json:
+        _print_json({"consistent": not problems, "problems": problems})
+        if problems:
+            raise typer.Exit(code=1)
+        return
     for problem in problems:
         typer.echo(problem)
     if problems:
@@ -868,15 +1147,36 @@ def ledger_recover() -> None:
 
 @audit_app.command("export")
 def audit_export(
-    export_format: FormatOption = "json",
+    export_format: FormatOption = None,
     output: Annotated[Path | None, typer.Option(help="File (default: stdout)")] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """The audit log, newest first."""
+    from dpmine.wire import AuditEventInfo
     from dpmine_server.services import audit
 
+    chosen = _export_format(export_format, as_json, output)
     with _owner_session() as (_services, session):
-        rows = [e.model_dump(mode="json") for e in audit.list_events(session)]
-    _write_rows(rows, export_format, output)
+        events = audit.list_events(session)
+    if chosen != "table":
+        rows = [e.model_dump(mode="json") for e in events]
+        _write_rows(rows, list(AuditEventInfo.model_fields), chosen, output)
+        return
+    _print_rows(
+        "audit log, newest first",
+        ["id", "at", "by", "action", "target", "details"],
+        [
+            [
+                str(e.id),
+                f"{e.at:%Y-%m-%d %H:%M:%S}",
+                e.principal or "-",
+                e.action,
+                e.target,
+                json.dumps(e.details, sort_keys=True, default=str),
+            ]
+            for e in events
+        ],
+    )
 
 
 def main() -> None:

@@ -9,6 +9,8 @@ clear error to the owner and the current version stays.
 
 from __future__ import annotations
 
+import json
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -284,9 +286,11 @@ class TestRefreshCommand:
         _execute(source_url, "DELETE FROM patients WHERE sick IS NULL")
         done = self._run(api_settings, f"datasets refresh {hospital}")
         assert done.exit_code == 0, (done.output, repr(done.exception))
-        assert '"version": 2' in done.stdout
+        assert re.search(r"^version:\s+2$", done.stdout, re.MULTILINE), done.stdout
         assert _version(client, analyst_headers) == 2
         assert _count(client, analyst_headers) == len(ROWS) - 1
+        again = self._run(api_settings, f"datasets refresh {hospital} --json")
+        assert json.loads(again.stdout)["dataset"]["version"] == 3  # --json: for scripts
 
 
 def test_the_snapshot_keeps_every_cell_exactly(tmp_path: Path) -> None:

@@ -200,7 +200,8 @@ def test_datasets_lists_the_dataset_without_private_counts(
     server: LiveServer, account: Account, mushroom: DatasetInfo
 ) -> None:
     table = _ok(dpmine_cli(server, account.api_key, "datasets"))
-    assert re.search(rf"{re.escape(mushroom.id)}\s*│.*│\s*views\s*│\s*23\s*│\s*1\s*│", table)
+    row = rf"^{re.escape(mushroom.id)}  .*  views\s{{2,}}23\s{{2,}}1$"
+    assert re.search(row, table, re.M), table
     listed = _json(dpmine_cli(server, account.api_key, "--json datasets"))
     infos = [DatasetInfo.model_validate(entry) for entry in listed]
     assert [info.id for info in infos] == [mushroom.id]  # only the dataset granted to this key
@@ -216,8 +217,8 @@ def test_schema_shows_the_public_metadata(
 ) -> None:
     table = _ok(dpmine_cli(server, account.api_key, f"schema {mushroom.id}"))
     assert "views schema" in table
-    assert re.search(r"gill-size\s*│\s*left\s*│\s*categorical\s*│\s*b, n\s*│", table)
-    assert re.search(r"class\s*│\s*right\s*│\s*categorical\s*│\s*e, p\s*│", table)
+    assert re.search(r"^gill-size\s{2,}left\s{2,}categorical\s{2,}b, n\b", table, re.M), table
+    assert re.search(r"^class\s{2,}right\s{2,}categorical\s{2,}e, p\b", table, re.M), table
     assert "public row bound n_max = 10000" in _flat(table)
     schema = _json(dpmine_cli(server, account.api_key, f"--json schema {mushroom.id}"))
     info = DatasetInfo.model_validate(schema)
@@ -229,7 +230,7 @@ def test_budget_shows_the_grant(
     server: LiveServer, account: Account, mushroom: DatasetInfo
 ) -> None:
     table = _ok(dpmine_cli(server, account.api_key, f"budget {mushroom.id}"))
-    assert re.search(r"│\s*1\s*│\s*0\s*│\s*1\s*│\s*100\s*│", table), table
+    assert re.search(r"^1\s{2,}0\s{2,}1\s{2,}100$", table, re.M), table
     status = _budget(server, account, mushroom.id)
     assert (status.grant_epsilon, status.grant_spent, status.remaining_epsilon) == (1.0, 0.0, 1.0)
 
@@ -242,7 +243,7 @@ def test_count_prints_a_noisy_integer_and_its_receipt(
     server: LiveServer, account: Account, mushroom: DatasetInfo
 ) -> None:
     table = _ok(dpmine_cli(server, account.api_key, f"count {mushroom.id} --epsilon 0.1"))
-    match = re.search(r"│\s*\(all rows\)\s*│\s*(-?\d+)\s*│", table)
+    match = re.search(r"^\(all rows\)\s{2,}(-?\d+)$", table, re.M)
     assert match is not None, table
     assert abs(int(match.group(1)) - MUSHROOM_ROWS) < 300  # scale 10
     receipt = r"charged ε=0\.1 \(pure\) · ledger entry \d+ · remaining ε=0\.9"
@@ -269,7 +270,7 @@ def test_budgets_print_as_exact_decimals(
     counted = _flat(_ok(dpmine_cli(server, account.api_key, f"count {mushroom.id} --epsilon 0.3")))
     assert re.search(r"charged ε=0\.3 \(pure\) · ledger entry \d+ · remaining ε=0\.7$", counted)
     table = _ok(dpmine_cli(server, account.api_key, f"budget {mushroom.id}"))
-    assert re.search(r"│\s*1\s*│\s*0\.3\s*│\s*0\.7\s*│\s*\d+(\.\d+)?\s*│", table), table
+    assert re.search(r"^1\s{2,}0\.3\s{2,}0\.7\s{2,}\d+(\.\d+)?$", table, re.M), table
     command = f"mine itemsets {mushroom.id} --k 3 --epsilon 0.2 --frequency-epsilon 0.1 --plan-only"
     plan = _flat(_ok(dpmine_cli(server, account.api_key, command)))
     assert "total ε=0.3; remaining ε=0.7; fits: True" in plan, plan
@@ -289,7 +290,7 @@ def test_count_table_shows_the_canonical_predicate(
 ) -> None:
     command = f"count {mushroom.id} --epsilon 0.1 --where '[class=e]&![odor=n]'"
     table = _ok(dpmine_cli(server, account.api_key, command))
-    match = re.search(r"│\s*\[class = e\] & !\[odor = n\]\s*│\s*(-?\d+)\s*│", table)
+    match = re.search(r"^\[class = e\] & !\[odor = n\]\s{2,}(-?\d+)$", table, re.M)
     assert match is not None, table
     truth = sum(row["class"] == "e" and row["odor"] != "n" for row in ROWS)
     assert abs(int(match.group(1)) - truth) < 300
@@ -302,8 +303,8 @@ def test_quality_cells_mode(server: LiveServer, account: Account, mushroom: Data
     assert "noisy quality" in table
     receipt = r"charged ε=0\.2 \(pure\) · ledger entry \d+ · remaining ε=0\.8"
     assert re.search(receipt, _flat(table)), table
-    with_interval = r"\s*([\d.]+) \[([\d.]+), ([\d.]+)\]\s*│"
-    row = re.search(r"│\s*\[gill-size = b\]\s*│\s*\[class = e\]\s*│" + with_interval * 3, table)
+    with_interval = r"\s{2,}([\d.]+) \[([\d.]+), ([\d.]+)\]"
+    row = re.search(r"^\[gill-size = b\]\s{2,}\[class = e\]" + with_interval * 3, table, re.M)
     assert row is not None, table
     support, support_low, support_high, _, _, _, jaccard, j_low, j_high = map(float, row.groups())
     assert abs(support - GILL_CLASS[0]) < 150  # scale 5
@@ -312,7 +313,7 @@ def test_quality_cells_mode(server: LiveServer, account: Account, mushroom: Data
     assert "noise scale 5 per cell" in _flat(table)
     # The excess over independence, J − J_ind, with its 90 % interval (issue #21).
     assert "J − J_ind [90 %]" in _flat(table)
-    signed = r"\s*(-?[\d.]+) \[(-?[\d.]+), (-?[\d.]+)\]\s*│"
+    signed = r"\s{2,}(-?[\d.]+) \[(-?[\d.]+), (-?[\d.]+)\]"
     excess = re.search(with_interval * 3 + signed, table)
     assert excess is not None, table
     e_value, e_low, e_high = map(float, excess.groups()[-3:])
@@ -360,7 +361,7 @@ def test_budget_decreases_by_exactly_what_was_charged(
     assert status.grant_spent == pytest.approx(0.6)
     assert status.remaining_epsilon == pytest.approx(0.4)
     table = _ok(dpmine_cli(server, account.api_key, f"budget {mushroom.id}"))
-    assert re.search(r"│\s*1\s*│\s*0\.6\s*│\s*0\.4\s*│", table), table
+    assert re.search(r"^1\s{2,}0\.6\s{2,}0\.4\s{2,}", table, re.M), table
 
 
 # --------------------------------------------------------------------------------------------
@@ -431,9 +432,7 @@ def test_itemsets_show_intervals_explain_the_rank_and_take_columns(
     table = _ok(dpmine_cli(server, account.api_key, command))
     flat = _flat(table)
     assert "true count (90%, all together)" in flat
-    rows = re.findall(
-        r"│\s*(\d)\s*│\s*\[(\S+) = \S+\]\s*│\s*(-?\d+)\s*│\s*\[(\d+), (\d+)\]\s*│", table
-    )
+    rows = re.findall(r"^(\d)\s{2,}\[(\S+) = \S+\]\s{2,}(-?\d+)\s{2,}\[(\d+), (\d+)\]", table, re.M)
     assert [int(rank) for rank, *_ in rows] == [1, 2, 3], table
     for _rank, column, noisy, low, high in rows:
         assert column in {"odor", "class"}
@@ -678,7 +677,7 @@ def test_an_empty_table_is_one_line_with_its_caption() -> None:
     ]
     table.add_row("a", "b")
     shown = RUNNER.invoke(_emitting(table), [], env=ANALYST_ENV).stdout
-    assert "│ a    │ b     │" in shown
+    assert shown.splitlines()[1:] == ["left  right", "a     b", "3 charged calls, ε spent = 1"]
 
 
 def _emitting(table: Table) -> typer.Typer:
@@ -762,7 +761,7 @@ def _add_dataset(server: LiveServer, metadata: Path, prefix: str, cap: str) -> d
         f"datasets add {dataset_id} --metadata {metadata} --epsilon-cap {cap} --csv {MUSHROOM} "
         "--name 'Mushroom via CLI'"
     )
-    added: dict[str, Any] = _json(owner_cli(server, command))
+    added: dict[str, Any] = _json(owner_cli(server, command + " --json"))
     assert DatasetInfo.model_validate(added["dataset"]).id == dataset_id
     return added
 
@@ -779,7 +778,7 @@ def cli_dataset(server: LiveServer, cli_metadata: Path) -> str:
 
 def _new_principal(server: LiveServer, role: str = "analyst") -> PrincipalCreated:
     name = unique_id("cli-analyst")
-    created = _json(owner_cli(server, f"principals add {name} --role {role}"))
+    created = _json(owner_cli(server, f"principals add {name} --role {role} --json"))
     return PrincipalCreated.model_validate(created)
 
 
@@ -809,24 +808,26 @@ def test_owner_cli_principals_lifecycle(server: LiveServer) -> None:
     with dpmine.connect(server.url, created.api_key, retries=0) as connection:
         assert connection.datasets() == []  # the key works on the live server at once
 
-    listing = _ok(owner_cli(server, "principals list"))
+    listing = _ok(owner_cli(server, "principals list --json"))
     principals = [PrincipalInfo.model_validate(p) for p in json.loads(listing)]
     assert name in {p.name for p in principals}
     assert "admin" in {p.name for p in principals if p.role == "owner"}
     assert created.api_key not in listing  # keys are never listed
 
     rotated = PrincipalCreated.model_validate(
-        _json(owner_cli(server, f"principals rotate-key {name}"))
+        _json(owner_cli(server, f"principals rotate-key {name} --json"))
     )
     assert rotated.api_key != created.api_key
     _refused_within_the_auth_cache_ttl(server, created.api_key)
-    events = _json(owner_cli(server, "audit export"))
+    events = _json(owner_cli(server, "audit export --json"))
     failures = [event["details"] for event in events if event["action"] == "auth_failed"]
     assert {"key_prefix": created.api_key[:10]} in failures
     with dpmine.connect(server.url, rotated.api_key, retries=0) as new:
         assert new.datasets() == []
 
-    disabled = PrincipalInfo.model_validate(_json(owner_cli(server, f"principals disable {name}")))
+    disabled = PrincipalInfo.model_validate(
+        _json(owner_cli(server, f"principals disable {name} --json"))
+    )
     assert disabled.disabled
     _refused_within_the_auth_cache_ttl(server, rotated.api_key)
 
@@ -836,12 +837,14 @@ def test_owner_cli_principals_lifecycle(server: LiveServer) -> None:
 
 
 def test_owner_cli_datasets_list_and_show(server: LiveServer, cli_dataset: str) -> None:
-    listed = _json(owner_cli(server, "datasets list"))
+    listed = _json(owner_cli(server, "datasets list --json"))
     [row] = [row for row in listed if row["id"] == cli_dataset]
     assert row["name"] == "Mushroom via CLI"
     assert (row["kind"], row["status"]) == ("views", "active")
     assert row["epsilon_cap"] == row["spent"] + row["remaining"] > 0
-    info = DatasetInfo.model_validate(_json(owner_cli(server, f"datasets show {cli_dataset}")))
+    info = DatasetInfo.model_validate(
+        _json(owner_cli(server, f"datasets show {cli_dataset} --json"))
+    )
     assert (info.id, info.version, info.status) == (cli_dataset, 1, "active")
     assert "missing-x" in _owner_error(owner_cli(server, "datasets show missing-x"))
 
@@ -851,9 +854,9 @@ def test_owner_cli_grants_then_analyst_cli_then_ledger_export(
 ) -> None:
     created = _new_principal(server)
     name = created.principal.name
-    grant = _json(owner_cli(server, f"grants set {cli_dataset} {name} 0.5"))
+    grant = _json(owner_cli(server, f"grants set {cli_dataset} {name} 0.5 --json"))
     assert (grant["analyst"], grant["dataset_id"], grant["epsilon"]) == (name, cli_dataset, 0.5)
-    grants = _json(owner_cli(server, f"grants list {cli_dataset}"))
+    grants = _json(owner_cli(server, f"grants list {cli_dataset} --json"))
     assert {(g["analyst"], g["epsilon"], g["spent"]) for g in grants} == {(name, 0.5, 0.0)}
 
     # The analyst CLI uses the key and the grant made by the owner CLI, on the live server.
@@ -863,7 +866,7 @@ def test_owner_cli_grants_then_analyst_cli_then_ledger_export(
     )
     assert abs(released.count - EDIBLE) < 300
 
-    exported = _json(owner_cli(server, f"ledger export --dataset {cli_dataset}"))
+    exported = _json(owner_cli(server, f"ledger export --dataset {cli_dataset} --json"))
     entries = [LedgerEntryInfo.model_validate(e) for e in exported]
     assert len(entries) == 1
     entry = entries[0]
@@ -888,15 +891,17 @@ def test_owner_cli_grants_then_analyst_cli_then_ledger_export(
     _ok(owner_cli(server, f"ledger export --output {output}"))
     assert entry.id in {e["id"] for e in json.loads(output.read_text())}
     bad_format = owner_cli(server, "ledger export --format xml")
-    assert "--format must be json or csv" in _owner_error(bad_format)
+    assert "--format must be table, json or csv" in _owner_error(bad_format)
 
     assert "ledger is consistent" in _ok(owner_cli(server, "ledger verify"))
 
 
 def test_owner_cli_audit_export(server: LiveServer, cli_dataset: str) -> None:
     name = _new_principal(server).principal.name
-    _json(owner_cli(server, f"grants set {cli_dataset} {name} 0.25"))
-    events = [AuditEventInfo.model_validate(e) for e in _json(owner_cli(server, "audit export"))]
+    _json(owner_cli(server, f"grants set {cli_dataset} {name} 0.25 --json"))
+    events = [
+        AuditEventInfo.model_validate(e) for e in _json(owner_cli(server, "audit export --json"))
+    ]
     by_target = {(e.action, e.target): e for e in events}
     assert ("dataset_registered", cli_dataset) in by_target
     assert ("principal_created", name) in by_target
@@ -913,17 +918,19 @@ def test_owner_cli_audit_export(server: LiveServer, cli_dataset: str) -> None:
 def test_owner_cli_retire_stops_queries(server: LiveServer, cli_metadata: Path) -> None:
     dataset_id = _add_dataset(server, cli_metadata, "cli-retire", "1")["dataset"]["id"]
     created = _new_principal(server)
-    _json(owner_cli(server, f"grants set {dataset_id} {created.principal.name} 0.5"))
+    _json(owner_cli(server, f"grants set {dataset_id} {created.principal.name} 0.5 --json"))
     _ok(dpmine_cli(server, created.api_key, f"count {dataset_id} --epsilon 0.1"))
 
-    retired = DatasetInfo.model_validate(_json(owner_cli(server, f"datasets retire {dataset_id}")))
+    retired = DatasetInfo.model_validate(
+        _json(owner_cli(server, f"datasets retire {dataset_id} --json"))
+    )
     assert retired.status == "retired"
-    listed = {entry["id"]: entry for entry in _json(owner_cli(server, "datasets list"))}
+    listed = {entry["id"]: entry for entry in _json(owner_cli(server, "datasets list --json"))}
     assert listed[dataset_id]["status"] == "retired"
     after = dpmine_cli(server, created.api_key, f"count {dataset_id} --epsilon 0.1")
     assert after.exit_code == 2, after.output
     # The ledger keeps the charge made before retirement, and nothing after it.
-    entries = _json(owner_cli(server, f"ledger export --dataset {dataset_id}"))
+    entries = _json(owner_cli(server, f"ledger export --dataset {dataset_id} --json"))
     assert [(e["status"], e["epsilon_exact"]) for e in entries] == [("released", "0.1")]
 
 

@@ -418,8 +418,16 @@ class TestErrorMapping:
         assert issubclass(IdempotencyConflictError, ConflictError)
 
     def test_missing_key(self, server: TestClient) -> None:
-        anonymous = dpmine.connect(BASE_URL, "", http=server, retries=0)
-        _expect(anonymous.datasets, AuthenticationError, "Unauthorized", 401)
+        """Issue #22: an empty key is refused before any request, saying what to fix (it
+        was httpx's 'Illegal header value'); a copied line break around a key is dropped."""
+        with pytest.raises(ParameterError, match="the API key is empty: pass the key"):
+            dpmine.connect(BASE_URL, "", http=server, retries=0)
+        with pytest.raises(ParameterError, match="spaces, line breaks"):
+            dpmine.connect(BASE_URL, "dpm_one\ntwo", http=server, retries=0)
+        copied = dpmine.connect(BASE_URL, " dpm_guessed-key-0123456789\n", http=server, retries=0)
+        _expect(copied.datasets, AuthenticationError, "Unauthorized", 401)
+        anonymous = server.get("/v1/datasets")  # no key at all: the server's answer
+        assert anonymous.status_code == 401
 
     def test_unknown_key(self, server: TestClient) -> None:
         stranger = dpmine.connect(BASE_URL, "dpm_guessed-key-0123456789", http=server, retries=0)
@@ -578,7 +586,10 @@ class TestParameters:
                 "mode must be 'cells' or 'paper' (got 'exact')",
             ),
             (lambda h: h.estimate([]), "calls must have at least 1 item (got [])"),
-            (lambda h: TopKItemsets(k=0, epsilon=1.0).plan(h), "k must be >= 1 (got 0)"),
+            (
+                lambda h: TopKItemsets(k=0, epsilon=1.0).plan(h),
+                "k must be a whole number of at least 1",
+            ),
             (
                 lambda h: SerenadeES(epsilon=1.0, x0=5.0, x0_fraction=0.1).plan(h),
                 "give exactly one of x0",

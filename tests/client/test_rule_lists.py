@@ -446,6 +446,7 @@ def test_get_and_set_params_follow_scikit_learn() -> None:
         model.set_params(lambda_=3)
     assert repr(model) == (
         "DPBayesianRuleList(epsilon=0.5, k_per_class=30, alpha=(2.0, 1.0), iterations=99)"
+        " · not mined"
     )
     positional: Any = DPBayesianRuleList
     with pytest.raises(TypeError):
@@ -569,7 +570,7 @@ def test_results_need_a_fit() -> None:
         model.predict_proba(ROWS)
     with pytest.raises(NotMinedError, match="call fit"):
         _ = model.receipts_
-    assert str(model) == "DPBayesianRuleList()"
+    assert str(model) == "DPBayesianRuleList(epsilon=1.0) · not mined"
 
 
 def test_a_saved_model_predicts_the_same_after_loading(tmp_path: Path) -> None:

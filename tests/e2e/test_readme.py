@@ -19,7 +19,6 @@ untested by accident:
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import re
@@ -165,17 +164,10 @@ def owner_script(body: str, port: int) -> str:
 
 
 def printed_keys(output: str) -> dict[str, str]:
-    """The API keys ``dpmine-server principals add`` printed (one JSON object each), by name."""
-    keys: dict[str, str] = {}
-    decoder = json.JSONDecoder()
-    for start in (match.start() for match in re.finditer(r"^\{", output, re.MULTILINE)):
-        try:
-            value, _end = decoder.raw_decode(output, start)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(value, dict) and "api_key" in value and "principal" in value:
-            keys[value["principal"]["name"]] = value["api_key"]
-    return keys
+    """The API keys ``dpmine-server principals add`` printed, by name: its ``principal: NAME
+    (ROLE)`` line, then its ``api_key: KEY`` line."""
+    pattern = r"^principal:\s+(\S+) \((?:owner|analyst)\)\napi_key:\s+(\S+)$"
+    return dict(re.findall(pattern, output, re.MULTILINE))
 
 
 @dataclass
@@ -234,7 +226,11 @@ def owner_block(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnerBlock
 def test_owner_example_runs(owner_block: OwnerBlock) -> None:
     """The owner's shell block runs as written: it registers ``mushroom``, prints the keys it
     creates, and ``serve`` answers HTTP."""
-    assert '"id": "mushroom"' in owner_block.output, f"{owner_block.example}: no 'mushroom'"
+    registered = re.search(r"^registered:\s+mushroom$", owner_block.output, re.MULTILINE)
+    assert registered is not None, f"{owner_block.example}: no 'mushroom'"
+    # The closing `dpmine-server datasets list` shows its cap and the README's grant unspent.
+    listed = r"^mushroom\s{2,}mushroom\s{2,}views\s{2,}active\s{2,}1\s{2,}10\s{2,}0\s{2,}10$"
+    assert re.search(listed, owner_block.output, re.MULTILINE), owner_block.output
     assert set(printed_keys(owner_block.output)) == {"admin", "alice"}
 
 

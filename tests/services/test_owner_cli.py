@@ -78,7 +78,8 @@ def test_propose_then_review_then_add(tmp_path: Path, patients: Path) -> None:
     assert "column 'patient_id' excluded: it looks like a row identifier" in result.stderr
     path = tmp_path / "proposal.json"
     path.write_text(result.stdout, encoding="utf-8")
-    add = ("datasets", "add", "--metadata", str(path), "--epsilon-cap", "1", "--csv", str(patients))
+    source = ("--metadata", str(path), "--epsilon-cap", "1", "--csv", str(patients), "--json")
+    add = ("datasets", "add", *source)
     refused = _one_line_error(_run(tmp_path, *add[:2], "p1", *add[2:]))
     assert "has not been reviewed" in refused
     assert "column 'patient_id' excluded" in refused  # the reasons come with the refusal
@@ -99,16 +100,16 @@ def test_propose_then_review_then_add(tmp_path: Path, patients: Path) -> None:
     assert len(_ok(copied)["warnings"]) == 1
     # Grants: set, then revoke (nothing spent, so the grant goes).
     _run(tmp_path, "principals", "add", "bob", "--role", "analyst")
-    assert _ok(_run(tmp_path, "grants", "set", "p2", "bob", "0.5"))["epsilon"] == 0.5
-    assert _ok(_run(tmp_path, "grants", "revoke", "p2", "bob"))["remaining"] == 0.0
+    assert _ok(_run(tmp_path, "grants", "set", "p2", "bob", "0.5", "--json"))["epsilon"] == 0.5
+    assert _ok(_run(tmp_path, "grants", "revoke", "p2", "bob", "--json"))["remaining"] == 0.0
     assert "holds no grant" in _one_line_error(_run(tmp_path, "grants", "revoke", "p2", "bob"))
     # Caps: listed with the spending, changed, never to a bad value; retired ones stay.
-    listed = {row["id"]: row for row in _ok(_run(tmp_path, "datasets", "list"))}
+    listed = {row["id"]: row for row in _ok(_run(tmp_path, "datasets", "list", "--json"))}
     assert (listed["p2"]["epsilon_cap"], listed["p2"]["spent"]) == (1.0, 0.0)
-    raised = _ok(_run(tmp_path, "datasets", "set-cap", "p2", "2.5"))
+    raised = _ok(_run(tmp_path, "datasets", "set-cap", "p2", "2.5", "--json"))
     assert (raised["epsilon_cap"], raised["remaining"]) == (2.5, 2.5)
     assert "ledger's unit" in _one_line_error(_run(tmp_path, "datasets", "set-cap", "p2", "1e-13"))
-    _ok(_run(tmp_path, "datasets", "retire", "p2"))
+    _ok(_run(tmp_path, "datasets", "retire", "p2", "--json"))
     assert "retired" in _one_line_error(_run(tmp_path, "datasets", "set-cap", "p2", "3"))
 
 
@@ -277,7 +278,7 @@ def test_init_writes_the_settings_every_later_command_reads(
     assert (tmp_path / "var" / "dpmine.sqlite3").is_file()
     # A new shell: the same folder, nothing exported; the stored key still checks out.
     listed = subprocess.run(
-        [sys.executable, "-m", "dpmine_server", "principals", "list"],
+        [sys.executable, "-m", "dpmine_server", "principals", "list", "--json"],
         cwd=tmp_path,
         env={k: v for k, v in os.environ.items() if not k.startswith("DPMINE_")},
         capture_output=True,
@@ -289,3 +290,90 @@ def test_init_writes_the_settings_every_later_command_reads(
     again = RUNNER.invoke(app, ["init"], env=environment)
     assert "never overwritten" in _one_line_error(again)
     assert tomllib.loads(settings_file.read_text())["secret_key"] == secret
+
+
+def _reviewed_proposal(folder: Path, csv_path: Path) -> Path:
+    proposal, _result = _propose(folder, csv_path)
+    assert proposal.review is not None
+    reviewed = proposal.review.model_copy(update={"reviewed": True})
+    path = folder / "reviewed.json"
+    path.write_text(proposal.model_copy(update={"review": reviewed}).model_dump_json())
+    return path
+
+
+def _table_row(output: str, *cells: str) -> bool:
+    """Whether a piped table has the row ``cells`` (columns two or more spaces apart)."""
+    pattern = r"\s{2,}".join(re.escape(cell) for cell in cells)
+    return re.search(rf"^{pattern}$", output, re.MULTILINE) is not None
+
+
+def test_tables_and_summaries_by_default_json_for_scripts(tmp_path: Path, patients: Path) -> None:
+    """Issue #22: what an owner reads is short (a summary, a table, one line per row when
+    piped, never the row count), and ``--json`` keeps the shape scripts parse."""
+    created = _run(tmp_path, "principals", "add", "bob", "--role", "analyst")
+    assert created.exit_code == 0, created.output
+    key = re.search(r"^api_key:\s+(dpm_\S+)$", created.stdout, re.MULTILINE)
+    assert key is not None, created.stdout
+    assert "shown only this once" in created.stdout
+    metadata = _reviewed_proposal(tmp_path, patients)
+    source = ("--metadata", str(metadata), "--epsilon-cap", "2.5", "--csv", str(patients))
+    added = _run(tmp_path, "datasets", "add", "ward", *source)
+    assert added.exit_code == 0, added.output
+    summary = {
+        key.strip(): value.strip()
+        for key, value in (line.split(":", 1) for line in added.stdout.splitlines())
+    }
+    assert summary["registered"] == "ward"
+    assert summary["attributes"] == "2 attributes"
+    assert summary["ε cap"] == "2.5"
+    assert "302" not in added.stdout  # n is private: the summary never shows it
+    assert len(added.stdout.splitlines()) < 15
+    granted = _run(tmp_path, "grants", "set", "ward", "bob", "0.7")
+    assert re.search(r"^ε granted:\s+0\.7$", granted.stdout, re.MULTILINE), granted.stdout
+
+    listed = _run(tmp_path, "datasets", "list").stdout
+    assert listed.splitlines()[0] == "datasets"
+    assert _table_row(listed, "ward", "ward", "table", "active", "1", "2.5", "0", "2.5"), listed
+    grants = _run(tmp_path, "grants", "list", "ward").stdout
+    assert _table_row(grants, "bob", "0.7", "0", "0.7"), grants
+    principals = _run(tmp_path, "principals", "list").stdout
+    assert re.search(r"^1\s{2,}bob\s{2,}analyst\s{2,}active\s{2,}dpm_", principals, re.M)
+    assert key.group(1) not in principals
+    shown = _run(tmp_path, "datasets", "show", "ward").stdout
+    assert _table_row(shown, "ward", "-", "categorical", "a, b, c"), shown
+    assert "ledger: none" in _run(tmp_path, "ledger", "export").stdout
+    audit_rows = _run(tmp_path, "audit", "export").stdout.splitlines()
+    assert [line.split()[4] for line in audit_rows[2:]] == [
+        "grant_set",
+        "dataset_registered",
+        "principal_created",
+    ]
+
+    # An empty CSV export still has its header; --json is --format json; they cannot disagree.
+    header = _run(tmp_path, "ledger", "export", "--format", "csv").stdout
+    assert header.splitlines() == [
+        "id,dataset_id,principal,operation,epsilon,epsilon_exact,guarantee,status,parameters,"
+        "release,idempotency_key,created_at,completed_at"
+    ]
+    assert _ok(_run(tmp_path, "ledger", "export", "--json")) == []
+    assert "disagree" in _one_line_error(
+        _run(tmp_path, "ledger", "export", "--json", "--format", "csv")
+    )
+    exported = tmp_path / "audit.json"
+    assert _run(tmp_path, "audit", "export", "--output", str(exported)).exit_code == 0
+    assert next(event["action"] for event in json.loads(exported.read_text())) == "grant_set"
+
+    # --json: the shapes scripts read.
+    assert _ok(_run(tmp_path, "grants", "list", "ward", "--json")) == [
+        {"analyst": "bob", "dataset_id": "ward", "epsilon": 0.7, "spent": 0.0, "remaining": 0.7}
+    ]
+    assert _ok(_run(tmp_path, "datasets", "show", "ward", "--json"))["id"] == "ward"
+    assert _ok(_run(tmp_path, "principals", "list", "--json"))[0]["name"] == "bob"
+    rotated = _ok(_run(tmp_path, "principals", "rotate-key", "bob", "--json"))
+    assert rotated["api_key"].startswith("dpm_")
+    assert _ok(_run(tmp_path, "ledger", "verify", "--json")) == {
+        "consistent": True,
+        "problems": [],
+    }
+    disabled = _run(tmp_path, "principals", "disable", "bob").stdout
+    assert re.search(r"^status:\s+disabled$", disabled, re.MULTILINE), disabled

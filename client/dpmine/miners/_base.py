@@ -1,25 +1,35 @@
 """What every client miner shares (DESIGN.md "Client miners": scikit-learn conventions).
 
-Constructor parameters are keyword-only and stored unchanged; ``plan(dataset)`` prices the exact
-calls of a run on the server (free, nothing read); ``mine(dataset)`` refuses to start when the
-remaining budget cannot cover the plan, runs it, and returns ``self``. Results end in ``_``.
+Constructor parameters are keyword-only and stored unchanged; obviously invalid ones (``k=0``,
+a negative ε) raise :class:`~dpmine.errors.ParameterError` as the miner is constructed, saying
+what to fix. ``plan(dataset)`` prices the exact calls of a run on the server (free, nothing
+read); ``mine(dataset)`` refuses to start when the remaining budget cannot cover the plan, runs
+it, and returns ``self``. Results end in ``_``. A miner prints as its class, its parameters
+that differ from the defaults and what it found (``SerenadeES(epsilon=2) · mined: 3 of 12
+results pass``).
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+import inspect
+import reprlib
+from abc import ABCMeta, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Generic
+from typing import TYPE_CHECKING, Any, Generic
 
 from rich.progress import Progress
 
 from dpmine.amounts import epsilon_sum, epsilon_text
 from dpmine.connection import DatasetHandle
 from dpmine.errors import BudgetExhaustedError, DPMineError, checked_parameters
+from dpmine.frames import data_frame
 from dpmine.significance import ResultT, Significance, Verdict, nothing_passed, significance_test
 from dpmine.wire import EstimateResponse, PlannedCall, Receipt
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["BaseMiner", "NotMinedError", "Plan", "SignificantMiner"]
 
@@ -58,9 +68,65 @@ class _Spent:
     receipts: list[Receipt] = field(default_factory=list)
 
 
-class BaseMiner(ABC):
+class _CheckedOnConstruction(ABCMeta):
+    """Constructing a miner runs its ``_check_params()`` once the whole constructor chain has
+    stored the parameters, so a bad value is refused where it was written, not at ``mine()``."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        miner = super().__call__(*args, **kwargs)
+        miner._check_params()
+        return miner
+
+
+def parameter_defaults(cls: type) -> dict[str, Any]:
+    """The keyword-only constructor parameters of ``cls`` and its bases with their defaults
+    (the nearest class's default wins; ``**parameters`` passed up are found in the bases)."""
+    defaults: dict[str, Any] = {}
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None or klass is object:
+            continue
+        for parameter in inspect.signature(init).parameters.values():
+            if parameter.kind is parameter.KEYWORD_ONLY:
+                defaults.setdefault(parameter.name, parameter.default)
+    return defaults
+
+
+def _differs(value: object, default: object) -> bool:
+    try:
+        return bool(value != default)
+    except (TypeError, ValueError):  # e.g. arrays, whose comparison is not one Boolean
+        return True
+
+
+class BaseMiner(metaclass=_CheckedOnConstruction):
     """Shared plan/mine plumbing; a miner lists its calls in ``_calls`` and runs them in
     ``mine``."""
+
+    def _check_params(self) -> None:
+        """Refuse obviously invalid parameters with a :class:`~dpmine.errors.ParameterError`
+        saying what to fix (run at construction, and again before planning)."""
+
+    def _found(self) -> str:
+        """What the last run found, in a few words (only called once it has run)."""
+        return f"{len(self.receipts_)} charged calls"
+
+    def __repr__(self) -> str:
+        """``Class(changed=parameters) · not mined`` or ``· mined: <what it found>``."""
+        shown = reprlib.Repr()
+        shown.maxstring = shown.maxother = 40
+        parameters = [
+            f"{name}={shown.repr(getattr(self, name))}"
+            for name, default in parameter_defaults(type(self)).items()
+            if hasattr(self, name) and (name == "epsilon" or _differs(getattr(self, name), default))
+        ]
+        state = "not mined"
+        if getattr(self, "_spent", None) is not None:
+            try:
+                state = f"mined: {self._found()}"
+            except DPMineError:  # a run that stopped before its results
+                state = "mined: no results"
+        return f"{type(self).__name__}({', '.join(parameters)}) · {state}"
 
     @abstractmethod
     def _calls(self, dataset: DatasetHandle) -> list[PlannedCall]:
@@ -121,6 +187,20 @@ class SignificantMiner(BaseMiner, Generic[ResultT]):
     passed). ``min_jaccard`` is the run's J threshold."""
 
     min_jaccard: float
+
+    def _found(self) -> str:
+        verdict = self.significance()
+        return f"{len(verdict.passed)} of {len(verdict.ranked)} results pass"
+
+    @abstractmethod
+    def _table(self, min_jaccard: float | None = None) -> tuple[list[str], list[list[object]]]:
+        """The columns and rows of ``to_csv``: every result by J's lower end, with whether it
+        passes the test with ``min_jaccard`` (default: the run's)."""
+
+    def to_frame(self, min_jaccard: float | None = None) -> pd.DataFrame:
+        """Every result of the last run as a pandas DataFrame with the columns of ``to_csv``
+        (pandas is optional for the client: ``pip install pandas``)."""
+        return data_frame(*self._table(min_jaccard))
 
     @abstractmethod
     def _examined(self) -> tuple[list[ResultT], int]:

@@ -51,19 +51,18 @@ the results that pass the test with m the checks actually made; ``all_results_``
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 from typing import Literal, TypedDict, Unpack
 
 from dpmine.amounts import epsilon_sum, epsilon_text
 from dpmine.canonical import redescription_key
 from dpmine.connection import DatasetHandle
 from dpmine.errors import ParameterError
+from dpmine.frames import PathLike, as_path, write_csv
 from dpmine.intervals import (
     Interval,
     StatisticIntervals,
@@ -1028,7 +1027,7 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
             return [r for r in self._mined() if r.jaccard_interval.low >= min_jaccard]
         return [r for r in self._mined() if r.noisy_jaccard >= min_jaccard]
 
-    def to_json(self, path: Path, min_jaccard: float | None = None) -> None:
+    def to_json(self, path: PathLike, min_jaccard: float | None = None) -> None:
         """Write every redescription by J's lower end (queries, noisy statistics, their 90 %
         and joint intervals, the noise scale, whether it passes the significance test with
         ``min_jaccard``, default the run's), the test's summary and the receipts."""
@@ -1042,19 +1041,21 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
             "stop_reason": getattr(self, "stop_reason_", None),
             "receipts": [receipt.model_dump(mode="json") for receipt in self.receipts_],
         }
-        path.write_text(json.dumps(payload, indent=2) + "\n")
+        as_path(path).write_text(json.dumps(payload, indent=2) + "\n")
 
-    def to_csv(self, path: Path, min_jaccard: float | None = None) -> None:
+    def to_csv(self, path: PathLike, min_jaccard: float | None = None) -> None:
         """Write one row per redescription, by J's lower end, with its noisy statistics, 90 %
         and joint intervals and whether it passes the significance test (with
         ``min_jaccard``, default the run's)."""
+        write_csv(path, *self._table(min_jaccard))
+
+    def _table(self, min_jaccard: float | None = None) -> tuple[list[str], list[list[object]]]:
         verdict = self.significance(min_jaccard)
         passed = {id(r) for r in verdict.passed}
-        with path.open("w", newline="") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(CSV_COLUMNS)
-            for r in verdict.ranked:
-                writer.writerow(_csv_row(r, significant=id(r) in passed))
+        rows: list[list[object]] = [
+            list(_csv_row(r, significant=id(r) in passed)) for r in verdict.ranked
+        ]
+        return list(CSV_COLUMNS), rows
 
 
 #: Columns of :meth:`_SerenadeBase.to_csv`: noisy values, 90 % intervals (``*_low``/``*_high``),

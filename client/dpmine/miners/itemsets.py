@@ -13,17 +13,16 @@ holds the true count, all K together, with a stated probability (:func:`count_in
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from itertools import combinations
-from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from dpmine.connection import DatasetHandle
 from dpmine.errors import ParameterError
+from dpmine.frames import PathLike, as_path, data_frame, write_csv
 from dpmine.intervals import LEVEL, cell_interval, half_width
 from dpmine.items import items_display
 from dpmine.miners._base import BaseMiner, NotMinedError, _Spent
@@ -45,6 +44,9 @@ from dpmine.wire import (
     usable_columns,
 )
 from dpmine.wire.queries import And, Expr
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "AssociationRule",
@@ -231,6 +233,40 @@ class TopKItemsets(BaseMiner):
         self.exclude = exclude
         self.interval_level = interval_level
 
+    def _found(self) -> str:
+        return f"{len(self._mined())} itemsets"
+
+    def _check_params(self) -> None:
+        """Refuse what no dataset could accept, naming the parameter and its valid values."""
+        if not (isinstance(self.k, int) and self.k >= 1):
+            raise ParameterError(f"k must be a whole number of at least 1, got {self.k!r}")
+        low, high = self.length if isinstance(self.length, tuple) else (self.length, self.length)
+        if not (isinstance(low, int) and isinstance(high, int) and 1 <= low <= high):
+            raise ParameterError(
+                "length must be a whole number of at least 1, or (shortest, longest) with "
+                f"1 ≤ shortest ≤ longest, got {self.length!r}"
+            )
+        if not (isinstance(self.epsilon, int | float) and math.isfinite(self.epsilon)) or not (
+            self.epsilon > 0
+        ):
+            raise ParameterError(f"epsilon must be a positive number, got {self.epsilon!r}")
+        if self.method not in _METHODS:
+            raise ParameterError(f"method must be 'em' or 'laplace', got {self.method!r}")
+        for name in ("rho", "count_share", "interval_level"):
+            value = getattr(self, name)
+            if not 0 < value < 1:
+                raise ParameterError(f"{name} must be in (0, 1), got {value!r}")
+        if not self.frequency_epsilon >= 0:
+            raise ParameterError(
+                f"frequency_epsilon must be 0 (no row count) or positive, got "
+                f"{self.frequency_epsilon!r}"
+            )
+        if self.numeric_bins is not None and self.numeric_bins < 2:
+            raise ParameterError(
+                f"numeric_bins must be at least 2, or None for no numeric items, got "
+                f"{self.numeric_bins!r}"
+            )
+
     def columns_for(self, schema: DatasetMetadata) -> list[str] | None:
         """The attributes whose items may be used (``columns`` minus ``exclude``, schema
         order), or None for all (:func:`~dpmine.wire.items.usable_columns`); a
@@ -380,33 +416,42 @@ class TopKItemsets(BaseMiner):
             self._mined(), min_confidence=min_confidence, n_rows=self.noisy_row_count_
         )
 
-    def to_json(self, path: Path) -> None:
+    def to_json(self, path: PathLike) -> None:
         """Write the itemsets and the receipts as JSON."""
         payload = {
             "itemsets": [asdict(itemset) for itemset in self._mined()],
             **self.summary(),
             "receipts": [receipt.model_dump(mode="json") for receipt in self.receipts_],
         }
-        path.write_text(json.dumps(payload, indent=2) + "\n")
+        as_path(path).write_text(json.dumps(payload, indent=2) + "\n")
 
-    def to_csv(self, path: Path) -> None:
+    def to_csv(self, path: PathLike) -> None:
         """Write the itemsets as CSV (items joined with ' & ', the query text, and the count
         interval, whose level :meth:`notes` states)."""
-        with path.open("w", newline="") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(_CSV_HEADER)
-            for itemset in self._mined():
-                writer.writerow(
-                    [
-                        itemset.rank,
-                        " & ".join(itemset.items),
-                        "" if itemset.noisy_count is None else itemset.noisy_count,
-                        "" if itemset.noisy_frequency is None else f"{itemset.noisy_frequency:.6g}",
-                        itemset.query or "",
-                        "" if itemset.count_low is None else itemset.count_low,
-                        "" if itemset.count_high is None else itemset.count_high,
-                    ]
-                )
+        rows = [["" if value is None else value for value in row] for row in self._table_rows()]
+        for row in rows:  # the file keeps six significant digits of the frequency
+            row[3] = "" if row[3] == "" else f"{row[3]:.6g}"
+        write_csv(path, _CSV_HEADER, rows)
+
+    def to_frame(self) -> pd.DataFrame:
+        """The itemsets as a pandas DataFrame with the columns of :meth:`to_csv` (missing
+        values, e.g. counts not bought, are empty; pandas is optional: ``pip install
+        pandas``)."""
+        return data_frame(_CSV_HEADER, self._table_rows())
+
+    def _table_rows(self) -> list[list[object]]:
+        return [
+            [
+                itemset.rank,
+                " & ".join(itemset.items),
+                itemset.noisy_count,
+                itemset.noisy_frequency,
+                itemset.query or "",
+                itemset.count_low,
+                itemset.count_high,
+            ]
+            for itemset in self._mined()
+        ]
 
 
 def association_rules(

@@ -35,7 +35,6 @@ printed queries' only when no row misses a value on the trees' paths.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import threading
@@ -54,6 +53,7 @@ import numpy as np
 from dpmine.canonical import redescription_key, simplify_conjunction
 from dpmine.connection import DatasetHandle
 from dpmine.errors import ParameterError
+from dpmine.frames import PathLike, as_path, write_csv
 from dpmine.intervals import StatisticIntervals, box_intervals, excess_of, sum_box
 from dpmine.miners._base import GENERAL_HINTS, NotMinedError, Plan, SignificantMiner, _Spent
 from dpmine.queries import format_query
@@ -581,6 +581,10 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
     def _check_params(self) -> None:
         if not self.epsilon > 0:
             raise ParameterError(f"epsilon must be positive, got {self.epsilon!r}")
+        if not (isinstance(self.depth, int) and self.depth >= 1):
+            raise ParameterError(f"depth must be a whole number of at least 1, got {self.depth!r}")
+        if not 0 <= self.min_jaccard <= 1:
+            raise ParameterError(f"min_jaccard must be in [0, 1], got {self.min_jaccard!r}")
         if self.leaf_release not in get_args(LeafCountsRelease):
             raise ParameterError(
                 f"leaf_release must be 'partition' or 'paper', got {self.leaf_release!r}"
@@ -806,18 +810,18 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
         pruning rule [REC] that replaces the plot-read support threshold of §3.7 (free)."""
         return prune_by_precision(self._results(), max_error)
 
-    def save_plot(self, path: Path, threshold: float | None = None) -> Path:
+    def save_plot(self, path: PathLike, threshold: float | None = None) -> Path:
         """Noisy support against noisy Jaccard of every result (needs the ``plot`` extra)."""
-        return save_support_jaccard_plot(self._results(), path, threshold)
+        return save_support_jaccard_plot(self._results(), as_path(path), threshold)
 
-    def _rows(self) -> list[dict[str, object]]:
+    def _rows(self, min_jaccard: float | None = None) -> list[dict[str, object]]:
         """One record per result, by J's lower end, with its noisy statistics, joint intervals
         and whether it passes the significance test."""
-        verdict = self.significance()
+        verdict = self.significance(min_jaccard)
         passed = {id(r) for r in verdict.passed}
         return [tree_record(r, significant=id(r) in passed) for r in verdict.ranked]
 
-    def to_json(self, path: Path) -> None:
+    def to_json(self, path: PathLike) -> None:
         """Write every redescription by J's lower end (queries, noisy statistics, joint
         intervals, whether it passes the significance test), the test's summary, the released
         trees and the receipts."""
@@ -835,17 +839,17 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
             ],
             "receipts": [receipt.model_dump(mode="json") for receipt in self.receipts_],
         }
-        path.write_text(json.dumps(payload, indent=2), encoding="utf-8")
+        as_path(path).write_text(json.dumps(payload, indent=2), encoding="utf-8")
 
-    def to_csv(self, path: Path) -> None:
+    def to_csv(self, path: PathLike, min_jaccard: float | None = None) -> None:
         """Write one row per redescription (by J's lower end) with its noisy statistics, noise
         scale, joint interval ends (``joint_*_low``/``_high``) and ``significant``."""
-        rows = [_flat_row(row) for row in self._rows()]
-        with path.open("w", newline="", encoding="utf-8") as handle:
-            fields = list(rows[0]) if rows else ["left", "right"]
-            writer = csv.DictWriter(handle, fieldnames=fields)
-            writer.writeheader()
-            writer.writerows(rows)
+        write_csv(path, *self._table(min_jaccard))
+
+    def _table(self, min_jaccard: float | None = None) -> tuple[list[str], list[list[object]]]:
+        rows = [_flat_row(row) for row in self._rows(min_jaccard)]
+        columns = list(rows[0]) if rows else ["left", "right"]
+        return columns, [[row[column] for column in columns] for row in rows]
 
 
 def tree_record(r: MinedTreeRedescription, *, significant: bool) -> dict[str, object]:
