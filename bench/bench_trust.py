@@ -32,7 +32,14 @@ Usage::
     PYTHONPATH=client:server .venv/bin/python bench/bench_trust.py [--quick] [--runs N]
         [--tables mammals,asia,stroke,heart,pima,mimic,rwas] [--epsilons 1,0.5]
         [--miners SerenadeCS,SerenadeES,AltExpM,AltMCMC,MCMCTreePair,TopKItemsets]
-        [--out bench/out]
+        [--out bench/out] [--baseline f614ac4]
+
+``--baseline COMMIT`` also measures that commit's redescription miners (issue #21's "as many
+significant results per run as today": f614ac4, the code before the noise-aware display): a
+detached ``git worktree`` of it, its own server (imports checked from /proc) and its own client
+(``trust_baseline.py`` in a subprocess), whose default output's printed texts are evaluated here
+on the exact data; the report sets this tree's truly significant shown results per run against
+the baseline's, PASS when this tree's is at least the baseline's.
 
 Writes ``<out>/trust.json`` (every run, every shown result's checks, the summaries and the
 Markdown report; ``trust_partial.json`` after every run); prints Markdown tables.
