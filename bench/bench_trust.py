@@ -32,7 +32,14 @@ Usage::
     PYTHONPATH=client:server .venv/bin/python bench/bench_trust.py [--quick] [--runs N]
         [--tables mammals,asia,stroke,heart,pima,mimic,rwas] [--epsilons 1,0.5]
         [--miners SerenadeCS,SerenadeES,AltExpM,AltMCMC,MCMCTreePair,TopKItemsets]
-        [--out bench/out]
+        [--out bench/out] [--baseline f614ac4]
+
+``--baseline COMMIT`` also measures that commit's redescription miners (issue #21's "as many
+significant results per run as today": f614ac4, the code before the noise-aware display): a
+detached ``git worktree`` of it, its own server (imports checked from /proc) and its own client
+(``trust_baseline.py`` in a subprocess), whose default output's printed texts are evaluated here
+on the exact data; the report sets this tree's truly significant shown results per run against
+the baseline's, PASS when this tree's is at least the baseline's.
 
 Writes ``<out>/trust.json`` (every run, every shown result's checks, the summaries and the
 Markdown report; ``trust_partial.json`` after every run); prints Markdown tables.
@@ -41,14 +48,17 @@ Markdown report; ``trust_partial.json`` after every run); prints Markdown tables
 from __future__ import annotations
 
 import argparse
+import contextlib
 import heapq
 import json
 import math
+import os
+import subprocess
 import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -59,6 +69,8 @@ import numpy.typing as npt
 
 import dpmine
 from _support import (
+    REPO_ROOT,
+    ServerHandle,
     load_average,
     machine_info,
     median,
@@ -66,6 +78,7 @@ from _support import (
     server_for_backend,
     unwind_on_sigterm,
 )
+from bench_foundation import Code, verify_server_code
 from bench_serenade import (
     DATA_ROOT,
     VIEW_CHOOSERS,
@@ -92,7 +105,8 @@ from dpmine.miners.greedy import MinedRedescription
 from dpmine.queries import parse_query
 from dpmine.stats import p_value
 from dpmine.treereds import TreeRedescription, active_cells
-from dpmine.wire import DecisionTree, Redescription
+from dpmine.wire import And, DecisionTree, Not, Or, Redescription
+from dpmine.wire.query_tree import attributes
 from dpmine_server.data.bitsets import Bitset
 from dpmine_server.data.columns import ColumnStore
 from dpmine_server.data.loaders import load_store
@@ -119,8 +133,12 @@ TARGET_EXCESS = 0.90
 TARGET_COVERAGE = 0.90
 #: Top-K: shown itemsets should be among the exact top K' = ceil(TOPK_SLACK · K).
 TOPK_SLACK = 1.5
-#: Significant shown results per run of today's default output (issue #21 baseline commit).
+#: The code before the noise-aware display (issue #21's "today"): ``--baseline`` measures it.
 BASELINE_COMMIT = "f614ac4"
+#: The miners ``--baseline`` runs at the baseline commit (top-K itemsets are left out).
+BASELINE_MINERS = ("SerenadeCS", "SerenadeES", "AltExpM", "AltMCMC", "MCMCTreePair")
+#: The script that runs the baseline's own client (see its docstring).
+BASELINE_SCRIPT = Path(__file__).resolve().parent / "trust_baseline.py"
 
 
 @dataclass(frozen=True)
@@ -132,6 +150,8 @@ class Config:
     miners: tuple[str, ...]
     epsilons: tuple[float, ...]
     runs: int
+    #: A commit whose default output is measured too (None: only this tree).
+    baseline: str | None = None
 
 
 # -- the tables ----------------------------------------------------------------------------------
@@ -304,6 +324,11 @@ def check_pair(
 Miner = SerenadeCS | SerenadeES | AltExpM | AltMCMC | MCMCTreePair
 
 
+def _seed(name: str, epsilon: float, repetition: int) -> int:
+    """The public seed of a run's attribute draws (tree miners), the same for both codes."""
+    return 7919 * repetition + 31 * MINERS.index(name) + int(10 * epsilon)
+
+
 def make_miner(name: str, epsilon: float, seed: int) -> Miner:
     """A miner as a new user gets it: defaults (Serenade's ``auto`` preset), ε, a seed for the
     tree miners' public attribute draws."""
@@ -415,8 +440,7 @@ def run_redescriptions(
     repetition: int,
 ) -> RunRecord:
     """One whole ``mine()`` over HTTP, then every result checked on the exact data."""
-    seed = 7919 * repetition + 31 * MINERS.index(name) + int(10 * epsilon)
-    miner = make_miner(name, epsilon, seed)
+    miner = make_miner(name, epsilon, _seed(name, epsilon, repetition))
     captured = (
         capture_tree_measures(miner)
         if isinstance(miner, AltExpM | AltMCMC | MCMCTreePair)
@@ -657,6 +681,309 @@ def _progress_line(r: RunRecord) -> str:
     )
 
 
+# -- the baseline commit (--baseline) ------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def baseline_worktree(commit: str) -> Iterator[tuple[Path, str]]:
+    """A detached ``git worktree`` of ``commit`` in a temporary folder (this checkout's working
+    tree untouched), removed afterwards; yields (folder, short commit)."""
+    with tempfile.TemporaryDirectory(prefix="dpmine-trust-baseline-") as scratch:
+        folder = Path(scratch) / "code"
+        subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "worktree", "add", "--detach", str(folder), commit],
+            check=True,
+            capture_output=True,
+        )
+        try:
+            head = subprocess.run(
+                ["git", "-C", str(folder), "rev-parse", "--short", "HEAD"],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            yield folder, head
+        finally:
+            subprocess.run(
+                ["git", "-C", str(REPO_ROOT), "worktree", "remove", "--force", str(folder)],
+                check=False,
+                capture_output=True,
+            )
+
+
+def _baseline_pythonpath(folder: Path) -> str:
+    return f"{folder / 'client'}:{folder / 'server'}"
+
+
+def _baseline_jobs(prepared: Sequence[PreparedData], config: Config) -> list[dict[str, Any]]:
+    """The runs of the baseline, in ``run_grid``'s order (repetition outermost)."""
+    return [
+        {
+            "table": data.key,
+            "miner": name,
+            "epsilon": epsilon,
+            "repetition": repetition,
+            "seed": _seed(name, epsilon, repetition),
+        }
+        for repetition in range(config.runs)
+        for data in prepared
+        for epsilon in config.epsilons
+        for name in config.miners
+        if name in BASELINE_MINERS
+    ]
+
+
+def _run_baseline_client(
+    server: ServerHandle, folder: Path, request: dict[str, Any], work: Path
+) -> dict[str, Any]:
+    """Run ``trust_baseline.py`` on the baseline's client (PYTHONPATH = the baseline only) and
+    read its answer; raises if it imported anything else."""
+    request_path, result_path = work / "baseline_request.json", work / "baseline_result.json"
+    request_path.write_text(json.dumps(request) + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPMINE_")}
+    env["PYTHONPATH"] = _baseline_pythonpath(folder)
+    done = subprocess.run(
+        [sys.executable, str(BASELINE_SCRIPT), str(request_path), str(result_path)],
+        env=env,
+        cwd=work,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"the baseline client exited with status {done.returncode}; server log tail:\n"
+            f"{server.log_tail()[-1500:]}"
+        )
+    answer: dict[str, Any] = json.loads(result_path.read_text())
+    for package, where in answer["imports"].items():
+        if not Path(where).resolve().is_relative_to(folder.resolve()):
+            raise RuntimeError(f"the baseline client imported {package} from {where}")
+    return answer
+
+
+def run_baseline(
+    prepared: Sequence[PreparedData], config: Config, commit: str
+) -> tuple[str, dict[str, Any]]:
+    """The baseline's miners through its own client against its own server (SQLite, padding
+    off; the server's imports checked from /proc as in ``bench_foundation``) on the files the
+    harness wrote; returns (short commit, the client's answer)."""
+    with (
+        baseline_worktree(commit) as (folder, head),
+        tempfile.TemporaryDirectory(prefix="dpmine-bench-trust-baseline-") as scratch,
+    ):
+        work = Path(scratch)
+        pythonpath = _baseline_pythonpath(folder)
+        extra_env = {"DPMINE_TIMING_PADDING": "false", "PYTHONPATH": pythonpath}
+        with server_for_backend("sqlite", work, extra_env=extra_env) as server:
+            code = Code(label=f"baseline ({head})", root=folder, pythonpath=pythonpath)
+            where = verify_server_code(server, code)
+            print(f"baseline {head}: server imports {where}", flush=True)
+            request = {
+                "url": server.url,
+                "owner_key": server.owner_key,
+                "grant": GRANT_EPSILON,
+                "tables": [
+                    {"id": d.key, "title": d.choice.title, "folder": str(d.directory)}
+                    for d in prepared
+                ],
+                "jobs": _baseline_jobs(prepared, config),
+            }
+            answer = _run_baseline_client(server, folder, request, work)
+    answer["server_imports"] = where
+    return head, answer
+
+
+def columns_with_missing(harness: HarnessData) -> frozenset[str]:
+    """The attributes with a missing value in some row."""
+    missing = {name for name, (_, present) in harness.booleans.items() if not present.all()}
+    missing |= {name for name, (_, present) in harness.categories.items() if not present.all()}
+    missing |= {name for name, values in harness.numbers.items() if np.isnan(values).any()}
+    return frozenset(missing)
+
+
+def _negated_attributes(text: str) -> set[str]:
+    """The attributes under a ``!( … )`` of a printed query."""
+    found: set[str] = set()
+    stack = [parse_query(text)]
+    while stack:
+        expr = stack.pop()
+        if isinstance(expr, Not):
+            found |= attributes(expr.term)
+        elif isinstance(expr, And | Or):
+            stack.extend(expr.terms)
+    return found
+
+
+@dataclass
+class BaselineChecked:
+    """One result the baseline printed, its text evaluated on the exact data."""
+
+    left: str
+    right: str
+    exact: dict[str, float]
+    noisy_jaccard: float
+    evaluators_agree: bool
+    #: A ``!( … )`` over an attribute with missing values: the baseline's tree miners measured
+    #: a negated leaf as the other leaves, so its printed rows may differ from the measured ones.
+    negation_over_missing: bool
+
+
+@dataclass
+class BaselineRecord:
+    """One whole run of the baseline's miner and its printed results checked."""
+
+    table: str
+    miner: str
+    epsilon: float
+    repetition: int
+    status: str
+    wall_s: float
+    shown: int = 0
+    epsilon_spent: float = 0.0
+    parameters: dict[str, Any] = field(default_factory=dict)
+    results: list[BaselineChecked] = field(default_factory=list)
+    error: str = ""
+
+
+def check_baseline(answer: Mapping[str, Any], truths: Mapping[str, Truth]) -> list[BaselineRecord]:
+    """Every printed text evaluated with this tree's harness (README query semantics, as
+    printed) and scored on the exact data as this tree's results are."""
+    missing = {key: columns_with_missing(truth.harness) for key, truth in truths.items()}
+    records = []
+    for run in answer["runs"]:
+        truth = truths[run["table"]]
+        checked = []
+        for result in run["results"]:
+            left, right = truth.printed_rows(result["left"]), truth.printed_rows(result["right"])
+            agree = bool(
+                np.array_equal(left, truth.server_rows(result["left"]))
+                and np.array_equal(right, truth.server_rows(result["right"]))
+            )
+            negated = _negated_attributes(result["left"]) | _negated_attributes(result["right"])
+            checked.append(
+                BaselineChecked(
+                    left=result["left"],
+                    right=result["right"],
+                    exact=asdict(exact_of(left, right)),
+                    noisy_jaccard=result["noisy_jaccard"],
+                    evaluators_agree=agree,
+                    negation_over_missing=bool(negated & missing[run["table"]]),
+                )
+            )
+        records.append(
+            BaselineRecord(
+                table=run["table"],
+                miner=run["miner"],
+                epsilon=run["epsilon"],
+                repetition=run["repetition"],
+                status=run["status"],
+                wall_s=run["wall_s"],
+                shown=len(checked),
+                epsilon_spent=run.get("epsilon_spent", 0.0),
+                parameters=run.get("parameters", {}),
+                results=checked,
+                error=run["error"],
+            )
+        )
+    return records
+
+
+def metadata_differences(answer: Mapping[str, Any], truths: Mapping[str, Truth]) -> list[str]:
+    """Where the baseline's proposal (name, type, view per attribute) differs from this tree's:
+    the printed texts are evaluated under this tree's."""
+    notes = []
+    for key, proposed in answer["metadata"].items():
+        current = truths[key].data.metadata.model_dump(mode="json")["attributes"]
+        now = {(a["name"], a["type"], a.get("view")) for a in current}
+        then = {(a["name"], a["type"], a["view"]) for a in proposed["attributes"]}
+        if now != then:
+            notes.append(
+                f"{key}: baseline only {sorted(then - now)}; this tree only {sorted(now - then)}"
+            )
+    return notes
+
+
+@dataclass(frozen=True)
+class BaselineSummary:
+    """One (table, miner, ε) cell of the baseline over its runs."""
+
+    table: str
+    miner: str
+    epsilon: float
+    runs_ok: int
+    runs_failed: int
+    shown_per_run: list[int]
+    significant_share: float | None
+    significant_per_run: float | None
+    excess_share: float | None
+    negation_over_missing: int
+    evaluators_agree_share: float | None
+    parameters: dict[str, Any]
+    errors: list[str]
+
+
+def summarise_baseline(records: Sequence[BaselineRecord]) -> list[BaselineSummary]:
+    """One summary per (table, miner, ε), first-seen order."""
+    keys = list(dict.fromkeys((r.table, r.miner, r.epsilon) for r in records))
+    summaries = []
+    for key in keys:
+        runs = [r for r in records if (r.table, r.miner, r.epsilon) == key]
+        ok = [r for r in runs if r.status == "ok"]
+        shown = [c for r in ok for c in r.results]
+        significant = [c.exact["p"] <= P_GOOD for c in shown]
+        summaries.append(
+            BaselineSummary(
+                table=key[0],
+                miner=key[1],
+                epsilon=key[2],
+                runs_ok=len(ok),
+                runs_failed=len(runs) - len(ok),
+                shown_per_run=[r.shown for r in ok],
+                significant_share=_share(significant),
+                significant_per_run=sum(significant) / len(ok) if ok else None,
+                excess_share=_share([c.exact["excess"] >= EXCESS_GOOD for c in shown]),
+                negation_over_missing=sum(c.negation_over_missing for c in shown),
+                evaluators_agree_share=_share([c.evaluators_agree for c in shown]),
+                parameters=ok[0].parameters if ok else {},
+                errors=[r.error.splitlines()[0] for r in runs if r.status != "ok"],
+            )
+        )
+    return summaries
+
+
+@dataclass(frozen=True)
+class BaselineResult:
+    """What ``--baseline`` measured: the commit, every run checked, the summaries, where the
+    server and the client imported the baseline from, and the metadata differences."""
+
+    commit: str
+    head: str
+    records: list[BaselineRecord]
+    summaries: list[BaselineSummary]
+    server_imports: str
+    client_imports: dict[str, str]
+    metadata_notes: list[str]
+
+
+def measure_baseline(
+    prepared: Sequence[PreparedData],
+    truths: Mapping[str, Truth],
+    config: Config,
+    commit: str,
+) -> BaselineResult:
+    """Run the baseline (``run_baseline``) and check what it printed on the exact data."""
+    head, answer = run_baseline(prepared, config, commit)
+    records = check_baseline(answer, truths)
+    return BaselineResult(
+        commit=commit,
+        head=head,
+        records=records,
+        summaries=summarise_baseline(records),
+        server_imports=answer["server_imports"],
+        client_imports=answer["imports"],
+        metadata_notes=metadata_differences(answer, truths),
+    )
+
+
 # -- summaries -----------------------------------------------------------------------------------
 
 
@@ -760,8 +1087,115 @@ def _runs_text(values: Sequence[float]) -> str:
     return f"{median(values):g} ({min(values):g}–{max(values):g})"
 
 
-def markdown(summaries: Sequence[CellSummary], n_rows: Mapping[str, int]) -> str:
-    """The report: redescription cells, top-K cells, timings and failures."""
+def _per_run(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1f}"
+
+
+def _versus_baseline(
+    summaries: Sequence[CellSummary], baseline: BaselineResult | None
+) -> list[str]:
+    """The ε = 1 mammals/asia target (current ≥ baseline significant shown results per run)
+    and, if the baseline ran, its cells next to this tree's."""
+    mine = {(s.table, s.miner, s.epsilon): s for s in summaries if s.miner != "TopKItemsets"}
+    if baseline is None:
+        lines = [
+            "",
+            f"### Significant shown results per run on mammals and asia at ε = 1 (target: ≥ the "
+            f"baseline commit {BASELINE_COMMIT}; run with --baseline {BASELINE_COMMIT} to "
+            "measure it)",
+            "",
+            "| table | miner | truly significant shown results per run |",
+            "|---|---|---|",
+        ]
+        for (table, miner, epsilon), summary in mine.items():
+            if table in ("mammals", "asia") and epsilon == 1.0:
+                lines.append(f"| {table} | {miner} | {_per_run(summary.significant_per_run)} |")
+        return lines
+    then = {(b.table, b.miner, b.epsilon): b for b in baseline.summaries}
+    head = baseline.head
+    lines = [
+        "",
+        f"### Significant shown results per run on mammals and asia at ε = 1: this tree vs "
+        f"the baseline {head} (target: this tree ≥ baseline)",
+        "",
+        f"| table | miner | this tree | baseline {head} | target |",
+        "|---|---|---|---|---|",
+    ]
+    for key, b in then.items():
+        now_cell = mine.get(key)
+        if key[0] not in ("mammals", "asia") or key[2] != 1.0 or now_cell is None:
+            continue
+        now, before = now_cell.significant_per_run, b.significant_per_run
+        mark = (
+            "–" if now is None or before is None else ("PASS" if now >= before - 1e-12 else "MISS")
+        )
+        lines.append(f"| {key[0]} | {key[1]} | {_per_run(now)} | {_per_run(before)} | {mark} |")
+    lines += [
+        "",
+        f"### Default output of the baseline {head} (its own client and server) and of this "
+        "tree, checked on the exact data",
+        "",
+        f"The baseline's default output is what its CLI printed without display options: "
+        f"`redescriptions_` (Serenade's measured collection; the tree miners' results after "
+        f"their noisy min_support/min_jaccard/p_max filter). Its printed texts are evaluated as "
+        f"printed with this tree's harness: at {head} a tree miner printed a negated leaf as "
+        f"`!(path)` but measured the other leaves, which differ only on rows missing a value "
+        f"on the path ('¬ over missing': shown results with a `!( … )` over an attribute that "
+        f"has missing values).",
+        "",
+        "| table | miner | ε | code | runs ok/failed | shown/run median (min–max) "
+        "| truly significant shown/run | truly significant | excess ≥ 0.05 | ¬ over missing |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for key, b in then.items():
+        lines.append(
+            f"| {key[0]} | {key[1]} | {key[2]:g} | {head} | {b.runs_ok}/{b.runs_failed} | "
+            f"{_runs_text(b.shown_per_run)} | {_per_run(b.significant_per_run)} | "
+            f"{_pct(b.significant_share)} | {_pct(b.excess_share)} | "
+            f"{b.negation_over_missing} |"
+        )
+        cell = mine.get(key)
+        if cell is not None:
+            lines.append(
+                f"| {key[0]} | {key[1]} | {key[2]:g} | this tree | "
+                f"{cell.runs_ok}/{cell.runs_failed} | {_runs_text(cell.shown_per_run)} | "
+                f"{_per_run(cell.significant_per_run)} | {_pct(cell.significant_share)} | "
+                f"{_pct(cell.excess_share)} | – |"
+            )
+    agree = [b.evaluators_agree_share for b in baseline.summaries]
+    lines += [
+        "",
+        "Harness vs the server's evaluator on the baseline's printed texts: "
+        + ("agree on every result" if all(a in (None, 1.0) for a in agree) else "DISAGREE"),
+        "",
+        "Metadata the baseline proposed on the same files vs this tree's (the texts are "
+        "evaluated under this tree's): "
+        + ("; ".join(baseline.metadata_notes) if baseline.metadata_notes else "the same"),
+        "",
+        "Parameters of the baseline's miners (its defaults; first run of each cell, all in "
+        "the JSON):",
+        "",
+    ]
+    lines += [
+        f"* {b.table} {b.miner} ε={b.epsilon:g}: "
+        f"`{json.dumps(b.parameters, separators=(',', ':'), default=str)}`"
+        for b in baseline.summaries
+        if b.parameters
+    ]
+    failures = [(b, e) for b in baseline.summaries for e in b.errors]
+    if failures:
+        lines += ["", "Failed baseline runs:", ""]
+        lines += [f"* {b.table} {b.miner} ε={b.epsilon:g}: {e}" for b, e in failures]
+    return lines
+
+
+def markdown(
+    summaries: Sequence[CellSummary],
+    n_rows: Mapping[str, int],
+    baseline: BaselineResult | None = None,
+) -> str:
+    """The report: redescription cells, top-K cells, the baseline if measured, timings and
+    failures."""
     lines = [
         "### Redescription miners: shown results (`results_`) checked on the exact data",
         "",
@@ -832,18 +1266,7 @@ def markdown(summaries: Sequence[CellSummary], n_rows: Mapping[str, int]) -> str
                 f"{_mark(s.printed_shown_share, TARGET_PRINTED)} | "
                 f"{_pct(s.in_top_k_prime_share)} |"
             )
-    lines += [
-        "",
-        f"### Significant shown results per run on mammals and asia at ε = 1 (target: ≥ the "
-        f"baseline commit {BASELINE_COMMIT}, not measured by this script)",
-        "",
-        "| table | miner | truly significant shown results per run |",
-        "|---|---|---|",
-    ]
-    for s in summaries:
-        if s.table in ("mammals", "asia") and s.epsilon == 1.0 and s.miner != "TopKItemsets":
-            value = "–" if s.significant_per_run is None else f"{s.significant_per_run:.1f}"
-            lines.append(f"| {s.table} | {s.miner} | {value} |")
+    lines += _versus_baseline(summaries, baseline)
     lines += [
         "",
         "### Wall time of one run (s, median (min–max); for planning a full run)",
@@ -889,6 +1312,12 @@ def parse_args(argv: list[str] | None = None) -> Config:
     parser.add_argument("--miners", default=",".join(MINERS))
     parser.add_argument("--epsilons", default=None, help="comma list (default 1,0.5)")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out")
+    parser.add_argument(
+        "--baseline",
+        default="none",
+        help=f"also measure this commit's redescription miners, through its own client and "
+        f"server (issue #21's figure: {BASELINE_COMMIT}; default none)",
+    )
     args = parser.parse_args(argv)
     tables = args.tables or ",".join(QUICK_TABLES if args.quick else TABLES)
     epsilons = args.epsilons or ("1" if args.quick else ",".join(f"{e:g}" for e in EPSILONS))
@@ -898,6 +1327,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         miners=_names(args.miners, MINERS, "miner"),
         epsilons=tuple(float(e) for e in epsilons.split(",")),
         runs=args.runs if args.runs is not None else (1 if args.quick else RUNS),
+        baseline=None if args.baseline.lower() == "none" else args.baseline,
     )
 
 
@@ -921,6 +1351,11 @@ def main(argv: list[str] | None = None) -> int:
             for data in prepared
         }
         records = run_grid(prepared, truths, config)
+        baseline = (
+            None
+            if config.baseline is None
+            else measure_baseline(prepared, truths, config, config.baseline)
+        )
         n_rows = {data.key: data.n_rows for data in prepared}
         views = {
             data.key: {
@@ -931,7 +1366,7 @@ def main(argv: list[str] | None = None) -> int:
             for data in prepared
         }
     summaries = summarise(records)
-    report = markdown(summaries, n_rows)
+    report = markdown(summaries, n_rows, baseline)
     print(report)
     payload: dict[str, Any] = {
         "started": started,
@@ -951,13 +1386,16 @@ def main(argv: list[str] | None = None) -> int:
         "views": views,
         "summaries": [asdict(s) for s in summaries],
         "runs": [asdict(r) for r in records],
+        "baseline": None if baseline is None else asdict(baseline),
         "report": report,
     }
     path = config.out / "trust.json"
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     print(f"wrote {path}")
-    bad = any(r.status != "ok" for r in records) or any(
-        s.printed_all_share is not None and s.printed_all_share < 1 for s in summaries
+    bad = (
+        any(r.status != "ok" for r in records)
+        or any(s.printed_all_share is not None and s.printed_all_share < 1 for s in summaries)
+        or (baseline is not None and any(r.status != "ok" for r in baseline.records))
     )
     return 1 if bad else 0
 
