@@ -684,6 +684,52 @@ def datasets_propose(
         typer.echo(f"  - {note}", err=True)
 
 
+#: What the owner types at ``datasets review`` to mark a proposal reviewed.
+REVIEW_WORD = "reviewed"
+
+
+@datasets_app.command("review")
+def datasets_review(
+    metadata_path: Annotated[Path, typer.Argument(metavar="FILE", help="A proposal's JSON")],
+) -> None:
+    """Show a metadata proposal for review (its attributes and the proposal's notes), then mark
+    it reviewed in FILE once you type 'reviewed'. Anything else leaves FILE unchanged."""
+    metadata = _read_metadata(metadata_path)
+    if metadata.review is None:
+        typer.echo(f"{metadata_path}: hand-written metadata (no review section): nothing to review")
+        return
+    _print_rows(
+        f"proposal {metadata_path} ({metadata.kind}; n_max {metadata.n_max})",
+        ["attribute", "view", "type", "public domain"],
+        [[a.name, a.view or "-", a.type, _domain(a)] for a in metadata.attributes],
+    )
+    typer.echo("")
+    typer.echo("Everything above becomes public to every granted analyst once registered.")
+    typer.echo("Notes of the proposal (what to check or change in the file first):")
+    for number, note in enumerate(metadata.review.notes, start=1):
+        typer.echo(f"  {number}. {note}")
+    if not metadata.review.notes:
+        typer.echo("  (none)")
+    if metadata.review.reviewed:
+        typer.echo(f"{metadata_path} is already marked reviewed.")
+        return
+    try:
+        answer = typer.prompt(
+            f"Type '{REVIEW_WORD}' once you have checked every attribute and note "
+            "(anything else leaves the file unchanged)",
+            default="",
+            show_default=False,
+        )
+    except typer.Abort:  # end of input
+        answer = ""
+    if answer.strip() != REVIEW_WORD:
+        raise _fail(f"{metadata_path} was not changed: edit it, then run 'datasets review' again")
+    raw = json.loads(metadata_path.read_text(encoding="utf-8"))
+    raw["review"]["reviewed"] = True
+    metadata_path.write_text(json.dumps(raw, indent=2) + "\n", encoding="utf-8")
+    typer.echo(f"{metadata_path}: marked reviewed; 'datasets add' will accept it.")
+
+
 @datasets_app.command("add")
 def datasets_add(
     dataset_id: Annotated[str, typer.Argument(metavar="ID")],

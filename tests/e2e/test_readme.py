@@ -34,6 +34,7 @@ from pathlib import Path
 import pytest
 
 import dpmine
+from dpmine_server.cli import REVIEW_WORD
 from support.servers import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -192,11 +193,17 @@ def owner_block(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnerBlock
         ["bash", "-eu", "-c", owner_script(example.body, port)],
         cwd=workspace,
         env=env,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
     )
+    # What the owner types: the block's one prompt is `datasets review`, answered "reviewed"
+    # (the background `serve` reads nothing: bash gives it /dev/null).
+    assert process.stdin is not None
+    process.stdin.write(f"{REVIEW_WORD}\n")
+    process.stdin.close()
     lines: queue.Queue[str | None] = queue.Queue()
 
     def read() -> None:
@@ -232,6 +239,9 @@ def test_owner_example_runs(owner_block: OwnerBlock) -> None:
     listed = r"^mushroom\s{2,}mushroom\s{2,}views\s{2,}active\s{2,}1\s{2,}10\s{2,}0\s{2,}10$"
     assert re.search(listed, owner_block.output, re.MULTILINE), owner_block.output
     assert set(printed_keys(owner_block.output)) == {"admin", "alice"}
+    # `datasets review` showed the proposal's notes before the owner marked it reviewed.
+    assert "Notes of the proposal" in owner_block.output
+    assert "mushroom.json: marked reviewed" in owner_block.output
 
 
 @dataclass

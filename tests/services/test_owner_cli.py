@@ -113,6 +113,39 @@ def test_propose_then_review_then_add(tmp_path: Path, patients: Path) -> None:
     assert "retired" in _one_line_error(_run(tmp_path, "datasets", "set-cap", "p2", "3"))
 
 
+def test_review_shows_the_proposal_and_marks_it_only_when_the_owner_types_it(
+    tmp_path: Path, patients: Path
+) -> None:
+    """``datasets review`` prints the attributes and the notes; only the typed word marks the
+    file reviewed, anything else (or no input) leaves it unchanged, and ``add`` then takes it."""
+    _proposal, result = _propose(tmp_path, patients)
+    path = tmp_path / "proposal.json"
+    path.write_text(result.stdout, encoding="utf-8")
+    before = path.read_text(encoding="utf-8")
+    for typed in ("", "yes\n", "reviewd\n"):
+        declined = RUNNER.invoke(
+            app, ["datasets", "review", str(path)], input=typed, env=_env(tmp_path)
+        )
+        assert declined.exit_code == 2, declined.output
+        assert "was not changed" in declined.stderr
+        assert path.read_text(encoding="utf-8") == before
+    shown = RUNNER.invoke(
+        app, ["datasets", "review", str(path)], input="reviewed\n", env=_env(tmp_path)
+    )
+    assert shown.exit_code == 0, shown.output
+    assert re.search(r"^age\s+-\s+numeric\s+\[", shown.stdout, re.MULTILINE), shown.stdout
+    assert "1. column 'patient_id' excluded: it looks like a row identifier" in shown.stdout
+    assert "marked reviewed" in shown.stdout
+    marked = DatasetMetadata.model_validate_json(path.read_text(encoding="utf-8"))
+    assert marked.review is not None
+    assert marked.review.reviewed
+    again = RUNNER.invoke(app, ["datasets", "review", str(path)], input="", env=_env(tmp_path))
+    assert again.exit_code == 0
+    assert "already marked reviewed" in again.stdout
+    add = ("datasets", "add", "p1", "--metadata", str(path), "--epsilon-cap", "1")
+    assert _ok(_run(tmp_path, *add, "--csv", str(patients), "--json"))["warnings"] == []
+
+
 def test_input_mistakes_are_one_line(tmp_path: Path, patients: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('{"kind": "table", "n_max": 0}')

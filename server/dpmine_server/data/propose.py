@@ -186,8 +186,10 @@ def _categorical(name: str, view: View | None, counts: pd.Series) -> _Column:
     if int(counts.min()) < RARE_CATEGORY:
         notes.append(
             f"column {name!r} flagged: some categories occur fewer than {RARE_CATEGORY} times; "
-            "the public list reveals that such rows exist (merge rare categories, or keep only "
-            "categories that are public knowledge)"
+            "the public list reveals that such rows exist. Keep the list if every category is "
+            "public knowledge (a published code list); otherwise leave the attribute out, or "
+            "merge the rare categories in the source data before registering (metadata cannot "
+            "merge categories, and a value missing from the list is refused at registration)"
         )
     return _Column(CategoricalAttribute(name=name, view=view, categories=categories), notes)
 
