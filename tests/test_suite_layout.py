@@ -1,0 +1,15 @@
+"""The suite's own layout: every module that conftest.py runs alone exists (a renamed module
+would otherwise silently join the parallel phase of ``make test``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import SERIAL_MODULES
+
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+def test_every_serial_module_exists() -> None:
+    missing = sorted(name for name in SERIAL_MODULES if not (TESTS_DIR / name).is_file())
+    assert not missing, f"SERIAL_MODULES names modules that do not exist: {missing}"
