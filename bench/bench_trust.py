@@ -132,6 +132,8 @@ class Config:
     miners: tuple[str, ...]
     epsilons: tuple[float, ...]
     runs: int
+    #: The tree miners' preset ("auto" / "paper"; None: their default).
+    tree_preset: str | None = None
 
 
 # -- the tables ----------------------------------------------------------------------------------
@@ -304,19 +306,21 @@ def check_pair(
 Miner = SerenadeCS | SerenadeES | AltExpM | AltMCMC | MCMCTreePair
 
 
-def make_miner(name: str, epsilon: float, seed: int) -> Miner:
+def make_miner(name: str, epsilon: float, seed: int, tree_preset: str | None = None) -> Miner:
     """A miner as a new user gets it: defaults (Serenade's ``auto`` preset), ε, a seed for the
-    tree miners' public attribute draws."""
+    tree miners' public attribute draws; ``tree_preset`` ("auto" / "paper", None: the default)
+    picks the tree miners' preset."""
+    trees: dict[str, Any] = {} if tree_preset is None else {"preset": tree_preset}
     if name == "SerenadeCS":
         return SerenadeCS(epsilon=epsilon)
     if name == "SerenadeES":
         return SerenadeES(epsilon=epsilon)
     if name == "AltExpM":
-        return AltExpM(epsilon=epsilon, seed=seed)
+        return AltExpM(epsilon=epsilon, seed=seed, **trees)
     if name == "AltMCMC":
-        return AltMCMC(epsilon=epsilon, seed=seed)
+        return AltMCMC(epsilon=epsilon, seed=seed, **trees)
     if name == "MCMCTreePair":
-        return MCMCTreePair(epsilon=epsilon, seed=seed)
+        return MCMCTreePair(epsilon=epsilon, seed=seed, **trees)
     raise ValueError(f"unknown miner {name}")
 
 
@@ -413,10 +417,11 @@ def run_redescriptions(
     name: str,
     epsilon: float,
     repetition: int,
+    tree_preset: str | None = None,
 ) -> RunRecord:
     """One whole ``mine()`` over HTTP, then every result checked on the exact data."""
     seed = 7919 * repetition + 31 * MINERS.index(name) + int(10 * epsilon)
-    miner = make_miner(name, epsilon, seed)
+    miner = make_miner(name, epsilon, seed, tree_preset)
     captured = (
         capture_tree_measures(miner)
         if isinstance(miner, AltExpM | AltMCMC | MCMCTreePair)
@@ -606,7 +611,12 @@ def run_grid(
                     for epsilon in config.epsilons:
                         for name in config.miners:
                             record = _one_run(
-                                handles[data.key], truths[data.key], name, epsilon, repetition
+                                handles[data.key],
+                                truths[data.key],
+                                name,
+                                epsilon,
+                                repetition,
+                                config.tree_preset,
                             )
                             if record.status != "ok":
                                 print(f"server log tail:\n{server.log_tail()[-1500:]}")
@@ -621,13 +631,25 @@ def run_grid(
 
 
 def _one_run(
-    handle: dpmine.DatasetHandle, truth: Truth, name: str, epsilon: float, repetition: int
+    handle: dpmine.DatasetHandle,
+    truth: Truth,
+    name: str,
+    epsilon: float,
+    repetition: int,
+    tree_preset: str | None = None,
 ) -> RunRecord:
     start = time.perf_counter()
     try:
         if name == "TopKItemsets":
             return run_itemsets(handle, truth, epsilon=epsilon, repetition=repetition)
-        return run_redescriptions(handle, truth, name=name, epsilon=epsilon, repetition=repetition)
+        return run_redescriptions(
+            handle,
+            truth,
+            name=name,
+            epsilon=epsilon,
+            repetition=repetition,
+            tree_preset=tree_preset,
+        )
     except Exception as error:  # recorded and reported; the benchmark goes on
         return RunRecord(
             table=truth.data.key,
@@ -889,6 +911,12 @@ def parse_args(argv: list[str] | None = None) -> Config:
     parser.add_argument("--miners", default=",".join(MINERS))
     parser.add_argument("--epsilons", default=None, help="comma list (default 1,0.5)")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out")
+    parser.add_argument(
+        "--tree-preset",
+        choices=("auto", "paper"),
+        default=None,
+        help="the tree miners' preset (default: theirs)",
+    )
     args = parser.parse_args(argv)
     tables = args.tables or ",".join(QUICK_TABLES if args.quick else TABLES)
     epsilons = args.epsilons or ("1" if args.quick else ",".join(f"{e:g}" for e in EPSILONS))
@@ -898,6 +926,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         miners=_names(args.miners, MINERS, "miner"),
         epsilons=tuple(float(e) for e in epsilons.split(",")),
         runs=args.runs if args.runs is not None else (1 if args.quick else RUNS),
+        tree_preset=args.tree_preset,
     )
 
 

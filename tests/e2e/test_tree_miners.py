@@ -137,11 +137,11 @@ def test_a_tree_miner_runs_end_to_end(
     extracted = [
         extract_redescriptions_from_partition(
             _partition_of(counts),
-            min_supp=miner.min_support,
+            min_supp=miner.settings_.min_support,
             max_supp_fraction=miner.max_support_fraction,
             min_jaccard=miner.min_jaccard,
             p_max=miner.p_max,
-            max_clauses=miner.max_clauses,
+            max_clauses=miner.settings_.max_clauses,
             empty_left=_empty_leaves(left, schema),
             empty_right=_empty_leaves(right, schema),
         )
