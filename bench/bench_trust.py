@@ -616,7 +616,7 @@ def run_grid(
                                 name,
                                 epsilon,
                                 repetition,
-                                config.tree_preset,
+                                tree_preset=config.tree_preset,
                             )
                             if record.status != "ok":
                                 print(f"server log tail:\n{server.log_tail()[-1500:]}")
@@ -636,6 +636,7 @@ def _one_run(
     name: str,
     epsilon: float,
     repetition: int,
+    *,
     tree_preset: str | None = None,
 ) -> RunRecord:
     start = time.perf_counter()
