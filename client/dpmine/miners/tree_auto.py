@@ -141,6 +141,8 @@ def auto_tree(
     max_clauses: int = 3,
     depths: tuple[int, ...] = AUTO_DEPTHS,
     rounds: tuple[int, ...] = tuple(range(AUTO_MAX_ROUNDS, 0, -1)),
+    prefer_rounds: bool = False,
+    split_surplus: bool = True,
 ) -> TreeAuto:
     """The auto choice for ``budget`` (ε minus the row count) at ``n_rows`` rows (module
     docstring). Alternation (``expmech``, ``mcmc``): ``in_trees``·(k + 1) trees and
@@ -160,7 +162,7 @@ def auto_tree(
                 cost = in_trees * ((k + 1) * tree + k * leaf)
             if cost > budget:
                 continue
-            key = (k << depth, depth)
+            key = (k, depth) if prefer_rounds else (k << depth, depth)
             if best is None or key > (best[0], best[1]):
                 best = (key[0], depth, k, tree, leaf)
     fits = best is not None
@@ -174,6 +176,10 @@ def auto_tree(
     if kind == "pair":
         leaf_share = budget * (1.0 - omega) / k
         tree_share = budget * omega / k
+    elif fits and split_surplus:
+        surplus = budget - in_trees * ((k + 1) * tree + k * leaf)
+        tree_share = tree + surplus / 2 / (in_trees * (k + 1))
+        leaf_share = leaf + surplus / 2 / (in_trees * k)
     else:
         scale = budget / (in_trees * ((k + 1) * tree + k * leaf))
         tree_share, leaf_share = tree * scale, leaf * scale
