@@ -14,6 +14,7 @@ from dpmine.miners import AltExpM, AltMCMC, MCMCTreePair
 from dpmine.miners.tree_auto import (
     LEAF_RATIO,
     TREE_SIGNAL,
+    TreeKind,
     auto_tree,
     count_epsilon,
     leaf_epsilon,
@@ -67,10 +68,10 @@ def test_a_leaf_price_makes_a_leaf_four_half_widths_of_its_row_sum(
 @pytest.mark.parametrize("kind", ["expmech", "mcmc", "pair"])
 @pytest.mark.parametrize("n_rows", [129.0, 920.0, 2221.0, 6404.0, 50_000.0])
 def test_the_choice_spends_the_budget_and_releases_the_most_leaves_that_fit(
-    kind: str, n_rows: float
+    kind: TreeKind, n_rows: float
 ) -> None:
     budget, log_units = 0.98, math.log(60)
-    auto = auto_tree(budget, n_rows, kind=kind, log_units=log_units)  # type: ignore[arg-type]
+    auto = auto_tree(budget, n_rows, kind=kind, log_units=log_units)
     trees = auto.rounds if kind == "pair" else auto.rounds + 1  # pair draws or trees
     spent = trees * auto.tree_epsilon + auto.rounds * auto.leaf_epsilon
     assert spent == pytest.approx(budget)
@@ -80,7 +81,7 @@ def test_the_choice_spends_the_budget_and_releases_the_most_leaves_that_fit(
         return
     assert auto.leaf_epsilon >= leaf_epsilon(auto.depth, auto.rounds, 3, n_rows) * (1 - 1e-9)
     if kind != "pair":
-        assert auto.tree_epsilon >= tree_epsilon(kind, auto.depth, log_units, n_rows) * (1 - 1e-9)  # type: ignore[arg-type]
+        assert auto.tree_epsilon >= tree_epsilon(kind, auto.depth, log_units, n_rows) * (1 - 1e-9)
     # No candidate that fits releases more leaves, or as many with a deeper tree.
     for depth in (3, 2, 1):
         for k in (4, 3, 2, 1):
@@ -88,7 +89,7 @@ def test_the_choice_spends_the_budget_and_releases_the_most_leaves_that_fit(
             if kind == "pair":
                 cost = k * leaf / 0.9
             else:
-                cost = (k + 1) * tree_epsilon(kind, depth, log_units, n_rows) + k * leaf  # type: ignore[arg-type]
+                cost = (k + 1) * tree_epsilon(kind, depth, log_units, n_rows) + k * leaf
             if cost <= budget:
                 assert (k << depth, depth) <= (auto.rounds << auto.depth, auto.depth)
 
@@ -158,12 +159,12 @@ def test_given_parameters_win_over_auto() -> None:
 
 
 def test_auto_reads_the_units_of_the_allowed_columns_only() -> None:
+    few = AltExpM(epsilon=1.0, preset="auto", columns=["l0", "l1", "r0", "r1", "r2"])
+    settings = few._settle(METADATA, 300.0)
+    assert view_units(METADATA, "right", ["r0", "r1", "r2"]) == 3
+    expected = auto_tree(1.0 - count_epsilon(1.0), 300.0, kind="expmech", log_units=math.log(3))
+    assert settings.auto == expected
     every = AltExpM(epsilon=1.0, preset="auto")._settle(METADATA, 300.0)
-    few = AltExpM(epsilon=1.0, preset="auto", columns=["l0", "l1", "r0", "r1"])
-    assert view_units(METADATA, "left", ["l0", "l1"]) == 2
-    restricted = few._settle(METADATA, 300.0)
-    assert restricted.auto is not None and every.auto is not None
-    # Fewer candidates make a tree draw cheaper: never a smaller leaf share.
-    assert restricted.auto.leaf_epsilon >= every.auto.leaf_epsilon * (1 - 1e-9) or (
-        (restricted.depth, restricted.rounds) != (every.depth, every.rounds)
+    assert every.auto == auto_tree(
+        1.0 - count_epsilon(1.0), 300.0, kind="expmech", log_units=math.log(6)
     )
