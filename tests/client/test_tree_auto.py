@@ -81,7 +81,12 @@ def test_the_choice_spends_the_budget_and_releases_the_most_leaves_that_fit(
         return
     assert auto.leaf_epsilon >= leaf_epsilon(auto.depth, auto.rounds, 3, n_rows) * (1 - 1e-9)
     if kind != "pair":
-        assert auto.tree_epsilon >= tree_epsilon(kind, auto.depth, log_units, n_rows) * (1 - 1e-9)
+        tree_price = tree_epsilon(kind, auto.depth, log_units, n_rows)
+        leaf_price = leaf_epsilon(auto.depth, auto.rounds, 3, n_rows)
+        # The surplus over the prices goes half to the trees, half to the releases.
+        tree_extra = (auto.rounds + 1) * (auto.tree_epsilon - tree_price)
+        assert tree_extra == pytest.approx(auto.rounds * (auto.leaf_epsilon - leaf_price))
+        assert tree_extra >= -1e-12
     # No candidate that fits releases more leaves, or as many with a deeper tree.
     for depth in (3, 2, 1):
         for k in (4, 3, 2, 1):

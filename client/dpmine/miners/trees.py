@@ -10,6 +10,12 @@ are extracted from the released noisy leaf counts on the client (:mod:`dpmine.tr
 * MCMCTreePair: ε_iter = ε / InTr; per iteration a random attribute a, a tree pair sampled with
   ω·ε_iter, and the pair's leaf counts with (1 − ω)·ε_iter.
 
+Presets (issue #21). ``preset="paper"`` (the default) keeps the split above with depth 3,
+RMIter 4 / InTr 4, min_support 10 and max_clauses 3. ``preset="auto"`` buys a noisy row count
+n̂ (2 % of ε, at most 0.05) and chooses depth, rounds and the ε of tree draws and leaf-count
+releases from public values and n̂ (:mod:`dpmine.miners.tree_auto`); given parameters win;
+``plan()`` prices at n_max (its settings are ``provisional``) and reports the choice.
+
 The MCMC samplers (AltMCMC's trees, MCMCTreePair's pairs) run ``iterations`` steps, at least
 the server's public minimum :data:`~dpmine.wire.MIN_TREE_ITERATIONS` (a shorter chain's release
 is far from DP; ALGORITHMS.md §6 #16), from random trees the server draws.
