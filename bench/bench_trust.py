@@ -152,6 +152,8 @@ class Config:
     runs: int
     #: A commit whose default output is measured too (None: only this tree).
     baseline: str | None = None
+    #: The tree miners' preset ("auto" / "paper"; None: their default).
+    tree_preset: str | None = None
 
 
 # -- the tables ----------------------------------------------------------------------------------
@@ -329,19 +331,21 @@ def _seed(name: str, epsilon: float, repetition: int) -> int:
     return 7919 * repetition + 31 * MINERS.index(name) + int(10 * epsilon)
 
 
-def make_miner(name: str, epsilon: float, seed: int) -> Miner:
+def make_miner(name: str, epsilon: float, seed: int, tree_preset: str | None = None) -> Miner:
     """A miner as a new user gets it: defaults (Serenade's ``auto`` preset), ε, a seed for the
-    tree miners' public attribute draws."""
+    tree miners' public attribute draws; ``tree_preset`` ("auto" / "paper", None: the default)
+    picks the tree miners' preset."""
+    trees: dict[str, Any] = {} if tree_preset is None else {"preset": tree_preset}
     if name == "SerenadeCS":
         return SerenadeCS(epsilon=epsilon)
     if name == "SerenadeES":
         return SerenadeES(epsilon=epsilon)
     if name == "AltExpM":
-        return AltExpM(epsilon=epsilon, seed=seed)
+        return AltExpM(epsilon=epsilon, seed=seed, **trees)
     if name == "AltMCMC":
-        return AltMCMC(epsilon=epsilon, seed=seed)
+        return AltMCMC(epsilon=epsilon, seed=seed, **trees)
     if name == "MCMCTreePair":
-        return MCMCTreePair(epsilon=epsilon, seed=seed)
+        return MCMCTreePair(epsilon=epsilon, seed=seed, **trees)
     raise ValueError(f"unknown miner {name}")
 
 
@@ -438,9 +442,10 @@ def run_redescriptions(
     name: str,
     epsilon: float,
     repetition: int,
+    tree_preset: str | None = None,
 ) -> RunRecord:
     """One whole ``mine()`` over HTTP, then every result checked on the exact data."""
-    miner = make_miner(name, epsilon, _seed(name, epsilon, repetition))
+    miner = make_miner(name, epsilon, _seed(name, epsilon, repetition), tree_preset)
     captured = (
         capture_tree_measures(miner)
         if isinstance(miner, AltExpM | AltMCMC | MCMCTreePair)
@@ -630,7 +635,12 @@ def run_grid(
                     for epsilon in config.epsilons:
                         for name in config.miners:
                             record = _one_run(
-                                handles[data.key], truths[data.key], name, epsilon, repetition
+                                handles[data.key],
+                                truths[data.key],
+                                name,
+                                epsilon,
+                                repetition,
+                                tree_preset=config.tree_preset,
                             )
                             if record.status != "ok":
                                 print(f"server log tail:\n{server.log_tail()[-1500:]}")
@@ -645,13 +655,26 @@ def run_grid(
 
 
 def _one_run(
-    handle: dpmine.DatasetHandle, truth: Truth, name: str, epsilon: float, repetition: int
+    handle: dpmine.DatasetHandle,
+    truth: Truth,
+    name: str,
+    epsilon: float,
+    repetition: int,
+    *,
+    tree_preset: str | None = None,
 ) -> RunRecord:
     start = time.perf_counter()
     try:
         if name == "TopKItemsets":
             return run_itemsets(handle, truth, epsilon=epsilon, repetition=repetition)
-        return run_redescriptions(handle, truth, name=name, epsilon=epsilon, repetition=repetition)
+        return run_redescriptions(
+            handle,
+            truth,
+            name=name,
+            epsilon=epsilon,
+            repetition=repetition,
+            tree_preset=tree_preset,
+        )
     except Exception as error:  # recorded and reported; the benchmark goes on
         return RunRecord(
             table=truth.data.key,
@@ -1318,6 +1341,12 @@ def parse_args(argv: list[str] | None = None) -> Config:
         help=f"also measure this commit's redescription miners, through its own client and "
         f"server (issue #21's figure: {BASELINE_COMMIT}; default none)",
     )
+    parser.add_argument(
+        "--tree-preset",
+        choices=("auto", "paper"),
+        default=None,
+        help="the tree miners' preset (default: theirs)",
+    )
     args = parser.parse_args(argv)
     tables = args.tables or ",".join(QUICK_TABLES if args.quick else TABLES)
     epsilons = args.epsilons or ("1" if args.quick else ",".join(f"{e:g}" for e in EPSILONS))
@@ -1328,6 +1357,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         epsilons=tuple(float(e) for e in epsilons.split(",")),
         runs=args.runs if args.runs is not None else (1 if args.quick else RUNS),
         baseline=None if args.baseline.lower() == "none" else args.baseline,
+        tree_preset=args.tree_preset,
     )
 
 

@@ -46,11 +46,15 @@ def test_tree_requests_carry_the_allowed_columns() -> None:
     miner = AltMCMC(seed=1, columns=["l1", "l2", "r0"], exclude="l2")
     miner._allowed = miner.columns_for(METADATA)
     assert miner._allowed == ["l1", "r0"]
+    miner.settings_ = miner._settle(METADATA, None)
     request = miner._tree_request("left", AttributeTarget(attribute="r0"))
     assert request.columns == ["l1", "r0"]
-    assert AltExpM()._tree_request("left", AttributeTarget(attribute="r0")).columns is None
+    plain = AltExpM()
+    plain.settings_ = plain._settle(METADATA, None)
+    assert plain._tree_request("left", AttributeTarget(attribute="r0")).columns is None
     pair = MCMCTreePair(columns=["l1", "r0"])
     pair._allowed = pair.columns_for(METADATA)
+    pair.settings_ = pair._settle(METADATA, None)
     assert pair._pair_request("r0").columns == ["l1", "r0"]
 
 

@@ -137,11 +137,11 @@ def test_a_tree_miner_runs_end_to_end(
     extracted = [
         extract_redescriptions_from_partition(
             _partition_of(counts),
-            min_supp=miner.min_support,
+            min_supp=miner.settings_.min_support,
             max_supp_fraction=miner.max_support_fraction,
             min_jaccard=miner.min_jaccard,
             p_max=miner.p_max,
-            max_clauses=miner.max_clauses,
+            max_clauses=miner.settings_.max_clauses,
             empty_left=_empty_leaves(left, schema),
             empty_right=_empty_leaves(right, schema),
         )
@@ -197,3 +197,38 @@ def test_a_tree_miner_runs_end_to_end(
     assert [row["right"] for row in rows] == [r.right for r in ranked]
     assert miner.pruned(float("inf")) == []
     assert miner.pruned(float("-inf")) == found
+
+
+def test_the_auto_preset_buys_a_row_count_and_spends_at_most_epsilon(
+    owner: dpmine.Connection, analyst: Account
+) -> None:
+    """Preset ``auto`` (issue #21): the plan prices the row count first and reports its
+    choice; the run buys the count, settles at its n̂ and makes exactly the calls of its
+    settings, never more than ε in all."""
+    epsilon = 1.0
+    info = register_mushroom(owner, epsilon_cap=2 * epsilon)
+    owner.admin.grant(info.id, analyst.name, epsilon)
+    dataset = analyst.connection.dataset(info.id)
+    miner = AltExpM(epsilon=epsilon, preset="auto", seed=4)
+    plan = miner.plan(dataset)
+    assert plan.fits
+    assert plan.calls[0].operation == "count.noisy"
+    assert plan.settings is not None
+    assert plan.settings.provisional
+    assert "preset auto: depth" in plan.report()
+
+    miner.mine(dataset)
+    settings = miner.settings_
+    assert not settings.provisional
+    assert settings.count_epsilon is not None
+    operations = [r.operation for r in miner.receipts_]
+    assert operations[0] == "count.noisy"
+    assert operations.count("tree.leaf_counts") == settings.rounds
+    assert operations.count("tree.expmech") == settings.rounds + 1
+    assert {(left.depth, right.depth) for left, right in miner.trees_} == {
+        (settings.depth, settings.depth)
+    }
+    spent = sum(Decimal(r.epsilon_exact) for r in miner.receipts_)
+    assert Decimal(str(epsilon)) - Decimal("1e-6") <= spent <= Decimal(str(epsilon))
+    leaf = [r for r in miner.receipts_ if r.operation == "tree.leaf_counts"]
+    assert all(r.epsilon == pytest.approx(settings.leaf_epsilon, abs=1e-9) for r in leaf)

@@ -10,6 +10,12 @@ are extracted from the released noisy leaf counts on the client (:mod:`dpmine.tr
 * MCMCTreePair: ε_iter = ε / InTr; per iteration a random attribute a, a tree pair sampled with
   ω·ε_iter, and the pair's leaf counts with (1 − ω)·ε_iter.
 
+Presets (issue #21). ``preset="paper"`` (the default) keeps the split above with depth 3,
+RMIter 4 / InTr 4, min_support 10 and max_clauses 3. ``preset="auto"`` buys a noisy row count
+n̂ (2 % of ε, at most 0.05) and chooses depth, rounds and the ε of tree draws and leaf-count
+releases from public values and n̂ (:mod:`dpmine.miners.tree_auto`); given parameters win;
+``plan()`` prices at n_max (its settings are ``provisional``) and reports the choice.
+
 The MCMC samplers (AltMCMC's trees, MCMCTreePair's pairs) run ``iterations`` steps, at least
 the server's public minimum :data:`~dpmine.wire.MIN_TREE_ITERATIONS` (a shorter chain's release
 is far from DP; ALGORITHMS.md §6 #16), from random trees the server draws.
@@ -46,7 +52,7 @@ from decimal import Decimal
 from fractions import Fraction
 from functools import cached_property
 from pathlib import Path
-from typing import Self, TypedDict, Unpack, get_args
+from typing import Literal, Self, TypedDict, Unpack, get_args
 
 import numpy as np
 
@@ -56,6 +62,8 @@ from dpmine.errors import ParameterError
 from dpmine.frames import PathLike, as_path, write_csv
 from dpmine.intervals import StatisticIntervals, box_intervals, excess_of, sum_box
 from dpmine.miners._base import GENERAL_HINTS, NotMinedError, Plan, SignificantMiner, _Spent
+from dpmine.miners.tree_auto import AUTO_DEPTHS, AUTO_MAX_ROUNDS, TreeAuto, TreeKind, auto_tree
+from dpmine.miners.tree_auto import count_epsilon as auto_count_epsilon
 from dpmine.queries import format_query
 from dpmine.significance import ALPHA
 from dpmine.treereds import (
@@ -92,6 +100,7 @@ from dpmine.wire import (
     LeafCountsRelease,
     LeafCountsRequest,
     LeafCountsResponse,
+    NoisyCountRequest,
     NumericAttribute,
     NumLiteral,
     PlannedCall,
@@ -108,7 +117,13 @@ from dpmine.wire import (
     View,
 )
 from dpmine.wire.items import usable_columns
-from dpmine.wire.operations import TREE_EXPMECH, TREE_LEAF_COUNTS, TREE_MCMC, TREE_PAIR_MCMC
+from dpmine.wire.operations import (
+    COUNT_NOISY,
+    TREE_EXPMECH,
+    TREE_LEAF_COUNTS,
+    TREE_MCMC,
+    TREE_PAIR_MCMC,
+)
 
 __all__ = [
     "AltExpM",
@@ -119,6 +134,8 @@ __all__ = [
     "TreeDrawSignal",
     "TreeMinerParameters",
     "TreePlan",
+    "TreePreset",
+    "TreeSettings",
     "leaf_paths",
     "release_miss",
     "result_table",
@@ -134,6 +151,47 @@ DEFAULT_MIN_SUPPORT = 10.0
 #: release padding (a deadline from public values), so overlapping independent iterations
 #: shortens a run without changing any release.
 DEFAULT_CONCURRENT_ITERATIONS = 4
+
+#: ``"paper"``: the paper's settings (§3.7); ``"auto"``: :mod:`dpmine.miners.tree_auto`.
+TreePreset = Literal["auto", "paper"]
+_NANO = 10**9
+
+
+@dataclass(frozen=True)
+class TreeSettings:
+    """What a run uses once the preset has filled in what was not given: depth, rounds (leaf-count
+    releases per drawn attribute for AltExpM/AltMCMC, iterations for MCMCTreePair), ε per tree
+    draw and per leaf-count release, min_support, max_clauses, and under ``auto`` the row
+    count's ε and the rule's choice. ``provisional``: chosen at the public n_max for pricing;
+    the run chooses again at its noisy n̂ (same total ε, the calls may differ)."""
+
+    preset: TreePreset
+    depth: int
+    rounds: int
+    tree_epsilon: float
+    leaf_epsilon: float
+    min_support: float
+    max_clauses: int
+    count_epsilon: float | None = None
+    auto: TreeAuto | None = None
+    provisional: bool = False
+
+    def describe(self) -> str:
+        """One line for the plan report."""
+        if self.auto is None:
+            return (
+                f"preset paper: depth {self.depth}, {self.rounds} round(s), "
+                f"ε {self.tree_epsilon:.4g} per tree draw, {self.leaf_epsilon:.4g} per "
+                "leaf-count release"
+            )
+        at = "n_max (the run chooses again at its noisy n̂)" if self.provisional else "n̂"
+        return f"preset {self.auto.describe()}, priced at {at}; row count ε {self.count_epsilon:g}"
+
+
+def _nano_floor(value: float) -> float:
+    """``value`` rounded down to a whole nano-ε, so that the server's rounding up to whole
+    pico-ε never lifts the run above ε."""
+    return math.floor(value * _NANO) / _NANO
 
 
 @dataclass(frozen=True)
@@ -209,12 +267,13 @@ class TreeMinerParameters(TypedDict, total=False):
     """Keyword parameters shared by the three tree miners."""
 
     epsilon: float
-    depth: int
-    min_support: float
+    preset: TreePreset
+    depth: int | None
+    min_support: float | None
     max_support_fraction: float
     min_jaccard: float
     p_max: float
-    max_clauses: int
+    max_clauses: int | None
     leaf_release: LeafCountsRelease
     concurrent_iterations: int
     target_bins: int | None
@@ -416,6 +475,7 @@ class TreePlan(Plan):
     n_max: int = 0
     signals: list[TreeDrawSignal] = field(default_factory=list)
     noise: LeafNoise | None = None
+    settings: TreeSettings | None = None
 
     @property
     def warnings(self) -> list[str]:
@@ -445,6 +505,8 @@ class TreePlan(Plan):
         """The signal report as text (one line per draw kind and for the leaf counts, then the
         warnings)."""
         lines = [f"signal at n_max = {self.n_max} rows (an upper bound of n)"]
+        if self.settings is not None:
+            lines.insert(0, self.settings.describe())
         for s in self.signals:
             deep = f", deepest level {s.deepest:.3g}" if s.operation == TREE_EXPMECH.name else ""
             flag = "  UNIFORM-LIKE" if s.uniform_like else ""
@@ -526,12 +588,13 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
         self,
         *,
         epsilon: float = 1.0,
-        depth: int = DEFAULT_DEPTH,
-        min_support: float = DEFAULT_MIN_SUPPORT,
+        preset: TreePreset = "paper",
+        depth: int | None = None,
+        min_support: float | None = None,
         max_support_fraction: float = DEFAULT_MAX_SUPPORT_FRACTION,
         min_jaccard: float = DEFAULT_MIN_JACCARD,
         p_max: float = DEFAULT_P_MAX,
-        max_clauses: int = DEFAULT_MAX_CLAUSES,
+        max_clauses: int | None = None,
         leaf_release: LeafCountsRelease = "partition",
         concurrent_iterations: int = DEFAULT_CONCURRENT_ITERATIONS,
         target_bins: int | None = None,
@@ -541,6 +604,7 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
         exclude: str | Sequence[str] | None = None,
     ) -> None:
         self.epsilon = epsilon
+        self.preset = preset
         self.depth = depth
         self.min_support = min_support
         self.max_support_fraction = max_support_fraction
@@ -561,7 +625,76 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
 
     @abstractmethod
     def _releases(self) -> int:
-        """R: the leaf-count releases of a run (public, from the parameters)."""
+        """R: the leaf-count releases of a run (public, from the settings)."""
+
+    #: The auto rule's tree kind (:func:`~dpmine.miners.tree_auto.auto_tree`).
+    _kind: TreeKind = "expmech"
+    #: The run's settings (:meth:`_settle`), set by ``plan()`` and again by ``mine()``.
+    settings_: TreeSettings
+
+    @abstractmethod
+    def _given_rounds(self) -> int | None:
+        """The rounds the caller gave (None: the preset's)."""
+
+    @abstractmethod
+    def _paper_settings(self, depth: int, min_support: float, max_clauses: int) -> TreeSettings:
+        """The settings of preset ``"paper"`` (§3.7)."""
+
+    def _auto_in_trees(self) -> int:
+        """Drawn attributes per round under ``auto`` (alternations: ``in_trees``)."""
+        return 1
+
+    def _auto_omega(self) -> float:
+        """The pair draw's fraction of an iteration (MCMCTreePair only)."""
+        return 0.1
+
+    def _settle(self, schema: DatasetMetadata, n_hat: float | None) -> TreeSettings:
+        """Fill in what the preset chooses; given parameters always win. ``auto`` reads ε, the
+        schema's units of the allowed columns and n̂ (None: the public n_max, for pricing)."""
+        self._check_params()
+        max_clauses = self.max_clauses or DEFAULT_MAX_CLAUSES
+        if self.preset == "paper":
+            min_support = DEFAULT_MIN_SUPPORT if self.min_support is None else self.min_support
+            return self._paper_settings(self.depth or DEFAULT_DEPTH, min_support, max_clauses)
+        count = auto_count_epsilon(self.epsilon)
+        if count <= 0 or count >= self.epsilon:
+            raise ParameterError(
+                f"epsilon = {self.epsilon!r} is too small for preset 'auto' (it buys a row count "
+                "of 2 % of ε): use a larger epsilon or preset='paper'"
+            )
+        allowed = self.columns_for(schema)
+        log_units = max(
+            math.log(max(view_units(schema, view, allowed), 1)) for view in ("left", "right")
+        )
+        given = self._given_rounds()
+        auto = auto_tree(
+            self.epsilon - count,
+            float(schema.n_max) if n_hat is None else n_hat,
+            kind=self._kind,
+            log_units=log_units,
+            in_trees=self._auto_in_trees(),
+            omega=self._auto_omega(),
+            max_clauses=max_clauses,
+            depths=AUTO_DEPTHS if self.depth is None else (self.depth,),
+            rounds=tuple(range(AUTO_MAX_ROUNDS, 0, -1)) if given is None else (given,),
+        )
+        return TreeSettings(
+            preset="auto",
+            depth=auto.depth,
+            rounds=auto.rounds,
+            tree_epsilon=_nano_floor(auto.tree_epsilon),
+            leaf_epsilon=_nano_floor(auto.leaf_epsilon),
+            min_support=self.min_support if self.min_support is not None else auto.min_support,
+            max_clauses=max_clauses,
+            count_epsilon=count,
+            auto=auto,
+            provisional=n_hat is None,
+        )
+
+    def _count_calls(self) -> list[PlannedCall]:
+        """The row count's planned call under ``auto`` (none under ``paper``)."""
+        count = self.settings_.count_epsilon
+        return [] if count is None else [COUNT_NOISY.plan(NoisyCountRequest(epsilon=count))]
 
     def plan(self, dataset: DatasetHandle) -> TreePlan:
         """Price the run (free) and report each tree draw's signal against ln(candidates) and
@@ -574,6 +707,7 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
             n_max=schema.n_max,
             signals=tree_signals(base.calls, schema, self._allowed),
             noise=leaf_noise(base.calls, schema),
+            settings=self.settings_,
         )
 
     # -- parameters ----------------------------------------------------------------------------
@@ -581,8 +715,14 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
     def _check_params(self) -> None:
         if not self.epsilon > 0:
             raise ParameterError(f"epsilon must be positive, got {self.epsilon!r}")
-        if not (isinstance(self.depth, int) and self.depth >= 1):
-            raise ParameterError(f"depth must be a whole number of at least 1, got {self.depth!r}")
+        if self.preset not in ("auto", "paper"):
+            raise ParameterError(f"preset must be 'auto' or 'paper', got {self.preset!r}")
+        for name in ("depth", "max_clauses"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ParameterError(f"{name} must be a whole number of at least 1, got {value!r}")
+        if self.min_support is not None and not self.min_support >= 0:
+            raise ParameterError(f"min_support must be ≥ 0, got {self.min_support!r}")
         if not 0 <= self.min_jaccard <= 1:
             raise ParameterError(f"min_jaccard must be in [0, 1], got {self.min_jaccard!r}")
         if self.leaf_release not in get_args(LeafCountsRelease):
@@ -591,7 +731,7 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
             )
         for name in ("in_trees", "rm_iterations", "concurrent_iterations"):
             value = getattr(self, name, 1)
-            if not isinstance(value, int) or value < 1:
+            if value is not None and (not isinstance(value, int) or value < 1):
                 raise ParameterError(f"{name} must be a whole number of at least 1, got {value!r}")
 
     def columns_for(self, schema: DatasetMetadata) -> list[str] | None:
@@ -655,12 +795,13 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
         left, right, response = released.left, released.right, released.counts
         self.trees_.append((left, right))
         self.leaf_counts_.append(response)
+        settings = self.settings_
         options: ExtractOptions = {
-            "min_supp": self.min_support,
+            "min_supp": settings.min_support,
             "max_supp_fraction": self.max_support_fraction,
             "min_jaccard": self.min_jaccard,
             "p_max": self.p_max,
-            "max_clauses": self.max_clauses,
+            "max_clauses": settings.max_clauses,
         }
         left_paths = simplified_leaf_paths(left, schema)
         right_paths = simplified_leaf_paths(right, schema)
@@ -677,7 +818,7 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
         self.examined_ += examined
         partition = response.partition is not None
         shape = (left.n_leaves, right.n_leaves)
-        miss = release_miss(shape, self.max_clauses, self._releases())
+        miss = release_miss(shape, settings.max_clauses, self._releases())
         return [
             self._result_of(
                 red,
@@ -757,10 +898,17 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
         )
 
     def _start(self, dataset: DatasetHandle) -> None:
+        """Check the budget, buy the row count under ``auto`` and settle the run's settings at
+        its n̂ (post-processing; the total ε is the plan's)."""
         self._check_params()
         self._check_budget(dataset)
         self._allowed = self.columns_for(dataset.schema)
         self._spent = _Spent()
+        self.settings_ = self._settle(dataset.schema, None)
+        if self.settings_.count_epsilon is not None:
+            counted = dataset.count(epsilon=self.settings_.count_epsilon)
+            self._spent.receipts.append(counted.receipt)
+            self.settings_ = self._settle(dataset.schema, float(max(counted.count, 1)))
         self.trees_: list[tuple[DecisionTree, DecisionTree]] = []
         self.leaf_counts_: list[LeafCountsResponse] = []
         self.redescriptions_: list[MinedTreeRedescription] = []
@@ -898,7 +1046,7 @@ class _Alternation(_TreeMinerBase):
         self,
         *,
         in_trees: int = 1,
-        rm_iterations: int = 4,
+        rm_iterations: int | None = None,
         **parameters: Unpack[TreeMinerParameters],
     ) -> None:
         super().__init__(**parameters)
@@ -907,12 +1055,20 @@ class _Alternation(_TreeMinerBase):
 
     def _releases(self) -> int:
         """InTr·RMIter leaf-count releases."""
-        return self.in_trees * self.rm_iterations
+        return self.in_trees * self.settings_.rounds
 
-    @property
-    def epsilon_unit(self) -> float:
-        """ε / (InTr·(2·RMIter + 1)): the budget of every tree and leaf-count call."""
-        return share_of(self.epsilon, Fraction(1, self.in_trees * (2 * self.rm_iterations + 1)))
+    def _given_rounds(self) -> int | None:
+        return self.rm_iterations
+
+    def _auto_in_trees(self) -> int:
+        return self.in_trees
+
+    def _paper_settings(self, depth: int, min_support: float, max_clauses: int) -> TreeSettings:
+        """RMIter = 4 unless given; ε / (InTr·(2·RMIter + 1)) for every tree and leaf-count
+        call (§3.7)."""
+        rounds = self.rm_iterations or 4
+        unit = share_of(self.epsilon, Fraction(1, self.in_trees * (2 * rounds + 1)))
+        return TreeSettings("paper", depth, rounds, unit, unit, min_support, max_clauses)
 
     @abstractmethod
     def _tree_request(
@@ -921,23 +1077,25 @@ class _Alternation(_TreeMinerBase):
         """The request of one tree of this miner's operation."""
 
     def _calls(self, dataset: DatasetHandle) -> list[PlannedCall]:
-        self._check_params()
         schema = dataset.schema
-        unit = self.epsilon_unit
+        self.settings_ = self._settle(schema, None)
+        settings = self.settings_
         self._allowed = self.columns_for(schema)
         placeholder = {
-            view: _placeholder_tree(schema, view, self.depth, self._allowed)
+            view: _placeholder_tree(schema, view, settings.depth, self._allowed)
             for view in ("left", "right")
         }
-        calls: list[PlannedCall] = []
+        calls: list[PlannedCall] = self._count_calls()
         for attribute in self._attribute_draws(schema, self.in_trees):
             view = _other(_view_of(schema, attribute))
             calls.append(_planned(self._tree_request(view, self._target(attribute))))
-            for _ in range(self.rm_iterations):
+            for _ in range(settings.rounds):
                 view = _other(view)
                 target = TreeTarget(tree=placeholder[_other(view)])
                 calls.append(_planned(self._tree_request(view, target)))
-                counts = self._counts_request(placeholder["left"], placeholder["right"], unit)
+                counts = self._counts_request(
+                    placeholder["left"], placeholder["right"], settings.leaf_epsilon
+                )
                 calls.append(TREE_LEAF_COUNTS.plan(counts))
         return calls
 
@@ -945,18 +1103,19 @@ class _Alternation(_TreeMinerBase):
         """Run the alternations; returns self (results in ``redescriptions_``)."""
         self._start(dataset)
         schema = dataset.schema
-        steps = self.in_trees * (2 * self.rm_iterations + 1)
+        settings = self.settings_
+        steps = self.in_trees * (2 * settings.rounds + 1)
         with self._progress(steps, type(self).__name__) as advance:
 
             def alternate(attribute: str, iteration: _Iteration) -> None:
                 view = _other(_view_of(schema, attribute))
                 previous = self._tree(dataset, view, self._target(attribute), iteration)
                 advance()
-                for _ in range(self.rm_iterations):
+                for _ in range(settings.rounds):
                     target = TreeTarget(tree=previous)
                     new = self._tree(dataset, _other(previous.view), target, iteration)
                     advance()
-                    self._release_counts(dataset, (previous, new), self.epsilon_unit, iteration)
+                    self._release_counts(dataset, (previous, new), settings.leaf_epsilon, iteration)
                     advance()
                     previous = new
 
@@ -997,8 +1156,8 @@ class AltExpM(_Alternation):
         return TreeExpMechRequest(
             view=view,
             target=target,
-            depth=self.depth,
-            epsilon=self.epsilon_unit,
+            depth=self.settings_.depth,
+            epsilon=self.settings_.tree_epsilon,
             columns=self._allowed,
         )
 
@@ -1026,11 +1185,13 @@ class AltMCMC(_Alternation):
     """Alternating MCMC-sampled trees (§3.4, §3.7): a fixed public number of iterations, at
     least :data:`~dpmine.wire.MIN_TREE_ITERATIONS`."""
 
+    _kind: TreeKind = "mcmc"
+
     def __init__(
         self,
         *,
         in_trees: int = 1,
-        rm_iterations: int = 4,
+        rm_iterations: int | None = None,
         iterations: int = DEFAULT_TREE_ITERATIONS,
         **parameters: Unpack[TreeMinerParameters],
     ) -> None:
@@ -1045,9 +1206,9 @@ class AltMCMC(_Alternation):
         return TreeMCMCRequest(
             view=view,
             target=target,
-            depth=self.depth,
+            depth=self.settings_.depth,
             iterations=self.iterations,
-            epsilon=self.epsilon_unit,
+            epsilon=self.settings_.tree_epsilon,
             columns=self._allowed,
         )
 
@@ -1077,10 +1238,12 @@ class AltMCMC(_Alternation):
 class MCMCTreePair(_TreeMinerBase):
     """Tree pairs sampled jointly (§3.5, §3.7); ω = 0.1 "standard", 0.5 "balanced"."""
 
+    _kind: TreeKind = "pair"
+
     def __init__(
         self,
         *,
-        in_trees: int = 4,
+        in_trees: int | None = None,
         omega: float = 0.1,
         iterations: int = DEFAULT_TREE_ITERATIONS,
         **parameters: Unpack[TreeMinerParameters],
@@ -1098,52 +1261,67 @@ class MCMCTreePair(_TreeMinerBase):
 
     def _releases(self) -> int:
         """One leaf-count release per sampled pair: InTr."""
+        return self.settings_.rounds
+
+    def _given_rounds(self) -> int | None:
         return self.in_trees
 
-    @property
-    def _budgets(self) -> tuple[float, float]:
+    def _auto_omega(self) -> float:
+        return self.omega
+
+    def _paper_settings(self, depth: int, min_support: float, max_clauses: int) -> TreeSettings:
+        """InTr = 4 unless given; per iteration ω·ε/InTr for the pair, (1 − ω)·ε/InTr for its
+        leaf counts (§3.7)."""
+        rounds = self.in_trees or 4
         omega = Fraction(repr(self.omega))
-        return (
-            share_of(self.epsilon, omega / self.in_trees),
-            share_of(self.epsilon, (1 - omega) / self.in_trees),
+        return TreeSettings(
+            "paper",
+            depth,
+            rounds,
+            share_of(self.epsilon, omega / rounds),
+            share_of(self.epsilon, (1 - omega) / rounds),
+            min_support,
+            max_clauses,
         )
 
     def _pair_request(self, attribute: str) -> TreePairMCMCRequest:
         return TreePairMCMCRequest(
             attribute=attribute,
             bins=self.target_bins,
-            depth=self.depth,
+            depth=self.settings_.depth,
             iterations=self.iterations,
-            epsilon=self._budgets[0],
+            epsilon=self.settings_.tree_epsilon,
             columns=self._allowed,
         )
 
     def _calls(self, dataset: DatasetHandle) -> list[PlannedCall]:
-        self._check_params()
         schema = dataset.schema
+        self.settings_ = self._settle(schema, None)
+        settings = self.settings_
         self._allowed = self.columns_for(schema)
-        left = _placeholder_tree(schema, "left", self.depth, self._allowed)
-        right = _placeholder_tree(schema, "right", self.depth, self._allowed)
-        calls: list[PlannedCall] = []
-        for attribute in self._attribute_draws(schema, self.in_trees):
+        left = _placeholder_tree(schema, "left", settings.depth, self._allowed)
+        right = _placeholder_tree(schema, "right", settings.depth, self._allowed)
+        calls: list[PlannedCall] = self._count_calls()
+        for attribute in self._attribute_draws(schema, settings.rounds):
             calls.append(TREE_PAIR_MCMC.plan(self._pair_request(attribute)))
-            counts = self._counts_request(left, right, self._budgets[1])
+            counts = self._counts_request(left, right, settings.leaf_epsilon)
             calls.append(TREE_LEAF_COUNTS.plan(counts))
         return calls
 
     def mine(self, dataset: DatasetHandle) -> Self:
         """Run InTr tree-pair iterations; returns self (results in ``redescriptions_``)."""
         self._start(dataset)
-        with self._progress(2 * self.in_trees, "MCMCTreePair") as advance:
+        settings = self.settings_
+        with self._progress(2 * settings.rounds, "MCMCTreePair") as advance:
 
             def sample(attribute: str, iteration: _Iteration) -> None:
                 pair = dataset.run(self._pair_request(attribute))
                 iteration.receipts.append(pair.receipt)
                 advance()
                 trees = (pair.left_tree, pair.right_tree)
-                self._release_counts(dataset, trees, self._budgets[1], iteration)
+                self._release_counts(dataset, trees, settings.leaf_epsilon, iteration)
                 advance()
 
-            attributes = self._attribute_draws(dataset.schema, self.in_trees)
+            attributes = self._attribute_draws(dataset.schema, settings.rounds)
             self._run_iterations(dataset, attributes, sample)
         return self

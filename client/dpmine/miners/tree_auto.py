@@ -1,0 +1,201 @@
+"""The tree miners' ``auto`` preset (issue #21): depth, rounds and the ε split between tree
+draws and leaf-count releases, from public quantities and a noisy row count n̂ only.
+
+Why. A tree result is shown only when its joint intervals pass the noise-aware test
+(:mod:`dpmine.significance`); their width is the half-width of a sum of released cells at the
+miss α/(R·4·L²) of :func:`dpmine.miners.trees.release_miss`. The paper's split (ε/9 per call
+for AltExpM: 5 trees and R = 4 releases at depth 3) makes that half-width about one expected
+leaf (mammals: 259 rows against 277 at ε = 1), so almost nothing passes. The rule buys each
+call its *price* and spends the rest in proportion:
+
+* **Tree price** (the draw is not close to uniform, :class:`~dpmine.miners.trees.TreeDrawSignal`):
+  the root draw's c·R at R = n̂ is ``TREE_SIGNAL``·ln M. ``tree.expmech``: c = ε/(4d), M the
+  units of the larger view, so ε ≥ 4d·2·ln M/n̂; ``tree.mcmc``: c = ε/4, M = units^(2^d − 1),
+  ε ≥ 4·2·(2^d − 1)·ln units/n̂. ``tree.pair_mcmc`` has c·R = ε/2 far below ln M at any
+  usable ε: its price cannot be met, so the pair draw keeps the fraction ω of its iteration.
+* **Leaf price**: a leaf's expected size n̂/2^d is at least ``LEAF_RATIO`` = 4 half-widths
+  of the sum of its 2^d + 1 released cells at the run's per-sum miss
+  (:func:`leaf_epsilon`), so the boxes of leaf-sized sides are narrow enough for the test.
+* **Choice**: among depth d ∈ {3, 2, 1} and rounds k ∈ {4, …, 1} (leaf-count releases per
+  drawn attribute), the candidates whose prices fit the budget; the one releasing the most
+  leaves k·2^d (each release's results come from its leaf pairs), ties to the deeper tree
+  (fewer, less noisy releases). Nothing fits: d = 1, k = 1, the prices scaled down by one
+  factor to the budget.
+* **Surplus**: what the budget leaves over the chosen prices goes half to the tree draws and
+  half to the leaf-count releases, equally per call (each call gets at least its price). The
+  tree price is an upper bound of the signal (c·R with the largest gain range), far below what
+  the draws need on easy data: scaling all prices by one factor (Serenade's rule, measured
+  first as candidate A) starved the trees on asia (ε 0.027 per tree, 3 shown results per run
+  against 20.5 with the paper's ε/9).
+* min_support = max(10, 3·√2·b), b = 1/ε_leaf the per-cell scale: a noisy intersection below
+  three noise standard deviations of one cell is not a result. max_clauses stays 3.
+
+Everything here is a pure function of ε, n̂ (or the public n_max for pricing), the schema's
+units and the options: post-processing, it reads no data.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
+
+from dpmine.intervals import sum_half_width
+from dpmine.significance import ALPHA
+from dpmine.treereds import query_cell_sets
+
+__all__ = [
+    "AUTO_COUNT_CAP",
+    "AUTO_COUNT_SHARE",
+    "AUTO_DEPTHS",
+    "AUTO_MAX_ROUNDS",
+    "LEAF_RATIO",
+    "TREE_SIGNAL",
+    "TreeAuto",
+    "TreeKind",
+    "auto_tree",
+    "count_epsilon",
+    "leaf_epsilon",
+    "tree_epsilon",
+]
+
+#: The noisy row count costs this share of ε, at most ``AUTO_COUNT_CAP`` (as Serenade's auto).
+AUTO_COUNT_SHARE = 0.02
+AUTO_COUNT_CAP = 0.05
+#: Depths and rounds the rule chooses from.
+AUTO_DEPTHS = (3, 2, 1)
+AUTO_MAX_ROUNDS = 4
+#: A tree draw's root c·R at R = n̂ is this many times ln M.
+TREE_SIGNAL = 2.0
+#: An expected leaf is this many half-widths of its released row sum.
+LEAF_RATIO = 4.0
+#: Per-cell scale at which the half-width of a sum is read (continuous limit, see below).
+_PRICING_SCALE = 1000.0
+_NANO = 10**9
+
+TreeKind = Literal["expmech", "mcmc", "pair"]
+
+
+def count_epsilon(epsilon: float) -> float:
+    """ε of the noisy row count: min(``AUTO_COUNT_CAP``, ``AUTO_COUNT_SHARE``·ε), rounded down
+    to a whole nano-ε."""
+    return math.floor(min(AUTO_COUNT_CAP, AUTO_COUNT_SHARE * epsilon) * _NANO) / _NANO
+
+
+def tree_epsilon(kind: TreeKind, depth: int, log_units: float, n_rows: float) -> float:
+    """ε of one tree draw whose root c·R at R = ``n_rows`` is ``TREE_SIGNAL``·ln M (module
+    docstring); 0 for ``"pair"`` (its price cannot be met)."""
+    if kind == "pair":
+        return 0.0
+    log_m = max(log_units, 1.0) * (depth if kind == "expmech" else (1 << depth) - 1)
+    # expmech: c = ε/(4d) and ln M = ln units; mcmc: c = ε/4 and ln M = (2^d − 1)·ln units.
+    # Both are ε·n/4 ≥ TREE_SIGNAL·d·ln units (expmech) or TREE_SIGNAL·(2^d − 1)·ln units.
+    return 4.0 * TREE_SIGNAL * log_m / max(n_rows, 1.0)
+
+
+@lru_cache(maxsize=64)
+def _unit_half_width(cells: int, miss: float) -> float:
+    """Half-width of a sum of ``cells`` discrete Laplace noises per unit of scale, read at a
+    large scale: the discrete law's half-width is at most the continuous one, which is linear in
+    the scale, so pricing with it never buys less than the target."""
+    return sum_half_width(_PRICING_SCALE, cells, miss) / _PRICING_SCALE
+
+
+def leaf_epsilon(
+    depth: int, releases: int, max_clauses: int, n_rows: float, alpha: float = ALPHA
+) -> float:
+    """ε of one leaf-count release at which the half-width of a leaf's released row sum (2^d + 1
+    cells of scale 1/ε) at the run's per-sum miss α/(R·4·L²) is n̂/(2^d·``LEAF_RATIO``)."""
+    sets = query_cell_sets(1 << depth, max_clauses)
+    miss = alpha / releases / (4 * sets * sets)
+    target = max(n_rows, 1.0) / (1 << depth) / LEAF_RATIO
+    return float(_unit_half_width((1 << depth) + 1, miss)) / target
+
+
+@dataclass(frozen=True)
+class TreeAuto:
+    """What the rule chose: depth, rounds k, ε per tree draw and per leaf-count release, the
+    minimum noisy support, and whether the prices fit (False: the fallback d = 1, k = 1)."""
+
+    depth: int
+    rounds: int
+    tree_epsilon: float
+    leaf_epsilon: float
+    min_support: float
+    fits: bool
+
+    def describe(self) -> str:
+        """One line for the plan report."""
+        fit = "" if self.fits else " (the prices do not fit ε: fallback, expect few results)"
+        return (
+            f"auto: depth {self.depth}, {self.rounds} leaf-count round(s), "
+            f"ε {self.tree_epsilon:.4g} per tree draw, {self.leaf_epsilon:.4g} per leaf-count "
+            "release, min_support "
+            f"{self.min_support:.3g}{fit}"
+        )
+
+
+def auto_tree(
+    budget: float,
+    n_rows: float,
+    *,
+    kind: TreeKind,
+    log_units: float,
+    in_trees: int = 1,
+    omega: float = 0.1,
+    max_clauses: int = 3,
+    depths: tuple[int, ...] = AUTO_DEPTHS,
+    rounds: tuple[int, ...] = tuple(range(AUTO_MAX_ROUNDS, 0, -1)),
+    prefer_rounds: bool = False,
+    split_surplus: bool = True,
+) -> TreeAuto:
+    """The auto choice for ``budget`` (ε minus the row count) at ``n_rows`` rows (module
+    docstring). Alternation (``expmech``, ``mcmc``): ``in_trees``·(k + 1) trees and
+    ``in_trees``·k releases; ``pair``: k iterations, each a pair draw (the fraction ``omega``)
+    and one release. ``depths`` / ``rounds`` restrict the candidates (a given parameter).
+    ``prefer_rounds``: order the candidates by rounds, then depth (candidate D, measured, not
+    the default); ``split_surplus=False``: scale the prices by one factor (candidate A)."""
+    if not (math.isfinite(budget) and budget > 0):
+        raise ValueError(f"budget must be a positive finite number, got {budget!r}")
+    best: tuple[int, int, int, float, float] | None = None  # (leaves, depth, k, tree, leaf)
+    for depth in depths:
+        for k in rounds:
+            releases = in_trees * k if kind != "pair" else k
+            leaf = leaf_epsilon(depth, releases, max_clauses, n_rows)
+            if kind == "pair":
+                tree, cost = 0.0, k * leaf / (1.0 - omega)
+            else:
+                tree = tree_epsilon(kind, depth, log_units, n_rows)
+                cost = in_trees * ((k + 1) * tree + k * leaf)
+            if cost > budget:
+                continue
+            key = (k, depth) if prefer_rounds else (k << depth, depth)
+            if best is None or key > (best[0], best[1]):
+                best = (key[0], depth, k, tree, leaf)
+    fits = best is not None
+    if best is None:
+        depth, k = min(depths), min(rounds)
+        releases = in_trees * k if kind != "pair" else k
+        leaf = leaf_epsilon(depth, releases, max_clauses, n_rows)
+        tree = 0.0 if kind == "pair" else tree_epsilon(kind, depth, log_units, n_rows)
+        best = (k << depth, depth, k, tree, leaf)
+    _, depth, k, tree, leaf = best
+    if kind == "pair":
+        leaf_share = budget * (1.0 - omega) / k
+        tree_share = budget * omega / k
+    elif fits and split_surplus:
+        surplus = budget - in_trees * ((k + 1) * tree + k * leaf)
+        tree_share = tree + surplus / 2 / (in_trees * (k + 1))
+        leaf_share = leaf + surplus / 2 / (in_trees * k)
+    else:
+        scale = budget / (in_trees * ((k + 1) * tree + k * leaf))
+        tree_share, leaf_share = tree * scale, leaf * scale
+    return TreeAuto(
+        depth=depth,
+        rounds=k,
+        tree_epsilon=tree_share,
+        leaf_epsilon=leaf_share,
+        min_support=max(10.0, 3.0 * math.sqrt(2.0) / leaf_share),
+        fits=fits,
+    )
