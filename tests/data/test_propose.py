@@ -99,6 +99,11 @@ def test_headroom_and_label(tmp_path: Path) -> None:
         CsvSource(path="t.csv"), kind="table", base_dir=tmp_path, label=label, headroom=10
     )
     assert metadata.n_max == 200
+    # The review says n_max derives from the private row count (headroom only, never n).
+    assert metadata.review is not None
+    (note,) = [n for n in metadata.review.notes if n.startswith("n_max is")]
+    assert "times 10, rounded up: it derives from the private row count" in note
+    assert str(len(ROWS)) not in note
     assert metadata.label == label
     score = metadata.attribute("score")
     assert isinstance(score, CategoricalAttribute)  # a label is never numeric

@@ -324,6 +324,15 @@ def _n_max(n_rows: int, headroom: float) -> int:
     return min(MAX_N_MAX, nice_ceil(max(1.0, n_rows * headroom)))
 
 
+#: The review note on the proposed ``n_max`` (it is published, and derived from the private n).
+N_MAX_NOTE = (
+    "n_max is the data's row count times {headroom:g}, rounded up: it derives from the private "
+    "row count and is published. Replace it by an upper bound that is public knowledge (the "
+    "size of the population the table can hold); every sensitivity and padding budget scales "
+    "with it, so a tight public bound gives faster and more accurate answers"
+)
+
+
 def _frames(
     source: DatasetSource, base_dir: Path
 ) -> tuple[list[tuple[pd.DataFrame, str | None]], list[str]]:
@@ -462,6 +471,7 @@ def propose_metadata(
             f"of {ROW_WIDTH_STEP}; longer rows are cut to their first items (in the order of "
             "'items') when loaded. Itemset mining is padded to a time that grows like "
             "n_max·C(max_row_width, ℓ): lower it to answer faster, raise it to cut fewer rows",
+            N_MAX_NOTE.format(headroom=headroom),
         ]
         return DatasetMetadata(
             kind=kind,
@@ -486,6 +496,7 @@ def propose_metadata(
         notes += column.notes
         if column.attribute is not None:
             attributes.append(column.attribute)
+    notes.append(N_MAX_NOTE.format(headroom=headroom))
     try:
         return DatasetMetadata(
             kind=kind,
