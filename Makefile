@@ -41,7 +41,9 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
+## The benchmarks also need the non-private baselines (pyfim builds from source: a C compiler).
 bench: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) bench/bench_foundation.py
 
 ## Build the sdist and the wheel and install them into fresh venvs (part of `make test` too).
