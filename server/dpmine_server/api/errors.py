@@ -6,6 +6,9 @@ that import no web framework; this module, in the API layer, turns them into res
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -25,8 +28,18 @@ def _validation_detail(error: RequestValidationError) -> str:
     parts = []
     for item in error.errors()[:10]:
         location = ".".join(str(part) for part in item.get("loc", ()) if part != "body")
-        parts.append(f"{location or 'body'}: {item.get('msg', 'invalid')}")
+        parts.append(f"{location or 'body'}: {_message(item)}")
     return "; ".join(parts) + " (fix these fields and send the request again)"
+
+
+def _message(item: Mapping[str, Any]) -> str:
+    """Pydantic's message, except for an unknown tag of a tagged union (a job's ``operation``):
+    that one names the tag and the valid ones in words."""
+    context = item.get("ctx") or {}
+    if item.get("type") == "union_tag_invalid":
+        field = str(context.get("discriminator", "tag")).strip("'")
+        return f"unknown {field} {context.get('tag')!r}; use one of {context.get('expected_tags')}"
+    return str(item.get("msg", "invalid"))
 
 
 def add_exception_handlers(app: FastAPI) -> None:
