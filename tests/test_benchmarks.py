@@ -30,8 +30,14 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
         "serenade.json": ("machine", "datasets", "calibrations", "summaries", "runs", "clired"),
         "serenade_utility.json": ("summaries", "runs"),
     },
+    "bench_rule_lists.py": {
+        "rule_lists.json": ("machine", "parameters", "dp_runs"),
+    },
     "bench_trees.py": {
         "trees.json": ("machine", "n_rows", "summaries", "runs", "figures"),
+    },
+    "bench_trust.py": {
+        "trust.json": ("machine", "n_rows", "views", "summaries", "runs"),
     },
 }
 
