@@ -30,6 +30,9 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
         "serenade.json": ("machine", "datasets", "calibrations", "summaries", "runs", "clired"),
         "serenade_utility.json": ("summaries", "runs"),
     },
+    "bench_itemsets.py": {
+        "itemsets.json": ("machine", "true_counts", "utility", "speed", "ratios", "profiles"),
+    },
     "bench_rule_lists.py": {
         "rule_lists.json": ("machine", "parameters", "dp_runs"),
     },
