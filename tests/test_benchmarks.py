@@ -26,6 +26,9 @@ TIMEOUT_S = 600.0
 
 #: script -> {JSON file it writes: keys that must hold a non-empty list or mapping}.
 EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
+    "bench_budgets.py": {
+        "budgets.json": ("machine", "results"),
+    },
     "bench_serenade.py": {
         "serenade.json": ("machine", "datasets", "calibrations", "summaries", "runs", "clired"),
         "serenade_utility.json": ("summaries", "runs"),
