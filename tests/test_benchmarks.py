@@ -33,6 +33,9 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
         "serenade.json": ("machine", "datasets", "calibrations", "summaries", "runs", "clired"),
         "serenade_utility.json": ("summaries", "runs"),
     },
+    "calibrate_itemsets.py": {
+        "calibrate_itemsets.json": ("machine", "measured", "model", "fimi"),
+    },
     "bench_itemsets.py": {
         "itemsets.json": ("machine", "true_counts", "utility", "speed", "ratios", "profiles"),
     },
