@@ -528,6 +528,13 @@ def run_utility(
     return cells
 
 
+def exact_top_k(transactions: list[list[int]], *, k: int, length: int) -> Ranked:
+    """The true top K: pyfim Eclat, or without pyfim (``--smoke``) :func:`counted_top_k`."""
+    if fim is None:
+        return counted_top_k(transactions, k=k, length=length)
+    return pyfim_top_k(transactions, k=k, length=length, miner="eclat")
+
+
 def true_top_ks(data: TrueData, *, with_speed: bool) -> dict[tuple[int, int], Ranked]:
     """Exact top K (pyfim Eclat on the harness's transactions) for every (K, ℓ) needed."""
     needed = {(s.k, s.length) for s in sweep_settings()}

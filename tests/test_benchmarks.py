@@ -36,6 +36,17 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
     "calibrate_itemsets.py": {
         "calibrate_itemsets.json": ("machine", "measured", "model", "fimi"),
     },
+    "bench_foundation.py": {
+        "foundation.json": (
+            "machine",
+            "quality",
+            "count_engine",
+            "count_kernel",
+            "long_job",
+            "jobs",
+            "topk",
+        ),
+    },
     "bench_itemsets.py": {
         "itemsets.json": ("machine", "true_counts", "utility", "speed", "ratios", "profiles"),
     },
