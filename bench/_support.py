@@ -10,6 +10,9 @@ manager stops what it started in a ``finally`` block, by process id.
 from __future__ import annotations
 
 import contextlib
+import csv
+import gzip
+import importlib
 import importlib.metadata
 import os
 import platform
@@ -54,6 +57,7 @@ __all__ = [
     "WorkerHandle",
     "add_analysts",
     "free_port",
+    "import_pyfim",
     "load_average",
     "machine_info",
     "median",
@@ -68,12 +72,31 @@ __all__ = [
     "unwind_on_sigterm",
     "wait_if_asked",
     "wait_until_quiet",
+    "write_bundled_fimi",
+    "write_bundled_pair",
 ]
 
 Backend = Literal["sqlite", "postgres"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PG_BIN_DIR = Path("/usr/lib/postgresql/15/bin")
+#: The UCI Mushroom table bundled with the repository (8,124 rows, 23 categorical columns with
+#: ``?`` missing): the data of every benchmark's ``--smoke`` mode, which must run without the
+#: shared data folder.
+BUNDLED_MUSHROOM = REPO_ROOT / "data" / "uci_mushroom" / "agaricus-lepiota.csv.gz"
+#: Smoke-mode views of the bundled table: what a mushroom looks like from above (cap, smell,
+#: gills) against the rest (stalk, veil, ring, spores, where it grows, edibility).
+BUNDLED_LEFT = (
+    "cap-shape",
+    "cap-surface",
+    "cap-color",
+    "bruises",
+    "odor",
+    "gill-attachment",
+    "gill-spacing",
+    "gill-size",
+    "gill-color",
+)
 #: Owner key the benchmark servers bootstrap with (a throwaway server; >= 24 characters).
 OWNER_KEY = "bench-owner-key-" + "0123456789abcdef"
 _STARTUP_TIMEOUT_S = 60.0
@@ -601,6 +624,55 @@ def _git_commit() -> str | None:
     except (OSError, subprocess.CalledProcessError):
         return None
     return result.stdout.strip() or None
+
+
+def _bundled_rows(every: int) -> tuple[list[str], list[list[str]]]:
+    """The bundled table's header and every ``every``-th row (a spread, not the first block)."""
+    with gzip.open(BUNDLED_MUSHROOM, "rt", encoding="utf-8", newline="") as handle:
+        header, *rows = list(csv.reader(handle))
+    return header, rows[::every]
+
+
+def write_bundled_pair(directory: Path, *, every: int = 48) -> tuple[list[str], list[str]]:
+    """Write ``left.csv`` and ``right.csv`` (joined by an ``id`` column) from every
+    ``every``-th row of the bundled Mushroom table, views :data:`BUNDLED_LEFT` and the other
+    columns; returns the two views' column names. A small two-view table for ``--smoke``."""
+    header, rows = _bundled_rows(every)
+    left = [name for name in header if name in BUNDLED_LEFT]
+    right = [name for name in header if name not in BUNDLED_LEFT]
+    directory.mkdir(parents=True, exist_ok=True)
+    for file_name, columns in (("left.csv", left), ("right.csv", right)):
+        positions = [header.index(name) for name in columns]
+        with (directory / file_name).open("w", encoding="utf-8", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["id", *columns])
+            writer.writerows([str(i), *(row[p] for p in positions)] for i, row in enumerate(rows))
+    return left, right
+
+
+def write_bundled_fimi(path: Path, *, every: int = 16) -> int:
+    """Write every ``every``-th row of the bundled Mushroom table as FIMI transactions (one
+    integer item per attribute=value, numbered in order of first appearance, as the FIMI
+    mushroom file is); returns the number of transactions."""
+    header, rows = _bundled_rows(every)
+    ids: dict[tuple[str, str], int] = {}
+    lines = []
+    for row in rows:
+        pairs = zip(header, row, strict=True)
+        items = [ids.setdefault(pair, len(ids) + 1) for pair in pairs]
+        lines.append(" ".join(str(item) for item in sorted(items)))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return len(lines)
+
+
+def import_pyfim() -> Any | None:
+    """pyfim's ``fim`` module, or None when the ``bench`` extra is not installed (``make test``
+    does not install it: the smoke modes then skip the pyfim baseline and say so)."""
+    try:
+        return importlib.import_module("fim")
+    except ImportError:
+        return None
 
 
 def owner_confirmed(metadata: DatasetMetadata) -> DatasetMetadata:

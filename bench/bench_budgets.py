@@ -102,6 +102,11 @@ DEMO_METADATA = REPO_ROOT / "config" / "demo" / "mushroom.metadata.json"
 SHARED_DATA = Path("/work/shared/data")
 REPEATS, QUICK_REPEATS = 20, 5
 ROWS, QUICK_ROWS = 100_000, 20_000
+#: ``--smoke`` (the test suite's check that the script runs): one call per case, 2,000-row
+#: adversarial data, the repository's own tables only; overruns are reported, not an error
+#: (the test suite's machine is loaded, and the suite asserts nothing about time).
+SMOKE_REPEATS, SMOKE_ROWS = 1, 2_000
+SMOKE_DATASETS = ("mushroom", "table", *ADVERSARIAL)
 CONFIDENCE = 0.95
 
 
@@ -530,6 +535,12 @@ def load_datasets(keys: Sequence[str], rows: int, folder: Path) -> Iterator[Data
 def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="5 repetitions, smaller data")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="seconds-long check that the script runs: 1 call per case, 2,000-row adversarial "
+        "data, no shared data; overruns reported, exit status 0",
+    )
     parser.add_argument("--repeats", type=int, default=None, help="timed calls per case")
     parser.add_argument("--rows", type=int, default=None, help="rows of the adversarial data")
     parser.add_argument("--operations", default=",".join(OPERATIONS))
@@ -548,6 +559,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.execve(sys.executable, [sys.executable, *sys.argv], {**_ONE_THREAD, **os.environ})
     unwind_on_sigterm()
     arguments = parse_arguments(argv)
+    if arguments.smoke:
+        arguments.repeats, arguments.rows = SMOKE_REPEATS, SMOKE_ROWS
+        arguments.datasets = ",".join(SMOKE_DATASETS)
     repeats = arguments.repeats or (QUICK_REPEATS if arguments.quick else REPEATS)
     rows = arguments.rows or (QUICK_ROWS if arguments.quick else ROWS)
     operations = set(arguments.operations.split(","))
@@ -591,7 +605,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "results": [asdict(result) for result in results],
     }
     (arguments.out / "budgets.json").write_text(json.dumps(output, indent=2) + "\n")
-    return 1 if any(result.overruns for result in results) else 0
+    overran = [result.operation for result in results if result.overruns]
+    if overran and arguments.smoke:
+        print(f"overruns (reported, not an error under --smoke): {', '.join(overran)}")
+        return 0
+    return 1 if overran else 0
 
 
 if __name__ == "__main__":

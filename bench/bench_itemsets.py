@@ -25,6 +25,7 @@ bench/README.md.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import cProfile
 import functools
@@ -46,7 +47,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import fim
 import matplotlib as mpl
 import numpy as np
 import numpy.typing as npt
@@ -56,6 +56,7 @@ from matplotlib.figure import Figure
 from _support import (
     REPO_ROOT,
     ServerHandle,
+    import_pyfim,
     load_average,
     machine_info,
     median,
@@ -65,6 +66,7 @@ from _support import (
     time_calls,
     unwind_on_sigterm,
     wait_if_asked,
+    write_bundled_fimi,
 )
 from dpmine.miners.itemsets import TopKItemsets
 from dpmine.wire import FimiSource, TopKItemsetsRequest, TopKItemsetsResponse
@@ -75,6 +77,10 @@ from dpmine_server.dp.rng import secure_generator, seeded_generator
 from dpmine_server.operations.itemsets import top_k_itemsets
 
 mpl.use("Agg")
+
+#: pyfim (the ``bench`` extra), or None: only ``--smoke`` runs without it.
+fim = import_pyfim()
+PYFIM_MISSING = "pyfim not installed (pip install -e '.[bench]')"
 
 Method = Literal["em", "laplace"]
 #: An itemset as sorted integer item ids (the FIMI tokens).
@@ -122,6 +128,18 @@ DATASETS = (
         SHARED_DATA / "fimi_T10I4D100K" / "T10I4D100K.dat.gz",
     ),
 )
+#: ``--smoke``: one row in this many of the bundled Mushroom table (254 transactions).
+SMOKE_EVERY = 32
+
+
+def smoke_dataset(out: Path) -> FimiDataset:
+    """The smoke mode's dataset: the bundled Mushroom table as FIMI transactions (one item per
+    attribute=value), written under ``out`` (no shared data needed)."""
+    path = out / "smoke-data" / "mushroom.dat"
+    write_bundled_fimi(path, every=SMOKE_EVERY)
+    return FimiDataset("mushroom-bundled", "fimi-mushroom-bundled", path)
+
+
 #: mlxtend needs a dense one-hot matrix: retail's is 88,162 x 16,470 (BASELINES §2: 2.9 GiB).
 MLXTEND_SKIP = {"retail": "dense one-hot matrix of 1.45 GB (BASELINES §2)"}
 
@@ -167,6 +185,8 @@ class Config:
     skip_utility: bool
     skip_speed: bool
     wait_quiet: float
+    #: ``--smoke``: the bundled Mushroom table as FIMI, padding off (the test suite's check).
+    smoke: bool = False
 
 
 # -- the data, seen by the harness (non-private) ------------------------------------------------
@@ -255,6 +275,8 @@ def pyfim_search(
     """Exact top K of length ``length`` with pyfim: find the K-th count by mining at halving
     absolute thresholds, starting at the largest single-item count, then rank. Also returns
     the thresholds mined at (one pyfim pass each, plus one for the single-item counts)."""
+    if fim is None:
+        raise RuntimeError(PYFIM_MISSING)
     mine = getattr(fim, miner)
     singles = mine(transactions, target="s", supp=-1, zmin=1, zmax=1, report="a")
     threshold = max((int(count) for _, count in singles), default=0)
@@ -274,6 +296,15 @@ def pyfim_search(
 def pyfim_top_k(transactions: list[list[int]], *, k: int, length: int, miner: str) -> Ranked:
     """The ranking of :func:`pyfim_search` (the timed non-private baseline)."""
     return pyfim_search(transactions, k=k, length=length, miner=miner)[0]
+
+
+def counted_top_k(transactions: list[list[int]], *, k: int, length: int) -> Ranked:
+    """Exact top K of length ``length`` by counting every transaction's ``length``-subsets:
+    the truth without pyfim, for the smoke mode's small table only (C(|t|, ℓ) per row)."""
+    counts = collections.Counter(
+        itertools.chain.from_iterable(itertools.combinations(t, length) for t in transactions)
+    )
+    return rank(list(counts.items()), k)
 
 
 @dataclass(frozen=True)
@@ -497,11 +528,23 @@ def run_utility(
     return cells
 
 
+def exact_top_k(transactions: list[list[int]], *, k: int, length: int) -> Ranked:
+    """The true top K: pyfim Eclat, or without pyfim (``--smoke``) :func:`counted_top_k`."""
+    if fim is None:
+        return counted_top_k(transactions, k=k, length=length)
+    return pyfim_top_k(transactions, k=k, length=length, miner="eclat")
+
+
 def true_top_ks(data: TrueData, *, with_speed: bool) -> dict[tuple[int, int], Ranked]:
     """Exact top K (pyfim Eclat on the harness's transactions) for every (K, ℓ) needed."""
     needed = {(s.k, s.length) for s in sweep_settings()}
     if with_speed:
         needed |= {(k, SPEED_LENGTH) for k in SPEED_KS}
+    if fim is None:  # --smoke without the bench extra
+        return {
+            (k, length): counted_top_k(data.transactions, k=k, length=length)
+            for k, length in sorted(needed)
+        }
     return {
         (k, length): pyfim_top_k(data.transactions, k=k, length=length, miner="eclat")
         for k, length in sorted(needed)
@@ -642,7 +685,7 @@ class _SpeedRun:
             )
             kernel = functools.partial(run_kernel_secure, self.side, method, setting)
             self.samples.add(("kernel", method, k), timed(kernel)[0])
-        for name in PYFIM_MINERS:
+        for name in PYFIM_MINERS if fim is not None else ():
             mine = functools.partial(
                 pyfim_top_k, self.data.transactions, k=k, length=SPEED_LENGTH, miner=name
             )
@@ -671,7 +714,10 @@ class _SpeedRun:
         )
 
     def baseline(self, miner: str, k: int) -> BaselineTiming:
-        """The figures of one pyfim miner at K."""
+        """The figures of one pyfim miner at K (a skipped one without pyfim)."""
+        if fim is None:
+            note = PYFIM_MISSING
+            return BaselineTiming(self.spec.name, miner, k, SPEED_LENGTH, 0, None, None, None, note)
         seconds = self.samples.seconds[("baseline", miner, k)]
         return BaselineTiming(
             dataset=self.spec.name,
@@ -704,7 +750,7 @@ def time_dataset(
         )
         thresholds: dict[int, list[int]] = {}
         for k in SPEED_KS:  # unmeasured warm-up of the in-process paths
-            for name in PYFIM_MINERS:
+            for name in PYFIM_MINERS if fim is not None else ():
                 _, thresholds[k] = pyfim_search(
                     data.transactions, k=k, length=SPEED_LENGTH, miner=name
                 )
@@ -727,11 +773,10 @@ def time_dataset(
             flush=True,
         )
     for baseline in baselines:
-        print(
-            f"  {spec.name:10} {baseline.miner:15} K={baseline.k:<3} "
-            f"{(baseline.median_s or 0.0) * 1e3:8.1f} ms",
-            flush=True,
+        figure = (
+            baseline.note if baseline.median_s is None else f"{baseline.median_s * 1e3:8.1f} ms"
         )
+        print(f"  {spec.name:10} {baseline.miner:15} K={baseline.k:<3} {figure}", flush=True)
     print(
         f"  {spec.name:10} cold first call {cold:6.2f} s; count.noisy median "
         f"{median(floor) * 1e3:.1f} ms",
@@ -767,7 +812,11 @@ def run_served(
     specs = [datas[name].spec for name in datas]
     with (
         tempfile.TemporaryDirectory(prefix="dpmine-bench-itemsets-") as scratch,
-        server_for_backend("sqlite", Path(scratch)) as server,
+        server_for_backend(
+            "sqlite",
+            Path(scratch),
+            extra_env={"DPMINE_TIMING_PADDING": "false"} if config.smoke else None,
+        ) as server,
     ):
         try:
             with server.connect(timeout=600.0) as owner:
@@ -886,8 +935,8 @@ def speed_rows(speeds: list[DatasetSpeed], extra: list[BaselineTiming]) -> list[
                 for b in speed.baselines + extra
                 if (b.dataset, b.k) == (cell.dataset, cell.k) and b.median_s is not None
             ]
-            best = min(candidates, key=lambda b: b.median_s or math.inf)
-            best_s = best.median_s or math.nan
+            best = min(candidates, key=lambda b: b.median_s or math.inf, default=None)
+            best_s = math.nan if best is None else best.median_s or math.nan
             rows.append(
                 SpeedRow(
                     dataset=cell.dataset,
@@ -896,7 +945,7 @@ def speed_rows(speeds: list[DatasetSpeed], extra: list[BaselineTiming]) -> list[
                     http_median_s=cell.http_median_s,
                     mine_median_s=cell.mine_median_s,
                     kernel_median_s=cell.kernel_median_s,
-                    best_miner=best.miner,
+                    best_miner="none" if best is None else best.miner,
                     best_nonprivate_s=best_s,
                     ratio_http=cell.http_median_s / best_s,
                     ratio_kernel=cell.kernel_median_s / best_s,
@@ -996,7 +1045,7 @@ def profiles_over_target(
     for speed in speeds:
         mine = [r for r in rows if r.dataset == speed.dataset]
         worst = max(mine, key=lambda r: r.ratio_http)
-        if worst.ratio_http > RATIO_TARGET:
+        if worst.ratio_http > RATIO_TARGET or config.smoke:  # smoke: profile one cell anyway
             results.append(profile_kernel(sides[speed.dataset], worst, speed, config))
     return results
 
@@ -1316,6 +1365,12 @@ def parse_args(argv: list[str] | None = None) -> Config:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer runs and repeats")
     parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="seconds-long check that the script runs (the test suite's): the bundled Mushroom "
+        "table as FIMI (1 row in 32), 1 run, 1 round, padding off; pyfim skipped if missing",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         default=REPO_ROOT / "bench" / "out",
@@ -1338,6 +1393,24 @@ def parse_args(argv: list[str] | None = None) -> Config:
         help="before each timing stage wait up to SECONDS for the 1-minute load average < 0.5",
     )
     args = parser.parse_args(argv)
+    if args.smoke:
+        return Config(
+            quick=True,
+            out=args.out,
+            datasets=(smoke_dataset(args.out),),
+            runs=1,
+            warm_calls=1,
+            mlxtend_repeats=0,
+            mlxtend_max_seconds=20.0,
+            profile_calls=1,
+            seed=args.seed,
+            skip_utility=False,
+            skip_speed=False,
+            wait_quiet=0.0,
+            smoke=True,
+        )
+    if fim is None:
+        parser.error(PYFIM_MISSING)
     by_name = {spec.name: spec for spec in DATASETS}
     chosen: list[FimiDataset] = []
     for name in (part.strip() for part in args.datasets.split(",") if part.strip()):
@@ -1441,7 +1514,9 @@ def main(argv: list[str] | None = None) -> int:
     unwind_on_sigterm()
     started = time.perf_counter()
     info = machine_info()
-    info["pyfim"] = importlib.metadata.version("pyfim")
+    info["pyfim"] = importlib.metadata.version("pyfim") if fim is not None else None
+    if fim is None:
+        print(f"non-private baseline skipped: {PYFIM_MISSING}", flush=True)
     info["mlxtend"] = import_mlxtend_fpgrowth()[1]
     names = [spec.name for spec in config.datasets]
     print(

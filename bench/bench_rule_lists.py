@@ -49,6 +49,7 @@ import numpy.typing as npt
 
 import dpmine
 from _support import (
+    BUNDLED_MUSHROOM,
     ServerHandle,
     add_analysts,
     load_average,
@@ -278,6 +279,18 @@ def load_dataset(name: str) -> Dataset:
             len(train),
         )
     raise ValueError(f"unknown dataset {name!r}; choose from {DATASETS}")
+
+
+#: ``--smoke``: one row in 16 of the bundled Mushroom table (508 rows, 400 to train).
+SMOKE_EVERY = 16
+SMOKE_TRAIN = 400
+
+
+def smoke_dataset() -> Dataset:
+    """The smoke mode's dataset: Mushroom from the repository's bundled copy (no shared data),
+    one row in :data:`SMOKE_EVERY`, with the full benchmark's owner-side metadata."""
+    rows = _read_csv(BUNDLED_MUSHROOM)[::SMOKE_EVERY]
+    return Dataset(mushroom_spec(rows), rows, None, SMOKE_TRAIN)
 
 
 def write_rows(path: Path, columns: Sequence[str], rows: Sequence[Row]) -> Path:
@@ -669,6 +682,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark; print the tables; write ``rule_lists.json``."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="1 run, ε = 0.9 and 0.1")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="seconds-long check that the script runs (the test suite's): 1 fit at ε = 0.9 on "
+        "the bundled Mushroom table (1 row in 16), padding off, no imodels baseline",
+    )
     parser.add_argument("--runs", type=int, default=None, help="DP runs per setting (default 5)")
     parser.add_argument("--datasets", default=",".join(DATASETS))
     parser.add_argument("--epsilons", default=None, help="comma list (default 0.9,0.5,0.1,0.01)")
@@ -687,14 +706,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     unwind_on_sigterm()
 
-    datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
-    runs = args.runs or (1 if args.quick else 5)
+    datasets = (
+        ["mushroom"] if args.smoke else [d.strip() for d in args.datasets.split(",") if d.strip()]
+    )
+    runs = 1 if args.smoke else args.runs or (1 if args.quick else 5)
     epsilons = (
-        [float(e) for e in args.epsilons.split(",")]
+        [0.9]
+        if args.smoke
+        else [float(e) for e in args.epsilons.split(",")]
         if args.epsilons
         else ([0.9, 0.1] if args.quick else list(EPSILONS))
     )
-    baseline_plan = _baseline_runs(args.baseline_runs or ("1" if args.quick else "5"), datasets)
+    baseline_text = "0" if args.smoke else args.baseline_runs or ("1" if args.quick else "5")
+    baseline_plan = _baseline_runs(baseline_text, datasets)
     overrides = _overrides(args)
     defaults = DPBayesianRuleList().get_params()
     print(f"DPBayesianRuleList parameters: {defaults | overrides}")
@@ -702,13 +726,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"(library defaults: K={DEFAULT_K_PER_CLASS}, L={DEFAULT_MAX_LENGTH}, "
         f"T={DEFAULT_ITERATIONS}, bins={DEFAULT_NUMERIC_BINS})"
     )
-    loaded = {name: load_dataset(name) for name in datasets}
+    loaded = (
+        {"mushroom": smoke_dataset()}
+        if args.smoke
+        else {name: load_dataset(name) for name in datasets}
+    )
     dp_runs: list[DPRun] = []
     baseline: list[BaselineRun] = []
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bench-rule-lists-") as folder:
         work = Path(folder)
-        with server_for_backend(args.backend, work / "server") as server:
+        # The smoke run turns release padding off: an overrun fails closed, and the test suite's
+        # machine is loaded.
+        padding = {"DPMINE_TIMING_PADDING": "false"} if args.smoke else None
+        with server_for_backend(args.backend, work / "server", extra_env=padding) as server:
             keys = add_analysts(server, ["bench-analyst"], {})
             registry = Registry(server, work, keys["bench-analyst"], {})
             for name in datasets:
@@ -722,7 +753,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                             f"of {result.antecedents}, {result.fit_seconds:.1f} s",
                             flush=True,
                         )
-        if not args.imodels_python.exists():
+        if args.smoke:
+            print("\nnon-private baseline not run (--smoke)")
+        elif not args.imodels_python.exists():
             print(
                 f"\nnon-private baseline skipped: {args.imodels_python} is missing; make it with\n"
                 "  python3 -m venv /tmp/imodels-venv && /tmp/imodels-venv/bin/pip install "

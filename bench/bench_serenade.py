@@ -78,6 +78,7 @@ from _support import (
     server_for_backend,
     unwind_on_sigterm,
     wait_if_asked,
+    write_bundled_pair,
 )
 from dpmine.miners import SerenadeCS, SerenadeES
 from dpmine.miners.greedy import MinedRedescription, Preset
@@ -180,6 +181,7 @@ class Config:
     wait_quiet: float
     padding: bool = True
     utility: bool = False
+    smoke: bool = False
 
 
 # -- data ----------------------------------------------------------------------------------------
@@ -306,6 +308,37 @@ VIEW_CHOOSERS: dict[str, tuple[str, Callable[[Path], ViewChoice]]] = {
     "teeth": ("rm_teeth_global", teeth_views),
     "china": ("rm_china_traits", china_views),
 }
+
+
+#: ``--smoke``: the bundled Mushroom table as two views (no shared data needed).
+SMOKE_KEY = "mushroom"
+SMOKE_EPSILONS = (1.0,)
+
+
+def bundled_views(scratch: Path) -> ViewChoice:
+    """The smoke mode's dataset: one row in 48 of the bundled Mushroom table (170 rows), written
+    as a CSV pair under ``scratch`` (``_support.write_bundled_pair``)."""
+    folder = scratch / "bundled-mushroom"
+    left, right = write_bundled_pair(folder)
+    return ViewChoice(
+        key=SMOKE_KEY,
+        title="Mushroom (bundled, 1 row in 48)",
+        folder=folder,
+        left_file="left.csv",
+        right_file="right.csv",
+        left=left,
+        right=right,
+        note="left = cap, odor and gill attributes; right = the others (categorical)",
+    )
+
+
+def view_choice(key: str, data_root: Path, scratch: Path) -> ViewChoice:
+    """The views of dataset ``key``: :data:`SMOKE_KEY` from the repository's bundled data, the
+    others from ``data_root`` (the shared data folder)."""
+    if key == SMOKE_KEY:
+        return bundled_views(scratch)
+    folder, chooser = VIEW_CHOOSERS[key]
+    return chooser(data_root / folder)
 
 
 @dataclass(frozen=True)
@@ -1738,6 +1771,12 @@ def parse_args(argv: list[str] | None = None) -> Config:
         action="store_true",
         help="1 run per setting; ReReMi not run (a cached result is still reported)",
     )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="seconds-long check that the script runs (the test suite's): the bundled Mushroom "
+        "table, ε = 1, 1 run, padding off, ReReMi not run; then the --utility stage on it",
+    )
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "out")
     parser.add_argument(
         "--datasets",
@@ -1790,6 +1829,22 @@ def parse_args(argv: list[str] | None = None) -> Config:
         help="first wait up to SECONDS for the 1-minute load average to drop below 0.5",
     )
     args = parser.parse_args(argv)
+    if args.smoke:
+        return Config(
+            out=args.out,
+            datasets=(SMOKE_KEY,),
+            epsilons=SMOKE_EPSILONS,
+            runs=1,
+            clired=(),
+            clired_timeout_s=args.clired_timeout * 60.0,
+            clired_rerun=False,
+            install_clired=False,
+            skip_serenade=False,
+            data_root=args.data_root,
+            wait_quiet=0.0,
+            padding=False,
+            smoke=True,
+        )
     default_datasets = UTILITY_DATASET_KEYS if args.utility else DATASET_KEYS
     datasets = _names(
         args.datasets or ",".join(default_datasets),
@@ -1822,8 +1877,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
 def _prepare(config: Config, scratch: Path) -> list[PreparedData]:
     prepared: list[PreparedData] = []
     for key in config.datasets:
-        folder, chooser = VIEW_CHOOSERS[key]
-        data = prepare_dataset(chooser(config.data_root / folder), scratch / key)
+        data = prepare_dataset(view_choice(key, config.data_root, scratch), scratch / key)
         prepared.append(data)
         kinds = {a.view: a.type for a in data.metadata.attributes}
         print(
@@ -1933,6 +1987,8 @@ def main(argv: list[str] | None = None) -> int:
     print(report)
     print(f"\nwrote {out_file}" + "".join(f"\nwrote {path}" for path in figures))
     failed = agreement[0] != agreement[1] or any(c.status == "failed" for c in clired)
+    if config.smoke:  # the --utility stage too, so that the smoke run covers it
+        failed = main_utility(config) != 0 or failed
     return 1 if failed else 0
 
 

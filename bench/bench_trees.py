@@ -59,7 +59,7 @@ from _support import (
 from bench_serenade import (
     DATA_ROOT,
     GRANT_EPSILON,
-    VIEW_CHOOSERS,
+    SMOKE_KEY,
     HarnessData,
     PreparedData,
     load_harness_data,
@@ -69,6 +69,7 @@ from bench_serenade import (
     run_capped,
     spearman,
     true_counts,
+    view_choice,
 )
 from dpmine.miners import AltExpM, AltMCMC, MCMCTreePair
 from dpmine.treereds import DEFAULT_MAX_JACCARD_ERROR
@@ -115,6 +116,8 @@ class Config:
     clired: tuple[str, ...]
     clired_python: Path
     clired_runs: int
+    #: ``--smoke``: the bundled Mushroom views, release padding off (the test suite's check).
+    smoke: bool = False
 
 
 # -- utility of one redescription ----------------------------------------------------------------
@@ -267,7 +270,11 @@ def run_dp_stage(
     total = config.runs * len(prepared) * len(config.epsilons) * len(config.miners)
     with (
         tempfile.TemporaryDirectory(prefix="dpmine-bench-trees-") as work,
-        server_for_backend("sqlite", Path(work)) as server,
+        server_for_backend(
+            "sqlite",
+            Path(work),
+            extra_env={"DPMINE_TIMING_PADDING": "false"} if config.smoke else None,
+        ) as server,
     ):
         try:
             _grid(
@@ -658,6 +665,12 @@ def parse_args(argv: list[str] | None = None) -> Config:
     """Command line → Config."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="1 run, mammals, ε = 1 only")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="seconds-long check that the script runs (the test suite's): 1 run at ε = 1 of "
+        "every miner on the bundled Mushroom table, padding off, clired not run",
+    )
     parser.add_argument("--runs", type=int, default=None)
     parser.add_argument("--datasets", default=None, help="comma list of mammals,asia,teeth")
     parser.add_argument("--miners", default=",".join(MINERS))
@@ -667,6 +680,18 @@ def parse_args(argv: list[str] | None = None) -> Config:
     parser.add_argument("--clired-runs", type=int, default=1)
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out")
     args = parser.parse_args(argv)
+    if args.smoke:
+        return Config(
+            out=args.out.resolve(),
+            datasets=(SMOKE_KEY,),
+            miners=_names(args.miners, MINERS, "miner"),
+            epsilons=(1.0,),
+            runs=1,
+            clired=(),
+            clired_python=args.clired_python,
+            clired_runs=0,
+            smoke=True,
+        )
     default_datasets = "mammals" if args.quick else "mammals,asia"
     default_epsilons = "1" if args.quick else ",".join(f"{e:g}" for e in EPSILONS)
     return Config(
@@ -690,8 +715,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="dpmine-trees-data-") as scratch:
         prepared = []
         for key in config.datasets:
-            folder_name, chooser = VIEW_CHOOSERS[key]
-            choice = chooser(DATA_ROOT / folder_name)
+            choice = view_choice(key, DATA_ROOT, Path(scratch))
             prepared.append(prepare_dataset(choice, Path(scratch) / key))
         truths = {data.key: load_harness_data(data) for data in prepared}
         records: list[RunRecord] = []

@@ -81,6 +81,7 @@ from _support import (
 from bench_foundation import Code, verify_server_code
 from bench_serenade import (
     DATA_ROOT,
+    SMOKE_KEY,
     VIEW_CHOOSERS,
     HarnessData,
     PreparedData,
@@ -89,6 +90,7 @@ from bench_serenade import (
     load_harness_data,
     prepare_dataset,
     register_all,
+    view_choice,
 )
 from dpmine.intervals import Interval, StatisticIntervals, independence_jaccard
 from dpmine.miners import (
@@ -154,6 +156,8 @@ class Config:
     baseline: str | None = None
     #: The tree miners' preset ("auto" / "paper"; None: their default).
     tree_preset: str | None = None
+    #: ``--smoke``: the bundled Mushroom views only (the test suite's check).
+    smoke: bool = False
 
 
 # -- the tables ----------------------------------------------------------------------------------
@@ -161,9 +165,8 @@ class Config:
 
 def prepare_table(key: str, scratch: Path) -> PreparedData:
     """Write the table's two views and propose + confirm its metadata (owner side)."""
-    if key in VIEW_CHOOSERS:
-        folder_name, chooser = VIEW_CHOOSERS[key]
-        return prepare_dataset(chooser(DATA_ROOT / folder_name), scratch / key)
+    if key in VIEW_CHOOSERS or key == SMOKE_KEY:
+        return prepare_dataset(view_choice(key, DATA_ROOT, scratch), scratch / key)
     spec = WEAK_TABLES[key]
     raw = scratch / f"{key}-raw"
     write_pair(spec, DATA_ROOT, raw)
@@ -1330,6 +1333,12 @@ def parse_args(argv: list[str] | None = None) -> Config:
     parser.add_argument(
         "--quick", action="store_true", help=f"1 run, ε = 1, tables {','.join(QUICK_TABLES)}"
     )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="seconds-long check that the script runs (the test suite's): 1 run at ε = 1 of "
+        "every miner on the bundled Mushroom table; no baseline",
+    )
     parser.add_argument("--runs", type=int, default=None, help=f"runs per cell (default {RUNS})")
     parser.add_argument("--tables", default=None, help=f"comma list of {','.join(TABLES)}")
     parser.add_argument("--miners", default=",".join(MINERS))
@@ -1348,6 +1357,15 @@ def parse_args(argv: list[str] | None = None) -> Config:
         help="the tree miners' preset (default: theirs)",
     )
     args = parser.parse_args(argv)
+    if args.smoke:
+        return Config(
+            out=args.out.resolve(),
+            tables=(SMOKE_KEY,),
+            miners=_names(args.miners, MINERS, "miner"),
+            epsilons=(1.0,),
+            runs=1,
+            smoke=True,
+        )
     tables = args.tables or ",".join(QUICK_TABLES if args.quick else TABLES)
     epsilons = args.epsilons or ("1" if args.quick else ",".join(f"{e:g}" for e in EPSILONS))
     return Config(

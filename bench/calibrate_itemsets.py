@@ -28,7 +28,10 @@ time (in-process; cold = the first call, which builds the miner's input).
 Usage::
 
     PYTHONPATH=client:server .venv/bin/python bench/calibrate_itemsets.py [--repeats 3]
-        [--fimi /path/to/data]
+        [--fimi /path/to/data] [--out DIR] [--smoke]
+
+``--out DIR`` also writes ``DIR/calibrate_itemsets.json``; ``--smoke`` (the test suite's check
+that the script runs) measures once and runs the FIMI part on the bundled Mushroom table.
 
 Prints the measured medians and the model's constants side by side (the model must be above).
 """
@@ -39,13 +42,16 @@ import argparse
 import functools
 import json
 import statistics
+import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 from scipy import optimize
 
+from _support import machine_info, write_bundled_fimi
 from dpmine.wire import BooleanAttribute, DatasetMetadata, FimiSource, TopKItemsetsRequest
 from dpmine_server.data.columns import (
     BooleanColumn,
@@ -248,11 +254,11 @@ FIMI_FILES = {
 }
 
 
-def fimi_budgets(folder: Path, repeats: int) -> list[dict[str, object]]:
-    """Budget before/after and kernel time of fim.topk_em (ε = 1.4, counts on, ℓ = 3)."""
+def fimi_budgets(files: Mapping[str, Path], repeats: int) -> list[dict[str, object]]:
+    """Budget before/after and kernel time of fim.topk_em (ε = 1.4, counts on, ℓ = 3) on each
+    FIMI file of ``files`` (name -> path)."""
     rows: list[dict[str, object]] = []
-    for name, relative in FIMI_FILES.items():
-        path = folder / relative
+    for name, path in files.items():
         source = FimiSource(path=path.name)
         metadata = propose_metadata(source, kind="transactions", base_dir=path.parent)
         store, _report = load_store(metadata, source, base_dir=path.parent)
@@ -298,17 +304,33 @@ def fimi_budgets(folder: Path, repeats: int) -> list[dict[str, object]]:
     return rows
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--fimi", type=Path, default=None, help="folder of the FIMI files")
-    args = parser.parse_args()
-    if args.fimi is not None:
-        fimi_budgets(args.fimi, args.repeats)
-    measured = scan_shapes(args.repeats)
+    parser.add_argument(
+        "--out", type=Path, default=None, help="also write calibrate_itemsets.json there"
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="seconds-long check that the script runs (the test suite's): 1 repeat; the FIMI "
+        "part on the bundled Mushroom table written as FIMI (1 row in 32) instead of --fimi",
+    )
+    args = parser.parse_args(argv)
+    repeats = 1 if args.smoke else args.repeats
+    files: dict[str, Path] = {}
+    with tempfile.TemporaryDirectory(prefix="dpmine-calibrate-itemsets-") as scratch:
+        if args.smoke:
+            files["mushroom-bundled"] = Path(scratch) / "mushroom.dat"
+            write_bundled_fimi(files["mushroom-bundled"], every=32)
+        elif args.fimi is not None:
+            files = {name: args.fimi / relative for name, relative in FIMI_FILES.items()}
+        fimi = fimi_budgets(files, repeats)
+    measured = scan_shapes(repeats)
     print(json.dumps(measured, indent=2), flush=True)
     for section in (build_costs, cell_and_block_costs, draw_costs):
-        part = section(args.repeats)
+        part = section(repeats)
         print(json.dumps(part, indent=2), flush=True)
         measured.update(part)
     model = {
@@ -325,7 +347,12 @@ def main() -> None:
         "rank_entry": COSTS.rank_entry,
     }
     print(json.dumps({"measured": measured, "model": model}, indent=2))
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        payload = {"machine": machine_info(), "measured": measured, "model": model, "fimi": fimi}
+        (args.out / "calibrate_itemsets.json").write_text(json.dumps(payload, indent=2) + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
