@@ -967,13 +967,6 @@ def test_enumeration_beyond_the_cap_is_refused_before_the_charge() -> None:
 # Allowed columns (options.columns, issue #21): the candidate set keeps only their literals
 
 
-def restricted(data: Data, allowed: set[str]) -> Data:
-    """The reference over the allowed attributes only: the same rows, a smaller schema."""
-    metadata = data.metadata
-    kept = [a for a in metadata.attributes if a.name in allowed]
-    return replace(data, metadata=metadata.model_copy(update={"attributes": kept}))
-
-
 #: colour (left view) left out: the left view keeps a and d, the right one b and x.
 ALLOWED = frozenset({"a", "d", "b", "x"})
 
@@ -992,7 +985,7 @@ def test_restricted_extensions_match_the_restricted_law(
         store, data, start, rules=rules, mode=mode, epsilon=0.0, samples=4000, seed=501
     )
     law = extension_law(
-        restricted(data, set(ALLOWED)),
+        data.restricted(ALLOWED),
         start,
         rules=ExtensionRules(),
         mode=mode,
@@ -1022,7 +1015,7 @@ def test_restricted_initial_pairs_match_the_restricted_law(
     used = {name for pair in pairs for name in attributes_of(pair.left) | attributes_of(pair.right)}
     assert used <= ALLOWED
     counts = Counter(pair_key(data, mode, pair) for pair in pairs)
-    law = pairs_law(restricted(data, set(ALLOWED)), negations=False, mode=mode, params=PARAMS, c=c)
+    law = pairs_law(data.restricted(ALLOWED), negations=False, mode=mode, params=PARAMS, c=c)
     assert_law(counts, law)
 
 

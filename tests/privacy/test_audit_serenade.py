@@ -149,14 +149,16 @@ def draw_pairs(
     *,
     samples: int,
     seed: int,
+    columns: Sequence[str] | None = None,
 ) -> list[Key]:
-    """``samples`` initial pairs at ε = 1 each (requests of PAIRS_PER_CALL draws)."""
+    """``samples`` initial pairs at ε = 1 each (requests of PAIRS_PER_CALL draws), from the
+    allowed ``columns`` (``options.columns``; None: all)."""
     spec = CATALOG["serenade.initial_pairs"]
     request = InitialPairsRequest(
         count=PAIRS_PER_CALL,
         epsilon=EPSILON * PAIRS_PER_CALL,
         quality=quality,
-        options=SerenadeOptions(threshold_mode=mode),
+        options=SerenadeOptions(threshold_mode=mode, columns=columns),
     )
     cost, guarantee = spec.cost(request), spec.guarantee
     assert (cost, guarantee) == (Epsilon.charge(EPSILON * PAIRS_PER_CALL), "pure")
@@ -245,6 +247,50 @@ def test_initial_pairs_with_understated_sensitivity_are_flagged(tmp_path: Path) 
         samples = [
             draw_pairs(store, data, NOSENS, "grid", samples=20_000, seed=seed)
             for store, data, seed in zip(pair.stores, pair.data, (13, 14), strict=True)
+        ]
+    assert_audit_flags(audit(samples[0], samples[1], categories), EPSILON)
+
+
+#: ``options.columns`` leaving r7 out (issue #21): the same mechanism over fewer candidates.
+PAIR_ALLOWED = sorted(set(PAIR_LEFT) | set(PAIR_RIGHT) - {"r7"})
+
+
+def restricted_pair_setup(tmp_path: Path) -> tuple[Neighbours, list[Hashable], float, float]:
+    """:func:`pair_setup` for requests restricted to PAIR_ALLOWED: the exact laws are those of
+    the same rows over the allowed attributes only."""
+    pair = neighbours(tmp_path, boolean_views(PAIR_LEFT, PAIR_RIGHT, 10), PAIR_ROWS, PAIR_ADDED)
+    laws = [
+        [
+            pairs_law(
+                d.restricted(PAIR_ALLOWED), negations=False, mode="grid", params=NOSENS_PARAMS, c=c
+            )
+            for d in pair.data
+        ]
+        for c in (NOSENS_PARAMS.coefficient(EPSILON), 4 * NOSENS_PARAMS.coefficient(EPSILON))
+    ]
+    return pair, ordered_categories(*laws[0]), exact_loss(*laws[0]), exact_loss(*laws[1])
+
+
+def test_initial_pairs_restricted_to_columns_pass(tmp_path: Path) -> None:
+    """The restricted path (``options.columns``) keeps the guarantee: its candidate set is a
+    public function of the request, and the mechanism is the same."""
+    pair, categories, loss, _broken_loss = restricted_pair_setup(tmp_path)
+    assert 0.5 < loss < EPSILON
+    samples = [
+        draw_pairs(store, data, NOSENS, "grid", samples=20_000, seed=seed, columns=PAIR_ALLOWED)
+        for store, data, seed in zip(pair.stores, pair.data, (15, 16), strict=True)
+    ]
+    assert all(key[2] != "r7" for key in samples[0] + samples[1])  # ("pair", left, attribute, …)
+    assert_audit_passes(audit(samples[0], samples[1], categories), EPSILON)
+
+
+def test_restricted_initial_pairs_with_understated_sensitivity_are_flagged(tmp_path: Path) -> None:
+    pair, categories, _loss, broken_loss = restricted_pair_setup(tmp_path)
+    assert broken_loss > 2.5
+    with understated_sensitivity(4.0):
+        samples = [
+            draw_pairs(store, data, NOSENS, "grid", samples=20_000, seed=seed, columns=PAIR_ALLOWED)
+            for store, data, seed in zip(pair.stores, pair.data, (17, 18), strict=True)
         ]
     assert_audit_flags(audit(samples[0], samples[1], categories), EPSILON)
 

@@ -173,9 +173,21 @@ def test_the_added_row_moves_only_the_split_on_p() -> None:
     assert _exact_loss(10 * EPSILON / 4) > 2.0  # what the broken variant loses (2.18)
 
 
-def _expmech_outputs(store: ColumnStore, seed: int, broken: bool, samples: int) -> list[Hashable]:
+def _expmech_outputs(
+    store: ColumnStore,
+    seed: int,
+    broken: bool,
+    samples: int,
+    columns: Sequence[str] | None = None,
+) -> list[Hashable]:
+    """``samples`` depth-1 trees, from the allowed ``columns`` (the request's public list;
+    None: all)."""
     request = TreeExpMechRequest(
-        view="left", target=AttributeTarget(attribute="t"), depth=1, epsilon=EPSILON
+        view="left",
+        target=AttributeTarget(attribute="t"),
+        depth=1,
+        epsilon=EPSILON,
+        columns=None if columns is None else list(columns),
     )
     spec = CATALOG["tree.expmech"]
     cost = spec.cost(request)
@@ -186,7 +198,7 @@ def _expmech_outputs(store: ColumnStore, seed: int, broken: bool, samples: int) 
         return [
             _label(spec.run(store, request, cost, rng, no_progress)["tree"]) for _ in range(samples)
         ]
-    space = SplitSpace.of(store.metadata, "left")
+    space = SplitSpace.of(store.metadata, "left", columns=columns)
     labels = make_target(store, AttributeTarget(attribute="t"))
     # Δ/10: the same mechanism with ten times the coefficient.
     return [
@@ -199,24 +211,33 @@ def _expmech_outputs(store: ColumnStore, seed: int, broken: bool, samples: int) 
     ]
 
 
-def _expmech_audit(broken: bool, samples: int) -> AuditResult:
+def _expmech_audit(broken: bool, samples: int, columns: Sequence[str] | None = None) -> AuditResult:
     data, neighbour = _neighbours()
-    return audit_categorical(
-        _expmech_outputs(data, 31, broken, samples),
-        _expmech_outputs(neighbour, 32, broken, samples),
-        categories=SPLITS,
-        alpha=ALPHA,
-    )
+    outputs = [
+        _expmech_outputs(data, 31, broken, samples, columns),
+        _expmech_outputs(neighbour, 32, broken, samples, columns),
+    ]
+    allowed = SPLITS if columns is None else [s for s in SPLITS if s.split("<=")[0] in columns]
+    assert set(outputs[0]) | set(outputs[1]) <= set(allowed)  # never a left-out attribute
+    return audit_categorical(*outputs, categories=allowed, alpha=ALPHA)
+
+
+#: The request's public ``columns`` without q (issue #21): the same mechanism over p and x.
+WITHOUT_Q = ["p", "x", "t"]
 
 
 @SPLIT_SAMPLES
-def test_expmech_passes_the_audit(samples: int) -> None:
-    assert_audit_passes(_expmech_audit(broken=False, samples=samples), EPSILON)
+@pytest.mark.parametrize("columns", [None, WITHOUT_Q], ids=["all-columns", "columns"])
+def test_expmech_passes_the_audit(samples: int, columns: Sequence[str] | None) -> None:
+    assert_audit_passes(_expmech_audit(broken=False, samples=samples, columns=columns), EPSILON)
 
 
 @SPLIT_SAMPLES
-def test_audit_flags_expmech_with_a_tenth_of_the_sensitivity(samples: int) -> None:
-    assert_audit_flags(_expmech_audit(broken=True, samples=samples), EPSILON)
+@pytest.mark.parametrize("columns", [None, WITHOUT_Q], ids=["all-columns", "columns"])
+def test_audit_flags_expmech_with_a_tenth_of_the_sensitivity(
+    samples: int, columns: Sequence[str] | None
+) -> None:
+    assert_audit_flags(_expmech_audit(broken=True, samples=samples, columns=columns), EPSILON)
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import functools
 import itertools
 import math
 from collections import defaultdict
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Collection, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -103,6 +103,12 @@ class Data:
         if isinstance(expr, Not):
             return self.everything - self.rows_of(expr.term)
         return frozenset(r for r, row in enumerate(self.rows) if self.holds(expr, row))
+
+    def restricted(self, allowed: Collection[str]) -> Data:
+        """The same rows over the allowed attributes only: the reference law of a request whose
+        ``options.columns`` is ``allowed`` (issue #21)."""
+        kept = [a for a in self.metadata.attributes if a.name in allowed]
+        return replace(self, metadata=self.metadata.model_copy(update={"attributes": kept}))
 
     def view(self, side: Side) -> list[AnyAttribute]:
         if self.metadata.kind == "views":
