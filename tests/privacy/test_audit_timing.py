@@ -1,6 +1,6 @@
 """Timing audit over HTTP (DESIGN.md contract item 7: time is an output; issue #7).
 
-One real uvicorn server with production-like padding (50 ms grid, 150 ms base) holds two pairs of
+One real uvicorn server with padding (50 ms grid, 400 ms base) holds two pairs of
 neighbouring datasets:
 
 * for ``fim.topk_em``, baskets built so that the one added row moves c_K across a halving step of
@@ -54,10 +54,15 @@ DIAGNOSTIC_REQUESTS = 500
 THREADS = 8
 EPSILON_BOUND = 0.1
 ALPHA = 0.05
+#: The public base covers the request path of THREADS concurrent clients, whose ledger commits
+#: serialize on SQLite: an extend_one (≈ 1 ms of kernel) was seen answered after 0.25 s on a busy
+#: disk, past a 150 ms base, and failed closed. The audit's question (do padded times tell
+#: neighbours apart?) does not depend on the base, as long as nothing overruns it.
+BASE_MS = 400
 PADDED_ENV = {
     "DPMINE_TIMING_PADDING": "true",
     "DPMINE_TIMING_GRID_MS": "50",
-    "DPMINE_TIMING_BASE_MS": "150",
+    "DPMINE_TIMING_BASE_MS": str(BASE_MS),
     "DPMINE_TIMING_SCALE": "1",
     "DPMINE_TIMING_OVERRUN": "fail",
     "DPMINE_JOB_WORKERS": "2",
@@ -251,8 +256,8 @@ def test_padded_response_times_do_not_tell_neighbours_apart(
 ) -> None:
     times_0, times_1 = padded.response_times(path, body, PAIRS[name], requests)
     epsilon = _report("padded", name, times_0, times_1)
-    # Every answer waited for the public deadline (150 ms base at least).
-    assert min(times_0.min(), times_1.min()) >= 0.15
+    # Every answer waited for the public deadline (the base at least).
+    assert min(times_0.min(), times_1.min()) >= BASE_MS / 1000
     assert epsilon <= EPSILON_BOUND, (
         f"{name}: response times separate neighbouring datasets (ε ≥ {epsilon:.3f} from timing "
         "alone); the kernel overran its padding budget"
