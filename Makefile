@@ -23,7 +23,7 @@ demo: $(STAMP)
 ## kills mid-job, the browser) alone on the machine (tests/conftest.py: SERIAL_MODULES).
 TEST_WORKERS ?= 2
 test: $(STAMP) lint
-	$(PY) -m pytest -n $(TEST_WORKERS) -m 'not slow and not serial'
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m 'not slow and not serial'
 	$(PY) -m pytest -m 'serial and not slow'
 
 ## The long runs (marker `slow`): the privacy, timing and channel audits at their full sample
