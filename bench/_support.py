@@ -56,6 +56,7 @@ __all__ = [
     "ServerHandle",
     "WorkerHandle",
     "add_analysts",
+    "comma_names",
     "free_port",
     "import_pyfim",
     "load_average",
@@ -702,3 +703,13 @@ def wait_if_asked(seconds: float, *, indent: str = "") -> None:
     """Wait up to ``seconds`` (``--wait-quiet``) for a 1-minute load average below 0.5."""
     if seconds > 0 and not wait_until_quiet(max_load=0.5, timeout=seconds):
         print(f"{indent}load average still {load_average()} after {seconds:.0f} s; going on")
+
+
+def comma_names(value: str, allowed: Sequence[str], what: str) -> tuple[str, ...]:
+    """The names of a comma-separated option, each one of ``allowed`` (else exit with the
+    choices)."""
+    names = tuple(v.strip() for v in value.split(",") if v.strip())
+    unknown = [n for n in names if n not in allowed]
+    if unknown:
+        raise SystemExit(f"unknown {what}: {', '.join(unknown)} (choose from {', '.join(allowed)})")
+    return names

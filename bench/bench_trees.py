@@ -49,6 +49,7 @@ from matplotlib.figure import Figure
 import dpmine
 from _support import (
     ServerHandle,
+    comma_names,
     load_average,
     machine_info,
     median,
@@ -653,14 +654,6 @@ def plot_scatter(
 # -- main ----------------------------------------------------------------------------------------
 
 
-def _names(value: str, allowed: Sequence[str], what: str) -> tuple[str, ...]:
-    names = tuple(v.strip() for v in value.split(",") if v.strip())
-    unknown = [n for n in names if n not in allowed]
-    if unknown:
-        raise SystemExit(f"unknown {what}: {', '.join(unknown)} (choose from {', '.join(allowed)})")
-    return names
-
-
 def parse_args(argv: list[str] | None = None) -> Config:
     """Command line → Config."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
@@ -684,7 +677,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         return Config(
             out=args.out.resolve(),
             datasets=(SMOKE_KEY,),
-            miners=_names(args.miners, MINERS, "miner"),
+            miners=comma_names(args.miners, MINERS, "miner"),
             epsilons=(1.0,),
             runs=1,
             clired=(),
@@ -696,11 +689,11 @@ def parse_args(argv: list[str] | None = None) -> Config:
     default_epsilons = "1" if args.quick else ",".join(f"{e:g}" for e in EPSILONS)
     return Config(
         out=args.out.resolve(),  # clired runs in its own directory: relative paths would break
-        datasets=_names(args.datasets or default_datasets, DATASETS, "dataset"),
-        miners=_names(args.miners, MINERS, "miner"),
+        datasets=comma_names(args.datasets or default_datasets, DATASETS, "dataset"),
+        miners=comma_names(args.miners, MINERS, "miner"),
         epsilons=tuple(float(e) for e in (args.epsilons or default_epsilons).split(",")),
         runs=args.runs if args.runs is not None else (1 if args.quick else RUNS),
-        clired=_names(args.clired, CLIRED_ALGOS, "clired algorithm"),
+        clired=comma_names(args.clired, CLIRED_ALGOS, "clired algorithm"),
         clired_python=args.clired_python,
         clired_runs=args.clired_runs,
     )

@@ -71,6 +71,7 @@ import dpmine
 from _support import (
     REPO_ROOT,
     ServerHandle,
+    comma_names,
     load_average,
     machine_info,
     median,
@@ -1319,14 +1320,6 @@ def markdown(
 # -- main ----------------------------------------------------------------------------------------
 
 
-def _names(value: str, allowed: Sequence[str], what: str) -> tuple[str, ...]:
-    names = tuple(v.strip() for v in value.split(",") if v.strip())
-    unknown = [n for n in names if n not in allowed]
-    if unknown:
-        raise SystemExit(f"unknown {what}: {', '.join(unknown)} (choose from {', '.join(allowed)})")
-    return names
-
-
 def parse_args(argv: list[str] | None = None) -> Config:
     """Command line → Config."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
@@ -1361,7 +1354,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         return Config(
             out=args.out.resolve(),
             tables=(SMOKE_KEY,),
-            miners=_names(args.miners, MINERS, "miner"),
+            miners=comma_names(args.miners, MINERS, "miner"),
             epsilons=(1.0,),
             runs=1,
             smoke=True,
@@ -1370,8 +1363,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
     epsilons = args.epsilons or ("1" if args.quick else ",".join(f"{e:g}" for e in EPSILONS))
     return Config(
         out=args.out.resolve(),
-        tables=_names(tables, TABLES, "table"),
-        miners=_names(args.miners, MINERS, "miner"),
+        tables=comma_names(tables, TABLES, "table"),
+        miners=comma_names(args.miners, MINERS, "miner"),
         epsilons=tuple(float(e) for e in epsilons.split(",")),
         runs=args.runs if args.runs is not None else (1 if args.quick else RUNS),
         baseline=None if args.baseline.lower() == "none" else args.baseline,
