@@ -556,11 +556,11 @@ def run_itemsets(
     miner.mine(handle)
     wall = time.perf_counter() - start
     schema = truth.data.metadata
-    catalog = request_catalog(miner._request(schema), schema)
+    catalog = request_catalog(miner.request_, schema)
     item_rows = np.column_stack(
         [truth.store.evaluate(literal).to_bool_array() for literal in catalog.literals]
     )
-    length = miner.length if isinstance(miner.length, int) else miner.length[1]
+    length = miner.length_[1]
     k_prime = math.ceil(TOPK_SLACK * miner.k)
     kth = exact_kth_count(item_rows, catalog.group_of, length, k_prime)
     checked: list[dict[str, Any]] = []

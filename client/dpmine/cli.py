@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated, Any, cast, get_args
+from typing import Annotated, Any, Literal, cast, get_args
 
 import typer
 from pydantic import BaseModel, ValidationError
@@ -568,12 +568,14 @@ def _bins(value: int) -> int:
     return value
 
 
-def _parse_length(text: str) -> int | tuple[int, int]:
+def _parse_length(text: str) -> int | tuple[int, int] | Literal["auto"]:
+    if text == "auto":
+        return "auto"
     low, separator, high = text.partition("-")
     try:
         return (int(low), int(high)) if separator else int(low)
     except ValueError:
-        raise _fail(f"--length must be a number or a range like 1-3, got {text!r}") from None
+        raise _fail(f"--length must be auto, a number or a range like 1-3, got {text!r}") from None
 
 
 @mine_app.command("itemsets")
@@ -582,7 +584,13 @@ def mine_itemsets(
     dataset_id: Annotated[str, typer.Argument(metavar="DATASET")],
     epsilon: EpsilonOption,
     k: Annotated[int, typer.Option("--k", help="How many itemsets", min=1)] = 10,
-    length: Annotated[str, typer.Option(help="Itemset length or range, e.g. 3 or 1-3")] = "3",
+    length: Annotated[
+        str,
+        typer.Option(
+            help="Itemset length or range, e.g. 3 or 1-3; auto = the longest of 3, 2, 1 the "
+            "server serves at this K and ε (decided from public values, free)"
+        ),
+    ] = "auto",
     method: Annotated[str, typer.Option(help="em (Algorithm 1) or laplace (Algorithm 2)")] = "em",
     rho: Annotated[
         float, typer.Option(help="Truncation failure probability, in (0, 1)", callback=_open_unit)

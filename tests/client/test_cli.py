@@ -427,7 +427,8 @@ def test_itemsets_show_intervals_explain_the_rank_and_take_columns(
 ) -> None:
     """``mine itemsets --columns`` mines only those columns' items; the table gives each noisy
     count its interval and says what the rank and the intervals mean; ``--exclude`` likewise
-    in JSON; a column the schema lacks is refused before any charge."""
+    in JSON, where the default ``--length auto`` says what it chose; a column the schema lacks
+    is refused before any charge."""
     command = f"mine itemsets {mushroom.id} --k 3 --length 1 --epsilon 0.5 --columns odor,class"
     table = _ok(dpmine_cli(server, account.api_key, command))
     flat = _flat(table)
@@ -443,11 +444,14 @@ def test_itemsets_show_intervals_explain_the_rank_and_take_columns(
         dpmine_cli(
             server,
             account.api_key,
-            f"--json mine itemsets {mushroom.id} --k 2 --length 1 --epsilon 0.3 "
+            f"--json mine itemsets {mushroom.id} --k 2 --epsilon 0.3 "
             "--exclude odor --exclude class,habitat",
         )
     )
+    assert payload["length"] == [3, 3]  # --length auto, the default: triples are served here
+    assert payload["length_note"].startswith("length auto: 3-itemsets, the longest")
     for itemset in payload["itemsets"]:
+        assert len(itemset["items"]) == 3
         assert itemset["items"][0].split("=")[0] not in {"odor", "class", "habitat"}
         assert itemset["count_low"] <= max(itemset["noisy_count"], 0) <= itemset["count_high"]
     assert payload["count_intervals"]["level"] == 0.9

@@ -530,3 +530,80 @@ def test_columns_and_exclude_are_sent_and_checked_before_anything_is_spent(
     with pytest.raises(dpmine.ParameterError, match="transaction data"):
         TopKItemsets(k=2, length=1, columns=["milk"]).plan(baskets)
     assert table.budget() == before
+
+
+# --------------------------------------------------------------------------------------------
+# length="auto" (issue #21)
+
+#: A catalog whose 3-itemsets the server refuses at the default K and ε but whose pairs it
+#: serves: 300 items, rows of up to 300 of them (C(300, 3) ≈ 4.5M triples, dense rows).
+WIDE_ITEMS = [f"i{index}" for index in range(300)]
+
+
+def _register_wide(owner: dpmine.Connection, folder: Path, analyst: str) -> None:
+    path = folder / "wide.dat"
+    rows = [" ".join(WIDE_ITEMS[start : start + 40]) for start in range(0, 260, 20)] * 3
+    path.write_text("".join(f"{row}\n" for row in rows), encoding="utf-8")
+    request = CreateDatasetRequest(
+        id="wide",
+        name="wide baskets",
+        epsilon_cap=1000.0,
+        metadata=DatasetMetadata(
+            kind="transactions", n_max=10_000, items=WIDE_ITEMS, max_row_width=300
+        ),
+        source=FimiSource(path=path.name),
+    )
+    owner.admin.upload_dataset(request, {"path": path})
+    owner.admin.grant("wide", analyst, GRANT)
+
+
+def test_auto_length_is_the_longest_the_server_serves_and_says_why(
+    owner_connection: dpmine.Connection, http: TestClient, tmp_path: Path
+) -> None:
+    """On a catalog whose triples are refused (decided from public values), the default miner
+    mines pairs, charges only the selection and names the refusal; a given length=3 is refused
+    with the server's reason, before anything is charged."""
+    key = owner_connection.admin.add_principal("wes", "analyst").api_key
+    _register_wide(owner_connection, tmp_path, "wes")
+    wide = connect(key, http).dataset("wide")
+    with pytest.raises(dpmine.InvalidRequestError, match="too many to count one by one"):
+        TopKItemsets(length=3).plan(wide)
+    assert wide.budget().remaining_epsilon == GRANT
+    miner = TopKItemsets(k=5, epsilon=1.4, rho=TINY_RHO)
+    assert miner.length == "auto"
+    plan = miner.plan(wide)
+    assert miner.length_ == (2, 2)
+    assert json.loads(json.dumps(plan.calls[0].request))["max_length"] == 2
+    miner.mine(wide)
+    assert all(len(itemset.items) == 2 for itemset in miner.itemsets_)
+    assert [r.epsilon_exact for r in miner.receipts_] == ["1.4"]
+    note = miner.notes()[-1]
+    assert note.startswith("length auto: 2-itemsets, the longest this server serves")
+    assert "3-itemsets: the 4455100 itemsets of 3..3 items are too many" in note
+    assert miner.summary()["length"] == [2, 2]
+    assert miner.summary()["length_note"] == note
+
+
+def test_auto_length_keeps_triples_where_they_are_served(baskets: dpmine.DatasetHandle) -> None:
+    miner = TopKItemsets(k=1, epsilon=100.0, rho=TINY_RHO).mine(baskets)
+    assert miner.length_ == (3, 3)
+    assert miner.itemsets_[0].items == ("bread", "milk", "eggs")
+    assert miner.notes()[-1] == (
+        "length auto: 3-itemsets, the longest this server serves at this K and ε"
+    )
+
+
+def test_auto_length_raises_the_shortest_lengths_error_when_nothing_is_served(
+    baskets: dpmine.DatasetHandle,
+) -> None:
+    """K above every length's universe: the error is the 1-itemsets' one, which names the
+    fix, and nothing is charged."""
+    with pytest.raises(dpmine.InvalidRequestError, match="exceeds the 6"):
+        TopKItemsets(k=40).mine(baskets)
+    assert baskets.budget().remaining_epsilon == GRANT
+
+
+@pytest.mark.parametrize("length", [0, (3, 2), "longest", True, (1, 2.5)])
+def test_bad_lengths_are_refused_at_construction(length: object) -> None:
+    with pytest.raises(dpmine.ParameterError, match="length must be 'auto', a whole number"):
+        TopKItemsets(length=length)  # type: ignore[arg-type]

@@ -226,10 +226,12 @@ def test_top_pairs_of_the_fimi_file(
 def test_default_miner_run_on_the_fimi_file(
     owner: dpmine.Connection, analyst: Account, fimi_dataset: str, method: Method
 ) -> None:
-    """The paper's defaults (K = 10, ℓ = 3, ε = 1.4, ρ = 0.1): ten distinct 3-itemsets of the
-    item universe with integer counts, and exactly 1.4 charged."""
+    """The paper's defaults (K = 10, ε = 1.4, ρ = 0.1; ``length="auto"`` serves ℓ = 3 here):
+    ten distinct 3-itemsets of the item universe with integer counts, and exactly 1.4
+    charged."""
     handle = granted(owner, analyst, fimi_dataset, 2.0)
     miner = TopKItemsets(method=method).mine(handle)
+    assert miner.length_ == (3, 3)
     universe = set(handle.schema.items)
     assert len({itemset.items for itemset in miner.itemsets_}) == 10
     for rank, itemset in enumerate(miner.itemsets_, start=1):

@@ -9,6 +9,12 @@ the item ``A=c``, a public bin ``A=[25.0, 50.0)`` of a numeric attribute as
 Displays (issue #21) say what they show: the rank is the order of the private selection, not of
 the noisy counts (:func:`order_note`), and each released count comes with an interval that
 holds the true count, all K together, with a stated probability (:func:`count_intervals`).
+
+``length="auto"`` (the default, issue #21): the longest length of :data:`AUTO_LENGTHS` whose
+plan the server accepts for this K, ε and catalog. Whether the server can serve a length is
+decided from public values only (the item groups, ``n_max``, the row width, K and the noise
+scale; ``dpmine_server.operations.itemset_plan``), and the free estimate endpoint answers it, so
+trying 3, then 2, then 1 reads no data and costs nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from itertools import combinations
 from typing import TYPE_CHECKING, Any, Literal
 
 from dpmine.connection import DatasetHandle
-from dpmine.errors import ParameterError
+from dpmine.errors import InvalidRequestError, ParameterError
 from dpmine.frames import PathLike, as_path, data_frame, write_csv
 from dpmine.intervals import LEVEL, cell_interval, half_width
 from dpmine.items import items_display
@@ -49,10 +55,12 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
+    "AUTO_LENGTHS",
     "AssociationRule",
     "MinedItemset",
     "TopKItemsets",
     "association_rules",
+    "auto_length_note",
     "count_intervals",
     "intervals_note",
     "item_literals",
@@ -62,6 +70,8 @@ __all__ = [
 ]
 
 _METHODS = {"em": FIM_TOPK_EM, "laplace": FIM_TOPK_LAPLACE}
+#: The lengths ``length="auto"`` tries, longest first.
+AUTO_LENGTHS = (3, 2, 1)
 _CSV_HEADER = (
     "rank",
     "items",
@@ -171,6 +181,18 @@ def order_note(method: str, epsilon_selection: float) -> str:
     )
 
 
+def _reason(detail: str) -> str:
+    """A refusal without the estimate's ``call 0 (operation):`` prefix."""
+    head, separator, rest = detail.partition("): ")
+    return rest if separator and head.startswith("call ") else detail
+
+
+def auto_length_note(length: int, refused: Sequence[str]) -> str:
+    """What ``length="auto"`` chose and why the longer lengths were refused."""
+    why = f" ({'; '.join(refused)})" if refused else ""
+    return f"length auto: {length}-itemsets, the longest this server serves at this K and ε{why}"
+
+
 def intervals_note(level: float, k: int, scale: float, half: int) -> str:
     """How the count intervals read (:func:`count_intervals`)."""
     return (
@@ -208,7 +230,7 @@ class TopKItemsets(BaseMiner):
         self,
         *,
         k: int = 10,
-        length: int | tuple[int, int] = 3,
+        length: int | tuple[int, int] | Literal["auto"] = "auto",
         epsilon: float = 1.4,
         method: Literal["em", "laplace"] = "em",
         rho: float = 0.1,
@@ -240,12 +262,8 @@ class TopKItemsets(BaseMiner):
         """Refuse what no dataset could accept, naming the parameter and its valid values."""
         if not (isinstance(self.k, int) and self.k >= 1):
             raise ParameterError(f"k must be a whole number of at least 1, got {self.k!r}")
-        low, high = self.length if isinstance(self.length, tuple) else (self.length, self.length)
-        if not (isinstance(low, int) and isinstance(high, int) and 1 <= low <= high):
-            raise ParameterError(
-                "length must be a whole number of at least 1, or (shortest, longest) with "
-                f"1 ≤ shortest ≤ longest, got {self.length!r}"
-            )
+        if self.length != "auto":
+            self._given_lengths()
         if not (isinstance(self.epsilon, int | float) and math.isfinite(self.epsilon)) or not (
             self.epsilon > 0
         ):
@@ -286,10 +304,51 @@ class TopKItemsets(BaseMiner):
         )
         return self.numeric_bins if numeric else None
 
-    def _request(self, schema: DatasetMetadata) -> TopKItemsetsRequest:
+    def _given_lengths(self) -> tuple[int, int]:
+        """(shortest, longest) of a given ``length``; a ParameterError says what is valid."""
+        length = self.length
+        low, high = length if isinstance(length, tuple) else (length, length)
+        if not (
+            isinstance(low, int)
+            and isinstance(high, int)
+            and not isinstance(low, bool)
+            and not isinstance(high, bool)
+            and 1 <= low <= high
+        ):
+            raise ParameterError(
+                "length must be 'auto', a whole number of at least 1, or (shortest, longest) "
+                f"with 1 ≤ shortest ≤ longest, got {length!r}"
+            )
+        return low, high
+
+    def _lengths(self, dataset: DatasetHandle) -> tuple[int, int]:
+        """The lengths of the run: the given ones, or under ``auto`` the longest of
+        :data:`AUTO_LENGTHS` whose request the server prices (free; module docstring). Sets
+        ``length_`` and ``length_note_``. Every length refused: the shortest one's error is
+        raised, which names what to change."""
+        self.length_note_: str | None = None
+        if self.length != "auto":
+            self.length_ = self._given_lengths()
+            return self.length_
+        refused: list[str] = []
+        for length in AUTO_LENGTHS:
+            call = self._operation().plan(self._request(dataset.schema, (length, length)))
+            try:
+                dataset.estimate([call])
+            except InvalidRequestError as error:
+                if length == AUTO_LENGTHS[-1]:
+                    raise
+                refused.append(f"{length}-itemsets: {_reason(error.detail)}")
+                continue
+            self.length_ = (length, length)
+            self.length_note_ = auto_length_note(length, refused)
+            return self.length_
+        raise AssertionError("unreachable: the last length raises")  # pragma: no cover
+
+    def _request(self, schema: DatasetMetadata, lengths: tuple[int, int]) -> TopKItemsetsRequest:
         if not 0 < self.interval_level < 1:
             raise ParameterError(f"interval_level must be in (0, 1), got {self.interval_level!r}")
-        low, high = self.length if isinstance(self.length, tuple) else (self.length, self.length)
+        low, high = lengths
         columns = self.columns_for(schema)
         return TopKItemsetsRequest(
             k=self.k,
@@ -309,7 +368,8 @@ class TopKItemsets(BaseMiner):
         return _METHODS[self.method]
 
     def _calls(self, dataset: DatasetHandle) -> list[PlannedCall]:
-        calls = [self._operation().plan(self._request(dataset.schema))]
+        self._check_params()
+        calls = [self._operation().plan(self._request(dataset.schema, self._lengths(dataset)))]
         if self.frequency_epsilon > 0:
             count = NoisyCountRequest(epsilon=self.frequency_epsilon)
             calls.append(COUNT_NOISY.plan(count))
@@ -319,7 +379,9 @@ class TopKItemsets(BaseMiner):
         """Run the plan (refused up front if the budget cannot cover it)."""
         self._check_budget(dataset)
         spent = _Spent()
-        request = self._request(dataset.schema)
+        request = self._request(dataset.schema, self.length_)
+        #: The request the run sent (its catalog, lengths and ε): public, for checks and exports.
+        self.request_ = request
         released = dataset.run(request, operation=self._operation().name)
         spent.receipts.append(released.receipt)
         n_hat: int | None = None
@@ -387,11 +449,15 @@ class TopKItemsets(BaseMiner):
                     self.count_half_width_,
                 )
             )
+        if self.length_note_ is not None:
+            lines.append(self.length_note_)
         return lines
 
     def summary(self) -> dict[str, Any]:
         """The notes and the public figures behind the intervals, for JSON."""
         return {
+            "length": list(self.length_),
+            "length_note": self.length_note_,
             "order": self.notes()[0],
             "count_intervals": None
             if self.count_half_width_ is None
