@@ -69,10 +69,11 @@ def _estimate(client: TestClient, headers: dict[str, str], dataset: str, operati
         json={"calls": [{"operation": operation, "request": SAMPLER_CALLS[operation][1]}]},
         headers=headers,
     )
-    assert response.status_code in {200, 403}, response.text
-    if response.status_code == 403:
+    status: int = response.status_code
+    assert status in {200, 403}, response.text
+    if status == 403:
         assert expect_error(response, 403, "Forbidden").startswith(f"call 0: {operation} ")
-    return response.status_code
+    return status
 
 
 def test_by_default_every_operation_is_served(
@@ -144,6 +145,7 @@ def test_pure_only_refuses_the_samplers_before_any_charge_and_serves_exact_opera
 
 
 def test_the_owner_sets_it_at_registration_and_changes_it_audited(
+    *,
     client: TestClient,
     owner: dpmine.Connection,
     owner_headers: dict[str, str],
@@ -187,9 +189,9 @@ def test_the_owner_sets_it_at_registration_and_changes_it_audited(
     assert [
         e.details for e in events if e.action == "dataset_registered" and e.target == "strict"
     ] == [{"guarantee_policy": "pure_only"}]
-    assert [
-        e.details for e in events if e.action == "dataset_guarantee_policy_set"
-    ] == [{"from": "pure_only", "to": "allow_approximate"}]
+    assert [e.details for e in events if e.action == "dataset_guarantee_policy_set"] == [
+        {"from": "pure_only", "to": "allow_approximate"}
+    ]
 
     owner.admin.retire_dataset("strict")
     retired = client.put(url, json={"guarantee_policy": "pure_only"}, headers=owner_headers)
