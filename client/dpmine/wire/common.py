@@ -42,9 +42,9 @@ Epsilon = Annotated[
 #: "pure": the release is epsilon-DP exactly; "approximate": DP only at MCMC convergence.
 Guarantee = Literal["pure", "approximate"]
 
-#: A dataset owner's choice of which guarantees the dataset serves (DESIGN.md "Guarantee
-#: policy"): "allow_approximate" serves every operation; "pure_only" refuses the operations whose
-#: guarantee is "approximate" (the MCMC samplers), before any charge.
+#: A dataset owner's choice of which guarantees the dataset serves (docs/operators.md,
+#: "Guarantee policy"): "allow_approximate" serves every operation; "pure_only" refuses the
+#: operations whose guarantee is "approximate" (the MCMC samplers), before any charge.
 GuaranteePolicy = Literal["allow_approximate", "pure_only"]
 
 

@@ -45,8 +45,8 @@ def check_guarantee_policy(
 
     Called before the charge and before any data is read, by calls, jobs and estimates alike.
     Privacy: the decision depends only on the operation's declared guarantee and the owner's
-    setting, both public, so refusing reveals nothing about the rows (DESIGN.md "Guarantee
-    policy")."""
+    setting, both public, so refusing reveals nothing about the rows (docs/operators.md,
+    "Guarantee policy"; ALGORITHMS.md §0.1 on the MCMC operations' approximate guarantee)."""
     if guarantee_allowed(guarantee, policy):
         return
     raise Forbidden(
