@@ -688,6 +688,12 @@ def datasets_propose(
     typer.echo(f"\n*** {REVIEW_REMINDER}", err=True)
     for note in metadata.review.notes if metadata.review else []:
         typer.echo(f"  - {note}", err=True)
+    typer.echo(
+        "*** At 'datasets add', choose the guarantee policy: --guarantee-policy pure_only refuses "
+        "the MCMC samplers (epsilon-DP only at convergence); the default allow_approximate "
+        "serves them.",
+        err=True,
+    )
 
 
 #: What the owner types at ``datasets review`` to mark a proposal reviewed.

@@ -77,6 +77,7 @@ def test_propose_then_review_then_add(tmp_path: Path, patients: Path) -> None:
     assert "P000" not in result.stdout
     assert "REVIEW REQUIRED" in result.stderr
     assert "column 'patient_id' excluded: it looks like a row identifier" in result.stderr
+    assert "--guarantee-policy pure_only refuses the MCMC samplers" in result.stderr
     path = tmp_path / "proposal.json"
     path.write_text(result.stdout, encoding="utf-8")
     source = ("--metadata", str(path), "--epsilon-cap", "1", "--csv", str(patients), "--json")
