@@ -130,8 +130,9 @@ class ServedDataset:
 
 
 def stored_policy(value: str) -> GuaranteePolicy:
-    """A stored guarantee policy (only the two values are ever written)."""
-    return "pure_only" if value == "pure_only" else "allow_approximate"
+    """A stored guarantee policy. Only the two values are ever written; anything else would be
+    read as the stricter one (a privacy switch fails closed)."""
+    return "allow_approximate" if value == "allow_approximate" else "pure_only"
 
 
 @dataclass(frozen=True, slots=True)
