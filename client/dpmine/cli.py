@@ -87,6 +87,7 @@ from dpmine.wire import (
     CategoricalAttribute,
     ComputeQualityResponse,
     DatasetMetadata,
+    GuaranteePolicy,
     LeafCountsRelease,
     NumericAttribute,
     Receipt,
@@ -306,18 +307,27 @@ def datasets(ctx: typer.Context) -> None:
     """Datasets you can query."""
     options = _options(ctx)
     rows = _run(options, lambda c: c.datasets())
-    table = Table("id", "name", "kind", "attributes / items", "version", title="datasets")
+    table = Table(
+        "id", "name", "kind", "attributes / items", "version", "guarantees", title="datasets"
+    )
     for info in rows:
         size = (
             len(info.metadata.items)
             if info.metadata.kind == "transactions"
             else len(info.metadata.attributes)
         )
-        table.add_row(info.id, escape(info.name), info.metadata.kind, str(size), str(info.version))
+        table.add_row(
+            info.id,
+            escape(info.name),
+            info.metadata.kind,
+            str(size),
+            str(info.version),
+            info.guarantee_policy,
+        )
     _emit(options, [r.model_dump(mode="json") for r in rows], table)
 
 
-def _schema_table(metadata: DatasetMetadata) -> Table:
+def _schema_table(metadata: DatasetMetadata, policy: GuaranteePolicy) -> Table:
     table = Table("attribute", "view", "type", "public domain", title=f"{metadata.kind} schema")
     for attribute in metadata.attributes:
         if isinstance(attribute, NumericAttribute):
@@ -333,7 +343,12 @@ def _schema_table(metadata: DatasetMetadata) -> Table:
         shown = ", ".join(metadata.items[:20])
         items = shown + (" …" if len(metadata.items) > 20 else "")
         table.add_row("(items)", "-", "item", escape(items))
-    table.caption = f"public row bound n_max = {metadata.n_max}"
+    served = (
+        "pure guarantees only (the MCMC samplers are refused)"
+        if policy == "pure_only"
+        else "pure and approximate guarantees"
+    )
+    table.caption = f"public row bound n_max = {metadata.n_max}; serves {served}"
     return table
 
 
@@ -344,7 +359,7 @@ def schema(
     """Public schema of a dataset (declared by its owner; free)."""
     options = _options(ctx)
     handle = _run(options, lambda c: c.dataset(dataset_id))
-    _emit(options, handle.info, _schema_table(handle.schema))
+    _emit(options, handle.info, _schema_table(handle.schema, handle.guarantee_policy))
 
 
 @app.command()

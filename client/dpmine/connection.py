@@ -32,6 +32,7 @@ from dpmine.queries import parse_query
 from dpmine.wire import (
     DATASET_ID_RULE,
     FINAL_JOB_STATES,
+    OPERATIONS,
     AuditEventInfo,
     BudgetStatus,
     CapRequest,
@@ -46,6 +47,8 @@ from dpmine.wire import (
     Expr,
     GrantInfo,
     GrantRequest,
+    GuaranteePolicy,
+    GuaranteePolicyRequest,
     JobInfo,
     JobStatus,
     LedgerEntryInfo,
@@ -62,6 +65,7 @@ from dpmine.wire import (
     Role,
     SubmitJobRequest,
     WireModel,
+    guarantee_allowed,
     is_dataset_id,
     operation_for,
 )
@@ -397,6 +401,22 @@ class DatasetHandle:
         """The public metadata declared by the owner."""
         return self.info.metadata
 
+    @property
+    def guarantee_policy(self) -> GuaranteePolicy:
+        """The owner's policy: "pure_only" refuses operations whose guarantee is "approximate"
+        (the MCMC samplers, e.g. AltMCMC) before any charge; "allow_approximate" serves all."""
+        return self.info.guarantee_policy
+
+    def allows(self, operation: str) -> bool:
+        """Whether this dataset serves the operation called ``operation`` under its guarantee
+        policy (as of when the handle was fetched); e.g. ``allows("tree.mcmc")``."""
+        known = OPERATIONS.get(operation)
+        if known is None:
+            raise ParameterError(
+                f"unknown operation {operation!r}; known: {', '.join(sorted(OPERATIONS))}"
+            )
+        return guarantee_allowed(known.guarantee, self.guarantee_policy)
+
     def __repr__(self) -> str:
         return f"DatasetHandle({self.id!r}, kind={self.schema.kind!r})"
 
@@ -545,6 +565,16 @@ class AdminClient:
             "PUT", f"/v1/admin/datasets/{dataset_id}/cap", json=body.model_dump()
         )
         return DatasetCap.model_validate(response.json())
+
+    def set_guarantee_policy(self, dataset_id: str, policy: GuaranteePolicy) -> DatasetInfo:
+        """Change which guarantees a dataset serves from the next call on: "pure_only" refuses
+        the operations whose guarantee is "approximate" before any charge (audit-logged)."""
+        with checked_parameters():
+            body = GuaranteePolicyRequest(guarantee_policy=policy)
+        response = self._connection.request(
+            "PUT", f"/v1/admin/datasets/{dataset_id}/guarantee-policy", json=body.model_dump()
+        )
+        return DatasetInfo.model_validate(response.json())
 
     def retire_dataset(self, dataset_id: str) -> DatasetInfo:
         """Stop all further queries on a dataset."""

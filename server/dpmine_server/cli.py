@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from typer.core import TyperGroup
@@ -628,6 +628,12 @@ FimiOption = Annotated[Path | None, typer.Option(help="FIMI .dat transactions fi
 SqlUrlOption = Annotated[str | None, typer.Option(help="SQLAlchemy URL of a source database")]
 TableOption = Annotated[str | None, typer.Option(help="Table of --sql-url")]
 QueryOption = Annotated[str | None, typer.Option(help="SELECT query on --sql-url")]
+#: dpmine.wire.GuaranteePolicy, spelt out: the wire package is imported only when a command runs.
+PolicyChoice = Literal["allow_approximate", "pure_only"]
+_POLICY_HELP = (
+    "pure_only: refuse the operations whose guarantee is approximate (tree.mcmc, "
+    "tree.pair_mcmc, brl.sample_rule_list) before any charge; allow_approximate: serve them"
+)
 
 
 @datasets_app.command("propose-metadata")
@@ -682,6 +688,12 @@ def datasets_propose(
     typer.echo(f"\n*** {REVIEW_REMINDER}", err=True)
     for note in metadata.review.notes if metadata.review else []:
         typer.echo(f"  - {note}", err=True)
+    typer.echo(
+        "*** At 'datasets add', choose the guarantee policy: --guarantee-policy pure_only refuses "
+        "the MCMC samplers (epsilon-DP only at convergence); the default allow_approximate "
+        "serves them.",
+        err=True,
+    )
 
 
 #: What the owner types at ``datasets review`` to mark a proposal reviewed.
@@ -735,6 +747,9 @@ def datasets_add(
     dataset_id: Annotated[str, typer.Argument(metavar="ID")],
     metadata: Annotated[Path, typer.Option(help="Public metadata JSON (see propose-metadata)")],
     epsilon_cap: Annotated[float, typer.Option(help="Total epsilon ever spendable")],
+    guarantee_policy: Annotated[PolicyChoice, typer.Option(help=_POLICY_HELP)] = (
+        "allow_approximate"
+    ),
     name: Annotated[str | None, typer.Option(help="Display name")] = None,
     description: str = "",
     attribution: str = "",
@@ -783,13 +798,17 @@ def datasets_add(
         description=description,
         attribution=attribution,
         epsilon_cap=epsilon_cap,
+        guarantee_policy=guarantee_policy,
         metadata=accepted,
         source=source,
     )
     with _owner_session() as (services, session):
         info, report = services.datasets.register(session, request, files=files)
         audit.record(
-            session, action="dataset_registered", target=dataset_id, details={"via": "cli"}
+            session,
+            action="dataset_registered",
+            target=dataset_id,
+            details={"guarantee_policy": guarantee_policy, "via": "cli"},
         )
         cap = services.datasets.cap(session, dataset_id)
     warnings = _copied_warnings(accepted, _local_source(source, files))
@@ -831,6 +850,7 @@ def _dataset_fields(info: DatasetInfo, cap: DatasetCap) -> list[tuple[str, objec
         ("attributes", _attribute_counts(metadata)),
         ("label", None if label is None else f"{label.attribute} = {label.positive}"),
         ("row bound", f"n_max = {metadata.n_max}"),
+        ("guarantees", info.guarantee_policy),
         ("ε cap", _eps(cap.epsilon_cap_exact)),
         ("ε spent", f"{_eps(cap.spent_exact)} (left {remaining})"),
     ]
@@ -875,7 +895,7 @@ def datasets_list(as_json: JsonOption = False) -> None:
     if not as_json:
         _print_rows(
             "datasets",
-            ["id", "name", "kind", "status", "version", "ε cap", "ε spent", "ε left"],
+            ["id", "name", "kind", "status", "version", "guarantees", "ε cap", "ε spent", "ε left"],
             [
                 [
                     d.id,
@@ -883,6 +903,7 @@ def datasets_list(as_json: JsonOption = False) -> None:
                     d.metadata.kind,
                     d.status,
                     str(d.version),
+                    d.guarantee_policy,
                     _eps(cap.epsilon_cap_exact),
                     _eps(cap.spent_exact),
                     _eps(str(Decimal(cap.epsilon_cap_exact) - Decimal(cap.spent_exact))),
@@ -898,6 +919,7 @@ def datasets_list(as_json: JsonOption = False) -> None:
                 "name": d.name,
                 "kind": d.metadata.kind,
                 "status": d.status,
+                "guarantee_policy": d.guarantee_policy,
                 "epsilon_cap": cap.epsilon_cap,
                 "spent": cap.spent,
                 "remaining": cap.remaining,
@@ -994,6 +1016,33 @@ def datasets_set_cap(
             ("ε spent", _eps(changed.spent_exact)),
             ("ε left", _eps(changed.remaining)),
         ]
+    )
+
+
+@datasets_app.command("set-guarantee-policy")
+def datasets_set_guarantee_policy(
+    dataset_id: Annotated[str, typer.Argument(metavar="ID")],
+    policy: Annotated[PolicyChoice, typer.Argument(metavar="POLICY", help=_POLICY_HELP)],
+    as_json: JsonOption = False,
+) -> None:
+    """Change which guarantees a dataset serves, from the next call on (the audit log records
+    it): pure_only refuses the MCMC samplers, whose guarantee is approximate."""
+    from dpmine_server.services import audit
+
+    with _owner_session() as (services, session):
+        before = services.datasets.get(session, dataset_id).guarantee_policy
+        changed = services.datasets.set_guarantee_policy(session, dataset_id, policy)
+        audit.record(
+            session,
+            action="dataset_guarantee_policy_set",
+            target=dataset_id,
+            details={"from": before, "to": changed.guarantee_policy, "via": "cli"},
+        )
+    if as_json:
+        _print_json(changed)
+        return
+    _print_fields(
+        [("dataset", changed.id), ("guarantees", f"{before} → {changed.guarantee_policy}")]
     )
 
 

@@ -200,7 +200,7 @@ def test_datasets_lists_the_dataset_without_private_counts(
     server: LiveServer, account: Account, mushroom: DatasetInfo
 ) -> None:
     table = _ok(dpmine_cli(server, account.api_key, "datasets"))
-    row = rf"^{re.escape(mushroom.id)}  .*  views\s{{2,}}23\s{{2,}}1$"
+    row = rf"^{re.escape(mushroom.id)}  .*  views\s{{2,}}23\s{{2,}}1\s{{2,}}allow_approximate$"
     assert re.search(row, table, re.M), table
     listed = _json(dpmine_cli(server, account.api_key, "--json datasets"))
     infos = [DatasetInfo.model_validate(entry) for entry in listed]
@@ -224,6 +224,26 @@ def test_schema_shows_the_public_metadata(
     info = DatasetInfo.model_validate(schema)
     assert info.metadata == mushroom.metadata
     assert len(info.metadata.attributes) == 23
+    assert "serves pure and approximate guarantees" in _flat(table)
+
+
+def test_datasets_and_schema_show_the_owners_guarantee_policy(
+    server: LiveServer,
+    owner_connection: dpmine.Connection,
+    account: Account,
+    mushroom: DatasetInfo,
+) -> None:
+    """Issue #25: a "pure_only" dataset says so in the list and under the schema."""
+    owner_connection.admin.set_guarantee_policy(mushroom.id, "pure_only")
+    try:
+        table = _ok(dpmine_cli(server, account.api_key, "datasets"))
+        assert re.search(r"\s{2,}1\s{2,}pure_only$", table, re.M), table
+        schema = _flat(_ok(dpmine_cli(server, account.api_key, f"schema {mushroom.id}")))
+        assert "serves pure guarantees only (the MCMC samplers are refused)" in schema
+        listed = _json(dpmine_cli(server, account.api_key, "--json datasets"))
+        assert [entry["guarantee_policy"] for entry in listed] == ["pure_only"]
+    finally:
+        owner_connection.admin.set_guarantee_policy(mushroom.id, "allow_approximate")
 
 
 def test_budget_shows_the_grant(

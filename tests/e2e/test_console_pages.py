@@ -146,13 +146,17 @@ def test_a_dataset_is_registered_from_a_reviewed_proposal(
     assert fields["kind"] == "table"
     assert fields["path"] == name
 
-    fields.update({"n_max": "5000", "epsilon_cap": "3", "a0.lo": "zero"})
+    assert fields["guarantee_policy"] == "allow_approximate"
+    fields.update(
+        {"n_max": "5000", "epsilon_cap": "3", "a0.lo": "zero", "guarantee_policy": "pure_only"}
+    )
     unreviewed = console.post("/console/datasets/register", data=with_notes(proposed.text, fields))
     assert_form_page(
         unreviewed, "Register a dataset", "lower bound: &#39;zero&#39; is not a number"
     )
     kept = form_of(unreviewed.text, "review")
     assert (kept["n_max"], kept["a0.lo"], kept["epsilon_cap"]) == ("5000", "zero", "3")
+    assert kept["guarantee_policy"] == "pure_only"
 
     kept.update({"a0.lo": "0", "a0.hi": "100"})
     not_ticked = console.post("/console/datasets/register", data=with_notes(proposed.text, kept))
@@ -164,13 +168,18 @@ def test_a_dataset_is_registered_from_a_reviewed_proposal(
     registered = console.post("/console/datasets/register", data=with_notes(proposed.text, kept))
     assert registered.status_code == 200, registered.text
     assert "Dataset people registered" in registered.text
+    assert "guarantee policy pure_only" in registered.text
     assert "<caption>attributes</caption>" in registered.text
     info = next(d for d in owner.datasets() if d.id == "people")
     assert info.metadata.n_max == 5000
     assert info.metadata.review is None
+    assert info.guarantee_policy == "pure_only"
     assert owner.admin.cap("people").epsilon_cap == 3.0
     event = next(e for e in owner.admin.audit() if e.action == "dataset_registered")
-    assert (event.target, event.details) == ("people", {"via": "console"})
+    assert (event.target, event.details) == (
+        "people",
+        {"guarantee_policy": "pure_only", "via": "console"},
+    )
 
     again = console.post("/console/datasets/register", data=with_notes(proposed.text, kept))
     assert_form_page(again, "Register a dataset", "is taken")

@@ -1,12 +1,13 @@
-"""Schema migrations on SQLite: head matches the models, and 0003 (drop the mining sessions of
-the removed ES memo, issue #7) goes down and up again."""
+"""Schema migrations on SQLite: head matches the models, 0003 (drop the mining sessions of
+the removed ES memo, issue #7) goes down and up again, and 0006 gives the datasets registered
+before it the guarantee policy they had (serve every operation, issue #25)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from alembic import command
-from sqlalchemy import Engine, inspect
+from sqlalchemy import Engine, inspect, text
 
 import dpmine_server.db.models  # noqa: F401  (registers every table on Base.metadata)
 from dpmine_server.db.base import Base, make_engine
@@ -49,3 +50,25 @@ def test_0003_downgrades_and_upgrades_again(tmp_path: Path) -> None:
     assert "mining_sessions" not in _tables(engine)
     _to(engine, "base", down=True)
     assert _tables(engine) == set()
+
+
+def test_0006_keeps_existing_datasets_serving_every_operation(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'policy.sqlite3'}")
+    _to(engine, "0005", down=False)
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO datasets (id, name, description, attribution, kind, metadata_json, "
+                "source_json, version, status, cap_units, spent_units, created_at) VALUES "
+                "('old', 'Old', '', '', 'table', '{}', '{}', 1, 'active', 5, 0, "
+                "'2026-11-01 00:00:00')"
+            )
+        )
+    _to(engine, "head", down=False)
+    model_columns = {c.name for c in Base.metadata.tables["datasets"].columns}
+    assert {c["name"] for c in inspect(engine).get_columns("datasets")} == model_columns
+    with engine.connect() as connection:
+        policy = connection.execute(text("SELECT guarantee_policy FROM datasets")).scalar_one()
+    assert policy == "allow_approximate"
+    _to(engine, "0005", down=True)
+    assert "guarantee_policy" not in {c["name"] for c in inspect(engine).get_columns("datasets")}

@@ -13,13 +13,14 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from typer.testing import CliRunner, Result
 
+from dpmine.wire.common import GuaranteePolicy
 from dpmine.wire.datasets import DatasetMetadata
-from dpmine_server.cli import SERVER_EXTRA_MODULES, app
+from dpmine_server.cli import SERVER_EXTRA_MODULES, PolicyChoice, app
 
 RUNNER = CliRunner()
 
@@ -76,6 +77,7 @@ def test_propose_then_review_then_add(tmp_path: Path, patients: Path) -> None:
     assert "P000" not in result.stdout
     assert "REVIEW REQUIRED" in result.stderr
     assert "column 'patient_id' excluded: it looks like a row identifier" in result.stderr
+    assert "--guarantee-policy pure_only refuses the MCMC samplers" in result.stderr
     path = tmp_path / "proposal.json"
     path.write_text(result.stdout, encoding="utf-8")
     source = ("--metadata", str(path), "--epsilon-cap", "1", "--csv", str(patients), "--json")
@@ -334,6 +336,47 @@ def _reviewed_proposal(folder: Path, csv_path: Path) -> Path:
     return path
 
 
+def test_the_guarantee_policy_is_set_at_add_and_changed_audited(
+    tmp_path: Path, patients: Path
+) -> None:
+    """Issue #25: ``datasets add --guarantee-policy`` and ``datasets set-guarantee-policy``
+    (listed, shown, audited with the old and new value); a bad value or a retired dataset is
+    a one-line error that changes nothing."""
+    metadata = _reviewed_proposal(tmp_path, patients)
+    source = ("--metadata", str(metadata), "--epsilon-cap", "1", "--csv", str(patients))
+    added = _ok(
+        _run(tmp_path, "datasets", "add", "w", *source, "--guarantee-policy", "pure_only", "--json")
+    )
+    assert added["dataset"]["guarantee_policy"] == "pure_only"
+    listed = _ok(_run(tmp_path, "datasets", "list", "--json"))
+    assert [row["guarantee_policy"] for row in listed] == ["pure_only"]
+    changed = _run(tmp_path, "datasets", "set-guarantee-policy", "w", "allow_approximate")
+    assert changed.exit_code == 0, changed.output
+    assert re.search(r"^guarantees:\s+pure_only → allow_approximate$", changed.stdout, re.M)
+    shown = _ok(_run(tmp_path, "datasets", "show", "w", "--json"))
+    assert shown["guarantee_policy"] == "allow_approximate"
+    bad = _run(tmp_path, "datasets", "set-guarantee-policy", "w", "mostly")
+    assert bad.exit_code == 2
+    assert "'mostly' is not one of 'allow_approximate', 'pure_only'" in bad.output
+    _ok(_run(tmp_path, "datasets", "retire", "w", "--json"))
+    retired = _run(tmp_path, "datasets", "set-guarantee-policy", "w", "pure_only")
+    assert "retired" in _one_line_error(retired)
+    events = _ok(_run(tmp_path, "audit", "export", "--json"))
+    assert [(e["action"], e["details"]) for e in events if e["target"] == "w"] == [
+        ("dataset_retired", {"via": "cli"}),
+        (
+            "dataset_guarantee_policy_set",
+            {"from": "pure_only", "to": "allow_approximate", "via": "cli"},
+        ),
+        ("dataset_registered", {"guarantee_policy": "pure_only", "via": "cli"}),
+    ]
+
+
+def test_the_cli_policy_choice_is_the_wire_type() -> None:
+    """The CLI spells dpmine.wire.GuaranteePolicy out (it imports the wire package lazily)."""
+    assert get_args(PolicyChoice) == get_args(GuaranteePolicy)
+
+
 def _table_row(output: str, *cells: str) -> bool:
     """Whether a piped table has the row ``cells`` (columns two or more spaces apart)."""
     pattern = r"\s{2,}".join(re.escape(cell) for cell in cells)
@@ -359,6 +402,7 @@ def test_tables_and_summaries_by_default_json_for_scripts(tmp_path: Path, patien
     assert summary["registered"] == "ward"
     assert summary["attributes"] == "2 attributes"
     assert summary["ε cap"] == "2.5"
+    assert summary["guarantees"] == "allow_approximate"
     assert "302" not in added.stdout  # n is private: the summary never shows it
     assert len(added.stdout.splitlines()) < 15
     granted = _run(tmp_path, "grants", "set", "ward", "bob", "0.7")
@@ -366,7 +410,8 @@ def test_tables_and_summaries_by_default_json_for_scripts(tmp_path: Path, patien
 
     listed = _run(tmp_path, "datasets", "list").stdout
     assert listed.splitlines()[0] == "datasets"
-    assert _table_row(listed, "ward", "ward", "table", "active", "1", "2.5", "0", "2.5"), listed
+    row = ("ward", "ward", "table", "active", "1", "allow_approximate", "2.5", "0", "2.5")
+    assert _table_row(listed, *row), listed
     grants = _run(tmp_path, "grants", "list", "ward").stdout
     assert _table_row(grants, "bob", "0.7", "0", "0.7"), grants
     principals = _run(tmp_path, "principals", "list").stdout

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from dpmine.wire.common import Guarantee, Timestamp, WireModel
+from dpmine.wire.common import Guarantee, GuaranteePolicy, Timestamp, WireModel
 from dpmine.wire.datasets import DatasetId, DatasetMetadata, DatasetSource
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "DatasetCap",
     "GrantInfo",
     "GrantRequest",
+    "GuaranteePolicyRequest",
     "LedgerEntryInfo",
     "LedgerStatus",
     "PrincipalCreateRequest",
@@ -29,6 +30,11 @@ LedgerStatus = Literal["reserved", "released", "failed", "interrupted"]
 PrincipalName = Annotated[
     str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@\-]*$")
 ]
+_POLICY_HELP = (
+    '"allow_approximate": every operation is served; "pure_only": operations whose guarantee is '
+    '"approximate" (the MCMC samplers tree.mcmc, tree.pair_mcmc, brl.sample_rule_list) are '
+    "refused before any charge."
+)
 CapEpsilon = Annotated[float, Field(gt=0, le=1_000_000, allow_inf_nan=False, strict=True)]
 
 
@@ -80,6 +86,12 @@ class CapRequest(WireModel):
     epsilon_cap: CapEpsilon = Field(description="Dataset cap: the total epsilon ever spent on it.")
 
 
+class GuaranteePolicyRequest(WireModel):
+    """Change which guarantees a dataset serves (takes effect for the next call)."""
+
+    guarantee_policy: GuaranteePolicy = Field(description=_POLICY_HELP)
+
+
 class DatasetCap(WireModel):
     """A dataset's cap and what was spent of it (owners only; amounts exact as decimals too)."""
 
@@ -100,6 +112,7 @@ class CreateDatasetRequest(WireModel):
     description: str = Field(default="", max_length=10_000)
     attribution: str = Field(default="", max_length=10_000)
     epsilon_cap: CapEpsilon = Field(description="Dataset cap: the total epsilon ever spent on it.")
+    guarantee_policy: GuaranteePolicy = Field(default="allow_approximate", description=_POLICY_HELP)
     metadata: DatasetMetadata
     source: DatasetSource
 

@@ -16,11 +16,13 @@ __all__ = [
     "Epsilon",
     "ErrorBody",
     "Guarantee",
+    "GuaranteePolicy",
     "OperationRequest",
     "Receipt",
     "Timestamp",
     "WireModel",
     "check_chain_length",
+    "guarantee_allowed",
 ]
 
 #: Largest epsilon a single call may request; larger values are almost surely a typo.
@@ -39,6 +41,17 @@ Epsilon = Annotated[
 
 #: "pure": the release is epsilon-DP exactly; "approximate": DP only at MCMC convergence.
 Guarantee = Literal["pure", "approximate"]
+
+#: A dataset owner's choice of which guarantees the dataset serves (docs/operators.md,
+#: "Guarantee policy"): "allow_approximate" serves every operation; "pure_only" refuses the
+#: operations whose guarantee is "approximate" (the MCMC samplers), before any charge.
+GuaranteePolicy = Literal["allow_approximate", "pure_only"]
+
+
+def guarantee_allowed(guarantee: Guarantee, policy: GuaranteePolicy) -> bool:
+    """Whether a dataset under ``policy`` serves an operation whose guarantee is ``guarantee``
+    (both public: the operation's declaration and the owner's setting)."""
+    return guarantee == "pure" or policy == "allow_approximate"
 
 
 def check_chain_length(iterations: int, minimum: int) -> int:

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Discriminator, Field, model_validator
 
-from dpmine.wire.common import Timestamp, WireModel
+from dpmine.wire.common import GuaranteePolicy, Timestamp, WireModel
 
 __all__ = [
     "BOOLEAN_FALSE",
@@ -351,5 +351,10 @@ class DatasetInfo(WireModel):
     attribution: str = ""
     version: int
     status: Literal["active", "retired"]
+    guarantee_policy: GuaranteePolicy = Field(
+        default="allow_approximate",
+        description='The owner\'s policy: "pure_only" refuses operations whose guarantee is '
+        '"approximate" (before any charge); "allow_approximate" serves every operation.',
+    )
     metadata: DatasetMetadata
     created_at: Timestamp

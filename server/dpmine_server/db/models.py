@@ -58,7 +58,8 @@ class Principal(Base):
 
 
 class Dataset(Base):
-    """A registered dataset: public metadata, its source, its cap and what was spent."""
+    """A registered dataset: public metadata, its source, its cap and what was spent, and the
+    owner's guarantee policy ("allow_approximate" or "pure_only", public like the metadata)."""
 
     __tablename__ = "datasets"
     __table_args__ = (
@@ -76,6 +77,7 @@ class Dataset(Base):
     status: Mapped[str] = mapped_column(String(16), default="active")
     cap_units: Mapped[int] = mapped_column(BigInteger)
     spent_units: Mapped[int] = mapped_column(BigInteger, default=0)
+    guarantee_policy: Mapped[str] = mapped_column(String(24), default="allow_approximate")
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 

@@ -7,7 +7,7 @@ since (more rows than ``n_max``, undeclared values) and fail after the charge. T
 :meth:`DatasetService.refresh` re-reads the source, validates it, and creates the next version.
 Contents are loaded into a columnar :class:`~dpmine_server.data.columns.ColumnStore` on first
 use, keyed by (id, version). The parsed public metadata of the request path is cached the same
-way (:meth:`DatasetService.metadata_for_analyst`): a version never changes, and status and
+way (:meth:`DatasetService.served_for_analyst`): a version never changes, and status and
 version come from the row read on every request, so a retired dataset is refused at once and a
 refreshed one is read under its new version.
 """
@@ -39,6 +39,7 @@ from dpmine.wire import (
     DatasetSource,
     FimiSource,
     GrantInfo,
+    GuaranteePolicy,
     SqlSource,
     is_dataset_id,
 )
@@ -61,9 +62,9 @@ _SOURCE_ADAPTER: TypeAdapter[DatasetSource] = TypeAdapter(DatasetSource)
 #: Parsed metadata of this many dataset versions is kept (a few KiB to a few MiB each).
 _METADATA_CACHE_SIZE = 64
 
-# The version of an active dataset the analyst holds a grant on (built once).
+# The version and guarantee policy of an active dataset the analyst holds a grant on (built once).
 _ANALYST_VERSION = (
-    select(Dataset.version)
+    select(Dataset.version, Dataset.guarantee_policy)
     .join(Grant, Grant.dataset_id == Dataset.id)
     .where(
         Dataset.id == bindparam("ds_id"),
@@ -88,10 +89,12 @@ def _drop(session: Session) -> None:
 
 __all__ = [
     "DatasetService",
+    "ServedDataset",
     "StoredFile",
     "dataset_cap",
     "dataset_info",
     "grant_info",
+    "stored_policy",
 ]
 
 
@@ -118,6 +121,21 @@ class _ParsedVersion:
 
 
 @dataclass(frozen=True, slots=True)
+class ServedDataset:
+    """What a call on a dataset is checked against, both public: the metadata of its current
+    version and the owner's guarantee policy (read on every call, so a change applies at once)."""
+
+    metadata: DatasetMetadata
+    guarantee_policy: GuaranteePolicy
+
+
+def stored_policy(value: str) -> GuaranteePolicy:
+    """A stored guarantee policy. Only the two values are ever written; anything else would be
+    read as the stricter one (a privacy switch fails closed)."""
+    return "allow_approximate" if value == "allow_approximate" else "pure_only"
+
+
+@dataclass(frozen=True, slots=True)
 class StoredFile:
     """A file handed in for registration: where it is now and the name to keep it under."""
 
@@ -134,6 +152,7 @@ def dataset_info(dataset: Dataset) -> DatasetInfo:
         attribution=dataset.attribution,
         version=dataset.version,
         status="retired" if dataset.status == "retired" else "active",
+        guarantee_policy=stored_policy(dataset.guarantee_policy),
         metadata=DatasetMetadata.model_validate(dataset.metadata_json),
         created_at=dataset.created_at,
     )
@@ -238,6 +257,7 @@ class DatasetService:
             status="active",
             cap_units=cap.units,
             spent_units=0,
+            guarantee_policy=request.guarantee_policy,
             created_at=utcnow(),
         )
         session.add(dataset)
@@ -369,21 +389,23 @@ class DatasetService:
             raise _not_granted(dataset_id)
         return dataset
 
-    def metadata_for_analyst(
+    def served_for_analyst(
         self, session: Session, dataset_id: str, analyst: Principal
-    ) -> DatasetMetadata:
-        """The public metadata of an active dataset the analyst holds a grant on, checked like
-        :meth:`get_for_analyst` (same NotFound); an SQL dataset without a snapshot for its version
-        (registered before snapshots existed) is refused before any charge.
+    ) -> ServedDataset:
+        """The public metadata and guarantee policy of an active dataset the analyst holds a
+        grant on, checked like :meth:`get_for_analyst` (same NotFound); an SQL dataset without a
+        snapshot for its version (registered before snapshots existed) is refused before any
+        charge.
 
-        One indexed query for the version on every call (status and grant are never cached);
-        the parsed metadata is cached per (id, version), which never changes.
+        One indexed query for the version and policy on every call (status, grant and policy
+        are never cached); the parsed metadata is cached per (id, version), which never changes.
         """
-        version = session.execute(
+        row = session.execute(
             _ANALYST_VERSION, {"ds_id": dataset_id, "analyst": analyst.id}
-        ).scalar_one_or_none()
-        if version is None:
+        ).one_or_none()
+        if row is None:
             raise _not_granted(dataset_id)
+        version = int(row.version)
         parsed = self._parsed_version(session, dataset_id, int(version))
         if parsed.sql_source:
             snapshot = self._version_dir(dataset_id, version) / SNAPSHOT_FILE
@@ -393,7 +415,7 @@ class DatasetService:
                     f"version {version} yet; ask the owner to run `dpmine-server datasets "
                     f"refresh {dataset_id}` (nothing was charged)"
                 )
-        return parsed.metadata
+        return ServedDataset(parsed.metadata, stored_policy(row.guarantee_policy))
 
     def public_metadata(self, session: Session, dataset_id: str) -> DatasetMetadata:
         """The current version's public metadata (no grant check), through the per-version
@@ -473,6 +495,20 @@ class DatasetService:
                 "(retire the dataset to stop all further queries)"
             )
         return dataset_cap(dataset)
+
+    def set_guarantee_policy(
+        self, session: Session, dataset_id: str, policy: GuaranteePolicy
+    ) -> DatasetInfo:
+        """Change which guarantees an active dataset serves; the next call is checked against
+        it (calls already charged keep running: their charge was accepted under the old one)."""
+        dataset = self.get(session, dataset_id)
+        if dataset.status != "active":
+            raise InvalidRequest(
+                f"dataset {dataset_id!r} is retired and takes no queries; its policy stays"
+            )
+        dataset.guarantee_policy = policy
+        session.flush()
+        return dataset_info(dataset)
 
     def retire(self, session: Session, dataset_id: str) -> DatasetInfo:
         """Stop all further queries on a dataset (its ledger stays)."""

@@ -1,7 +1,8 @@
 """Runs a private operation the one permitted way (DESIGN.md "Architecture", contract item 3).
 
-validate (public metadata only) → price → charge the ledger (committed) → load the columns → run
-the kernel with the server's generator → store the release in the ledger entry → return it.
+check the owner's guarantee policy → validate (public metadata only) → price → charge the
+ledger (committed) → load the columns → run the kernel with the server's generator → store the
+release in the ledger entry → return it.
 Anything that fails before the charge costs nothing; anything after it keeps the charge and
 releases nothing (the error message is generic, never data-dependent).
 """
@@ -17,7 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 
-from dpmine.wire import DatasetMetadata, Guarantee, Receipt
+from dpmine.wire import DatasetMetadata, Guarantee, GuaranteePolicy, Receipt, guarantee_allowed
 from dpmine_server.db.models import Job, LedgerEntry, Principal
 from dpmine_server.dp.budget import BudgetError, Epsilon
 from dpmine_server.errors import (
@@ -32,9 +33,29 @@ from dpmine_server.services.datasets import DatasetService
 from dpmine_server.services.ledger import Ledger, Reservation, request_fingerprint
 from dpmine_server.services.release_guard import OVERRAN, ReleaseGuard
 
-__all__ = ["Executor", "Pending", "PricedCall", "Release"]
+__all__ = ["Executor", "Pending", "PricedCall", "Release", "check_guarantee_policy"]
 
 logger = logging.getLogger(__name__)
+
+
+def check_guarantee_policy(
+    dataset_id: str, operation: str, guarantee: Guarantee, policy: GuaranteePolicy
+) -> None:
+    """Refuse (Forbidden) an operation whose guarantee the dataset's policy does not serve.
+
+    Called before the charge and before any data is read, by calls, jobs and estimates alike.
+    Privacy: the decision depends only on the operation's declared guarantee and the owner's
+    setting, both public, so refusing reveals nothing about the rows (docs/operators.md,
+    "Guarantee policy"; ALGORITHMS.md §0.1 on the MCMC operations' approximate guarantee)."""
+    if guarantee_allowed(guarantee, policy):
+        return
+    raise Forbidden(
+        f"{operation} releases the final state of an MCMC chain (guarantee {guarantee!r}: "
+        f"epsilon-DP only at convergence), and dataset {dataset_id!r} serves only exact "
+        "guarantees (its owner set guarantee_policy 'pure_only'); nothing was charged. Use an "
+        "operation with a pure guarantee (tree.expmech, e.g. the AltExpM miner, for trees), or "
+        "ask the data owner to allow approximate guarantees on this dataset"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +157,9 @@ class Executor:
         if principal.role != "analyst":
             raise Forbidden("owners manage datasets; query them with an analyst's key")
         with self._sessions() as session:  # metadata cached per (dataset, version)
-            metadata = self._datasets.metadata_for_analyst(session, dataset_id, principal)
-        priced = self.price(spec, request, metadata)
+            served = self._datasets.served_for_analyst(session, dataset_id, principal)
+        check_guarantee_policy(dataset_id, spec.name, spec.guarantee, served.guarantee_policy)
+        priced = self.price(spec, request, served.metadata)
         parameters = priced.request.model_dump(mode="json")
         reservation = self._ledger.reserve(
             principal=principal,

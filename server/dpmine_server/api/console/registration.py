@@ -251,6 +251,7 @@ class ReviewForm:
     missing_values: str = ""
     notes: tuple[str, ...] = ()
     epsilon_cap: str = ""
+    guarantee_policy: str = "allow_approximate"
     description: str = ""
     reviewed: bool = field(default=False)
 
@@ -302,6 +303,7 @@ class ReviewForm:
             missing_values=(fields("missing_values") or [""])[0],
             notes=tuple(fields("note")),
             epsilon_cap=_one(fields, "epsilon_cap"),
+            guarantee_policy=_one(fields, "guarantee_policy") or "allow_approximate",
             description=_one(fields, "description"),
             reviewed=_one(fields, "reviewed") == "yes",
         )

@@ -41,6 +41,7 @@ from dpmine.wire import (
     DatasetMetadata,
     GrantInfo,
     GrantRequest,
+    GuaranteePolicyRequest,
     LedgerEntryInfo,
     PrincipalCreated,
     PrincipalCreateRequest,
@@ -111,6 +112,7 @@ _NOTICES = {
     "grant_revoked": "Grant revoked: the analyst can spend nothing more on that dataset.",
     "disabled": "Principal disabled: its key stopped working.",
     "cap_set": "Cap saved.",
+    "policy_set": "Guarantee policy saved: it applies from the next call.",
     "retired": "Dataset retired: it takes no more queries; its ledger stays.",
     "job_cancelled": (
         "Cancel requested: a queued job never runs, a running one stops at its next progress "
@@ -361,6 +363,7 @@ class DatasetRow:
     kind: str
     version: int
     status: str
+    guarantee_policy: str
     cap: str
     spent: str
     left: str
@@ -379,6 +382,7 @@ def _dataset_rows(session: Session) -> list[DatasetRow]:
                 kind=info.metadata.kind,
                 version=info.version,
                 status=info.status,
+                guarantee_policy=info.guarantee_policy,
                 cap=Epsilon(dataset.cap_units).exact_str(),
                 spent=Epsilon(dataset.spent_units).exact_str(),
                 left=Epsilon(dataset.cap_units - dataset.spent_units).exact_str(),
@@ -447,6 +451,27 @@ def set_cap(
     except _FORM_ERRORS as error:
         return _form_error(request, session, error)
     return RedirectResponse("/console/datasets?notice=cap_set", status_code=303)
+
+
+@router.post("/datasets/{dataset_id}/guarantee-policy")
+def set_guarantee_policy(
+    request: Request,
+    dataset_id: str,
+    owner: Writer,
+    services: ServicesDep,
+    session: WriteSessionDep,
+    guarantee_policy: Annotated[str, Form()],
+) -> Response:
+    """Change which guarantees a dataset serves (the owner API's operation, audited the same
+    way)."""
+    try:
+        body = _validated(
+            lambda: GuaranteePolicyRequest.model_validate({"guarantee_policy": guarantee_policy})
+        )
+        admin.set_guarantee_policy(dataset_id, body, owner, services, session)
+    except _FORM_ERRORS as error:
+        return _form_error(request, session, error)
+    return RedirectResponse("/console/datasets?notice=policy_set", status_code=303)
 
 
 @router.post("/datasets/{dataset_id}/retire")
@@ -577,13 +602,16 @@ def register(
             raise FormProblems(problems)
         accepted = accept_reviewed(metadata)
         body = _validated(
-            lambda: CreateDatasetRequest(
-                id=review.source.dataset_id,
-                name=review.source.name or review.source.dataset_id,
-                description=review.description,
-                epsilon_cap=cap,
-                metadata=accepted,
-                source=review.source.source(),
+            lambda: CreateDatasetRequest.model_validate(
+                {
+                    "id": review.source.dataset_id,
+                    "name": review.source.name or review.source.dataset_id,
+                    "description": review.description,
+                    "epsilon_cap": cap,
+                    "guarantee_policy": review.guarantee_policy,
+                    "metadata": accepted,
+                    "source": review.source.source(),
+                }
             )
         )
         info, report = services.datasets.register(session, body, files=files)
@@ -600,7 +628,7 @@ def register(
         action="dataset_registered",
         principal=owner,
         target=body.id,
-        details={"via": "console"},
+        details={"guarantee_policy": body.guarantee_policy, "via": "console"},
     )
     stored = {part: str(file.path) for part, file in files.items()}
     try:

@@ -26,6 +26,7 @@ from dpmine.wire import (
     DatasetSource,
     GrantInfo,
     GrantRequest,
+    GuaranteePolicyRequest,
     LedgerEntryInfo,
     PrincipalCreated,
     PrincipalCreateRequest,
@@ -152,7 +153,13 @@ def register_dataset(
     propose-metadata is refused until its ``review.reviewed`` is true (or ``force``)."""
     body = _reviewed(body, force=force)
     info, report = services.datasets.register(session, body)
-    audit.record(session, action="dataset_registered", principal=owner, target=body.id)
+    audit.record(
+        session,
+        action="dataset_registered",
+        principal=owner,
+        target=body.id,
+        details={"guarantee_policy": body.guarantee_policy},
+    )
     warnings = (
         _copied_warnings(body.metadata, body.source, services.settings.data_dir)
         if isinstance(body.source, SqlSource)
@@ -225,7 +232,13 @@ def upload_dataset(
             update={field: stored.path.name for field, stored in files.items()}
         )
         warnings = _copied_warnings(body.metadata, uploaded, Path(folder))
-    audit.record(session, action="dataset_registered", principal=owner, target=body.id)
+    audit.record(
+        session,
+        action="dataset_registered",
+        principal=owner,
+        target=body.id,
+        details={"guarantee_policy": body.guarantee_policy},
+    )
     return RegisteredDataset(dataset=info, report=asdict(report), warnings=warnings)
 
 
@@ -319,6 +332,29 @@ def set_cap(
         principal=owner,
         target=dataset_id,
         details={"from": before.epsilon_cap_exact, "to": changed.epsilon_cap_exact},
+    )
+    return changed
+
+
+@router.put("/datasets/{dataset_id}/guarantee-policy", response_model=DatasetInfo)
+def set_guarantee_policy(
+    dataset_id: str,
+    body: GuaranteePolicyRequest,
+    owner: OwnerDep,
+    services: ServicesDep,
+    session: WriteSessionDep,
+) -> DatasetInfo:
+    """Change which guarantees a dataset serves: "pure_only" refuses the operations whose
+    guarantee is "approximate" (tree.mcmc, tree.pair_mcmc, brl.sample_rule_list) before any
+    charge; "allow_approximate" serves them. Applies from the next call (audit-logged)."""
+    before = services.datasets.get(session, dataset_id).guarantee_policy
+    changed = services.datasets.set_guarantee_policy(session, dataset_id, body.guarantee_policy)
+    audit.record(
+        session,
+        action="dataset_guarantee_policy_set",
+        principal=owner,
+        target=dataset_id,
+        details={"from": before, "to": changed.guarantee_policy},
     )
     return changed
 

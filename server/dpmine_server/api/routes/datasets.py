@@ -18,8 +18,9 @@ from dpmine.wire import (
 from dpmine_server.api.common import ERRORS
 from dpmine_server.api.deps import PrincipalDep, ServicesDep, SessionDep
 from dpmine_server.dp.budget import Epsilon
-from dpmine_server.errors import InvalidRequest
-from dpmine_server.services.datasets import dataset_info
+from dpmine_server.errors import Forbidden, InvalidRequest
+from dpmine_server.services.datasets import dataset_info, stored_policy
+from dpmine_server.services.executor import check_guarantee_policy
 
 router = APIRouter(tags=["datasets"])
 
@@ -61,9 +62,13 @@ def estimate(
     services: ServicesDep,
     session: SessionDep,
 ) -> EstimateResponse:
-    """Exact cost of a list of calls and whether your remaining budget covers it. Free."""
+    """Exact cost of a list of calls and whether your remaining budget covers it. Free.
+
+    A call the dataset's guarantee policy does not serve is refused (403) as the call itself
+    would be, so a miner's plan fails before it spends anything."""
     dataset = services.datasets.get_for_analyst(session, dataset_id, principal)
     metadata = DatasetMetadata.model_validate(dataset.metadata_json)
+    policy = stored_policy(dataset.guarantee_policy)
     costs: list[PlannedCallCost] = []
     total = Epsilon.zero()
     # A plan repeats a few calls many times: price each different call once.
@@ -78,11 +83,13 @@ def estimate(
                     "split the plan into several estimates"
                 )
             try:
-                priced = services.executor.price(
-                    services.executor.spec(call.operation), call.request, metadata
-                )
+                spec = services.executor.spec(call.operation)
+                check_guarantee_policy(dataset_id, spec.name, spec.guarantee, policy)
+                priced = services.executor.price(spec, call.request, metadata)
             except InvalidRequest as error:
                 raise InvalidRequest(f"call {index} ({call.operation}): {error.message}") from error
+            except Forbidden as error:
+                raise Forbidden(f"call {index}: {error.message}") from error
             known = (
                 PlannedCallCost(
                     operation=call.operation,
