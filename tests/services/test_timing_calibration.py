@@ -54,6 +54,7 @@ def _write(folder: Path, content: dict[str, Any], name: str = "calibration.json"
 FACTORS = {
     "count.noisy": {"factor": 4.0, "floor_seconds": 0.002},
     "tree.expmech": {"factor": 0.25, "floor_seconds": 0.001},
+    "serenade.extend_one": {"factor": 0.01, "floor_seconds": 0.0},
 }
 
 
@@ -130,6 +131,23 @@ def test_calibrated_budget_is_base_plus_margin_factor_work(tmp_path: Path) -> No
             expected = 0.1 + work
             assert budget == plain.budget(operation, request, metadata)
         assert budget == pytest.approx(expected, rel=1e-12)
+    # A tail-capped operation is never granted less than its hand-set estimate (a calibration
+    # times typical runs, not runs at the cap), whatever its measured factor.
+    body = {
+        "mode": "cs",
+        "collection": [
+            {
+                "left": {"kind": "bool", "attribute": "b0"},
+                "right": {"kind": "bool", "attribute": "r"},
+            }
+        ],
+        "epsilon": 1.0,
+        "quality": {"x0": 50.0},
+    }
+    request = CATALOG["serenade.extend_one"].request_model.model_validate(body)
+    work = operation_work("serenade.extend_one", request, metadata)
+    assert 3.0 * 0.01 * work < work
+    assert calibrated.budget("serenade.extend_one", request, metadata) == pytest.approx(0.1 + work)
     # The floor: a request smaller than every measured case keeps margin x the fixed cost.
     tiny = distinct(100).store.metadata
     request = CATALOG["count.noisy"].request_model.model_validate({"epsilon": 0.1})

@@ -5,7 +5,9 @@ kernel on synthetic adversarial data on the deployment's own machine and writes 
 ``DPMINE_TIMING_CALIBRATION`` names it, and :class:`~dpmine_server.services.timing.TimingPolicy`
 then grants an operation ``base + scale · max(margin · factor · work, margin · floor)``
 seconds instead of ``base + scale · work`` (``work`` the hand-set estimate of
-services/timing.py).
+services/timing.py; for the operations whose estimate prices a probabilistic public cap,
+``TAIL_CAPPED``, never less than ``work``: a calibration times typical runs, not runs at the
+cap).
 
 Privacy: the file is public configuration, not data. Its factors are measured on synthetic
 data generated from public sizes only (never a registered dataset), so a calibrated budget is

@@ -8,7 +8,9 @@ deadline computed from public values only, and every release time lies on a coar
 
 * ``budget(op, request, metadata)``: seconds from the operation's public parameters and the
   dataset's public metadata (``n_max``, the number of items or literals, K, ℓ, the collection
-  size …), times the configured ``scale``, plus a ``base``;
+  size …), times the configured ``scale``, plus a ``base``; with ``DPMINE_TIMING_CALIBRATION``
+  the estimate of a measured operation is first scaled by its public factor
+  (:meth:`TimingPolicy.calibrated_work`, services/calibration_file.py);
 * ``deadline = arrival + grid · ⌈budget / grid⌉``, with ``arrival`` the moment the request reached
   the route (synchronous calls) or the job was submitted (jobs);
 * the release is returned (or a job shown done or failed) at the deadline. A kernel still
@@ -59,6 +61,7 @@ from dpmine_server.settings import Settings
 __all__ = [
     "GRID_PRODUCT_SECONDS",
     "PRICED_OPERATIONS",
+    "TAIL_CAPPED",
     "TimingPolicy",
     "load_work",
     "operation_work",
@@ -326,6 +329,20 @@ _WORK: dict[str, Work] = {
 #: The operations a calibration file may name (test-mode operations are not calibrated).
 PRICED_OPERATIONS = tuple(name for name in _WORK if not name.startswith("test."))
 
+#: Operations whose work estimate prices a probabilistic public cap (Serenade's rejection
+#: proposals, top-K's tail reveals and draws: exceeded with probability ≤ 10⁻⁹). A calibration
+#: times typical runs, far below the cap, so it may raise their budgets but never lower them
+#: below the hand-set estimate, which is what covers a run that reaches its cap.
+TAIL_CAPPED = frozenset(
+    {
+        "serenade.initial_pairs",
+        "serenade.extend_one",
+        "fim.topk_em",
+        "fim.topk_laplace",
+        "brl.antecedents",
+    }
+)
+
 
 def operation_work(
     operation: str, request: BaseModel | Mapping[str, Any], metadata: DatasetMetadata
@@ -393,17 +410,19 @@ class TimingPolicy:
     def calibrated_work(self, operation: str, work: float) -> float:
         """Seconds (at scale 1) for hand-set ``work`` of ``operation``: ``work`` itself
         without a calibration or for an operation it did not measure (factor 1), else
-        ``max(margin · factor · work, margin · floor)``. The factor is the largest measured
-        seconds per work unit, so on every calibrated case the budget is at least ``margin``
-        times the measured worst time; the floor keeps requests smaller than every measured
-        case above ``margin`` times the kernel's measured fixed cost. All three numbers are
-        public (measured on synthetic data of public sizes), so the budget stays a public
-        function of public values."""
+        ``max(margin · factor · work, margin · floor)`` (and at least ``work`` for the
+        :data:`TAIL_CAPPED` operations). The factor is the largest measured seconds per work
+        unit, so on every calibrated case the budget is at least ``margin`` times the measured
+        worst time; the floor keeps requests smaller than every measured case above
+        ``margin`` times the kernel's measured fixed cost. All these numbers are public
+        (measured on synthetic data of public sizes), so the budget stays a public function
+        of public values."""
         measured = self.calibration.operations.get(operation) if self.calibration else None
         if self.calibration is None or measured is None:
             return work
         margin = self.calibration.margin
-        return max(margin * measured.factor * work, margin * measured.floor_seconds)
+        calibrated = max(margin * measured.factor * work, margin * measured.floor_seconds)
+        return max(calibrated, work) if operation in TAIL_CAPPED else calibrated
 
     def load_budget(self, metadata: DatasetMetadata) -> float:
         """Seconds a load of this dataset is padded to when it happens inside a request (a
