@@ -428,7 +428,7 @@ def calibrate(
         "dpmine-timing.json"
     ),
     quick: Annotated[
-        bool, typer.Option("--quick", help="5,000-row data, 2 calls per case (seconds, not minutes)")
+        bool, typer.Option("--quick", help="5,000-row data, 2 calls per case (seconds)")
     ] = False,
     rows: Annotated[
         str | None,

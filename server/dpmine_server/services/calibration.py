@@ -10,7 +10,9 @@ nothing is released) with public default parameters on synthetic data built to b
   case of top-K and ``brl.antecedents``);
 * ``reject``: left literals that are never true, so every quality is 0 and Serenade's
   rejection accepts a proposal with probability e^−c only, run at c just below 8 (the
-  largest c it serves).
+  largest c it serves);
+* ``wide``: 120 Boolean × 48 all-distinct numeric columns (European mammals' shape: Serenade's
+  grid-mode pairs count every left literal against every right column).
 
 :func:`calibrate` times each case and derives, per operation, the factor
 ``max over cases and repetitions of (kernel seconds / hand-set work units)`` and the floor
@@ -83,7 +85,7 @@ __all__ = [
     "run_kernel",
 ]
 
-ADVERSARIAL = ("distinct", "dense", "reject")
+ADVERSARIAL = ("distinct", "dense", "reject", "wide")
 #: Rows of the adversarial data and timed calls per case: full and ``--quick`` calibrations.
 SIZES, QUICK_SIZES = (20_000, 100_000), (5_000,)
 REPEATS, QUICK_REPEATS = 5, 2
@@ -164,6 +166,27 @@ def dense(rows: int, items: int = 12) -> Dataset:
     )
     store = ColumnStore(metadata, n_rows=rows, columns=columns)
     return Dataset("dense", store, f"adversarial: {rows:,} rows, {items} items in every row")
+
+
+def wide(rows: int, left: int = 120, right: int = 48) -> Dataset:
+    """Many columns, as on European mammals: ``left`` Boolean attributes (density 0.3) and
+    ``right`` numeric columns of all-distinct values. Serenade's grid-mode pairs count every
+    left literal against every right column's grid cells, a term the narrow tables leave
+    small."""
+    generator = np.random.default_rng(22)
+    attributes: list[AnyAttribute] = []
+    columns: dict[str, Column] = {}
+    for j in range(left):
+        attributes.append(BooleanAttribute(name=f"b{j}", view="left"))
+        truth = generator.random(rows) < 0.3
+        columns[f"b{j}"] = BooleanColumn.from_arrays(f"b{j}", truth, _everyone(rows))
+    for j in range(right):
+        attributes.append(NumericAttribute(name=f"x{j}", view="right", lo=0.0, hi=1.0))
+        columns[f"x{j}"] = NumericColumn.from_values(
+            f"x{j}", generator.permutation(rows) / rows, lo=0.0, hi=1.0
+        )
+    note = f"adversarial: {rows:,} rows, {left} Boolean × {right} all-distinct numeric"
+    return Dataset("wide", _store(attributes, columns, rows), note)
 
 
 def reject(rows: int) -> Dataset:
@@ -331,12 +354,14 @@ def cases_for(dataset: Dataset) -> list[Case]:
 
 
 def adversarial(key: str, rows: int) -> Dataset:
-    """The adversarial dataset ``key`` (:data:`ADVERSARIAL`) at ``rows`` rows (``reject`` at a
-    quarter of them, at least 1,000: its rejection loops are the slowest per row)."""
+    """The adversarial dataset ``key`` (:data:`ADVERSARIAL`) at ``rows`` rows (``reject`` and
+    ``wide`` at a quarter of them, at least 1,000, ``wide`` at most 5,000: their kernels are
+    the slowest per row)."""
     builders: dict[str, Callable[[], Dataset]] = {
         "distinct": lambda: distinct(rows),
         "dense": lambda: dense(rows),
         "reject": lambda: reject(max(rows // 4, 1_000)),
+        "wide": lambda: wide(min(max(rows // 4, 1_000), 5_000)),
     }
     return builders[key]()
 
