@@ -422,6 +422,80 @@ def worker(
     run_worker(settings, concurrency=concurrency)
 
 
+@app.command()
+def calibrate(
+    out: Annotated[Path, typer.Option(help="Calibration file to write.")] = Path(
+        "dpmine-timing.json"
+    ),
+    quick: Annotated[
+        bool, typer.Option("--quick", help="5,000-row data, 2 calls per case (seconds)")
+    ] = False,
+    rows: Annotated[
+        str | None,
+        typer.Option(help="Rows of the synthetic data, a comma list (default: 20000,100000)"),
+    ] = None,
+    repeats: Annotated[int | None, typer.Option(min=1, help="Timed calls per case")] = None,
+    operations: Annotated[
+        str | None,
+        typer.Option(help="Only these operations, a comma list (the others keep factor 1)"),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Time every priced operation's kernel on synthetic adversarial data on this machine and
+    write the public calibration file that DPMINE_TIMING_CALIBRATION names (docs/operators.md,
+    "Calibrating the time budgets"). Run it on the deployment's machine, with the load it
+    usually has; no registered data is read."""
+    from dpmine_server.services import calibration
+    from dpmine_server.services.warmup import warm_compiled_kernels
+
+    try:
+        sizes = tuple(int(part) for part in rows.split(",")) if rows else None
+    except ValueError as error:
+        raise _fail(f"--rows takes whole numbers separated by commas, got {rows!r}") from error
+    if sizes is not None and any(size < 100 for size in sizes):
+        raise _fail("--rows: every size must be at least 100 rows")
+    from dpmine_server.services.timing import PRICED_OPERATIONS
+
+    chosen = tuple(operations.split(",")) if operations else PRICED_OPERATIONS
+    unknown = sorted(set(chosen) - set(PRICED_OPERATIONS))
+    if unknown:
+        raise _fail(
+            f"--operations: unknown {', '.join(unknown)}; choose among "
+            f"{', '.join(PRICED_OPERATIONS)}"
+        )
+    default_sizes = calibration.QUICK_SIZES if quick else calibration.SIZES
+    default_repeats = calibration.QUICK_REPEATS if quick else calibration.REPEATS
+    warm_compiled_kernels()
+    result = calibration.calibrate(
+        sizes or default_sizes,
+        repeats or default_repeats,
+        quick=quick,
+        operations=chosen,
+        report=None if as_json else typer.echo,
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    if as_json:
+        _print_json(
+            {
+                "path": str(out),
+                "margin": result.margin,
+                "factors": {name: op.factor for name, op in result.operations.items()},
+            }
+        )
+        return
+    typer.echo("")
+    _print_rows(
+        f"measured factors (margin {result.margin:g})",
+        ["operation", "factor", "floor s", "cases"],
+        [
+            [name, f"{op.factor:.3g}", f"{op.floor_seconds:.3g}", str(len(op.cases))]
+            for name, op in result.operations.items()
+        ],
+    )
+    typer.echo(f"wrote {out}; set DPMINE_TIMING_CALIBRATION={out} and restart the server to use it")
+
+
 @db_app.command("upgrade")
 def db_upgrade() -> None:
     """Create or migrate the database schema to the newest revision."""

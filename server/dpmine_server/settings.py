@@ -175,6 +175,12 @@ class Settings(BaseSettings):
         allow_inf_nan=False,
         description="Multiplier of the per-operation budget from public parameters.",
     )
+    timing_calibration: Path | None = Field(
+        default=None,
+        description="Public calibration file written by `dpmine-server calibrate` on this "
+        "machine: budgets become base + scale × max(margin × factor × work, margin × floor) "
+        "per measured operation (services/calibration_file.py). Unset: the hand-set estimates.",
+    )
     timing_overrun: Literal["fail", "release"] = Field(
         default="fail",
         description="A kernel still running at its padded deadline: 'fail' answers at the "
@@ -190,7 +196,7 @@ class Settings(BaseSettings):
             return data
         return {**_TEST_TIMING, **data}
 
-    @field_validator("bootstrap_owner_key", mode="before")
+    @field_validator("bootstrap_owner_key", "timing_calibration", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value

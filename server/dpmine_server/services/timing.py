@@ -8,7 +8,9 @@ deadline computed from public values only, and every release time lies on a coar
 
 * ``budget(op, request, metadata)``: seconds from the operation's public parameters and the
   dataset's public metadata (``n_max``, the number of items or literals, K, ℓ, the collection
-  size …), times the configured ``scale``, plus a ``base``;
+  size …), times the configured ``scale``, plus a ``base``; with ``DPMINE_TIMING_CALIBRATION``
+  the estimate of a measured operation is first scaled by its public factor
+  (:meth:`TimingPolicy.calibrated_work`, services/calibration_file.py);
 * ``deadline = arrival + grid · ⌈budget / grid⌉``, with ``arrival`` the moment the request reached
   the route (synchronous calls) or the job was submitted (jobs);
 * the release is returned (or a job shown done or failed) at the deadline. A kernel still
@@ -28,7 +30,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -53,9 +55,17 @@ from dpmine_server.operations.redescriptions import (
     pairs_proposals,
 )
 from dpmine_server.operations.rule_lists import antecedents_plan
+from dpmine_server.services.calibration_file import TimingCalibration, cached_calibration
 from dpmine_server.settings import Settings
 
-__all__ = ["GRID_PRODUCT_SECONDS", "TimingPolicy", "load_work", "operation_work"]
+__all__ = [
+    "GRID_PRODUCT_SECONDS",
+    "PRICED_OPERATIONS",
+    "TAIL_CAPPED",
+    "TimingPolicy",
+    "load_work",
+    "operation_work",
+]
 
 #: Public work estimate (abstract units ≈ seconds at scale 1) of one operation.
 Work = Callable[[Mapping[str, Any], DatasetMetadata], float]
@@ -316,6 +326,24 @@ _WORK: dict[str, Work] = {
 }
 
 
+#: The operations a calibration file may name (test-mode operations are not calibrated).
+PRICED_OPERATIONS = tuple(name for name in _WORK if not name.startswith("test."))
+
+#: Operations whose work estimate prices a probabilistic public cap (Serenade's rejection
+#: proposals, top-K's tail reveals and draws: exceeded with probability ≤ 10⁻⁹). A calibration
+#: times typical runs, far below the cap, so it may raise their budgets but never lower them
+#: below the hand-set estimate, which is what covers a run that reaches its cap.
+TAIL_CAPPED = frozenset(
+    {
+        "serenade.initial_pairs",
+        "serenade.extend_one",
+        "fim.topk_em",
+        "fim.topk_laplace",
+        "brl.antecedents",
+    }
+)
+
+
 def operation_work(
     operation: str, request: BaseModel | Mapping[str, Any], metadata: DatasetMetadata
 ) -> float:
@@ -338,16 +366,30 @@ class TimingPolicy:
     scale: float
     #: Overruns fail closed at the deadline (else they are shown at the next grid tick).
     fail_closed: bool = False
+    #: Measured public factors (``DPMINE_TIMING_CALIBRATION``; None: the hand-set estimates).
+    calibration: TimingCalibration | None = field(default=None, compare=False)
+    #: Which calibration file is in force, in one line (None without one).
+    calibration_label: str | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TimingPolicy:
-        """The policy configured by ``DPMINE_TIMING_*`` (see :class:`Settings`)."""
+        """The policy configured by ``DPMINE_TIMING_*`` (see :class:`Settings`); a calibration
+        file that cannot be used raises
+        :class:`~dpmine_server.services.calibration_file.CalibrationError` (at start-up: the
+        container builds the policy before serving)."""
+        calibration, label = None, None
+        if settings.timing_calibration is not None:
+            path = settings.timing_calibration
+            calibration = cached_calibration(str(path), PRICED_OPERATIONS)
+            label = calibration.label(path)
         return cls(
             enabled=settings.timing_padding,
             grid=settings.timing_grid_ms / 1000.0,
             base=settings.timing_base_ms / 1000.0,
             scale=settings.timing_scale,
             fail_closed=settings.timing_overrun == "fail",
+            calibration=calibration,
+            calibration_label=label,
         )
 
     @property
@@ -361,7 +403,26 @@ class TimingPolicy:
         """Seconds granted to ``operation`` on this request (public values only)."""
         if not self.enabled:
             return 0.0
-        return self.base + self.scale * operation_work(operation, request, metadata)
+        return self.base + self.scale * self.calibrated_work(
+            operation, operation_work(operation, request, metadata)
+        )
+
+    def calibrated_work(self, operation: str, work: float) -> float:
+        """Seconds (at scale 1) for hand-set ``work`` of ``operation``: ``work`` itself
+        without a calibration or for an operation it did not measure (factor 1), else
+        ``max(margin · factor · work, margin · floor)`` (and at least ``work`` for the
+        :data:`TAIL_CAPPED` operations). The factor is the largest measured seconds per work
+        unit, so on every calibrated case the budget is at least ``margin`` times the measured
+        worst time; the floor keeps requests smaller than every measured case above
+        ``margin`` times the kernel's measured fixed cost. All these numbers are public
+        (measured on synthetic data of public sizes), so the budget stays a public function
+        of public values."""
+        measured = self.calibration.operations.get(operation) if self.calibration else None
+        if self.calibration is None or measured is None:
+            return work
+        margin = self.calibration.margin
+        calibrated = max(margin * measured.factor * work, margin * measured.floor_seconds)
+        return max(calibrated, work) if operation in TAIL_CAPPED else calibrated
 
     def load_budget(self, metadata: DatasetMetadata) -> float:
         """Seconds a load of this dataset is padded to when it happens inside a request (a

@@ -1,0 +1,163 @@
+"""The timing calibration file: measured public factors for the padding budgets (issue #23).
+
+``dpmine-server calibrate`` (services/calibration.py) times every priced operation's real
+kernel on synthetic adversarial data on the deployment's own machine and writes this file;
+``DPMINE_TIMING_CALIBRATION`` names it, and :class:`~dpmine_server.services.timing.TimingPolicy`
+then grants an operation ``base + scale · max(margin · factor · work, margin · floor)``
+seconds instead of ``base + scale · work`` (``work`` the hand-set estimate of
+services/timing.py; for the operations whose estimate prices a probabilistic public cap,
+``TAIL_CAPPED``, never less than ``work``: a calibration times typical runs, not runs at the
+cap).
+
+Privacy: the file is public configuration, not data. Its factors are measured on synthetic
+data generated from public sizes only (never a registered dataset), so a calibrated budget is
+still a function of public values (the request's parameters, the dataset's public metadata
+and this public file): DESIGN.md contract item 7 holds as before, and an overrun still fails
+closed at the deadline (the residual channel is unchanged).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Collection
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+__all__ = [
+    "CALIBRATION_VERSION",
+    "MARGIN",
+    "CalibrationError",
+    "OperationCalibration",
+    "TimingCalibration",
+    "cached_calibration",
+    "read_calibration",
+]
+
+#: Format version of the file (a server refuses any other).
+CALIBRATION_VERSION = 1
+
+#: Public safety margin over the measured worst case, written into every new file. Three
+#: covers a machine about three times slower than during the calibration (other processes,
+#: frequency scaling, a colder cache) before a kernel overruns and fails closed.
+MARGIN = 3.0
+
+
+class CalibrationError(ValueError):
+    """The calibration file cannot be used; the message says what to fix."""
+
+
+def _finite_positive(value: float, what: str) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{what} must be a positive finite number, got {value!r}")
+    return value
+
+
+class CalibrationCase(BaseModel):
+    """One measured case: the synthetic dataset, its hand-set work and the worst time."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dataset: str
+    note: str = ""
+    n_max: int = Field(ge=1)
+    work: float = Field(gt=0, allow_inf_nan=False)
+    max_seconds: float = Field(ge=0, allow_inf_nan=False)
+
+
+class OperationCalibration(BaseModel):
+    """One operation's measured factor (max seconds per work unit) and fixed-cost floor."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    factor: float = Field(description="max over cases and repetitions of seconds / work")
+    floor_seconds: float = Field(
+        ge=0, allow_inf_nan=False, description="the smallest case's worst time (fixed cost)"
+    )
+    cases: list[CalibrationCase] = Field(default_factory=list)
+
+    @field_validator("factor")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        return _finite_positive(value, "factor")
+
+
+class TimingCalibration(BaseModel):
+    """The whole file: format version, margin, the machine and every operation measured."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int
+    margin: float
+    created: str
+    quick: bool = False
+    machine: dict[str, Any] = Field(default_factory=dict)
+    operations: dict[str, OperationCalibration]
+
+    @field_validator("version")
+    @classmethod
+    def _known_version(cls, value: int) -> int:
+        if value != CALIBRATION_VERSION:
+            raise ValueError(
+                f"version {value} is not supported (this server reads version "
+                f"{CALIBRATION_VERSION}); re-run dpmine-server calibrate"
+            )
+        return value
+
+    @field_validator("margin")
+    @classmethod
+    def _margin_at_least_one(cls, value: float) -> float:
+        if not math.isfinite(value) or value < 1:
+            raise ValueError(
+                f"margin must be a finite number of at least 1 (a budget below the measured "
+                f"worst time would overrun), got {value!r}"
+            )
+        return value
+
+    def label(self, path: Path) -> str:
+        """Which calibration is in force, in one line (for /v1/health and logs)."""
+        digest = hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:12]
+        cpu = self.machine.get("cpu_model") or "unknown CPU"
+        return f"{path.name} sha256:{digest} ({self.created}, {cpu}, margin {self.margin:g})"
+
+
+def read_calibration(path: Path, known: Collection[str]) -> TimingCalibration:
+    """The validated file at ``path``; :class:`CalibrationError` says what to fix when the file
+    is missing, not JSON, of another version, names an operation the server does not price
+    (not in ``known``) or has a non-positive factor."""
+    where = f"DPMINE_TIMING_CALIBRATION={path}"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise CalibrationError(
+            f"{where}: cannot read the file ({error.strerror or error}); write it with "
+            "dpmine-server calibrate --out FILE or unset the setting"
+        ) from error
+    try:
+        calibration = TimingCalibration.model_validate_json(text)
+    except ValidationError as error:
+        first = error.errors()[0]
+        at = ".".join(str(part) for part in first["loc"])
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise CalibrationError(
+            f"{where}: {at + ': ' if at else ''}{message}; fix the file or write a new one "
+            "with dpmine-server calibrate"
+        ) from error
+    unknown = sorted(set(calibration.operations) - set(known))
+    if unknown:
+        raise CalibrationError(
+            f"{where}: unknown operation(s) {', '.join(unknown)}; this server prices "
+            f"{', '.join(sorted(known))}; remove them or write a new file with "
+            "dpmine-server calibrate"
+        )
+    return calibration
+
+
+@lru_cache(maxsize=8)
+def cached_calibration(path: str, known: tuple[str, ...]) -> TimingCalibration:
+    """:func:`read_calibration`, read once per process (restart the server to apply a new
+    file)."""
+    return read_calibration(Path(path), known)

@@ -1,0 +1,247 @@
+"""The timing calibration (issue #23 item 1): the public file, its validation, the calibrated
+budgets, ``dpmine-server calibrate`` and the server that shows which calibration it uses."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from dpmine_server.cli import app
+from dpmine_server.dp.rng import secure_generator
+from dpmine_server.operations import CATALOG
+from dpmine_server.operations.base import no_progress
+from dpmine_server.services.calibration import (
+    ADVERSARIAL,
+    adversarial,
+    calibrate,
+    cases_for,
+    distinct,
+)
+from dpmine_server.services.calibration_file import (
+    CALIBRATION_VERSION,
+    CalibrationError,
+    TimingCalibration,
+    read_calibration,
+)
+from dpmine_server.services.timing import PRICED_OPERATIONS, TimingPolicy, operation_work
+from dpmine_server.settings import Settings
+from support.servers import LiveServer, ServerStartError, http_client
+
+
+def _file(operations: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    return {
+        "version": CALIBRATION_VERSION,
+        "margin": 3.0,
+        "created": "2026-11-26T19:00:00+00:00",
+        "machine": {"cpu_model": "test CPU", "cores": 2},
+        "operations": operations,
+        **changes,
+    }
+
+
+def _write(folder: Path, content: dict[str, Any], name: str = "calibration.json") -> Path:
+    path = folder / name
+    path.write_text(json.dumps(content))
+    return path
+
+
+FACTORS = {
+    "count.noisy": {"factor": 4.0, "floor_seconds": 0.002},
+    "tree.expmech": {"factor": 0.25, "floor_seconds": 0.001},
+    "serenade.extend_one": {"factor": 0.01, "floor_seconds": 0.0},
+}
+
+
+def test_file_round_trips(tmp_path: Path) -> None:
+    written = TimingCalibration.model_validate(_file(FACTORS))
+    path = tmp_path / "round.json"
+    path.write_text(written.model_dump_json(indent=2))
+    read = read_calibration(path, PRICED_OPERATIONS)
+    assert read == written
+    assert read.operations["tree.expmech"].factor == 0.25
+    assert "round.json sha256:" in read.label(path)
+    assert "test CPU" in read.label(path)
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (_file({"fim.magic": {"factor": 1.0, "floor_seconds": 0.0}}), "unknown operation"),
+        (_file({"count.noisy": {"factor": 0.0, "floor_seconds": 0.0}}), "positive finite"),
+        (_file({"count.noisy": {"factor": -2.0, "floor_seconds": 0.0}}), "positive finite"),
+        (_file(FACTORS, version=CALIBRATION_VERSION + 1), "is not supported"),
+        (_file(FACTORS, margin=0.5), "margin must be"),
+        (_file(FACTORS, surplus=1), "surplus"),
+    ],
+)
+def test_bad_files_are_refused_with_what_to_fix(
+    tmp_path: Path, content: dict[str, Any], expected: str
+) -> None:
+    path = _write(tmp_path, content)
+    with pytest.raises(CalibrationError, match=expected) as refused:
+        read_calibration(path, PRICED_OPERATIONS)
+    assert f"DPMINE_TIMING_CALIBRATION={path}" in str(refused.value)
+    assert "dpmine-server calibrate" in str(refused.value)
+
+
+def test_missing_or_broken_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(CalibrationError, match="cannot read the file"):
+        read_calibration(tmp_path / "absent.json", PRICED_OPERATIONS)
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    with pytest.raises(CalibrationError, match="fix the file"):
+        read_calibration(broken, PRICED_OPERATIONS)
+
+
+def test_calibrated_budget_is_base_plus_margin_factor_work(tmp_path: Path) -> None:
+    path = _write(tmp_path, _file(FACTORS))
+    settings = Settings(environment="development", timing_calibration=path)
+    calibrated = TimingPolicy.from_settings(settings)
+    plain = TimingPolicy.from_settings(Settings(environment="development"))
+    assert calibrated.calibration_label is not None
+    assert plain.calibration_label is None
+    metadata = distinct(500).store.metadata
+    requests = {
+        "count.noisy": {"epsilon": 0.1},
+        "tree.expmech": {
+            "view": "right",
+            "target": {"kind": "attribute", "attribute": "b0"},
+            "epsilon": 1.0,
+        },
+        "tree.mcmc": {
+            "view": "right",
+            "target": {"kind": "attribute", "attribute": "b0"},
+            "epsilon": 1.0,
+        },
+    }
+    for operation, body in requests.items():
+        request = CATALOG[operation].request_model.model_validate(body)
+        work = operation_work(operation, request, metadata)
+        budget = calibrated.budget(operation, request, metadata)
+        if operation in FACTORS:
+            measured = FACTORS[operation]
+            expected = 0.1 + max(3.0 * measured["factor"] * work, 3.0 * measured["floor_seconds"])
+        else:  # not in the file: today's estimate (factor 1, no margin)
+            expected = 0.1 + work
+            assert budget == plain.budget(operation, request, metadata)
+        assert budget == pytest.approx(expected, rel=1e-12)
+    # A tail-capped operation is never granted less than its hand-set estimate (a calibration
+    # times typical runs, not runs at the cap), whatever its measured factor.
+    body = {
+        "mode": "cs",
+        "collection": [
+            {
+                "left": {"kind": "bool", "attribute": "b0"},
+                "right": {"kind": "bool", "attribute": "r"},
+            }
+        ],
+        "epsilon": 1.0,
+        "quality": {"x0": 50.0},
+    }
+    request = CATALOG["serenade.extend_one"].request_model.model_validate(body)
+    work = operation_work("serenade.extend_one", request, metadata)
+    assert 3.0 * 0.01 * work < work
+    assert calibrated.budget("serenade.extend_one", request, metadata) == pytest.approx(0.1 + work)
+    # The floor: a request smaller than every measured case keeps margin x the fixed cost.
+    tiny = distinct(100).store.metadata
+    request = CATALOG["count.noisy"].request_model.model_validate({"epsilon": 0.1})
+    assert 3.0 * 4.0 * operation_work("count.noisy", request, tiny) < 3.0 * 0.002
+    assert calibrated.budget("count.noisy", request, tiny) == pytest.approx(0.1 + 0.006)
+
+
+def test_test_mode_budgets_stay_zero(tmp_path: Path) -> None:
+    path = _write(tmp_path, _file(FACTORS))
+    policy = TimingPolicy.from_settings(Settings(environment="test", timing_calibration=path))
+    metadata = distinct(500).store.metadata
+    request = CATALOG["count.noisy"].request_model.model_validate({"epsilon": 0.1})
+    assert policy.budget("count.noisy", request, metadata) == 0.0
+
+
+def test_cli_writes_a_calibration_on_a_tiny_run(tmp_path: Path) -> None:
+    out = tmp_path / "measured.json"
+    operations = "count.noisy,red.compute_quality,tree.expmech"
+    arguments = ["calibrate", "--rows", "300", "--repeats", "1", "--operations", operations]
+    result = CliRunner().invoke(app, [*arguments, "--out", str(out), "--json"])
+    assert result.exit_code == 0, (result.output, repr(result.exception))
+    summary = json.loads(result.stdout)
+    calibration = read_calibration(out, PRICED_OPERATIONS)
+    assert set(calibration.operations) == set(operations.split(","))
+    assert summary["factors"] == {n: op.factor for n, op in calibration.operations.items()}
+    assert calibration.margin == 3.0
+    assert calibration.machine["python"]
+    for name, measured in calibration.operations.items():
+        # The factor is the largest measured seconds per work unit over the cases.
+        assert measured.cases, name
+        worst = max(case.max_seconds / case.work for case in measured.cases)
+        assert measured.factor == pytest.approx(max(worst, 1e-9))
+        assert {case.dataset for case in measured.cases} <= set(ADVERSARIAL)
+
+
+def test_cli_refuses_an_unknown_operation(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["calibrate", "--operations", "count.noisy,fim.magic", "--out", str(tmp_path / "x")]
+    )
+    assert result.exit_code == 2
+    assert "unknown fim.magic" in result.stderr
+    assert "choose among" in result.stderr
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.skipif(os.name != "posix", reason="spawns a server process")
+def test_server_shows_its_calibration_and_refuses_a_bad_one(tmp_path: Path) -> None:
+    good = _write(tmp_path, _file(FACTORS), "good.json")
+    server = LiveServer(
+        database_url=f"sqlite:///{tmp_path / 'good.sqlite3'}",
+        workdir=tmp_path / "good",
+        extra_env={"DPMINE_TIMING_CALIBRATION": str(good)},
+    )
+    with server, http_client(server.url) as client:
+        health = client.get("/v1/health").json()
+    expected = TimingCalibration.model_validate(_file(FACTORS)).label(good)
+    assert health["timing_calibration"] == expected
+    bad = _write(tmp_path, _file({"count.noisy": {"factor": 0, "floor_seconds": 0}}), "bad.json")
+    refused = LiveServer(
+        database_url=f"sqlite:///{tmp_path / 'bad.sqlite3'}",
+        workdir=tmp_path / "bad",
+        extra_env={"DPMINE_TIMING_CALIBRATION": str(bad)},
+    )
+    with pytest.raises(ServerStartError):
+        refused.start(timeout=60)
+    assert f"DPMINE_TIMING_CALIBRATION={bad}" in refused.log_text()
+    assert "factor must be a positive finite number" in refused.log_text()
+
+
+@pytest.mark.slow
+def test_no_adversarial_kernel_exceeds_its_calibrated_budget() -> None:
+    """Issue #23's check: calibrate on small adversarial data, then re-run every case and find
+    no kernel time above its calibrated budget (development base, margin 3)."""
+    rows = 2_000
+    measured = calibrate((rows,), 2)
+    policy = TimingPolicy(
+        enabled=True, grid=0.05, base=0.1, scale=1.0, fail_closed=True, calibration=measured
+    )
+    over: list[str] = []
+    for key in ADVERSARIAL:
+        dataset = adversarial(key, rows)
+        for case in cases_for(dataset):
+            spec = CATALOG[case.operation]
+            request = spec.request_model.model_validate(case.request)
+            spec.validate(request, dataset.store.metadata)
+            budget = policy.budget(case.operation, request, dataset.store.metadata)
+            for _ in range(2):
+                start = time.perf_counter()
+                spec.run(
+                    dataset.store, request, spec.cost(request), secure_generator(), no_progress
+                )
+                elapsed = time.perf_counter() - start
+                if elapsed > budget:
+                    over.append(
+                        f"{case.operation} on {key} {case.note}: {elapsed:.3f} s > {budget:.3f} s"
+                    )
+    assert not over, over
