@@ -157,7 +157,6 @@ def test_structural_problems_and_n_max_match(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "why"),
     [
-        ("flag,colour,size,weight\n1,red,3,-0\n", "negative integer zero"),
         ("flag,colour,size,weight\n1,red,3\n0,blue,1,2\n", "short row"),
         ('flag,colour,size,weight\n1,red,3,4\n0,bl"ue,1,2\n', "stray quote"),
         ('flag,colour,size,weight\n1,red,3,4\n0,"blue,1,2\n', "unclosed quote"),
@@ -179,6 +178,27 @@ def test_files_the_chunks_would_read_otherwise_take_the_frame_path(
     except DataValidationError as err:
         got = str(err)
     assert got == expected, why
+
+
+@pytest.mark.parametrize(
+    "others",
+    [
+        ["5", "-7", "+12", "007"],  # integers: pandas reads -0 as the integer 0
+        ["5", "9223372036854775808"],  # uint64 integers, likewise
+        ["5", "1.5"],  # a float: -0 is -0.0
+        ["5", "?"],  # a missing cell is NaN, so floats
+        ["-5", "9223372036854775808"],  # int64 and uint64 do not mix: floats
+        ["18446744073709551616"],  # past uint64: floats
+    ],
+)
+def test_a_negative_zero_takes_the_sign_pandas_gives_it(tmp_path: Path, others: list[str]) -> None:
+    cells = ["-0", *[others[i % len(others)] for i in range(80)], "-00"]
+    rows = [f"1,red,{cell},1" for cell in cells]
+    path = tmp_path / "t.csv"
+    path.write_text("flag,colour,size,weight\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    streamed, _ = load_csv_streaming(METADATA, path, "file 't.csv'", block_bytes=TINY_BLOCK)
+    framed, _ = load_csv_frame(METADATA, path, "file 't.csv'")
+    _columns_equal(streamed, framed)
 
 
 def test_numeric_cells_parse_as_pandas_parses_the_whole_column() -> None:

@@ -35,12 +35,14 @@ __all__ = [
     "PY_WHITESPACE",
     "BooleanChunk",
     "CategoricalChunk",
+    "IntegerFlags",
     "NumericChunk",
     "UseFramePath",
     "boolean_chunk",
     "categorical_chunk",
     "missing_mask",
     "numeric_chunk",
+    "positive_zeros",
     "read_string_batches",
     "string_column",
     "stripped",
@@ -56,9 +58,12 @@ PY_WHITESPACE: Final = "".join(chr(code) for code in range(0x110000) if chr(code
 #: (checked on random decimals of up to 19 digits and exponents of up to 3 digits).
 _PLAIN_DECIMAL: Final = r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]{1,3})?$"
 _PLAIN_MAX_CHARS: Final = 20
-#: An integer zero with a minus sign: ``pd.to_numeric`` gives 0.0 in an all-integer column and
-#: -0.0 otherwise, a whole-column decision that the chunks do not make.
-_NEGATIVE_INTEGER_ZERO: Final = r"^-0+$"
+#: What ``pd.to_numeric`` reads as an integer; a column of nothing else, in the range of int64
+#: or uint64, comes out as integers, where ``-0`` is 0.0 (and -0.0 in any other column).
+_INTEGER: Final = r"^[+-]?[0-9]+$"
+_NEGATIVE_INTEGER: Final = r"^-0*[1-9]"
+_INT64_DIGITS: Final = 18  # integers of at most 18 digits fit in int64
+_INT64_MAX: Final = 2**63 - 1
 #: Extensions that make pandas decompress a file (it infers them case-insensitively); of these
 #: the streaming path reads only ``.gz`` (and not ``.tar.gz``), as the delimiter sniffer does.
 _PANDAS_COMPRESSED: Final = (".gz", ".bz2", ".zip", ".xz", ".zst", ".tar")
@@ -235,17 +240,64 @@ def categorical_chunk(
 
 
 @dataclass(frozen=True)
+class IntegerFlags:
+    """What decides whether ``pd.to_numeric`` reads a numeric column as integers."""
+
+    #: Every cell is an integer in [-2**63, 2**64) (none missing).
+    integral: bool = True
+    #: Some integer cell is negative; some is above 2**63 - 1.
+    negative: bool = False
+    above_int64: bool = False
+
+    def __or__(self, other: IntegerFlags) -> IntegerFlags:
+        """The flags of two parts of a column together."""
+        return IntegerFlags(
+            self.integral and other.integral,
+            self.negative or other.negative,
+            self.above_int64 or other.above_int64,
+        )
+
+    @property
+    def integer_column(self) -> bool:
+        """All integral, and not both a negative integer and one above int64 (pandas then
+        returns floats)."""
+        return self.integral and not (self.negative and self.above_int64)
+
+
+@dataclass(frozen=True)
 class NumericChunk:
     """A numeric column's chunk: values (NaN = missing or unparsed), missing and bad cells."""
 
     values: npt.NDArray[np.float64]
     missing: BoolArray
     bad: BoolArray
+    flags: IntegerFlags
+
+
+def positive_zeros(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """A column that ``pd.to_numeric`` reads as integers has no -0.0 (``-0`` is the integer 0)."""
+    return np.where(values == 0, 0.0, values)
+
+
+def _integer_flags(cells: pa.StringArray, missing: BoolArray) -> IntegerFlags:
+    """The :class:`IntegerFlags` of a chunk; the integers of more than 18 digits (rare) are
+    compared as Python ints."""
+    integer = _matches(cells, _INTEGER) & ~missing
+    negative = bool(np.any(_matches(cells, _NEGATIVE_INTEGER) & integer))
+    lengths = np.asarray(pc.utf8_length(cells).to_numpy(zero_copy_only=False))
+    long = integer & (lengths > _INT64_DIGITS)
+    texts = cells.filter(pa.array(long)).to_pylist() if long.any() else []
+    values = [
+        int(text or "0") for text in texts
+    ]  # no null cell: read with strings_can_be_null=False
+    in_range = all(-(2**63) <= value < 2**64 for value in values)
+    above = any(value > _INT64_MAX for value in values)
+    return IntegerFlags(bool(np.all(integer)) and in_range, negative, above)
 
 
 def _parse_one_by_one(cells: pa.StringArray) -> npt.NDArray[np.float64]:
     """``pd.to_numeric`` on each cell alone; equal to its value inside the whole column, since
-    every cell that is not a negative integer zero parses to the correctly rounded double."""
+    every cell but ``-0`` parses to the correctly rounded double alone and in any column."""
     series = pd.Series(cells.to_pylist(), dtype=object)
     return np.asarray(pd.to_numeric(series, errors="coerce"), dtype=np.float64)
 
@@ -257,10 +309,9 @@ def numeric_chunk(
 
     Plain decimals of at most 20 characters go through Arrow's cast; both parsers return the
     correctly rounded double for them. The other non-empty cells are parsed one by one
-    (:func:`_parse_one_by_one`). Raises :class:`UseFramePath` on a negative integer zero.
+    (:func:`_parse_one_by_one`). A ``-0`` is -0.0 here, and 0.0 (:func:`positive_zeros`) once
+    the column's :class:`IntegerFlags` say that pandas reads it as integers.
     """
-    if np.any(_matches(cells, _NEGATIVE_INTEGER_ZERO) & ~missing):
-        raise UseFramePath("a numeric cell is a negative integer zero")
     lengths = np.asarray(pc.utf8_length(cells).to_numpy(zero_copy_only=False))
     plain = _matches(cells, _PLAIN_DECIMAL) & (lengths <= _PLAIN_MAX_CHARS) & ~missing
     other = ~plain & ~missing & (lengths > 0)
@@ -273,4 +324,5 @@ def numeric_chunk(
     if text_as_missing:
         missing = missing | ~np.isfinite(values)
         values = np.where(missing, np.nan, values)
-    return NumericChunk(values, missing, ~np.isfinite(values) & ~missing)
+    bad = ~np.isfinite(values) & ~missing
+    return NumericChunk(values, missing, bad, _integer_flags(cells, missing))

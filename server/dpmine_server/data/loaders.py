@@ -454,6 +454,8 @@ class _StreamedColumn:
     parts: list[npt.NDArray[np.generic]] = field(default_factory=list)
     missing: int = 0
     clipped: int = 0
+    #: Whether ``pd.to_numeric`` reads the numeric column read so far as integers.
+    integers: csv_chunks.IntegerFlags = field(default_factory=csv_chunks.IntegerFlags)
     n_bad: int = 0
     #: Data-row position (0 = first row after the header) and stripped value of the first bad cell.
     first_bad: tuple[int, str] | None = None
@@ -477,6 +479,7 @@ class _StreamedColumn:
                 cells, missing, text_as_missing=attribute.text_as_missing
             )
             part, bad = numeric.values, numeric.bad
+            self.integers |= numeric.flags
             self.missing += int(numeric.missing.sum())
             outside = (numeric.values < attribute.lo) | (numeric.values > attribute.hi)
             self.clipped += int(outside.sum())
@@ -515,6 +518,8 @@ class _StreamedColumn:
             codes = joined.astype(np.int32, copy=False)
             return CategoricalColumn(attribute.name, tuple(attribute.categories), codes)
         values = joined.astype(np.float64, copy=False)
+        if self.integers.integer_column:
+            values = csv_chunks.positive_zeros(values)
         return NumericColumn.from_values(attribute.name, values, lo=attribute.lo, hi=attribute.hi)
 
 
