@@ -247,3 +247,25 @@ def test_the_reader_splits_cells_as_pandas_does(
             read_csv_strings(path)
         return
     assert streamed == read_csv_strings(path).to_numpy(dtype=object).tolist()
+
+
+@pytest.mark.parametrize(
+    ("text", "well_formed"),
+    [
+        ('a,b\n"x ""quoted"" y","1,2"\r\n"",z\n', True),
+        ('a,b\n"x"y,1\n', False),  # text after a closing quote
+        ('a,b\nx"y,1\n', False),  # a quote inside an unquoted field
+        ('a,b\n1,"open\n', False),  # ends inside a quoted field
+    ],
+)
+def test_the_quote_check_is_the_same_at_every_block_size(
+    tmp_path: Path, text: str, well_formed: bool
+) -> None:
+    path = tmp_path / "q.csv"
+    path.write_text(text, encoding="utf-8")
+    for block_bytes in range(1, len(text) + 1):
+        if well_formed:
+            csv_chunks.check_quotes(path, ",", block_bytes=block_bytes)
+        else:
+            with pytest.raises(csv_chunks.UseFramePath):
+                csv_chunks.check_quotes(path, ",", block_bytes=block_bytes)

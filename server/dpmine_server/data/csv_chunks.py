@@ -40,6 +40,7 @@ __all__ = [
     "UseFramePath",
     "boolean_chunk",
     "categorical_chunk",
+    "check_quotes",
     "missing_mask",
     "numeric_chunk",
     "positive_zeros",
@@ -105,7 +106,6 @@ def _reader(
 
 
 _QUOTE: Final = ord('"')
-_SCAN_BYTES: Final = 1 << 24
 _NONE: Final = -1  # no byte: before the file, or past the block
 
 
@@ -123,7 +123,7 @@ def _quotes_well_formed(
     return bool(np.all(np.where(opening, opens_ok, closes_ok)))
 
 
-def check_quotes(path: Path, delimiter: str) -> None:
+def check_quotes(path: Path, delimiter: str, *, block_bytes: int = DEFAULT_BLOCK_BYTES) -> None:
     """Raises :class:`UseFramePath` unless every quote of the file opens a field, closes it before
     a delimiter or a line end, or doubles a quote inside it, and the last field is closed.
 
@@ -135,9 +135,10 @@ def check_quotes(path: Path, delimiter: str) -> None:
     ends = np.frombuffer((delimiter + "\n\r").encode(), dtype=np.uint8).astype(np.int16)
     seen, before = 0, _NONE
     with _open_bytes(path) as stream:
-        while block := stream.read(_SCAN_BYTES):
+        while block := stream.read(block_bytes):
             data = np.concatenate(([before], np.frombuffer(block, dtype=np.uint8))).astype(np.int16)
-            if before == _QUOTE and seen % 2 == 1 and not (data[1] in ends or data[1] == _QUOTE):
+            closed = before == _QUOTE and seen % 2 == 0  # the last block closed a quoted field
+            if closed and not (data[1] in ends or data[1] == _QUOTE):
                 raise UseFramePath("a quoted field goes on after its closing quote")
             if not _quotes_well_formed(data, seen, ends):
                 raise UseFramePath("a quote inside an unquoted field, or after a closing quote")
@@ -157,7 +158,7 @@ def read_string_batches(
     are not UTF-8, an empty file...): the whole-frame path then pads the row or words the error.
     """
     try:
-        check_quotes(path, delimiter)
+        check_quotes(path, delimiter, block_bytes=block_bytes)
         with _open_bytes(path) as handle, _reader(handle, delimiter, block_bytes, None) as probe:
             n_columns = len(probe.schema.names)  # the first block's first row: the header
         if n_columns == 1:
