@@ -92,8 +92,9 @@ def _column(vocabulary: list[str], n_rows: int, rng: np.random.Generator) -> pa.
     return cells.take(index)
 
 
-def write_csv(path: Path, n_rows: int, seed: int) -> None:
-    """The benchmark table, written block by block with Arrow's CSV writer."""
+def write_csv(path: Path, n_rows: int, seed: int, *, quoted: bool = False) -> None:
+    """The benchmark table, written block by block with Arrow's CSV writer; ``quoted``: every
+    cell in quotes (as the SQL snapshots are written)."""
     rng = np.random.default_rng(seed)
     numbers = [
         [f"{rng.normal(0, 60):.{rng.integers(0, 5)}f}" for _ in range(5000)]
@@ -104,7 +105,7 @@ def write_csv(path: Path, n_rows: int, seed: int) -> None:
     with pa_csv.CSVWriter(
         str(path),
         pa.schema([(name, pa.string()) for name in names]),
-        write_options=pa_csv.WriteOptions(quoting_style="needed"),
+        write_options=pa_csv.WriteOptions(quoting_style="all_valid" if quoted else "none"),
     ) as writer:
         for start in range(0, n_rows, WRITE_ROWS):
             size = min(WRITE_ROWS, n_rows - start)
@@ -208,6 +209,9 @@ def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="skip the whole-frame paths above this many rows",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--quoted", action="store_true", help="every cell in quotes (as SQL snapshots are)"
+    )
     parser.add_argument("--work-dir", type=Path, default=None, help="where the CSV is written")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "out")
     parser.add_argument("--child", choices=PATHS, help=argparse.SUPPRESS)
@@ -235,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for n_rows in row_counts:
             csv_path = Path(work) / f"table-{n_rows}.csv"
             started = time.perf_counter()
-            write_csv(csv_path, n_rows, arguments.seed)
+            write_csv(csv_path, n_rows, arguments.seed, quoted=arguments.quoted)
             size = csv_path.stat().st_size
             print(
                 f"{n_rows:,} rows: {size / 2**20:,.0f} MiB of CSV written in "
@@ -259,7 +263,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"load average at the end: {load_average()}"
     )
     arguments.out.mkdir(parents=True, exist_ok=True)
-    output = {"machine": info, "results": results, "columns_agree": agree}
+    output = {
+        "machine": info,
+        "quoted": arguments.quoted,
+        "results": results,
+        "columns_agree": agree,
+    }
     (arguments.out / "loading.json").write_text(json.dumps(output, indent=2) + "\n")
     failed = [result for result in results if "failed" in result]
     return 1 if failed or not agree else 0

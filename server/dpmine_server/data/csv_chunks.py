@@ -105,22 +105,32 @@ def _reader(
     )
 
 
+#: Text read to count the header's columns (Arrow infers types on it: keep it short).
+_PROBE_BYTES: Final = 1 << 20
 _QUOTE: Final = ord('"')
-_NONE: Final = -1  # no byte: before the file, or past the block
+_NEWLINE: Final = ord("\n")
+_RETURN: Final = ord("\r")
+
+
+def _ends_field(values: npt.NDArray[np.uint8], delimiter: int) -> BoolArray:
+    """Bytes that end a field (a delimiter or a line end), or a quote (of a doubled quote)."""
+    return (values == delimiter) | (values == _NEWLINE) | (values == _RETURN) | (values == _QUOTE)
 
 
 def _quotes_well_formed(
-    data: npt.NDArray[np.int16], seen: int, ends: npt.NDArray[np.int16]
+    block: npt.NDArray[np.uint8], before: int, seen: int, delimiter: int
 ) -> bool:
-    """One block of :func:`check_quotes`: ``data`` is the block after the byte before it
-    (``_NONE`` at the start of the file) and ``seen`` the quotes before the block."""
-    quotes = np.flatnonzero(data[1:] == _QUOTE) + 1
-    previous = data[quotes - 1]
-    following = np.append(data, _NONE)[quotes + 1]  # _NONE: checked with the next block
-    opening = (np.arange(quotes.size) + seen) % 2 == 0
-    opens_ok = np.isin(previous, ends) | (previous == _NONE) | (previous == _QUOTE)
-    closes_ok = np.isin(following, ends) | (following == _NONE) | (following == _QUOTE)
-    return bool(np.all(np.where(opening, opens_ok, closes_ok)))
+    """One block of :func:`check_quotes`: ``before`` is the byte before it (a newline at the
+    start of the file) and ``seen`` the quotes before it. A quote at the end of the block is
+    checked with the next block."""
+    quotes = np.flatnonzero(block == _QUOTE)
+    opening, closing = quotes[seen % 2 :: 2], quotes[1 - seen % 2 :: 2]
+    previous = block[opening - 1]  # index -1 (the block's last byte) is replaced below
+    if opening.size and opening[0] == 0:
+        previous[0] = before
+    after = closing + 1
+    following = block[after[after < block.size]]
+    return bool(_ends_field(previous, delimiter).all() and _ends_field(following, delimiter).all())
 
 
 def check_quotes(path: Path, delimiter: str, *, block_bytes: int = DEFAULT_BLOCK_BYTES) -> None:
@@ -132,17 +142,17 @@ def check_quotes(path: Path, delimiter: str, *, block_bytes: int = DEFAULT_BLOCK
     quote, and a file that ends inside a quoted field (pandas refuses it, Arrow does not), go to
     the whole-frame path. The check reads the file once more, block by block.
     """
-    ends = np.frombuffer((delimiter + "\n\r").encode(), dtype=np.uint8).astype(np.int16)
-    seen, before = 0, _NONE
+    separator = ord(delimiter)
+    seen, before = 0, _NEWLINE
     with _open_bytes(path) as stream:
         while block := stream.read(block_bytes):
-            data = np.concatenate(([before], np.frombuffer(block, dtype=np.uint8))).astype(np.int16)
+            data = np.frombuffer(block, dtype=np.uint8)
             closed = before == _QUOTE and seen % 2 == 0  # the last block closed a quoted field
-            if closed and not (data[1] in ends or data[1] == _QUOTE):
+            if closed and not _ends_field(data[:1], separator).all():
                 raise UseFramePath("a quoted field goes on after its closing quote")
-            if not _quotes_well_formed(data, seen, ends):
+            if not _quotes_well_formed(data, before, seen, separator):
                 raise UseFramePath("a quote inside an unquoted field, or after a closing quote")
-            seen, before = seen + int(np.count_nonzero(data[1:] == _QUOTE)), int(data[-1])
+            seen, before = seen + int(np.count_nonzero(data == _QUOTE)), int(data[-1])
     if seen % 2:
         raise UseFramePath("the file ends inside a quoted field")
 
@@ -159,7 +169,8 @@ def read_string_batches(
     """
     try:
         check_quotes(path, delimiter, block_bytes=block_bytes)
-        with _open_bytes(path) as handle, _reader(handle, delimiter, block_bytes, None) as probe:
+        probe_bytes = min(block_bytes, _PROBE_BYTES)
+        with _open_bytes(path) as handle, _reader(handle, delimiter, probe_bytes, None) as probe:
             n_columns = len(probe.schema.names)  # the first block's first row: the header
         if n_columns == 1:
             # pandas skips a line of spaces and tabs (a blank line to it); with one column
