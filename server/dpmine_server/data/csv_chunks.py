@@ -293,7 +293,10 @@ def positive_zeros(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
 
 def _integer_flags(cells: pa.StringArray, missing: BoolArray) -> IntegerFlags:
     """The :class:`IntegerFlags` of a chunk; the integers of more than 18 digits (rare) are
-    compared as Python ints."""
+    compared as Python ints. A chunk with a missing cell is not integral (pandas reads it as
+    NaN), whatever its other cells."""
+    if missing.any():
+        return IntegerFlags(integral=False)
     integer = _matches(cells, _INTEGER) & ~missing
     negative = bool(np.any(_matches(cells, _NEGATIVE_INTEGER) & integer))
     lengths = np.asarray(pc.utf8_length(cells).to_numpy(zero_copy_only=False))
@@ -315,14 +318,15 @@ def _parse_one_by_one(cells: pa.StringArray) -> npt.NDArray[np.float64]:
 
 
 def numeric_chunk(
-    cells: pa.StringArray, missing: BoolArray, *, text_as_missing: bool
+    cells: pa.StringArray, missing: BoolArray, *, text_as_missing: bool, integral: bool = True
 ) -> NumericChunk:
     """Numbers as ``pd.to_numeric(errors="coerce")`` reads them (ALGORITHMS.md §0.2).
 
     Plain decimals of at most 20 characters go through Arrow's cast; both parsers return the
     correctly rounded double for them. The other non-empty cells are parsed one by one
     (:func:`_parse_one_by_one`). A ``-0`` is -0.0 here, and 0.0 (:func:`positive_zeros`) once
-    the column's :class:`IntegerFlags` say that pandas reads it as integers.
+    the column's :class:`IntegerFlags` say that pandas reads it as integers; ``integral=False``
+    (an earlier chunk was not) skips computing them.
     """
     lengths = np.asarray(pc.utf8_length(cells).to_numpy(zero_copy_only=False))
     plain = _matches(cells, _PLAIN_DECIMAL) & (lengths <= _PLAIN_MAX_CHARS) & ~missing
@@ -337,4 +341,5 @@ def numeric_chunk(
         missing = missing | ~np.isfinite(values)
         values = np.where(missing, np.nan, values)
     bad = ~np.isfinite(values) & ~missing
-    return NumericChunk(values, missing, bad, _integer_flags(cells, missing))
+    flags = _integer_flags(cells, missing) if integral else IntegerFlags(integral=False)
+    return NumericChunk(values, missing, bad, flags)

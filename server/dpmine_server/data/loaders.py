@@ -476,7 +476,10 @@ class _StreamedColumn:
             self.missing += int((categorical.codes < 0).sum())
         else:
             numeric = csv_chunks.numeric_chunk(
-                cells, missing, text_as_missing=attribute.text_as_missing
+                cells,
+                missing,
+                text_as_missing=attribute.text_as_missing,
+                integral=self.integers.integral,
             )
             part, bad = numeric.values, numeric.bad
             self.integers |= numeric.flags
