@@ -451,7 +451,8 @@ class _StreamedColumn:
 
     attribute: AnyAttribute
     index: int
-    parts: list[npt.NDArray[np.generic]] = field(default_factory=list)
+    #: The converted cells: int8 Boolean codes, int32 category codes or float64 values.
+    cells: csv_chunks.GrowingArray = field(init=False)
     missing: int = 0
     clipped: int = 0
     #: Whether ``pd.to_numeric`` reads the numeric column read so far as integers.
@@ -459,6 +460,16 @@ class _StreamedColumn:
     n_bad: int = 0
     #: Data-row position (0 = first row after the header) and stripped value of the first bad cell.
     first_bad: tuple[int, str] | None = None
+
+    def __post_init__(self) -> None:
+        attribute = self.attribute
+        self.cells = csv_chunks.GrowingArray(
+            np.int8
+            if isinstance(attribute, BooleanAttribute)
+            else np.int32
+            if isinstance(attribute, CategoricalAttribute)
+            else np.float64
+        )
 
     def add(self, raw: pa.StringArray, offset: int, missing_tokens: list[str]) -> None:
         """Convert the chunk of cells whose first row is data row ``offset``."""
@@ -492,9 +503,9 @@ class _StreamedColumn:
             self.first_bad = (offset + first, str(cells[first].as_py()))
         self.n_bad += n_bad
         if self.n_bad:
-            self.parts.clear()  # a column with a bad cell is never built
+            self.cells.release()  # a column with a bad cell is never built
         else:
-            self.parts.append(part)
+            self.cells.append(part)
 
     def problem(self, what: str) -> str | None:
         """The owner's message about the bad cells, None if there are none."""
@@ -513,17 +524,23 @@ class _StreamedColumn:
 
     def build(self) -> Column:
         """The typed column of every chunk (at least one row was read, none bad)."""
-        attribute, joined = self.attribute, np.concatenate(self.parts)
-        self.parts.clear()
+        attribute, cells = self.attribute, self.cells.view()
+        column: Column
         if isinstance(attribute, BooleanAttribute):
-            return BooleanColumn.from_arrays(attribute.name, joined == 1, joined >= 0)
-        if isinstance(attribute, CategoricalAttribute):
-            codes = joined.astype(np.int32, copy=False)
-            return CategoricalColumn(attribute.name, tuple(attribute.categories), codes)
-        values = joined.astype(np.float64, copy=False)
-        if self.integers.integer_column:
-            values = csv_chunks.positive_zeros(values)
-        return NumericColumn.from_values(attribute.name, values, lo=attribute.lo, hi=attribute.hi)
+            codes8 = np.asarray(cells, dtype=np.int8)
+            column = BooleanColumn.from_arrays(attribute.name, codes8 == 1, codes8 >= 0)
+        elif isinstance(attribute, CategoricalAttribute):
+            codes = cells.astype(np.int32)  # a copy: the column keeps it, not the buffer
+            column = CategoricalColumn(attribute.name, tuple(attribute.categories), codes)
+        else:
+            values = cells.astype(np.float64, copy=False)
+            if self.integers.integer_column:
+                values = csv_chunks.positive_zeros(values)
+            column = NumericColumn.from_values(
+                attribute.name, values, lo=attribute.lo, hi=attribute.hi
+            )  # clipped into a new array
+        self.cells.release()
+        return column
 
 
 def _header(batch: pa.RecordBatch, path: Path) -> list[str]:
