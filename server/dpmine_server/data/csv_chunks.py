@@ -144,8 +144,10 @@ _RETURN: Final = ord("\r")
 
 def _ends_field(values: npt.NDArray[np.uint8], delimiter: int) -> BoolArray:
     """Bytes that end a field (a delimiter or a line end), or a quote (of a doubled quote)."""
-    ends: BoolArray = (values == delimiter) | (values == _NEWLINE) | (values == _RETURN)
-    return ends | (values == _QUOTE)
+    ends: BoolArray = values == delimiter
+    for byte in (_NEWLINE, _RETURN, _QUOTE):
+        ends |= values == byte
+    return ends
 
 
 def _quotes_well_formed(

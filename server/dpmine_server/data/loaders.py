@@ -3,6 +3,9 @@
 Sources are the wire models of :mod:`dpmine.wire.datasets`: one CSV file, a pair of CSV files
 (one per view), a FIMI ``.dat`` file, or an SQL table/query. Cells are read as strings, then
 converted to the declared types (ALGORITHMS.md §0.2): numeric values are clipped to [lo, hi].
+A single CSV file streams (:func:`load_csv_streaming`: chunks of Arrow strings converted with
+the vectorised kernels of :mod:`dpmine_server.data.csv_chunks`); the other sources, and the CSV
+files it hands back, are read whole as a frame of strings (:func:`load_csv_frame`).
 
 The owner is trusted: :class:`DataValidationError` messages and the :class:`LoadReport` may
 mention data values, file lines and the row count. They are for the owner only and must never be
