@@ -47,6 +47,9 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
             "topk",
         ),
     },
+    "bench_loading.py": {
+        "loading.json": ("machine", "results"),
+    },
     "bench_itemsets.py": {
         "itemsets.json": ("machine", "true_counts", "utility", "speed", "ratios", "profiles"),
     },

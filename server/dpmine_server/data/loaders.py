@@ -3,6 +3,9 @@
 Sources are the wire models of :mod:`dpmine.wire.datasets`: one CSV file, a pair of CSV files
 (one per view), a FIMI ``.dat`` file, or an SQL table/query. Cells are read as strings, then
 converted to the declared types (ALGORITHMS.md §0.2): numeric values are clipped to [lo, hi].
+A single CSV file streams (:func:`load_csv_streaming`: chunks of Arrow strings converted with
+the vectorised kernels of :mod:`dpmine_server.data.csv_chunks`); the other sources, and the CSV
+files it hands back, are read whole as a frame of strings (:func:`load_csv_frame`).
 
 The owner is trusted: :class:`DataValidationError` messages and the :class:`LoadReport` may
 mention data values, file lines and the row count. They are for the owner only and must never be
@@ -21,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
+import pyarrow as pa
 import sqlalchemy
 
 from dpmine.wire.datasets import (
@@ -34,8 +38,10 @@ from dpmine.wire.datasets import (
     DatasetMetadata,
     DatasetSource,
     FimiSource,
+    NumericAttribute,
     SqlSource,
 )
+from dpmine_server.data import csv_chunks
 from dpmine_server.data.columns import (
     BooleanColumn,
     CategoricalColumn,
@@ -44,12 +50,15 @@ from dpmine_server.data.columns import (
     ItemColumns,
     NumericColumn,
 )
+from dpmine_server.data.csv_chunks import PY_WHITESPACE
 
 __all__ = [
     "MAX_PROBLEMS",
     "SNAPSHOT_FILE",
     "DataValidationError",
     "LoadReport",
+    "load_csv_frame",
+    "load_csv_streaming",
     "load_store",
     "read_csv_strings",
     "read_fimi_lines",
@@ -210,7 +219,7 @@ def read_csv_strings(path: Path) -> pd.DataFrame:
     body = frame.iloc[1:].reset_index(drop=True)
     return pd.DataFrame(
         {
-            name: body[column].fillna("").astype(str).str.strip()
+            name: body[column].fillna("").astype(str).str.strip(PY_WHITESPACE)
             for name, column in zip(names, body.columns, strict=True)
         }
     )
@@ -287,6 +296,23 @@ def read_fimi_lines(path: Path) -> list[str]:
 # -- typed conversion -------------------------------------------------------------------------
 
 
+_NOT_BOOLEAN = "is not a Boolean (use 1/0, true/false, t/f or yes/no, or a missing-value token)"
+_NOT_NUMBER = "is not a finite number"
+
+
+def _not_category(attribute: CategoricalAttribute) -> str:
+    return (
+        f"is not one of the declared categories {_listing(attribute.categories)}; "
+        "add it to the metadata or clean the data"
+    )
+
+
+def _bad_cells_message(where: str, line: str, value: str, why: str, count: int) -> str:
+    """The problem of a column's first bad cell; ``count`` bad cells in the whole column."""
+    more = f" ({count - 1} more such cells in this column)" if count > 1 else ""
+    return f"{where}, {line}: value {value!r} {why}{more}"
+
+
 def _report_bad(
     problems: _Problems, where: str, locate: Locate, raw: pd.Series, *, bad: BoolArray, why: str
 ) -> None:
@@ -294,8 +320,7 @@ def _report_bad(
     if positions.size == 0:
         return
     first = int(positions[0])
-    more = f" ({positions.size - 1} more such cells in this column)" if positions.size > 1 else ""
-    problems.add(f"{where}, {locate(first)}: value {raw.iloc[first]!r} {why}{more}")
+    problems.add(_bad_cells_message(where, locate(first), raw.iloc[first], why, positions.size))
 
 
 def _convert(
@@ -316,17 +341,13 @@ def _convert(
         true = lowered.isin(BOOLEAN_TRUE).to_numpy() & ~missing
         false = lowered.isin(BOOLEAN_FALSE).to_numpy() & ~missing
         bad = ~(true | false | missing)
-        why = "is not a Boolean (use 1/0, true/false, t/f or yes/no, or a missing-value token)"
-        _report_bad(problems, where, locate, raw, bad=bad, why=why)
+        _report_bad(problems, where, locate, raw, bad=bad, why=_NOT_BOOLEAN)
         report.missing[name] = int(missing.sum())
         return None if bad.any() else BooleanColumn.from_arrays(name, true, ~missing)
     if isinstance(attribute, CategoricalAttribute):
         codes = pd.Index(attribute.categories).get_indexer(pd.Index(raw)).astype(np.int32)
         bad = (codes < 0) & ~missing
-        why = (
-            f"is not one of the declared categories {_listing(attribute.categories)}; "
-            "add it to the metadata or clean the data"
-        )
+        why = _not_category(attribute)
         _report_bad(problems, where, locate, raw, bad=bad, why=why)
         report.missing[name] = int((codes < 0).sum())
         return None if bad.any() else CategoricalColumn(name, tuple(attribute.categories), codes)
@@ -335,7 +356,7 @@ def _convert(
         missing = missing | ~np.isfinite(values)
         values = np.where(missing, np.nan, values)
     bad = ~np.isfinite(values) & ~missing
-    _report_bad(problems, where, locate, raw, bad=bad, why="is not a finite number")
+    _report_bad(problems, where, locate, raw, bad=bad, why=_NOT_NUMBER)
     report.missing[name] = int(missing.sum())
     if bad.any():
         return None
@@ -360,13 +381,13 @@ def _check_n_max(n_rows: int, metadata: DatasetMetadata, problems: _Problems, wh
 
 
 def _missing_columns(
-    frame: pd.DataFrame, attributes: list[AnyAttribute], what: str, problems: _Problems
+    columns: list[str], attributes: list[AnyAttribute], what: str, problems: _Problems
 ) -> None:
     for attribute in attributes:
-        if attribute.name not in frame.columns:
+        if attribute.name not in columns:
             problems.add(
                 f"{what} has no column {attribute.name!r} for the declared attribute; its columns "
-                f"are {_listing([str(c) for c in frame.columns])}"
+                f"are {_listing(columns)}"
             )
 
 
@@ -408,12 +429,193 @@ def _load_single(
         problems.add("transaction datasets load from a FIMI source, not from a table")
     declared = {attribute.name for attribute in metadata.attributes}
     report.ignored_columns = [str(c) for c in frame.columns if c not in declared]
-    _missing_columns(frame, metadata.attributes, what, problems)
+    _missing_columns([str(c) for c in frame.columns], metadata.attributes, what, problems)
     _check_n_max(len(frame), metadata, problems, what)
     problems.raise_if_any(what)
     return _table_store(
         metadata, [(frame, metadata.attributes, what, locate)], len(frame), problems, report
     )
+
+
+def load_csv_frame(
+    metadata: DatasetMetadata, path: Path, what: str
+) -> tuple[ColumnStore, LoadReport]:
+    """The whole-frame path: every cell of the file as a string, then each column converted.
+
+    It holds the whole table as strings (many times the packed columns); :func:`load_store`
+    uses it only where :func:`load_csv_streaming` raises :class:`csv_chunks.UseFramePath`.
+    """
+    return _load_single(metadata, read_csv_strings(path), what, _csv_line)
+
+
+@dataclass
+class _StreamedColumn:
+    """A declared attribute's converted chunks and its counts over the chunks read so far."""
+
+    attribute: AnyAttribute
+    index: int
+    #: The converted cells: int8 Boolean codes, int32 category codes or float64 values.
+    cells: csv_chunks.GrowingArray = field(init=False)
+    missing: int = 0
+    clipped: int = 0
+    #: Whether ``pd.to_numeric`` reads the numeric column read so far as integers.
+    integers: csv_chunks.IntegerFlags = field(default_factory=csv_chunks.IntegerFlags)
+    n_bad: int = 0
+    #: Data-row position (0 = first row after the header) and stripped value of the first bad cell.
+    first_bad: tuple[int, str] | None = None
+
+    def __post_init__(self) -> None:
+        attribute = self.attribute
+        self.cells = csv_chunks.GrowingArray(
+            np.int8
+            if isinstance(attribute, BooleanAttribute)
+            else np.int32
+            if isinstance(attribute, CategoricalAttribute)
+            else np.float64
+        )
+
+    def add(self, raw: pa.StringArray, offset: int, missing_tokens: list[str]) -> None:
+        """Convert the chunk of cells whose first row is data row ``offset``."""
+        cells = csv_chunks.stripped(raw)
+        missing = csv_chunks.missing_mask(cells, missing_tokens)
+        attribute = self.attribute
+        part: npt.NDArray[np.generic]
+        if isinstance(attribute, BooleanAttribute):
+            boolean = csv_chunks.boolean_chunk(cells, missing)
+            part, bad = boolean.codes, boolean.bad
+            self.missing += int(missing.sum())
+        elif isinstance(attribute, CategoricalAttribute):
+            categorical = csv_chunks.categorical_chunk(cells, attribute.categories, missing)
+            part, bad = categorical.codes, categorical.bad
+            self.missing += int((categorical.codes < 0).sum())
+        else:
+            numeric = csv_chunks.numeric_chunk(
+                cells,
+                missing,
+                text_as_missing=attribute.text_as_missing,
+                integral=self.integers.integral,
+            )
+            part, bad = numeric.values, numeric.bad
+            self.integers |= numeric.flags
+            self.missing += int(numeric.missing.sum())
+            outside = (numeric.values < attribute.lo) | (numeric.values > attribute.hi)
+            self.clipped += int(outside.sum())
+        n_bad = int(bad.sum())
+        if n_bad and self.first_bad is None:
+            first = int(np.flatnonzero(bad)[0])
+            self.first_bad = (offset + first, str(cells[first].as_py()))
+        self.n_bad += n_bad
+        if self.n_bad:
+            self.cells.release()  # a column with a bad cell is never built
+        else:
+            self.cells.append(part)
+
+    def problem(self, what: str) -> str | None:
+        """The owner's message about the bad cells, None if there are none."""
+        if self.first_bad is None:
+            return None
+        attribute = self.attribute
+        if isinstance(attribute, BooleanAttribute):
+            why = _NOT_BOOLEAN
+        elif isinstance(attribute, CategoricalAttribute):
+            why = _not_category(attribute)
+        else:
+            why = _NOT_NUMBER
+        position, value = self.first_bad
+        where = f"{what}, column {attribute.name!r}"
+        return _bad_cells_message(where, _csv_line(position), value, why, self.n_bad)
+
+    def build(self) -> Column:
+        """The typed column of every chunk (at least one row was read, none bad)."""
+        attribute, cells = self.attribute, self.cells.view()
+        column: Column
+        if isinstance(attribute, BooleanAttribute):
+            codes8 = np.asarray(cells, dtype=np.int8)
+            column = BooleanColumn.from_arrays(attribute.name, codes8 == 1, codes8 >= 0)
+        elif isinstance(attribute, CategoricalAttribute):
+            codes = cells.astype(np.int32)  # a copy: the column keeps it, not the buffer
+            column = CategoricalColumn(attribute.name, tuple(attribute.categories), codes)
+        else:
+            values = cells.astype(np.float64, copy=False)
+            if self.integers.integer_column:
+                values = csv_chunks.positive_zeros(values)
+            column = NumericColumn.from_values(
+                attribute.name, values, lo=attribute.lo, hi=attribute.hi
+            )  # clipped into a new array
+        self.cells.release()
+        return column
+
+
+def _header(batch: pa.RecordBatch, path: Path) -> list[str]:
+    """The stripped column names of a first batch; refuses repeated names."""
+    names = [str(batch.column(i)[0].as_py()).strip() for i in range(batch.num_columns)]
+    if len(set(names)) != len(names):
+        raise DataValidationError(f"file '{path}' repeats a column name in its header: {names}")
+    return names
+
+
+def load_csv_streaming(
+    metadata: DatasetMetadata,
+    path: Path,
+    what: str,
+    *,
+    block_bytes: int = csv_chunks.DEFAULT_BLOCK_BYTES,
+) -> tuple[ColumnStore, LoadReport]:
+    """The streaming path of a CSV source: chunks of about ``block_bytes`` of text, each converted
+    with vectorised kernels (:mod:`dpmine_server.data.csv_chunks`) and appended to the typed
+    columns, so that memory holds the columns plus one chunk. Same columns, report and
+    :class:`DataValidationError` messages as :func:`load_csv_frame` (lines and counts over the
+    whole file); past ``n_max`` rows it only counts the rows, for the message.
+
+    Raises :class:`csv_chunks.UseFramePath` for a file it would not read exactly as that path.
+    """
+    delimiter = sniff_delimiter(path)
+    report = LoadReport(source=what)
+    problems = _Problems()
+    columns: list[_StreamedColumn] | None = None
+    n_rows = 0
+    for batch in csv_chunks.read_string_batches(path, delimiter, block_bytes=block_bytes):
+        data = batch
+        if columns is None:
+            names = _header(batch, path)
+            if metadata.kind == "transactions":
+                problems.add("transaction datasets load from a FIMI source, not from a table")
+            declared = {attribute.name for attribute in metadata.attributes}
+            report.ignored_columns = [name for name in names if name not in declared]
+            _missing_columns(names, metadata.attributes, what, problems)
+            columns = [
+                _StreamedColumn(attribute, names.index(attribute.name))
+                for attribute in metadata.attributes
+                if attribute.name in names
+            ]
+            data = batch.slice(1)
+        offset, n_rows = n_rows, n_rows + data.num_rows
+        if problems.messages or n_rows > metadata.n_max:
+            columns.clear()  # the load fails: only the row count is still needed
+        for column in columns:
+            column.add(
+                csv_chunks.string_column(data, column.index), offset, metadata.missing_values
+            )
+    if columns is None:
+        raise csv_chunks.UseFramePath("no header row")
+    if n_rows == 0:
+        raise DataValidationError(f"file '{path}' has a header but no rows; add the data rows")
+    _check_n_max(n_rows, metadata, problems, what)
+    problems.raise_if_any(what)
+    for column in columns:
+        message = column.problem(what)
+        if message is not None:
+            problems.add(message)
+    problems.raise_if_any(what)
+    built: dict[str, Column] = {}
+    for column in columns:
+        name = column.attribute.name
+        built[name] = column.build()
+        report.missing[name] = column.missing
+        if isinstance(column.attribute, NumericAttribute):
+            report.clipped[name] = column.clipped
+    report.n_rows = n_rows
+    return ColumnStore(metadata, n_rows=n_rows, columns=built), report
 
 
 def _first_repeat(ids: pd.Series) -> int | None:
@@ -494,7 +696,7 @@ def _load_pair(
         ("right", right, source.right, right_line),
     ):
         file_what = f"{side} file {path!r}"
-        _missing_columns(frame, by_view[side], file_what, problems)
+        _missing_columns([str(c) for c in frame.columns], by_view[side], file_what, problems)
         declared = {a.name for a in by_view[side]} | {id_column}
         report.ignored_columns += [f"{side}:{c}" for c in frame.columns if c not in declared]
         parts.append((frame, by_view[side], file_what, locate))
@@ -545,8 +747,13 @@ def load_store(
     Raises :class:`DataValidationError` (owner-only message) listing up to MAX_PROBLEMS problems.
     """
     if isinstance(source, CsvSource):
-        frame = read_csv_strings(resolve_path(source.path, base_dir))
-        return _load_single(metadata, frame, f"file {source.path!r}", _csv_line)
+        path = resolve_path(source.path, base_dir)
+        what = f"file {source.path!r}"
+        try:
+            return load_csv_streaming(metadata, path, what)
+        except csv_chunks.UseFramePath:
+            pass  # out of the except block, so that the traceback frees the partial columns
+        return load_csv_frame(metadata, path, what)
     if isinstance(source, CsvPairSource):
         return _load_pair(metadata, source, base_dir)
     if isinstance(source, FimiSource):

@@ -1,0 +1,278 @@
+"""Time and peak memory of loading a CSV source into a ColumnStore (issue #23 item 4, "lean
+loading").
+
+The script writes a CSV of R rows × 50 columns (20 Boolean, 15 categorical, 15 numeric; about
+3 % missing cells as ``?`` or empty, a few ``NA``; numbers with 0–4 decimals) and loads it with
+``dpmine_server.data.loaders``:
+
+* ``frame-python``: the whole-frame path as it ran before the streaming path
+  (:func:`load_csv_frame` with pandas storing the string cells as Python strings,
+  ``mode.string_storage = "python"``, pandas' choice when pyarrow is not installed);
+* ``frame-arrow``: the same path with pandas' Arrow-backed strings (what :func:`load_store`
+  falls back to now for the files the streaming path hands over);
+* ``streaming``: :func:`load_csv_streaming`, the path :func:`load_store` takes.
+
+Each load runs in a fresh Python process, which reports its wall time, its peak resident set
+(``ru_maxrss``) before and after the load, the packed size of the columns
+(:meth:`ColumnStore.memory_bytes`) and a digest of every column array; the digests of all paths
+must agree (the exit status is 1 otherwise). A path that dies (out of memory) is reported as
+failed.
+
+Usage::
+
+    PYTHONPATH=client:server .venv/bin/python bench/bench_loading.py [--rows 1000000,10000000]
+        [--paths frame-python,frame-arrow,streaming] [--frame-max-rows 1000000]
+        [--work-dir /tmp] [--out bench/out]
+
+``--smoke``: 2,000 rows, every path (seconds). ``--frame-max-rows`` (default 10^6) skips the
+whole-frame paths above that many rows: at 10^7 rows they need more than 14 GiB. Writes
+``<out>/loading.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+
+from _support import REPO_ROOT, comma_names, load_average, machine_info
+from dpmine.wire import (
+    AnyAttribute,
+    BooleanAttribute,
+    CategoricalAttribute,
+    DatasetMetadata,
+    NumericAttribute,
+)
+from dpmine_server.data.columns import BooleanColumn, CategoricalColumn, ColumnStore
+from dpmine_server.data.loaders import load_csv_frame, load_csv_streaming
+
+PATHS = ("frame-python", "frame-arrow", "streaming")
+ROWS = (1_000_000, 10_000_000)
+SMOKE_ROWS = 2_000
+FRAME_MAX_ROWS = 1_000_000
+N_BOOLEAN, N_CATEGORICAL, N_NUMERIC = 20, 15, 15
+#: Rows generated per write: bounds the generator's memory.
+WRITE_ROWS = 200_000
+MISSING_RATE = 0.03
+
+
+def metadata(n_max: int) -> DatasetMetadata:
+    """The 50 declared attributes (categorical ``k`` has 3 + k % 8 categories)."""
+    attributes: list[AnyAttribute] = [BooleanAttribute(name=f"b{i}") for i in range(N_BOOLEAN)]
+    attributes += [
+        CategoricalAttribute(name=f"c{i}", categories=[f"cat{j}" for j in range(3 + i % 8)])
+        for i in range(N_CATEGORICAL)
+    ]
+    attributes += [
+        NumericAttribute(name=f"x{i}", lo=-100.0, hi=100.0 + 10 * i) for i in range(N_NUMERIC)
+    ]
+    return DatasetMetadata(kind="table", n_max=n_max, attributes=attributes)
+
+
+def _column(vocabulary: list[str], n_rows: int, rng: np.random.Generator) -> pa.StringArray:
+    """``n_rows`` cells drawn from ``vocabulary``, about MISSING_RATE of them ``?`` or empty."""
+    cells = pa.array([*vocabulary, "?", "", "NA"], pa.string())
+    index = rng.integers(0, len(vocabulary), n_rows)
+    missing = rng.random(n_rows) < MISSING_RATE
+    index[missing] = len(vocabulary) + rng.integers(0, 3, int(missing.sum()))
+    return cells.take(index)
+
+
+def write_csv(path: Path, n_rows: int, seed: int, *, quoted: bool = False) -> None:
+    """The benchmark table, written block by block with Arrow's CSV writer; ``quoted``: every
+    cell in quotes (as the SQL snapshots are written)."""
+    rng = np.random.default_rng(seed)
+    numbers = [
+        [f"{rng.normal(0, 60):.{rng.integers(0, 5)}f}" for _ in range(5000)]
+        for _ in range(N_NUMERIC)
+    ]
+    booleans = ["1", "0", "true", "false", "yes", "no"]
+    names = [attribute.name for attribute in metadata(n_rows).attributes]
+    with pa_csv.CSVWriter(
+        str(path),
+        pa.schema([(name, pa.string()) for name in names]),
+        write_options=pa_csv.WriteOptions(quoting_style="all_valid" if quoted else "none"),
+    ) as writer:
+        for start in range(0, n_rows, WRITE_ROWS):
+            size = min(WRITE_ROWS, n_rows - start)
+            columns = [_column(booleans, size, rng) for _ in range(N_BOOLEAN)]
+            columns += [
+                _column([f"cat{j}" for j in range(3 + i % 8)], size, rng)
+                for i in range(N_CATEGORICAL)
+            ]
+            columns += [_column(numbers[i], size, rng) for i in range(N_NUMERIC)]
+            writer.write_table(pa.table(columns, names=names))
+
+
+def _digest(store: ColumnStore) -> str:
+    """SHA-256 over every column's arrays, in declared order."""
+    digest = hashlib.sha256()
+    for attribute in store.metadata.attributes:
+        column = store.column(attribute.name)
+        arrays: list[npt.NDArray[np.generic]]
+        if isinstance(column, BooleanColumn):
+            arrays = [column.true.words, column.present.words]
+        elif isinstance(column, CategoricalColumn):
+            arrays = [column.codes]
+        else:
+            arrays = [column.values, column.sorted_order]
+        digest.update(b"".join(np.ascontiguousarray(array).tobytes() for array in arrays))
+    return digest.hexdigest()
+
+
+def child(path_name: str, csv_path: Path, n_max: int) -> dict[str, Any]:
+    """One load in this (fresh) process: what the parent reports."""
+    declared = metadata(n_max)
+    if path_name == "frame-python":
+        pd.set_option("mode.string_storage", "python")
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    if path_name == "streaming":
+        store, report = load_csv_streaming(declared, csv_path, "benchmark table")
+    else:
+        store, report = load_csv_frame(declared, csv_path, "benchmark table")
+    seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {
+        "path": path_name,
+        "n_rows": report.n_rows,
+        "seconds": round(seconds, 3),
+        "peak_rss_mib": round(peak / 1024, 1),
+        "rss_before_load_mib": round(before / 1024, 1),
+        "packed_mib": round(store.memory_bytes() / 2**20, 2),
+        "digest": _digest(store),
+    }
+
+
+_CHILD = (sys.executable, __file__, "--child")
+
+
+def run_child(path_name: str, csv_path: Path, n_max: int) -> dict[str, Any]:
+    """:func:`child` in a fresh interpreter (its peak RSS is its own); failed if it dies."""
+    started = time.perf_counter()
+    finished = subprocess.run(
+        [*_CHILD, path_name, "--csv", str(csv_path), "--n-max", str(n_max)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if finished.returncode != 0:
+        return {
+            "path": path_name,
+            "failed": f"exit status {finished.returncode}: {finished.stderr[-2000:]}",
+            "seconds_until_failure": round(time.perf_counter() - started, 1),
+        }
+    result: dict[str, Any] = json.loads(finished.stdout.strip().splitlines()[-1])
+    return result
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    lines = [
+        "| rows | path | load s | peak RSS MiB | RSS before load MiB | packed MiB |",
+        "|---:|---|---:|---:|---:|---:|",
+    ]
+    for result in results:
+        if "failed" in result:
+            lines.append(f"| {result['rows']:,} | {result['path']} | failed | | | |")
+            continue
+        lines.append(
+            f"| {result['rows']:,} | {result['path']} | {result['seconds']:.2f} | "
+            f"{result['peak_rss_mib']:,.0f} | {result['rss_before_load_mib']:,.0f} | "
+            f"{result['packed_mib']:,.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--smoke", action="store_true", help=f"{SMOKE_ROWS:,} rows, every path")
+    parser.add_argument("--rows", default=",".join(str(rows) for rows in ROWS))
+    parser.add_argument("--paths", default=",".join(PATHS))
+    parser.add_argument(
+        "--frame-max-rows",
+        type=int,
+        default=FRAME_MAX_ROWS,
+        help="skip the whole-frame paths above this many rows",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--quoted", action="store_true", help="every cell in quotes (as SQL snapshots are)"
+    )
+    parser.add_argument("--work-dir", type=Path, default=None, help="where the CSV is written")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "out")
+    parser.add_argument("--child", choices=PATHS, help=argparse.SUPPRESS)
+    parser.add_argument("--csv", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--n-max", type=int, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = parse_arguments(argv)
+    if arguments.child:
+        print(json.dumps(child(arguments.child, arguments.csv, arguments.n_max)))
+        return 0
+    row_counts = [SMOKE_ROWS] if arguments.smoke else [int(r) for r in arguments.rows.split(",")]
+    paths = comma_names(arguments.paths, PATHS, "paths")
+    info = machine_info()
+    info["pyarrow"] = pa.__version__
+    info["pandas"] = pd.__version__
+    print(f"# Loading a {N_BOOLEAN + N_CATEGORICAL + N_NUMERIC}-column CSV into a ColumnStore\n")
+    results: list[dict[str, Any]] = []
+    agree = True
+    with tempfile.TemporaryDirectory(
+        prefix="dpmine-bench-loading-", dir=arguments.work_dir
+    ) as work:
+        for n_rows in row_counts:
+            csv_path = Path(work) / f"table-{n_rows}.csv"
+            started = time.perf_counter()
+            write_csv(csv_path, n_rows, arguments.seed, quoted=arguments.quoted)
+            size = csv_path.stat().st_size
+            print(
+                f"{n_rows:,} rows: {size / 2**20:,.0f} MiB of CSV written in "
+                f"{time.perf_counter() - started:.0f} s",
+                flush=True,
+            )
+            digests = set()
+            for path_name in paths:
+                if path_name != "streaming" and n_rows > arguments.frame_max_rows:
+                    print(f"  {path_name}: skipped above {arguments.frame_max_rows:,} rows")
+                    continue
+                result = run_child(path_name, csv_path, n_max=n_rows)
+                result |= {"rows": n_rows, "csv_mib": round(size / 2**20, 1)}
+                results.append(result)
+                if "digest" in result:
+                    digests.add(result["digest"])
+                print(f"  {path_name}: {result}", flush=True)
+            agree = agree and len(digests) <= 1
+    print(
+        f"\n{table(results)}\n\ncolumns equal on every path: {agree}; "
+        f"load average at the end: {load_average()}"
+    )
+    arguments.out.mkdir(parents=True, exist_ok=True)
+    output = {
+        "machine": info,
+        "quoted": arguments.quoted,
+        "results": results,
+        "columns_agree": agree,
+    }
+    (arguments.out / "loading.json").write_text(json.dumps(output, indent=2) + "\n")
+    failed = [result for result in results if "failed" in result]
+    return 1 if failed or not agree else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
