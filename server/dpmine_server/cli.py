@@ -103,6 +103,7 @@ SERVER_EXTRA_MODULES = {
     "randomgen": "randomgen",
     "opendp": "opendp",
     "pandas": "pandas",
+    "pyarrow": "pyarrow",
     "psycopg": "psycopg",
     "psycopg_pool": "psycopg",
     "procrastinate": "procrastinate",
