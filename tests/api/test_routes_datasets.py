@@ -75,7 +75,12 @@ class TestHealth:
     def test_health_needs_no_key(self, client: TestClient) -> None:
         response = client.get("/v1/health")
         assert response.status_code == 200
-        assert response.json() == {"status": "ok", "version": "0.1.0", "database": "sqlite"}
+        assert response.json() == {
+            "status": "ok",
+            "version": "0.1.0",
+            "database": "sqlite",
+            "timing_calibration": None,  # no DPMINE_TIMING_CALIBRATION file in force
+        }
 
 
 class TestAuthentication:

@@ -236,7 +236,10 @@ def test_owner_example_runs(owner_block: OwnerBlock) -> None:
     registered = re.search(r"^registered:\s+mushroom$", owner_block.output, re.MULTILINE)
     assert registered is not None, f"{owner_block.example}: no 'mushroom'"
     # The closing `dpmine-server datasets list` shows its cap and the README's grant unspent.
-    listed = r"^mushroom\s{2,}mushroom\s{2,}views\s{2,}active\s{2,}1\s{2,}10\s{2,}0\s{2,}10$"
+    listed = (
+        r"^mushroom\s{2,}mushroom\s{2,}views\s{2,}active\s{2,}1\s{2,}allow_approximate"
+        r"\s{2,}10\s{2,}0\s{2,}10$"
+    )
     assert re.search(listed, owner_block.output, re.MULTILINE), owner_block.output
     assert set(printed_keys(owner_block.output)) == {"admin", "alice"}
     # `datasets review` showed the proposal's notes before the owner marked it reviewed.
