@@ -43,6 +43,7 @@ from dpmine.wire import (
     NumericAttribute,
     RuleListAntecedentsRequest,
     TopKItemsetsRequest,
+    exact_rule_list_work,
 )
 from dpmine_server.operations.itemsets import Method, request_plan
 from dpmine_server.operations.redescriptions import (
@@ -271,6 +272,16 @@ def _rule_list_sample_work(request: Mapping[str, Any], metadata: DatasetMetadata
     return int(request.get("iterations") or 1000) * per_step
 
 
+def _rule_list_exact_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
+    # Every list of D_L scored by one vectorised pass over the words of its prefix's remaining
+    # rows, plus per-prefix Python overhead (prior, bookkeeping) that the per-list term covers
+    # on few rows. PLACEHOLDER_MEASURE
+    antecedents = len(request.get("antecedents") or ())
+    max_rules = int(request.get("max_rules") or 3)
+    words = exact_rule_list_work(antecedents, max_rules, metadata.n_max)
+    return 0.05 + 2e-8 * words
+
+
 def _rule_list_estimates_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
     # One pass over the rows per rule.
     return 5e-7 * metadata.n_max + 1e-9 * metadata.n_max * len(request.get("rules") or ())
@@ -310,6 +321,7 @@ _WORK: dict[str, Work] = {
     "tree.leaf_counts": _leaf_counts_work,
     "brl.antecedents": _rule_list_antecedents_work,
     "brl.sample_rule_list": _rule_list_sample_work,
+    "brl.sample_rule_list_exact": _rule_list_exact_work,
     "brl.point_estimates": _rule_list_estimates_work,
     "test.spin": _spin_work,
     "test.spin_inline": _spin_work,
