@@ -56,6 +56,7 @@ from scipy import stats
 from _support import REPO_ROOT, load_average, machine_info, percentile, unwind_on_sigterm
 from bench_serenade import VIEW_CHOOSERS, prepare_dataset
 from dpmine.wire import (
+    MAX_EXACT_RULE_LIST_WORK,
     AnyAttribute,
     AnyLiteral,
     BooleanAttribute,
@@ -70,6 +71,7 @@ from dpmine.wire import (
     QualityParameters,
     Redescription,
     View,
+    exact_rule_list_work,
 )
 from dpmine_server.data.columns import (
     BooleanColumn,
@@ -368,8 +370,19 @@ def _rule_list_cases(dataset: Dataset) -> list[Case]:
     return [
         Case("brl.antecedents", key, {"epsilon": 1.0}),
         Case("brl.sample_rule_list", key, {"antecedents": antecedents, "epsilon": 1.0}),
+        _exact_rule_list_case(key, antecedents, metadata.n_max),
         Case("brl.point_estimates", key, {"rules": antecedents[:5], "epsilon": 1.0}),
     ]
+
+
+def _exact_rule_list_case(key: str, antecedents: list[Any], n_max: int) -> Case:
+    """``brl.sample_rule_list_exact`` at its worst: max_rules 3 over the most antecedents whose
+    public work fits the server's cap (its work does not depend on the data otherwise)."""
+    size = len(antecedents)
+    while size > 1 and exact_rule_list_work(size, 3, n_max) > MAX_EXACT_RULE_LIST_WORK:
+        size -= 1
+    body = {"antecedents": antecedents[:size], "epsilon": 1.0, "max_rules": 3}
+    return Case("brl.sample_rule_list_exact", key, body, f"M = {size}, L = 3")
 
 
 def _continuous_cases(dataset: Dataset, c: float) -> list[Case]:

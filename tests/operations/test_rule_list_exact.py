@@ -19,6 +19,7 @@ import pytest
 from scipy.stats import chisquare
 
 from dpmine.wire import (
+    EXACT_LIST_OVERHEAD_WORDS,
     MAX_EXACT_RULE_LIST_WORK,
     Antecedent,
     BoolLiteral,
@@ -265,7 +266,7 @@ def test_the_public_count_and_work() -> None:
     assert exact_rule_list_count(5, 2) == 1 + 5 + 20
     assert exact_rule_list_count(5, 3) == 1 + 5 + 20 + 60
     assert exact_rule_list_count(2, 4) == 1 + 2 + 2  # no list is longer than A
-    assert exact_rule_list_work(5, 2, 65) == 26 * 2  # ⌈65/64⌉ words
+    assert exact_rule_list_work(5, 2, 65) == 26 * (2 + EXACT_LIST_OVERHEAD_WORDS)  # ⌈65/64⌉
 
 
 def test_a_request_above_the_cap_is_refused_before_any_charge() -> None:
@@ -276,8 +277,8 @@ def test_a_request_above_the_cap_is_refused_before_any_charge() -> None:
         for negated in (False, True)
     ]
     request = SampleRuleListExactRequest(antecedents=many, epsilon=1.0, max_rules=4)
-    spec.validate(request, METADATA)  # 1 + 6 + 30 + 120 + 360 lists of one word: fine
-    huge = METADATA.model_copy(update={"n_max": 64 * MAX_EXACT_RULE_LIST_WORK // 517 + 64})
+    spec.validate(request, METADATA)  # 1 + 6 + 30 + 120 + 360 = 517 lists of one word: fine
+    huge = METADATA.model_copy(update={"n_max": 64 * MAX_EXACT_RULE_LIST_WORK // 517})
     with pytest.raises(ValueError, match="lower max_rules or the number of antecedents"):
         spec.validate(request, huge)
 

@@ -44,6 +44,7 @@ from dpmine.wire.queries import AnyLiteral
 
 __all__ = [
     "DEFAULT_NUMERIC_BINS",
+    "EXACT_LIST_OVERHEAD_WORDS",
     "MAX_ANTECEDENTS",
     "MAX_ANTECEDENTS_PER_CLASS",
     "MAX_ANTECEDENT_LENGTH",
@@ -87,9 +88,11 @@ MAX_RULE_LIST_ITERATIONS = 200_000
 MIN_RULE_LIST_ITERATIONS = 1000
 #: Public cap on ``brl.sample_rule_list_exact``'s list length m (§5.3, exact sampler).
 MAX_EXACT_RULES = 4
-#: Public cap on the exact sampler's work, :func:`exact_rule_list_work` (lists × 64-row words):
-#: about two seconds of enumeration on one core (bench/bench_budgets.py).
-MAX_EXACT_RULE_LIST_WORK = 200_000_000
+#: Public cap on the exact sampler's work, :func:`exact_rule_list_work`: a few seconds of
+#: enumeration on one core (bench/bench_budgets.py).
+MAX_EXACT_RULE_LIST_WORK = 150_000_000
+#: Per-list bookkeeping of the exact sampler, in 64-row words (about 2 µs a list).
+EXACT_LIST_OVERHEAD_WORDS = 64
 
 
 def exact_rule_list_count(antecedents: int, max_rules: int) -> int:
@@ -103,9 +106,11 @@ def exact_rule_list_count(antecedents: int, max_rules: int) -> int:
 
 
 def exact_rule_list_work(antecedents: int, max_rules: int, n_max: int) -> int:
-    """Public work of the exact sampler: every list of :func:`exact_rule_list_count` is scored
-    by one pass over the ⌈N_max/64⌉ packed words of the rows its last rule leaves."""
-    return exact_rule_list_count(antecedents, max_rules) * max(1, -(-n_max // 64))
+    """Public work of the exact sampler, in 64-row words: every list of
+    :func:`exact_rule_list_count` is scored by one pass over the ⌈N_max/64⌉ packed words of the
+    rows its prefix leaves, plus :data:`EXACT_LIST_OVERHEAD_WORDS` of bookkeeping."""
+    words = max(1, -(-n_max // 64)) + EXACT_LIST_OVERHEAD_WORDS
+    return exact_rule_list_count(antecedents, max_rules) * words
 
 
 # --------------------------------------------------------------------------------------------

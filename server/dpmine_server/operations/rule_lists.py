@@ -217,7 +217,7 @@ def _validate_sample_exact(request: SampleRuleListExactRequest, metadata: Datase
         raise ValueError(
             f"exact sampling over {size} antecedents with max_rules = {request.max_rules} scores "
             f"{lists} rule lists over up to {metadata.n_max} rows, more than this server's cap "
-            f"({MAX_EXACT_RULE_LIST_WORK} list × 64-row words): lower max_rules or the number of "
+            f"({MAX_EXACT_RULE_LIST_WORK} units of 64-row words): lower max_rules or the number of "
             "antecedents, or use brl.sample_rule_list (MCMC)"
         )
 
