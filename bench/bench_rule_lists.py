@@ -23,6 +23,7 @@ Usage::
         [--epsilons 0.9,0.1] [--baseline-runs 5 | titanic=5,mushroom=3,adult=1]
         [--imodels-python /tmp/imodels-venv/bin/python] [--out bench/out]
         [--k-per-class K --max-length L --iterations T --numeric-bins B --expected-length λ]
+        [--sampler auto|exact|mcmc --max-rules L]
 
 Writes ``<out>/rule_lists.json``; prints Markdown tables.
 """
@@ -349,6 +350,7 @@ class DPRun:
     fit_seconds: float
     text: str
     load_average: tuple[float, float, float]
+    sampler: str = ""
 
 
 @dataclass
@@ -417,6 +419,7 @@ def dp_run(
         fit_seconds=seconds,
         text=fitted.to_text(),
         load_average=load_average(),
+        sampler=model.sampler_,
     )
 
 
@@ -674,7 +677,15 @@ def _baseline_runs(text: str, datasets: Sequence[str]) -> dict[str, int]:
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    names = ("k_per_class", "max_length", "iterations", "numeric_bins", "expected_length")
+    names = (
+        "k_per_class",
+        "max_length",
+        "iterations",
+        "numeric_bins",
+        "expected_length",
+        "sampler",
+        "max_rules",
+    )
     return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 
 
@@ -701,6 +712,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("iterations", int),
         ("numeric-bins", int),
         ("expected-length", float),
+        ("sampler", str),
+        ("max-rules", int),
     ):
         parser.add_argument(f"--{name}", type=kind, default=None, help="override the default")
     args = parser.parse_args(argv)
@@ -750,7 +763,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         print(
                             f"{name} ε={epsilon:g} run {run}: test AUC {result.test_auc:.3f}, "
                             f"in-sample {result.train_auc:.3f}, {result.length} rules "
-                            f"of {result.antecedents}, {result.fit_seconds:.1f} s",
+                            f"of {result.antecedents}, {result.fit_seconds:.1f} s "
+                            f"({result.sampler})",
                             flush=True,
                         )
         if args.smoke:

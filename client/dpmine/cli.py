@@ -73,6 +73,7 @@ from dpmine.rule_lists import (
     DEFAULT_ITERATIONS,
     DEFAULT_K_PER_CLASS,
     DEFAULT_MAX_LENGTH,
+    DEFAULT_MAX_RULES,
     DPBayesianRuleList,
     RuleList,
 )
@@ -81,6 +82,7 @@ from dpmine.treereds import DEFAULT_MIN_JACCARD, DEFAULT_P_MAX
 from dpmine.wire import (
     DEFAULT_NUMERIC_BINS,
     DEFAULT_TREE_ITERATIONS,
+    MAX_EXACT_RULES,
     MIN_RULE_LIST_ITERATIONS,
     MIN_TREE_ITERATIONS,
     BooleanAttribute,
@@ -1450,6 +1452,22 @@ def fit_rule_list(
             "thesis' tempered posterior)"
         ),
     ] = "likelihood",
+    sampler: Annotated[
+        str,
+        typer.Option(
+            help="exact (every list of at most --max-rules rules, one exact draw: pure ε-DP), "
+            "mcmc (lists of any length, DP at convergence) or auto (exact when it fits the "
+            "server's public work cap)"
+        ),
+    ] = "auto",
+    max_rules: Annotated[
+        int,
+        typer.Option(
+            help=f"Exact sampler: lists of at most this many rules (1..{MAX_EXACT_RULES})",
+            min=1,
+            max=MAX_EXACT_RULES,
+        ),
+    ] = DEFAULT_MAX_RULES,
     split: Annotated[
         str, typer.Option(help="Relative ε weights antecedents,sampler,estimates")
     ] = "1,1,1",
@@ -1460,13 +1478,16 @@ def fit_rule_list(
     ] = None,
     plan_only: PlanOption = False,
 ) -> None:
-    """A DP Bayesian rule list (DP-BRL): antecedents, an MCMC-sampled list, noisy estimates;
-    costs --epsilon in all (ε/3 each by default; the sampled list is DP at convergence)."""
+    """A DP Bayesian rule list (DP-BRL): antecedents, a sampled list, noisy estimates; costs
+    --epsilon in all (ε/3 each by default). The list is drawn exactly (pure ε-DP) when it fits,
+    else by MCMC (DP at convergence); --sampler chooses."""
     options = _options(ctx)
     if method not in {"em", "laplace"}:
         raise _fail("--method must be 'em' or 'laplace'")
     if target not in {"likelihood", "posterior"}:
         raise _fail("--target must be 'likelihood' or 'posterior'")
+    if sampler not in {"auto", "exact", "mcmc"}:
+        raise _fail("--sampler must be 'auto', 'exact' or 'mcmc'")
     _check_output(output, (".json",))
     alpha_pair = _numbers(alpha, 2, "--alpha")
     weights = _numbers(split, 3, "--split")
@@ -1482,6 +1503,8 @@ def fit_rule_list(
         numeric_bins=numeric_bins,
         method="em" if method == "em" else "laplace",
         target="likelihood" if target == "likelihood" else "posterior",
+        sampler="exact" if sampler == "exact" else "mcmc" if sampler == "mcmc" else "auto",
+        max_rules=max_rules,
         progress=not plan_only and not options.as_json,
     )
 
@@ -1512,6 +1535,11 @@ def fit_rule_list(
         f"{len(model.rule_list_)} rules over {len(model.antecedents_)} antecedents; "
         f"ε spent = {_spent(model.receipts_)}"
     )
+    if model.sampler_ == "exact":
+        how = f"drawn exactly among the lists of at most {model.max_rules} rules (pure ε-DP)"
+    else:
+        how = f"sampled by MCMC, {model.iterations_} steps (approximate: ε-DP at convergence)"
+    console.print(f"rule list {how}")
     allowed = model.columns_for(model.rule_list_.schema)
     if allowed is not None:
         console.print(escape(f"antecedents drawn from the columns {', '.join(allowed)}"))

@@ -5,9 +5,11 @@ locally; no data ever reaches the client:
 
 1. ``brl.antecedents`` (ε1): K private top itemsets on each class's rows (§5.2); their union,
    deduplicated, is the public antecedent set A;
-2. ``brl.sample_rule_list`` (ε2, a background job): a rule list over A drawn by MCMC from
-   exp(ε2·u(d)/(2Δu)) (§5.3; DP only once the chain has converged: ``guarantee="approximate"``),
-   ``iterations`` steps (at least the public minimum
+2. ``brl.sample_rule_list_exact`` or ``brl.sample_rule_list`` (ε2, a background job): a rule
+   list over A drawn from exp(ε2·u(d)/(2Δu)) (§5.3) either exactly over the lists of at most
+   ``max_rules`` rules (pure ε-DP; ``sampler="exact"``, the default whenever its public work
+   fits the server's cap) or by MCMC over lists of any length (DP only once the chain has
+   converged: ``guarantee="approximate"``), ``iterations`` steps (at least the public minimum
    :data:`~dpmine.wire.MIN_RULE_LIST_ITERATIONS`) from the server's public start, the empty
    list;
 3. ``brl.point_estimates`` (ε3): noisy capture counts Ñ_{j,y} of every rule (§5.4), turned into
@@ -50,6 +52,8 @@ from dpmine.wire import (
     BOOLEAN_FALSE,
     BOOLEAN_TRUE,
     DEFAULT_NUMERIC_BINS,
+    MAX_EXACT_RULE_LIST_WORK,
+    MAX_EXACT_RULES,
     MIN_RULE_LIST_ITERATIONS,
     AnyLiteral,
     BooleanAttribute,
@@ -57,6 +61,7 @@ from dpmine.wire import (
     CategoricalAttribute,
     CatLiteral,
     DatasetMetadata,
+    JobInfo,
     LabelSpec,
     NumericAttribute,
     NumLiteral,
@@ -64,16 +69,25 @@ from dpmine.wire import (
     Receipt,
 )
 from dpmine.wire.items import usable_columns
-from dpmine.wire.operations import BRL_ANTECEDENTS, BRL_POINT_ESTIMATES, BRL_SAMPLE_RULE_LIST
+from dpmine.wire.operations import (
+    BRL_ANTECEDENTS,
+    BRL_POINT_ESTIMATES,
+    BRL_SAMPLE_RULE_LIST,
+    BRL_SAMPLE_RULE_LIST_EXACT,
+)
 from dpmine.wire.rule_lists import (
     Antecedent,
     ClassAntecedents,
     PointEstimatesRequest,
     RuleListAntecedentsRequest,
     RuleListTarget,
+    SampleRuleListExactRequest,
+    SampleRuleListExactResponse,
     SampleRuleListRequest,
+    SampleRuleListResponse,
     antecedent_universe,
     every_antecedent,
+    exact_rule_list_work,
 )
 
 if TYPE_CHECKING:
@@ -83,10 +97,12 @@ __all__ = [
     "DEFAULT_ITERATIONS",
     "DEFAULT_K_PER_CLASS",
     "DEFAULT_MAX_LENGTH",
+    "DEFAULT_MAX_RULES",
     "MODEL_FORMAT",
     "DPBayesianRuleList",
     "Rule",
     "RuleList",
+    "Sampler",
     "antecedent_display",
     "antecedent_text",
     "label_classes",
@@ -107,6 +123,13 @@ RULE_COLUMNS = ("position", "rule", "noisy_negative", "noisy_positive", "estimat
 DEFAULT_K_PER_CLASS = 40
 DEFAULT_MAX_LENGTH = 1
 DEFAULT_ITERATIONS = 3000
+#: Default L of the exact sampler: lists of at most three rules (λ = 3, the prior's mean).
+DEFAULT_MAX_RULES = 3
+
+#: How the list is sampled: ``exact`` (``brl.sample_rule_list_exact``, pure ε-DP, lists of at
+#: most ``max_rules`` rules), ``mcmc`` (``brl.sample_rule_list``, approximate) or ``auto``
+#: (exact when its public work fits the server's cap, else MCMC).
+Sampler = Literal["auto", "exact", "mcmc"]
 #: The ``format`` tag of a saved model; :meth:`RuleList.from_dict` refuses any other.
 MODEL_FORMAT = "dpmine.rule_list/1"
 
@@ -733,10 +756,14 @@ class DPBayesianRuleList(BaseMiner):
       whose release is far from DP; the chain starts from the empty list, never the caller's);
       ``target``: the sampler's target, "likelihood" (the prior as base measure, short lists)
       or "posterior" (the thesis' tempered posterior; :data:`dpmine.wire.RuleListTarget`);
+    * ``sampler``: "exact" (every list of at most ``max_rules`` rules scored on the server and
+      one drawn exactly: pure ε-DP, no ``iterations``), "mcmc" (the chain above, lists of any
+      length, approximate) or "auto" (the default: exact when the public work, from at most
+      2K antecedents, ``max_rules`` and N_max, fits the server's cap; :meth:`sampler_for`);
     * ``progress``: show a progress bar.
 
     ``fit(dataset)`` returns self; results: ``rule_list_``, ``antecedents_``, ``classes_``,
-    ``receipts_``, ``budget_spent_``.
+    ``receipts_``, ``budget_spent_``, ``sampler_`` ("exact" or "mcmc") and ``guarantee_``.
     """
 
     def __init__(
@@ -751,6 +778,8 @@ class DPBayesianRuleList(BaseMiner):
         alpha: tuple[float, float] = (1.0, 1.0),
         iterations: int = DEFAULT_ITERATIONS,
         target: RuleListTarget = "likelihood",
+        sampler: Sampler = "auto",
+        max_rules: int = DEFAULT_MAX_RULES,
         numeric_bins: int = DEFAULT_NUMERIC_BINS,
         method: Literal["em", "laplace"] = "em",
         rho: float = 0.1,
@@ -767,6 +796,8 @@ class DPBayesianRuleList(BaseMiner):
         self.alpha = alpha
         self.iterations = iterations
         self.target = target
+        self.sampler = sampler
+        self.max_rules = max_rules
         self.numeric_bins = numeric_bins
         self.method = method
         self.rho = rho
@@ -848,6 +879,13 @@ class DPBayesianRuleList(BaseMiner):
             raise ParameterError(f"target must be 'likelihood' or 'posterior', got {self.target!r}")
         if self.method not in {"em", "laplace"}:
             raise ParameterError(f"method must be 'em' or 'laplace', got {self.method!r}")
+        if self.sampler not in {"auto", "exact", "mcmc"}:
+            raise ParameterError(f"sampler must be 'auto', 'exact' or 'mcmc', got {self.sampler!r}")
+        if not (isinstance(self.max_rules, int) and 1 <= self.max_rules <= MAX_EXACT_RULES):
+            raise ParameterError(
+                f"max_rules must be a whole number from 1 to {MAX_EXACT_RULES}, "
+                f"got {self.max_rules!r}"
+            )
         if not isinstance(self.iterations, int) or self.iterations < MIN_RULE_LIST_ITERATIONS:
             raise ParameterError(
                 f"iterations must be a whole number of at least {MIN_RULE_LIST_ITERATIONS} (the "
@@ -874,6 +912,36 @@ class DPBayesianRuleList(BaseMiner):
                 "(metadata 'label': attribute and positive value)"
             )
         self.columns_for(schema)
+        self.sampler_for(schema)
+
+    def antecedent_bound(self, schema: DatasetMetadata) -> int:
+        """Public bound on |A|: 2K when the selection runs (K per class, the union of the two
+        classes' lists), else every possible antecedent."""
+        universe = antecedent_universe(
+            schema, self.max_length, self.numeric_bins, self.columns_for(schema)
+        )
+        return min(2 * self.k_for(schema), universe)
+
+    def exact_fits(self, schema: DatasetMetadata) -> bool:
+        """Whether the exact sampler's public work over :meth:`antecedent_bound` antecedents
+        (:func:`~dpmine.wire.exact_rule_list_work`) fits the server's cap."""
+        work = exact_rule_list_work(self.antecedent_bound(schema), self.max_rules, schema.n_max)
+        return work <= MAX_EXACT_RULE_LIST_WORK
+
+    def sampler_for(self, schema: DatasetMetadata) -> Literal["exact", "mcmc"]:
+        """The sampler a fit on ``schema`` runs: ``sampler``, or for "auto" exact when
+        :meth:`exact_fits`, else MCMC; "exact" that does not fit is a ParameterError."""
+        if self.sampler == "mcmc":
+            return "mcmc"
+        if self.exact_fits(schema):
+            return "exact"
+        if self.sampler == "auto":
+            return "mcmc"
+        raise ParameterError(
+            f"the exact sampler over up to {self.antecedent_bound(schema)} antecedents with "
+            f"max_rules = {self.max_rules} exceeds the server's public work cap: lower max_rules "
+            "or k_per_class, or use sampler='mcmc'"
+        )
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -922,6 +990,20 @@ class DPBayesianRuleList(BaseMiner):
             target=self.target,
         )
 
+    def _exact_request(
+        self, schema: DatasetMetadata, antecedents: list[Antecedent]
+    ) -> SampleRuleListExactRequest:
+        return SampleRuleListExactRequest(
+            antecedents=antecedents,
+            epsilon=self.budgets_for(schema)[1],
+            max_rules=self.max_rules,
+            expected_length=self.expected_length,
+            expected_cardinality=self.expected_cardinality,
+            alpha_negative=self.alpha[0],
+            alpha_positive=self.alpha[1],
+            target=self.target,
+        )
+
     def _estimates_request(
         self, schema: DatasetMetadata, rules: list[Antecedent]
     ) -> PointEstimatesRequest:
@@ -938,9 +1020,14 @@ class DPBayesianRuleList(BaseMiner):
             if self.selects_antecedents(schema)
             else []
         )
+        sampling = (
+            BRL_SAMPLE_RULE_LIST_EXACT.plan(self._exact_request(schema, placeholder))
+            if self.sampler_for(schema) == "exact"
+            else BRL_SAMPLE_RULE_LIST.plan(self._sample_request(schema, placeholder))
+        )
         return [
             *selection,
-            BRL_SAMPLE_RULE_LIST.plan(self._sample_request(schema, placeholder)),
+            sampling,
             BRL_POINT_ESTIMATES.plan(self._estimates_request(schema, placeholder)),
         ]
 
@@ -964,19 +1051,21 @@ class DPBayesianRuleList(BaseMiner):
                     schema, self.max_length, self.numeric_bins, self.columns_for(schema)
                 )
             report("sampling a rule list", 1.0)
-            connection = dataset.connection
-            job = connection.submit(dataset.id, self._sample_request(schema, self.antecedents_))
-            sampled = connection.wait_for_job(
-                job, on_progress=lambda info: report("sampling a rule list", 1.0 + info.progress)
-            )
+            sampled = self._sample(dataset, report)
             self._spent.receipts.append(sampled.receipt)
             report("noisy point estimates", 2.0)
             counts = dataset.run(self._estimates_request(schema, sampled.rules))
             self._spent.receipts.append(counts.receipt)
             report("done", 3.0)
-        self.iterations_ = sampled.iterations
+        self.sampler_: Literal["exact", "mcmc"] = "mcmc"
+        self.guarantee_: Literal["pure", "approximate"] = "approximate"
+        self.iterations_: int | None = None
+        if isinstance(sampled, SampleRuleListExactResponse):
+            self.sampler_, self.guarantee_ = "exact", "pure"
+        else:
+            self.iterations_ = sampled.iterations
         self.budgets_ = self.budgets_for(schema)
-        self.rule_list_ = RuleList.from_counts(
+        rule_list = RuleList.from_counts(
             sampled.rules,
             counts.negative_counts,
             counts.positive_counts,
@@ -985,7 +1074,24 @@ class DPBayesianRuleList(BaseMiner):
             schema=dataset.schema,
             dataset_id=dataset.id,
         )
+        # Every call of the fit is pure ε-DP except the MCMC sampler's release.
+        self.rule_list_ = replace(rule_list, guarantee=self.guarantee_)
         return self
+
+    def _sample(
+        self, dataset: DatasetHandle, report: Callable[[str, float], None]
+    ) -> SampleRuleListResponse | SampleRuleListExactResponse:
+        """The sampler's job (:meth:`sampler_for`) over ``antecedents_``, waited for."""
+        connection, schema = dataset.connection, dataset.schema
+
+        def progress(info: JobInfo) -> None:
+            report("sampling a rule list", 1.0 + info.progress)
+
+        if self.sampler_for(schema) == "exact":
+            exact = connection.submit(dataset.id, self._exact_request(schema, self.antecedents_))
+            return connection.wait_for_job(exact, on_progress=progress)
+        chain = connection.submit(dataset.id, self._sample_request(schema, self.antecedents_))
+        return connection.wait_for_job(chain, on_progress=progress)
 
     def mine(self, dataset: DatasetHandle) -> Self:
         """The miners' name for :meth:`fit`."""
@@ -1060,6 +1166,7 @@ class DPBayesianRuleList(BaseMiner):
                 "exclude": list(params["exclude"]),
             },
             "budgets": list(getattr(self, "budgets_", self.budgets)),
+            "sampler": getattr(self, "sampler_", None),
             "antecedents": [a.model_dump(mode="json") for a in getattr(self, "antecedents_", [])],
             "receipts": [
                 r.model_dump(mode="json") for r in getattr(self, "_spent", _Spent()).receipts
@@ -1088,6 +1195,9 @@ class DPBayesianRuleList(BaseMiner):
                 params[name] = tuple(params[name])
         estimator = cls().set_params(**params)
         estimator.rule_list_ = RuleList.from_dict(payload["model"])
+        if payload.get("sampler") in {"exact", "mcmc"}:
+            estimator.sampler_ = payload["sampler"]
+            estimator.guarantee_ = estimator.rule_list_.guarantee
         estimator.antecedents_ = [
             Antecedent.model_validate(a) for a in payload.get("antecedents", [])
         ]

@@ -108,7 +108,7 @@ def test_pure_only_refuses_the_samplers_before_any_charge_and_serves_exact_opera
     for miner in (
         AltMCMC(in_trees=1, rm_iterations=1, epsilon=1.0, depth=1),
         MCMCTreePair(in_trees=1, epsilon=1.0, depth=1),
-        dpmine.DPBayesianRuleList(epsilon=1.0, k_per_class=3, max_length=1),
+        dpmine.DPBayesianRuleList(epsilon=1.0, k_per_class=3, max_length=1, sampler="mcmc"),
     ):
         with pytest.raises(dpmine.PermissionDeniedError) as refused:
             miner.plan(handle)
@@ -141,6 +141,9 @@ def test_pure_only_refuses_the_samplers_before_any_charge_and_serves_exact_opera
     )
     assert grown.receipt.guarantee == "pure"
     assert AltExpM(in_trees=1, rm_iterations=1, epsilon=1.0, depth=1).plan(handle).fits
+    # A rule-list fit plans the exact sampler by default (pure): served.
+    rule_lists = dpmine.DPBayesianRuleList(epsilon=1.0, k_per_class=3, max_length=1).plan(handle)
+    assert "brl.sample_rule_list_exact" in [call.operation for call in rule_lists.calls]
     assert [e.operation for e in owner.admin.ledger(labelled)] == ["tree.expmech"]
 
 

@@ -216,10 +216,17 @@ def test_plan_only_prices_three_calls_without_charging(
     estimate = EstimateResponse.model_validate(json.loads(_ok(result)))
     assert [(c.operation, c.epsilon_exact) for c in estimate.calls] == [
         ("brl.antecedents", "0.3"),
-        ("brl.sample_rule_list", "0.6"),
+        ("brl.sample_rule_list_exact", "0.6"),  # auto: 20 antecedents, 3 rules fit the cap
         ("brl.point_estimates", "0.6"),
     ]
     assert Decimal(estimate.total_epsilon_exact) == Decimal("1.5")
+    chain = dpmine_cli(
+        server,
+        account.api_key,
+        f"--json fit rule-list {mushroom.id} --epsilon 1.5 {SMALL} --sampler mcmc --plan-only",
+    )
+    calls = EstimateResponse.model_validate(json.loads(_ok(chain))).calls
+    assert [c.operation for c in calls][1] == "brl.sample_rule_list"
     assert _remaining(server, account, mushroom.id) == before
 
 
@@ -243,7 +250,10 @@ def test_fit_prints_the_list_saves_it_and_charges_the_receipts(
     for line in model["text"].splitlines():
         assert line in printed
     assert f"ε spent = {3:g}" in printed
-    assert "brl.sample_rule_list: charged ε=1 (approximate)" in printed
+    assert "brl.sample_rule_list_exact: charged ε=1 (pure)" in printed
+    assert "rule list drawn exactly among the lists of at most 3 rules (pure ε-DP)" in printed
+    assert saved["sampler"] == "exact"
+    assert model["guarantee"] == "pure"
     spent = sum((Decimal(r["epsilon_exact"]) for r in saved["receipts"]), Decimal(0))
     assert spent == Decimal(3)
     assert _remaining(server, account, mushroom.id) == before - spent
@@ -304,7 +314,8 @@ def test_fit_with_json_prints_the_saved_payload(
             dpmine_cli(
                 server,
                 account.api_key,
-                f"--json fit rule-list {mushroom.id} --epsilon 0.9 {SMALL} --method laplace",
+                f"--json fit rule-list {mushroom.id} --epsilon 0.9 {SMALL} --method laplace "
+                "--sampler mcmc",
             )
         )
     )
@@ -313,6 +324,8 @@ def test_fit_with_json_prints_the_saved_payload(
         "brl.sample_rule_list",
         "brl.point_estimates",
     ]
+    assert payload["sampler"] == "mcmc"
+    assert payload["model"]["guarantee"] == "approximate"
     assert payload["params"]["method"] == "laplace"
     assert RuleList.from_dict(payload["model"]).classes == ("e", "p")
 

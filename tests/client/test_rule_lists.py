@@ -31,6 +31,7 @@ from dpmine.rule_lists import (
     union_antecedents,
 )
 from dpmine.wire import (
+    MAX_EXACT_RULE_LIST_WORK,
     MIN_RULE_LIST_ITERATIONS,
     BooleanAttribute,
     CategoricalAttribute,
@@ -41,7 +42,9 @@ from dpmine.wire import (
     PointEstimatesRequest,
     Receipt,
     RuleListAntecedentsRequest,
+    SampleRuleListExactRequest,
     SampleRuleListRequest,
+    exact_rule_list_work,
 )
 from dpmine.wire.rule_lists import (
     Antecedent,
@@ -432,6 +435,8 @@ def test_get_and_set_params_follow_scikit_learn() -> None:
         "alpha",
         "iterations",
         "target",
+        "sampler",
+        "max_rules",
         "numeric_bins",
         "method",
         "rho",
@@ -480,7 +485,7 @@ def handle(schema: DatasetMetadata) -> dpmine.DatasetHandle:
 
 def test_the_planned_calls_are_the_three_operations_with_their_shares() -> None:
     model = DPBayesianRuleList(
-        epsilon=0.9, k_per_class=12, max_length=3, iterations=1700, numeric_bins=5
+        epsilon=0.9, k_per_class=12, max_length=3, iterations=1700, numeric_bins=5, sampler="mcmc"
     )
     calls = model._calls(handle(SCHEMA))
     assert [call.operation for call in calls] == [
@@ -496,6 +501,34 @@ def test_the_planned_calls_are_the_three_operations_with_their_shares() -> None:
     assert antecedent_text(sample.antecedents[0]) == "[0.0 <= age <= 20.0]"
     estimates = PointEstimatesRequest.model_validate(calls[2].request)
     assert [antecedents.epsilon, sample.epsilon, estimates.epsilon] == [0.3, 0.3, 0.3]
+
+
+def test_the_sampler_is_exact_when_its_public_work_fits_the_cap() -> None:
+    """ "auto" runs the exact sampler when the public work over at most 2K antecedents fits the
+    server's cap (the same count as the server's), else MCMC; "exact" that does not fit is
+    refused before anything is sent; "mcmc" always runs the chain."""
+    small = DPBayesianRuleList(epsilon=0.9, k_per_class=12, max_rules=2)
+    assert small.antecedent_bound(SCHEMA) == min(24, antecedent_universe(SCHEMA, 1, 4))
+    assert small.sampler_for(SCHEMA) == "exact"
+    calls = small._calls(handle(SCHEMA))
+    assert calls[-2].operation == "brl.sample_rule_list_exact"
+    exact = SampleRuleListExactRequest.model_validate(calls[-2].request)
+    assert (exact.max_rules, len(exact.antecedents)) == (2, 1)  # the pricing placeholder
+    # A schema whose public work is over the cap: 2K = 80 antecedents, 4 rules.
+    wide = SCHEMA.model_copy(update={"n_max": 10**6})
+    big = DPBayesianRuleList(epsilon=0.9, max_length=2, max_rules=4)
+    work = exact_rule_list_work(big.antecedent_bound(wide), 4, wide.n_max)
+    assert work > MAX_EXACT_RULE_LIST_WORK
+    assert big.sampler_for(wide) == "mcmc"
+    assert big._calls(handle(wide))[-2].operation == "brl.sample_rule_list"
+    refused = DPBayesianRuleList(epsilon=0.9, max_length=2, max_rules=4, sampler="exact")
+    with pytest.raises(dpmine.ParameterError, match="lower max_rules or k_per_class"):
+        refused.plan(handle(wide))
+    assert DPBayesianRuleList(sampler="mcmc").sampler_for(SCHEMA) == "mcmc"
+    with pytest.raises(dpmine.ParameterError, match="max_rules must be a whole number from 1"):
+        DPBayesianRuleList(max_rules=5)._calls(handle(SCHEMA))
+    with pytest.raises(dpmine.ParameterError, match="sampler must be"):
+        DPBayesianRuleList().set_params(sampler="gibbs")._calls(handle(SCHEMA))
 
 
 def test_columns_and_exclude_restrict_the_antecedents_sent_to_the_server() -> None:
@@ -637,7 +670,10 @@ def test_a_schema_with_at_most_k_antecedents_skips_the_selection() -> None:
     model = DPBayesianRuleList(epsilon=0.9)
     assert not model.selects_antecedents(SCHEMA)
     calls = model._calls(handle(SCHEMA))
-    assert [call.operation for call in calls] == ["brl.sample_rule_list", "brl.point_estimates"]
+    assert [call.operation for call in calls] == [
+        "brl.sample_rule_list_exact",
+        "brl.point_estimates",
+    ]
     assert [call.request["epsilon"] for call in calls] == [0.45, 0.45]
     assert model.budgets_for(SCHEMA) == (0.0, 0.45, 0.45)
     # An explicit K below the universe selects, with the three-way split.

@@ -128,9 +128,10 @@ def test_a_rule_list_is_fitted_on_mushroom_and_predicts_offline(
 
     plan = model.plan(dataset)
     assert plan.fits
+    # sampler "auto": at most 20 antecedents and 3 rules fit the exact sampler's cap.
     assert [c.operation for c in plan.calls] == [
         "brl.antecedents",
-        "brl.sample_rule_list",
+        "brl.sample_rule_list_exact",
         "brl.point_estimates",
     ]
     assert Decimal(plan.estimate.total_epsilon_exact) == Decimal("6")
@@ -138,9 +139,15 @@ def test_a_rule_list_is_fitted_on_mushroom_and_predicts_offline(
 
     model.fit(dataset)
 
-    # Three charged calls, as planned; the sampled list's guarantee is approximate.
+    # Three charged calls, as planned, all pure: the list is an exact draw.
     assert [r.operation for r in model.receipts_] == [c.operation for c in plan.calls]
-    assert [r.guarantee for r in model.receipts_] == ["pure", "approximate", "pure"]
+    assert [r.guarantee for r in model.receipts_] == ["pure", "pure", "pure"]
+    assert (model.sampler_, model.guarantee_, model.rule_list_.guarantee) == (
+        "exact",
+        "pure",
+        "pure",
+    )
+    assert len(model.rule_list_.rules) <= model.max_rules
     assert [r.epsilon_exact for r in model.receipts_] == ["2", "2", "2"]
     assert model.budget_spent_ == pytest.approx(EPSILON)
     assert dataset.budget().remaining_epsilon == pytest.approx(0.0, abs=1e-9)

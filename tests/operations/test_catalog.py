@@ -42,6 +42,7 @@ from dpmine.wire import (
     Receipt,
     Redescription,
     RuleListAntecedentsRequest,
+    SampleRuleListExactRequest,
     SampleRuleListRequest,
     SerenadeOptions,
     TopKItemsetsRequest,
@@ -84,6 +85,7 @@ SECTIONS = {
     "tree.leaf_counts": "§3.6",
     "brl.antecedents": "§5.2",
     "brl.sample_rule_list": "§5.3",
+    "brl.sample_rule_list_exact": "§5.3",
     "brl.point_estimates": "§5.4",
 }
 ROWS = 12
@@ -197,6 +199,12 @@ def _rule_list_examples() -> dict[str, list[BaseModel]]:
         "brl.sample_rule_list": [
             SampleRuleListRequest(antecedents=rules, epsilon=1.0),
             SampleRuleListRequest(antecedents=rules, epsilon=0.5, iterations=1500),
+        ],
+        "brl.sample_rule_list_exact": [
+            SampleRuleListExactRequest(antecedents=rules, epsilon=1.0),
+            SampleRuleListExactRequest(
+                antecedents=rules, epsilon=0.5, max_rules=1, target="posterior"
+            ),
         ],
         "brl.point_estimates": [
             PointEstimatesRequest(rules=rules, epsilon=1.0),

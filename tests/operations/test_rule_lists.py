@@ -25,6 +25,7 @@ from dpmine.wire import (
     NumLiteral,
     PointEstimatesRequest,
     RuleListAntecedentsRequest,
+    SampleRuleListExactRequest,
     SampleRuleListRequest,
 )
 from dpmine.wire.rule_lists import numeric_bin_edges, numeric_bins_of
@@ -402,6 +403,10 @@ def test_validation_says_how_to_declare_a_missing_label() -> None:
     requests: list[tuple[str, BaseModel]] = [
         ("brl.antecedents", RuleListAntecedentsRequest(epsilon=1.0)),
         ("brl.sample_rule_list", SampleRuleListRequest(antecedents=RULES, epsilon=1.0)),
+        (
+            "brl.sample_rule_list_exact",
+            SampleRuleListExactRequest(antecedents=RULES, epsilon=1.0),
+        ),
         ("brl.point_estimates", PointEstimatesRequest(rules=RULES, epsilon=1.0)),
     ]
     for name, request in requests:
@@ -438,7 +443,11 @@ def test_validation_checks_every_antecedent_literal(
     rules = [RULES[0], Antecedent(items=[literal])]
     sample = SampleRuleListRequest(antecedents=rules, epsilon=1.0)
     estimates = PointEstimatesRequest(rules=rules, epsilon=1.0)
+    exact = SampleRuleListExactRequest(antecedents=rules, epsilon=1.0)
     assert message in _error(lambda: CATALOG["brl.sample_rule_list"].validate(sample, METADATA))
+    assert message in _error(
+        lambda: CATALOG["brl.sample_rule_list_exact"].validate(exact, METADATA)
+    )
     assert message in _error(lambda: CATALOG["brl.point_estimates"].validate(estimates, METADATA))
 
 
@@ -466,7 +475,12 @@ def test_validation_of_the_antecedent_universe(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_transaction_datasets_are_not_accepted() -> None:
-    for name in ("brl.antecedents", "brl.sample_rule_list", "brl.point_estimates"):
+    for name in (
+        "brl.antecedents",
+        "brl.sample_rule_list",
+        "brl.sample_rule_list_exact",
+        "brl.point_estimates",
+    ):
         assert CATALOG[name].dataset_kinds == frozenset({"table", "views"})
 
 

@@ -20,6 +20,10 @@ checks the Clopper-Pearson lower bound on the privacy loss against the charged �
   1.5–1.7); at that size only a coefficient c = 10·ε/Δu is flagged on both targets, so the
   short power check of ``posterior`` (c = ε/(2Δu)) uses Δu/20. ``slow`` audits 2,000 chains a
   side with Δu/10 on both.
+* ``brl.sample_rule_list_exact`` over the same five lists (max_rules 2), draws of the exact
+  sampler for both targets (exact losses 0.29 and 0.14, as the chain's stationary law).
+  Broken: Δu/4 for ``likelihood`` (loss 1.45), Δu/10 for ``posterior`` (1.90); 3,000 draws a
+  side by default, 20,000 under ``slow``.
 * Short chains (ALGORITHMS.md §6 #16, issue #20): a pair on which the public start itself is
   adversarial (every proposal uphill on D', one rejectable on D, λ tuned). The old request
   shape (a start of the analyst's, one step) is refused; the operation at the public minimum
@@ -53,6 +57,7 @@ from dpmine.wire import (
     PointEstimatesRequest,
     RuleListAntecedentsRequest,
     RuleListTarget,
+    SampleRuleListExactRequest,
     SampleRuleListRequest,
 )
 from dpmine_server.data.columns import BooleanColumn, Column, ColumnStore
@@ -314,6 +319,76 @@ def test_audit_flags_the_sampler_with_an_understated_sensitivity(
         rule_list_mcmc, "utility_sensitivity", lambda n_max, alpha: real(n_max, alpha) / divisor
     )
     assert_audit_flags(_chain_audit(target, samples), EPSILON)
+
+
+# --------------------------------------------------------------------------------------------
+# brl.sample_rule_list_exact: the same five lists (max_rules 2 over ([p], [q])), drawn exactly
+
+#: (target, draws a side, Δu divisor of the broken variant; exact losses 1.45 and 1.90).
+EXACT_RUNS = [
+    pytest.param("likelihood", 3_000, 4, id=f"likelihood-{SHORT}"),
+    pytest.param("posterior", 3_000, 10, id=f"posterior-{SHORT}"),
+    pytest.param("likelihood", 20_000, 4, id=f"likelihood-{LONG}", marks=pytest.mark.slow),
+    pytest.param("posterior", 20_000, 10, id=f"posterior-{LONG}", marks=pytest.mark.slow),
+]
+
+
+def _exact_lists(
+    rows: Sequence[Row], target: RuleListTarget, seed: int, samples: int
+) -> list[Hashable]:
+    """The lists released by the registered kernel of ``brl.sample_rule_list_exact``."""
+    store = _store(rows, CHAIN_N_MAX)
+    request = SampleRuleListExactRequest(
+        antecedents=CHAIN_ANTECEDENTS, epsilon=EPSILON, max_rules=2, target=target
+    )
+    spec = CATALOG["brl.sample_rule_list_exact"]
+    spec.validate(request, store.metadata)
+    cost = spec.cost(request)
+    assert cost == CHARGE
+    assert spec.guarantee == "pure"
+    rng = seeded_generator(seed)
+    positions = {a.model_dump_json(): i for i, a in enumerate(CHAIN_ANTECEDENTS)}
+    outputs: list[Hashable] = []
+    for _ in range(samples):
+        fields = spec.run(store, request, cost, rng, no_progress)
+        assert fields["lists"] == len(LISTS)
+        outputs.append(tuple(positions[a.model_dump_json()] for a in fields["rules"]))
+    return outputs
+
+
+def _exact_audit(target: RuleListTarget, samples: int) -> AuditResult:
+    return audit_categorical(
+        _exact_lists(CHAIN_ROWS, target, 81, samples),
+        _exact_lists((*CHAIN_ROWS, CHAIN_ADDED), target, 82, samples),
+        categories=CHAIN_CATEGORIES,
+        alpha=ALPHA,
+    )
+
+
+def test_the_broken_exact_samplers_lose_more_than_epsilon() -> None:
+    sensitivity = utility_sensitivity(CHAIN_N_MAX, (1.0, 1.0))
+    assert _chain_loss("likelihood", 4 * EPSILON / sensitivity) > 1.4
+    assert _chain_loss("posterior", 10 * EPSILON / (2 * sensitivity)) > 1.8
+
+
+@pytest.mark.parametrize(("target", "samples", "divisor"), EXACT_RUNS)
+def test_exact_sampler_passes_the_audit(target: RuleListTarget, samples: int, divisor: int) -> None:
+    del divisor  # the broken variant's
+    result = _exact_audit(target, samples)
+    assert_audit_passes(result, EPSILON)
+    if samples == 20_000 and target == "likelihood":
+        assert result.lower_bound > 0.1, result.describe()  # the audit is not vacuous
+
+
+@pytest.mark.parametrize(("target", "samples", "divisor"), EXACT_RUNS)
+def test_audit_flags_the_exact_sampler_with_an_understated_sensitivity(
+    target: RuleListTarget, samples: int, divisor: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = rule_list_mcmc.utility_sensitivity
+    monkeypatch.setattr(
+        rule_list_mcmc, "utility_sensitivity", lambda n_max, alpha: real(n_max, alpha) / divisor
+    )
+    assert_audit_flags(_exact_audit(target, samples), EPSILON)
 
 
 # --------------------------------------------------------------------------------------------

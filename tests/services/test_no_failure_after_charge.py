@@ -366,13 +366,16 @@ def _rule_list_request(
     request: dict[str, Any] = {
         "antecedents": rules,
         "epsilon": epsilon,
-        "iterations": rng.choice([1, MIN_RULE_LIST_ITERATIONS, MIN_RULE_LIST_ITERATIONS + 7]),
         "expected_length": rng.choice(extreme),
         "expected_cardinality": rng.choice(extreme),
         "alpha_negative": rng.choice(extreme),
         "alpha_positive": rng.choice(extreme),
         "target": rng.choice(["likelihood", "posterior"]),
     }
+    if operation == "brl.sample_rule_list_exact":
+        request["max_rules"] = rng.choice([0, 1, 3, 4, 5])  # 0 and 5 are refused
+        return request
+    request["iterations"] = rng.choice([1, MIN_RULE_LIST_ITERATIONS, MIN_RULE_LIST_ITERATIONS + 7])
     if rules and rng.random() < 0.2:  # the removed start list: refused before the charge
         request["initial"] = rng.sample(range(len(rules)), k=rng.randint(0, len(rules)))
     return request
@@ -510,6 +513,7 @@ def test_the_matrix_covers_every_catalog_operation() -> None:
         "tree.leaf_counts",
         "brl.antecedents",
         "brl.sample_rule_list",
+        "brl.sample_rule_list_exact",
         "brl.point_estimates",
     }
     assert set(CATALOG) == known

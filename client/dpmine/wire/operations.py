@@ -32,6 +32,8 @@ from dpmine.wire.rule_lists import (
     PointEstimatesResponse,
     RuleListAntecedentsRequest,
     RuleListAntecedentsResponse,
+    SampleRuleListExactRequest,
+    SampleRuleListExactResponse,
     SampleRuleListRequest,
     SampleRuleListResponse,
 )
@@ -50,6 +52,7 @@ __all__ = [
     "BRL_ANTECEDENTS",
     "BRL_POINT_ESTIMATES",
     "BRL_SAMPLE_RULE_LIST",
+    "BRL_SAMPLE_RULE_LIST_EXACT",
     "COUNT_NOISY",
     "FIM_TOPK_EM",
     "FIM_TOPK_LAPLACE",
@@ -201,6 +204,14 @@ BRL_SAMPLE_RULE_LIST = Operation(
     guarantee="approximate",
     mode="job",
 )
+BRL_SAMPLE_RULE_LIST_EXACT = Operation(
+    name="brl.sample_rule_list_exact",
+    path="rule-lists/sample-exact",
+    request_model=SampleRuleListExactRequest,
+    response_model=SampleRuleListExactResponse,
+    guarantee="pure",
+    mode="job",
+)
 BRL_POINT_ESTIMATES = Operation(
     name="brl.point_estimates",
     path="rule-lists/point-estimates",
@@ -222,6 +233,7 @@ _ALL: tuple[Operation[Any, Any], ...] = (
     TREE_LEAF_COUNTS,
     BRL_ANTECEDENTS,
     BRL_SAMPLE_RULE_LIST,
+    BRL_SAMPLE_RULE_LIST_EXACT,
     BRL_POINT_ESTIMATES,
 )
 

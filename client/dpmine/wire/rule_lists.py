@@ -44,9 +44,12 @@ from dpmine.wire.queries import AnyLiteral
 
 __all__ = [
     "DEFAULT_NUMERIC_BINS",
+    "EXACT_LIST_OVERHEAD_WORDS",
     "MAX_ANTECEDENTS",
     "MAX_ANTECEDENTS_PER_CLASS",
     "MAX_ANTECEDENT_LENGTH",
+    "MAX_EXACT_RULES",
+    "MAX_EXACT_RULE_LIST_WORK",
     "MAX_NUMERIC_BINS",
     "MAX_RULE_LIST_ITERATIONS",
     "MIN_RULE_LIST_ITERATIONS",
@@ -58,10 +61,14 @@ __all__ = [
     "RuleListAntecedentsRequest",
     "RuleListAntecedentsResponse",
     "RuleListTarget",
+    "SampleRuleListExactRequest",
+    "SampleRuleListExactResponse",
     "SampleRuleListRequest",
     "SampleRuleListResponse",
     "antecedent_universe",
     "every_antecedent",
+    "exact_rule_list_count",
+    "exact_rule_list_work",
     "numeric_bin_edges",
     "numeric_bins_of",
     "rule_list_items",
@@ -79,6 +86,32 @@ MAX_RULE_LIST_ITERATIONS = 200_000
 #: (Titanic) and four of its 250-step convergence windows: a floor against short chains, not a
 #: proof of convergence.
 MIN_RULE_LIST_ITERATIONS = 1000
+#: Public cap on ``brl.sample_rule_list_exact``'s list length m (§5.3, exact sampler).
+MAX_EXACT_RULES = 4
+#: Public cap on the exact sampler's work, :func:`exact_rule_list_work`: a few seconds of
+#: enumeration on one core (bench/bench_budgets.py).
+MAX_EXACT_RULE_LIST_WORK = 150_000_000
+#: Per-list bookkeeping of the exact sampler, in 64-row words (about 2 µs a list).
+EXACT_LIST_OVERHEAD_WORDS = 64
+
+
+def exact_rule_list_count(antecedents: int, max_rules: int) -> int:
+    """|D_L|: the rule lists of at most ``max_rules`` distinct antecedents out of
+    ``antecedents`` (the empty list included), Σ_{m=0}^{L} M!/(M − m)!."""
+    total, ordered = 0, 1
+    for length in range(min(max_rules, antecedents) + 1):
+        total += ordered
+        ordered *= antecedents - length
+    return total
+
+
+def exact_rule_list_work(antecedents: int, max_rules: int, n_max: int) -> int:
+    """Public work of the exact sampler, in 64-row words: every list of
+    :func:`exact_rule_list_count` is scored by one pass over the ⌈N_max/64⌉ packed words of the
+    rows its prefix leaves, plus :data:`EXACT_LIST_OVERHEAD_WORDS` of bookkeeping."""
+    words = max(1, -(-n_max // 64)) + EXACT_LIST_OVERHEAD_WORDS
+    return exact_rule_list_count(antecedents, max_rules) * words
+
 
 # --------------------------------------------------------------------------------------------
 # The public antecedent universe (metadata only; the server's catalog and the client use the
@@ -252,9 +285,51 @@ class SampleRuleListRequest(OperationRequest[SampleRuleListResponse]):
 
     @model_validator(mode="after")
     def _distinct(self) -> SampleRuleListRequest:
-        keys = [antecedent.model_dump_json() for antecedent in self.antecedents]
-        if len(set(keys)) != len(keys):
-            raise ValueError("antecedents must be distinct")
+        _require_distinct(self.antecedents)
+        return self
+
+
+def _require_distinct(antecedents: list[Antecedent]) -> None:
+    keys = [antecedent.model_dump_json() for antecedent in antecedents]
+    if len(set(keys)) != len(keys):
+        raise ValueError("antecedents must be distinct")
+
+
+class SampleRuleListExactResponse(WireModel):
+    """One exact draw of the rule-list exponential mechanism over every list of at most
+    ``max_rules`` rules (the default rule is implicit); ``lists`` is the public |D_L|."""
+
+    rules: list[Antecedent]
+    max_rules: int
+    lists: int
+    receipt: Receipt
+
+
+class SampleRuleListExactRequest(OperationRequest[SampleRuleListExactResponse]):
+    """A rule list drawn *exactly* from the exponential mechanism of :data:`RuleListTarget`
+    restricted to the public finite set D_L of lists of at most ``max_rules`` distinct
+    antecedents (§5.3): every list is enumerated and scored, one Gumbel-max draw. Pure ε-DP,
+    with Δu as for :class:`SampleRuleListRequest`. The public work
+    :func:`exact_rule_list_work` must stay within :data:`MAX_EXACT_RULE_LIST_WORK`."""
+
+    antecedents: list[Antecedent] = Field(min_length=1, max_length=MAX_ANTECEDENTS)
+    epsilon: Epsilon
+    max_rules: int = Field(
+        default=3, ge=1, le=MAX_EXACT_RULES, description="L: lists of at most L rules."
+    )
+    expected_length: PositiveFloat = Field(default=3.0, description="λ: prior mean list length.")
+    expected_cardinality: PositiveFloat = Field(
+        default=1.0, description="η: prior mean antecedent cardinality."
+    )
+    alpha_negative: PositiveFloat = Field(default=1.0, description="α0 of the Dirichlet prior.")
+    alpha_positive: PositiveFloat = Field(default=1.0, description="α1 of the Dirichlet prior.")
+    target: RuleListTarget = Field(
+        default="likelihood", description="likelihood (prior as base measure) or posterior."
+    )
+
+    @model_validator(mode="after")
+    def _distinct(self) -> SampleRuleListExactRequest:
+        _require_distinct(self.antecedents)
         return self
 
 

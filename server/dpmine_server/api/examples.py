@@ -83,6 +83,7 @@ OPERATION_EXAMPLES: dict[str, dict[str, Any]] = {
     },
     "brl.antecedents": {"k_per_class": 40, "max_length": 1, "epsilon": 0.3, "method": "em"},
     "brl.sample_rule_list": {"antecedents": _RULES, "epsilon": 0.3, "iterations": 3000},
+    "brl.sample_rule_list_exact": {"antecedents": _RULES, "epsilon": 0.3, "max_rules": 3},
     "brl.point_estimates": {"rules": _RULES, "epsilon": 0.3},
 }
 

@@ -41,7 +41,7 @@ import numpy.typing as npt
 from scipy.special import gammaln, logsumexp
 
 from dpmine.wire import RuleListTarget
-from dpmine_server.dp.mechanisms import OneSided, em_coefficient
+from dpmine_server.dp.mechanisms import OneSided, Sensitivity, em_coefficient
 from dpmine_server.operations.base import Progress, progress_checkpoints
 
 __all__ = [
@@ -64,6 +64,7 @@ __all__ = [
     "start_chain",
     "target_coefficient",
     "target_log_density",
+    "target_sensitivity",
     "utility_sensitivity",
 ]
 
@@ -330,17 +331,25 @@ def target_log_density(chain: Chain, target: RuleListTarget, coefficient: float)
     return coefficient * chain.utility
 
 
+def target_sensitivity(
+    target: RuleListTarget, n_max: int, alpha: tuple[float, float]
+) -> Sensitivity:
+    """Sensitivity of the target's quality (§5.3, §0.8). ``likelihood`` (quality ℓ, prior as
+    base measure): one-sided (Δ_up = 0, Δ_down = Δu), since an added row only lowers ℓ (its
+    capture term gains ln((N_{j,y}+α_y)/(N_j+α0+α1)) < 0), by at most Δu, while the prior does
+    not depend on the data. ``posterior`` (quality u): the thesis' symmetric Δu."""
+    sensitivity = utility_sensitivity(n_max, alpha)
+    if target == "likelihood":
+        return OneSided(up=0.0, down=sensitivity)
+    return sensitivity
+
+
 def target_coefficient(
     target: RuleListTarget, epsilon: float, n_max: int, alpha: tuple[float, float]
 ) -> float:
-    """c of the target (§5.3, §0.8). ``likelihood``: ε/Δu, since an added row only lowers ℓ
-    (its capture term gains ln((N_{j,y}+α_y)/(N_j+α0+α1)) < 0), by at most Δu, while the prior
-    does not depend on the data (Δ_up = 0, Δ_down = Δu). ``posterior``: the thesis' symmetric
-    ε/(2Δu) on u."""
-    sensitivity = utility_sensitivity(n_max, alpha)
-    if target == "likelihood":
-        return em_coefficient(epsilon, OneSided(up=0.0, down=sensitivity))
-    return em_coefficient(epsilon, sensitivity)
+    """c of the target (§5.3, §0.8): ``likelihood`` ε/Δu, ``posterior`` ε/(2Δu)
+    (:func:`target_sensitivity`)."""
+    return em_coefficient(epsilon, target_sensitivity(target, n_max, alpha))
 
 
 def extend_chain(

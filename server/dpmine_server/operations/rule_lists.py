@@ -15,6 +15,9 @@ that fit the declared attributes, universe sizes); the cost is the requested ε.
   :mod:`~dpmine_server.operations.rule_list_mcmc` from the public start (the empty list) for
   at least the public minimum of steps (checked by the wire model), final state only;
   approximate ε-DP.
+* ``brl.sample_rule_list_exact`` (§5.3, exact): the same target over the lists of at most
+  ``max_rules`` rules, every list enumerated and one exponential-mechanism draw in
+  :mod:`~dpmine_server.operations.rule_list_exact`; pure ε-DP, public work capped.
 * ``brl.point_estimates`` (§5.4): capture counts + discrete Laplace(1/ε) (one partition, Δ = 1).
 """
 
@@ -31,6 +34,8 @@ from dpmine.wire import (
     BRL_ANTECEDENTS,
     BRL_POINT_ESTIMATES,
     BRL_SAMPLE_RULE_LIST,
+    BRL_SAMPLE_RULE_LIST_EXACT,
+    MAX_EXACT_RULE_LIST_WORK,
     Antecedent,
     AnyLiteral,
     BooleanAttribute,
@@ -44,7 +49,10 @@ from dpmine.wire import (
     NumLiteral,
     PointEstimatesRequest,
     RuleListAntecedentsRequest,
+    SampleRuleListExactRequest,
     SampleRuleListRequest,
+    exact_rule_list_count,
+    exact_rule_list_work,
     usable_columns,
 )
 from dpmine_server.data.bitsets import Bitset
@@ -56,6 +64,7 @@ from dpmine_server.errors import InternalError
 from dpmine_server.operations.base import OperationSpec, Progress
 from dpmine_server.operations.itemset_plan import TopKPlan
 from dpmine_server.operations.itemsets import MAX_UNIVERSE, top_k_itemsets, top_k_plan
+from dpmine_server.operations.rule_list_exact import sample_rule_list_exact
 from dpmine_server.operations.rule_list_mcmc import (
     PUBLIC_START,
     ClassWords,
@@ -199,12 +208,29 @@ def _validate_sample(request: SampleRuleListRequest, metadata: DatasetMetadata) 
     _validate_rules(request.antecedents, metadata)
 
 
+def _validate_sample_exact(request: SampleRuleListExactRequest, metadata: DatasetMetadata) -> None:
+    _validate_rules(request.antecedents, metadata)
+    size = len(request.antecedents)
+    work = exact_rule_list_work(size, request.max_rules, metadata.n_max)
+    if work > MAX_EXACT_RULE_LIST_WORK:
+        lists = exact_rule_list_count(size, request.max_rules)
+        raise ValueError(
+            f"exact sampling over {size} antecedents with max_rules = {request.max_rules} scores "
+            f"{lists} rule lists over up to {metadata.n_max} rows, more than this server's cap "
+            f"({MAX_EXACT_RULE_LIST_WORK} units of 64-row words): lower max_rules or the number of "
+            "antecedents, or use brl.sample_rule_list (MCMC)"
+        )
+
+
 def _validate_point_estimates(request: PointEstimatesRequest, metadata: DatasetMetadata) -> None:
     _validate_rules(request.rules, metadata)
 
 
 def _cost(
-    request: RuleListAntecedentsRequest | SampleRuleListRequest | PointEstimatesRequest,
+    request: RuleListAntecedentsRequest
+    | SampleRuleListRequest
+    | SampleRuleListExactRequest
+    | PointEstimatesRequest,
 ) -> Epsilon:
     return Epsilon.charge(request.epsilon)
 
@@ -337,6 +363,41 @@ def _run_sample(
     }
 
 
+def _run_sample_exact(
+    columns: ColumnStore,
+    request: SampleRuleListExactRequest,
+    epsilon: Epsilon,
+    rng: np.random.Generator,
+    progress: Progress,
+) -> dict[str, Any]:
+    """Kernel of ``brl.sample_rule_list_exact`` (ALGORITHMS.md §5.3, exact): pure ε-DP. The
+    exponential mechanism of the MCMC target over the public finite set D_L of lists of at most
+    ``max_rules`` rules; the prior restricted to D_L is data-independent and the quality has the
+    chain's sensitivity Δu (from N_max), so one Gumbel-max draw over all of D_L is ε-DP (proof
+    in :mod:`~dpmine_server.operations.rule_list_exact`)."""
+    tables = PriorTables.of(
+        [len(antecedent.items) for antecedent in request.antecedents],
+        expected_length=request.expected_length,
+        expected_cardinality=request.expected_cardinality,
+    )
+    drawn = sample_rule_list_exact(
+        antecedent_words(columns, request.antecedents),
+        tables,
+        alpha=(request.alpha_negative, request.alpha_positive),
+        epsilon=epsilon.for_mechanism(),
+        n_max=columns.metadata.n_max,
+        max_rules=request.max_rules,
+        rng=rng,
+        progress=progress,
+        target=request.target,
+    )
+    return {
+        "rules": [request.antecedents[position] for position in drawn],
+        "max_rules": request.max_rules,
+        "lists": exact_rule_list_count(len(request.antecedents), request.max_rules),
+    }
+
+
 def _run_point_estimates(
     columns: ColumnStore,
     request: PointEstimatesRequest,
@@ -375,6 +436,14 @@ OPERATIONS: list[OperationSpec[Any, Any]] = [
         validate=_validate_sample,
         cost=_cost,
         run=_run_sample,
+    ),
+    OperationSpec(
+        operation=BRL_SAMPLE_RULE_LIST_EXACT,
+        summary="A Bayesian rule list of at most max_rules rules, drawn exactly (DP-BRL).",
+        dataset_kinds=_TABULAR,
+        validate=_validate_sample_exact,
+        cost=_cost,
+        run=_run_sample_exact,
     ),
     OperationSpec(
         operation=BRL_POINT_ESTIMATES,

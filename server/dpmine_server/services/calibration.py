@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from dpmine.wire import (
+    MAX_EXACT_RULE_LIST_WORK,
     AnyAttribute,
     AnyLiteral,
     BooleanAttribute,
@@ -50,6 +51,7 @@ from dpmine.wire import (
     QualityParameters,
     Redescription,
     View,
+    exact_rule_list_work,
 )
 from dpmine_server.data.columns import (
     BooleanColumn,
@@ -315,8 +317,19 @@ def _rule_list_cases(dataset: Dataset) -> list[Case]:
     return [
         Case("brl.antecedents", key, {"epsilon": 1.0}),
         Case("brl.sample_rule_list", key, {"antecedents": antecedents, "epsilon": 1.0}),
+        _exact_rule_list_case(key, antecedents, metadata.n_max),
         Case("brl.point_estimates", key, {"rules": antecedents[:5], "epsilon": 1.0}),
     ]
+
+
+def _exact_rule_list_case(key: str, antecedents: list[Any], n_max: int) -> Case:
+    """``brl.sample_rule_list_exact`` at its worst: max_rules 3 over the most antecedents whose
+    public work fits the server's cap (its work does not depend on the data otherwise)."""
+    size = len(antecedents)
+    while size > 1 and exact_rule_list_work(size, 3, n_max) > MAX_EXACT_RULE_LIST_WORK:
+        size -= 1
+    body = {"antecedents": antecedents[:size], "epsilon": 1.0, "max_rules": 3}
+    return Case("brl.sample_rule_list_exact", key, body, f"M = {size}, L = 3")
 
 
 def _continuous_cases(dataset: Dataset, c: float) -> list[Case]:

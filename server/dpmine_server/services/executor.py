@@ -53,7 +53,8 @@ def check_guarantee_policy(
         f"{operation} releases the final state of an MCMC chain (guarantee {guarantee!r}: "
         f"epsilon-DP only at convergence), and dataset {dataset_id!r} serves only exact "
         "guarantees (its owner set guarantee_policy 'pure_only'); nothing was charged. Use an "
-        "operation with a pure guarantee (tree.expmech, e.g. the AltExpM miner, for trees), or "
+        "operation with a pure guarantee (tree.expmech, e.g. the AltExpM miner, for trees; "
+        "brl.sample_rule_list_exact, sampler='exact', for rule lists), or "
         "ask the data owner to allow approximate guarantees on this dataset"
     )
 
