@@ -61,6 +61,7 @@ __all__ = [
     "RuleListAntecedentsRequest",
     "RuleListAntecedentsResponse",
     "RuleListTarget",
+    "RuleListTargetFields",
     "SampleRuleListExactRequest",
     "SampleRuleListExactResponse",
     "SampleRuleListRequest",
@@ -246,7 +247,23 @@ RuleListIterations = Annotated[
 ]
 
 
-class SampleRuleListRequest(OperationRequest[SampleRuleListResponse]):
+class RuleListTargetFields(WireModel):
+    """The target of both rule-list samplers (§5.1, §5.3): the prior's λ and η, the Dirichlet
+    α and whether the prior is the base measure or part of the score. One definition, so that
+    the MCMC and the exact sampler draw from the same law."""
+
+    expected_length: PositiveFloat = Field(default=3.0, description="λ: prior mean list length.")
+    expected_cardinality: PositiveFloat = Field(
+        default=1.0, description="η: prior mean antecedent cardinality."
+    )
+    alpha_negative: PositiveFloat = Field(default=1.0, description="α0 of the Dirichlet prior.")
+    alpha_positive: PositiveFloat = Field(default=1.0, description="α1 of the Dirichlet prior.")
+    target: RuleListTarget = Field(
+        default="likelihood", description="likelihood (prior as base measure) or posterior."
+    )
+
+
+class SampleRuleListRequest(RuleListTargetFields, OperationRequest[SampleRuleListResponse]):
     """A rule list drawn by Metropolis–Hastings from an exponential mechanism over rule lists
     (see :data:`RuleListTarget`), Δu = ln((N_max − 1 + α0 + α1)/min(α0, α1)) from public values
     (§5.3). Approximate DP: ε-DP once the chain has converged. The chain runs a fixed, public
@@ -257,15 +274,6 @@ class SampleRuleListRequest(OperationRequest[SampleRuleListResponse]):
     antecedents: list[Antecedent] = Field(min_length=1, max_length=MAX_ANTECEDENTS)
     epsilon: Epsilon
     iterations: RuleListIterations = MIN_RULE_LIST_ITERATIONS
-    expected_length: PositiveFloat = Field(default=3.0, description="λ: prior mean list length.")
-    expected_cardinality: PositiveFloat = Field(
-        default=1.0, description="η: prior mean antecedent cardinality."
-    )
-    alpha_negative: PositiveFloat = Field(default=1.0, description="α0 of the Dirichlet prior.")
-    alpha_positive: PositiveFloat = Field(default=1.0, description="α1 of the Dirichlet prior.")
-    target: RuleListTarget = Field(
-        default="likelihood", description="likelihood (prior as base measure) or posterior."
-    )
 
     @model_validator(mode="before")
     @classmethod
@@ -305,7 +313,9 @@ class SampleRuleListExactResponse(WireModel):
     receipt: Receipt
 
 
-class SampleRuleListExactRequest(OperationRequest[SampleRuleListExactResponse]):
+class SampleRuleListExactRequest(
+    RuleListTargetFields, OperationRequest[SampleRuleListExactResponse]
+):
     """A rule list drawn *exactly* from the exponential mechanism of :data:`RuleListTarget`
     restricted to the public finite set D_L of lists of at most ``max_rules`` distinct
     antecedents (§5.3): every list is enumerated and scored, one Gumbel-max draw. Pure ε-DP,
@@ -316,15 +326,6 @@ class SampleRuleListExactRequest(OperationRequest[SampleRuleListExactResponse]):
     epsilon: Epsilon
     max_rules: int = Field(
         default=3, ge=1, le=MAX_EXACT_RULES, description="L: lists of at most L rules."
-    )
-    expected_length: PositiveFloat = Field(default=3.0, description="λ: prior mean list length.")
-    expected_cardinality: PositiveFloat = Field(
-        default=1.0, description="η: prior mean antecedent cardinality."
-    )
-    alpha_negative: PositiveFloat = Field(default=1.0, description="α0 of the Dirichlet prior.")
-    alpha_positive: PositiveFloat = Field(default=1.0, description="α1 of the Dirichlet prior.")
-    target: RuleListTarget = Field(
-        default="likelihood", description="likelihood (prior as base measure) or posterior."
     )
 
     @model_validator(mode="after")
