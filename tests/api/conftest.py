@@ -34,6 +34,7 @@ from dpmine.wire import (
     CreateDatasetRequest,
     CsvSource,
     DatasetMetadata,
+    LabelSpec,
     NumericAttribute,
 )
 from dpmine_server.app import create_app
@@ -261,6 +262,20 @@ def toy_metadata() -> DatasetMetadata:
             BooleanAttribute(name="member", view="right"),
         ],
     )
+
+
+@pytest.fixture
+def labelled(
+    register: Register, analyst_key: str, toy_csv: Path, toy_metadata: DatasetMetadata
+) -> str:
+    """The toy data with the owner's label declaration (``member``, Boolean, positive "true"),
+    so that the rule-list operations and every sampler apply to it; alice holds GRANT."""
+    del analyst_key  # alice must exist before the grant
+    metadata = toy_metadata.model_copy(
+        update={"label": LabelSpec(attribute="member", positive="true")}
+    )
+    metadata = DatasetMetadata.model_validate(metadata.model_dump())
+    return register("labelled", toy_csv, metadata, grants={"alice": GRANT})
 
 
 @pytest.fixture(scope="session")

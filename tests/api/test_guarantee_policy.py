@@ -19,12 +19,11 @@ from dpmine.wire import (
     CsvSource,
     DatasetInfo,
     DatasetMetadata,
-    LabelSpec,
     TreeExpMechRequest,
 )
 from support.inprocess import TestClient, expect_error
 
-from .conftest import GRANT, Register
+from .conftest import GRANT
 from .test_console import csrf_of, login, post_form
 
 SAMPLER_CALLS = {
@@ -47,19 +46,6 @@ SAMPLER_CALLS = {
         {"antecedents": [{"items": [{"kind": "bool", "attribute": "smoker"}]}], "epsilon": 0.5},
     ),
 }
-
-
-@pytest.fixture
-def labelled(
-    register: Register, analyst_key: str, toy_csv: Path, toy_metadata: DatasetMetadata
-) -> str:
-    """The toy data with a label (``member``), so that every sampler applies to it."""
-    del analyst_key  # alice must exist before the grant
-    metadata = toy_metadata.model_copy(
-        update={"label": LabelSpec(attribute="member", positive="true")}
-    )
-    metadata = DatasetMetadata.model_validate(metadata.model_dump())
-    return register("labelled", toy_csv, metadata, grants={"alice": GRANT})
 
 
 def _estimate(client: TestClient, headers: dict[str, str], dataset: str, operation: str) -> int:

@@ -6,8 +6,6 @@ refused with a 4xx that says what to fix, before any charge."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 import dpmine
@@ -16,28 +14,13 @@ from dpmine.wire import (
     MIN_RULE_LIST_ITERATIONS,
     Antecedent,
     BoolLiteral,
-    DatasetMetadata,
-    LabelSpec,
     PointEstimatesRequest,
     RuleListAntecedentsRequest,
     SampleRuleListRequest,
 )
 from support.inprocess import TestClient, expect_error
 
-from .conftest import GRANT, Register
-
-
-@pytest.fixture
-def labelled(
-    register: Register, analyst_key: str, toy_csv: Path, toy_metadata: DatasetMetadata
-) -> str:
-    """The toy data with the owner's label declaration: ``member`` (Boolean), positive "true"."""
-    del analyst_key  # alice must exist before the grant
-    metadata = toy_metadata.model_copy(
-        update={"label": LabelSpec(attribute="member", positive="true")}
-    )
-    metadata = DatasetMetadata.model_validate(metadata.model_dump())
-    return register("labelled", toy_csv, metadata, grants={"alice": GRANT})
+from .conftest import GRANT
 
 
 def test_each_rule_list_operation_runs_through_the_api(

@@ -329,6 +329,16 @@ def _run_antecedents(
     return {"by_class": by_class}
 
 
+def _prior_tables(request: SampleRuleListRequest | SampleRuleListExactRequest) -> PriorTables:
+    """The §5.1 prior tables of a sampler request: public (the antecedents' cardinalities, λ
+    and η), the same for the MCMC and the exact sampler."""
+    return PriorTables.of(
+        [len(antecedent.items) for antecedent in request.antecedents],
+        expected_length=request.expected_length,
+        expected_cardinality=request.expected_cardinality,
+    )
+
+
 def _run_sample(
     columns: ColumnStore,
     request: SampleRuleListRequest,
@@ -340,11 +350,7 @@ def _run_sample(
     convergence of a fixed, public number of lazy Metropolis–Hastings steps, at least
     MIN_RULE_LIST_ITERATIONS; Δu from N_max). The chain starts from PUBLIC_START, never from a
     list the analyst chose (§6 #16)."""
-    tables = PriorTables.of(
-        [len(antecedent.items) for antecedent in request.antecedents],
-        expected_length=request.expected_length,
-        expected_cardinality=request.expected_cardinality,
-    )
+    tables = _prior_tables(request)
     final = sample_rule_list(
         antecedent_words(columns, request.antecedents),
         tables,
@@ -375,11 +381,7 @@ def _run_sample_exact(
     ``max_rules`` rules; the prior restricted to D_L is data-independent and the quality has the
     chain's sensitivity Δu (from N_max), so one Gumbel-max draw over all of D_L is ε-DP (proof
     in :mod:`~dpmine_server.operations.rule_list_exact`)."""
-    tables = PriorTables.of(
-        [len(antecedent.items) for antecedent in request.antecedents],
-        expected_length=request.expected_length,
-        expected_cardinality=request.expected_cardinality,
-    )
+    tables = _prior_tables(request)
     drawn = sample_rule_list_exact(
         antecedent_words(columns, request.antecedents),
         tables,
