@@ -6,9 +6,9 @@
   must end ``interrupted`` with its charge kept and nothing released (reaped by the surviving
   worker once the heartbeat is stale), every other job must be released exactly once, and the
   ledger must stay consistent.
-* SQLite (embedded pool): the latency of synchronous ``red.compute_quality`` calls while a
-  GIL-holding ``test.spin`` job runs stays close to the idle latency (the acceptance test that a
-  long job does not stall the API process).
+* SQLite (embedded pool): a GIL-holding ``test.spin`` job burns its CPU in a pool process, not
+  in the API process, which answers quality calls while the job runs (the latency ratio is
+  measured by bench/bench_foundation.py, not asserted here).
 
 Noisy counts are checked against the exact table size with a band of 40 at epsilon 0.5
 (Laplace scale 2: P(|noise| >= 40) = e^-20).
@@ -17,9 +17,9 @@ Noisy counts are checked against the exact table size with a band of 40 at epsil
 from __future__ import annotations
 
 import csv
+import os
 import re
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -367,18 +367,14 @@ def test_two_api_processes_two_workers_and_a_worker_killed_mid_job(
                 account.connection.close()
 
 
-# -- SQLite: the API process stays responsive while a long job runs -----------------------------
+# -- SQLite: a long job runs outside the API process --------------------------------------------
 
-QUALITY_CALLS = 30
+QUALITY_CALLS = 10
 QUALITY_EPSILON = 0.01
-LONG_SPIN_SECONDS = 8.0
-#: Medians are a few milliseconds on a shared 2-core CI box (the job keeps one core busy, the
-#: API process, this client and other test runs share the other), so a jitter of a few ms is
-#: normal whatever the job does and a pure ratio would flag that noise. For scale: with the
-#: same loop on a thread of the API process the loaded median was 30-50 ms (idle 7-9 ms), as
-#: each call waits up to a switch interval (5 ms) for the GIL at every release point.
-LATENCY_SLACK_S = 0.020
+LONG_SPIN_SECONDS = 3.0
 VIEW_ROWS = 300
+#: Clock ticks per second of /proc/<pid>/stat's CPU fields.
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def register_two_views(owner: dpmine.Connection, folder: Path) -> DatasetInfo:
@@ -408,18 +404,22 @@ def register_two_views(owner: dpmine.Connection, folder: Path) -> DatasetInfo:
     return DatasetInfo.model_validate(registered["dataset"])
 
 
-def _median_quality_latency(handle: dpmine.DatasetHandle) -> float:
-    """Median wall time of sequential synchronous quality calls, in seconds."""
-    latencies: list[float] = []
-    for _ in range(QUALITY_CALLS):
-        began = time.perf_counter()
-        handle.quality("[shape = a]", "[kind = x]", epsilon=QUALITY_EPSILON)
-        latencies.append(time.perf_counter() - began)
-    return statistics.median(latencies)
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of one process so far (its own threads only, not its
+    children's), from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
-def test_quality_latency_while_a_long_job_runs(sqlite_server: LiveServer, tmp_path: Path) -> None:
+def test_a_long_job_spins_outside_the_api_process_which_keeps_answering(
+    sqlite_server: LiveServer, tmp_path: Path
+) -> None:
+    """A GIL-holding ``test.spin`` job burns its CPU in a pool process: the API process's own
+    CPU time grows by far less than the spin, and it answers quality calls while the job is
+    still running (how fast it answers is measured in bench/bench_foundation.py)."""
     engine = create_engine(sqlite_server.database_url, poolclass=NullPool)
+    api_pid = sqlite_server.pid
+    assert api_pid is not None
     try:
         with dpmine.connect(sqlite_server.url, sqlite_server.owner_key, retries=0) as owner:
             dataset = register_two_views(owner, tmp_path)
@@ -427,26 +427,29 @@ def test_quality_latency_while_a_long_job_runs(sqlite_server: LiveServer, tmp_pa
             owner.admin.grant(dataset.id, analyst.name, 5.0)
         with analyst.connection as connection:
             handle = connection.dataset(dataset.id)
-            for _ in range(5):  # warm up: load the dataset, open the HTTP connection
-                handle.quality("[shape = a]", "[kind = x]", epsilon=QUALITY_EPSILON)
-            idle = _median_quality_latency(handle)
-
+            handle.quality("[shape = a]", "[kind = x]", epsilon=QUALITY_EPSILON)  # first load
+            api_cpu_before = _cpu_seconds(api_pid)
             job = handle.submit("test.spin", _spin(LONG_SPIN_SECONDS))
             wait_for(
                 "the long job to be claimed by a worker",
                 lambda: _job_status(engine, job.id) == "running",
                 timeout=WAIT_SECONDS,
             )
-            loaded = _median_quality_latency(handle)
+            answers = [
+                handle.quality("[shape = a]", "[kind = x]", epsilon=QUALITY_EPSILON)
+                for _ in range(QUALITY_CALLS)
+            ]
             assert _job_status(engine, job.id) == "running", (
-                "the job ended before the loaded measurement did: it measured nothing"
+                "the job ended before the quality calls were answered: they tested nothing"
             )
-            assert loaded <= 2 * idle + LATENCY_SLACK_S, (
-                f"median quality latency {loaded * 1000:.1f} ms while a job runs, "
-                f"{idle * 1000:.1f} ms idle"
-            )
+            assert len(answers) == QUALITY_CALLS
             done = connection.wait_for_job(job.id, timeout=WAIT_SECONDS)
+            api_cpu = _cpu_seconds(api_pid) - api_cpu_before
             assert done.status == "done", done.message
             assert done.result is not None
+            assert api_cpu < LONG_SPIN_SECONDS / 2, (
+                f"the API process spent {api_cpu:.2f} CPU s during a {LONG_SPIN_SECONDS} s spin: "
+                "the job ran on it"
+            )
     finally:
         engine.dispose()
