@@ -5,7 +5,6 @@ object with very many unknown keys is refused at once."""
 from __future__ import annotations
 
 import json
-import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -123,12 +122,9 @@ def test_literal_and_discriminator_fields_take_their_strings() -> None:
 
 def test_many_unknown_keys_are_refused_at_once() -> None:
     flood = {f"k{i}": i for i in range(200_000)}
-    started = time.perf_counter()
     errors = _refused(NoisyCountRequest, {"epsilon": 1, **flood})
-    elapsed = time.perf_counter() - started
-    assert len(errors) == 1
+    assert len(errors) == 1  # one error, not 200,000
     assert "fields given" in errors[0]["msg"]
-    assert elapsed < 1.0  # one error, not 200,000 (that took seconds)
 
 
 def test_a_few_unknown_keys_keep_the_usual_errors() -> None:
