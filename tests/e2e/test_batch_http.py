@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 import dpmine
+from dpmine.miners import SerenadeCS, SerenadeES
 from dpmine.wire import (
     MAX_BATCH_PARTS,
     ComputeQualityRequest,
@@ -211,3 +212,27 @@ def test_the_part_limit_is_enforced_before_any_charge(
     entries: list[LedgerEntryInfo] = mine_entries(owner, dataset_id, analyst)
     assert len(entries) == MAX_BATCH_PARTS
     assert exact_total(entries) == Decimal("0.064")
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_serenade_sends_its_independent_calls_in_batches(
+    owner: dpmine.Connection, analyst: Account, dataset_id: str, batched: bool
+) -> None:
+    """ES's final checks and CS's chain starts are independent: batched by default, one by one
+    with ``batched=False``; the same calls are charged either way (one receipt each)."""
+    handle = analyst.connection.dataset(dataset_id)
+    miners: list[SerenadeES | SerenadeCS] = [
+        SerenadeES(preset="paper", epsilon=0.4, n_initial=3, rounds=1, x0=812.0, batched=batched),
+        SerenadeCS(preset="paper", epsilon=0.4, n_initial=3, tau=1, x0=812.0, batched=batched),
+    ]
+    for miner in miners:
+        before = {entry.id for entry in mine_entries(owner, dataset_id, analyst)}
+        miner.mine(handle)
+        entries = [e for e in mine_entries(owner, dataset_id, analyst) if e.id not in before]
+        assert sorted(e.id for e in entries) == sorted(r.ledger_entry_id for r in miner.receipts_)
+        checks = [e for e in entries if e.operation == "red.compute_quality"]
+        first_checks = checks[:3] if isinstance(miner, SerenadeCS) else checks
+        # The parts of one batch share their reservation's timestamp; separate calls do not.
+        shared = len({entry.created_at for entry in first_checks}) == 1
+        assert len(first_checks) >= 2  # ES measures a repeated redescription once
+        assert shared is batched
