@@ -40,6 +40,7 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
+import math
 import os
 import re
 import resource
@@ -80,6 +81,7 @@ from _support import (
     wait_if_asked,
     write_bundled_pair,
 )
+from dpmine.errors import OperationFailedError
 from dpmine.miners import SerenadeCS, SerenadeES
 from dpmine.miners.greedy import MinedRedescription, Preset
 from dpmine.wire import (
@@ -1783,6 +1785,9 @@ class BatchingRun:
     charged_calls: int
     requests: int
     epsilon_spent: float
+    #: The run stopped at a call that overran its padded budget (OperationFailed; its charge
+    #: stands): a loaded machine, the residual event bench_budgets.py measures.
+    overran: bool = False
 
 
 def _charged_requests(receipts: Sequence[Any]) -> int:
@@ -1827,10 +1832,11 @@ def run_batching_stage(
     prepared: Sequence[PreparedData], config: Config
 ) -> tuple[list[BatchingRun], dict[str, float]]:
     """Every (dataset, miner, per-call/batched) ``runs`` times on a server with padding off,
-    then on one with the production padding defaults; and a part's cost per dataset."""
+    then on one with the production padding defaults (``--smoke``: padding off only); and a
+    part's cost per dataset."""
     runs: list[BatchingRun] = []
     parts: dict[str, float] = {}
-    for padding in (False, True):
+    for padding in (False,) if config.smoke else (False, True):
         with registered_server(
             prepared, replace(config, padding=padding), "dpmine-bench-batching-"
         ) as (_connection, handles):
@@ -1844,27 +1850,42 @@ def run_batching_stage(
                         for batched in (False, True):
                             miner = make_utility_miner(method, preset, BATCHING_EPSILON, data.x0)
                             miner.batched = batched
-                            start = time.perf_counter()
-                            miner.mine(handles[data.key])
-                            run = BatchingRun(
-                                dataset=data.key,
-                                miner=label,
-                                padding=padding,
-                                batched=batched,
-                                repetition=repetition,
-                                wall_s=round(time.perf_counter() - start, 3),
-                                charged_calls=len(miner.receipts_),
-                                requests=_charged_requests(miner.receipts_),
-                                epsilon_spent=miner.budget_spent_,
-                            )
-                            runs.append(run)
+                            run = _timed_mine(miner, handles[data.key], data.key, label)
+                            runs.append(replace(run, padding=padding, repetition=repetition))
                             print(
                                 f"  {data.key} {label} padding={'on' if padding else 'off'} "
                                 f"{'batched' if batched else 'per-call'}: {run.wall_s:.2f} s, "
-                                f"{run.charged_calls} calls in {run.requests} requests",
+                                f"{run.charged_calls} calls in {run.requests} requests"
+                                + (" (stopped: a call overran its budget)" if run.overran else ""),
                                 flush=True,
                             )
     return runs, parts
+
+
+def _timed_mine(
+    miner: SerenadeES | SerenadeCS, handle: dpmine.DatasetHandle, dataset: str, label: str
+) -> BatchingRun:
+    """One whole mine(), timed; a call that overran its padded budget ends the run (recorded
+    as such, its wall time left out of the medians)."""
+    start = time.perf_counter()
+    overran = False
+    try:
+        miner.mine(handle)
+    except OperationFailedError:
+        overran = True
+    mined = not overran  # receipts exist only after a whole mine()
+    return BatchingRun(
+        dataset=dataset,
+        miner=label,
+        padding=False,
+        batched=miner.batched,
+        repetition=0,
+        wall_s=round(time.perf_counter() - start, 3),
+        charged_calls=len(miner.receipts_) if mined else 0,
+        requests=_charged_requests(miner.receipts_) if mined else 0,
+        epsilon_spent=miner.budget_spent_ if mined else math.nan,
+        overran=overran,
+    )
 
 
 def batching_markdown(runs: Sequence[BatchingRun], parts: Mapping[str, float]) -> str:
@@ -1878,13 +1899,13 @@ def batching_markdown(runs: Sequence[BatchingRun], parts: Mapping[str, float]) -
     keys = sorted({(r.dataset, r.miner) for r in runs}, key=lambda k: (k[0], k[1]))
 
     def wall(dataset: str, miner: str, padding: bool, batched: bool) -> float:
-        return median(
-            [
-                r.wall_s
-                for r in runs
-                if (r.dataset, r.miner, r.padding, r.batched) == (dataset, miner, padding, batched)
-            ]
-        )
+        walls = [
+            r.wall_s
+            for r in runs
+            if (r.dataset, r.miner, r.padding, r.batched) == (dataset, miner, padding, batched)
+            and not r.overran
+        ]
+        return median(walls) if walls else math.nan  # --smoke: no padded runs
 
     def requests(dataset: str, miner: str, batched: bool) -> int:
         return max(
@@ -1901,7 +1922,13 @@ def batching_markdown(runs: Sequence[BatchingRun], parts: Mapping[str, float]) -
             f"{on_call:.2f} | {on_batch:.2f} | {on_batch / off_batch:.1f}× | "
             f"{on_call / on_batch:.1f}× |"
         )
+    overruns = [r for r in runs if r.overran]
     lines.append("")
+    lines.append(
+        f"{len(overruns)} run(s) stopped at a call that overran its padded budget (left out): "
+        + (", ".join(sorted({f"{r.dataset} {r.miner}" for r in overruns})) or "none")
+        + "."
+    )
     lines.append(
         "A red.compute_quality part adds (padding off, over HTTP, kernel included): "
         + ", ".join(f"{key} {seconds * 1e3:.2f} ms" for key, seconds in parts.items())
@@ -2187,8 +2214,9 @@ def main(argv: list[str] | None = None) -> int:
     print(report)
     print(f"\nwrote {out_file}" + "".join(f"\nwrote {path}" for path in figures))
     failed = agreement[0] != agreement[1] or any(c.status == "failed" for c in clired)
-    if config.smoke:  # the --utility stage too, so that the smoke run covers it
+    if config.smoke:  # the --utility and --batching stages too, so that the smoke run covers them
         failed = main_utility(config) != 0 or failed
+        failed = main_batching(config) != 0 or failed
     return 1 if failed else 0
 
 
