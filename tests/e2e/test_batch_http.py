@@ -126,6 +126,8 @@ def test_a_batch_charges_each_part_its_own_entry_and_receipt(
     assert [entry.release for entry in entries] == [
         part.model_dump(mode="json") for part in released
     ]
+    # The caps moved by exactly the entries' sum (the ledger's own consistency check).
+    assert owner.admin.verify_ledger() == {"consistent": True, "problems": []}
 
 
 def test_parts_draw_their_own_noise(analyst: Account, dataset_id: str) -> None:

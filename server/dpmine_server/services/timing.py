@@ -361,8 +361,9 @@ TAIL_CAPPED = frozenset(
 
 #: Seconds of a batch part's own bookkeeping (issue #23, item 2): its validation and pricing,
 #: its row in the batch's one reservation and one release transaction, its receipt and the
-#: validation of its response. Measured 0.3–0.6 ms a part (``bench/bench_serenade.py
-#: --batching``, 20 red.compute_quality parts in-process on SQLite); budgeted at about 10×.
+#: validation of its response. Measured ≤ 1.6 ms a part *with* its kernel (``bench/
+#: bench_serenade.py --batching``: red.compute_quality parts over HTTP on SQLite, padding off,
+#: mammals and asia, a loaded 2-core machine), so at least 3× the bookkeeping alone.
 BATCH_PART_SECONDS = 0.005
 
 
