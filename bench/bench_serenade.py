@@ -40,6 +40,7 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
+import math
 import os
 import re
 import resource
@@ -53,7 +54,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -80,15 +81,18 @@ from _support import (
     wait_if_asked,
     write_bundled_pair,
 )
+from dpmine.errors import OperationFailedError
 from dpmine.miners import SerenadeCS, SerenadeES
 from dpmine.miners.greedy import MinedRedescription, Preset
 from dpmine.wire import (
+    MAX_BATCH_PARTS,
     And,
     BooleanAttribute,
     BoolLiteral,
     CalibrateRequest,
     CalibrateResponse,
     CatLiteral,
+    ComputeQualityRequest,
     CsvPairSource,
     DatasetMetadata,
     Expr,
@@ -102,6 +106,7 @@ from dpmine.wire import (
 from dpmine.wire.statistics import p_value as binomial_p_value
 from dpmine_server.data.loaders import load_store
 from dpmine_server.data.propose import propose_metadata
+from dpmine_server.services.timing import BATCH_PART_SECONDS
 
 mpl.use("Agg")
 
@@ -182,6 +187,7 @@ class Config:
     padding: bool = True
     utility: bool = False
     smoke: bool = False
+    batching: bool = False
 
 
 # -- data ----------------------------------------------------------------------------------------
@@ -1753,6 +1759,216 @@ def main_utility(config: Config) -> int:
     return 0
 
 
+# -- padding cost: per-call against batched (issue #23, item 2) ---------------------------------
+
+#: The miners of the padding table: (label, method, preset), each at ε = 1.
+BATCHING_MINERS: tuple[tuple[str, Method, Preset], ...] = (
+    ("SerenadeES paper", "ES", "paper"),
+    ("SerenadeES auto", "ES", "auto"),
+    ("SerenadeCS auto", "CS", "auto"),
+)
+BATCHING_EPSILON = 1.0
+#: Quality-check batches timed (padding off) to measure a part's cost: 1 part and the limit.
+PART_PROBES = 5
+
+
+@dataclass(frozen=True)
+class BatchingRun:
+    """One whole mine() of the padding table."""
+
+    dataset: str
+    miner: str
+    padding: bool
+    batched: bool
+    repetition: int
+    wall_s: float
+    charged_calls: int
+    requests: int
+    epsilon_spent: float
+    #: The run stopped at a call that overran its padded budget (OperationFailed; its charge
+    #: stands): a loaded machine, the residual event bench_budgets.py measures.
+    overran: bool = False
+
+
+def _charged_requests(receipts: Sequence[Any]) -> int:
+    """Charged HTTP requests of a run: the parts of one batch share their reservation's
+    ``created_at`` (one transaction), separate calls do not."""
+    return len({receipt.created_at for receipt in receipts})
+
+
+def part_seconds(handle: dpmine.DatasetHandle, data: PreparedData) -> float:
+    """Seconds a ``red.compute_quality`` part adds to a batch (padding off, over HTTP): the
+    median of (t(MAX_BATCH_PARTS parts) − t(1 part)) / (MAX_BATCH_PARTS − 1), kernel included,
+    so an upper bound on a part's own bookkeeping (timing.BATCH_PART_SECONDS)."""
+    attribute = next(a for a in data.metadata.attributes if a.view == "left")
+    other = next(a for a in data.metadata.attributes if a.view == "right")
+    red = Redescription.model_validate(
+        {"left": _any_literal(attribute), "right": _any_literal(other)}
+    )
+    request = ComputeQualityRequest(redescription=red, epsilon=WARMUP_EPSILON)
+    slopes = []
+    for _ in range(PART_PROBES):
+        start = time.perf_counter()
+        handle.run_batch([request])
+        one = time.perf_counter() - start
+        start = time.perf_counter()
+        handle.run_batch([request] * MAX_BATCH_PARTS)
+        full = time.perf_counter() - start
+        slopes.append((full - one) / (MAX_BATCH_PARTS - 1))
+    return median(slopes)
+
+
+def _any_literal(attribute: Any) -> dict[str, Any]:
+    """A literal of the attribute, as JSON (the first category, a numeric range's lower bound,
+    or the Boolean)."""
+    if isinstance(attribute, NumericAttribute):
+        return {"kind": "num", "attribute": attribute.name, "lower": attribute.lo}
+    if isinstance(attribute, BooleanAttribute):
+        return {"kind": "bool", "attribute": attribute.name}
+    return {"kind": "cat", "attribute": attribute.name, "category": attribute.categories[0]}
+
+
+def run_batching_stage(
+    prepared: Sequence[PreparedData], config: Config
+) -> tuple[list[BatchingRun], dict[str, float]]:
+    """Every (dataset, miner, per-call/batched) ``runs`` times on a server with padding off,
+    then on one with the production padding defaults (``--smoke``: padding off only); and a
+    part's cost per dataset."""
+    runs: list[BatchingRun] = []
+    parts: dict[str, float] = {}
+    for padding in (False,) if config.smoke else (False, True):
+        with registered_server(
+            prepared, replace(config, padding=padding), "dpmine-bench-batching-"
+        ) as (_connection, handles):
+            for data in prepared:
+                handles[data.key].count(epsilon=WARMUP_EPSILON)  # load the files once
+                if not padding:
+                    parts[data.key] = round(part_seconds(handles[data.key], data), 5)
+            for repetition in range(config.runs):
+                for data in prepared:
+                    for label, method, preset in BATCHING_MINERS:
+                        for batched in (False, True):
+                            miner = make_utility_miner(method, preset, BATCHING_EPSILON, data.x0)
+                            miner.batched = batched
+                            run = _timed_mine(miner, handles[data.key], data.key, label)
+                            runs.append(replace(run, padding=padding, repetition=repetition))
+                            print(
+                                f"  {data.key} {label} padding={'on' if padding else 'off'} "
+                                f"{'batched' if batched else 'per-call'}: {run.wall_s:.2f} s, "
+                                f"{run.charged_calls} calls in {run.requests} requests"
+                                + (" (stopped: a call overran its budget)" if run.overran else ""),
+                                flush=True,
+                            )
+    return runs, parts
+
+
+def _timed_mine(
+    miner: SerenadeES | SerenadeCS, handle: dpmine.DatasetHandle, dataset: str, label: str
+) -> BatchingRun:
+    """One whole mine(), timed; a call that overran its padded budget ends the run (recorded
+    as such, its wall time left out of the medians)."""
+    start = time.perf_counter()
+    overran = False
+    try:
+        miner.mine(handle)
+    except OperationFailedError:
+        overran = True
+    mined = not overran  # receipts exist only after a whole mine()
+    return BatchingRun(
+        dataset=dataset,
+        miner=label,
+        padding=False,
+        batched=miner.batched,
+        repetition=0,
+        wall_s=round(time.perf_counter() - start, 3),
+        charged_calls=len(miner.receipts_) if mined else 0,
+        requests=_charged_requests(miner.receipts_) if mined else 0,
+        epsilon_spent=miner.budget_spent_ if mined else math.nan,
+        overran=overran,
+    )
+
+
+def batching_markdown(runs: Sequence[BatchingRun], parts: Mapping[str, float]) -> str:
+    """The padding table: median wall seconds per (dataset, miner), padding off/on, per-call
+    and batched, with the ratios the issue targets (padded / unpadded, per-call / batched)."""
+    lines = [
+        "| dataset | miner | calls | requests per-call → batched | off per-call | off batched "
+        "| on per-call | on batched | on batched / off batched | on: per-call / batched |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    keys = sorted({(r.dataset, r.miner) for r in runs}, key=lambda k: (k[0], k[1]))
+
+    def wall(dataset: str, miner: str, padding: bool, batched: bool) -> float:
+        walls = [
+            r.wall_s
+            for r in runs
+            if (r.dataset, r.miner, r.padding, r.batched) == (dataset, miner, padding, batched)
+            and not r.overran
+        ]
+        return median(walls) if walls else math.nan  # --smoke: no padded runs
+
+    def requests(dataset: str, miner: str, batched: bool) -> int:
+        return max(
+            r.requests for r in runs if (r.dataset, r.miner, r.batched) == (dataset, miner, batched)
+        )
+
+    for dataset, miner in keys:
+        calls = max(r.charged_calls for r in runs if (r.dataset, r.miner) == (dataset, miner))
+        off_call, off_batch = wall(dataset, miner, False, False), wall(dataset, miner, False, True)
+        on_call, on_batch = wall(dataset, miner, True, False), wall(dataset, miner, True, True)
+        lines.append(
+            f"| {dataset} | {miner} | {calls} | {requests(dataset, miner, False)} → "
+            f"{requests(dataset, miner, True)} | {off_call:.2f} | {off_batch:.2f} | "
+            f"{on_call:.2f} | {on_batch:.2f} | {on_batch / off_batch:.1f}× | "
+            f"{on_call / on_batch:.1f}× |"
+        )
+    overruns = [r for r in runs if r.overran]
+    lines.append("")
+    lines.append(
+        f"{len(overruns)} run(s) stopped at a call that overran its padded budget (left out): "
+        + (", ".join(sorted({f"{r.dataset} {r.miner}" for r in overruns})) or "none")
+        + "."
+    )
+    lines.append(
+        "A red.compute_quality part adds (padding off, over HTTP, kernel included): "
+        + ", ".join(f"{key} {seconds * 1e3:.2f} ms" for key, seconds in parts.items())
+        + f" (timing.BATCH_PART_SECONDS budgets {BATCH_PART_SECONDS * 1e3:g} ms)."
+    )
+    return "\n".join(lines)
+
+
+def main_batching(config: Config) -> int:
+    """``--batching``: the padding table; writes ``<out>/serenade_batching.json``."""
+    started = time.perf_counter()
+    info = machine_info()
+    print(
+        f"dpmine padding cost, per-call against batched (issue #23): "
+        f"datasets={','.join(config.datasets)} runs={config.runs} nproc={info['nproc']} "
+        f"load={info['load_average_start']}",
+        flush=True,
+    )
+    config.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="dpmine-bench-serenade-data-") as scratch:
+        prepared = _prepare(config, Path(scratch))
+        runs, parts = run_batching_stage(prepared, config)
+    report = batching_markdown(runs, parts)
+    info["load_average_end"] = load_average()
+    payload = {
+        "machine": info,
+        "config": {"datasets": list(config.datasets), "runs": config.runs},
+        "part_seconds": parts,
+        "runs": [asdict(r) for r in runs],
+        "total_seconds": round(time.perf_counter() - started, 1),
+        "markdown": report,
+    }
+    out_file = config.out / "serenade_batching.json"
+    out_file.write_text(json.dumps(payload, indent=2) + "\n")
+    print()
+    print(report)
+    print(f"\nwrote {out_file}")
+    return 0
+
+
 def _names(
     text: str, allowed: Sequence[str], parser: argparse.ArgumentParser, flag: str
 ) -> tuple[str, ...]:
@@ -1822,6 +2038,12 @@ def parse_args(argv: list[str] | None = None) -> Config:
         f"significance, interval coverage; {UTILITY_RUNS} runs per setting by default)",
     )
     parser.add_argument(
+        "--batching",
+        action="store_true",
+        help="issue #23: wall time of SerenadeES paper/auto and SerenadeCS auto at ε = 1, padding "
+        "off and on (production defaults), per-call and batched (default mammals,asia; 1 run)",
+    )
+    parser.add_argument(
         "--wait-quiet",
         type=float,
         default=0.0,
@@ -1854,7 +2076,9 @@ def parse_args(argv: list[str] | None = None) -> Config:
     )
     default_clired = "none" if args.quick else ",".join(datasets)
     clired = _names(args.clired or default_clired, datasets, parser, "--clired")
-    runs = args.runs or (1 if args.quick else UTILITY_RUNS if args.utility else RUNS)
+    runs = args.runs or (
+        1 if args.quick or args.batching else UTILITY_RUNS if args.utility else RUNS
+    )
     if runs < 1 or args.clired_timeout <= 0:
         parser.error("--runs and --clired-timeout must be positive")
     return Config(
@@ -1871,6 +2095,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         wait_quiet=args.wait_quiet,
         padding=not args.no_padding,
         utility=args.utility,
+        batching=args.batching,
     )
 
 
@@ -1895,6 +2120,8 @@ def main(argv: list[str] | None = None) -> int:
     wait_if_asked(config.wait_quiet)
     if config.utility:
         return main_utility(config)
+    if config.batching:
+        return main_batching(config)
     started = time.perf_counter()
     info = machine_info()
     print(
@@ -1987,8 +2214,9 @@ def main(argv: list[str] | None = None) -> int:
     print(report)
     print(f"\nwrote {out_file}" + "".join(f"\nwrote {path}" for path in figures))
     failed = agreement[0] != agreement[1] or any(c.status == "failed" for c in clired)
-    if config.smoke:  # the --utility stage too, so that the smoke run covers it
+    if config.smoke:  # the --utility and --batching stages too, so that the smoke run covers them
         failed = main_utility(config) != 0 or failed
+        failed = main_batching(config) != 0 or failed
     return 1 if failed else 0
 
 

@@ -52,6 +52,7 @@ SERIAL_MODULES = frozenset(
         "privacy/test_audit_channels.py",
         "privacy/test_audit_overruns.py",
         "privacy/test_audit_timing.py",
+        "privacy/test_audit_timing_batches.py",
         "privacy/test_audit_timing_bounded.py",
     }
 )

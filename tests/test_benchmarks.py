@@ -32,6 +32,7 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
     "bench_serenade.py": {
         "serenade.json": ("machine", "datasets", "calibrations", "summaries", "runs", "clired"),
         "serenade_utility.json": ("summaries", "runs"),
+        "serenade_batching.json": ("part_seconds", "runs"),
     },
     "calibrate_itemsets.py": {
         "calibrate_itemsets.json": ("machine", "measured", "model", "fimi"),

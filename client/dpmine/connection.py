@@ -34,6 +34,8 @@ from dpmine.wire import (
     FINAL_JOB_STATES,
     OPERATIONS,
     AuditEventInfo,
+    BatchRequest,
+    BatchResponse,
     BudgetStatus,
     CapRequest,
     ComputeQualityRequest,
@@ -264,6 +266,38 @@ class Connection:
         )
         return chosen.parse_response(response.json())
 
+    def run_batch(
+        self,
+        dataset_id: str,
+        requests: Sequence[OperationRequest[ResponseT]],
+        *,
+        operation: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> list[ResponseT]:
+        """Run independent calls of inline operations in one request (``POST .../batch``) and
+        return their releases in order.
+
+        Each part is its own call (own mechanism, randomness, ledger entry and receipt),
+        charged together with the others (the sum of their costs, all or none) and padded once.
+        At most ``MAX_BATCH_PARTS`` parts; a part the server refuses refuses the batch, and
+        nothing is charged. One Idempotency-Key covers the batch."""
+        chosen = [operation_for(request, operation) for request in requests]
+        with checked_parameters():
+            body = BatchRequest(
+                parts=[
+                    PlannedCall(operation=op.name, request=request.model_dump(mode="json"))
+                    for op, request in zip(chosen, requests, strict=True)
+                ]
+            )
+        response = self.request(
+            "POST",
+            f"/v1/datasets/{dataset_id}/batch",
+            json=body.model_dump(mode="json"),
+            idempotency_key=idempotency_key or str(uuid.uuid4()),
+        )
+        answer = BatchResponse.model_validate(response.json())
+        return [op.parse_response(part) for op, part in zip(chosen, answer.parts, strict=True)]
+
     def submit(
         self,
         dataset_id: str,
@@ -449,6 +483,18 @@ class DatasetHandle:
         """Run the operation that takes ``request`` on this dataset (``Connection.run``)."""
         return self.connection.run(
             self.id, request, operation=operation, idempotency_key=idempotency_key
+        )
+
+    def run_batch(
+        self,
+        requests: Sequence[OperationRequest[ResponseT]],
+        *,
+        operation: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> list[ResponseT]:
+        """Run independent calls on this dataset in one request (``Connection.run_batch``)."""
+        return self.connection.run_batch(
+            self.id, requests, operation=operation, idempotency_key=idempotency_key
         )
 
     def count(

@@ -360,37 +360,56 @@ def test_es_mine_spends_exactly_the_plan(
         assert mined.epsilon == copies[redescription_key(mined.redescription)] * 1.0
 
 
-def chains_of(entries: list[LedgerEntryInfo], min_jaccard: float, tau: int) -> list[list[str]]:
-    """Split a CS run's ledger into chains and check Algorithm 1 on the released values: a chain
-    starts with a quality call, extends while its noisy J ≥ J_min (at most τ times), and measures
-    again only after an extension that changed the redescription."""
+def chains_of(
+    entries: list[LedgerEntryInfo], min_jaccard: float, tau: int, count: int
+) -> list[list[str]]:
+    """Split a CS run's ledger into its ``count`` chains and check Algorithm 1 on the released
+    values: a chain starts with a quality call, extends its own current redescription while its
+    noisy J ≥ J_min (at most τ times), and measures again only after an extension that changed
+    it. The miner advances the independent chains in lockstep: the starts' checks, then per
+    step the extensions of every running chain and the checks of those that changed, each in
+    chain order."""
     ordered = sorted(entries, key=lambda e: e.id)
     assert ordered[0].operation == "serenade.initial_pairs"
-    chains: list[list[str]] = []
+    chains: list[list[str]] = [[] for _ in range(count)]
+    current = [ordered[1 + chain].parameters["redescription"] for chain in range(count)]
+    jaccard = [0.0] * count
     index = 1
-    while index < len(ordered):
+
+    def measure(chain: int) -> None:
+        nonlocal index
         entry = ordered[index]
-        assert entry.operation == "red.compute_quality", "a chain starts with a quality call"
+        assert entry.operation == "red.compute_quality"
+        assert entry.parameters["redescription"] == current[chain]
         assert entry.release is not None
-        jaccard = float(entry.release["statistics"]["jaccard"])
-        chain = [entry.operation]
+        jaccard[chain] = float(entry.release["statistics"]["jaccard"])
+        chains[chain].append(entry.operation)
         index += 1
-        extends = 0
-        while jaccard >= min_jaccard and extends < tau:
-            assert ordered[index].operation == "serenade.extend_one"
-            release = ordered[index].release
-            assert release is not None
-            chain.append("serenade.extend_one")
-            extends += 1
+
+    for chain in range(count):
+        measure(chain)
+    while True:
+        running = [
+            chain
+            for chain in range(count)
+            if jaccard[chain] >= min_jaccard and chains[chain].count("serenade.extend_one") < tau
+        ]
+        if not running:
+            break
+        changed = []
+        for chain in running:
+            entry = ordered[index]
+            assert entry.operation == "serenade.extend_one"
+            assert entry.parameters["collection"] == [current[chain]]
+            assert entry.release is not None
+            chains[chain].append(entry.operation)
             index += 1
-            if release["changed"]:
-                measured = ordered[index]
-                assert measured.operation == "red.compute_quality"
-                assert measured.release is not None
-                jaccard = float(measured.release["statistics"]["jaccard"])
-                chain.append(measured.operation)
-                index += 1
-        chains.append(chain)
+            if entry.release["changed"]:
+                current[chain] = entry.release["redescription"]
+                changed.append(chain)
+        for chain in changed:
+            measure(chain)
+    assert index == len(ordered), "every ledger entry belongs to a chain"
     return chains
 
 
@@ -407,7 +426,7 @@ def test_cs_mine_spends_at_most_the_plan(
     assert people.budget().grant_spent == pytest.approx(float(spent), abs=1e-9)
     ledger = owner.admin.ledger("people")
     assert sorted(e.id for e in ledger) == sorted(r.ledger_entry_id for r in receipts)
-    chains = chains_of(ledger, 0.3, 3)
+    chains = chains_of(ledger, 0.3, 3, 4)
     assert len(chains) == 4
     assert len(miner.redescriptions_) <= 4
     assert all(found.noisy_jaccard >= 0.3 for found in miner.redescriptions_)

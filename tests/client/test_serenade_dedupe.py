@@ -8,6 +8,7 @@ result.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import cast
 
@@ -96,6 +97,12 @@ class _Repeats:
             ),
             receipt=receipt,
         )
+
+    def run_batch(
+        self, requests: Sequence[ExtendOneRequest | ComputeQualityRequest]
+    ) -> list[InitialPairsResponse | ExtendOneResponse | ComputeQualityResponse]:
+        """A batch answers as its parts one by one (``DatasetHandle.run_batch``)."""
+        return [self.run(request) for request in requests]
 
 
 def test_es_measures_a_repeated_redescription_once_with_its_shares(

@@ -79,6 +79,7 @@ from dpmine.queries import format_query
 from dpmine.significance import ALPHA
 from dpmine.wire import (
     COUNT_NOISY,
+    MAX_BATCH_PARTS,
     RED_COMPUTE_QUALITY,
     SERENADE_EXTEND_ONE,
     SERENADE_INITIAL_PAIRS,
@@ -603,6 +604,7 @@ class SerenadeParameters(TypedDict, total=False):
     quality_mode: QualityMode
     quality_function: Literal["serenade", "jaccard"]
     progress: bool
+    batched: bool
 
 
 class _SerenadeBase(SignificantMiner[MinedRedescription]):
@@ -612,7 +614,12 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
     ``columns``: the attributes whose literals queries may use (default: all), and
     ``exclude``: attributes they may not use, e.g. a proxy of what the other view describes.
     Sent as the public ``options.columns`` of every draw: the server builds the candidates
-    from them only, and the auto preset and ``plan()`` count the candidates over them."""
+    from them only, and the auto preset and ``plan()`` count the candidates over them.
+
+    ``batched`` (default True): calls that do not depend on each other's releases (ES's final
+    quality checks, the steps of CS's independent chains) go to the server together in batches
+    (``DatasetHandle.run_batch``), charged and released exactly as one by one but padded once
+    per batch; ``batched=False`` sends them one by one (for comparison)."""
 
     min_jaccard: float = DEFAULT_MIN_JACCARD
 
@@ -635,6 +642,7 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
         quality_mode: QualityMode = "cells",
         quality_function: Literal["serenade", "jaccard"] = "serenade",
         progress: bool = False,
+        batched: bool = True,
     ) -> None:
         self.epsilon = epsilon
         self.preset = preset
@@ -652,6 +660,7 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
         self.quality_mode = quality_mode
         self.quality_function = quality_function
         self.progress = progress
+        self.batched = batched
 
     _steps_name = "rounds"
 
@@ -984,6 +993,73 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
             mode=response.mode,
             joint_miss=joint_miss,
         )
+
+    def _measure_many(
+        self,
+        dataset: DatasetHandle,
+        checks: Sequence[tuple[Redescription, float]],
+        spent: _Spent,
+        joint_miss: float,
+    ) -> list[MinedRedescription]:
+        """Independent quality checks of (redescription, ε), in order: in batches of at most
+        ``MAX_BATCH_PARTS`` when ``batched`` (one request each, padded once), else one by one.
+        Each check is its own call either way (own mechanism, noise, receipt)."""
+        if not self.batched or len(checks) <= 1:
+            return [self._measure(dataset, red, eps, spent, joint_miss) for red, eps in checks]
+        results: list[MinedRedescription] = []
+        for start in range(0, len(checks), MAX_BATCH_PARTS):
+            chunk = checks[start : start + MAX_BATCH_PARTS]
+            requests = [
+                ComputeQualityRequest(redescription=red, epsilon=eps, mode=self.quality_mode)
+                for red, eps in chunk
+            ]
+            for (red, eps), response in zip(chunk, dataset.run_batch(requests), strict=True):
+                spent.receipts.append(response.receipt)
+                self._checks += 1
+                results.append(
+                    MinedRedescription(
+                        red,
+                        response.statistics,
+                        response.cells,
+                        epsilon=eps,
+                        mode=response.mode,
+                        joint_miss=joint_miss,
+                    )
+                )
+        return results
+
+    def _extend_many(
+        self,
+        dataset: DatasetHandle,
+        starts: Sequence[Redescription],
+        *,
+        epsilon: float,
+        quality: QualityParameters,
+        spent: _Spent,
+    ) -> list[ExtendOneResponse]:
+        """One CS extension draw per redescription (independent chains), in order: batched as
+        :meth:`_measure_many`."""
+        if not self.batched or len(starts) <= 1:
+            return [
+                self._extend(
+                    dataset, [red], mode="cs", epsilon=epsilon, quality=quality, spent=spent
+                )
+                for red in starts
+            ]
+        options = self._options(dataset.schema)
+        responses: list[ExtendOneResponse] = []
+        for first in range(0, len(starts), MAX_BATCH_PARTS):
+            requests = [
+                ExtendOneRequest(
+                    mode="cs", collection=[red], epsilon=epsilon, quality=quality, options=options
+                )
+                for red in starts[first : first + MAX_BATCH_PARTS]
+            ]
+            for response in dataset.run_batch(requests):
+                spent.receipts.append(response.receipt)
+                self.threshold_modes_.append(response.threshold_mode)
+                responses.append(response)
+        return responses
 
     # -- results -------------------------------------------------------------------------------
 
@@ -1360,12 +1436,13 @@ class SerenadeES(_SerenadeBase):
         for red in collection:
             copies.setdefault(redescription_key(red), []).append(red)
         joint_miss = ALPHA / max(len(copies), 1)  # M = the distinct checks, known before any
-        results = []
-        for same in copies.values():
-            epsilon = settings.call_epsilon(e_qual * len(same) / len(collection))
-            results.append(self._measure(dataset, same[0], epsilon, spent, joint_miss))
-            for _ in same:
-                advance()
+        checks = [
+            (same[0], settings.call_epsilon(e_qual * len(same) / len(collection)))
+            for same in copies.values()
+        ]
+        results = self._measure_many(dataset, checks, spent, joint_miss)
+        for _ in collection:
+            advance()
         return results
 
 
@@ -1457,29 +1534,30 @@ class SerenadeCS(_SerenadeBase):
         # M = every check the chains can make, (τ + 1)·I, fixed before the first one.
         joint_miss = ALPHA / (settings.n_initial * (settings.steps + 1))
         pairs = self._initial_pairs(dataset, settings, quality, spent)
-        results: list[MinedRedescription] = []
-        seen: set[tuple[str, str]] = set()
         self.chain_stops_: list[ChainStop] = []
         self._unchanged = 0
         with self._progress(len(pairs), "Serenade CS") as advance:
-            for start in pairs:
-                found = self._chain(
-                    dataset,
-                    start,
-                    steps=settings.steps,
-                    quality=quality,
-                    e_x=e_x,
-                    e_q=e_q,
-                    spent=spent,
-                    joint_miss=joint_miss,
-                )
-                # Chains that end on the same canonical redescription give one result: the
-                # first chain's (keeping the copy with the best noisy figures would favour the
-                # one whose noise flattered it).
-                if found is not None and redescription_key(found.redescription) not in seen:
-                    seen.add(redescription_key(found.redescription))
-                    results.append(found)
+            ends = self._chains(
+                dataset,
+                pairs,
+                steps=settings.steps,
+                quality=quality,
+                e_x=e_x,
+                e_q=e_q,
+                spent=spent,
+                joint_miss=joint_miss,
+            )
+            for _ in pairs:
                 advance()
+        # Chains that end on the same canonical redescription give one result: the first
+        # chain's (keeping the copy with the best noisy figures would favour the one whose noise
+        # flattered it).
+        results: list[MinedRedescription] = []
+        seen: set[tuple[str, str]] = set()
+        for found in ends:
+            if found is not None and redescription_key(found.redescription) not in seen:
+                seen.add(redescription_key(found.redescription))
+                results.append(found)
         self.stop_reason_ = chain_stop_reason(self.chain_stops_, self.min_jaccard, self._unchanged)
         if self._planned_epsilon is not None and any(stop.early for stop in self.chain_stops_):
             used = epsilon_text(epsilon_sum(r.epsilon_exact for r in spent.receipts))
@@ -1489,10 +1567,10 @@ class SerenadeCS(_SerenadeBase):
         self._spent = spent
         return self
 
-    def _chain(
+    def _chains(
         self,
         dataset: DatasetHandle,
-        start: Redescription,
+        starts: Sequence[Redescription],
         *,
         steps: int,
         quality: QualityParameters,
@@ -1500,37 +1578,51 @@ class SerenadeCS(_SerenadeBase):
         e_q: float,
         spent: _Spent,
         joint_miss: float,
-    ) -> MinedRedescription | None:
-        measured = self._measure(dataset, start, e_q, spent, joint_miss)
-        last_good = measured if measured.noisy_jaccard >= self.min_jaccard else None
-        taken = 0
+    ) -> list[MinedRedescription | None]:
+        """Every chain of Algorithm 1, advanced in lockstep; the last noisy J ≥ J_min of each
+        (None if none). A chain's next call depends only on its own releases, so step t of every
+        chain still running is sent together (:meth:`_extend_many`, then
+        :meth:`_measure_many` for the chains that changed). Each chain makes exactly the calls,
+        with the same inputs and charges, that it makes when run alone, so the releases and
+        the total ε are those of the chain-by-chain run; only the order of the calls differs."""
+        measured = self._measure_many(dataset, [(red, e_q) for red in starts], spent, joint_miss)
+        last_good = [m if m.noisy_jaccard >= self.min_jaccard else None for m in measured]
+        taken = [0] * len(starts)
         for _ in range(steps):
-            if measured.noisy_jaccard < self.min_jaccard:
+            running = [i for i, m in enumerate(measured) if m.noisy_jaccard >= self.min_jaccard]
+            if not running:
                 break
-            step = self._extend(
+            drawn = self._extend_many(
                 dataset,
-                [measured.redescription],
-                mode="cs",
+                [measured[i].redescription for i in running],
                 epsilon=e_x,
                 quality=quality,
                 spent=spent,
             )
-            taken += 1
-            if step.changed:  # an unchanged chain keeps its noisy J (no new quality call)
-                measured = self._measure(dataset, step.redescription, e_q, spent, joint_miss)
-            else:
-                self._unchanged += 1
-            if measured.noisy_jaccard >= self.min_jaccard:
-                last_good = measured
-        self.chain_stops_.append(
-            ChainStop(
-                chain=len(self.chain_stops_) + 1,
-                steps=taken,
-                tau=steps,
-                noisy_jaccard=measured.noisy_jaccard,
-                below=measured.noisy_jaccard < self.min_jaccard,
+            changed: list[tuple[int, Redescription]] = []
+            for chain, step in zip(running, drawn, strict=True):
+                taken[chain] += 1
+                if step.changed:  # an unchanged chain keeps its noisy J (no new quality call)
+                    changed.append((chain, step.redescription))
+                else:
+                    self._unchanged += 1
+            checks = [(red, e_q) for _chain, red in changed]
+            rechecked = self._measure_many(dataset, checks, spent, joint_miss)
+            for (chain, _red), check in zip(changed, rechecked, strict=True):
+                measured[chain] = check
+            for chain in running:
+                if measured[chain].noisy_jaccard >= self.min_jaccard:
+                    last_good[chain] = measured[chain]
+        for chain, check in enumerate(measured):
+            self.chain_stops_.append(
+                ChainStop(
+                    chain=chain + 1,
+                    steps=taken[chain],
+                    tau=steps,
+                    noisy_jaccard=check.noisy_jaccard,
+                    below=check.noisy_jaccard < self.min_jaccard,
+                )
             )
-        )
         return last_good
 
 

@@ -1,6 +1,7 @@
 """The HTTP contract shared by client and server. Imports only pydantic and the standard library."""
 
 from dpmine.wire.admin import *  # noqa: F403
+from dpmine.wire.batch import *  # noqa: F403
 from dpmine.wire.budget import *  # noqa: F403
 from dpmine.wire.common import *  # noqa: F403
 from dpmine.wire.counts import *  # noqa: F403

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Body, Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
-from dpmine.wire import ErrorBody
+from dpmine.wire import BatchRequest, ErrorBody
 from dpmine_server.api.deps import AnalystDep, ArrivalDep, IdempotencyKeyDep, ServicesDep
 from dpmine_server.api.examples import openapi_examples
 from dpmine_server.db.models import Principal
@@ -38,6 +38,7 @@ __all__ = [
     "cold_load_budget",
     "operation_id",
     "operation_router",
+    "padded_batch",
     "padded_operation",
     "release_budget",
     "run_operation",
@@ -203,7 +204,75 @@ async def padded_operation(
             request=request,
         )
     )
-    hold = functools.partial(_hold, policy, arrival, operation, budget + cold)
+    return await _padded(services, policy, operation, call, guard, arrival, budget, cold)
+
+
+async def padded_batch(
+    services: Services,
+    *,
+    arrival: float,
+    principal: Principal,
+    dataset_id: str,
+    batch: BatchRequest,
+    idempotency_key: str | None,
+    response: Response,
+) -> dict[str, Any]:
+    """A batch of inline calls (executor.execute_batch) in a worker thread, held like one call
+    (:func:`padded_operation`) until the padded deadline of its public batch budget
+    (:meth:`TimingPolicy.batch_budget`, the parts' work added up and one base). Refusals
+    before the charge (a bad part, budget, auth) touch no data and return at once."""
+    policy = TimingPolicy.from_settings(services.settings)
+    guard = ReleaseGuard() if policy.fails_closed else None
+
+    def call() -> dict[str, Any]:
+        release = services.executor.execute_batch(
+            principal=principal,
+            dataset_id=dataset_id,
+            batch=batch,
+            idempotency_key=idempotency_key,
+            guard=guard,
+        )
+        if release.replayed:
+            response.headers["Idempotent-Replayed"] = "true"
+        response.headers["Cache-Control"] = "no-store"
+        return {"parts": release.bodies}
+
+    cold = await anyio.to_thread.run_sync(
+        functools.partial(cold_load_budget, services, policy, dataset_id=dataset_id)
+    )
+    budget = await anyio.to_thread.run_sync(
+        functools.partial(_batch_budget, services, policy, dataset_id=dataset_id, batch=batch)
+    )
+    return await _padded(services, policy, "batch", call, guard, arrival, budget, cold)
+
+
+def _batch_budget(
+    services: Services, policy: TimingPolicy, *, dataset_id: str, batch: BatchRequest
+) -> float:
+    """Padding budget of a batch (public values only; see :func:`release_budget`)."""
+    try:
+        with services.sessions() as session:
+            metadata = services.datasets.public_metadata(session, dataset_id)
+    except Exception:  # unknown dataset: refused before the charge, unpadded
+        logger.exception("no metadata for the padding budget of %s", dataset_id)
+        return policy.base
+    return policy.batch_budget([(part.operation, part.request) for part in batch.parts], metadata)
+
+
+async def _padded(
+    services: Services,
+    policy: TimingPolicy,
+    label: str,
+    call: Callable[[], dict[str, Any]],
+    guard: ReleaseGuard | None,
+    arrival: float,
+    budget: float,
+    cold: float,
+) -> dict[str, Any]:
+    """Run ``call`` and hold its answer (release, replay or failure after the charge) until the
+    padded deadline of ``budget + cold`` after ``arrival``; with a ``guard``, an overrun fails
+    closed at that deadline."""
+    hold = functools.partial(_hold, policy, arrival, label, budget + cold)
     try:
         if guard is None:
             body = await anyio.to_thread.run_sync(call)
@@ -249,14 +318,14 @@ async def _before_deadline(
     with anyio.move_on_after(max(deadline - time.monotonic(), 0.0)):
         await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
     if not outcome.done() and guard.expire():
-        entry_id = guard.entry_id
-        if entry_id is not None:  # else the executor fails it before reading any data
-            # Answered now; the entry is failed alongside (a kernel that never reaches a
-            # progress call would otherwise leave it reserved). The kernel's own thread fails
-            # it too when it stops: both writes are conditional on "reserved".
+        entry_ids = guard.entry_ids
+        if entry_ids:  # else the executor fails it before reading any data
+            # Answered now; the entries are failed alongside (a kernel that never reaches a
+            # progress call would otherwise leave them reserved). The kernel's own thread fails
+            # them too when it stops: both writes are conditional on "reserved".
             threading.Thread(
                 target=services.ledger.interrupt,
-                args=([entry_id],),
+                args=(entry_ids,),
                 kwargs={"status": "failed"},
                 name="dpmine-overrun",
                 daemon=True,

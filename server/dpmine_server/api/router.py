@@ -4,6 +4,7 @@ from fastapi import APIRouter
 
 from dpmine_server.api.routes import (
     admin,
+    batch,
     counts,
     datasets,
     health,
@@ -22,5 +23,6 @@ api_router.include_router(redescriptions.router)
 api_router.include_router(itemsets.router)
 api_router.include_router(trees.router)
 api_router.include_router(rule_lists.router)
+api_router.include_router(batch.router)
 api_router.include_router(jobs.router)
 api_router.include_router(admin.router)

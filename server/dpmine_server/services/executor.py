@@ -9,6 +9,7 @@ releases nothing (the error message is generic, never data-dependent).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +19,14 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 
-from dpmine.wire import DatasetMetadata, Guarantee, GuaranteePolicy, Receipt, guarantee_allowed
+from dpmine.wire import (
+    BatchRequest,
+    DatasetMetadata,
+    Guarantee,
+    GuaranteePolicy,
+    Receipt,
+    guarantee_allowed,
+)
 from dpmine_server.db.models import Job, LedgerEntry, Principal
 from dpmine_server.dp.budget import BudgetError, Epsilon
 from dpmine_server.errors import (
@@ -30,10 +38,24 @@ from dpmine_server.errors import (
 from dpmine_server.operations import CATALOG, OperationSpec
 from dpmine_server.operations.base import Progress, no_progress
 from dpmine_server.services.datasets import DatasetService
-from dpmine_server.services.ledger import Ledger, Reservation, request_fingerprint
+from dpmine_server.services.ledger import (
+    Ledger,
+    PartCharge,
+    Reservation,
+    request_fingerprint,
+)
 from dpmine_server.services.release_guard import OVERRAN, ReleaseGuard
 
-__all__ = ["Executor", "Pending", "PricedCall", "Release", "check_guarantee_policy"]
+__all__ = [
+    "BatchRelease",
+    "Executor",
+    "Pending",
+    "PendingBatch",
+    "PricedCall",
+    "Release",
+    "batch_part_key",
+    "check_guarantee_policy",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +108,31 @@ class Release:
     body: dict[str, Any]
     replayed: bool
     entry_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class PendingBatch:
+    """A charged batch: one pending part per ledger entry, in the request's order."""
+
+    parts: list[Pending]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRelease:
+    """The parts' response bodies in order and whether they were replayed from the ledger."""
+
+    bodies: list[dict[str, Any]]
+    replayed: bool
+
+
+def batch_part_key(idempotency_key: str | None, index: int) -> str | None:
+    """The ledger's idempotency key of part ``index`` of a batch sent with ``idempotency_key``
+    (at most 51 characters whatever the client's key; a namespace that a client's own key, a
+    UUID, does not take)."""
+    if idempotency_key is None:
+        return None
+    digest = hashlib.sha256(idempotency_key.encode()).hexdigest()[:40]
+    return f"batch/{digest}/{index}"
 
 
 class Executor:
@@ -285,6 +332,131 @@ class Executor:
             return self.finish(started)
         guard.bind(started.reservation.entry_id)
         return self.finish(started, guard.progress, guard=guard)
+
+    def price_batch(
+        self,
+        dataset_id: str,
+        batch: BatchRequest,
+        served_metadata: DatasetMetadata,
+        policy: GuaranteePolicy,
+    ) -> list[PricedCall]:
+        """Every part validated and priced (free), or the whole batch refused naming the first
+        bad part and what to fix. Only inline operations: a job's part would run outside the
+        request that pads the batch."""
+        priced = []
+        for index, part in enumerate(batch.parts):
+            try:
+                spec = self.spec(part.operation)
+                if spec.mode != "inline":
+                    raise InvalidRequest(
+                        f"{spec.name} runs as a job and cannot be batched; call it on its own "
+                        "(or submit it with POST .../jobs)"
+                    )
+                check_guarantee_policy(dataset_id, spec.name, spec.guarantee, policy)
+                priced.append(self.price(spec, part.request, served_metadata))
+            except InvalidRequest as error:
+                raise InvalidRequest(
+                    f"batch part {index} ({part.operation}): {error.message}; nothing was charged"
+                ) from error
+            except Forbidden as error:
+                raise Forbidden(f"batch part {index}: {error.message}") from error
+        return priced
+
+    def begin_batch(
+        self,
+        *,
+        principal: Principal,
+        dataset_id: str,
+        batch: BatchRequest,
+        idempotency_key: str | None,
+    ) -> BatchRelease | PendingBatch:
+        """Validate every part, then charge them all in one transaction (committed), or return
+        the stored releases of a retry. Refusals come before the charge and cost nothing."""
+        if principal.role != "analyst":
+            raise Forbidden("owners manage datasets; query them with an analyst's key")
+        with self._sessions() as session:
+            served = self._datasets.served_for_analyst(session, dataset_id, principal)
+        priced = self.price_batch(dataset_id, batch, served.metadata, served.guarantee_policy)
+        batch_hash = request_fingerprint("batch", dataset_id, batch.model_dump(mode="json"))
+        charges = [
+            PartCharge(
+                operation=call.spec.name,
+                parameters=call.request.model_dump(mode="json"),
+                cost=call.cost,
+                guarantee="pure" if call.guarantee == "pure" else "approximate",
+                idempotency_key=batch_part_key(idempotency_key, index),
+                request_hash=request_fingerprint(
+                    call.spec.name, dataset_id, {"batch": batch_hash, "part": index}
+                ),
+            )
+            for index, call in enumerate(priced)
+        ]
+        reservations = self._ledger.reserve_batch(
+            principal=principal, dataset_id=dataset_id, parts=charges
+        )
+        if all(reservation.is_replay for reservation in reservations):
+            bodies = []
+            for reservation in reservations:
+                body = dict(reservation.replayed_release or {})
+                body["receipt"] = {**body["receipt"], "replayed": True}
+                bodies.append(body)
+            return BatchRelease(bodies=bodies, replayed=True)
+        return PendingBatch(
+            parts=[
+                Pending(
+                    priced=call,
+                    dataset_id=dataset_id,
+                    reservation=reservation,
+                    principal=principal,
+                )
+                for call, reservation in zip(priced, reservations, strict=True)
+            ]
+        )
+
+    def finish_batch(self, pending: PendingBatch, guard: ReleaseGuard | None) -> BatchRelease:
+        """Compute every part (each with its own generator, seeded by its own entry) and store
+        all releases in one transaction, or none: a part that fails, or a batch whose guard
+        expired, fails every entry and releases nothing (the charges stand; the message is
+        generic, as for one call)."""
+        entry_ids = [part.reservation.entry_id for part in pending.parts]
+        progress = guard.progress if guard is not None else no_progress
+        try:
+            if guard is not None and guard.expired:
+                raise OperationFailed(OVERRAN)
+            bodies = [self._compute(part, progress) for part in pending.parts]
+            if guard is not None and not guard.claim():
+                raise OperationFailed(OVERRAN)
+            self._ledger.complete_many(list(zip(entry_ids, bodies, strict=True)))
+        except Exception:
+            self._ledger.interrupt(entry_ids, status="failed")
+            if guard is not None and guard.expired:
+                logger.warning("a batch overran its padded deadline (entries %s)", entry_ids)
+                raise OperationFailed(OVERRAN) from None
+            logger.exception("a batch failed after its charge (entries %s)", entry_ids)
+            raise OperationFailed(
+                "the batch failed after its charge; nothing was released and the charges "
+                "stand. The owner can see the server log."
+            ) from None
+        return BatchRelease(bodies=bodies, replayed=False)
+
+    def execute_batch(
+        self,
+        *,
+        principal: Principal,
+        dataset_id: str,
+        batch: BatchRequest,
+        idempotency_key: str | None,
+        guard: ReleaseGuard | None = None,
+    ) -> BatchRelease:
+        """:meth:`begin_batch` then :meth:`finish_batch` in the caller's thread."""
+        started = self.begin_batch(
+            principal=principal, dataset_id=dataset_id, batch=batch, idempotency_key=idempotency_key
+        )
+        if isinstance(started, BatchRelease):
+            return started
+        if guard is not None:
+            guard.bind_many([part.reservation.entry_id for part in started.parts])
+        return self.finish_batch(started, guard)
 
     def _compute(self, pending: Pending, progress: Progress) -> dict[str, Any]:
         priced, dataset_id, reservation = pending.priced, pending.dataset_id, pending.reservation

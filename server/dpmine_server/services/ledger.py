@@ -49,7 +49,7 @@ from dpmine_server.errors import (
 )
 from dpmine_server.services.instances import dead_owners
 
-__all__ = ["Ledger", "Reservation", "request_fingerprint"]
+__all__ = ["Ledger", "PartCharge", "Reservation", "batch_cost", "request_fingerprint"]
 
 # The statements of the request path, built once (building them per call cost ~1 ms).
 _COST = bindparam("cost", type_=BigInteger())
@@ -135,6 +135,30 @@ class Reservation:
     def is_replay(self) -> bool:
         """True when the caller must return the stored release and compute nothing."""
         return self.replayed_release is not None
+
+
+@dataclass(frozen=True, slots=True)
+class PartCharge:
+    """One part of a batch to charge: its own ledger entry, cost and idempotency record."""
+
+    operation: str
+    parameters: dict[str, Any]
+    cost: Epsilon
+    guarantee: Guarantee
+    idempotency_key: str | None
+    request_hash: str
+
+
+def batch_cost(costs: Sequence[Epsilon]) -> Epsilon:
+    """The charge of a batch: the sum of its parts' costs, each as its operation declares it.
+
+    Sequential composition (ALGORITHMS.md §0.2): the parts are separate mechanisms with their
+    own randomness on the same dataset, so the batch is (Σ εᵢ)-DP. The one place a batch's
+    total is formed, so that another accounting unit changes only this function."""
+    total = Epsilon.zero()
+    for cost in costs:
+        total = total + cost
+    return total
 
 
 class Ledger:
@@ -261,6 +285,91 @@ class Ledger:
                 continue
         raise RequestInProgress("the same Idempotency-Key is being used concurrently; retry")
 
+    def reserve_batch(
+        self, *, principal: Principal, dataset_id: str, parts: Sequence[PartCharge]
+    ) -> list[Reservation]:
+        """Charge every part of a batch in one transaction, or replay the batch's retry.
+
+        As :meth:`reserve`, but the dataset cap and the grant are checked and charged once for
+        :func:`batch_cost` of the parts, and one entry per part is inserted, all in the same
+        transaction: either every part is charged or none is (BudgetExhausted names the total).
+        The batch's Idempotency-Key is stored per part (``parts[i].idempotency_key``, derived by
+        the caller) with a request hash of the *whole* batch and the part's index, so a retry of
+        the same batch replays every part, and any other body under the same key is refused at
+        its first part (IdempotencyConflict), whatever its number of parts."""
+        if not parts or any(part.cost.units <= 0 for part in parts):
+            raise InternalError("a batch reservation needs parts of positive cost")
+        total = batch_cost([part.cost for part in parts])
+        for _attempt in range(3):
+            try:
+                with self._reserve_engine.begin() as connection:
+                    if not self._sqlite:
+                        connection.exec_driver_sql("SET LOCAL synchronous_commit = off")
+                    replay = self._replay_batch(connection, principal, parts)
+                    if replay is not None:
+                        return replay
+                    version, dataset_left = self._charge_dataset(connection, dataset_id, total)
+                    grant_left = self._charge_grant(connection, dataset_id, principal.id, total)
+                    remaining = Epsilon(max(min(grant_left, dataset_left), 0))
+                    created_at = utcnow()
+                    reservations = []
+                    for part in parts:
+                        entry_id = connection.execute(
+                            _INSERT_ENTRY,
+                            {
+                                "dataset_id": dataset_id,
+                                "principal_id": principal.id,
+                                "operation": part.operation,
+                                "parameters": part.parameters,
+                                "epsilon_units": part.cost.units,
+                                "guarantee": part.guarantee,
+                                "status": "reserved",
+                                "idempotency_key": part.idempotency_key,
+                                "request_hash": part.request_hash,
+                                "release": None,
+                                "dataset_version": version,
+                                "instance_id": self._instance_id,
+                                "created_at": created_at,
+                            },
+                        ).scalar_one()
+                        reservations.append(
+                            Reservation(
+                                entry_id=int(entry_id),
+                                cost=part.cost,
+                                guarantee=part.guarantee,
+                                created_at=created_at,
+                                remaining_after=remaining,
+                                dataset_version=int(version),
+                            )
+                        )
+                return reservations  # committed when the block above exited
+            except IntegrityError:
+                if parts[0].idempotency_key is None:
+                    raise
+                continue  # another request with the same key won the race: replay it
+        raise RequestInProgress("the same Idempotency-Key is being used concurrently; retry")
+
+    def _replay_batch(
+        self, connection: Connection, principal: Principal, parts: Sequence[PartCharge]
+    ) -> list[Reservation] | None:
+        """The stored parts of an earlier batch under the same key (None: a new batch)."""
+        if parts[0].idempotency_key is None:
+            return None
+        replayed = []
+        for index, part in enumerate(parts):
+            earlier = connection.execute(
+                _FIND_BY_KEY, {"principal_id": principal.id, "key": part.idempotency_key}
+            ).one_or_none()
+            if earlier is None:
+                if index == 0:
+                    return None
+                raise IdempotencyConflict(  # a batch is stored whole: only another body gets here
+                    "this Idempotency-Key was already used for a different request; "
+                    "use a new key for a new request"
+                )
+            replayed.append(self._replay(connection, earlier, part.request_hash))
+        return replayed
+
     @staticmethod
     def _charge_dataset(connection: Connection, dataset_id: str, cost: Epsilon) -> tuple[int, int]:
         """Charge the dataset cap; (version, units left on the cap) after the charge."""
@@ -342,6 +451,25 @@ class Ledger:
     def complete(self, entry_id: int, release: dict[str, Any]) -> None:
         """Store the release of a reserved entry (reserved → released)."""
         self._transition(entry_id, "released", release)
+
+    def complete_many(self, releases: Sequence[tuple[int, dict[str, Any]]]) -> None:
+        """Store the releases of a batch's reserved entries in one durable transaction (all or
+        none: a batch is shown whole)."""
+        with self._write_engine.begin() as connection:
+            for entry_id, release in releases:
+                changed = rows_affected(
+                    connection.execute(
+                        _TRANSITION,
+                        {
+                            "entry_id": entry_id,
+                            "new_status": "released",
+                            "new_release": release,
+                            "done_at": utcnow(),
+                        },
+                    )
+                )
+                if changed != 1:
+                    raise InternalError(f"ledger entry {entry_id} is not reserved")
 
     def fail(self, entry_id: int) -> None:
         """Mark a reserved entry failed; the charge stands (no refund after data access)."""

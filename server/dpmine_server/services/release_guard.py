@@ -47,11 +47,15 @@ class ReleaseGuard:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._state: _State = "running"
-        self.entry_id: int | None = None
+        self.entry_ids: list[int] = []
 
     def bind(self, entry_id: int) -> None:
         """Record the ledger entry of the charged request (set when it is charged)."""
-        self.entry_id = entry_id
+        self.entry_ids = [entry_id]
+
+    def bind_many(self, entry_ids: list[int]) -> None:
+        """Record the ledger entries of a charged batch (one per part)."""
+        self.entry_ids = list(entry_ids)
 
     def claim(self) -> bool:
         """The kernel's release is ready: True if it may be stored and shown (the deadline has
