@@ -87,6 +87,17 @@ MINERS: dict[str, Callable[[], _TreeMinerBase]] = {
     "tree-pair": lambda: MCMCTreePair(
         in_trees=2, omega=0.5, iterations=2_000, epsilon=PAIR_EPSILON, depth=2, seed=3
     ),
+    # The Gini gain pair score (count-scaled, c = ε/6) gives a one-leaf first tree no credit:
+    # the leaves pair up at the others' ε.
+    "tree-pair-gain": lambda: MCMCTreePair(
+        in_trees=2,
+        omega=0.5,
+        iterations=2_000,
+        epsilon=EPSILON,
+        depth=2,
+        seed=3,
+        pair_score="gain",
+    ),
 }
 
 
