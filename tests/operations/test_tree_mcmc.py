@@ -486,6 +486,7 @@ def test_exhausted_candidate_pools_are_topped_up_without_bias(
             epsilon=epsilon,
             rng=seeded_generator(90_000 + seed),
             progress=no_progress,
+            score="paper",
         )
         return _state(spaces[0].tree(2, first), spaces[1].tree(2, second))
 

@@ -571,7 +571,7 @@ def _pair_label(left: DecisionTree, right: DecisionTree) -> str:
 
 def _pair_outputs(store: ColumnStore, seed: int, broken: bool, samples: int) -> list[Hashable]:
     request = TreePairMCMCRequest(
-        attribute="t", depth=1, iterations=PAIR_ITERATIONS, epsilon=EPSILON
+        attribute="t", depth=1, iterations=PAIR_ITERATIONS, epsilon=EPSILON, pair_score="paper"
     )
     spec = CATALOG["tree.pair_mcmc"]
     cost = spec.cost(request)
@@ -597,6 +597,7 @@ def _pair_outputs(store: ColumnStore, seed: int, broken: bool, samples: int) -> 
             epsilon=10 * EPSILON,  # Δ/10
             rng=rng,
             progress=no_progress,
+            score="paper",
         )
         broken_outputs.append(_pair_label(spaces[0].tree(1, first), spaces[1].tree(1, second)))
     return broken_outputs

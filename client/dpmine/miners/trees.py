@@ -1244,8 +1244,9 @@ class AltMCMC(_Alternation):
 
 class MCMCTreePair(_TreeMinerBase):
     """Tree pairs sampled jointly (§3.5, §3.7); ω = 0.1 "standard", 0.5 "balanced".
-    ``pair_score``: the server's score of a pair, ``"paper"`` (§3.5) or ``"gain"`` (the Gini
-    gain score, ALGORITHMS.md §6 item 19)."""
+    ``pair_score``: the server's score of a pair, ``"gain"`` (the default: the Gini gain score,
+    ALGORITHMS.md §6 item 19, more and truer results in bench/bench_trees.py) or ``"paper"``
+    (§3.5)."""
 
     _kind: TreeKind = "pair"
 
@@ -1255,7 +1256,7 @@ class MCMCTreePair(_TreeMinerBase):
         in_trees: int | None = None,
         omega: float = 0.1,
         iterations: int = DEFAULT_TREE_ITERATIONS,
-        pair_score: TreePairScore = "paper",
+        pair_score: TreePairScore = "gain",
         **parameters: Unpack[TreeMinerParameters],
     ) -> None:
         super().__init__(**parameters)

@@ -281,13 +281,13 @@ class TreePairMCMCRequest(OperationRequest[TreePairMCMCResponse]):
     )
 
     pair_score: TreePairScore = Field(
-        default="paper",
+        default="gain",
         description=(
-            "'paper' (default): g(T_L)·(1 + g(T_R))/2 of §3.5, sensitivity 1, which peaks at "
-            "a first tree with one dominant leaf; 'gain': −WGini(T_L; a) + [WGini(root; T_L "
-            "leaf) − WGini(T_R; T_L leaf)] (count-weighted Gini over the leaves and the rows "
-            "stopped by a missing value), one-sided sensitivity (2, 4), zero credit for T_R "
-            "when T_L has one leaf."
+            "'gain' (default): −WGini(T_L; a) + [WGini(root; T_L leaf) − WGini(T_R; T_L "
+            "leaf)] (count-weighted Gini over the leaves and the rows stopped by a missing "
+            "value), one-sided sensitivity (2, 4), zero credit for T_R when T_L has one leaf; "
+            "'paper': g(T_L)·(1 + g(T_R))/2 of §3.5, sensitivity 1, which peaks at a first "
+            "tree with one dominant leaf."
         ),
     )
 

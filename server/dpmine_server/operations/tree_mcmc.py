@@ -236,7 +236,7 @@ def sample_tree_pair(
     epsilon: float,
     rng: np.random.Generator,
     progress: Progress,
-    score: PairScore = "paper",
+    score: PairScore = "gain",
 ) -> tuple[list[SplitKey], list[SplitKey]]:
     """MCMCTreePair's sampler (§3.5): the first tree (view of ``spaces[0]``) predicts
     ``labels`` (makeTarget(a)), the second predicts the first's leaves. ``score`` "paper":
