@@ -15,7 +15,8 @@ splits, as in any rejection sampler.
 Scores count a tree's **cells** (ALGORITHMS.md §6 item 18; :mod:`.tree_kernels`): its leaves
 and, at every inner node u, the rows of u that reach neither child (a missing value of u's
 split). The tables hold the counts of every node (heap order), a cell of u is u's row minus its
-children's rows, and a proposal at v recounts every node below v (about twice the leaves).
+children's rows, and a proposal at v recounts every node below v (34/7 nodes on average at
+depth 3 against 24/7 leaves: the work grows by a public factor).
 
 Row masks: a split (family f, value v) sends left the rows whose code c in family f satisfies
 0 ≤ c ≤ v (``ordered``: numeric ranks, the number of lattice points below the value) or c = v
