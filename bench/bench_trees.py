@@ -63,6 +63,7 @@ from bench_serenade import (
     SMOKE_KEY,
     HarnessData,
     PreparedData,
+    ViewChoice,
     load_harness_data,
     prepare_dataset,
     read_clired_queries,
@@ -77,11 +78,12 @@ from dpmine.treereds import DEFAULT_MAX_JACCARD_ERROR
 from dpmine.wire.statistics import p_value
 from dpmine_server.data.columns import ColumnStore
 from dpmine_server.data.loaders import load_store
+from trust_views import WEAK_TABLES, write_pair
 
 mpl.use("Agg")
 
 MINERS = ("AltExpM", "AltMCMC", "MCMCTreePair")
-DATASETS = ("mammals", "asia", "teeth")
+DATASETS = ("mammals", "asia", "teeth", "stroke", "heart")
 EPSILONS = (1.0, 0.1)
 RUNS = 5
 # Paper defaults (ALGORITHMS.md §3.8).
@@ -119,6 +121,10 @@ class Config:
     clired_runs: int
     #: ``--smoke``: the bundled Mushroom views, release padding off (the test suite's check).
     smoke: bool = False
+    #: MCMCTreePair's ``pair_score`` ("paper" or "gain"); None: the miner's default.
+    pair_score: str | None = None
+    #: ``--no-padding``: release padding off (utility comparisons on a loaded machine).
+    no_padding: bool = False
 
 
 # -- utility of one redescription ----------------------------------------------------------------
@@ -178,8 +184,11 @@ class RunRecord:
     note: str = ""
 
 
-def make_miner(name: str, epsilon: float, seed: int) -> AltExpM | AltMCMC | MCMCTreePair:
-    """A miner with the paper's defaults (stable alternation: InTr = k = 4, RMIter = 1)."""
+def make_miner(
+    name: str, epsilon: float, seed: int, pair_score: str | None = None
+) -> AltExpM | AltMCMC | MCMCTreePair:
+    """A miner with the paper's defaults (stable alternation: InTr = k = 4, RMIter = 1);
+    ``pair_score`` is MCMCTreePair's score when given (else the miner's default)."""
     if name == "AltExpM":
         return AltExpM.stable(IN_TREES, epsilon=epsilon, depth=DEPTH, seed=seed)
     if name == "AltMCMC":
@@ -192,6 +201,7 @@ def make_miner(name: str, epsilon: float, seed: int) -> AltExpM | AltMCMC | MCMC
             depth=DEPTH,
             seed=seed,
         )
+    options: dict[str, Any] = {} if pair_score is None else {"pair_score": pair_score}
     return MCMCTreePair(
         in_trees=IN_TREES,
         omega=OMEGA,
@@ -199,7 +209,29 @@ def make_miner(name: str, epsilon: float, seed: int) -> AltExpM | AltMCMC | MCMC
         epsilon=epsilon,
         depth=DEPTH,
         seed=seed,
+        **options,
     )
+
+
+def prepare_table(key: str, scratch: Path) -> PreparedData:
+    """The trimmed views of ``key``: a redescription set of ``bench_serenade`` or a
+    weak-structure table of ``trust_views`` (stroke, heart), metadata proposed and confirmed."""
+    if key not in WEAK_TABLES:
+        return prepare_dataset(view_choice(key, DATA_ROOT, scratch), scratch / key)
+    spec = WEAK_TABLES[key]
+    raw = scratch / f"{key}-raw"
+    write_pair(spec, DATA_ROOT, raw)
+    choice = ViewChoice(
+        key=key,
+        title=spec.title,
+        folder=raw,
+        left_file="left.csv",
+        right_file="right.csv",
+        left=list(spec.left),
+        right=list(spec.right),
+        note=spec.rationale,
+    )
+    return prepare_dataset(choice, scratch / key)
 
 
 def prune_threshold(data: PreparedData) -> float:
@@ -216,10 +248,11 @@ def run_dp_once(
     miner_name: str,
     epsilon: float,
     repetition: int,
+    pair_score: str | None = None,
 ) -> RunRecord:
     """Time one whole ``mine()`` over HTTP, then score every result on the data."""
     seed = 1000 * repetition + MINERS.index(miner_name) * 10 + int(epsilon < 1)
-    miner = make_miner(miner_name, epsilon, seed)
+    miner = make_miner(miner_name, epsilon, seed, pair_score)
     threshold = prune_threshold(data)
     load = load_average()
     start = time.perf_counter()
@@ -274,7 +307,9 @@ def run_dp_stage(
         server_for_backend(
             "sqlite",
             Path(work),
-            extra_env={"DPMINE_TIMING_PADDING": "false"} if config.smoke else None,
+            extra_env=(
+                {"DPMINE_TIMING_PADDING": "false"} if config.smoke or config.no_padding else None
+            ),
         ) as server,
     ):
         try:
@@ -324,6 +359,7 @@ def _grid(
                             miner_name=name,
                             epsilon=epsilon,
                             repetition=repetition,
+                            pair_score=config.pair_score,
                         )
                         records.append(record)
                         partial = config.out / "trees_partial.json"
@@ -665,7 +701,17 @@ def parse_args(argv: list[str] | None = None) -> Config:
         "every miner on the bundled Mushroom table, padding off, clired not run",
     )
     parser.add_argument("--runs", type=int, default=None)
-    parser.add_argument("--datasets", default=None, help="comma list of mammals,asia,teeth")
+    parser.add_argument(
+        "--datasets", default=None, help="comma list of mammals,asia,teeth,stroke,heart"
+    )
+    parser.add_argument(
+        "--pair-score", default=None, choices=("paper", "gain"), help="MCMCTreePair's score"
+    )
+    parser.add_argument(
+        "--no-padding",
+        action="store_true",
+        help="release padding off: utility only (wall times then omit the padding)",
+    )
     parser.add_argument("--miners", default=",".join(MINERS))
     parser.add_argument("--epsilons", default=None, help="comma list (default 1,0.1)")
     parser.add_argument("--clired", default=",".join(CLIRED_ALGOS), help="'' to skip")
@@ -696,6 +742,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
         clired=comma_names(args.clired, CLIRED_ALGOS, "clired algorithm"),
         clired_python=args.clired_python,
         clired_runs=args.clired_runs,
+        pair_score=args.pair_score,
+        no_padding=args.no_padding,
     )
 
 
@@ -708,8 +756,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="dpmine-trees-data-") as scratch:
         prepared = []
         for key in config.datasets:
-            choice = view_choice(key, DATA_ROOT, Path(scratch))
-            prepared.append(prepare_dataset(choice, Path(scratch) / key))
+            prepared.append(prepare_table(key, Path(scratch)))
         truths = {data.key: load_harness_data(data) for data in prepared}
         records: list[RunRecord] = []
         for data in prepared:

@@ -94,6 +94,7 @@ from dpmine.wire import (
     NumericAttribute,
     Receipt,
     SerenadeOptions,
+    TreePairScore,
 )
 
 #: Global options and how many values each takes; accepted before or after the command.
@@ -1054,6 +1055,13 @@ MaxErrorOption = Annotated[
         callback=_positive,
     ),
 ]
+PairScoreOption = Annotated[
+    str,
+    typer.Option(
+        help="The score of a tree pair: gain (the default: the Gini gain of the second tree "
+        "on the first's leaves, no credit for a one-leaf first tree) or paper (g₁·(1 + g₂)/2)"
+    ),
+]
 LeafReleaseOption = Annotated[
     str,
     typer.Option(
@@ -1347,6 +1355,7 @@ def mine_tree_pair(
     max_jaccard_error: MaxErrorOption = None,
     show_all: AllOption = False,
     leaf_release: LeafReleaseOption = "partition",
+    pair_score: PairScoreOption = "gain",
     columns: ColumnsOption = None,
     exclude: ExcludeOption = None,
     output: OutputsOption = None,
@@ -1356,6 +1365,8 @@ def mine_tree_pair(
     """MCMCTreePair: InTr tree pairs sampled jointly by MCMC, then their noisy leaf counts."""
     if not 0 < omega < 1:
         raise _fail(f"--omega must be strictly between 0 and 1, got {omega:g}")
+    if pair_score not in get_args(TreePairScore):
+        raise _fail(f"--pair-score must be 'gain' or 'paper', got {pair_score!r}")
 
     parameters = _tree_parameters(
         epsilon, depth, min_support, min_jaccard, p_max, target_bins, seed, leaf_release
@@ -1366,6 +1377,7 @@ def mine_tree_pair(
             in_trees=in_trees,
             omega=omega,
             iterations=iterations,
+            pair_score=cast(TreePairScore, pair_score),
             **_with_progress(parameters, progress),
         )
 

@@ -154,7 +154,8 @@ def test_plan_only_of_tree_pair_splits_epsilon_by_omega(
     result = dpmine_cli(
         server,
         account.api_key,
-        f"mine tree-pair {mushroom.id} --epsilon 8 --in-trees 2 --omega 0.25 --plan-only",
+        f"mine tree-pair {mushroom.id} --epsilon 8 --in-trees 2 --omega 0.25 --plan-only "
+        "--pair-score paper",
     )
     text = _flat(_ok(result))
     # ε_iter = 8 / 2 = 4: the pair with ω·4 = 1, its leaf counts with (1 − ω)·4 = 3.

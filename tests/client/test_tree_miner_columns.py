@@ -84,7 +84,8 @@ def test_bad_columns_are_parameter_errors(
 def test_plan_signals_flag_uniform_like_draws_and_noisy_leaf_counts() -> None:
     """The plan's measures from public values only (n_max = 2000, 4 Boolean attributes a view,
     ln M = ln 4 per split): c·R = ε/(4d)·n_max at the root of tree.expmech, ε/4·n_max for a
-    tree.mcmc tree, ε/2 for a tree pair (ln M = 2·(2^d − 1)·ln 4)."""
+    tree.mcmc tree, ε/2 for a tree pair on the paper's score (ln M = 2·(2^d − 1)·ln 4) and
+    ε/6·2·n_max on the default gain score."""
     depth = 2
     calls = [
         TREE_EXPMECH.plan(
@@ -92,9 +93,14 @@ def test_plan_signals_flag_uniform_like_draws_and_noisy_leaf_counts() -> None:
                 view="left", target=AttributeTarget(attribute="r0"), depth=depth, epsilon=0.01
             )
         ),
-        TREE_PAIR_MCMC.plan(TreePairMCMCRequest(attribute="r0", depth=depth, epsilon=1.0)),
+        TREE_PAIR_MCMC.plan(
+            TreePairMCMCRequest(attribute="r0", depth=depth, epsilon=1.0, pair_score="paper")
+        ),
+        TREE_PAIR_MCMC.plan(TreePairMCMCRequest(attribute="r0", depth=depth, epsilon=0.001)),
     ]
-    expmech, pair = tree_signals(calls, METADATA, None)
+    expmech, pair, gain = tree_signals(calls, METADATA, None)
+    assert gain.signal == pytest.approx(0.001 / 6 * 2 * 2000)  # 0.67 < ln M
+    assert gain.uniform_like
     assert expmech.signal == pytest.approx(0.01 / (4 * depth) * 2000)  # 2.5 > ln 4
     assert expmech.deepest == pytest.approx(expmech.signal / 2)  # 1.25 < ln 4 = 1.386
     assert not expmech.uniform_like

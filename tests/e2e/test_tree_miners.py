@@ -85,7 +85,18 @@ MINERS: dict[str, Callable[[], _TreeMinerBase]] = {
     # to concentrate on trees whose leaves pair up: at ε = 5 per pair a third of the pairs
     # yield no redescription at all (measured), and the test would fail by chance.
     "tree-pair": lambda: MCMCTreePair(
-        in_trees=2, omega=0.5, iterations=2_000, epsilon=PAIR_EPSILON, depth=2, seed=3
+        in_trees=2,
+        omega=0.5,
+        iterations=2_000,
+        epsilon=PAIR_EPSILON,
+        depth=2,
+        seed=3,
+        pair_score="paper",
+    ),
+    # The default Gini gain pair score (count-scaled, c = ε/6) gives a one-leaf first tree no
+    # credit: the leaves pair up at the others' ε.
+    "tree-pair-gain": lambda: MCMCTreePair(
+        in_trees=2, omega=0.5, iterations=2_000, epsilon=EPSILON, depth=2, seed=3
     ),
 }
 

@@ -31,8 +31,17 @@ from dpmine_server.data.columns import BooleanColumn, Column, ColumnStore, Numer
 from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.operations import CATALOG, tree_mcmc
 from dpmine_server.operations.base import no_progress
-from dpmine_server.operations.tree_kernels import SplitSpace, make_target
+from dpmine_server.operations.tree_kernels import (
+    SplitMasks,
+    SplitSpace,
+    leaf_class_counts,
+    make_target,
+    node_rows,
+    tree_cell_counts,
+    tree_gini,
+)
 from dpmine_server.operations.tree_mcmc import (
+    PairScore,
     descendants,
     excluded_splits,
     sample_tree_mcmc,
@@ -125,14 +134,43 @@ def _table(tree: DecisionTree, labels: list[int]) -> dict[int, Counter[int]]:
     return table
 
 
+def _cell(tree: DecisionTree, row: int) -> int:
+    """The cell of a row: its leaf (≥ 0), or −1 − u when its value of inner node u's split is
+    missing (the row stops at u; ALGORITHMS.md §6 item 18)."""
+    node = 0
+    while node < len(tree.splits):
+        side = _goes_left(tree.splits[node], row)
+        if side is None:
+            return -1 - node
+        node = 2 * node + (1 if side else 2)
+    return node - len(tree.splits)
+
+
+def _wgini(tree: DecisionTree, labels: list[int]) -> float:
+    """Σ over the tree's cells (leaves and missing rows of inner nodes) of |c|·Gini(c) for the
+    labelled rows (brute force)."""
+    cells: dict[int, Counter[int]] = {}
+    for row in range(ROWS):
+        if labels[row] >= 0:
+            cells.setdefault(_cell(tree, row), Counter())[labels[row]] += 1
+    return sum(
+        sum(counts.values()) - sum(c * c for c in counts.values()) / sum(counts.values())
+        for counts in cells.values()
+    )
+
+
 def _g1(tree: DecisionTree, labels: list[int]) -> float:
-    """−Σ_leaves τ_n·Gini(n) (§3.4)."""
-    total = 0.0
-    for counts in _table(tree, labels).values():
-        size = sum(counts.values())
-        if size:
-            total += size - sum(c * c for c in counts.values()) / size
-    return -total
+    """g₁ = −Σ_cells τ_c·Gini(c) (§3.4 with the missing rows as cells)."""
+    return -_wgini(tree, labels)
+
+
+def _gain(first: DecisionTree, second: DecisionTree, labels: list[int]) -> float:
+    """The gain pair score: −W(T_1; a) + [W(root; ℓ) − W(T_2; ℓ)], ℓ = the T_1 leaf."""
+    leaves = [_leaf(first, row) for row in range(ROWS)]
+    root = Counter(leaf for leaf in leaves if leaf >= 0)
+    size = sum(root.values())
+    root_gini = size - sum(c * c for c in root.values()) / size if size else 0.0
+    return -_wgini(first, labels) + root_gini - _wgini(second, leaves)
 
 
 def _g(tree: DecisionTree, labels: list[int]) -> float:
@@ -238,19 +276,24 @@ def test_tree_mcmc_final_states_follow_the_exact_target(depth: int) -> None:
     assert _chi_square(samples, wrong) < SEEDED_P_VALUE
 
 
-def test_tree_pair_mcmc_final_states_follow_the_exact_target() -> None:
+@pytest.mark.parametrize("pair_score", ["paper", "gain"])
+def test_tree_pair_mcmc_final_states_follow_the_exact_target(pair_score: PairScore) -> None:
     store, metadata = _store(), _metadata()
     spaces = (SplitSpace.of(metadata, "left"), SplitSpace.of(metadata, "right"))
     labels = make_target(store, AttributeTarget(attribute="t"))
-    epsilon = 100.0  # the pair score only spans ~0.04 on this data
-    coefficient = epsilon / 2
+    # The paper's score only spans ~0.04 on this data; the gain score is count-scaled, c = ε/6.
+    epsilon = 100.0 if pair_score == "paper" else 2.0
+    coefficient = epsilon / 2 if pair_score == "paper" else epsilon / 6
     weights: dict[State, float] = {}
     wrong: dict[State, float] = {}
     for (first, first_mass), (second, second_mass) in itertools.product(
         _trees("left", 1), _trees("right", 1)
     ):
         leaves = [_leaf(first, row) for row in range(ROWS)]
-        score = _g(first, T) * (1 + _g(second, leaves)) / 2
+        if pair_score == "paper":
+            score = _g(first, T) * (1 + _g(second, leaves)) / 2
+        else:
+            score = _gain(first, second, T)
         weights[_state(first, second)] = first_mass * second_mass * math.exp(coefficient * score)
         wrong[_state(first, second)] = first_mass * second_mass * math.exp(2 * coefficient * score)
     spread = [math.log(weights[state] / wrong[state]) for state in weights]  # = −c·score
@@ -266,6 +309,7 @@ def test_tree_pair_mcmc_final_states_follow_the_exact_target() -> None:
             epsilon=epsilon,
             rng=seeded_generator(50_000 + seed),
             progress=no_progress,
+            score=pair_score,
         )
         return _state(spaces[0].tree(1, first), spaces[1].tree(1, second))
 
@@ -347,21 +391,27 @@ def _pooled_chi_square(samples: list[State], weights: dict[State, float]) -> flo
     return float(chisquare(counts, means).pvalue)
 
 
-def test_tree_pair_mcmc_at_depth_2_follows_the_exact_target() -> None:
+@pytest.mark.parametrize("pair_score", ["paper", "gain"])
+def test_tree_pair_mcmc_at_depth_2_follows_the_exact_target(pair_score: PairScore) -> None:
     """Depth 2: the second tree predicts the first's four leaves, and a proposal at a node
-    excludes its ancestors' and descendants' splits in both trees."""
+    excludes its ancestors' and descendants' splits in both trees. The gain score also counts
+    the rows stopped at an inner node by a missing value (their own cells)."""
     store, metadata = _boolean_store(), _boolean_metadata()
     spaces = (SplitSpace.of(metadata, "left"), SplitSpace.of(metadata, "right"))
     labels = make_target(store, AttributeTarget(attribute="t"))
-    epsilon = 30.0
-    coefficient = epsilon / 2
+    epsilon = 30.0 if pair_score == "paper" else 1.5
+    coefficient = epsilon / 2 if pair_score == "paper" else epsilon / 6
     # Every split has base mass ⅓, so the base measure is uniform over the 144 pairs.
     scores: dict[State, float] = {}
     for first, second in itertools.product(
         _boolean_trees("left", PAIR2_LEFT), _boolean_trees("right", PAIR2_RIGHT)
     ):
         leaves = [_leaf(first, row) for row in range(ROWS)]
-        scores[_state(first, second)] = _g(first, T) * (1 + _g(second, leaves)) / 2
+        scores[_state(first, second)] = (
+            _g(first, T) * (1 + _g(second, leaves)) / 2
+            if pair_score == "paper"
+            else _gain(first, second, T)
+        )
     assert len(scores) == 144
     weights = {state: math.exp(coefficient * s) for state, s in scores.items()}
     wrong = {state: math.exp(2 * coefficient * s) for state, s in scores.items()}
@@ -378,6 +428,7 @@ def test_tree_pair_mcmc_at_depth_2_follows_the_exact_target() -> None:
             epsilon=epsilon,
             rng=seeded_generator(70_000 + seed),
             progress=no_progress,
+            score=pair_score,
         )
         return _state(spaces[0].tree(2, first), spaces[1].tree(2, second))
 
@@ -435,6 +486,7 @@ def test_exhausted_candidate_pools_are_topped_up_without_bias(
             epsilon=epsilon,
             rng=seeded_generator(90_000 + seed),
             progress=no_progress,
+            score="paper",
         )
         return _state(spaces[0].tree(2, first), spaces[1].tree(2, second))
 
@@ -499,3 +551,21 @@ def test_work_estimates_grow_with_the_public_parameters() -> None:
     assert operation_work("tree.pair_mcmc", pair, metadata) > mcmc(2, 10_000)
     grown = TreeExpMechRequest(view="left", target=target, depth=2, epsilon=1.0)
     assert operation_work("tree.expmech", grown, metadata) > 0
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_the_cell_score_counts_the_rows_stopped_by_a_missing_value(depth: int) -> None:
+    """``tree_gini`` of a tree's node × class table (the score the chains compute) equals the
+    brute-force Σ over cells, leaves and the inner nodes' missing rows, on every tree."""
+    store, metadata = _store(), _metadata()
+    space = SplitSpace.of(metadata, "left")
+    masks = SplitMasks(store, space)
+    classes = make_target(store, AttributeTarget(attribute="t")).class_words()
+    lost = 0
+    for tree, _ in _trees("left", depth):
+        left, right = masks.stacked([space.key_of(split) for split in tree.splits])
+        nodes = node_rows(store.all_rows().words, left, right, depth)
+        table = leaf_class_counts(nodes, classes)
+        assert tree_gini(table, len(tree.splits)) == pytest.approx(_wgini(tree, T))
+        lost += int(tree_cell_counts(table, len(tree.splits))[: len(tree.splits)].sum())
+    assert lost > 0  # some trees stop labelled rows at an inner node

@@ -420,12 +420,12 @@ def test_partition_leaf_counts_are_one_release_at_scale_one_over_epsilon() -> No
 def _gini_quality(
     split: TreeSplit, labels: list[int], rows: range | list[int] = range(ROWS)
 ) -> float:
-    """q = −Σ_children |c|·Gini(c) over labelled rows with a value (brute force)."""
-    children: dict[bool, Counter[int]] = {True: Counter(), False: Counter()}
+    """q = −Σ_children |c|·Gini(c) over the labelled rows, those with a missing value forming
+    a third child (ALGORITHMS.md §6 item 18; brute force)."""
+    children: dict[bool | None, Counter[int]] = {True: Counter(), False: Counter(), None: Counter()}
     for row in rows:
-        side = _goes_left(split, row)
-        if side is not None and labels[row] >= 0:
-            children[side][labels[row]] += 1
+        if labels[row] >= 0:
+            children[_goes_left(split, row)][labels[row]] += 1
     total = 0.0
     for counts in children.values():
         size = sum(counts.values())
@@ -520,7 +520,8 @@ def test_numeric_cells_give_every_lattice_threshold_its_brute_force_quality(
     rows: int, bits: int, classes: int, seed: int
 ) -> None:
     """Per lattice index k, the split ``A ≤ point k`` on a node's labelled rows: its Gini
-    quality by brute force (class tables per threshold) equals its cell's, each cell holds the
+    quality by brute force (class tables per threshold, the rows with a missing value as a third
+    child, ALGORITHMS.md §6 item 18) equals its cell's, each cell holds the
     lattice indices [edges[b], edges[b+1]) and its mass counts those not used by an ancestor.
     Values tie, fall between lattice points and lie on the range's ends; some are missing, some
     rows unlabelled, some outside the node."""
@@ -548,7 +549,7 @@ def test_numeric_cells_give_every_lattice_threshold_its_brute_force_quality(
         for k in range(start, stop):
             left = present & (values <= lattice.point(k))
             total = 0.0
-            for side in (left, present & ~left):
+            for side in (left, present & ~left, node & np.isnan(values)):
                 counts = np.bincount(labels.classes[side], minlength=classes)
                 size = int(counts.sum())
                 total += size - float(counts @ counts) / size if size else 0.0
@@ -686,3 +687,98 @@ def test_restricted_trees_never_split_on_an_excluded_column() -> None:
 def test_columns_are_validated_from_public_metadata(request_: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         _validate(_OPERATION[type(request_)], request_)
+
+
+# --------------------------------------------------------------------------------------------
+# Missing values as a child (ALGORITHMS.md §6 item 18): a mostly-present attribute must not win
+# a split by dropping its missing rows from the penalty.
+
+#: 600 rows, target t half 1 and half 0. The complete Boolean c agrees with t on 80 % of the
+#: rows; m (1/6 missing, 50 rows of each class) agrees with t on 80 % of its present rows, so it
+#: is no more informative. Children of c: (240, 60) and (60, 240), q = −(96 + 96) = −192.
+#: Children of m: (200, 50) and (50, 200), 80 each, and the missing child (50, 50), 50: q = −210.
+#: Without the missing child m would score −160 and win every draw.
+SYNTH_ROWS = 600
+
+
+def _synthetic_columns() -> tuple[list[int], list[int], list[int]]:
+    t = [1] * 300 + [0] * 300
+    c = [1] * 240 + [0] * 60 + [0] * 240 + [1] * 60
+    m = [1] * 200 + [0] * 50 + [-1] * 50 + [0] * 200 + [1] * 50 + [-1] * 50
+    return t, c, m
+
+
+def _synthetic_store(kind: str) -> ColumnStore:
+    """Left view: c (Boolean) and m of ``kind`` (Boolean, numeric 0/1 on [0, 1] or categorical
+    no/yes); right view: the target t."""
+    t, c, m = _synthetic_columns()
+    missing: dict[str, Any]
+    column: Column
+    values = np.asarray(m)
+    if kind == "boolean":
+        missing = {"type": "boolean"}
+        column = _boolean("m", m)
+    elif kind == "numeric":
+        missing = {"type": "numeric", "lo": 0.0, "hi": 1.0, "lattice_bits": 1}
+        numbers = np.where(values < 0, NAN, values.astype(np.float64))
+        column = NumericColumn.from_values("m", numbers, lo=0.0, hi=1.0)
+    else:
+        missing = {"type": "categorical", "categories": ["no", "yes"]}
+        column = CategoricalColumn("m", ("no", "yes"), values.astype(np.int32))
+    metadata = DatasetMetadata.model_validate(
+        {
+            "kind": "views",
+            "n_max": 1000,
+            "attributes": [
+                {"type": "boolean", "name": "c", "view": "left"},
+                {**missing, "name": "m", "view": "left"},
+                {"type": "boolean", "name": "t", "view": "right"},
+            ],
+        }
+    )
+    columns: dict[str, Column] = {"c": _boolean("c", c), "m": column, "t": _boolean("t", t)}
+    return ColumnStore(metadata, n_rows=SYNTH_ROWS, columns=columns)
+
+
+@pytest.mark.parametrize("kind", ["boolean", "numeric", "categorical"])
+def test_a_partly_missing_attribute_pays_for_its_missing_rows(kind: str) -> None:
+    store = _synthetic_store(kind)
+    space = SplitSpace.of(store.metadata, "left")
+    labels = make_target(store, AttributeTarget(attribute="t"))
+    rows = np.ones(SYNTH_ROWS, dtype=np.bool_)
+    best = {
+        family.name: float(
+            _attribute_candidates(store.column(family.name), family, rows, labels, []).quality.max()
+        )
+        for family in space.families
+    }
+    assert best == pytest.approx({"c": -192.0, "m": -210.0})
+    # The exponential mechanism's argmax at a high ε: the complete attribute, every time
+    # (P(m) ≈ exp(−(ε/4)·18) ≈ 1e−98).
+    rng = seeded_generator(3)
+    chosen = {
+        space.families[
+            grow_tree_expmech(store, space, labels, depth=1, epsilon=50.0, rng=rng)[0][0]
+        ].name
+        for _ in range(20)
+    }
+    assert chosen == {"c"}
+
+
+@pytest.mark.parametrize("kind", ["boolean", "numeric", "categorical"])
+def test_the_scored_missing_child_is_the_rows_outside_every_leaf(kind: str) -> None:
+    """Printed = measured: a tree on m scores its missing rows as their own cell, and those are
+    exactly the rows routing puts in no leaf (the partition's outside row), which no leaf's
+    query holds."""
+    store = _synthetic_store(kind)
+    space = SplitSpace.of(store.metadata, "left")
+    family = next(i for i, f in enumerate(space.families) if f.name == "m")
+    split = space.split_of((family, 0))
+    tree = DecisionTree(view="left", depth=1, splits=[split])
+    leaves = tree_leaves(store, tree)
+    in_a_leaf = np.bitwise_or.reduce(leaves, axis=0)
+    counts = np.bitwise_count(in_a_leaf).sum()
+    assert int(counts) == SYNTH_ROWS - 100  # the 100 rows with m missing reach no leaf
+    right = DecisionTree(view="right", depth=1, splits=[TreeSplit(attribute="t")])
+    partition = exact_partition_counts(store, tree, right)
+    assert partition[-1, :-1].tolist() == [50, 50]  # outside row: the missing child's classes

@@ -8,13 +8,19 @@ against the charged ε = 1 (alpha = 1e-5). Each has a broken variant that the au
 * ``tree.expmech`` at depth 1 (one exponential mechanism over the splits p, q and x ≤ 0, 2, 4):
   the added row (p = 1, q and x missing, t = 0) changes only the quality of the split on p, by
   4/3 of the sensitivity bound Δ = 2. The broken variant uses Δ/10 (c = 10·ε/4).
-* ``tree.mcmc`` at depth 1 on the same data (target: the same EM; final state after the public
-  minimum of steps, ``MIN_TREE_ITERATIONS``, from the server's random tree), broken variant
-  Δ/10.
+* ``tree.expmech`` again with the added row in the missing child of every split (ALGORITHMS.md
+  §6 item 18: no left value, t = 0, D with q's missing child pure t = 1): only q's quality
+  moves, by 4/3; broken variant Δ/10.
+* ``tree.mcmc`` at depth 1 on the same data, both regimes (target: the same EM; final state
+  after the public minimum of steps, ``MIN_TREE_ITERATIONS``, from the server's random tree),
+  broken variant Δ/10.
 * ``tree.pair_mcmc`` at depth 1 (final state after the public minimum of steps) on a one-row D
   and a two-row D' where the added row swings the pair score by its sensitivity bound 1;
   broken variant Δ/10. Both chains' audits run 1,000 chains a side by default and 4,000
   under ``slow`` (sizes.py).
+* ``tree.pair_mcmc`` with ``pair_score="gain"`` (§6 item 19, one-sided sensitivity (2, 4),
+  c = ε/6) at depth 1 on the six base rows, the added row moving the score of the split on p by
+  −2.07; broken variant Δ/10.
 * ``tree.leaf_counts``: the added row falls in leaf 0 of both trees, so it moves one cell of the
   intersection matrix and one left count; the joint audit of those two releases passes at ε,
   the broken variant (a tenth of the noise scale) is flagged. That is the ``paper`` release; the
@@ -105,6 +111,16 @@ BASE_ROWS: tuple[Row, ...] = (
     (0, 0, 1.0, 0),
 )
 ADDED: Row = (1, None, None, 0)
+#: The missing-child regime (ALGORITHMS.md §6 item 18): two more rows with q missing, both
+#: t = 1, so q's missing child is pure; the added row has no left value and t = 0: it lands in
+#: the missing child of every split, and moves only q's (by 4/3; the others' are empty).
+MISSING_CHILD_ROWS: tuple[Row, ...] = (*BASE_ROWS, (1, None, 2.0, 1), (0, None, 0.5, 1))
+ADDED_WITHOUT_VALUES: Row = (None, None, None, 0)
+#: The neighbouring datasets (D, added row) of each regime of the expmech and mcmc audits.
+REGIMES: dict[str, tuple[tuple[Row, ...], Row]] = {
+    "in-a-child": (BASE_ROWS, ADDED),
+    "missing-child": (MISSING_CHILD_ROWS, ADDED_WITHOUT_VALUES),
+}
 
 
 def _store(rows: Sequence[Row]) -> ColumnStore:
@@ -123,8 +139,9 @@ def _store(rows: Sequence[Row]) -> ColumnStore:
     return ColumnStore(METADATA, n_rows=len(rows), columns=columns)
 
 
-def _neighbours() -> tuple[ColumnStore, ColumnStore]:
-    return _store(BASE_ROWS), _store((*BASE_ROWS, ADDED))
+def _neighbours(regime: str = "in-a-child") -> tuple[ColumnStore, ColumnStore]:
+    rows, added = REGIMES[regime]
+    return _store(rows), _store((*rows, added))
 
 
 # --------------------------------------------------------------------------------------------
@@ -141,11 +158,15 @@ def _label(tree: DecisionTree) -> str:
 
 
 def _quality(rows: Sequence[Row], split: str) -> float:
-    """q = −Σ_children |c|·Gini(c) over rows with a value and a label (brute force)."""
-    children: dict[bool, list[int]] = {True: [0, 0], False: [0, 0]}
+    """q = −Σ_children |c|·Gini(c) over the labelled rows, a missing value being a third child
+    (ALGORITHMS.md §6 item 18; brute force)."""
+    children: dict[bool | None, list[int]] = {True: [0, 0], False: [0, 0], None: [0, 0]}
     for p, q, x, t in rows:
         value: float | None = {"p": p, "q": q}.get(split, x)
-        if value is None or t is None:
+        if t is None:
+            continue
+        if value is None:
+            children[None][t] += 1
             continue
         left = value == 1 if split in {"p", "q"} else value <= float(split.split("<=")[1])
         children[left][t] += 1
@@ -154,10 +175,11 @@ def _quality(rows: Sequence[Row], split: str) -> float:
     )
 
 
-def _exact_loss(coefficient: float) -> float:
+def _exact_loss(coefficient: float, regime: str = "in-a-child") -> float:
     """The largest |log P(split | D) − log P(split | D')| of the depth-1 EM."""
+    base, added = REGIMES[regime]
     laws = []
-    for rows in (BASE_ROWS, (*BASE_ROWS, ADDED)):
+    for rows in (base, (*base, added)):
         weights = [
             m * math.exp(coefficient * _quality(rows, s))
             for s, m in zip(SPLITS, MASSES, strict=True)
@@ -166,11 +188,18 @@ def _exact_loss(coefficient: float) -> float:
     return max(abs(math.log(a / b)) for a, b in zip(*laws, strict=True))
 
 
-def test_the_added_row_moves_only_the_split_on_p() -> None:
-    moved = [_quality((*BASE_ROWS, ADDED), s) - _quality(BASE_ROWS, s) for s in SPLITS]
-    assert moved == pytest.approx([-4 / 3, 0, 0, 0, 0])
-    assert _exact_loss(EPSILON / 4) < EPSILON
-    assert _exact_loss(10 * EPSILON / 4) > 2.0  # what the broken variant loses (2.18)
+@pytest.mark.parametrize(
+    ("regime", "moves", "broken_loss"),
+    [("in-a-child", [-4 / 3, 0, 0, 0, 0], 2.0), ("missing-child", [0, -4 / 3, 0, 0, 0], 2.9)],
+)
+def test_the_added_row_moves_one_split(regime: str, moves: list[float], broken_loss: float) -> None:
+    """In-a-child: only the split on p moves (the row's q and x are missing, and their missing
+    children were empty); missing-child: only q's, through its missing child."""
+    base, added = REGIMES[regime]
+    moved = [_quality((*base, added), s) - _quality(base, s) for s in SPLITS]
+    assert moved == pytest.approx(moves)
+    assert _exact_loss(EPSILON / 4, regime) < EPSILON
+    assert _exact_loss(10 * EPSILON / 4, regime) > broken_loss  # what the broken variant loses
 
 
 def _expmech_outputs(
@@ -211,8 +240,10 @@ def _expmech_outputs(
     ]
 
 
-def _expmech_audit(broken: bool, samples: int, columns: Sequence[str] | None = None) -> AuditResult:
-    data, neighbour = _neighbours()
+def _expmech_audit(
+    broken: bool, samples: int, columns: Sequence[str] | None = None, regime: str = "in-a-child"
+) -> AuditResult:
+    data, neighbour = _neighbours(regime)
     outputs = [
         _expmech_outputs(data, 31, broken, samples, columns),
         _expmech_outputs(neighbour, 32, broken, samples, columns),
@@ -238,6 +269,20 @@ def test_audit_flags_expmech_with_a_tenth_of_the_sensitivity(
     samples: int, columns: Sequence[str] | None
 ) -> None:
     assert_audit_flags(_expmech_audit(broken=True, samples=samples, columns=columns), EPSILON)
+
+
+@SPLIT_SAMPLES
+def test_expmech_passes_the_audit_when_the_row_lands_in_a_missing_child(samples: int) -> None:
+    result = _expmech_audit(broken=False, samples=samples, regime="missing-child")
+    assert_audit_passes(result, EPSILON)
+
+
+@SPLIT_SAMPLES
+def test_audit_flags_a_missing_child_expmech_with_a_tenth_of_the_sensitivity(
+    samples: int,
+) -> None:
+    result = _expmech_audit(broken=True, samples=samples, regime="missing-child")
+    assert_audit_flags(result, EPSILON)
 
 
 # --------------------------------------------------------------------------------------------
@@ -285,8 +330,8 @@ def _mcmc_outputs(store: ColumnStore, seed: int, broken: bool, samples: int) -> 
     return outputs
 
 
-def _mcmc_audit(broken: bool, samples: int) -> AuditResult:
-    data, neighbour = _neighbours()
+def _mcmc_audit(broken: bool, samples: int, regime: str = "in-a-child") -> AuditResult:
+    data, neighbour = _neighbours(regime)
     return audit_categorical(
         _mcmc_outputs(data, 41, broken, samples),
         _mcmc_outputs(neighbour, 42, broken, samples),
@@ -296,13 +341,15 @@ def _mcmc_audit(broken: bool, samples: int) -> AuditResult:
 
 
 @MCMC_SAMPLES
-def test_mcmc_final_states_pass_the_audit(samples: int) -> None:
-    assert_audit_passes(_mcmc_audit(broken=False, samples=samples), EPSILON)
+@pytest.mark.parametrize("regime", list(REGIMES))
+def test_mcmc_final_states_pass_the_audit(samples: int, regime: str) -> None:
+    assert_audit_passes(_mcmc_audit(broken=False, samples=samples, regime=regime), EPSILON)
 
 
 @MCMC_SAMPLES
-def test_audit_flags_mcmc_with_a_tenth_of_the_sensitivity(samples: int) -> None:
-    assert_audit_flags(_mcmc_audit(broken=True, samples=samples), EPSILON)
+@pytest.mark.parametrize("regime", list(REGIMES))
+def test_audit_flags_mcmc_with_a_tenth_of_the_sensitivity(samples: int, regime: str) -> None:
+    assert_audit_flags(_mcmc_audit(broken=True, samples=samples, regime=regime), EPSILON)
 
 
 # --------------------------------------------------------------------------------------------
@@ -524,7 +571,7 @@ def _pair_label(left: DecisionTree, right: DecisionTree) -> str:
 
 def _pair_outputs(store: ColumnStore, seed: int, broken: bool, samples: int) -> list[Hashable]:
     request = TreePairMCMCRequest(
-        attribute="t", depth=1, iterations=PAIR_ITERATIONS, epsilon=EPSILON
+        attribute="t", depth=1, iterations=PAIR_ITERATIONS, epsilon=EPSILON, pair_score="paper"
     )
     spec = CATALOG["tree.pair_mcmc"]
     cost = spec.cost(request)
@@ -550,6 +597,7 @@ def _pair_outputs(store: ColumnStore, seed: int, broken: bool, samples: int) -> 
             epsilon=10 * EPSILON,  # Δ/10
             rng=rng,
             progress=no_progress,
+            score="paper",
         )
         broken_outputs.append(_pair_label(spaces[0].tree(1, first), spaces[1].tree(1, second)))
     return broken_outputs
@@ -577,3 +625,119 @@ def test_pair_mcmc_final_states_pass_the_audit(samples: int) -> None:
 @PAIR_SAMPLES
 def test_audit_flags_pair_mcmc_with_a_tenth_of_the_sensitivity(samples: int) -> None:
     assert_audit_flags(_pair_audit(broken=True, samples=samples), EPSILON)
+
+
+# --------------------------------------------------------------------------------------------
+# tree.pair_mcmc with pair_score="gain" (ALGORITHMS.md §6 item 19) at depth 1, a = t: score
+# S = −W(T₁; t) + [W(root; ℓ) − W(T₂; ℓ)] (W: count-weighted Gini over a tree's cells, ℓ = the
+# T₁ leaf), one-sided sensitivity (up 2, down 4), c = ε/6. On D (the six base rows) the added
+# row (p = 1, q = 0, x = 3.9, t = 0) joins p's pure t = 1 leaf and moves S of the split on p by
+# −2.07 (both terms fall: more than the Gini bound 2 of a single term), the others by ≤ 0.91.
+# Exact loss 0.21 at c = ε/6; the broken variant (Δ/10: c = 10·ε/6) loses 3.17.
+
+GAIN_ADDED: Row = (1, 0, 3.9, 0)
+
+
+def _gain_score(rows: Sequence[Row], split: str) -> float:
+    """S(T₁ = split, T₂ = t) by brute force, missing values as their own cells."""
+
+    def weighted(cells: dict[Hashable, Counter[Hashable]]) -> float:
+        return sum(
+            sum(c.values()) - sum(n * n for n in c.values()) / sum(c.values())
+            for c in cells.values()
+            if sum(c.values())
+        )
+
+    def first_leaf(row: Row) -> bool | None:
+        p, q, x, _ = row
+        value: float | None = {"p": p, "q": q}.get(split, x)
+        if value is None:
+            return None
+        return value == 1 if split in {"p", "q"} else value <= float(split.split("<=")[1])
+
+    first: dict[Hashable, Counter[Hashable]] = {}
+    second: dict[Hashable, Counter[Hashable]] = {}
+    root: Counter[Hashable] = Counter()
+    for row in rows:
+        leaf, label = first_leaf(row), row[3]
+        if label is not None:
+            first.setdefault(leaf, Counter())[label] += 1
+        if leaf is not None:
+            root[leaf] += 1
+            second.setdefault(label, Counter())[leaf] += 1
+    return -weighted(first) + weighted({0: root}) - weighted(second)
+
+
+def _gain_exact_loss(coefficient: float) -> float:
+    laws = []
+    for rows in (BASE_ROWS, (*BASE_ROWS, GAIN_ADDED)):
+        weights = [
+            m * math.exp(coefficient * _gain_score(rows, s))
+            for s, m in zip(SPLITS, MASSES, strict=True)
+        ]
+        laws.append([w / sum(weights) for w in weights])
+    return max(abs(math.log(a / b)) for a, b in zip(*laws, strict=True))
+
+
+def test_the_added_row_moves_the_gain_score_beyond_one_gini_term() -> None:
+    moved = [_gain_score((*BASE_ROWS, GAIN_ADDED), s) - _gain_score(BASE_ROWS, s) for s in SPLITS]
+    assert moved[0] < -2.0  # the split on p: past a single Gini term's bound, within Δ_down = 4
+    assert all(-4.0 < m < 2.0 for m in moved)
+    assert _gain_exact_loss(EPSILON / 6) < EPSILON
+    assert _gain_exact_loss(10 * EPSILON / 6) > 3.0  # what the broken variant loses
+
+
+def _gain_outputs(store: ColumnStore, seed: int, broken: bool, samples: int) -> list[Hashable]:
+    request = TreePairMCMCRequest(
+        attribute="t",
+        depth=1,
+        iterations=PAIR_ITERATIONS,
+        epsilon=EPSILON,
+        pair_score="gain",
+    )
+    spec = CATALOG["tree.pair_mcmc"]
+    cost = spec.cost(request)
+    assert cost == CHARGE
+    rng = seeded_generator(seed)
+    if not broken:
+        outputs: list[Hashable] = []
+        for _ in range(samples):
+            fields = spec.run(store, request, cost, rng, no_progress)
+            outputs.append(_pair_label(fields["left_tree"], fields["right_tree"]))
+        return outputs
+    spaces = (SplitSpace.of(store.metadata, "left"), SplitSpace.of(store.metadata, "right"))
+    labels = make_target(store, AttributeTarget(attribute="t"))
+    broken_outputs: list[Hashable] = []
+    for _ in range(samples):
+        first, second = sample_tree_pair(
+            store,
+            spaces,
+            labels,
+            depth=1,
+            iterations=PAIR_ITERATIONS,
+            epsilon=10 * EPSILON,  # Δ/10
+            rng=rng,
+            progress=no_progress,
+            score="gain",
+        )
+        broken_outputs.append(_pair_label(spaces[0].tree(1, first), spaces[1].tree(1, second)))
+    return broken_outputs
+
+
+def _gain_audit(broken: bool, samples: int) -> AuditResult:
+    return audit_categorical(
+        _gain_outputs(_store(BASE_ROWS), 61, broken, samples),
+        _gain_outputs(_store((*BASE_ROWS, GAIN_ADDED)), 62, broken, samples),
+        categories=PAIR_STATES,
+        alpha=ALPHA,
+    )
+
+
+@PAIR_SAMPLES
+def test_gain_pair_mcmc_final_states_pass_the_audit(samples: int) -> None:
+    assert_audit_passes(_gain_audit(broken=False, samples=samples), EPSILON)
+
+
+@PAIR_SAMPLES
+def test_audit_flags_gain_pair_mcmc_with_a_tenth_of_the_sensitivity(samples: int) -> None:
+    assert_audit_flags(_gain_audit(broken=True, samples=samples), EPSILON)

@@ -111,6 +111,7 @@ from dpmine.wire import (
     TreeMCMCRequest,
     TreeMCMCResponse,
     TreePairMCMCRequest,
+    TreePairScore,
     TreeSplit,
     TreeTarget,
     TreeTargetSpec,
@@ -375,6 +376,8 @@ class TreeDrawSignal:
     * ``tree.mcmc`` (§3.4): c = ε/(2·Δ), R = n_max (the count-weighted Gini of a tree); M =
       units^(2^d − 1), the trees.
     * ``tree.pair_mcmc`` (§3.5): c = ε/2 (sensitivity 1), R = 1 (the pair score is in [0, 1]);
+      with ``pair_score="gain"`` c = ε/6 (one-sided (2, 4)), R = 2·n_max (a Gini term and a
+      Gini gain, each within [0, n_max]);
       M = the pairs, units_L^(2^d − 1)·units_R^(2^d − 1).
 
     ``uniform_like``: c·R < ln M, the best candidate weighs less than the crowd of the others,
@@ -422,6 +425,7 @@ def tree_signals(
     """One :class:`TreeDrawSignal` per (operation, view, ε) of a plan's tree draws."""
     n = float(schema.n_max)
     grouped: dict[tuple[str, str, float, int], int] = {}
+    gain: set[tuple[str, str, float, int]] = set()
     for call in calls:
         if call.operation not in (TREE_EXPMECH.name, TREE_MCMC.name, TREE_PAIR_MCMC.name):
             continue
@@ -429,12 +433,15 @@ def tree_signals(
         view = str(body.get("view", "both"))
         key = (call.operation, view, float(body["epsilon"]), int(body.get("depth") or 3))
         grouped[key] = grouped.get(key, 0) + 1
+        if body.get("pair_score") == "gain":
+            gain.add(key)
     signals = []
     for (operation, view, epsilon, depth), draws in grouped.items():
         nodes = 2**depth - 1
         if operation == TREE_PAIR_MCMC.name:
             units = [max(view_units(schema, v, columns), 1) for v in ("left", "right")]
-            signal = deepest = epsilon / 2.0
+            paper = (operation, view, epsilon, depth) not in gain
+            signal = deepest = epsilon / 2.0 if paper else epsilon / 6.0 * 2.0 * n
             log_m = nodes * (math.log(units[0]) + math.log(units[1]))
         else:
             side: View = "left" if view == "left" else "right"
@@ -1236,7 +1243,10 @@ class AltMCMC(_Alternation):
 
 
 class MCMCTreePair(_TreeMinerBase):
-    """Tree pairs sampled jointly (§3.5, §3.7); ω = 0.1 "standard", 0.5 "balanced"."""
+    """Tree pairs sampled jointly (§3.5, §3.7); ω = 0.1 "standard", 0.5 "balanced".
+    ``pair_score``: the server's score of a pair, ``"gain"`` (the default: the Gini gain score,
+    ALGORITHMS.md §6 item 19, more and truer results in bench/bench_trees.py) or ``"paper"``
+    (§3.5)."""
 
     _kind: TreeKind = "pair"
 
@@ -1246,17 +1256,21 @@ class MCMCTreePair(_TreeMinerBase):
         in_trees: int | None = None,
         omega: float = 0.1,
         iterations: int = DEFAULT_TREE_ITERATIONS,
+        pair_score: TreePairScore = "gain",
         **parameters: Unpack[TreeMinerParameters],
     ) -> None:
         super().__init__(**parameters)
         self.in_trees = in_trees
         self.omega = omega
         self.iterations = iterations
+        self.pair_score = pair_score
 
     def _check_params(self) -> None:
         super()._check_params()
         if not 0 < self.omega < 1:
             raise ParameterError(f"omega must be in (0, 1), got {self.omega!r}")
+        if self.pair_score not in get_args(TreePairScore):
+            raise ParameterError(f"pair_score must be 'paper' or 'gain', got {self.pair_score!r}")
         _check_iterations(self.iterations)
 
     def _releases(self) -> int:
@@ -1292,6 +1306,7 @@ class MCMCTreePair(_TreeMinerBase):
             iterations=self.iterations,
             epsilon=self.settings_.tree_epsilon,
             columns=self._allowed,
+            pair_score=self.pair_score,
         )
 
     def _calls(self, dataset: DatasetHandle) -> list[PlannedCall]:

@@ -43,6 +43,7 @@ __all__ = [
     "TreePairMCMCRequest",
     "TreePairMCMCResponse",
     "TreePairResponse",
+    "TreePairScore",
     "TreeResponse",
     "TreeSplit",
     "TreeTarget",
@@ -254,6 +255,12 @@ class TreeMCMCRequest(OperationRequest[TreeMCMCResponse]):
     )
 
 
+#: The score of ``tree.pair_mcmc``: ``"paper"`` g(T_L)·(1 + g(T_R))/2 (§3.5, eq. 6) or
+#: ``"gain"`` −WGini(T_L; a) + the Gini gain of T_R predicting T_L's leaf (ALGORITHMS.md §6
+#: item 19), which gives a one-leaf T_L no credit.
+TreePairScore = Literal["paper", "gain"]
+
+
 class TreePairMCMCRequest(OperationRequest[TreePairMCMCResponse]):
     """A pair of trees sampled jointly (§3.5): the tree on the view without ``attribute``
     predicts makeTarget(attribute), the other predicts that tree's leaves. DP only at
@@ -270,6 +277,17 @@ class TreePairMCMCRequest(OperationRequest[TreePairMCMCResponse]):
         description=(
             "The attributes the trees may split on (default: every attribute of the view); an "
             "attribute target must be one of them. Public: it narrows the candidate splits."
+        ),
+    )
+
+    pair_score: TreePairScore = Field(
+        default="gain",
+        description=(
+            "'gain' (default): −WGini(T_L; a) + [WGini(root; T_L leaf) − WGini(T_R; T_L "
+            "leaf)] (count-weighted Gini over the leaves and the rows stopped by a missing "
+            "value), one-sided sensitivity (2, 4), zero credit for T_R when T_L has one leaf; "
+            "'paper': g(T_L)·(1 + g(T_R))/2 of §3.5, sensitivity 1, which peaks at a first "
+            "tree with one dominant leaf."
         ),
     )
 

@@ -9,6 +9,15 @@ a tree's node row sets form a ``(2m + 1, W)`` array in heap order (m inner nodes
 2^depth leaves, left to right). A node's children are its rows ∧ the split's left mask and ∧ its
 right mask; rows whose value is missing are in neither mask, so they reach no leaf (§3.1).
 
+Missing values as a child (ALGORITHMS.md §6 item 18). The Gini scores count the rows a split
+cannot route as one more child: a split's quality (§3.3) is −Σ |c|·Gini(c) over its left, right
+and *missing* children, and a tree's score (§3.4) sums |c|·Gini(c) over its **cells**: the
+leaves and, at every inner node, the node's rows with a missing value for its split (the rows
+that stop there, in no leaf below). The cells of a tree partition its labelled rows, so a
+missing value costs what it costs instead of removing the row from the penalty. The printed
+queries are unchanged: a leaf's path is false on a row with a missing value on it (§1.1), and
+that row is in no leaf (:func:`tree_leaves`), so printed = measured.
+
 Everything here is private (row sets, counts, scores); only the chosen splits leave, as public
 syntax (:class:`dpmine.wire.TreeSplit` with lattice thresholds).
 """
@@ -65,6 +74,8 @@ __all__ = [
     "reroute_subtree",
     "split_codes",
     "subtree_levels",
+    "tree_cell_counts",
+    "tree_gini",
     "weighted_gini",
 ]
 
@@ -74,7 +85,12 @@ FloatArray = npt.NDArray[np.float64]
 CodeArray = npt.NDArray[np.int32]
 BoolArray = npt.NDArray[np.bool_]
 
-#: Sensitivity of q = −Σ_children |c|·Gini(c) and of g₁ (§3.3, §3.4; Friedman–Schuster).
+#: Sensitivity of q = −Σ_children |c|·Gini(c) and of g₁ = −Σ_cells |c|·Gini(c) (§3.3, §3.4;
+#: Friedman–Schuster). The children (left, right, missing) of a split, and the cells (leaves,
+#: inner nodes' missing rows) of a tree, partition the labelled rows: one added row enters one of
+#: them, whose |c|·Gini(c) = |c| − Σ_k c_k²/|c| grows by 1 + S/(n(n+1)) − (2c_j + 1)/(n + 1)
+#: ∈ [0, 2) (n rows, S = Σ_k c_k², c_j of the row's class; ≥ 0 as |c|·Gini is concave and
+#: 1-homogeneous, < 2 at c_j = 0, S ≤ n²). So |Δq| < 2: Δ = 2, as without the missing child.
 GINI_SENSITIVITY = 2.0
 
 #: (family index, value index) of one split.
@@ -376,6 +392,22 @@ def weighted_gini(counts: npt.NDArray[np.integer] | FloatArray) -> FloatArray:
     return np.asarray(sizes - squares / np.maximum(sizes, 1.0), dtype=np.float64)
 
 
+def tree_cell_counts(nodes: npt.NDArray[np.integer], inner: int) -> IntArray:
+    """The class counts of a tree's cells from its node × class table (heap order, ``inner``
+    inner nodes then the leaves): row u < ``inner`` becomes u's missing child, the rows of u
+    that reach neither child (u − left child − right child); leaves stay as they are."""
+    table = np.asarray(nodes, dtype=np.int64)
+    cells = table.copy()
+    cells[:inner] -= table[1 : 2 * inner + 1 : 2] + table[2 : 2 * inner + 2 : 2]
+    return cells
+
+
+def tree_gini(nodes: npt.NDArray[np.integer], inner: int) -> float:
+    """Σ over a tree's cells of |c|·Gini(c) (module docstring): −g₁ of §3.4 with the missing
+    rows as cells. ``nodes`` is the node × class table in heap order."""
+    return float(weighted_gini(tree_cell_counts(nodes, inner)).sum())
+
+
 # --------------------------------------------------------------------------------------------
 # tree.expmech (§3.3)
 
@@ -498,14 +530,16 @@ def _attribute_candidates(
     banned: Sequence[int],
 ) -> _Candidates:
     """Candidates of one attribute at a node with labelled rows ``rows``; ``banned`` are the
-    values used by ancestors (mass 0; for numeric cells one lattice point less each)."""
+    values used by ancestors (mass 0; for numeric cells one lattice point less each). Every
+    candidate's quality includes the attribute's missing child (:func:`_missing_penalty`)."""
     classes, n_classes = labels.classes, labels.n_classes
+    missing = _missing_penalty(column, rows, labels)
     if isinstance(column, NumericColumn):
         quality, points, edges = _numeric_candidates(column, family, rows, labels)
         free = points - _excluded_by_cell(edges, banned, points.size)
         with np.errstate(divide="ignore"):
             log_mass = np.log(free) - math.log(family.size)
-        return _Candidates(quality, log_mass, edges)
+        return _Candidates(quality - missing, log_mass, edges)
     if isinstance(column, CategoricalColumn):
         codes = column.codes.astype(np.int64)
         keep = rows & (codes >= 0)
@@ -520,9 +554,25 @@ def _attribute_candidates(
         present = np.bincount(classes[keep], minlength=n_classes)
     log_mass = np.full(family.size, -math.log(family.size))
     log_mass[list(banned)] = -np.inf
-    return _Candidates(
-        _table_quality(table.astype(np.float64), present.astype(np.float64)), log_mass
-    )
+    quality = _table_quality(table.astype(np.float64), present.astype(np.float64)) - missing
+    return _Candidates(quality, log_mass)
+
+
+def _missing_penalty(
+    column: BooleanColumn | CategoricalColumn | NumericColumn, rows: BoolArray, labels: Labels
+) -> float:
+    """|M|·Gini(M) of the missing child M: the labelled rows of the node whose value of the
+    attribute is missing (§3.1: they go to neither child). The same for every split of the
+    attribute; one pass over the rows. With it the quality is −Σ over the three children, which
+    partition the node's labelled rows (sensitivity: :data:`GINI_SENSITIVITY`)."""
+    if isinstance(column, NumericColumn):
+        absent = np.isnan(column.values)
+    elif isinstance(column, CategoricalColumn):
+        absent = column.codes < 0
+    else:
+        absent = ~column.present.to_bool_array()
+    counts = np.bincount(labels.classes[rows & absent], minlength=labels.n_classes)
+    return float(weighted_gini(counts))
 
 
 def _node_split(
@@ -536,9 +586,11 @@ def _node_split(
     rng: np.random.Generator,
 ) -> SplitKey:
     """One exponential mechanism over the splits of a node (§3.3): weight μ(split)·exp(c·q),
-    c = ε/(2·2), μ = the base measure without the ancestors' splits. A numeric candidate is a
-    cell of lattice points with one quality; the released threshold is a uniform non-excluded
-    lattice point of the chosen cell (an integer draw and a table look-up)."""
+    q = −Σ |c|·Gini(c) over the left, right and missing children (Δ = 2, see
+    :data:`GINI_SENSITIVITY`), c = ε/(2·2), μ = the base measure without the ancestors'
+    splits. A numeric candidate is a cell of lattice points with one quality; the released
+    threshold is a uniform non-excluded lattice point of the chosen cell (an integer draw and a
+    table look-up)."""
     labelled = rows & (labels.classes >= 0)
     families: list[_Candidates] = []
     for index, family in enumerate(space.families):

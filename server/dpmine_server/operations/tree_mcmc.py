@@ -25,8 +25,9 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from dpmine.wire import TreePairScore
 from dpmine_server.data.columns import ColumnStore
-from dpmine_server.dp.mechanisms import em_coefficient
+from dpmine_server.dp.mechanisms import OneSided, Sensitivity, em_coefficient
 from dpmine_server.operations.base import Progress, progress_checkpoints
 from dpmine_server.operations.tree_kernels import (
     GINI_SENSITIVITY,
@@ -51,7 +52,9 @@ from dpmine_server.operations.tree_native import (
 )
 
 __all__ = [
+    "GAIN_SENSITIVITY",
     "PAIR_SENSITIVITY",
+    "PairScore",
     "descendants",
     "excluded_splits",
     "sample_tree_mcmc",
@@ -62,6 +65,24 @@ IntArray = npt.NDArray[np.int64]
 
 #: Sensitivity of the normalised pair score g(T_L)·(1 + g(T_R))/2 (§3.5, Lemma 1).
 PAIR_SENSITIVITY = 1.0
+
+#: The pair scores of ``tree.pair_mcmc``: the paper's (§3.5, eq. 6) or the Gini gain score.
+PairScore = TreePairScore
+
+#: One-sided sensitivity (§0.8) of the gain pair score (ALGORITHMS.md §6 item 19)
+#:
+#:     S(T_L, T_R) = −W(T_L; a) + [W(root; ℓ) − W(T_R; ℓ)]
+#:
+#: W(T; y) = Σ over T's cells (leaves and inner nodes' missing rows, :mod:`.tree_kernels`) of
+#: |c|·Gini(c) for the label y; ℓ = the T_L leaf of a row (rows in no T_L leaf have no ℓ);
+#: root = every row with an ℓ. Proof: an added row r moves each W by the growth of one cell's
+#: |c|·Gini(c), which is in [0, 2) (:data:`~.tree_kernels.GINI_SENSITIVITY`). The first term
+#: moves by −w₁ ∈ (−2, 0] (0 when r has no a-label); the bracket, when r has an ℓ, by
+#: w_root − w₂ ∈ (−2, 2) (r enters the root and exactly one cell of T_R, which partition the
+#: rows), else 0. So S moves up by < 2 and down by < 4: c = ε/(2 + 4) = ε/6. For a one-leaf T_L
+#: every ℓ is equal, every W(·; ℓ) is 0 and the bracket (the gain of T_R) is 0: T_R cannot make a
+#: degenerate T_L score; the paper's g(T_L)·(1 + g(T_R))/2 rewards it (§6 item 19).
+GAIN_SENSITIVITY = OneSided(up=2.0, down=4.0)
 
 
 #: Pooled candidate splits per step: a step rejects the splits its node's ancestors and
@@ -185,11 +206,12 @@ def sample_tree_mcmc(
     rng: np.random.Generator,
     progress: Progress,
 ) -> list[SplitKey]:
-    """AltMCMC's tree (§3.4): Metropolis–Hastings on g₁ = −Σ_leaves τ_n·Gini(n) (Δ = 2),
+    """AltMCMC's tree (§3.4): Metropolis–Hastings on g₁ = −Σ_cells τ_c·Gini(c) over the leaves
+    and every inner node's rows with a missing split value (:mod:`.tree_kernels`; Δ = 2),
     c = ε/(2·2), ``iterations`` steps, final state. ε-DP at convergence (approximate)."""
     chain = _chain(columns, space, depth, rng)
     classes = labels.class_words()
-    table = leaf_class_counts(_leaves(chain), classes)
+    table = leaf_class_counts(chain.nodes, classes)
     target = Target(classes, table, table.copy())
     coefficient = em_coefficient(epsilon, GINI_SENSITIVITY)
     draws = _draws(rng, chain.keys.shape[0], iterations, coefficient)
@@ -214,17 +236,22 @@ def sample_tree_pair(
     epsilon: float,
     rng: np.random.Generator,
     progress: Progress,
+    score: PairScore = "gain",
 ) -> tuple[list[SplitKey], list[SplitKey]]:
-    """MCMCTreePair's sampler (§3.5) on score = g(T_1)·(1 + g(T_2))/2 (eqs. 5–6): the first
-    tree (view of ``spaces[0]``) predicts ``labels`` (makeTarget(a)), the second predicts the
-    first's leaves. A step picks an inner node of either tree uniformly. c = ε/(2·1);
+    """MCMCTreePair's sampler (§3.5): the first tree (view of ``spaces[0]``) predicts
+    ``labels`` (makeTarget(a)), the second predicts the first's leaves. ``score`` "paper":
+    g(T_1)·(1 + g(T_2))/2 (eqs. 5–6), c = ε/(2·1); "gain": the Gini gain score of
+    :data:`GAIN_SENSITIVITY`, c = ε/6. A step picks an inner node of either tree uniformly;
     ``iterations`` steps, final state. ε-DP at convergence (approximate)."""
     chains = (_chain(columns, spaces[0], depth, rng), _chain(columns, spaces[1], depth, rng))
     classes = labels.class_words()
-    first = leaf_class_counts(_leaves(chains[0]), classes)
-    second = leaf_class_counts(_leaves(chains[1]), _leaves(chains[0]))
-    target = PairTarget(classes, first, second, first.copy(), second.copy(), columns.n_rows)
-    coefficient = em_coefficient(epsilon, PAIR_SENSITIVITY)
+    first = leaf_class_counts(chains[0].nodes, classes)
+    second = leaf_class_counts(chains[1].nodes, _leaves(chains[0]))
+    target = PairTarget(
+        classes, first, second, first.copy(), second.copy(), columns.n_rows, score == "gain"
+    )
+    sensitivity: Sensitivity = GAIN_SENSITIVITY if score == "gain" else PAIR_SENSITIVITY
+    coefficient = em_coefficient(epsilon, sensitivity)
     draws = _draws(rng, 2 * chains[0].keys.shape[0], iterations, coefficient)
     pools = (
         _Pool(spaces[0], rng, POOL_PER_STEP * iterations),

@@ -12,6 +12,12 @@ the row count, the depth, the number of classes and v's level, not on the rows' 
 loops are branch-free on them); only the number of rejected candidates depends on the current
 splits, as in any rejection sampler.
 
+Scores count a tree's **cells** (ALGORITHMS.md §6 item 18; :mod:`.tree_kernels`): its leaves
+and, at every inner node u, the rows of u that reach neither child (a missing value of u's
+split). The tables hold the counts of every node (heap order), a cell of u is u's row minus its
+children's rows, and a proposal at v recounts every node below v (34/7 nodes on average at
+depth 3 against 24/7 leaves: the work grows by a public factor).
+
 Row masks: a split (family f, value v) sends left the rows whose code c in family f satisfies
 0 ≤ c ≤ v (``ordered``: numeric ranks, the number of lattice points below the value) or c = v
 (categorical codes; Boolean: 0 = true, 1 = false); rows with c ≥ 0 that fail the test go right,
@@ -93,8 +99,8 @@ class Chain(NamedTuple):
 
 
 class Target(NamedTuple):
-    """What a ``tree.mcmc`` chain is scored against: the class rows, the current leaf × class
-    table and a scratch table for the proposal."""
+    """What a ``tree.mcmc`` chain is scored against: the class rows, the current node × class
+    table (every node, heap order) and a scratch table for the proposal."""
 
     classes: WordArray
     table: IntArray
@@ -103,8 +109,9 @@ class Target(NamedTuple):
 
 class PairTarget(NamedTuple):
     """What a ``tree.pair_mcmc`` chain is scored against: the first tree's class rows, its
-    leaf × class table, the second tree's leaf × first-tree-leaf table, scratch tables for the
-    proposal, and τ (all rows, §3.5)."""
+    node × class table, the second tree's node × first-tree-leaf table (every node, heap
+    order), scratch tables for the proposal, τ (all rows, §3.5) and the score: False for the
+    paper's g(T_1)·(1 + g(T_2))/2, True for the Gini gain score (:func:`_gain_score`)."""
 
     classes: WordArray
     first: IntArray
@@ -112,6 +119,7 @@ class PairTarget(NamedTuple):
     first_proposal: IntArray
     second_proposal: IntArray
     total_rows: int
+    gain: bool
 
 
 class Draws(NamedTuple):
@@ -253,6 +261,56 @@ def _weighted_gini(counts: IntArray) -> float:
 
 
 @_compiled
+def _cell_gini(table: IntArray, node: int, inner: int) -> float:
+    """|c|·Gini(c) of ``node``'s cell: a leaf's rows, or an inner node's rows that reach
+    neither child (its row minus its children's rows)."""
+    if node >= inner:
+        return _weighted_gini(table[node])
+    size = 0.0
+    squares = 0.0
+    for k in range(table.shape[1]):
+        count = float(table[node, k] - table[2 * node + 1, k] - table[2 * node + 2, k])
+        size += count
+        squares += count * count
+    return size - squares / size if size > 0 else 0.0
+
+
+@_compiled
+def _subtree_gini(table: IntArray, node: int, inner: int) -> float:
+    """Σ |c|·Gini(c) over the cells of ``node``'s subtree (``node`` and every node below)."""
+    depth = _level(inner)
+    total = 0.0
+    first, width = node, 1
+    for _ in range(depth - _level(node) + 1):
+        for cell in range(first, first + width):
+            total += _cell_gini(table, cell, inner)
+        first, width = 2 * first + 1, 2 * width
+    return total
+
+
+@_compiled
+def _recount_below(
+    rows: WordArray, node: int, inner: int, classes: WordArray, out: IntArray
+) -> None:
+    """``out[u, k]`` = |rows[u] ∩ classes[k]| for every node u strictly below ``node``."""
+    depth = _level(inner)
+    first, width = 2 * node + 1, 2
+    for _ in range(depth - _level(node)):
+        _count(rows[first : first + width], classes, out[first : first + width])
+        first, width = 2 * first + 1, 2 * width
+
+
+@_compiled
+def _adopt_below(table: IntArray, proposal: IntArray, node: int, inner: int) -> None:
+    """Copy the proposal's rows of the nodes strictly below ``node`` into ``table``."""
+    depth = _level(inner)
+    first, width = 2 * node + 1, 2
+    for _ in range(depth - _level(node)):
+        table[first : first + width] = proposal[first : first + width]
+        first, width = 2 * first + 1, 2 * width
+
+
+@_compiled
 def _purity(table: IntArray, total_rows: int) -> float:
     """g(T) = Σ_leaves (τ_n/τ)·Σ_c (τ_{n,c}/τ_n)² (§3.5, eq. 5), τ = ``total_rows``."""
     total = 0.0
@@ -276,10 +334,12 @@ def _accepted(log_ratio: float, uniform: float) -> bool:
 def mcmc_steps(
     chain: Chain, target: Target, draws: Draws, span: tuple[int, int], pool: Pool
 ) -> tuple[int, int]:
-    """Steps ``span`` = [start, stop) of the ``tree.mcmc`` chain on g₁ = −Σ τ_n·Gini(n)
-    (§3.4), proposals from ``pool``. Returns (next step, next pool cursor): the next step is
-    before ``stop`` when the pool ran out."""
+    """Steps ``span`` = [start, stop) of the ``tree.mcmc`` chain on g₁ = −Σ_cells τ_c·Gini(c)
+    (§3.4, cells: leaves and inner nodes' missing rows), proposals from ``pool``. A move at v
+    changes the cells of v's subtree only. Returns (next step, next pool cursor): the next step
+    is before ``stop`` when the pool ran out."""
     families, values, cursor = pool
+    inner = chain.keys.shape[0]
     start, stop = span
     for step in range(start, stop):
         node = draws.picks[step]
@@ -289,22 +349,41 @@ def mcmc_steps(
         family, value = families[cursor], values[cursor]
         cursor += 1
         _propose(chain, node, family, value)
-        rows, first, width = _proposed_leaves(chain, node)
-        _count(rows, target.classes, target.proposal[first : first + width])
-        gain = 0.0
-        for leaf in range(first, first + width):
-            gain += _weighted_gini(target.table[leaf]) - _weighted_gini(target.proposal[leaf])
+        _recount_below(chain.scratch, node, inner, target.classes, target.proposal)
+        target.proposal[node] = target.table[node]
+        gain = _subtree_gini(target.table, node, inner) - _subtree_gini(
+            target.proposal, node, inner
+        )
         if _accepted(draws.coefficient * gain, draws.uniforms[step]):
             _commit(chain, node, family, value)
-            target.table[first : first + width] = target.proposal[first : first + width]
+            _adopt_below(target.table, target.proposal, node, inner)
     return stop, cursor
 
 
 @_compiled
+def _gain_score(first: IntArray, second: IntArray) -> float:
+    """The Gini gain pair score (ALGORITHMS.md §6 item 19): −WGini(T_1; a) + [WGini(T_1's
+    leaves over the rows in a leaf of T_1) − WGini(T_2; T_1's leaves)], every WGini summed over
+    the tree's cells; the bracket is the gain of T_2 predicting T_1's leaf, 0 when T_1 has one
+    non-empty leaf. The second table's root row counts every T_1 leaf (sensitivity: see
+    :data:`~dpmine_server.operations.tree_mcmc.GAIN_SENSITIVITY`)."""
+    inner = (first.shape[0] - 1) // 2
+    return (
+        -_subtree_gini(first, 0, inner)
+        + _weighted_gini(second[0])
+        - _subtree_gini(second, 0, inner)
+    )
+
+
+@_compiled
 def _pair_score(target: PairTarget, first: IntArray, second: IntArray) -> float:
-    """score(T_1, T_2) = g(T_1)·(1 + g(T_2))/2 (§3.5, eq. 6) from the two tables."""
+    """The pair score from the two node tables: the gain score (``target.gain``) or the
+    paper's g(T_1)·(1 + g(T_2))/2 (§3.5, eq. 6) of the leaf rows."""
+    if target.gain:
+        return _gain_score(first, second)
     rows = target.total_rows
-    return _purity(first, rows) * (1.0 + _purity(second, rows)) / 2.0
+    inner = (first.shape[0] - 1) // 2
+    return _purity(first[inner:], rows) * (1.0 + _purity(second[inner:], rows)) / 2.0
 
 
 @_compiled
@@ -339,10 +418,10 @@ def pair_steps(
         target.first_proposal[:] = target.first
         target.second_proposal[:] = target.second
         if which == 0:
-            _count(rows, target.classes, target.first_proposal[leaf : leaf + width])
-            _count(second.nodes[inner:], rows, target.second_proposal[:, leaf : leaf + width])
+            _recount_below(chain.scratch, node, inner, target.classes, target.first_proposal)
+            _count(second.nodes, rows, target.second_proposal[:, leaf : leaf + width])
         else:
-            _count(rows, first.nodes[inner:], target.second_proposal[leaf : leaf + width])
+            _recount_below(chain.scratch, node, inner, first.nodes[inner:], target.second_proposal)
         proposed = _pair_score(target, target.first_proposal, target.second_proposal)
         if _accepted(draws.coefficient * (proposed - score), draws.uniforms[step]):
             _commit(chain, node, families[at], values[at])

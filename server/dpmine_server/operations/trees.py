@@ -264,7 +264,8 @@ def _run_pair(
     progress: Progress,
 ) -> dict[str, Any]:
     """Kernel of ``tree.pair_mcmc`` (ALGORITHMS.md §3.5): approximate ε-DP (exact at
-    convergence of a fixed, public number of Metropolis–Hastings steps)."""
+    convergence of a fixed, public number of Metropolis–Hastings steps), on the request's
+    ``pair_score`` (the paper's, or the Gini gain score of §6 item 19)."""
     spaces = _pair_spaces(request, columns.metadata)
     first, second = sample_tree_pair(
         columns,
@@ -275,6 +276,7 @@ def _run_pair(
         epsilon=epsilon.for_mechanism(),
         rng=rng,
         progress=progress,
+        score=request.pair_score,
     )
     trees = {
         spaces[0].view: spaces[0].tree(request.depth, first),

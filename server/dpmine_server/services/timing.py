@@ -230,10 +230,12 @@ def _tree_expmech_work(request: Mapping[str, Any], metadata: DatasetMetadata) ->
 
 
 def _tree_step_work(depth: int, classes: int, metadata: DatasetMetadata) -> float:
-    # One compiled step: the new split's row masks (a pass over the rows) and, on average
-    # about ``depth`` leaves recounted against every class by popcount (measured ≈ 15 µs at
-    # depth 3 with 10 classes on 28,886 rows).
-    return 2e-6 + metadata.n_max * (4e-10 + 1.5e-11 * depth * (classes + 2))
+    # One compiled step: the new split's row masks (a pass over the rows) and every node below
+    # the moved one recounted against every class by popcount (the scores count the inner
+    # nodes' missing rows too): on average about 1.5·``depth`` nodes (34/7 at depth 3, against
+    # 24/7 leaves when only the leaves were counted, measured ≈ 15 µs at depth 3 with 10
+    # classes on 28,886 rows; the popcount term is scaled by that ratio).
+    return 2e-6 + metadata.n_max * (4e-10 + 2.2e-11 * depth * (classes + 2))
 
 
 def _tree_setup_work(metadata: DatasetMetadata) -> float:
@@ -250,13 +252,14 @@ def _tree_mcmc_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> fl
 
 def _tree_pair_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
     # As tree.mcmc against the larger of the two trees' class counts, plus the second tree's
-    # leaf × leaf recount after a first-tree move (measured ≈ 21 µs a step at depth 3 with 10
-    # classes on 28,886 rows).
+    # node × leaf recount after a first-tree move (measured ≈ 21 µs a step at depth 3 with 10
+    # classes on 28,886 rows when only its 2^depth leaves were recounted; now its 2^(depth+1) − 1
+    # nodes, so the recount term is doubled).
     depth = _tree_depth(request)
     leaves = 1 << depth
     target = {"attribute": request.get("attribute"), "bins": request.get("bins")}
     classes = max(_tree_classes(target, metadata), leaves)
-    recount = 6e-12 * metadata.n_max * leaves * depth
+    recount = 1.2e-11 * metadata.n_max * leaves * depth
     per_step = _tree_step_work(depth, classes, metadata) + recount
     iterations = int(request.get("iterations") or 10_000)
     return 2 * _tree_setup_work(metadata) + iterations * per_step
