@@ -62,6 +62,7 @@ from dpmine_server.dp.mechanisms import (
     laplace_scale,
 )
 from dpmine_server.dp.topk import BlockPick, Noise, TailCandidate, noisy_top_k_blocks
+from dpmine_server.dp.zcdp import ReleasePart
 from dpmine_server.operations.base import OperationSpec, Progress
 from dpmine_server.operations.itemset_plan import TopKPlan, plan_top_k
 
@@ -416,6 +417,17 @@ def _split(request: TopKItemsetsRequest, epsilon: Epsilon) -> tuple[float, float
     return selection, counts
 
 
+def _releases(request: TopKItemsetsRequest, epsilon: Epsilon) -> tuple[ReleasePart, ...]:
+    """The selection at ε_s and, with counts, the Laplace counts at ε_p (:func:`_split`), each
+    ε-DP: ε_s²/2 + ε_p²/2-zCDP (Bun & Steinke 2016, Prop. 1.4 and Lemma 2.3). The selection
+    takes the generic map: not every method's noisy top-K is yet shown bounded-range."""
+    selection, counts = _split(request, epsilon)
+    parts = [ReleasePart("pure", Fraction(selection))]
+    if counts is not None:
+        parts.append(ReleasePart("pure", Fraction(counts)))
+    return tuple(parts)
+
+
 def request_catalog(request: TopKItemsetsRequest, metadata: DatasetMetadata) -> ItemCatalog:
     """The item universe a request may use (:func:`item_catalog` with its public
     ``numeric_bins`` and ``columns``); ValueError, saying what to change, when the request
@@ -543,6 +555,7 @@ def _spec(method: Method) -> OperationSpec[TopKItemsetsRequest, TopKItemsetsResp
         dataset_kinds=frozenset({"transactions", "table", "views"}),
         validate=functools.partial(_validate, method=method),
         cost=_cost,
+        releases=_releases,
         run=_runner(method),
     )
 
