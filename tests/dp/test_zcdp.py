@@ -30,6 +30,7 @@ from dpmine_server.dp.zcdp import (
     standard_epsilon,
 )
 from dpmine_server.operations import CATALOG
+from dpmine_server.operations.itemsets import selection_releases
 
 ALPHAS = np.concatenate([1 + np.logspace(-3, 0, 25), np.logspace(0.31, 2.5, 40)])
 EPSILONS = (0.05, 0.3, 1.0, 2.0)
@@ -91,6 +92,32 @@ class TestRhoMaps:
                 worst = max(worst, worst_ratio(p, q))
         assert worst <= rho * (1 + 1e-9)
         assert worst > rho / 2  # ε²/16 would be wrong: the bounded-range map is nearly tight
+
+    @pytest.mark.parametrize("epsilon", EPSILONS)
+    def test_peeled_range_calibrated_top_k_is_k_bounded_range_rounds(self, epsilon: float) -> None:
+        """fim.topk_em's selection (K = 2 of 4, monotone counts: a row only adds, Δ_up = 1,
+        Δ_down = 0, so c = ε_s/K per round) against its declared parts."""
+        [part] = selection_releases("em", k=2, epsilon_selection=epsilon)
+        rho = float(part.rho())
+
+        def peeled(scores: np.ndarray) -> np.ndarray:
+            c = epsilon / 2  # per round, range-calibrated
+            logs = []
+            for first, second in itertools.permutations(range(4), 2):
+                one = log_normalize(c * scores)[first]
+                rest = [i for i in range(4) if i != first]
+                two = log_normalize(c * scores[rest])[rest.index(second)]
+                logs.append(one + two)
+            return np.array(logs)
+
+        rng = np.random.default_rng(11)
+        worst = 0.0
+        for _ in range(5):
+            scores = rng.integers(0, 5, size=4).astype(float)
+            for shift in itertools.product((0.0, 1.0), repeat=4):  # one added row
+                worst = max(worst, worst_ratio(peeled(scores), peeled(scores + np.array(shift))))
+        assert worst <= rho * (1 + 1e-9)
+        assert worst > rho / 4
 
     def test_parts_add_and_round_up(self) -> None:
         epsilon = Epsilon.charge("0.3")
