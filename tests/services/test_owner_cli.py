@@ -461,7 +461,7 @@ def test_tables_and_summaries_by_default_json_for_scripts(tmp_path: Path, patien
 
     listed = _run(tmp_path, "datasets", "list").stdout
     assert listed.splitlines()[0] == "datasets"
-    row = ("ward", "ward", "table", "active", "1", "allow_approximate", "2.5", "0", "2.5")
+    row = ("ward", "ward", "table", "active", "1", "allow_approximate", "pure", "2.5", "0", "2.5")
     assert _table_row(listed, *row), listed
     grants = _run(tmp_path, "grants", "list", "ward").stdout
     assert _table_row(grants, "bob", "0.7", "0", "0.7"), grants
@@ -482,7 +482,7 @@ def test_tables_and_summaries_by_default_json_for_scripts(tmp_path: Path, patien
     header = _run(tmp_path, "ledger", "export", "--format", "csv").stdout
     assert header.splitlines() == [
         "id,dataset_id,principal,operation,epsilon,epsilon_exact,guarantee,status,parameters,"
-        "release,idempotency_key,created_at,completed_at"
+        "release,idempotency_key,created_at,completed_at,accounting,rho_exact,delta"
     ]
     assert _ok(_run(tmp_path, "ledger", "export", "--json")) == []
     assert "disagree" in _one_line_error(
@@ -494,7 +494,15 @@ def test_tables_and_summaries_by_default_json_for_scripts(tmp_path: Path, patien
 
     # --json: the shapes scripts read.
     assert _ok(_run(tmp_path, "grants", "list", "ward", "--json")) == [
-        {"analyst": "bob", "dataset_id": "ward", "epsilon": 0.7, "spent": 0.0, "remaining": 0.7}
+        {
+            "analyst": "bob",
+            "dataset_id": "ward",
+            "epsilon": 0.7,
+            "spent": 0.0,
+            "remaining": 0.7,
+            "accounting": "pure",
+            "zcdp": None,
+        }
     ]
     assert _ok(_run(tmp_path, "datasets", "show", "ward", "--json"))["id"] == "ward"
     assert _ok(_run(tmp_path, "principals", "list", "--json"))[0]["name"] == "bob"
