@@ -164,6 +164,11 @@ class TestCapAndConversion:
         assert shown >= float(amount.as_fraction())
         assert epsilon_of_rho(Rho(0), DEFAULT_DELTA) == 0.0
 
+    def test_a_huge_rho_is_shown_by_the_standard_bound_where_opendp_overflows(self) -> None:
+        amount = Rho.charge(1_000_000)
+        tiny = parse_delta("1e-300")
+        assert epsilon_of_rho(amount, tiny) >= float(standard_epsilon(amount, tiny))
+
 
 @pytest.mark.parametrize("name", sorted(CATALOG))
 def test_every_operation_declares_its_releases(name: str) -> None:

@@ -156,15 +156,22 @@ def epsilon_of_rho(rho: Rho, delta: Decimal) -> float:
 
     OpenDP converts a measurement, not a number, so ρ is carried by its Gaussian mechanism of
     scale 1 at input distance d = √(2ρ) (its map is d²/2, rounded up by OpenDP); d is rounded
-    up too, so the ε shown is never below the exact one.
+    up too, so the ε shown is never below the exact one. Where OpenDP's search overflows (ρ in
+    the thousands), the standard bound ρ + 2√(ρ ln 1/δ), rounded up, is shown instead: a view
+    never fails for a public amount.
     """
     if rho.units == 0:
         return 0.0
     distance = math.sqrt(2 * rho.display())
     while Fraction(distance) ** 2 < 2 * rho.as_fraction():
         distance = math.nextafter(distance, math.inf)
-    curve = _unit_gaussian_as_approx_dp().map(distance)
-    return float(curve.epsilon(float(delta)))
+    try:
+        curve = _unit_gaussian_as_approx_dp().map(distance)
+        return float(curve.epsilon(float(delta)))
+    except dp.OpenDPException:
+        bound = standard_epsilon(rho, delta)
+        value = float(bound)
+        return value if Decimal(value) >= bound else math.nextafter(value, math.inf)
 
 
 @lru_cache(maxsize=1)
