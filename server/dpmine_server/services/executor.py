@@ -272,10 +272,18 @@ class Executor:
             dataset = session.get(Dataset, job.dataset_id)
             unit = "pure" if dataset is None else dataset_unit(dataset)
             delta = (DEFAULT_DELTA, True) if dataset is None else dataset_delta(dataset)
-        # The kernel's ε is recomputed from the public request (as at submission); the charge
-        # is the entry's, in the dataset's unit.
-        cost = spec.cost(request)
+        # The charge is the entry's, in the dataset's unit. On a pure dataset the kernel runs at
+        # that ε, as ever; on a zCDP one its ε is recomputed from the public request, and the
+        # kernel never runs unless the entry's ρ is exactly what that ε costs.
         charge = ledger_amount(unit, entry.epsilon_units)
+        cost, expected = spec.charge(request, unit)
+        if isinstance(charge, Epsilon):
+            cost = charge
+        elif expected != charge:  # a bug, never the data: the worker fails the entry and logs it
+            raise RuntimeError(
+                f"job {job.id}: the ledger entry holds rho={charge.exact_str()} but the request "
+                f"costs rho={expected.exact_str()}; the kernel was not run"
+            )
         reservation = Reservation(
             entry_id=entry.id,
             cost=charge,
