@@ -284,6 +284,12 @@ def _check_output(
 
 def _receipt_line(receipt: Receipt) -> str:
     replay = " (replayed, not charged again)" if receipt.replayed else ""
+    if receipt.zcdp is not None:  # a zCDP dataset: the ledger debited ρ
+        return (
+            f"ran at ε={epsilon_text(receipt.epsilon_exact)}, charged ρ={receipt.zcdp.rho_exact} "
+            f"({receipt.guarantee}) · ledger entry {receipt.ledger_entry_id} · remaining "
+            f"ρ={receipt.zcdp.rho_remaining:.6g}{replay}"
+        )
     return (
         f"charged ε={epsilon_text(receipt.epsilon_exact)} ({receipt.guarantee}) · ledger entry "
         f"{receipt.ledger_entry_id} · remaining ε={epsilon_text(receipt.remaining_epsilon)}{replay}"
@@ -372,6 +378,24 @@ def budget(
     """Your grant on a dataset and what is left (free)."""
     options = _options(ctx)
     status = _run(options, lambda c: c.dataset(dataset_id).budget())
+    if status.zcdp is not None:  # a zCDP dataset: ρ exactly, and the ε it implies
+        amounts = status.zcdp
+        default = " (default)" if amounts.delta_is_default else ""
+        table = Table(
+            "grant ρ",
+            "spent ρ",
+            "remaining ρ",
+            f"ε spent at δ={amounts.delta:g}{default}",
+            title=f"{dataset_id} (zCDP)",
+        )
+        table.add_row(
+            amounts.rho_exact,
+            f"{amounts.rho_spent:.6g}",
+            f"{amounts.rho_remaining:.6g}",
+            f"{amounts.epsilon_spent:.6g} of {amounts.epsilon:.6g}",
+        )
+        _emit(options, status, table)
+        return
     table = Table("grant ε", "spent ε", "remaining ε", "dataset cap left ε", title=dataset_id)
     table.add_row(
         epsilon_text(status.grant_epsilon),

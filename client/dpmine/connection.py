@@ -627,12 +627,22 @@ class AdminClient:
         response = self._connection.request("DELETE", f"/v1/admin/datasets/{dataset_id}")
         return DatasetInfo.model_validate(response.json())
 
-    def grant(self, dataset_id: str, analyst: str, epsilon: float) -> GrantInfo:
-        """Set an analyst's allotment on a dataset."""
+    def grant(
+        self,
+        dataset_id: str,
+        analyst: str,
+        epsilon: float | None = None,
+        *,
+        rho: float | None = None,
+    ) -> GrantInfo:
+        """Set an analyst's allotment on a dataset, in its unit: ``epsilon`` on a pure dataset,
+        ``rho`` on a zCDP one."""
         with checked_parameters():
-            body = GrantRequest(analyst=analyst, epsilon=epsilon)
+            body = GrantRequest(analyst=analyst, epsilon=epsilon, rho=rho)
         response = self._connection.request(
-            "PUT", f"/v1/admin/datasets/{dataset_id}/grants", json=body.model_dump()
+            "PUT",
+            f"/v1/admin/datasets/{dataset_id}/grants",
+            json=body.model_dump(exclude_none=True),
         )
         return GrantInfo.model_validate(response.json())
 

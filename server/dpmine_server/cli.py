@@ -705,6 +705,12 @@ TableOption = Annotated[str | None, typer.Option(help="Table of --sql-url")]
 QueryOption = Annotated[str | None, typer.Option(help="SELECT query on --sql-url")]
 #: dpmine.wire.GuaranteePolicy, spelt out: the wire package is imported only when a command runs.
 PolicyChoice = Literal["allow_approximate", "pure_only"]
+AccountingChoice = Literal["pure", "zcdp"]
+_ACCOUNTING_HELP = (
+    "pure: the ledger adds epsilon; zcdp: it adds rho (zero-concentrated DP, far tighter for "
+    "many small releases), with the cap as --epsilon-cap and --cap-delta (stored as the largest "
+    "rho within them) or as --cap-rho"
+)
 _POLICY_HELP = (
     "pure_only: refuse the operations whose guarantee is approximate (tree.mcmc, "
     "tree.pair_mcmc, brl.sample_rule_list) before any charge; allow_approximate: serve them"
@@ -821,10 +827,17 @@ def datasets_review(
 def datasets_add(
     dataset_id: Annotated[str, typer.Argument(metavar="ID")],
     metadata: Annotated[Path, typer.Option(help="Public metadata JSON (see propose-metadata)")],
-    epsilon_cap: Annotated[float, typer.Option(help="Total epsilon ever spendable")],
+    epsilon_cap: Annotated[
+        float | None, typer.Option(help="Total epsilon ever spendable (with --cap-delta: zcdp)")
+    ] = None,
     guarantee_policy: Annotated[PolicyChoice, typer.Option(help=_POLICY_HELP)] = (
         "allow_approximate"
     ),
+    accounting: Annotated[AccountingChoice, typer.Option(help=_ACCOUNTING_HELP)] = "pure",
+    cap_delta: Annotated[
+        float | None, typer.Option(help="zcdp: the delta of the (epsilon, delta) cap, e.g. 1e-6")
+    ] = None,
+    cap_rho: Annotated[float | None, typer.Option(help="zcdp: the cap given as rho")] = None,
     name: Annotated[str | None, typer.Option(help="Display name")] = None,
     description: str = "",
     attribution: str = "",
@@ -874,6 +887,9 @@ def datasets_add(
         attribution=attribution,
         epsilon_cap=epsilon_cap,
         guarantee_policy=guarantee_policy,
+        accounting=accounting,
+        cap_delta=cap_delta,
+        cap_rho=cap_rho,
         metadata=accepted,
         source=source,
     )
@@ -883,7 +899,11 @@ def datasets_add(
             session,
             action="dataset_registered",
             target=dataset_id,
-            details={"guarantee_policy": guarantee_policy, "via": "cli"},
+            details={
+                "guarantee_policy": guarantee_policy,
+                **({"accounting": accounting} if accounting != "pure" else {}),
+                "via": "cli",
+            },
         )
         cap = services.datasets.cap(session, dataset_id)
     warnings = _copied_warnings(accepted, _local_source(source, files))
@@ -916,7 +936,7 @@ def _dataset_fields(info: DatasetInfo, cap: DatasetCap) -> list[tuple[str, objec
     """The public summary of a dataset and its budget (never its rows nor their number)."""
     metadata = info.metadata
     label = metadata.label
-    remaining = _eps(str(Decimal(cap.epsilon_cap_exact) - Decimal(cap.spent_exact)))
+    total, spent, remaining = _budget_cells(cap)
     return [
         ("name", info.name),
         ("kind", metadata.kind),
@@ -926,8 +946,30 @@ def _dataset_fields(info: DatasetInfo, cap: DatasetCap) -> list[tuple[str, objec
         ("label", None if label is None else f"{label.attribute} = {label.positive}"),
         ("row bound", f"n_max = {metadata.n_max}"),
         ("guarantees", info.guarantee_policy),
-        ("ε cap", _eps(cap.epsilon_cap_exact)),
-        ("ε spent", f"{_eps(cap.spent_exact)} (left {remaining})"),
+        *_accounting_fields(cap),
+        ("ε cap", total),
+        ("ε spent", f"{spent} (left {remaining})"),
+    ]
+
+
+def _budget_cells(cap: DatasetCap) -> tuple[str, str, str]:
+    """(cap, spent, left) as epsilon text: exact on a pure dataset; on a zCDP one the epsilon
+    its rho implies (cap, spent) and the largest epsilon of one generic call (left)."""
+    if cap.zcdp is None:
+        left = str(Decimal(cap.epsilon_cap_exact) - Decimal(cap.spent_exact))
+        return _eps(cap.epsilon_cap_exact), _eps(cap.spent_exact), _eps(left)
+    return f"≈{cap.epsilon_cap:.4g}", f"≈{cap.spent:.4g}", f"≈{cap.remaining:.4g}"
+
+
+def _accounting_fields(cap: DatasetCap) -> list[tuple[str, object]]:
+    """A zCDP dataset's exact rho and the delta its epsilon figures are at (none if pure)."""
+    if cap.zcdp is None:
+        return [("accounting", "pure (the ledger adds ε)")]
+    default = ", the public default: the cap was given as ρ" if cap.zcdp.delta_is_default else ""
+    return [
+        ("accounting", f"zcdp (the ledger adds ρ; ε shown at δ = {cap.zcdp.delta:g}{default})"),
+        ("ρ cap", f"{cap.zcdp.rho_exact} (implies ε = {cap.zcdp.epsilon:.6g} at that δ)"),
+        ("ρ spent", f"{cap.zcdp.rho_spent:.6g} (left {cap.zcdp.rho_remaining:.6g})"),
     ]
 
 
@@ -970,7 +1012,18 @@ def datasets_list(as_json: JsonOption = False) -> None:
     if not as_json:
         _print_rows(
             "datasets",
-            ["id", "name", "kind", "status", "version", "guarantees", "ε cap", "ε spent", "ε left"],
+            [
+                "id",
+                "name",
+                "kind",
+                "status",
+                "version",
+                "guarantees",
+                "accounting",
+                "ε cap",
+                "ε spent",
+                "ε left",
+            ],
             [
                 [
                     d.id,
@@ -979,9 +1032,8 @@ def datasets_list(as_json: JsonOption = False) -> None:
                     d.status,
                     str(d.version),
                     d.guarantee_policy,
-                    _eps(cap.epsilon_cap_exact),
-                    _eps(cap.spent_exact),
-                    _eps(str(Decimal(cap.epsilon_cap_exact) - Decimal(cap.spent_exact))),
+                    "pure" if cap.zcdp is None else f"zcdp ρ {cap.zcdp.rho_exact}",
+                    *_budget_cells(cap),
                 ]
                 for d, cap in rows
             ],
@@ -995,6 +1047,8 @@ def datasets_list(as_json: JsonOption = False) -> None:
                 "kind": d.metadata.kind,
                 "status": d.status,
                 "guarantee_policy": d.guarantee_policy,
+                "accounting": cap.accounting,
+                "zcdp": None if cap.zcdp is None else cap.zcdp.model_dump(mode="json"),
                 "epsilon_cap": cap.epsilon_cap,
                 "spent": cap.spent,
                 "remaining": cap.remaining,
@@ -1162,6 +1216,22 @@ def _show_grant(grant: GrantInfo, as_json: bool) -> None:
     if as_json:
         _print_json(grant)
         return
+    if grant.zcdp is not None:
+        amounts = grant.zcdp
+        _print_fields(
+            [
+                ("dataset", grant.dataset_id),
+                ("analyst", grant.analyst),
+                (
+                    "ρ granted",
+                    f"{amounts.rho_exact} (implies ε = {amounts.epsilon:.6g} at δ = "
+                    f"{amounts.delta:g})",
+                ),
+                ("ρ spent", f"{amounts.rho_spent:.6g}"),
+                ("ρ left", f"{amounts.rho_remaining:.6g}"),
+            ]
+        )
+        return
     _print_fields(
         [
             ("dataset", grant.dataset_id),
@@ -1174,17 +1244,25 @@ def _show_grant(grant: GrantInfo, as_json: bool) -> None:
 
 
 @grants_app.command("set")
-def grants_set(dataset_id: str, analyst: str, epsilon: float, as_json: JsonOption = False) -> None:
-    """Set ANALYST's allotment on DATASET_ID to EPSILON."""
+def grants_set(
+    dataset_id: str,
+    analyst: str,
+    epsilon: Annotated[float | None, typer.Argument(help="On a pure dataset")] = None,
+    rho: Annotated[float | None, typer.Option(help="On a zcdp dataset: the grant in rho")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Set ANALYST's allotment on DATASET_ID: EPSILON on a pure dataset, --rho on a zcdp one."""
     from dpmine_server.services import audit
 
     with _owner_session() as (services, session):
-        grant = services.datasets.set_grant(session, dataset_id, analyst, epsilon)
+        grant = services.datasets.set_grant(session, dataset_id, analyst, epsilon, rho)
         audit.record(
             session,
             action="grant_set",
             target=f"{dataset_id}/{analyst}",
-            details={"epsilon": epsilon, "via": "cli"},
+            details={"epsilon": epsilon, "via": "cli"}
+            if rho is None
+            else {"rho": rho, "via": "cli"},
         )
     _show_grant(grant, as_json)
 
@@ -1201,7 +1279,17 @@ def grants_list(dataset_id: str, as_json: JsonOption = False) -> None:
     _print_rows(
         f"grants on {dataset_id}",
         ["analyst", "ε granted", "ε spent", "ε left"],
-        [[g.analyst, _eps(g.epsilon), _eps(g.spent), _eps(g.remaining)] for g in rows],
+        [
+            [g.analyst, _eps(g.epsilon), _eps(g.spent), _eps(g.remaining)]
+            if g.zcdp is None
+            else [
+                g.analyst,
+                f"ρ {g.zcdp.rho_exact}",
+                f"ρ {g.zcdp.rho_spent}",
+                f"ρ {g.zcdp.rho_remaining}",
+            ]
+            for g in rows
+        ],
     )
 
 

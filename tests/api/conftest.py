@@ -160,7 +160,8 @@ def bob_key(owner: dpmine.Connection) -> str:
 
 @pytest.fixture
 def register(owner: dpmine.Connection) -> Register:
-    """Upload a CSV as a dataset through the upload endpoint and set grants."""
+    """Upload a CSV as a dataset through the upload endpoint and set grants (with ``zcdp``, a
+    zCDP dataset: the cap and grants are then in rho)."""
 
     def upload(
         dataset_id: str,
@@ -169,17 +170,23 @@ def register(owner: dpmine.Connection) -> Register:
         *,
         cap: float = TOY_CAP,
         grants: dict[str, float] | None = None,
+        zcdp: bool = False,
     ) -> str:
         request = CreateDatasetRequest(
             id=dataset_id,
             name=dataset_id.title(),
-            epsilon_cap=cap,
+            epsilon_cap=None if zcdp else cap,
+            accounting="zcdp" if zcdp else "pure",
+            cap_rho=cap if zcdp else None,
             metadata=metadata,
             source=CsvSource(path=csv_path.name),
         )
         owner.admin.upload_dataset(request, {"path": csv_path})
-        for analyst_name, epsilon in (grants or {}).items():
-            owner.admin.grant(dataset_id, analyst_name, epsilon)
+        for analyst_name, amount in (grants or {}).items():
+            if zcdp:
+                owner.admin.grant(dataset_id, analyst_name, rho=amount)
+            else:
+                owner.admin.grant(dataset_id, analyst_name, amount)
         return dataset_id
 
     return upload

@@ -10,15 +10,18 @@ import csv
 import io
 import re
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import httpx
 import pytest
 from fastapi import FastAPI
 
 import dpmine
+from dpmine.wire import DatasetMetadata
 from dpmine_server.api.console import sessions
 from dpmine_server.api.console.plot import Charge, cumulative_chart
 from dpmine_server.api.console.routes import SECURITY_HEADERS
@@ -498,6 +501,32 @@ def test_datasets_page_shows_metadata_cap_and_spending(
     assert "<caption>left view</caption>" in page.text, "a table per view"
     assert "ε spent per dataset" in page.text
     assert "ε spent per analyst" in page.text
+
+
+@pytest.fixture
+def ztoy(
+    owner: dpmine.Connection,
+    register: Callable[..., str],
+    toy_csv: Path,
+    toy_metadata: DatasetMetadata,
+) -> str:
+    """The toy data on a zCDP ledger capped at ρ = 0.05 (issue #24), and analyst carol."""
+    owner.admin.add_principal("carol", "analyst")
+    return register("ztoy", toy_csv, toy_metadata, cap=0.05, zcdp=True)
+
+
+def test_a_zcdp_dataset_is_granted_in_rho_and_listed_with_its_unit(
+    client: TestClient, owner: dpmine.Connection, owner_key: str, ztoy: str
+) -> None:
+    login(client, owner_key)
+    grant = {"dataset_id": ztoy, "analyst": "carol", "epsilon": "0.02"}  # the form's amount
+    assert post_form(client, "/console/grants", grant, token=csrf_of(client)).status_code == 303
+    [granted] = owner.admin.grants(ztoy)
+    assert granted.zcdp is not None
+    assert granted.zcdp.rho_exact == "0.02", "the amount is read in the dataset's unit, rho"
+    row = re.search(rf"<td>{ztoy}</td>.*?</tr>", client.get("/console/datasets").text, re.S)
+    assert row
+    assert "zCDP: ρ cap 0.05, spent 0.0; ε at δ=1e-06 (default)" in row.group(0)
 
 
 def test_a_cap_is_changed_and_a_dataset_retired_from_the_datasets_page(

@@ -13,14 +13,18 @@ import multiprocessing
 import os
 import signal
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import select
 
 import dpmine
-from dpmine.wire import JobInfo, NoisyCountResponse
+from dpmine.wire import DatasetMetadata, JobInfo, NoisyCountResponse
 from dpmine_server.db.models import Job, LedgerEntry
+from dpmine_server.dp.budget import Epsilon
+from dpmine_server.dp.zcdp import generic_release, rho_of_parts
 from dpmine_server.operations.testing import TEST_SPIN, SpinCountRequest
 from dpmine_server.services.container import Services
 from support.inprocess import TestClient, bearer
@@ -70,15 +74,40 @@ def _wait_status(services: Services, job_id: str, wanted: set[str]) -> Job:
         time.sleep(0.05)
 
 
+@pytest.fixture(params=["pure", "zcdp"])
+def any_toy(
+    request: pytest.FixtureRequest,
+    register: Callable[..., str],
+    analyst_key: str,
+    toy_csv: Path,
+    toy_metadata: DatasetMetadata,
+) -> str:
+    """The toy data on a pure ledger (``toy``) or on a zCDP one (``ztoy``, ρ cap 10, alice 5)."""
+    if request.param == "pure":
+        toy: str = request.getfixturevalue("toy")
+        return toy
+    del analyst_key  # alice must exist before the grant
+    return register("ztoy", toy_csv, toy_metadata, cap=10.0, grants={"alice": 5.0}, zcdp=True)
+
+
 def test_the_synchronous_route_runs_a_job_in_a_worker_process(
-    client: TestClient, toy: str, analyst_headers: dict[str, str], services: Services
+    client: TestClient, any_toy: str, analyst_headers: dict[str, str], services: Services
 ) -> None:
+    toy = any_toy
     headers = {**analyst_headers, "Idempotency-Key": "sync-job-1"}
     response = _post(client, toy, headers, SPIN, _body())
     assert response.status_code == 200, response.text
     released = NoisyCountResponse.model_validate(response.json())
     assert released.receipt.operation == TEST_SPIN.name
     assert not released.receipt.replayed
+    # The worker ran the kernel at the request's ε and the receipt shows what was debited.
+    assert released.receipt.epsilon_exact == "0.5"
+    if toy == "ztoy":
+        assert released.receipt.zcdp is not None
+        assert (
+            released.receipt.zcdp.rho_exact
+            == rho_of_parts(generic_release(Epsilon.charge("0.5"))).exact_str()
+        )
     # Computed by a spawned pool process, not in this (the API) process.
     workers = multiprocessing.active_children()
     assert workers
@@ -183,8 +212,9 @@ def test_cancel_is_refused_for_other_analysts_jobs(
 
 
 def test_a_pool_process_killed_mid_job_interrupts_the_job_and_keeps_the_charge(
-    client: TestClient, toy: str, analyst_headers: dict[str, str], services: Services
+    client: TestClient, any_toy: str, analyst_headers: dict[str, str], services: Services
 ) -> None:
+    toy = any_toy
     victim = _submit(client, toy, analyst_headers, _body(seconds=30.0))
     _wait_status(services, victim.id, {"running"})
     workers = multiprocessing.active_children()
@@ -208,6 +238,7 @@ def test_a_pool_process_killed_mid_job_interrupts_the_job_and_keeps_the_charge(
     after = _post(client, toy, analyst_headers, SPIN, _body())
     assert after.status_code == 200, after.text
     assert _job(services, victim.id).status == "interrupted"
+    assert services.ledger.verify() == []
 
 
 @pytest.fixture

@@ -255,6 +255,26 @@ def test_budget_shows_the_grant(
     assert (status.grant_epsilon, status.grant_spent, status.remaining_epsilon) == (1.0, 0.0, 1.0)
 
 
+def test_a_zcdp_dataset_shows_rho_in_the_budget_and_the_receipt(
+    server: LiveServer, owner_connection: dpmine.Connection, account: Account
+) -> None:
+    """Issue #24, over real HTTP: on a zCDP dataset a count at ε = 0.1 is debited its ρ
+    (ε²/2 = 0.005, rounded up), and `dpmine budget` and the receipt show ρ."""
+    zcdp = register_mushroom(owner_connection, cap_rho=1.0)
+    owner_connection.admin.grant(zcdp.id, account.name, rho=0.5)
+    table = _ok(dpmine_cli(server, account.api_key, f"count {zcdp.id} --epsilon 0.1"))
+    assert re.search(r"ran at ε=0\.1, charged ρ=0\.00500000000\d* \(pure\)", _flat(table)), table
+    status = _budget(server, account, zcdp.id)
+    assert status.accounting == "zcdp"
+    assert status.zcdp is not None
+    assert status.zcdp.rho_exact == "0.5"
+    assert status.zcdp.rho_spent == pytest.approx(0.005)
+    assert status.zcdp.delta_is_default
+    shown = _ok(dpmine_cli(server, account.api_key, f"budget {zcdp.id}"))
+    assert "(zCDP)" in shown
+    assert re.search(r"^0\.5\s{2,}0\.005\s{2,}0\.495\s{2,}", shown, re.M), shown
+
+
 # --------------------------------------------------------------------------------------------
 # dpmine: private operations (charged)
 

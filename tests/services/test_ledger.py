@@ -2,7 +2,8 @@
 
 Exact amounts, the two caps in one transaction, idempotent replays, the status machine
 reserved → released | failed | interrupted, crash recovery, the consistency check, and
-concurrent spending (DP-ENGINES.md R1, R2).
+concurrent spending (DP-ENGINES.md R1, R2). Every test runs on a dataset of each ledger unit,
+pure epsilon and zCDP rho (issue #24): the ledger's arithmetic is the same integers.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from dpmine_server.db.base import make_engine, make_session_factory
 from dpmine_server.db.migrate import upgrade_to_head
 from dpmine_server.db.models import Dataset, Grant, LedgerEntry, Principal, utcnow
-from dpmine_server.dp.budget import EPSILON_UNITS_PER_ONE, Epsilon
+from dpmine_server.dp.budget import EPSILON_UNITS_PER_ONE, AccountingUnit, Epsilon, Rho
 from dpmine_server.errors import (
     BudgetExhausted,
     ChargeKeptNoResult,
@@ -35,6 +36,21 @@ from dpmine_server.services.principals import create_principal, get_principal
 
 SECRET = "ledger-tests-secret-0123456789"
 ONE = EPSILON_UNITS_PER_ONE
+#: The unit of the datasets the current test creates (set by the ``unit`` fixture).
+_UNIT: list[AccountingUnit] = ["pure"]
+
+
+@pytest.fixture(autouse=True, params=["pure", "zcdp"])
+def unit(request: pytest.FixtureRequest) -> Iterator[AccountingUnit]:
+    """Run the test on datasets of this ledger unit."""
+    _UNIT[0] = request.param
+    yield request.param
+    _UNIT[0] = "pure"
+
+
+def amount() -> type[Epsilon] | type[Rho]:
+    """The amount type of the current unit."""
+    return Rho if _UNIT[0] == "zcdp" else Epsilon
 
 
 @pytest.fixture
@@ -86,8 +102,9 @@ def add_dataset(
                 source_json={},
                 version=1,
                 status=status,
-                cap_units=Epsilon.cap(cap).units,
+                cap_units=amount().cap(cap).units,
                 spent_units=0,
+                accounting=_UNIT[0],
                 created_at=utcnow(),
             )
         )
@@ -97,7 +114,7 @@ def add_dataset(
                 Grant(
                     dataset_id=dataset_id,
                     analyst_id=principal.id,
-                    limit_units=Epsilon.cap(limit).units,
+                    limit_units=amount().cap(limit).units,
                     spent_units=0,
                     updated_at=utcnow(),
                 )
@@ -132,7 +149,7 @@ def reserve(
         dataset_id=dataset_id,
         operation="count.noisy",
         parameters=parameters,
-        cost=Epsilon.charge(epsilon),
+        cost=amount().charge(epsilon),
         guarantee="pure",
         idempotency_key=key,
         request_hash=request_fingerprint("count.noisy", dataset_id, parameters),
@@ -176,7 +193,7 @@ class TestCaps:
         for _ in range(10):
             ledger.complete(reserve(ledger, alice, "d", 0.1).entry_id, RELEASE)
         assert spent(sessions, "d") == spent(sessions, "d", alice) == ONE
-        assert ledger.remaining(alice.id, "d") == Epsilon.zero()
+        assert ledger.remaining(alice.id, "d") == amount().zero()
         with pytest.raises(BudgetExhausted, match="remaining on the dataset=0;"):
             reserve(ledger, alice, "d", 0.1)
         with pytest.raises(BudgetExhausted):
@@ -202,7 +219,7 @@ class TestCaps:
         reserve(ledger, alice, "d", 0.3)
         with pytest.raises(BudgetExhausted, match=r"your grant.*remaining in your grant=0\.2"):
             reserve(ledger, alice, "d", 0.3)
-        assert spent(sessions, "d") == spent(sessions, "d", alice) == Epsilon.charge(0.3).units
+        assert spent(sessions, "d") == spent(sessions, "d", alice) == amount().charge(0.3).units
         assert len(entries(sessions)) == 1
 
     def test_remaining_is_the_smaller_of_grant_and_cap(
@@ -210,10 +227,36 @@ class TestCaps:
     ) -> None:
         add_dataset(sessions, "d", cap="1", grants={alice: "0.7", bob: "0.9"})
         reserve(ledger, bob, "d", 0.5)
-        assert ledger.remaining(alice.id, "d") == Epsilon.charge("0.5")
+        assert ledger.remaining(alice.id, "d") == amount().charge("0.5")
         status = ledger.budget_status(alice, "d")
-        assert (status.grant_epsilon, status.grant_spent) == (0.7, 0.0)
-        assert (status.dataset_remaining, status.remaining_epsilon) == (0.5, 0.5)
+        assert status.accounting == _UNIT[0]
+        if status.zcdp is None:
+            assert (status.grant_epsilon, status.grant_spent) == (0.7, 0.0)
+            assert (status.dataset_remaining, status.remaining_epsilon) == (0.5, 0.5)
+        else:  # rho exactly; epsilon as implied (total) or one generic call's (remaining)
+            assert (status.zcdp.rho_exact, status.zcdp.rho_spent) == ("0.7", 0.0)
+            assert status.zcdp.rho_remaining == 0.5
+            assert status.remaining_epsilon == 1.0  # sqrt(2 * 0.5)
+            assert status.grant_epsilon == status.zcdp.epsilon > 0.7
+
+    def test_a_charge_in_the_other_unit_is_refused(
+        self, ledger: Ledger, sessions: sessionmaker[Session], alice: Principal
+    ) -> None:
+        add_dataset(sessions, "d", cap="1", grants={alice: "1"})
+        other = Epsilon if _UNIT[0] == "zcdp" else Rho
+        with pytest.raises(InternalError, match="cannot go to dataset 'd'"):
+            ledger.reserve(
+                principal=alice,
+                dataset_id="d",
+                operation="count.noisy",
+                parameters={},
+                cost=other.charge("0.1"),
+                guarantee="pure",
+                idempotency_key=None,
+                request_hash="0" * 64,
+            )
+        assert spent(sessions, "d") == spent(sessions, "d", alice) == 0
+        assert entries(sessions) == []
 
     @pytest.mark.parametrize("case", ["no grant", "retired", "unknown"])
     def test_unavailable_datasets_are_not_found(
@@ -242,7 +285,7 @@ class TestCaps:
                 dataset_id="d",
                 operation="count.noisy",
                 parameters={},
-                cost=Epsilon.zero(),
+                cost=amount().zero(),
                 guarantee="pure",
                 idempotency_key=None,
                 request_hash="0" * 64,
@@ -267,8 +310,8 @@ class TestIdempotency:
         assert again.is_replay
         assert again.replayed_release == RELEASE
         assert (again.entry_id, again.cost) == (first.entry_id, first.cost)
-        assert again.remaining_after == Epsilon.charge("0.75")
-        assert spent(sessions, "d") == Epsilon.charge(0.25).units
+        assert again.remaining_after == amount().charge("0.75")
+        assert spent(sessions, "d") == amount().charge(0.25).units
 
     def test_same_key_other_request_is_a_conflict(
         self, ledger: Ledger, sessions: sessionmaker[Session], alice: Principal
@@ -296,10 +339,10 @@ class TestIdempotency:
         ledger.fail(first.entry_id)
         with pytest.raises(ChargeKeptNoResult, match="charge was kept and no result exists"):
             reserve(ledger, alice, "d", 0.25, key="k")
-        assert spent(sessions, "d") == Epsilon.charge(0.25).units  # the charge stands
+        assert spent(sessions, "d") == amount().charge(0.25).units  # the charge stands
         second = reserve(ledger, alice, "d", 0.25, key="k2")
         assert second.entry_id != first.entry_id
-        assert spent(sessions, "d") == Epsilon.charge(0.5).units
+        assert spent(sessions, "d") == amount().charge(0.5).units
 
     def test_keys_belong_to_one_principal(
         self, ledger: Ledger, sessions: sessionmaker[Session], alice: Principal, bob: Principal
@@ -308,7 +351,7 @@ class TestIdempotency:
         theirs = reserve(ledger, bob, "d", 0.25, key="shared")
         assert mine.entry_id != theirs.entry_id
         assert not theirs.is_replay
-        assert spent(sessions, "d") == Epsilon.charge(0.5).units
+        assert spent(sessions, "d") == amount().charge(0.5).units
 
     def test_requests_without_keys_are_never_replayed(
         self, ledger: Ledger, sessions: sessionmaker[Session], alice: Principal
@@ -384,7 +427,7 @@ class TestTransitions:
             done.entry_id: "released",
             fresh.entry_id: "reserved",
         }
-        assert spent(sessions, "d") == Epsilon.charge("0.3").units
+        assert spent(sessions, "d") == amount().charge("0.3").units
         with pytest.raises(ChargeKeptNoResult, match="server stopped during it"):
             reserve(ledger, alice, "d", 0.1, key="stale")
         with pytest.raises(InternalError):
@@ -422,7 +465,7 @@ class TestVerify:
             )
         [problem] = ledger.verify()
         assert problem.startswith("dataset d: spent")
-        assert str(Epsilon.charge("0.75").units) in problem
+        assert str(amount().charge("0.75").units) in problem
 
     def test_tampered_grant_total_is_detected(
         self, ledger: Ledger, sessions: sessionmaker[Session]
@@ -492,4 +535,4 @@ class TestConcurrency:
             outcomes = sorted(pool.map(attempt, range(6)))
         assert outcomes == ["charged"] + ["in progress"] * 5
         assert len(entries(sessions)) == 1
-        assert spent(sessions, "d") == Epsilon.charge(0.1).units
+        assert spent(sessions, "d") == amount().charge(0.1).units

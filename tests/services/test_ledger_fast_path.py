@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from dpmine_server.db.base import WriterLock, is_sqlite, make_engine, make_session_factory
 from dpmine_server.db.migrate import upgrade_to_head
 from dpmine_server.db.models import Dataset, Grant, Principal, utcnow
-from dpmine_server.dp.budget import Epsilon
+from dpmine_server.dp.budget import AccountingUnit, Epsilon, LedgerAmount, Rho
 from dpmine_server.errors import BudgetExhausted, ServerError
 from dpmine_server.services.ledger import Ledger, request_fingerprint
 from dpmine_server.services.principals import create_principal, get_principal
@@ -57,7 +57,13 @@ def sessions(engine: Engine) -> sessionmaker[Session]:
     return factory
 
 
-def _setup(sessions: sessionmaker[Session], cap: str, grants: dict[str, str]) -> list[Principal]:
+def _setup(
+    sessions: sessionmaker[Session],
+    cap: str,
+    grants: dict[str, str],
+    unit: AccountingUnit = "pure",
+) -> list[Principal]:
+    amount = Rho if unit == "zcdp" else Epsilon
     with sessions() as session, session.begin():
         for name in grants:
             create_principal(session, name=name, role="analyst", secret=SECRET)
@@ -70,8 +76,9 @@ def _setup(sessions: sessionmaker[Session], cap: str, grants: dict[str, str]) ->
                 source_json={},
                 version=1,
                 status="active",
-                cap_units=Epsilon.cap(cap).units,
+                cap_units=amount.cap(cap).units,
                 spent_units=0,
+                accounting=unit,
                 created_at=utcnow(),
             )
         )
@@ -83,7 +90,7 @@ def _setup(sessions: sessionmaker[Session], cap: str, grants: dict[str, str]) ->
                 Grant(
                     dataset_id="d",
                     analyst_id=principal.id,
-                    limit_units=Epsilon.cap(limit).units,
+                    limit_units=amount.cap(limit).units,
                     spent_units=0,
                     updated_at=utcnow(),
                 )
@@ -93,14 +100,16 @@ def _setup(sessions: sessionmaker[Session], cap: str, grants: dict[str, str]) ->
     return principals
 
 
-def _reserve(ledger: Ledger, principal: Principal, key: str | None = None) -> int:
+def _reserve(
+    ledger: Ledger, principal: Principal, key: str | None = None, cost: LedgerAmount = TENTH
+) -> int:
     body = {"epsilon": "0.1", "nonce": key or uuid.uuid4().hex}
     reservation = ledger.reserve(
         principal=principal,
         dataset_id="d",
         operation="count.noisy",
         parameters=body,
-        cost=TENTH,
+        cost=cost,
         guarantee="pure",
         idempotency_key=key,
         request_hash=request_fingerprint("count.noisy", "d", body),
@@ -110,11 +119,14 @@ def _reserve(ledger: Ledger, principal: Principal, key: str | None = None) -> in
     return reservation.entry_id
 
 
+@pytest.mark.parametrize("unit", ["pure", "zcdp"])
 def test_racing_reservations_never_exceed_the_cap_or_a_grant(
-    engine: Engine, sessions: sessionmaker[Session]
+    engine: Engine, sessions: sessionmaker[Session], unit: AccountingUnit
 ) -> None:
     # The cap fits exactly 10 charges; alice's grant only 3; bob and carol could take all 10.
-    alice, bob, carol = _setup(sessions, "1.0", {"alice": "0.3", "bob": "10", "carol": "10"})
+    limits = {"alice": "0.3", "bob": "10", "carol": "10"}
+    alice, bob, carol = _setup(sessions, "1.0", limits, unit)
+    tenth = Rho(TENTH.units) if unit == "zcdp" else TENTH
     ledger = Ledger(engine, sessions)
     requests = 48
     barrier = threading.Barrier(requests)
@@ -124,7 +136,7 @@ def test_racing_reservations_never_exceed_the_cap_or_a_grant(
         principal = accounts[index % 3]
         barrier.wait()
         try:
-            _reserve(ledger, principal, key=f"k{index}")
+            _reserve(ledger, principal, key=f"k{index}", cost=tenth)
         except BudgetExhausted:
             return principal.name, "refused"
         return principal.name, "charged"

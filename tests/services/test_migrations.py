@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from alembic import command
 from sqlalchemy import Engine, inspect, text
 
@@ -72,3 +73,30 @@ def test_0006_keeps_existing_datasets_serving_every_operation(tmp_path: Path) ->
     assert policy == "allow_approximate"
     _to(engine, "0005", down=True)
     assert "guarantee_policy" not in {c["name"] for c in inspect(engine).get_columns("datasets")}
+
+
+def test_0007_keeps_existing_datasets_counting_epsilon(tmp_path: Path) -> None:
+    """Issue #24: datasets from before count pure epsilon; the downgrade refuses to drop the
+    unit while a zCDP dataset exists (its units are rho, which would be read as epsilon)."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'units.sqlite3'}")
+    _to(engine, "0006", down=False)
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO datasets (id, name, description, attribution, kind, metadata_json, "
+                "source_json, version, status, cap_units, spent_units, created_at) VALUES "
+                "('old', 'Old', '', '', 'table', '{}', '{}', 1, 'active', 5, 0, "
+                "'2026-11-01 00:00:00')"
+            )
+        )
+    _to(engine, "head", down=False)
+    with engine.begin() as connection:
+        row = connection.execute(text("SELECT accounting, accounting_delta FROM datasets")).one()
+        assert tuple(row) == ("pure", None)
+        connection.execute(text("UPDATE datasets SET accounting = 'zcdp'"))
+    with pytest.raises(RuntimeError, match="zCDP datasets exist"):
+        _to(engine, "0006", down=True)
+    with engine.begin() as connection:
+        connection.execute(text("UPDATE datasets SET accounting = 'pure'"))
+    _to(engine, "0006", down=True)
+    assert "accounting" not in {c["name"] for c in inspect(engine).get_columns("datasets")}

@@ -18,9 +18,10 @@ from typing import Any, get_args
 import pytest
 from typer.testing import CliRunner, Result
 
-from dpmine.wire.common import GuaranteePolicy
+from dpmine.wire.common import AccountingUnit, GuaranteePolicy
 from dpmine.wire.datasets import DatasetMetadata
-from dpmine_server.cli import SERVER_EXTRA_MODULES, PolicyChoice, app
+from dpmine_server.cli import SERVER_EXTRA_MODULES, AccountingChoice, PolicyChoice, app
+from dpmine_server.dp.zcdp import DEFAULT_DELTA, rho_cap_for
 
 RUNNER = CliRunner()
 
@@ -372,9 +373,59 @@ def test_the_guarantee_policy_is_set_at_add_and_changed_audited(
     ]
 
 
+def test_a_zcdp_dataset_is_added_with_its_cap_converted_and_granted_in_rho(
+    tmp_path: Path, patients: Path
+) -> None:
+    """Issue #24: ``datasets add --accounting zcdp --epsilon-cap 1 --cap-delta 1e-6`` stores the
+    largest rho within (1, 1e-6) and shows the conversion; grants are then in rho (--rho), and
+    a grant in epsilon or a bad delta is a one-line error that writes nothing."""
+    metadata = _reviewed_proposal(tmp_path, patients)
+    source = ("--metadata", str(metadata), "--csv", str(patients))
+    bad = _run(
+        tmp_path,
+        "datasets",
+        "add",
+        "z",
+        *source,
+        "--accounting",
+        "zcdp",
+        "--epsilon-cap",
+        "1",
+        "--cap-delta",
+        "2",
+    )
+    assert "cap_delta" in _one_line_error(bad)
+    assert _ok(_run(tmp_path, "datasets", "list", "--json")) == []
+    added = _run(
+        tmp_path,
+        "datasets",
+        "add",
+        "z",
+        *source,
+        "--accounting",
+        "zcdp",
+        "--epsilon-cap",
+        "1",
+        "--cap-delta",
+        "1e-6",
+    )
+    assert added.exit_code == 0, added.output
+    rho = rho_cap_for(1, DEFAULT_DELTA).exact_str()
+    assert re.search(rf"^ρ cap:\s+{re.escape(rho)} \(implies ε = 0\.8", added.stdout, re.M)
+    assert "ε shown at δ = 1e-06" in added.stdout
+    _run(tmp_path, "principals", "add", "bob", "--role", "analyst")
+    in_epsilon = _run(tmp_path, "grants", "set", "z", "bob", "0.5")
+    assert "give the grant as rho" in _one_line_error(in_epsilon)
+    granted = _ok(_run(tmp_path, "grants", "set", "z", "bob", "--rho", "0.01", "--json"))
+    assert (granted["accounting"], granted["zcdp"]["rho_exact"]) == ("zcdp", "0.01")
+    [listed] = _ok(_run(tmp_path, "datasets", "list", "--json"))
+    assert (listed["accounting"], listed["zcdp"]["rho_exact"]) == ("zcdp", rho)
+
+
 def test_the_cli_policy_choice_is_the_wire_type() -> None:
     """The CLI spells dpmine.wire.GuaranteePolicy out (it imports the wire package lazily)."""
     assert get_args(PolicyChoice) == get_args(GuaranteePolicy)
+    assert get_args(AccountingChoice) == get_args(AccountingUnit)
 
 
 def _table_row(output: str, *cells: str) -> bool:
@@ -410,7 +461,7 @@ def test_tables_and_summaries_by_default_json_for_scripts(tmp_path: Path, patien
 
     listed = _run(tmp_path, "datasets", "list").stdout
     assert listed.splitlines()[0] == "datasets"
-    row = ("ward", "ward", "table", "active", "1", "allow_approximate", "2.5", "0", "2.5")
+    row = ("ward", "ward", "table", "active", "1", "allow_approximate", "pure", "2.5", "0", "2.5")
     assert _table_row(listed, *row), listed
     grants = _run(tmp_path, "grants", "list", "ward").stdout
     assert _table_row(grants, "bob", "0.7", "0", "0.7"), grants
@@ -431,7 +482,7 @@ def test_tables_and_summaries_by_default_json_for_scripts(tmp_path: Path, patien
     header = _run(tmp_path, "ledger", "export", "--format", "csv").stdout
     assert header.splitlines() == [
         "id,dataset_id,principal,operation,epsilon,epsilon_exact,guarantee,status,parameters,"
-        "release,idempotency_key,created_at,completed_at"
+        "release,idempotency_key,created_at,completed_at,accounting,rho_exact,delta"
     ]
     assert _ok(_run(tmp_path, "ledger", "export", "--json")) == []
     assert "disagree" in _one_line_error(
@@ -443,7 +494,15 @@ def test_tables_and_summaries_by_default_json_for_scripts(tmp_path: Path, patien
 
     # --json: the shapes scripts read.
     assert _ok(_run(tmp_path, "grants", "list", "ward", "--json")) == [
-        {"analyst": "bob", "dataset_id": "ward", "epsilon": 0.7, "spent": 0.0, "remaining": 0.7}
+        {
+            "analyst": "bob",
+            "dataset_id": "ward",
+            "epsilon": 0.7,
+            "spent": 0.0,
+            "remaining": 0.7,
+            "accounting": "pure",
+            "zcdp": None,
+        }
     ]
     assert _ok(_run(tmp_path, "datasets", "show", "ward", "--json"))["id"] == "ward"
     assert _ok(_run(tmp_path, "principals", "list", "--json"))[0]["name"] == "bob"

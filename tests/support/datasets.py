@@ -121,15 +121,22 @@ def mushroom_metadata() -> DatasetMetadata:
 
 
 def register_mushroom(
-    owner: dpmine.Connection, *, dataset_id: str | None = None, epsilon_cap: float = 10.0
+    owner: dpmine.Connection,
+    *,
+    dataset_id: str | None = None,
+    epsilon_cap: float = 10.0,
+    cap_rho: float | None = None,
 ) -> DatasetInfo:
-    """Upload the Mushroom file as a two-view dataset; returns its public info."""
+    """Upload the Mushroom file as a two-view dataset; returns its public info. With
+    ``cap_rho`` its ledger counts zCDP rho, capped there (issue #24)."""
     request = CreateDatasetRequest(
         id=dataset_id or unique_id("mushroom"),
         name="UCI Mushroom (agaricus-lepiota)",
         description="8124 mushrooms described by 22 categorical attributes and their class.",
         attribution="UCI Machine Learning Repository, Mushroom data set (1987).",
-        epsilon_cap=epsilon_cap,
+        epsilon_cap=epsilon_cap if cap_rho is None else None,
+        accounting="pure" if cap_rho is None else "zcdp",
+        cap_rho=cap_rho,
         metadata=mushroom_metadata(),
         source=CsvSource(path=MUSHROOM_PATH.name),
     )

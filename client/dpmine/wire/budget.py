@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from dpmine.wire.common import Guarantee, WireModel
+from dpmine.wire.common import AccountingUnit, Guarantee, WireModel
 
 __all__ = [
     "MAX_ESTIMATE_CALLS",
@@ -55,6 +55,9 @@ class PlannedCallCost(WireModel):
     epsilon: float
     epsilon_exact: str
     guarantee: Guarantee
+    rho_exact: str | None = Field(
+        default=None, description="On a zCDP dataset: the rho this call is charged (exact)."
+    )
 
 
 class EstimateResponse(WireModel):
@@ -64,4 +67,11 @@ class EstimateResponse(WireModel):
     total_epsilon: float
     total_epsilon_exact: str
     remaining_epsilon: float
-    fits: bool
+    fits: bool = Field(description="Whether what is left covers the total, in the ledger's unit.")
+    accounting: AccountingUnit = "pure"
+    total_rho_exact: str | None = Field(
+        default=None, description="On a zCDP dataset: the total rho the plan is charged."
+    )
+    remaining_rho_exact: str | None = Field(
+        default=None, description="On a zCDP dataset: the rho left (min of grant and cap)."
+    )

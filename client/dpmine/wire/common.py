@@ -12,6 +12,7 @@ from pydantic_core import CoreSchema
 
 __all__ = [
     "MAX_EPSILON_PER_CALL",
+    "AccountingUnit",
     "BudgetStatus",
     "Epsilon",
     "ErrorBody",
@@ -21,6 +22,7 @@ __all__ = [
     "Receipt",
     "Timestamp",
     "WireModel",
+    "ZcdpAmounts",
     "check_chain_length",
     "guarantee_allowed",
 ]
@@ -46,6 +48,11 @@ Guarantee = Literal["pure", "approximate"]
 #: "Guarantee policy"): "allow_approximate" serves every operation; "pure_only" refuses the
 #: operations whose guarantee is "approximate" (the MCMC samplers), before any charge.
 GuaranteePolicy = Literal["allow_approximate", "pure_only"]
+
+#: How a dataset's ledger counts (issue #24): "pure" (epsilon, composed by adding epsilon) or
+#: "zcdp" (rho-zero-concentrated DP, composed by adding rho; shown as the (epsilon, delta) it
+#: implies). Chosen by the owner at registration; grants are in the same unit.
+AccountingUnit = Literal["pure", "zcdp"]
 
 
 def guarantee_allowed(guarantee: Guarantee, policy: GuaranteePolicy) -> bool:
@@ -165,6 +172,28 @@ class ErrorBody(WireModel):
     detail: str = Field(description="What was wrong and what to do about it.")
 
 
+class ZcdpAmounts(WireModel):
+    """The exact rho amounts behind a zCDP dataset's figures, and the delta they are shown at.
+
+    On a zCDP dataset the epsilon fields beside this object are for reading only: a total (cap,
+    grant, spent, charged) is the epsilon it implies at ``delta`` (OpenDP's zCDP to (epsilon,
+    delta) conversion); a *remaining* epsilon is the largest epsilon one generic epsilon-DP call
+    could still be charged (sqrt(2 rho left)). The ledger itself counts only rho."""
+
+    rho: float = Field(description="The amount in rho (exact decimal rounded to a float).")
+    rho_exact: str = Field(description="The amount in rho as an exact decimal string.")
+    rho_spent: float | None = Field(default=None, description="Rho spent of it, if it is a cap.")
+    rho_remaining: float | None = Field(default=None, description="Rho left of it.")
+    delta: float = Field(description="The delta the epsilon figures are given at.")
+    delta_is_default: bool = Field(
+        description="True when the owner gave the cap as rho and delta is the public default."
+    )
+    epsilon: float = Field(description="The epsilon that rho implies at delta.")
+    epsilon_spent: float | None = Field(
+        default=None, description="The epsilon that the rho spent implies at delta."
+    )
+
+
 class Receipt(WireModel):
     """Proof of the charge behind a release: the ledger entry and what is left afterwards."""
 
@@ -181,6 +210,12 @@ class Receipt(WireModel):
         default=False, description="True when an Idempotency-Key retry returned the stored release."
     )
     created_at: Timestamp
+    accounting: AccountingUnit = Field(
+        default="pure", description='The unit the charge was made in ("zcdp": see ``zcdp``).'
+    )
+    zcdp: ZcdpAmounts | None = Field(
+        default=None, description="On a zCDP dataset: the rho charged and what it implies."
+    )
 
 
 class BudgetStatus(WireModel):
@@ -191,3 +226,9 @@ class BudgetStatus(WireModel):
     grant_spent: float
     dataset_remaining: float = Field(description="What is left of the dataset cap for everyone.")
     remaining_epsilon: float = Field(description="min(grant left, dataset cap left).")
+    accounting: AccountingUnit = Field(default="pure", description="The dataset's ledger unit.")
+    zcdp: ZcdpAmounts | None = Field(
+        default=None,
+        description="On a zCDP dataset: the grant in rho, its spending and remaining "
+        "(min of grant and cap), and the (epsilon, delta) they imply.",
+    )

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Discriminator, Field, model_validator
 
-from dpmine.wire.common import GuaranteePolicy, Timestamp, WireModel
+from dpmine.wire.common import AccountingUnit, GuaranteePolicy, Timestamp, WireModel
 
 __all__ = [
     "BOOLEAN_FALSE",
@@ -355,6 +355,11 @@ class DatasetInfo(WireModel):
         default="allow_approximate",
         description='The owner\'s policy: "pure_only" refuses operations whose guarantee is '
         '"approximate" (before any charge); "allow_approximate" serves every operation.',
+    )
+    accounting: AccountingUnit = Field(
+        default="pure",
+        description='The unit of the dataset\'s ledger (public, set by the owner): "pure" adds '
+        'epsilon; "zcdp" adds rho (each call\'s receipt shows both).',
     )
     metadata: DatasetMetadata
     created_at: Timestamp

@@ -1,6 +1,7 @@
 """Tables of the engine's database (DESIGN.md "Data at rest").
 
-Budget amounts are integers in pico-epsilon units (:mod:`dpmine_server.dp.budget`). Ledger
+Budget amounts are integers in pico-units of their dataset's ledger unit, epsilon or rho
+(:mod:`dpmine_server.dp.budget`; ``datasets.accounting``). Ledger
 entries are append-only: only their status, release and completion time ever change.
 """
 
@@ -78,6 +79,12 @@ class Dataset(Base):
     cap_units: Mapped[int] = mapped_column(BigInteger)
     spent_units: Mapped[int] = mapped_column(BigInteger, default=0)
     guarantee_policy: Mapped[str] = mapped_column(String(24), default="allow_approximate")
+    #: The ledger's unit (issue #24): "pure" (the *_units columns of the dataset, its grants
+    #: and its entries count pico-epsilon) or "zcdp" (they count pico-rho).
+    accounting: Mapped[str] = mapped_column(String(8), default="pure")
+    #: zCDP only: the owner's delta (exact decimal text) for showing rho as (epsilon, delta);
+    #: None when the cap was given as rho (the public default delta is shown).
+    accounting_delta: Mapped[str | None] = mapped_column(String(40), default=None)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 

@@ -1,9 +1,10 @@
 """Exact privacy amounts for the ledger (DESIGN.md "The budget ledger", DP-ENGINES.md R1).
 
-Amounts are integers in units of 10^-12 epsilon ("pico-epsilon"), so that 10 × 0.1 is exactly
-1 and no float rounding can ever under-count a charge. Conversions round *up* when charging and
-*down* when handing an epsilon to a mechanism, so the noise is always at least as strong as the
-charge says.
+Amounts are integers in units of 10^-12 of their unit: pico-epsilon (:class:`Epsilon`, pure
+ε-DP) or pico-rho (:class:`Rho`, ρ-zCDP; issue #24), so that 10 × 0.1 is exactly 1 and no float
+rounding can ever under-count a charge. Conversions round *up* when charging and *down* when
+handing an epsilon to a mechanism, so the noise is always at least as strong as the charge says.
+The two units never mix: adding or comparing an Epsilon with a Rho is a TypeError.
 """
 
 from __future__ import annotations
@@ -12,8 +13,21 @@ import math
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
+from typing import ClassVar, Literal, Self
 
-__all__ = ["EPSILON_UNITS_PER_ONE", "MAX_TOTAL_EPSILON", "BudgetError", "Epsilon"]
+__all__ = [
+    "EPSILON_UNITS_PER_ONE",
+    "MAX_TOTAL_EPSILON",
+    "AccountingUnit",
+    "BudgetError",
+    "Epsilon",
+    "LedgerAmount",
+    "Rho",
+    "ledger_amount",
+]
+
+#: How a dataset's ledger counts: "pure" (ε, composed by adding ε) or "zcdp" (ρ, adding ρ).
+AccountingUnit = Literal["pure", "zcdp"]
 
 EPSILON_UNITS_PER_ONE = 10**12
 #: Largest amount the ledger represents (fits a signed 64-bit column with room to add).
@@ -25,24 +39,32 @@ class BudgetError(ValueError):
 
 
 @dataclass(frozen=True, order=True, slots=True)
-class Epsilon:
-    """An exact, positive-or-zero privacy amount in pico-epsilon units."""
+class _Amount:
+    """An exact, positive-or-zero privacy amount in 10^-12 units of ``NAME``."""
 
+    NAME: ClassVar[str] = "amount"
     units: int
 
     def __post_init__(self) -> None:
         if self.units < 0:
             raise BudgetError(f"a privacy amount cannot be negative ({self.units} units)")
         if self.units > MAX_TOTAL_EPSILON * EPSILON_UNITS_PER_ONE:
-            raise BudgetError(f"a privacy amount cannot exceed {MAX_TOTAL_EPSILON} epsilon")
+            raise BudgetError(f"a privacy amount cannot exceed {MAX_TOTAL_EPSILON} {self.NAME}")
 
     @classmethod
-    def zero(cls) -> Epsilon:
+    def zero(cls) -> Self:
         """The empty amount."""
         return cls(0)
 
     @classmethod
-    def charge(cls, value: float | int | str | Decimal) -> Epsilon:
+    def of_fraction(cls, value: Fraction) -> Self:
+        """An exact positive cost, rounded up to whole units (a charge never under-counts)."""
+        if value <= 0:
+            raise BudgetError(f"a privacy cost must be positive, got {value}")
+        return cls(math.ceil(value * EPSILON_UNITS_PER_ONE))
+
+    @classmethod
+    def charge(cls, value: float | int | str | Decimal) -> Self:
         """A strictly positive cost, rounded up to whole units.
 
         Floats are read through their shortest decimal representation, so ``0.1`` costs exactly
@@ -57,7 +79,7 @@ class Epsilon:
         return cls(units)
 
     @classmethod
-    def cap(cls, value: float | int | str | Decimal) -> Epsilon:
+    def cap(cls, value: float | int | str | Decimal) -> Self:
         """A budget cap or grant, rounded *down* to whole units (never more than declared)."""
         decimal = _to_decimal(value)
         if decimal <= 0:
@@ -66,17 +88,22 @@ class Epsilon:
             return cls(0)  # below one unit: round down without building 10**huge
         return cls(math.floor(Fraction(decimal) * EPSILON_UNITS_PER_ONE))
 
-    def __add__(self, other: Epsilon) -> Epsilon:
-        return Epsilon(self.units + other.units)
+    def __add__(self, other: Self) -> Self:
+        return type(self)(self.units + self._same_unit(other).units)
 
-    def __sub__(self, other: Epsilon) -> Epsilon:
-        return Epsilon(self.units - other.units)
+    def __sub__(self, other: Self) -> Self:
+        return type(self)(self.units - self._same_unit(other).units)
 
-    def split(self, parts: int) -> Epsilon:
+    def _same_unit(self, other: Self) -> Self:
+        if type(other) is not type(self):
+            raise TypeError(f"cannot combine {self.NAME} with {other.NAME}")
+        return other
+
+    def split(self, parts: int) -> Self:
         """One of ``parts`` equal shares, rounded down (the shares never sum above the whole)."""
         if parts < 1:
             raise BudgetError(f"cannot split a budget into {parts} parts")
-        return Epsilon(self.units // parts)
+        return type(self)(self.units // parts)
 
     def as_fraction(self) -> Fraction:
         """The exact value."""
@@ -96,13 +123,36 @@ class Epsilon:
         return float(self.as_fraction())
 
     def for_mechanism(self) -> float:
-        """The largest float not above the exact amount: a mechanism run at this epsilon never
+        """The largest float not above the exact amount: a mechanism run at this amount never
         spends more than was charged."""
         exact = self.as_fraction()
         value = float(exact)
         if Fraction(value) > exact:
             value = math.nextafter(value, 0.0)
         return value
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class Epsilon(_Amount):
+    """An exact pure-DP amount in pico-epsilon units."""
+
+    NAME: ClassVar[str] = "epsilon"
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class Rho(_Amount):
+    """An exact zero-concentrated-DP amount (ρ-zCDP, Bun & Steinke 2016) in pico-rho units."""
+
+    NAME: ClassVar[str] = "rho"
+
+
+#: What a ledger debits and reports: an amount in its dataset's unit.
+LedgerAmount = Epsilon | Rho
+
+
+def ledger_amount(unit: AccountingUnit, units: int) -> LedgerAmount:
+    """The stored integer ``units`` of a dataset whose ledger counts in ``unit``."""
+    return Rho(units) if unit == "zcdp" else Epsilon(units)
 
 
 def _to_decimal(value: float | int | str | Decimal) -> Decimal:

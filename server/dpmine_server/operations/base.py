@@ -23,7 +23,8 @@ from dpmine.wire import (
     WireModel,
 )
 from dpmine_server.data.columns import ColumnStore
-from dpmine_server.dp.budget import Epsilon
+from dpmine_server.dp.budget import AccountingUnit, Epsilon, LedgerAmount
+from dpmine_server.dp.zcdp import ReleasePart, rho_of_parts
 
 __all__ = ["PROGRESS_STEPS", "OperationSpec", "Progress", "no_progress", "progress_checkpoints"]
 
@@ -64,6 +65,11 @@ class OperationSpec(Generic[RequestT, ResponseT]):
       sees only public metadata and runs before anything is charged.
     * ``cost(request)`` is the exact epsilon, from public parameters only (the guarantee is the
       operation's, ``operation.guarantee``).
+    * ``releases(request, epsilon)`` says what the kernel releases with the charged ``epsilon``:
+      parts of one kind each (:class:`~dpmine_server.dp.zcdp.ReleasePart`: ``bounded_range``
+      for exponential-mechanism draws, ``pure`` for any other ε-DP release), whose ε add up to
+      at most the charge, from public parameters only. On a zCDP dataset the ledger charges
+      the sum of their ρ (:meth:`charge`; issue #24).
     * ``run(columns, request, epsilon, rng, progress)`` is the kernel; ``epsilon`` is the charged
       amount (use ``epsilon.for_mechanism()`` for noise scales). It returns the response fields
       except ``receipt``. Kernels keep no state between calls: each call is a fresh release
@@ -76,7 +82,16 @@ class OperationSpec(Generic[RequestT, ResponseT]):
     dataset_kinds: frozenset[DatasetKind]
     validate: Callable[[RequestT, DatasetMetadata], None]
     cost: Callable[[RequestT], Epsilon]
+    releases: Callable[[RequestT, Epsilon], tuple[ReleasePart, ...]]
     run: Callable[[ColumnStore, RequestT, Epsilon, np.random.Generator, Progress], dict[str, Any]]
+
+    def charge(self, request: RequestT, unit: AccountingUnit) -> tuple[Epsilon, LedgerAmount]:
+        """(the ε the kernel runs at, the amount the ledger debits in ``unit``): the same ε on a
+        pure dataset, the ρ of :attr:`releases` on a zCDP one. Public parameters only."""
+        epsilon = self.cost(request)
+        if unit == "pure":
+            return epsilon, epsilon
+        return epsilon, rho_of_parts(self.releases(request, epsilon))
 
     @property
     def name(self) -> str:

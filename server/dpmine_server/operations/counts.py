@@ -11,6 +11,7 @@ from dpmine_server.data.columns import ColumnStore
 from dpmine_server.data.validation import validate_expr
 from dpmine_server.dp.budget import Epsilon
 from dpmine_server.dp.mechanisms import discrete_laplace
+from dpmine_server.dp.zcdp import ReleasePart, generic_release
 from dpmine_server.operations.base import OperationSpec, Progress
 
 __all__ = ["OPERATIONS", "noisy_count"]
@@ -35,6 +36,12 @@ def _cost(request: NoisyCountRequest) -> Epsilon:
     return Epsilon.charge(request.epsilon)
 
 
+def _releases(_request: NoisyCountRequest, epsilon: Epsilon) -> tuple[ReleasePart, ...]:
+    """One discrete-Laplace count (§0.6): ε-DP, hence ε²/2-zCDP (Bun & Steinke 2016, Prop.
+    1.4)."""
+    return generic_release(epsilon)
+
+
 def _run(
     columns: ColumnStore,
     request: NoisyCountRequest,
@@ -54,6 +61,7 @@ _NOISY_COUNT = OperationSpec(
     dataset_kinds=frozenset({"views", "table", "transactions"}),
     validate=_validate,
     cost=_cost,
+    releases=_releases,
     run=_run,
 )
 

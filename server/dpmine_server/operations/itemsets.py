@@ -62,6 +62,7 @@ from dpmine_server.dp.mechanisms import (
     laplace_scale,
 )
 from dpmine_server.dp.topk import BlockPick, Noise, TailCandidate, noisy_top_k_blocks
+from dpmine_server.dp.zcdp import ReleasePart
 from dpmine_server.operations.base import OperationSpec, Progress
 from dpmine_server.operations.itemset_plan import TopKPlan, plan_top_k
 
@@ -416,6 +417,32 @@ def _split(request: TopKItemsetsRequest, epsilon: Epsilon) -> tuple[float, float
     return selection, counts
 
 
+def selection_releases(method: Method, *, k: int, epsilon_selection: float) -> list[ReleasePart]:
+    """What the K-itemset selection at ε_s releases (:func:`selection_scale`).
+
+    ``em``: K peeled exponential-mechanism rounds of ε_s/K each (the one-shot Gumbel top-K is
+    exactly these rounds), each range-calibrated, hence ε_s/K-bounded-range and
+    (ε_s/K)²/8-zCDP (Cesar & Rogers 2021; Dong, Durfee & Rogers 2020): K·(ε_s/K)²/8 in all.
+    ``laplace``: the one-shot Laplace selection is ε_s-DP but not K peeled rounds, so it takes the
+    generic ε_s²/2 (Bun & Steinke 2016, Prop. 1.4)."""
+    if method == "em":
+        return [ReleasePart("bounded_range", Fraction(epsilon_selection) / k, k)]
+    return [ReleasePart("pure", Fraction(epsilon_selection))]
+
+
+def _releases(
+    request: TopKItemsetsRequest, epsilon: Epsilon, method: Method
+) -> tuple[ReleasePart, ...]:
+    """The selection at ε_s (:func:`selection_releases`) and, with counts, the Laplace counts at
+    ε_p (:func:`_split`; ε_p-DP, hence ε_p²/2-zCDP), composed by adding ρ (Bun & Steinke 2016,
+    Lemma 2.3)."""
+    selection, counts = _split(request, epsilon)
+    parts = selection_releases(method, k=request.k, epsilon_selection=selection)
+    if counts is not None:
+        parts.append(ReleasePart("pure", Fraction(counts)))
+    return tuple(parts)
+
+
 def request_catalog(request: TopKItemsetsRequest, metadata: DatasetMetadata) -> ItemCatalog:
     """The item universe a request may use (:func:`item_catalog` with its public
     ``numeric_bins`` and ``columns``); ValueError, saying what to change, when the request
@@ -543,6 +570,7 @@ def _spec(method: Method) -> OperationSpec[TopKItemsetsRequest, TopKItemsetsResp
         dataset_kinds=frozenset({"transactions", "table", "views"}),
         validate=functools.partial(_validate, method=method),
         cost=_cost,
+        releases=functools.partial(_releases, method=method),
         run=_runner(method),
     )
 

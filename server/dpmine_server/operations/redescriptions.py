@@ -31,6 +31,7 @@ from dpmine_server.data.columns import ColumnStore
 from dpmine_server.data.validation import validate_expr
 from dpmine_server.dp.budget import Epsilon
 from dpmine_server.dp.mechanisms import discrete_laplace
+from dpmine_server.dp.zcdp import ReleasePart, em_draws, generic_release
 from dpmine_server.operations.base import OperationSpec, Progress
 from dpmine_server.operations.serenade import (
     REJECTION_MAX_EXPONENT,
@@ -142,6 +143,25 @@ def validate_redescription(redescription: Redescription, metadata: DatasetMetada
 
 def _cost(request: ComputeQualityRequest | InitialPairsRequest | ExtendOneRequest) -> Epsilon:
     return Epsilon.charge(request.epsilon)
+
+
+def _quality_releases(_request: ComputeQualityRequest, epsilon: Epsilon) -> tuple[ReleasePart, ...]:
+    """One Laplace release of the quality's counts (§1.6): ε-DP, hence ε²/2-zCDP (Bun &
+    Steinke 2016, Prop. 1.4)."""
+    return generic_release(epsilon)
+
+
+def _pairs_releases(request: InitialPairsRequest, epsilon: Epsilon) -> tuple[ReleasePart, ...]:
+    """``count`` independent exponential-mechanism draws at ε/count each (§2.3; plain or
+    range-calibrated, §0.8): each ε/count-bounded-range, so count·(ε/count)²/8-zCDP (Cesar &
+    Rogers 2021; Dong, Durfee & Rogers 2020)."""
+    return em_draws(epsilon, request.count)
+
+
+def _extend_releases(_request: ExtendOneRequest, epsilon: Epsilon) -> tuple[ReleasePart, ...]:
+    """One exponential-mechanism draw at ε (§2.4): ε-bounded-range, so ε²/8-zCDP (Cesar &
+    Rogers 2021)."""
+    return em_draws(epsilon)
 
 
 def _run(
@@ -424,6 +444,7 @@ _COMPUTE_QUALITY = OperationSpec(
     dataset_kinds=frozenset({"views", "table"}),
     validate=_validate,
     cost=_cost,
+    releases=_quality_releases,
     run=_run,
 )
 _INITIAL_PAIRS = OperationSpec(
@@ -432,6 +453,7 @@ _INITIAL_PAIRS = OperationSpec(
     dataset_kinds=frozenset({"views", "table"}),
     validate=_validate_pairs,
     cost=_cost,
+    releases=_pairs_releases,
     run=_run_pairs,
 )
 _EXTEND_ONE = OperationSpec(
@@ -440,6 +462,7 @@ _EXTEND_ONE = OperationSpec(
     dataset_kinds=frozenset({"views", "table"}),
     validate=_validate_extend,
     cost=_cost,
+    releases=_extend_releases,
     run=_run_extend,
 )
 

@@ -60,10 +60,16 @@ from dpmine_server.data.columns import BooleanColumn, CategoricalColumn, ColumnS
 from dpmine_server.data.itemsets import ItemCatalog, row_subset_index, rule_list_catalog
 from dpmine_server.dp.budget import Epsilon
 from dpmine_server.dp.mechanisms import discrete_laplace, laplace_scale
+from dpmine_server.dp.zcdp import ReleasePart, generic_release
 from dpmine_server.errors import InternalError
 from dpmine_server.operations.base import OperationSpec, Progress
 from dpmine_server.operations.itemset_plan import TopKPlan
-from dpmine_server.operations.itemsets import MAX_UNIVERSE, top_k_itemsets, top_k_plan
+from dpmine_server.operations.itemsets import (
+    MAX_UNIVERSE,
+    selection_releases,
+    top_k_itemsets,
+    top_k_plan,
+)
 from dpmine_server.operations.rule_list_exact import sample_rule_list_exact
 from dpmine_server.operations.rule_list_mcmc import (
     PUBLIC_START,
@@ -233,6 +239,28 @@ def _cost(
     | PointEstimatesRequest,
 ) -> Epsilon:
     return Epsilon.charge(request.epsilon)
+
+
+def _antecedent_releases(
+    request: RuleListAntecedentsRequest, epsilon: Epsilon
+) -> tuple[ReleasePart, ...]:
+    """One top-K selection at the whole ε per class (:func:`_run_antecedents`); the classes hold
+    disjoint rows, so a neighbour changes one of them and the release costs what one class's
+    selection costs (parallel composition): :func:`selection_releases`."""
+    selection = epsilon.for_mechanism()
+    return tuple(
+        selection_releases(request.method, k=request.k_per_class, epsilon_selection=selection)
+    )
+
+
+def _generic_releases(
+    _request: SampleRuleListRequest | SampleRuleListExactRequest | PointEstimatesRequest,
+    epsilon: Epsilon,
+) -> tuple[ReleasePart, ...]:
+    """One ε-DP release as a whole (§5.3, §5.4): ε²/2-zCDP (Bun & Steinke 2016, Prop. 1.4).
+    The posterior samplers (the MCMC one charged as its target) are not yet shown
+    bounded-range, so they take the generic map; the capture counts are Laplace."""
+    return generic_release(epsilon)
 
 
 # --------------------------------------------------------------------------------------------
@@ -429,6 +457,7 @@ OPERATIONS: list[OperationSpec[Any, Any]] = [
         dataset_kinds=_TABULAR,
         validate=_validate_antecedents,
         cost=_cost,
+        releases=_antecedent_releases,
         run=_run_antecedents,
     ),
     OperationSpec(
@@ -437,6 +466,7 @@ OPERATIONS: list[OperationSpec[Any, Any]] = [
         dataset_kinds=_TABULAR,
         validate=_validate_sample,
         cost=_cost,
+        releases=_generic_releases,
         run=_run_sample,
     ),
     OperationSpec(
@@ -445,6 +475,7 @@ OPERATIONS: list[OperationSpec[Any, Any]] = [
         dataset_kinds=_TABULAR,
         validate=_validate_sample_exact,
         cost=_cost,
+        releases=_generic_releases,
         run=_run_sample_exact,
     ),
     OperationSpec(
@@ -453,6 +484,7 @@ OPERATIONS: list[OperationSpec[Any, Any]] = [
         dataset_kinds=_TABULAR,
         validate=_validate_point_estimates,
         cost=_cost,
+        releases=_generic_releases,
         run=_run_point_estimates,
     ),
 ]

@@ -39,6 +39,7 @@ from dpmine.wire import (
 from dpmine_server.data.columns import ColumnStore
 from dpmine_server.data.validation import validate_expr
 from dpmine_server.dp.budget import Epsilon
+from dpmine_server.dp.zcdp import ReleasePart, generic_release
 from dpmine_server.operations.base import OperationSpec, Progress
 from dpmine_server.operations.counts import noisy_count
 
@@ -104,6 +105,11 @@ def _cost(request: SpinCountRequest) -> Epsilon:
     return Epsilon.charge(request.epsilon)
 
 
+def _releases(_request: SpinCountRequest, epsilon: Epsilon) -> tuple[ReleasePart, ...]:
+    """One ``count.noisy`` release: ε²/2-zCDP (Bun & Steinke 2016, Prop. 1.4)."""
+    return generic_release(epsilon)
+
+
 def _run(
     columns: ColumnStore,
     request: SpinCountRequest,
@@ -133,6 +139,7 @@ TEST_OPERATIONS: list[OperationSpec[Any, Any]] = [
         dataset_kinds=frozenset({"views", "table", "transactions"}),
         validate=_validate,
         cost=_cost,
+        releases=_releases,
         run=_run,
     )
     for operation in (TEST_SPIN, TEST_SPIN_INLINE)

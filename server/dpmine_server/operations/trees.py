@@ -44,6 +44,7 @@ from dpmine.wire import (
 from dpmine_server.data.columns import ColumnStore
 from dpmine_server.dp.budget import Epsilon
 from dpmine_server.dp.lattice import PublicLattice
+from dpmine_server.dp.zcdp import ReleasePart, em_draws, generic_release
 from dpmine_server.operations.base import OperationSpec, Progress
 from dpmine_server.operations.tree_kernels import (
     SplitSpace,
@@ -207,6 +208,27 @@ def _cost(request: Request) -> Epsilon:
 # Kernels
 
 
+def _expmech_releases(request: TreeExpMechRequest, epsilon: Epsilon) -> tuple[ReleasePart, ...]:
+    """One exponential-mechanism draw per level at ε/depth (§3.3); the nodes of a level hold
+    disjoint rows, so a level is one ε/depth-bounded-range release (parallel composition) and
+    the tree depth·(ε/depth)²/8-zCDP (Cesar & Rogers 2021)."""
+    return em_draws(epsilon, request.depth)
+
+
+def _mcmc_releases(
+    _request: TreeMCMCRequest | TreePairMCMCRequest, epsilon: Epsilon
+) -> tuple[ReleasePart, ...]:
+    """Charged as the chain's target, one exponential-mechanism draw at ε (§3.4, §3.5):
+    ε²/8-zCDP at convergence (the guarantee stays labelled approximate)."""
+    return em_draws(epsilon)
+
+
+def _leaf_count_releases(_request: LeafCountsRequest, epsilon: Epsilon) -> tuple[ReleasePart, ...]:
+    """Laplace partition counts (§3.6), ε-DP in both releases: ε²/2-zCDP (Bun & Steinke 2016,
+    Prop. 1.4)."""
+    return generic_release(epsilon)
+
+
 def _run_expmech(
     columns: ColumnStore,
     request: TreeExpMechRequest,
@@ -323,6 +345,7 @@ OPERATIONS: list[OperationSpec[Any, Any]] = [
         dataset_kinds=_VIEWS,
         validate=_validate_single,
         cost=_cost,
+        releases=_expmech_releases,
         run=_run_expmech,
     ),
     OperationSpec(
@@ -331,6 +354,7 @@ OPERATIONS: list[OperationSpec[Any, Any]] = [
         dataset_kinds=_VIEWS,
         validate=_validate_single,
         cost=_cost,
+        releases=_mcmc_releases,
         run=_run_mcmc,
     ),
     OperationSpec(
@@ -339,6 +363,7 @@ OPERATIONS: list[OperationSpec[Any, Any]] = [
         dataset_kinds=_VIEWS,
         validate=_validate_pair,
         cost=_cost,
+        releases=_mcmc_releases,
         run=_run_pair,
     ),
     OperationSpec(
@@ -347,6 +372,7 @@ OPERATIONS: list[OperationSpec[Any, Any]] = [
         dataset_kinds=_VIEWS,
         validate=_validate_leaf_counts,
         cost=_cost,
+        releases=_leaf_count_releases,
         run=_run_leaf_counts,
     ),
 ]

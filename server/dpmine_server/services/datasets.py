@@ -22,6 +22,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 
 from pydantic import TypeAdapter
@@ -30,6 +31,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dpmine.wire import (
     DATASET_ID_RULE,
+    AccountingUnit,
     CreateDatasetRequest,
     CsvPairSource,
     CsvSource,
@@ -54,8 +56,16 @@ from dpmine_server.data.loaders import (
 )
 from dpmine_server.db.base import rows_affected
 from dpmine_server.db.models import Dataset, Grant, Principal, utcnow
-from dpmine_server.dp.budget import BudgetError, Epsilon
+from dpmine_server.dp.budget import BudgetError, Epsilon, Rho, ledger_amount
+from dpmine_server.dp.zcdp import DEFAULT_DELTA, parse_delta, rho_cap_for
 from dpmine_server.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from dpmine_server.services.accounting import (
+    dataset_delta,
+    dataset_unit,
+    display_remaining,
+    display_total,
+    zcdp_amounts,
+)
 from dpmine_server.services.principals import get_principal
 
 _SOURCE_ADAPTER: TypeAdapter[DatasetSource] = TypeAdapter(DatasetSource)
@@ -64,7 +74,7 @@ _METADATA_CACHE_SIZE = 64
 
 # The version and guarantee policy of an active dataset the analyst holds a grant on (built once).
 _ANALYST_VERSION = (
-    select(Dataset.version, Dataset.guarantee_policy)
+    select(Dataset.version, Dataset.guarantee_policy, Dataset.accounting, Dataset.accounting_delta)
     .join(Grant, Grant.dataset_id == Dataset.id)
     .where(
         Dataset.id == bindparam("ds_id"),
@@ -127,6 +137,9 @@ class ServedDataset:
 
     metadata: DatasetMetadata
     guarantee_policy: GuaranteePolicy
+    accounting: AccountingUnit = "pure"
+    #: zCDP: the delta its rho is shown at, and whether it is the public default.
+    delta: tuple[Decimal, bool] = (DEFAULT_DELTA, True)
 
 
 def stored_policy(value: str) -> GuaranteePolicy:
@@ -153,6 +166,7 @@ def dataset_info(dataset: Dataset) -> DatasetInfo:
         version=dataset.version,
         status="retired" if dataset.status == "retired" else "active",
         guarantee_policy=stored_policy(dataset.guarantee_policy),
+        accounting=dataset_unit(dataset),
         metadata=DatasetMetadata.model_validate(dataset.metadata_json),
         created_at=dataset.created_at,
     )
@@ -160,26 +174,38 @@ def dataset_info(dataset: Dataset) -> DatasetInfo:
 
 def dataset_cap(dataset: Dataset) -> DatasetCap:
     """Wire view of a dataset's cap and spending (owners only)."""
-    cap, spent = Epsilon(dataset.cap_units), Epsilon(dataset.spent_units)
+    unit = dataset_unit(dataset)
+    left = dataset.cap_units - dataset.spent_units
+    if unit == "pure":
+        cap_exact = Epsilon(dataset.cap_units).exact_str()
+        spent_exact = Epsilon(dataset.spent_units).exact_str()
+    else:  # what the rho implies, for reading (the exact amounts are in ``zcdp``)
+        cap_exact = repr(display_total(dataset, dataset.cap_units))
+        spent_exact = repr(display_total(dataset, dataset.spent_units))
     return DatasetCap(
         dataset_id=dataset.id,
         status="retired" if dataset.status == "retired" else "active",
-        epsilon_cap=cap.display(),
-        spent=spent.display(),
-        remaining=Epsilon(dataset.cap_units - dataset.spent_units).display(),
-        epsilon_cap_exact=cap.exact_str(),
-        spent_exact=spent.exact_str(),
+        epsilon_cap=display_total(dataset, dataset.cap_units),
+        spent=display_total(dataset, dataset.spent_units),
+        remaining=display_remaining(unit, left),
+        epsilon_cap_exact=cap_exact,
+        spent_exact=spent_exact,
+        accounting=unit,
+        zcdp=zcdp_amounts(dataset, dataset.cap_units, spent=dataset.spent_units, remaining=left),
     )
 
 
-def grant_info(grant: Grant, analyst_name: str) -> GrantInfo:
-    """Wire view of a grant."""
+def grant_info(grant: Grant, analyst_name: str, dataset: Dataset) -> GrantInfo:
+    """Wire view of a grant, in its dataset's unit."""
+    left = grant.limit_units - grant.spent_units
     return GrantInfo(
         analyst=analyst_name,
         dataset_id=grant.dataset_id,
-        epsilon=Epsilon(grant.limit_units).display(),
-        spent=Epsilon(grant.spent_units).display(),
-        remaining=Epsilon(grant.limit_units - grant.spent_units).display(),
+        epsilon=display_total(dataset, grant.limit_units),
+        spent=display_total(dataset, grant.spent_units),
+        remaining=display_remaining(dataset_unit(dataset), left),
+        accounting=dataset_unit(dataset),
+        zcdp=zcdp_amounts(dataset, grant.limit_units, spent=grant.spent_units, remaining=left),
     )
 
 
@@ -224,7 +250,7 @@ class DatasetService:
             request = request.model_copy(
                 update={"metadata": request.metadata.model_copy(update={"review": None})}
             )
-        cap = _budget(request.epsilon_cap, "epsilon_cap")
+        cap, delta = _registration_cap(request)
         with self._sessions() as lookup:  # a short read, before any file is written
             if lookup.get(Dataset, request.id) is not None:
                 raise Conflict(f"dataset id {request.id!r} is taken; choose another id")
@@ -258,6 +284,8 @@ class DatasetService:
             cap_units=cap.units,
             spent_units=0,
             guarantee_policy=request.guarantee_policy,
+            accounting=request.accounting,
+            accounting_delta=None if delta is None else str(delta),
             created_at=utcnow(),
         )
         session.add(dataset)
@@ -415,7 +443,15 @@ class DatasetService:
                     f"version {version} yet; ask the owner to run `dpmine-server datasets "
                     f"refresh {dataset_id}` (nothing was charged)"
                 )
-        return ServedDataset(parsed.metadata, stored_policy(row.guarantee_policy))
+        accounting: AccountingUnit = "zcdp" if row.accounting == "zcdp" else "pure"
+        delta = (
+            (DEFAULT_DELTA, True)
+            if row.accounting_delta is None
+            else (Decimal(row.accounting_delta), False)
+        )
+        return ServedDataset(
+            parsed.metadata, stored_policy(row.guarantee_policy), accounting, delta
+        )
 
     def public_metadata(self, session: Session, dataset_id: str) -> DatasetMetadata:
         """The current version's public metadata (no grant check), through the per-version
@@ -474,13 +510,14 @@ class DatasetService:
     def set_cap(self, session: Session, dataset_id: str, epsilon_cap: float) -> DatasetCap:
         """Change an active dataset's cap; never below what was spent. One conditional UPDATE,
         so a charge committing meanwhile cannot leave the spending above the new cap (the
-        ledger's charges are conditional on the cap in the same way)."""
+        ledger's charges are conditional on the cap in the same way). On a zCDP dataset the
+        new cap is ``(epsilon_cap, the dataset's delta)``, stored as the rho it allows."""
         dataset = self.get(session, dataset_id)
         if dataset.status != "active":
             raise InvalidRequest(
                 f"dataset {dataset_id!r} is retired and takes no queries; its cap stays"
             )
-        cap = _budget(epsilon_cap, "epsilon_cap")
+        cap = _cap_units(epsilon_cap, dataset_unit(dataset), dataset_delta(dataset)[0])
         changed = session.execute(
             update(Dataset)
             .where(Dataset.id == dataset_id, Dataset.spent_units <= cap.units)
@@ -491,7 +528,7 @@ class DatasetService:
         if rows_affected(changed) != 1:
             raise InvalidRequest(
                 f"dataset {dataset_id!r} has already spent "
-                f"{Epsilon(dataset.spent_units).exact_str()}; a cap cannot be set below that "
+                f"{_spent_str(dataset, dataset.spent_units)}; a cap cannot be set below that "
                 "(retire the dataset to stop all further queries)"
             )
         return dataset_cap(dataset)
@@ -584,14 +621,20 @@ class DatasetService:
     # -- grants --------------------------------------------------------------------------------
 
     def set_grant(
-        self, session: Session, dataset_id: str, analyst_name: str, epsilon: float
+        self,
+        session: Session,
+        dataset_id: str,
+        analyst_name: str,
+        epsilon: float | None,
+        rho: float | None = None,
     ) -> GrantInfo:
-        """Create or change an analyst's allotment; it cannot drop below what was spent."""
+        """Create or change an analyst's allotment, in the dataset's unit (``epsilon`` on a pure
+        dataset, ``rho`` on a zCDP one); it cannot drop below what was spent."""
         dataset = self.get(session, dataset_id)
         analyst = get_principal(session, analyst_name)
         if analyst.role != "analyst":
             raise InvalidRequest(f"{analyst_name!r} is an owner; grants are for analysts")
-        limit = _budget(epsilon, "epsilon")
+        limit = _grant_units(dataset, epsilon, rho)
         grant = session.scalar(
             select(Grant).where(Grant.dataset_id == dataset.id, Grant.analyst_id == analyst.id)
         )
@@ -599,21 +642,21 @@ class DatasetService:
             grant = Grant(
                 dataset_id=dataset.id,
                 analyst_id=analyst.id,
-                limit_units=limit.units,
+                limit_units=limit,
                 spent_units=0,
                 updated_at=utcnow(),
             )
             session.add(grant)
         else:
-            if limit.units < grant.spent_units:
+            if limit < grant.spent_units:
                 raise InvalidRequest(
-                    f"{analyst_name!r} already spent {Epsilon(grant.spent_units).exact_str()} "
+                    f"{analyst_name!r} already spent {_spent_str(dataset, grant.spent_units)} "
                     "on this dataset; a grant cannot be set below that"
                 )
-            grant.limit_units = limit.units
+            grant.limit_units = limit
             grant.updated_at = utcnow()
         session.flush()
-        return grant_info(grant, analyst.name)
+        return grant_info(grant, analyst.name, dataset)
 
     def revoke_grant(self, session: Session, dataset_id: str, analyst_name: str) -> GrantInfo:
         """Stop an analyst's spending on a dataset. A grant with charges shrinks to what was
@@ -629,28 +672,98 @@ class DatasetService:
             session.delete(grant)
             session.flush()
             return GrantInfo(
-                analyst=analyst.name, dataset_id=dataset.id, epsilon=0.0, spent=0.0, remaining=0.0
+                analyst=analyst.name,
+                dataset_id=dataset.id,
+                epsilon=0.0,
+                spent=0.0,
+                remaining=0.0,
+                accounting=dataset_unit(dataset),
             )
         grant.limit_units = grant.spent_units
         grant.updated_at = utcnow()
         session.flush()
-        return grant_info(grant, analyst.name)
+        return grant_info(grant, analyst.name, dataset)
 
     @staticmethod
     def list_grants(session: Session, dataset_id: str) -> list[GrantInfo]:
         """All grants on a dataset."""
+        dataset = session.get(Dataset, dataset_id)
+        if dataset is None:
+            return []
         rows = session.execute(
             select(Grant, Principal.name)
             .join(Principal, Principal.id == Grant.analyst_id)
             .where(Grant.dataset_id == dataset_id)
             .order_by(Principal.name)
         ).all()
-        return [grant_info(grant, name) for grant, name in rows]
+        return [grant_info(grant, name, dataset) for grant, name in rows]
 
 
-def _budget(value: float, field: str) -> Epsilon:
+def _registration_cap(request: CreateDatasetRequest) -> tuple[Epsilon | Rho, Decimal | None]:
+    """The stored cap of a new dataset and the owner's delta (zCDP given as (epsilon, delta)).
+
+    The wire model has already checked that exactly one form of cap is given for the unit."""
+    if request.accounting == "pure" and request.epsilon_cap is not None:
+        return _budget(request.epsilon_cap, "epsilon_cap"), None
+    if request.accounting == "zcdp" and request.cap_rho is not None:
+        return _budget(request.cap_rho, "cap_rho", Rho), None
+    epsilon, delta_given = request.epsilon_cap, request.cap_delta
+    if request.accounting == "zcdp" and epsilon is not None and delta_given is not None:
+        delta = _delta(delta_given)
+        return _zcdp_cap(epsilon, delta), delta
+    raise InvalidRequest(
+        "give the cap as epsilon_cap (pure), or cap_rho or epsilon_cap with cap_delta (zcdp)"
+    )
+
+
+def _cap_units(value: float, unit: AccountingUnit, delta: Decimal) -> Epsilon | Rho:
+    """A new cap given as epsilon: as is on a pure dataset, as the rho it allows at the
+    dataset's delta on a zCDP one."""
+    if unit == "pure":
+        return _budget(value, "epsilon_cap")
+    return _zcdp_cap(value, delta)
+
+
+def _zcdp_cap(epsilon: float, delta: Decimal) -> Rho:
     try:
-        amount = Epsilon.cap(value)
+        return rho_cap_for(epsilon, delta)
+    except BudgetError as error:
+        raise InvalidRequest(f"epsilon_cap: {error}") from error
+
+
+def _delta(value: float) -> Decimal:
+    try:
+        return parse_delta(value)
+    except BudgetError as error:
+        raise InvalidRequest(f"cap_delta: {error}") from error
+
+
+def _grant_units(dataset: Dataset, epsilon: float | None, rho: float | None) -> int:
+    """A grant's limit in the dataset's unit, or InvalidRequest naming the unit to use."""
+    if dataset_unit(dataset) == "zcdp":
+        if rho is None or epsilon is not None:
+            raise InvalidRequest(
+                f"dataset {dataset.id!r} accounts in zCDP: give the grant as rho "
+                "(e.g. --rho 0.01), not as epsilon"
+            )
+        return _budget(rho, "rho", Rho).units
+    if epsilon is None or rho is not None:
+        raise InvalidRequest(
+            f"dataset {dataset.id!r} accounts in pure epsilon: give the grant as epsilon, "
+            "not as rho"
+        )
+    return _budget(epsilon, "epsilon").units
+
+
+def _spent_str(dataset: Dataset, units: int) -> str:
+    """What was spent, as an exact decimal (with "rho=" on a zCDP dataset)."""
+    amount = ledger_amount(dataset_unit(dataset), units)
+    return f"rho={amount.exact_str()}" if isinstance(amount, Rho) else amount.exact_str()
+
+
+def _budget(value: float, field: str, unit: type[Epsilon | Rho] = Epsilon) -> Epsilon | Rho:
+    try:
+        amount = unit.cap(value)
     except BudgetError as error:
         raise InvalidRequest(f"{field}: {error}") from error
     if amount.units == 0:

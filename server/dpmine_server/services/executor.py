@@ -13,6 +13,7 @@ import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -27,8 +28,16 @@ from dpmine.wire import (
     Receipt,
     guarantee_allowed,
 )
-from dpmine_server.db.models import Job, LedgerEntry, Principal
-from dpmine_server.dp.budget import BudgetError, Epsilon
+from dpmine_server.db.models import Dataset, Job, LedgerEntry, Principal
+from dpmine_server.dp.budget import (
+    AccountingUnit,
+    BudgetError,
+    Epsilon,
+    LedgerAmount,
+    Rho,
+    ledger_amount,
+)
+from dpmine_server.dp.zcdp import DEFAULT_DELTA
 from dpmine_server.errors import (
     Forbidden,
     InvalidRequest,
@@ -37,6 +46,12 @@ from dpmine_server.errors import (
 )
 from dpmine_server.operations import CATALOG, OperationSpec
 from dpmine_server.operations.base import Progress, no_progress
+from dpmine_server.services.accounting import (
+    dataset_delta,
+    dataset_unit,
+    display_remaining,
+    rho_amounts,
+)
 from dpmine_server.services.datasets import DatasetService
 from dpmine_server.services.ledger import (
     Ledger,
@@ -83,12 +98,14 @@ def check_guarantee_policy(
 
 @dataclass(frozen=True, slots=True)
 class PricedCall:
-    """A validated request and its exact cost."""
+    """A validated request, the ε its kernel runs at (``cost``) and what the ledger debits for
+    it in the dataset's unit (``charge``: the same ε on a pure dataset, its ρ on a zCDP one)."""
 
     spec: OperationSpec[Any, Any]
     request: BaseModel
     cost: Epsilon
     guarantee: Guarantee
+    charge: LedgerAmount
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +116,8 @@ class Pending:
     dataset_id: str
     reservation: Reservation
     principal: Principal
+    #: zCDP datasets: the delta the receipt shows ρ at (value, whether the public default).
+    delta: tuple[Decimal, bool] = (DEFAULT_DELTA, True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,8 +190,10 @@ class Executor:
         spec: OperationSpec[Any, Any],
         request: BaseModel | dict[str, Any],
         metadata: DatasetMetadata,
+        unit: AccountingUnit,
     ) -> PricedCall:
-        """Validate a request against public metadata and compute its exact cost (free)."""
+        """Validate a request against public metadata and compute its exact cost in ``unit``,
+        the dataset's ledger unit (free)."""
         if metadata.kind not in spec.dataset_kinds:
             raise InvalidRequest(
                 f"{spec.name} does not apply to a {metadata.kind!r} dataset; it needs one of "
@@ -185,12 +206,14 @@ class Executor:
                 else spec.request_model.model_validate(request)
             )
             spec.validate(model, metadata)
-            cost = spec.cost(model)
+            cost, charge = spec.charge(model, unit)
         except ValidationError as error:
             raise InvalidRequest(_first_errors(error)) from error
         except (ValueError, BudgetError) as error:
             raise InvalidRequest(str(error)) from error
-        return PricedCall(spec=spec, request=model, cost=cost, guarantee=spec.guarantee)
+        return PricedCall(
+            spec=spec, request=model, cost=cost, guarantee=spec.guarantee, charge=charge
+        )
 
     def begin(
         self,
@@ -207,14 +230,14 @@ class Executor:
         with self._sessions() as session:  # metadata cached per (dataset, version)
             served = self._datasets.served_for_analyst(session, dataset_id, principal)
         check_guarantee_policy(dataset_id, spec.name, spec.guarantee, served.guarantee_policy)
-        priced = self.price(spec, request, served.metadata)
+        priced = self.price(spec, request, served.metadata, served.accounting)
         parameters = priced.request.model_dump(mode="json")
         reservation = self._ledger.reserve(
             principal=principal,
             dataset_id=dataset_id,
             operation=spec.name,
             parameters=parameters,
-            cost=priced.cost,
+            cost=priced.charge,
             guarantee="pure" if priced.guarantee == "pure" else "approximate",
             idempotency_key=idempotency_key,
             request_hash=request_fingerprint(spec.name, dataset_id, parameters),
@@ -228,6 +251,7 @@ class Executor:
             dataset_id=dataset_id,
             reservation=reservation,
             principal=principal,
+            delta=served.delta,
         )
 
     def finish(
@@ -291,20 +315,38 @@ class Executor:
         process that runs it (the request was validated and charged at submission)."""
         spec = self.spec(job.operation)
         request = spec.request_model.model_validate(job.request)
-        cost = Epsilon(entry.epsilon_units)
+        with self._sessions() as session:
+            dataset = session.get(Dataset, job.dataset_id)
+            unit = "pure" if dataset is None else dataset_unit(dataset)
+            delta = (DEFAULT_DELTA, True) if dataset is None else dataset_delta(dataset)
+        # The charge is the entry's, in the dataset's unit. On a pure dataset the kernel runs at
+        # that ε, as ever; on a zCDP one its ε is recomputed from the public request, and the
+        # kernel never runs unless the entry's ρ is exactly what that ε costs.
+        charge = ledger_amount(unit, entry.epsilon_units)
+        cost, expected = spec.charge(request, unit)
+        if isinstance(charge, Epsilon):
+            cost = charge
+        elif expected != charge:  # a bug, never the data: the worker fails the entry and logs it
+            raise RuntimeError(
+                f"job {job.id}: the ledger entry holds rho={charge.exact_str()} but the request "
+                f"costs rho={expected.exact_str()}; the kernel was not run"
+            )
         reservation = Reservation(
             entry_id=entry.id,
-            cost=cost,
+            cost=charge,
             guarantee="pure" if entry.guarantee == "pure" else "approximate",
             created_at=entry.created_at,
-            remaining_after=Epsilon(job.remaining_units or 0),
+            remaining_after=ledger_amount(unit, job.remaining_units or 0),
             dataset_version=entry.dataset_version,
         )
         return Pending(
-            priced=PricedCall(spec=spec, request=request, cost=cost, guarantee=spec.guarantee),
+            priced=PricedCall(
+                spec=spec, request=request, cost=cost, guarantee=spec.guarantee, charge=charge
+            ),
             dataset_id=job.dataset_id,
             reservation=reservation,
             principal=principal,
+            delta=delta,
         )
 
     def execute(
@@ -339,6 +381,7 @@ class Executor:
         batch: BatchRequest,
         served_metadata: DatasetMetadata,
         policy: GuaranteePolicy,
+        unit: AccountingUnit,
     ) -> list[PricedCall]:
         """Every part validated and priced (free), or the whole batch refused naming the first
         bad part and what to fix. Only inline operations: a job's part would run outside the
@@ -353,7 +396,7 @@ class Executor:
                         "(or submit it with POST .../jobs)"
                     )
                 check_guarantee_policy(dataset_id, spec.name, spec.guarantee, policy)
-                priced.append(self.price(spec, part.request, served_metadata))
+                priced.append(self.price(spec, part.request, served_metadata, unit))
             except InvalidRequest as error:
                 raise InvalidRequest(
                     f"batch part {index} ({part.operation}): {error.message}; nothing was charged"
@@ -376,13 +419,15 @@ class Executor:
             raise Forbidden("owners manage datasets; query them with an analyst's key")
         with self._sessions() as session:
             served = self._datasets.served_for_analyst(session, dataset_id, principal)
-        priced = self.price_batch(dataset_id, batch, served.metadata, served.guarantee_policy)
+        priced = self.price_batch(
+            dataset_id, batch, served.metadata, served.guarantee_policy, served.accounting
+        )
         batch_hash = request_fingerprint("batch", dataset_id, batch.model_dump(mode="json"))
         charges = [
             PartCharge(
                 operation=call.spec.name,
                 parameters=call.request.model_dump(mode="json"),
-                cost=call.cost,
+                cost=call.charge,
                 guarantee="pure" if call.guarantee == "pure" else "approximate",
                 idempotency_key=batch_part_key(idempotency_key, index),
                 request_hash=request_fingerprint(
@@ -408,6 +453,7 @@ class Executor:
                     dataset_id=dataset_id,
                     reservation=reservation,
                     principal=principal,
+                    delta=served.delta,
                 )
                 for call, reservation in zip(priced, reservations, strict=True)
             ]
@@ -464,7 +510,7 @@ class Executor:
         fields = priced.spec.run(
             columns,
             priced.request,
-            reservation.cost,
+            priced.cost,  # the priced ε (on a zCDP dataset the ledger holds its ρ)
             self._rng_factory(reservation.entry_id),
             progress,
         )
@@ -472,16 +518,32 @@ class Executor:
             ledger_entry_id=reservation.entry_id,
             dataset_id=dataset_id,
             operation=priced.spec.name,
-            epsilon=reservation.cost.display(),
-            epsilon_exact=reservation.cost.exact_str(),
+            epsilon=priced.cost.display(),
+            epsilon_exact=priced.cost.exact_str(),
             guarantee="pure" if reservation.guarantee == "pure" else "approximate",
-            remaining_epsilon=reservation.remaining_after.display(),
+            remaining_epsilon=display_remaining(
+                _unit_of(reservation.remaining_after), reservation.remaining_after.units
+            ),
             created_at=reservation.created_at,
+            accounting=_unit_of(reservation.cost),
+            zcdp=(
+                rho_amounts(
+                    reservation.cost.units,
+                    pending.delta,
+                    remaining=reservation.remaining_after.units,
+                )
+                if isinstance(reservation.cost, Rho)
+                else None
+            ),
         )
         response: BaseModel = priced.spec.response_model.model_validate(
             {**fields, "receipt": receipt}
         )
         return response.model_dump(mode="json")
+
+
+def _unit_of(amount: LedgerAmount) -> AccountingUnit:
+    return "zcdp" if isinstance(amount, Rho) else "pure"
 
 
 def _first_errors(error: ValidationError) -> str:

@@ -1,6 +1,8 @@
 """The privacy-budget ledger: the only way to spend budget (DESIGN.md "The budget ledger").
 
-* Amounts are exact integers (:class:`~dpmine_server.dp.budget.Epsilon`).
+* Amounts are exact integers in the dataset's unit (:class:`~dpmine_server.dp.budget.Epsilon`
+  on a "pure" dataset, :class:`~dpmine_server.dp.budget.Rho` on a "zcdp" one; the ``*_units``
+  columns hold either, and a charge in the other unit is refused by the charging statement).
 * :meth:`Ledger.reserve` checks the dataset cap and the analyst's grant and charges both in one
   transaction (``BEGIN IMMEDIATE`` on SQLite, conditional ``UPDATE … RETURNING`` row locks on
   PostgreSQL) and commits before any data is read. There is no refund afterwards. The release
@@ -38,7 +40,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from dpmine.wire import BudgetStatus, Guarantee
 from dpmine_server.db.base import UtcDateTime, is_sqlite, make_engine, rows_affected
 from dpmine_server.db.models import Dataset, Grant, Job, LedgerEntry, Principal, utcnow
-from dpmine_server.dp.budget import Epsilon
+from dpmine_server.dp.budget import AccountingUnit, LedgerAmount, Rho, ledger_amount
 from dpmine_server.errors import (
     BudgetExhausted,
     ChargeKeptNoResult,
@@ -47,9 +49,21 @@ from dpmine_server.errors import (
     NotFound,
     RequestInProgress,
 )
+from dpmine_server.services.accounting import (
+    dataset_unit,
+    display_remaining,
+    display_total,
+    zcdp_amounts,
+)
 from dpmine_server.services.instances import dead_owners
 
 __all__ = ["Ledger", "PartCharge", "Reservation", "batch_cost", "request_fingerprint"]
+
+
+def _unit_of(amount: LedgerAmount) -> AccountingUnit:
+    """The ledger unit an amount is counted in."""
+    return "zcdp" if isinstance(amount, Rho) else "pure"
+
 
 # The statements of the request path, built once (building them per call cost ~1 ms).
 _COST = bindparam("cost", type_=BigInteger())
@@ -58,6 +72,7 @@ _CHARGE_DATASET = (
     .where(
         Dataset.id == bindparam("ds_id"),
         Dataset.status == "active",
+        Dataset.accounting == bindparam("unit"),
         Dataset.spent_units + _COST <= Dataset.cap_units,
     )
     .values(spent_units=Dataset.spent_units + _COST)
@@ -76,9 +91,9 @@ _CHARGE_GRANT = (
     )
     .returning(Grant.limit_units - Grant.spent_units)
 )
-_DATASET_STATE = select(Dataset.status, Dataset.cap_units, Dataset.spent_units).where(
-    Dataset.id == bindparam("ds_id")
-)
+_DATASET_STATE = select(
+    Dataset.status, Dataset.cap_units, Dataset.spent_units, Dataset.accounting
+).where(Dataset.id == bindparam("ds_id"))
 _GRANT_STATE = select(Grant.limit_units, Grant.spent_units).where(
     Grant.dataset_id == bindparam("ds_id"), Grant.analyst_id == bindparam("analyst")
 )
@@ -124,10 +139,10 @@ class Reservation:
     """A committed charge, or the stored release of an earlier identical request."""
 
     entry_id: int
-    cost: Epsilon
+    cost: LedgerAmount
     guarantee: Guarantee
     created_at: datetime
-    remaining_after: Epsilon
+    remaining_after: LedgerAmount
     dataset_version: int
     replayed_release: dict[str, Any] | None = None
 
@@ -143,22 +158,27 @@ class PartCharge:
 
     operation: str
     parameters: dict[str, Any]
-    cost: Epsilon
+    cost: LedgerAmount
     guarantee: Guarantee
     idempotency_key: str | None
     request_hash: str
 
 
-def batch_cost(costs: Sequence[Epsilon]) -> Epsilon:
-    """The charge of a batch: the sum of its parts' costs, each as its operation declares it.
+def batch_cost(costs: Sequence[LedgerAmount]) -> LedgerAmount:
+    """The charge of a batch: the sum of its parts' costs, each as its operation declares it in
+    the dataset's unit.
 
     Sequential composition (ALGORITHMS.md §0.2): the parts are separate mechanisms with their
-    own randomness on the same dataset, so the batch is (Σ εᵢ)-DP. The one place a batch's
-    total is formed, so that another accounting unit changes only this function."""
-    total = Epsilon.zero()
-    for cost in costs:
-        total = total + cost
-    return total
+    own randomness on the same dataset, so the batch is (Σ εᵢ)-DP on a pure dataset and
+    (Σ ρᵢ)-zCDP on a zCDP one (zCDP composes by adding ρ, Bun & Steinke 2016, Lemma 2.3). The
+    parts of one batch are priced for one dataset, hence in one unit; adding amounts of two
+    units raises TypeError."""
+    if not costs:
+        raise InternalError("a batch needs at least one part")
+    unit = type(costs[0])
+    if any(type(cost) is not unit for cost in costs):
+        raise TypeError("the parts of one batch must be priced in one accounting unit")
+    return unit(sum(cost.units for cost in costs))
 
 
 class Ledger:
@@ -199,12 +219,16 @@ class Ledger:
         dataset_id: str,
         operation: str,
         parameters: dict[str, Any],
-        cost: Epsilon,
+        cost: LedgerAmount,
         guarantee: Guarantee,
         idempotency_key: str | None,
         request_hash: str,
     ) -> Reservation:
         """Charge ``cost`` to the dataset cap and the analyst's grant, or replay a retry.
+
+        ``cost`` is in the dataset's unit (Epsilon on a pure dataset, Rho on a zCDP one): the
+        charging statement also requires ``datasets.accounting`` to match it, so an amount in
+        the wrong unit can never be added to a ledger (InternalError, nothing charged).
 
         One write transaction (SQLAlchemy Core, no ORM loads): the idempotency lookup, then
         ``UPDATE datasets SET spent = spent + :cost WHERE id = :id AND status = 'active' AND
@@ -274,7 +298,7 @@ class Ledger:
                         cost=cost,
                         guarantee=guarantee,
                         created_at=created_at,
-                        remaining_after=Epsilon(max(min(grant_left, dataset_left), 0)),
+                        remaining_after=type(cost)(max(min(grant_left, dataset_left), 0)),
                         dataset_version=int(version),
                     )
                 return reservation  # committed when the block above exited
@@ -310,7 +334,7 @@ class Ledger:
                         return replay
                     version, dataset_left = self._charge_dataset(connection, dataset_id, total)
                     grant_left = self._charge_grant(connection, dataset_id, principal.id, total)
-                    remaining = Epsilon(max(min(grant_left, dataset_left), 0))
+                    remaining = type(total)(max(min(grant_left, dataset_left), 0))
                     created_at = utcnow()
                     reservations = []
                     for part in parts:
@@ -371,26 +395,33 @@ class Ledger:
         return replayed
 
     @staticmethod
-    def _charge_dataset(connection: Connection, dataset_id: str, cost: Epsilon) -> tuple[int, int]:
+    def _charge_dataset(
+        connection: Connection, dataset_id: str, cost: LedgerAmount
+    ) -> tuple[int, int]:
         """Charge the dataset cap; (version, units left on the cap) after the charge."""
         row = connection.execute(
-            _CHARGE_DATASET, {"ds_id": dataset_id, "cost": cost.units}
+            _CHARGE_DATASET, {"ds_id": dataset_id, "cost": cost.units, "unit": _unit_of(cost)}
         ).one_or_none()
         if row is not None:
             return int(row[0]), int(row[1])
         state = connection.execute(_DATASET_STATE, {"ds_id": dataset_id}).one_or_none()
         if state is None or state[0] != "active":
             raise NotFound(f"dataset {dataset_id!r} is not available")
-        left = Epsilon(max(int(state[1]) - int(state[2]), 0))
+        if state[3] != _unit_of(cost):
+            raise InternalError(
+                f"a charge in {cost.NAME} cannot go to dataset {dataset_id!r}, whose ledger "
+                f"counts {state[3]!r}; nothing was charged"
+            )
+        left = type(cost)(max(int(state[1]) - int(state[2]), 0))
         raise BudgetExhausted(
-            f"the dataset cap cannot cover this request: requested epsilon="
+            f"the dataset cap cannot cover this request: requested {cost.NAME}="
             f"{cost.exact_str()}, remaining on the dataset={left.exact_str()}; "
             "ask the data owner or request less"
         )
 
     @staticmethod
     def _charge_grant(
-        connection: Connection, dataset_id: str, analyst_id: int, cost: Epsilon
+        connection: Connection, dataset_id: str, analyst_id: int, cost: LedgerAmount
     ) -> int:
         """Charge the analyst's grant; units left in it after the charge."""
         row = connection.execute(
@@ -409,9 +440,9 @@ class Ledger:
         ).one_or_none()
         if grant is None:
             raise NotFound(f"dataset {dataset_id!r} is not granted to you")
-        left = Epsilon(max(int(grant[0]) - int(grant[1]), 0))
+        left = type(cost)(max(int(grant[0]) - int(grant[1]), 0))
         raise BudgetExhausted(
-            f"your grant cannot cover this request: requested epsilon={cost.exact_str()}, "
+            f"your grant cannot cover this request: requested {cost.NAME}={cost.exact_str()}, "
             f"remaining in your grant={left.exact_str()}; ask the data owner for more"
         )
 
@@ -438,12 +469,15 @@ class Ledger:
         ).one_or_none()
         state = connection.execute(_DATASET_STATE, {"ds_id": entry.dataset_id}).one()
         grant_left = int(grant[0]) - int(grant[1]) if grant is not None else 0
+        unit: AccountingUnit = "zcdp" if state[3] == "zcdp" else "pure"
         return Reservation(
             entry_id=int(entry.id),
-            cost=Epsilon(int(entry.epsilon_units)),
+            cost=ledger_amount(unit, int(entry.epsilon_units)),
             guarantee="pure" if entry.guarantee == "pure" else "approximate",
             created_at=entry.created_at,
-            remaining_after=Epsilon(max(min(grant_left, int(state[1]) - int(state[2])), 0)),
+            remaining_after=ledger_amount(
+                unit, max(min(grant_left, int(state[1]) - int(state[2])), 0)
+            ),
             dataset_version=int(entry.dataset_version),
             replayed_release=entry.release,
         )
@@ -542,21 +576,29 @@ class Ledger:
     # -- reading -------------------------------------------------------------------------------
 
     def budget_status(self, principal: Principal, dataset_id: str) -> BudgetStatus:
-        """The analyst's grant and what is left of it and of the dataset cap."""
+        """The analyst's grant and what is left of it and of the dataset cap, in the dataset's
+        unit (on a zCDP dataset: the exact rho in ``zcdp``, the epsilon fields as it implies)."""
         with self._sessions() as session:
             grant = self._grant(session, dataset_id, principal.id)
-            if grant is None:
+            dataset = session.get(Dataset, dataset_id)
+            if grant is None or dataset is None:
                 raise NotFound(f"dataset {dataset_id!r} is not granted to you")
+            unit = dataset_unit(dataset)
             dataset_left = self._dataset_left(session, dataset_id)
+            remaining = self._remaining(session, dataset_id, principal.id)
             return BudgetStatus(
                 dataset_id=dataset_id,
-                grant_epsilon=Epsilon(grant.limit_units).display(),
-                grant_spent=Epsilon(grant.spent_units).display(),
-                dataset_remaining=dataset_left.display(),
-                remaining_epsilon=self._remaining(session, dataset_id, principal.id).display(),
+                grant_epsilon=display_total(dataset, grant.limit_units),
+                grant_spent=display_total(dataset, grant.spent_units),
+                dataset_remaining=display_remaining(unit, dataset_left.units),
+                remaining_epsilon=display_remaining(unit, remaining.units),
+                accounting=unit,
+                zcdp=zcdp_amounts(
+                    dataset, grant.limit_units, spent=grant.spent_units, remaining=remaining.units
+                ),
             )
 
-    def remaining(self, principal_id: int, dataset_id: str) -> Epsilon:
+    def remaining(self, principal_id: int, dataset_id: str) -> LedgerAmount:
         """What the analyst can still spend on the dataset: min(grant left, cap left)."""
         with self._sessions() as session:
             return self._remaining(session, dataset_id, principal_id)
@@ -618,18 +660,22 @@ class Ledger:
         )
 
     @staticmethod
-    def _dataset_left(session: Session, dataset_id: str) -> Epsilon:
+    def _dataset_left(session: Session, dataset_id: str) -> LedgerAmount:
         row = session.execute(
-            select(Dataset.cap_units, Dataset.spent_units).where(Dataset.id == dataset_id)
+            select(Dataset.cap_units, Dataset.spent_units, Dataset.accounting).where(
+                Dataset.id == dataset_id
+            )
         ).one_or_none()
         if row is None:
             raise NotFound(f"dataset {dataset_id!r} is not available")
-        return Epsilon(max(row[0] - row[1], 0))
+        unit: AccountingUnit = "zcdp" if row[2] == "zcdp" else "pure"
+        return ledger_amount(unit, max(row[0] - row[1], 0))
 
-    def _remaining(self, session: Session, dataset_id: str, analyst_id: int) -> Epsilon:
+    def _remaining(self, session: Session, dataset_id: str, analyst_id: int) -> LedgerAmount:
+        dataset_left = self._dataset_left(session, dataset_id)
         grant = self._grant(session, dataset_id, analyst_id)
-        grant_left = Epsilon(grant.limit_units - grant.spent_units) if grant else Epsilon.zero()
-        return min(grant_left, self._dataset_left(session, dataset_id))
+        grant_units = grant.limit_units - grant.spent_units if grant else 0
+        return type(dataset_left)(min(grant_units, dataset_left.units))
 
 
 class _OwningSession(Session):

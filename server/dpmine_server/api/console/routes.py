@@ -38,6 +38,7 @@ from dpmine.wire import (
     AuditEventInfo,
     CapRequest,
     CreateDatasetRequest,
+    DatasetCap,
     DatasetMetadata,
     GrantInfo,
     GrantRequest,
@@ -79,7 +80,7 @@ from dpmine_server.errors import (
 )
 from dpmine_server.services import audit
 from dpmine_server.services.container import Services
-from dpmine_server.services.datasets import dataset_info
+from dpmine_server.services.datasets import dataset_cap, dataset_info
 from dpmine_server.services.exports import ledger_entries
 from dpmine_server.services.principals import principal_info
 
@@ -364,6 +365,7 @@ class DatasetRow:
     version: int
     status: str
     guarantee_policy: str
+    accounting: str
     cap: str
     spent: str
     left: str
@@ -374,7 +376,8 @@ class DatasetRow:
 def _dataset_rows(session: Session) -> list[DatasetRow]:
     rows = []
     for dataset in session.scalars(select(Dataset).order_by(Dataset.id)):
-        info = dataset_info(dataset)
+        info, cap = dataset_info(dataset), dataset_cap(dataset)
+        cap_left = dataset.cap_units - dataset.spent_units
         rows.append(
             DatasetRow(
                 id=info.id,
@@ -383,14 +386,26 @@ def _dataset_rows(session: Session) -> list[DatasetRow]:
                 version=info.version,
                 status=info.status,
                 guarantee_policy=info.guarantee_policy,
-                cap=Epsilon(dataset.cap_units).exact_str(),
-                spent=Epsilon(dataset.spent_units).exact_str(),
-                left=Epsilon(dataset.cap_units - dataset.spent_units).exact_str(),
+                accounting=_accounting_text(cap),
+                cap=cap.epsilon_cap_exact,
+                spent=cap.spent_exact,
+                left=repr(cap.remaining) if cap.zcdp else Epsilon(cap_left).exact_str(),
                 metadata=info.metadata,
                 tables=metadata_rows(info.metadata),
             )
         )
     return rows
+
+
+def _accounting_text(cap: DatasetCap) -> str:
+    """The ledger unit; on a zCDP dataset its exact rho and the delta its ε columns are at."""
+    if cap.zcdp is None:
+        return "pure ε"
+    default = " (default)" if cap.zcdp.delta_is_default else ""
+    return (
+        f"zCDP: ρ cap {cap.zcdp.rho_exact}, spent {cap.zcdp.rho_spent}; ε at δ="
+        f"{cap.zcdp.delta:g}{default}, left ε = largest single call"
+    )
 
 
 def _charts(entries: Sequence[LedgerEntryInfo]) -> tuple[Chart, Chart]:
@@ -733,7 +748,12 @@ def set_grant(
     """Create or change a grant (the owner API's operation, audited the same way); a refusal
     (e.g. below what was spent) comes back on the form with the typed values."""
     try:
-        body = _validated(lambda: GrantRequest(analyst=analyst, epsilon=_epsilon(epsilon)))
+        # The amount is in the dataset's unit (rho on a zCDP dataset, issue #24).
+        dataset = session.get(Dataset, dataset_id)
+        unit = "rho" if dataset is not None and dataset.accounting == "zcdp" else "epsilon"
+        body = _validated(
+            lambda: GrantRequest.model_validate({"analyst": analyst, unit: _epsilon(epsilon)})
+        )
         admin.set_grant(dataset_id, body, owner, services, session)
     except _FORM_ERRORS as error:
         session.rollback()

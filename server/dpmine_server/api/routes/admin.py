@@ -381,13 +381,13 @@ def set_grant(
     session: WriteSessionDep,
 ) -> GrantInfo:
     """Create or change an analyst's allotment on a dataset."""
-    grant = services.datasets.set_grant(session, dataset_id, body.analyst, body.epsilon)
+    grant = services.datasets.set_grant(session, dataset_id, body.analyst, body.epsilon, body.rho)
     audit.record(
         session,
         action="grant_set",
         principal=owner,
         target=f"{dataset_id}/{body.analyst}",
-        details={"epsilon": body.epsilon},
+        details={"epsilon": body.epsilon} if body.rho is None else {"rho": body.rho},
     )
     return grant
 

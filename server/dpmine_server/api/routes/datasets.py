@@ -17,8 +17,9 @@ from dpmine.wire import (
 )
 from dpmine_server.api.common import ERRORS
 from dpmine_server.api.deps import PrincipalDep, ServicesDep, SessionDep
-from dpmine_server.dp.budget import Epsilon
+from dpmine_server.dp.budget import Epsilon, ledger_amount
 from dpmine_server.errors import Forbidden, InvalidRequest
+from dpmine_server.services.accounting import dataset_unit, display_remaining
 from dpmine_server.services.datasets import dataset_info, stored_policy
 from dpmine_server.services.executor import check_guarantee_policy
 
@@ -69,10 +70,12 @@ def estimate(
     dataset = services.datasets.get_for_analyst(session, dataset_id, principal)
     metadata = DatasetMetadata.model_validate(dataset.metadata_json)
     policy = stored_policy(dataset.guarantee_policy)
+    unit = dataset_unit(dataset)
     costs: list[PlannedCallCost] = []
-    total = Epsilon.zero()
+    total_epsilon = Epsilon.zero()  # what the kernels run at, summed
+    total_units = 0  # what the ledger would debit, in the dataset's unit
     # A plan repeats a few calls many times: price each different call once.
-    priced_calls: dict[str, tuple[PlannedCallCost, Epsilon]] = {}
+    priced_calls: dict[str, tuple[PlannedCallCost, Epsilon, int]] = {}
     for index, call in enumerate(body.calls):
         key = json.dumps([call.operation, call.request], sort_keys=True)
         known = priced_calls.get(key)
@@ -85,7 +88,7 @@ def estimate(
             try:
                 spec = services.executor.spec(call.operation)
                 check_guarantee_policy(dataset_id, spec.name, spec.guarantee, policy)
-                priced = services.executor.price(spec, call.request, metadata)
+                priced = services.executor.price(spec, call.request, metadata, unit)
             except InvalidRequest as error:
                 raise InvalidRequest(f"call {index} ({call.operation}): {error.message}") from error
             except Forbidden as error:
@@ -96,17 +99,24 @@ def estimate(
                     epsilon=priced.cost.display(),
                     epsilon_exact=priced.cost.exact_str(),
                     guarantee="pure" if priced.guarantee == "pure" else "approximate",
+                    rho_exact=priced.charge.exact_str() if unit == "zcdp" else None,
                 ),
                 priced.cost,
+                priced.charge.units,
             )
             priced_calls[key] = known
         costs.append(known[0])
-        total = total + known[1]
+        total_epsilon = total_epsilon + known[1]
+        total_units += known[2]
     remaining = services.ledger.remaining(principal.id, dataset_id)
+    total = ledger_amount(unit, total_units)
     return EstimateResponse(
         calls=costs,
-        total_epsilon=total.display(),
-        total_epsilon_exact=total.exact_str(),
-        remaining_epsilon=remaining.display(),
-        fits=total <= remaining,
+        total_epsilon=total_epsilon.display(),
+        total_epsilon_exact=total_epsilon.exact_str(),
+        remaining_epsilon=display_remaining(unit, remaining.units),
+        fits=total.units <= remaining.units,
+        accounting=unit,
+        total_rho_exact=total.exact_str() if unit == "zcdp" else None,
+        remaining_rho_exact=remaining.exact_str() if unit == "zcdp" else None,
     )
