@@ -237,7 +237,7 @@ def test_owner_example_runs(owner_block: OwnerBlock) -> None:
     assert registered is not None, f"{owner_block.example}: no 'mushroom'"
     # The closing `dpmine-server datasets list` shows its cap and the README's grant unspent.
     listed = (
-        r"^mushroom\s{2,}mushroom\s{2,}views\s{2,}active\s{2,}1\s{2,}allow_approximate"
+        r"^mushroom\s{2,}mushroom\s{2,}views\s{2,}active\s{2,}1\s{2,}allow_approximate\s{2,}pure"
         r"\s{2,}10\s{2,}0\s{2,}10$"
     )
     assert re.search(listed, owner_block.output, re.MULTILINE), owner_block.output
