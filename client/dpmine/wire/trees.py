@@ -23,6 +23,7 @@ from dpmine.wire.common import (
 )
 from dpmine.wire.datasets import View
 from dpmine.wire.items import ColumnNames
+from dpmine.wire.queries import QueryInput
 
 __all__ = [
     "DEFAULT_TARGET_BINS",
@@ -30,11 +31,13 @@ __all__ = [
     "MAX_TREE_DEPTH",
     "MAX_TREE_ITERATIONS",
     "MIN_TREE_ITERATIONS",
+    "AnyTreeTarget",
     "AttributeTarget",
     "DecisionTree",
     "LeafCountsRelease",
     "LeafCountsRequest",
     "LeafCountsResponse",
+    "QueryTarget",
     "SplitKey",
     "TreeExpMechRequest",
     "TreeExpMechResponse",
@@ -168,7 +171,19 @@ class TreeTarget(WireModel):
     tree: DecisionTree
 
 
-TreeTargetSpec = Annotated[AttributeTarget | TreeTarget, Discriminator("kind")]
+class QueryTarget(WireModel):
+    """Two classes from a public query over the other view's attributes (the layered miner's
+    target): class 1 for the rows the query selects, exactly as ``count.noisy`` and the
+    redescription statistics evaluate it (missing values included), class 0 for all others."""
+
+    kind: Literal["query"] = "query"
+    query: QueryInput
+
+
+#: Every kind of tree target (the kernels' argument type).
+AnyTreeTarget = AttributeTarget | TreeTarget | QueryTarget
+
+TreeTargetSpec = Annotated[AnyTreeTarget, Discriminator("kind")]
 
 
 class TreeResponse(WireModel):

@@ -34,11 +34,12 @@ import numpy.typing as npt
 
 from dpmine.wire import (
     DEFAULT_TARGET_BINS,
-    AttributeTarget,
+    AnyTreeTarget,
     CategoricalAttribute,
     DatasetMetadata,
     DecisionTree,
     NumericAttribute,
+    QueryTarget,
     TreeSplit,
     TreeTarget,
     View,
@@ -71,6 +72,7 @@ __all__ = [
     "make_target",
     "node_rows",
     "partition_leaf_counts",
+    "query_labels",
     "reroute_subtree",
     "split_codes",
     "subtree_levels",
@@ -354,10 +356,31 @@ def _leaf_labels(leaves: WordArray, n_rows: int) -> Labels:
     return Labels(classes=classes, n_classes=int(leaves.shape[0]))
 
 
-def make_target(columns: ColumnStore, target: AttributeTarget | TreeTarget) -> Labels:
+def query_labels(columns: ColumnStore, target: QueryTarget) -> Labels:
+    """The binary target of the layered miner (§3.2 "target from a tree", applied to a public
+    query): class 1 for the rows of ``columns.evaluate(query)`` — the very support that
+    ``count.noisy`` and the redescription statistics use, so a row with a missing value is in
+    class 1 exactly when the printed query selects it — and class 0 for every other row.
+
+    Proof that the expmech and MCMC score sensitivities (§3.3: Δ = 2 for
+    q = −Σ_c |c|·Gini(c); §3.4, §6 #17) hold unchanged: those bounds are proved for *any*
+    labelling in which each row's class is a function of that row alone and of public inputs,
+    for any number of classes (here 2). A row's class here depends on its own values and on the
+    public query only, so adding or removing one row adds or removes one labelled row and
+    relabels no other one — the premise of the bound, as for a released tree's leaves (§3.2
+    privacy note). Work: one bitset operation of ⌈n/64⌉ words per query node, at most
+    MAX_QUERY_LITERALS × MAX_QUERY_DEPTH nodes (priced in services/timing.py)."""
+    selected = columns.evaluate(target.query).to_bool_array()
+    return Labels(classes=selected.astype(np.int64), n_classes=2)
+
+
+def make_target(columns: ColumnStore, target: AnyTreeTarget) -> Labels:
     """makeTarget (§3.2 [REC]): the value of a Boolean or categorical attribute, the equal-width
-    bin of a numeric one over its public range (``bins`` public, default 10), or the leaf a row
-    reaches in a released tree. Missing values give no class. Never data-dependent bins."""
+    bin of a numeric one over its public range (``bins`` public, default 10), the leaf a row
+    reaches in a released tree, or whether a public query selects the row
+    (:func:`query_labels`). Missing values give no class. Never data-dependent bins."""
+    if isinstance(target, QueryTarget):
+        return query_labels(columns, target)
     if isinstance(target, TreeTarget):
         return _leaf_labels(tree_leaves(columns, target.tree), columns.n_rows)
     column = columns.column(target.attribute)

@@ -24,6 +24,7 @@ from dpmine.wire import (
     TREE_LEAF_COUNTS,
     TREE_MCMC,
     TREE_PAIR_MCMC,
+    AnyTreeTarget,
     AttributeTarget,
     BooleanAttribute,
     CategoricalAttribute,
@@ -32,6 +33,7 @@ from dpmine.wire import (
     DecisionTree,
     LeafCountsRequest,
     NumericAttribute,
+    QueryTarget,
     TreeExpMechRequest,
     TreeMCMCRequest,
     TreePairMCMCRequest,
@@ -42,6 +44,7 @@ from dpmine.wire import (
     usable_columns,
 )
 from dpmine_server.data.columns import ColumnStore
+from dpmine_server.data.validation import validate_expr
 from dpmine_server.dp.budget import Epsilon
 from dpmine_server.dp.lattice import PublicLattice
 from dpmine_server.dp.zcdp import ReleasePart, em_draws, generic_release
@@ -112,8 +115,13 @@ def validate_tree(tree: DecisionTree, metadata: DatasetMetadata) -> None:
         validate_split(split, tree.view, metadata)
 
 
-def validate_target(target: AttributeTarget | TreeTarget, metadata: DatasetMetadata) -> None:
-    """An attribute target exists (``bins`` only for numeric ones); a tree target is valid."""
+def validate_target(target: AnyTreeTarget, metadata: DatasetMetadata) -> None:
+    """An attribute target exists (``bins`` only for numeric ones); a tree target is valid; a
+    query target fits the metadata (its view is checked against the tree's by
+    :func:`_require_query_view`)."""
+    if isinstance(target, QueryTarget):
+        validate_expr(target.query, metadata, side="target query")
+        return
     if isinstance(target, TreeTarget):
         validate_tree(target.tree, metadata)
         return
@@ -132,12 +140,19 @@ def _require_splits(space: SplitSpace, depth: int) -> None:
         )
 
 
-def _target_exclusion(target: AttributeTarget | TreeTarget) -> str | None:
+def _require_query_view(target: AnyTreeTarget, view: View, metadata: DatasetMetadata) -> None:
+    """A query target uses only the other view's attributes: a tree fits one view to the
+    other's query, as the layered miner alternates (a same-view query would be split on)."""
+    if isinstance(target, QueryTarget):
+        validate_expr(target.query, metadata, side="target query", views={_other(view)})
+
+
+def _target_exclusion(target: AnyTreeTarget) -> str | None:
     return target.attribute if isinstance(target, AttributeTarget) else None
 
 
 def _validate_columns(
-    columns: list[str] | None, target: AttributeTarget | TreeTarget, metadata: DatasetMetadata
+    columns: list[str] | None, target: AnyTreeTarget, metadata: DatasetMetadata
 ) -> None:
     """``columns`` names declared attributes (:func:`~dpmine.wire.items.usable_columns`) and
     holds an attribute target: the request's attributes, all public."""
@@ -164,6 +179,7 @@ def _validate_single(
 ) -> None:
     _require_views(metadata)
     validate_target(request.target, metadata)
+    _require_query_view(request.target, request.view, metadata)
     _validate_columns(request.columns, request.target, metadata)
     space = SplitSpace.of(
         metadata, request.view, _target_exclusion(request.target), request.columns

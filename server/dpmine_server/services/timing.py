@@ -37,6 +37,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from dpmine.wire import (
+    MAX_QUERY_DEPTH,
+    MAX_QUERY_LITERALS,
     AnyAttribute,
     CategoricalAttribute,
     DatasetMetadata,
@@ -199,9 +201,23 @@ def _split_family_work(attribute: AnyAttribute, n_max: int, classes: int) -> flo
     return 3e-5 + 3e-8 * n_max + 1e-8 * classes
 
 
+#: Public bound on the nodes of any admissible query: every node lies on a root-to-literal
+#: path, at most MAX_QUERY_LITERALS paths of at most MAX_QUERY_DEPTH nodes.
+_QUERY_NODES = MAX_QUERY_LITERALS * MAX_QUERY_DEPTH
+
+
 def _target_work(target: Mapping[str, Any], metadata: DatasetMetadata) -> float:
     """makeTarget (§3.2): a pass over the rows for an attribute (8.5 ns a row measured), or
-    routing every row through a released tree, one pass per leaf (2.3 ns a row and leaf)."""
+    routing every row through a released tree, one pass per leaf (2.3 ns a row and leaf). A
+    query target (tree_kernels ``query_labels``) is priced for the largest admissible query
+    whatever its text: a literal's first bitset is a pass over its column (budgeted 5 ns a
+    row), each node one operation on n_max/64 words (budgeted 6.4 ns a word), plus the
+    unpacking of the support (30 ns a row). Measured 0.10 s against 0.45 s budgeted for 64
+    uncached numeric literals in 89 nodes, 0.09 s for 961 nodes (Not chains 16 deep) on 10⁶
+    rows."""
+    if target.get("kind") == "query":
+        literals = 5e-9 * metadata.n_max * MAX_QUERY_LITERALS
+        return 1e-3 + literals + 1e-10 * metadata.n_max * _QUERY_NODES + 3e-8 * metadata.n_max
     if target.get("tree"):
         leaves = 1 << int(target["tree"].get("depth") or 3)
         return 1e-3 + 7e-9 * metadata.n_max * leaves
