@@ -94,6 +94,8 @@ class ThroughputResult:
     server_errors: int
     seconds: float
     requests_per_s: float
+    #: Answers that carried a release (not an error, not an overrun) per second.
+    releases_per_s: float
     p50_ms: float
     p99_ms: float
     #: The padded deadlines (after arrival) of the measured calls: least and largest.
@@ -227,6 +229,7 @@ def measure(
         server_errors=sum(1 for status, _ in errors if status >= 500),
         seconds=round(seconds, 3),
         requests_per_s=round(len(values) / seconds, 1),
+        releases_per_s=round((len(values) - len(errors)) / seconds, 1),
         p50_ms=round(percentile(values, 50) * 1e3, 1),
         p99_ms=round(p99 * 1e3, 1),
         deadline_min_ms=round(min(deadlines) * 1e3, 1),
@@ -299,15 +302,16 @@ def bench(
 def markdown_table(results: list[ThroughputResult]) -> list[str]:
     """The results as a Markdown table."""
     lines = [
-        "| API processes | clients | req/s | p50 ms | p99 ms | padded deadline ms | "
-        "p99 − deadline ms | p99 lateness ms | errors (overruns, 5xx) | client CPU | "
-        "server CPU (ms/request) | load before → after |",
+        "| API processes | clients | req/s (with a release) | p50 ms | p99 ms | "
+        "padded deadline ms | p99 − deadline ms | p99 lateness ms | errors (overruns, 5xx) | "
+        "client CPU | server CPU (ms/request) | load before → after |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         load = f"{r.load_before[0]:.2f} → {r.load_after[0]:.2f}"
         lines.append(
-            f"| {r.processes} | {r.clients} | {r.requests_per_s} | {r.p50_ms} | {r.p99_ms} | "
+            f"| {r.processes} | {r.clients} | {r.requests_per_s} ({r.releases_per_s}) | "
+            f"{r.p50_ms} | {r.p99_ms} | "
             f"{r.deadline_min_ms}–{r.deadline_max_ms} | {r.p99_minus_budget_ms} | "
             f"{r.p99_lateness_ms} | {r.errors} ({r.overruns}, {r.server_errors}) | "
             f"{r.client_cpu_share} | {r.server_cpu_share} ({r.server_cpu_ms_per_request}) | "
@@ -331,7 +335,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run every setting, print the table, write the JSON; non-zero exit on failed requests."""
+    """Run every setting, print the table, write the JSON; non-zero exit on failed requests
+    other than overruns."""
     args = parse_args(argv)
     unwind_on_sigterm()
     clients = tuple(int(part) for part in args.clients.split(",") if part.strip())
@@ -393,7 +398,9 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report)
     print(f"\nwrote {out_file}")
-    return 1 if any(r.errors for r in results) else 0
+    # Overruns are a measured outcome (a loaded machine misses the padded deadline), reported
+    # in the table; any other failed request is the benchmark's failure.
+    return 1 if any(r.errors > r.overruns for r in results) else 0
 
 
 if __name__ == "__main__":
