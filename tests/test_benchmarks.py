@@ -57,6 +57,9 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
     "bench_rule_lists.py": {
         "rule_lists.json": ("machine", "parameters", "dp_runs"),
     },
+    "bench_throughput.py": {
+        "throughput.json": ("machine", "config", "deadlines_ms", "results"),
+    },
     "bench_trees.py": {
         "trees.json": ("machine", "n_rows", "summaries", "runs", "figures"),
     },
