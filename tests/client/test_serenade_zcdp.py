@@ -151,6 +151,7 @@ def test_the_auto_row_count_takes_two_percent_of_rho(zcdp_table: dpmine.DatasetH
     assert float(first.epsilon_exact) == pytest.approx(math.sqrt(2 * 0.02 * RHO), rel=1e-6)
     assert plan.estimate.total_rho_exact is not None
     assert Decimal(plan.estimate.total_rho_exact) <= Decimal(repr(RHO))
+    assert "noisy row count (same ρ)" in plan.report()
     miner = SerenadeES(rho=RHO).mine(zcdp_table)
     assert _rho_spent(zcdp_table) <= Decimal(repr(RHO))
     assert miner.settings_.accounting == "zcdp"

@@ -642,7 +642,8 @@ class SerenadePlan(Plan):
             if st.provisional:
                 lines.append(
                     "provisional: priced at x0 = a fraction of n_max; the run chooses I, steps "
-                    "and the split again at the same fraction of its noisy row count (same ε)"
+                    "and the split again at the same fraction of its noisy row count (same "
+                    f"{'ε' if st.accounting == 'pure' else 'ρ'})"
                 )
         for s in self.signals:
             flag = "  UNIFORM-LIKE" if s.uniform_like else ""
