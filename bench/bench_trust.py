@@ -21,6 +21,12 @@ default output ``results_``, after the noise-aware test) is checked on the exact
   the share that are truly among the top K' = ⌈1.5 K⌉ (exact count ≥ the K'-th largest exact
   count of the valid itemsets of that length).
 
+``--zcdp DELTA`` (issue #24): every Serenade cell also runs on a copy of its table whose ledger
+counts zCDP ρ, with the budget ρ = the largest ρ whose conversion ρ + 2√(ρ ln 1/δ) stays ≤ ε
+(the server's ``rho_cap_for``: the run is (ε, δ)-DP); the report sets its truly significant
+shown results per run and median true J of the shown results beside pure ε's, with the issue's
+target on mammals and asia at ε = 1 (≥ 3× the pure figure at a median true J ≥ 0.75).
+
 Also: ``all_results_`` count, m (results examined) and wall time per run. A run that fails is
 recorded with its error and the benchmark goes on. Tables: mammals and asia (the splits of
 ``bench_serenade``) and the weak health tables of ``trust_views.py`` (declared before any
@@ -32,7 +38,7 @@ Usage::
     PYTHONPATH=client:server .venv/bin/python bench/bench_trust.py [--quick] [--runs N]
         [--tables mammals,asia,stroke,heart,pima,mimic,rwas] [--epsilons 1,0.5]
         [--miners SerenadeCS,SerenadeES,AltExpM,AltMCMC,MCMCTreePair,TopKItemsets]
-        [--out bench/out] [--baseline f614ac4]
+        [--out bench/out] [--baseline f614ac4] [--zcdp 1e-6]
 
 ``--baseline COMMIT`` also measures that commit's redescription miners (issue #21's "as many
 significant results per run as today": f614ac4, the code before the noise-aware display): a
@@ -61,6 +67,7 @@ import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -108,12 +115,13 @@ from dpmine.miners.greedy import MinedRedescription
 from dpmine.queries import parse_query
 from dpmine.stats import p_value
 from dpmine.treereds import TreeRedescription, active_cells
-from dpmine.wire import And, DecisionTree, Not, Or, Redescription
+from dpmine.wire import And, CreateDatasetRequest, DecisionTree, Not, Or, Redescription
 from dpmine.wire.query_tree import attributes
 from dpmine_server.data.bitsets import Bitset
 from dpmine_server.data.columns import ColumnStore
 from dpmine_server.data.loaders import load_store
 from dpmine_server.data.propose import propose_metadata
+from dpmine_server.dp.zcdp import rho_cap_for
 from dpmine_server.operations.itemsets import request_catalog
 from dpmine_server.operations.tree_kernels import tree_leaves
 from trust_views import WEAK_TABLES, write_pair
@@ -159,6 +167,8 @@ class Config:
     tree_preset: str | None = None
     #: ``--smoke``: the bundled Mushroom views only (the test suite's check).
     smoke: bool = False
+    #: ``--zcdp DELTA``: the Serenade cells also on zCDP copies at (ε, δ) (None: not run).
+    zcdp_delta: float | None = None
 
 
 # -- the tables ----------------------------------------------------------------------------------
@@ -335,15 +345,22 @@ def _seed(name: str, epsilon: float, repetition: int) -> int:
     return 7919 * repetition + 31 * MINERS.index(name) + int(10 * epsilon)
 
 
-def make_miner(name: str, epsilon: float, seed: int, tree_preset: str | None = None) -> Miner:
-    """A miner as a new user gets it: defaults (Serenade's ``auto`` preset), ε, a seed for the
-    tree miners' public attribute draws; ``tree_preset`` ("auto" / "paper", None: the default)
-    picks the tree miners' preset."""
+def make_miner(
+    name: str,
+    epsilon: float,
+    seed: int,
+    tree_preset: str | None = None,
+    rho: float | None = None,
+) -> Miner:
+    """A miner as a new user gets it: defaults (Serenade's ``auto`` preset), ε (or ``rho`` on a
+    zCDP dataset, Serenade only), a seed for the tree miners' public attribute draws;
+    ``tree_preset`` ("auto" / "paper", None: the default) picks the tree miners' preset."""
     trees: dict[str, Any] = {} if tree_preset is None else {"preset": tree_preset}
-    if name == "SerenadeCS":
-        return SerenadeCS(epsilon=epsilon)
-    if name == "SerenadeES":
-        return SerenadeES(epsilon=epsilon)
+    if name in ("SerenadeCS", "SerenadeES"):
+        serenade = SerenadeCS if name == "SerenadeCS" else SerenadeES
+        return serenade(epsilon=epsilon) if rho is None else serenade(rho=rho)
+    if rho is not None:
+        raise ValueError(f"{name} has no zCDP budget yet (issue #24)")
     if name == "AltExpM":
         return AltExpM(epsilon=epsilon, seed=seed, **trees)
     if name == "AltMCMC":
@@ -437,6 +454,10 @@ class RunRecord:
     results: list[Checked] = field(default_factory=list)
     itemsets: list[dict[str, Any]] = field(default_factory=list)
     error: str = ""
+    #: "zcdp": run on the table's zCDP copy with the budget ``rho`` ((ε, δ) by its conversion).
+    unit: str = "pure"
+    rho: float | None = None
+    rho_spent: float | None = None
 
 
 def run_redescriptions(
@@ -447,9 +468,10 @@ def run_redescriptions(
     epsilon: float,
     repetition: int,
     tree_preset: str | None = None,
+    rho: float | None = None,
 ) -> RunRecord:
     """One whole ``mine()`` over HTTP, then every result checked on the exact data."""
-    miner = make_miner(name, epsilon, _seed(name, epsilon, repetition), tree_preset)
+    miner = make_miner(name, epsilon, _seed(name, epsilon, repetition), tree_preset, rho)
     captured = (
         capture_tree_measures(miner)
         if isinstance(miner, AltExpM | AltMCMC | MCMCTreePair)
@@ -497,6 +519,11 @@ def run_redescriptions(
         examined=summary.examined,
         epsilon_spent=miner.budget_spent_,
         results=checked,
+        unit="pure" if rho is None else "zcdp",
+        rho=rho,
+        rho_spent=None
+        if rho is None
+        else float(sum(Decimal(r.zcdp.rho_exact) for r in miner.receipts_ if r.zcdp is not None)),
     )
 
 
@@ -615,6 +642,51 @@ def _check_itemset(
 
 # -- the grid ------------------------------------------------------------------------------------
 
+#: The zCDP copies' cap and the analyst's grant on them, in ρ (far above any run).
+ZCDP_GRANT_RHO = 100_000.0
+#: The miners that take a ρ budget (issue #24 item 3, Serenade part).
+ZCDP_MINERS = ("SerenadeCS", "SerenadeES")
+
+
+def zcdp_id(key: str) -> str:
+    """The id of a table's zCDP copy."""
+    return f"{key}-zcdp"
+
+
+def zcdp_rho(epsilon: float, delta: float) -> float:
+    """The run's ρ budget at (ε, δ): the largest ρ whose ρ + 2√(ρ ln 1/δ) stays ≤ ε (the
+    server's own rounding of a cap given as (ε, δ))."""
+    return float(rho_cap_for(repr(epsilon), Decimal(repr(delta))).as_decimal())
+
+
+def register_zcdp_copies(server: ServerHandle, prepared: Sequence[PreparedData]) -> None:
+    """Upload each table again as a zCDP dataset (``zcdp_id``) and grant "analyst" ρ there."""
+    with server.connect() as owner:
+        for data in prepared:
+            request = CreateDatasetRequest(
+                id=zcdp_id(data.key),
+                name=f"{data.choice.title} (zCDP)",
+                accounting="zcdp",
+                cap_rho=ZCDP_GRANT_RHO,
+                metadata=data.metadata,
+                source=data.source,
+            )
+            files = {"left": data.directory / "left.csv", "right": data.directory / "right.csv"}
+            owner.admin.upload_dataset(request, files)
+            owner.admin.grant(zcdp_id(data.key), "analyst", rho=ZCDP_GRANT_RHO)
+
+
+def _cells_of(config: Config) -> list[tuple[float, str, float | None]]:
+    """(ε, miner, ρ) of every cell: each miner at each ε, and with ``--zcdp`` each Serenade
+    miner at the ρ of (ε, δ) too."""
+    cells: list[tuple[float, str, float | None]] = []
+    for epsilon in config.epsilons:
+        for name in config.miners:
+            cells.append((epsilon, name, None))
+            if config.zcdp_delta is not None and name in ZCDP_MINERS:
+                cells.append((epsilon, name, zcdp_rho(epsilon, config.zcdp_delta)))
+    return cells
+
 
 def run_grid(
     prepared: Sequence[PreparedData], truths: Mapping[str, Truth], config: Config
@@ -622,7 +694,6 @@ def run_grid(
     """One server; every (table, ε, miner) ``runs`` times, repetition outermost. A failed run
     is recorded with its error."""
     records: list[RunRecord] = []
-    total = config.runs * len(prepared) * len(config.epsilons) * len(config.miners)
     with (
         tempfile.TemporaryDirectory(prefix="dpmine-bench-trust-") as work,
         server_for_backend(
@@ -630,31 +701,37 @@ def run_grid(
         ) as server,
     ):
         key = register_all(server, prepared, grant=GRANT_EPSILON)
+        if config.zcdp_delta is not None:
+            register_zcdp_copies(server, prepared)
+        cells = _cells_of(config)
+        total = config.runs * len(prepared) * len(cells)
         with server.connect(key, timeout=CLIENT_TIMEOUT_S) as connection:
             handles = {data.key: connection.dataset(data.key) for data in prepared}
             for data in prepared:  # load the files once, outside the timings
                 handles[data.key].count(epsilon=0.01)
+                if config.zcdp_delta is not None:
+                    zcdp = connection.dataset(zcdp_id(data.key))
+                    handles[zcdp_id(data.key)] = zcdp
+                    zcdp.count(epsilon=0.01)
             for repetition in range(config.runs):
                 for data in prepared:
-                    for epsilon in config.epsilons:
-                        for name in config.miners:
-                            record = _one_run(
-                                handles[data.key],
-                                truths[data.key],
-                                name,
-                                epsilon,
-                                repetition,
-                                tree_preset=config.tree_preset,
-                            )
-                            if record.status != "ok":
-                                print(f"server log tail:\n{server.log_tail()[-1500:]}")
-                            records.append(record)
-                            (config.out / "trust_partial.json").write_text(
-                                json.dumps([asdict(r) for r in records]) + "\n"
-                            )
-                            print(
-                                f"  [{len(records):3}/{total}] {_progress_line(record)}", flush=True
-                            )
+                    for epsilon, name, rho in cells:
+                        record = _one_run(
+                            handles[data.key if rho is None else zcdp_id(data.key)],
+                            truths[data.key],
+                            name,
+                            epsilon,
+                            repetition,
+                            tree_preset=config.tree_preset,
+                            rho=rho,
+                        )
+                        if record.status != "ok":
+                            print(f"server log tail:\n{server.log_tail()[-1500:]}")
+                        records.append(record)
+                        (config.out / "trust_partial.json").write_text(
+                            json.dumps([asdict(r) for r in records]) + "\n"
+                        )
+                        print(f"  [{len(records):3}/{total}] {_progress_line(record)}", flush=True)
     return records
 
 
@@ -666,6 +743,7 @@ def _one_run(
     repetition: int,
     *,
     tree_preset: str | None = None,
+    rho: float | None = None,
 ) -> RunRecord:
     start = time.perf_counter()
     try:
@@ -678,6 +756,7 @@ def _one_run(
             epsilon=epsilon,
             repetition=repetition,
             tree_preset=tree_preset,
+            rho=rho,
         )
     except Exception as error:  # recorded and reported; the benchmark goes on
         return RunRecord(
@@ -689,11 +768,14 @@ def _one_run(
             wall_s=round(time.perf_counter() - start, 3),
             load_average=load_average(),
             error=f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=6)}",
+            unit="pure" if rho is None else "zcdp",
+            rho=rho,
         )
 
 
 def _progress_line(r: RunRecord) -> str:
-    head = f"{r.table:8} {r.miner:13} ε={r.epsilon:<4g} run {r.repetition + 1}: {r.wall_s:7.1f} s"
+    budget = f"ε={r.epsilon:<4g}" if r.rho is None else f"ρ={r.rho:.5g} (zCDP, ε={r.epsilon:g})"
+    head = f"{r.table:8} {r.miner:13} {budget} run {r.repetition + 1}: {r.wall_s:7.1f} s"
     if r.status != "ok":
         return f"{head}, FAILED {r.error.splitlines()[0]}"
     if r.miner == "TopKItemsets":
@@ -1041,17 +1123,23 @@ class CellSummary:
     evaluators_agree_share: float | None
     in_top_k_prime_share: float | None
     errors: list[str]
+    #: "zcdp": the cell ran on the zCDP copy at the ρ of (ε, δ) (``rho``).
+    unit: str = "pure"
+    rho: float | None = None
+    #: Median exact J of the shown results (pooled over the runs).
+    true_j_median: float | None = None
 
 
 def summarise(records: Sequence[RunRecord]) -> list[CellSummary]:
-    """One summary per (table, miner, ε), first-seen order."""
-    keys = list(dict.fromkeys((r.table, r.miner, r.epsilon) for r in records))
+    """One summary per (table, miner, ε, unit), first-seen order."""
+    keys = list(dict.fromkeys((r.table, r.miner, r.epsilon, r.unit) for r in records))
     return [
-        _summary(key, [r for r in records if (r.table, r.miner, r.epsilon) == key]) for key in keys
+        _summary(key, [r for r in records if (r.table, r.miner, r.epsilon, r.unit) == key])
+        for key in keys
     ]
 
 
-def _summary(key: tuple[str, str, float], runs: list[RunRecord]) -> CellSummary:
+def _summary(key: tuple[str, str, float, str], runs: list[RunRecord]) -> CellSummary:
     ok = [r for r in runs if r.status == "ok"]
     shown = [c for r in ok for c in r.results if c.shown]
     every = [c for r in ok for c in r.results]
@@ -1095,6 +1183,9 @@ def _summary(key: tuple[str, str, float], runs: list[RunRecord]) -> CellSummary:
         evaluators_agree_share=_share([c.evaluators_agree for c in every]) if every else None,
         in_top_k_prime_share=top,
         errors=[r.error.splitlines()[0] for r in runs if r.status != "ok"],
+        unit=key[3],
+        rho=runs[0].rho,
+        true_j_median=median([c.exact["jaccard"] for c in shown]) if shown else None,
     )
 
 
@@ -1123,7 +1214,11 @@ def _versus_baseline(
 ) -> list[str]:
     """The ε = 1 mammals/asia target (current ≥ baseline significant shown results per run)
     and, if the baseline ran, its cells next to this tree's."""
-    mine = {(s.table, s.miner, s.epsilon): s for s in summaries if s.miner != "TopKItemsets"}
+    mine = {
+        (s.table, s.miner, s.epsilon): s
+        for s in summaries
+        if s.miner != "TopKItemsets" and s.unit == "pure"
+    }
     if baseline is None:
         lines = [
             "",
@@ -1216,13 +1311,77 @@ def _versus_baseline(
     return lines
 
 
+def _budget(s: CellSummary) -> str:
+    """A cell's budget with its unit: "ε=1", or "ρ=0.01747 (zCDP, ε=1)"."""
+    if s.rho is None:
+        return f"ε={s.epsilon:g}"
+    return f"ρ={s.rho:.5g} (zCDP, ε={s.epsilon:g})"
+
+
+#: Issue #24's Serenade target at ε = 1 on mammals and asia: zCDP's truly significant shown
+#: results per run ≥ this many times pure ε's, at a median true J of the shown results ≥ J.
+ZCDP_TARGET_RATIO = 3.0
+ZCDP_TARGET_J = 0.75
+
+
+def _zcdp_lines(summaries: Sequence[CellSummary], delta: float) -> list[str]:
+    """Each Serenade cell on the zCDP copy beside the same cell at pure ε, with the target."""
+    pure = {(s.table, s.miner, s.epsilon): s for s in summaries if s.unit == "pure"}
+    lines = [
+        "",
+        f"### Serenade on zCDP datasets at (ε, δ = {delta:g}) beside pure ε (issue #24)",
+        "",
+        f"Target at ε = 1 on mammals and asia: zCDP truly significant shown results per run "
+        f"≥ {ZCDP_TARGET_RATIO:g}× pure ε's, at a median true J of the shown results ≥ "
+        f"{ZCDP_TARGET_J}. Budgets: pure in ε; zCDP in ρ (the largest ρ whose ρ + 2√(ρ ln 1/δ) "
+        "≤ ε).",
+        "",
+        "| table | miner | pure budget | significant/run | true J median | zCDP budget "
+        "| significant/run | true J median | ratio | target |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for z in summaries:
+        if z.unit != "zcdp":
+            continue
+        p = pure.get((z.table, z.miner, z.epsilon))
+        if p is None:
+            continue
+        ratio = (
+            None
+            if z.significant_per_run is None or not p.significant_per_run
+            else z.significant_per_run / p.significant_per_run
+        )
+        target = "–"
+        if z.table in ("mammals", "asia") and z.epsilon == 1.0:
+            met = (
+                z.significant_per_run is not None
+                and p.significant_per_run is not None
+                and z.significant_per_run >= ZCDP_TARGET_RATIO * p.significant_per_run
+                and z.true_j_median is not None
+                and z.true_j_median >= ZCDP_TARGET_J
+            )
+            target = "PASS" if met else "MISS"
+        lines.append(
+            f"| {z.table} | {z.miner} | {_budget(p)} | {_per_run(p.significant_per_run)} | "
+            f"{_fmt_j(p.true_j_median)} | {_budget(z)} | {_per_run(z.significant_per_run)} | "
+            f"{_fmt_j(z.true_j_median)} | {'–' if ratio is None else f'{ratio:.2f}×'} | "
+            f"{target} |"
+        )
+    return lines
+
+
+def _fmt_j(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
 def markdown(
     summaries: Sequence[CellSummary],
     n_rows: Mapping[str, int],
     baseline: BaselineResult | None = None,
+    zcdp_delta: float | None = None,
 ) -> str:
-    """The report: redescription cells, top-K cells, the baseline if measured, timings and
-    failures."""
+    """The report: redescription cells, top-K cells, the baseline if measured, the zCDP
+    comparison if run, timings and failures."""
     lines = [
         "### Redescription miners: shown results (`results_`) checked on the exact data",
         "",
@@ -1240,7 +1399,7 @@ def markdown(
         if s.miner == "TopKItemsets":
             continue
         lines.append(
-            f"| {s.table} | {n_rows[s.table]} | {s.miner} | {s.epsilon:g} | "
+            f"| {s.table} | {n_rows[s.table]} | {s.miner} | {_budget(s)} | "
             f"{s.runs_ok}/{s.runs_failed} | {_runs_text(s.shown_per_run)} | "
             f"{_runs_text(s.all_per_run)} | {_mark(s.significant_share, TARGET_SIGNIFICANT)} | "
             f"{_mark(s.excess_share, TARGET_EXCESS)} | "
@@ -1261,7 +1420,7 @@ def markdown(
             continue
         c = s.coverage_by_statistic
         lines.append(
-            f"| {s.table} | {s.miner} | {s.epsilon:g} | "
+            f"| {s.table} | {s.miner} | {_budget(s)} | "
             + " | ".join(
                 _pct(c[k])
                 for k in (
@@ -1294,6 +1453,8 @@ def markdown(
                 f"{_pct(s.in_top_k_prime_share)} |"
             )
     lines += _versus_baseline(summaries, baseline)
+    if zcdp_delta is not None:
+        lines += _zcdp_lines(summaries, zcdp_delta)
     lines += [
         "",
         "### Wall time of one run (s, median (min–max); for planning a full run)",
@@ -1302,7 +1463,7 @@ def markdown(
         "|---|---|---|---|",
     ]
     lines += [
-        f"| {s.table} | {s.miner} | {s.epsilon:g} | {_runs_text(s.wall_s)} |" for s in summaries
+        f"| {s.table} | {s.miner} | {_budget(s)} | {_runs_text(s.wall_s)} |" for s in summaries
     ]
     agree = [s.evaluators_agree_share for s in summaries if s.evaluators_agree_share is not None]
     lines += [
@@ -1313,7 +1474,7 @@ def markdown(
     failures = [(s, e) for s in summaries for e in s.errors]
     if failures:
         lines += ["", "### Failed runs", ""]
-        lines += [f"* {s.table} {s.miner} ε={s.epsilon:g}: {e}" for s, e in failures]
+        lines += [f"* {s.table} {s.miner} {_budget(s)}: {e}" for s, e in failures]
     return "\n".join(lines) + "\n"
 
 
@@ -1344,6 +1505,14 @@ def parse_args(argv: list[str] | None = None) -> Config:
         f"server (issue #21's figure: {BASELINE_COMMIT}; default none)",
     )
     parser.add_argument(
+        "--zcdp",
+        type=float,
+        default=None,
+        metavar="DELTA",
+        help="also run the Serenade miners on zCDP copies of the tables at (ε, DELTA), their "
+        "budget in ρ (issue #24; e.g. 1e-6)",
+    )
+    parser.add_argument(
         "--tree-preset",
         choices=("auto", "paper"),
         default=None,
@@ -1369,6 +1538,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         runs=args.runs if args.runs is not None else (1 if args.quick else RUNS),
         baseline=None if args.baseline.lower() == "none" else args.baseline,
         tree_preset=args.tree_preset,
+        zcdp_delta=args.zcdp,
     )
 
 
@@ -1407,7 +1577,7 @@ def main(argv: list[str] | None = None) -> int:
             for data in prepared
         }
     summaries = summarise(records)
-    report = markdown(summaries, n_rows, baseline)
+    report = markdown(summaries, n_rows, baseline, config.zcdp_delta)
     print(report)
     payload: dict[str, Any] = {
         "started": started,

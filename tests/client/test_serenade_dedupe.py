@@ -2,15 +2,16 @@
 
 A stand-in dataset answers the charged calls: its initial pairs hold one redescription twice
 (once with its terms in another order), so the final ES collection repeats it. ES measures it
-once with the shares of both positions (ε_qual spent in full); CS chains that end on it give one
-result.
+once with the shares of both positions (ε_qual spent in full; on a zCDP dataset √2 times one
+share, the same ρ); CS chains that end on it give one result.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import cast
+from typing import Literal, cast
 
 import pytest
 
@@ -20,6 +21,7 @@ from dpmine.queries import parse_redescription
 from dpmine.wire import (
     ComputeQualityRequest,
     ComputeQualityResponse,
+    DatasetInfo,
     DatasetMetadata,
     ExtendOneRequest,
     ExtendOneResponse,
@@ -65,8 +67,17 @@ class _Repeats:
 
     schema = METADATA
 
-    def __init__(self) -> None:
+    def __init__(self, accounting: Literal["pure", "zcdp"] = "pure") -> None:
         self.measured: list[ComputeQualityRequest] = []
+        self.info = DatasetInfo(
+            id="d",
+            name="d",
+            version=1,
+            status="active",
+            accounting=accounting,
+            metadata=METADATA,
+            created_at=datetime.now(UTC),
+        )
 
     def run(
         self, request: InitialPairsRequest | ExtendOneRequest | ComputeQualityRequest
@@ -120,6 +131,19 @@ def test_es_measures_a_repeated_redescription_once_with_its_shares(
     assert [request.epsilon for request in server.measured] == pytest.approx([2.0, 1.0])
     assert [r.epsilon for r in miner.redescriptions_] == pytest.approx([2.0, 1.0])
     assert miner.budget_spent_ == pytest.approx(10.0)
+
+
+def test_es_on_zcdp_measures_a_repeat_at_the_same_rho(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two checks at ε cost 2·ε²/2; the one check that replaces them runs at √2·ε."""
+    monkeypatch.setattr(SerenadeES, "_check_budget", lambda *_: None)
+    server = _Repeats("zcdp")
+    miner = SerenadeES(preset="paper", rho=0.5, n_initial=3, rounds=1, x0=10.0)
+    miner.mine(cast(DatasetHandle, server))
+    assert [request.redescription for request in server.measured] == [FIRST, OTHER]
+    first, other = (request.epsilon for request in server.measured)
+    assert first == pytest.approx(math.sqrt(2) * other, rel=1e-9)
+    share = miner.settings_.shares[2] / 3
+    assert other == pytest.approx(share, rel=1e-12)
 
 
 def test_cs_chains_that_end_on_one_redescription_give_one_result(

@@ -56,7 +56,13 @@ class Plan:
         return self.estimate.fits
 
     def __str__(self) -> str:
-        """One line: the calls, their exact total, what you have left and whether it fits."""
+        """One line: the calls, their exact total, what you have left and whether it fits (in
+        ρ on a zCDP dataset)."""
+        if self.estimate.accounting == "zcdp":
+            return (
+                f"{len(self.calls)} calls, total ρ={self.estimate.total_rho_exact}, "
+                f"remaining ρ={self.estimate.remaining_rho_exact}, fits: {self.fits}"
+            )
         return (
             f"{len(self.calls)} calls, total ε={epsilon_text(self.estimate.total_epsilon_exact)}"
             f", remaining ε={epsilon_text(self.estimate.remaining_epsilon)}, fits: {self.fits}"
@@ -151,6 +157,12 @@ class BaseMiner(metaclass=_CheckedOnConstruction):
 
     def _check_budget(self, dataset: DatasetHandle) -> Plan:
         plan = self.plan(dataset)
+        if not plan.fits and plan.estimate.accounting == "zcdp":
+            raise BudgetExhaustedError(
+                "BudgetExhausted",
+                f"this run costs ρ={plan.estimate.total_rho_exact} but only "
+                f"ρ={plan.estimate.remaining_rho_exact} remains; nothing was spent",
+            )
         if not plan.fits:
             raise BudgetExhaustedError(
                 "BudgetExhausted",

@@ -37,7 +37,17 @@ the server's free ``serenade.calibrate`` (c per unit ε) — never from data:
   the split again at the fractions of its n̂ (post-processing; the total ε is the same, the
   calls may differ: the plan is marked ``provisional``). Every auto call's ε is rounded down
   to a whole nano-ε, so the run never spends more than ε.
-Explicit parameters always win over the preset. ``plan()`` reports each draw's c·R against
+Explicit parameters always win over the preset.
+
+zCDP datasets (issue #24, docs/operators.md "Accounting unit"): a dataset whose ledger counts ρ
+takes the run's budget as ``rho=`` (``epsilon=`` is then not used); a ρ budget on a pure
+dataset, or no ρ on a zCDP one, is refused before any call. The same prices choose I, K/τ and
+the split, each call costed by its release kind: an exponential-mechanism draw at ε costs ε²/8
+(initial pairs, extensions), any other ε-DP release ε²/2 (quality checks, the row count). All
+prices are then scaled by one factor so that the run's ρ is the budget (ρ is quadratic in ε,
+so the factor is √(budget/ρ at the prices)); the row count under "auto" gets 2 % of ρ (ε ≤
+0.05). ``plan()`` checks the server's exact total ρ against the budget before anything is
+spent. ``plan()`` reports each draw's c·R against
 ln M and flags uniform-like draws and noisy quality checks (:class:`SerenadePlan`). Results
 carry 90 % intervals from the public noise law of their quality call (:mod:`dpmine.intervals`).
 
@@ -55,6 +65,7 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from functools import cached_property
 from typing import Literal, TypedDict, Unpack
 
@@ -92,6 +103,7 @@ from dpmine.wire import (
     CatLiteral,
     ComputeQualityRequest,
     DatasetMetadata,
+    EstimateResponse,
     ExtendOneRequest,
     ExtendOneResponse,
     InitialPairsRequest,
@@ -153,6 +165,13 @@ AUTO_COUNT_SHARE = 0.02
 AUTO_COUNT_CAP = 0.05
 #: Auto call budgets are whole multiples of 1/_NANO (exact decimals on the wire).
 _NANO = 1_000_000_000
+#: zCDP: ρ per ε² of an ε-DP exponential-mechanism draw (bounded range) and of any other ε-DP
+#: release (issue #24; the server charges the same, server/dpmine_server/dp/zcdp.py).
+EM_RHO = 0.125
+GENERIC_RHO = 0.5
+#: zCDP: the split divides ρ·(1 − this), so that the nano-ε rounding of every call and the
+#: server's rounding up to whole pico-ρ never lift the run above its ρ budget.
+_RHO_MARGIN = 1e-6
 #: One-sided sensitivities of plain Jaccard (the NoSens ablation): up 1, down ½ (§0.8).
 _JACCARD_UP_DOWN = (1.0, 0.5)
 #: J threshold of the significance test when none is given: the paper's display filter (§2.6).
@@ -362,6 +381,40 @@ class DrawPrices:
         return self.draw(self.log_extend_one + math.log(max(collection, 1)), EXTEND_SIGNAL)
 
 
+@dataclass(frozen=True)
+class Composition:
+    """How the releases of a run add up in the dataset's unit (issue #24): "pure" adds ε;
+    "zcdp" adds ρ, an ε-DP exponential-mechanism draw costing ε²/8 (ε-DP EM is ε-bounded-range,
+    Cesar & Rogers 2021) and any other ε-DP release ε²/2 (Bun & Steinke 2016, Prop. 1.4)."""
+
+    unit: Literal["pure", "zcdp"] = "pure"
+
+    def em(self, epsilon: float, count: int = 1) -> float:
+        """The cost of ``count`` exponential-mechanism draws at ``epsilon`` each."""
+        return count * (epsilon if self.unit == "pure" else epsilon * epsilon * EM_RHO)
+
+    def generic(self, epsilon: float, count: int = 1) -> float:
+        """The cost of ``count`` other ε-DP releases (Laplace counts) at ``epsilon`` each."""
+        return count * (epsilon if self.unit == "pure" else epsilon * epsilon * GENERIC_RHO)
+
+
+PURE = Composition("pure")
+ZCDP = Composition("zcdp")
+
+
+def zcdp_epsilon(
+    rho: float, split: tuple[float, float, float], calls: tuple[int, int, int]
+) -> float:
+    """The ε the split divides so that the run costs ``rho`` (issue #24): share k is spread
+    evenly over calls[k] releases (EM draws for the first two, checks for the third), so
+    ρ = E²·(split₀²/(8n₀) + split₁²/(8n₁) + split₂²/(2n₂)) and E = √(ρ / that sum)."""
+    per_e2 = sum(
+        weight * share * share / count
+        for weight, share, count in zip((EM_RHO, EM_RHO, GENERIC_RHO), split, calls, strict=True)
+    )
+    return math.sqrt(rho / per_e2)
+
+
 def _normalised(weights: tuple[float, float, float]) -> tuple[float, float, float]:
     total = sum(weights)
     a, b, c = (w / total for w in weights)
@@ -375,15 +428,21 @@ def auto_es(
     max_rounds: int,
     n_initial: int | None = None,
     rounds: int | None = None,
+    composition: Composition = PURE,
 ) -> tuple[int, int, tuple[float, float, float]]:
     """(I, K, split) for SerenadeES with ``budget`` (issue #12): I the most results (≤ 20) whose
     pair draw, one extension round each and quality check fit at the auto prices; K = I (≤
     ``max_rounds``): one round per result, since a weak extension draw mostly spoils a good
     redescription, so ε beyond the prices goes to signal, not to more rounds; the split ∝ the
-    prices, so every price is scaled by the same factor ≥ 1. Given I or K are kept."""
+    prices, so every price is scaled by the same factor ≥ 1. Given I or K are kept. The budget
+    and the costs are in ``composition``'s unit (ε, or ρ on a zCDP dataset)."""
 
     def cost(i: int) -> float:
-        return i * (prices.pair + prices.check + prices.extend(i))
+        return (
+            composition.em(prices.pair, i)
+            + composition.em(prices.extend(i), i)
+            + composition.generic(prices.check, i)
+        )
 
     if n_initial is None:
         fits = [i for i in range(1, AUTO_MAX_INITIAL + 1) if cost(i) <= budget]
@@ -407,15 +466,20 @@ def auto_cs(
     max_tau: int,
     n_initial: int | None = None,
     tau: int | None = None,
+    composition: Composition = PURE,
 ) -> tuple[int, int, tuple[float, float, float]]:
     """(I, τ, split) for SerenadeCS with ``budget`` (issue #12): a chain costs one pair draw, τ
     extension draws and τ + 1 quality checks at the auto prices; τ = 1 and the most chains (≤ 20)
     first, then τ grows (≤ ``max_tau``) while those chains still fit; split ∝ the prices. Given
-    I or τ are kept."""
+    I or τ are kept. The budget and the costs are in ``composition``'s unit (ε, or ρ)."""
     ext = prices.extend(1)
 
     def chain(t: int) -> float:
-        return prices.pair + t * ext + (t + 1) * prices.check
+        return (
+            composition.em(prices.pair)
+            + composition.em(ext, t)
+            + composition.generic(prices.check, t + 1)
+        )
 
     if n_initial is None:
         start = 1 if tau is None else tau
@@ -449,6 +513,9 @@ class SerenadeSettings:
     #: Auto with a row count: chosen at x0 = fraction of n_max; the run chooses again at the
     #: fraction of its noisy n̂ (the total ε is the same, the calls may differ).
     provisional: bool = False
+    #: The dataset's unit; on "zcdp" ``epsilon`` is chosen so that the run costs ``rho``.
+    accounting: Literal["pure", "zcdp"] = "pure"
+    rho: float | None = None
 
     def centres(self, n_max: int, n_hat: float | None) -> tuple[float, float | None]:
         """(x0, y0) at the noisy row count ``n_hat`` (None: priced at n_max)."""
@@ -467,6 +534,12 @@ class SerenadeSettings:
         if self.preset == "paper":
             return value
         return math.floor(value * _NANO) / _NANO
+
+    def merged(self, share: float, copies: int) -> float:
+        """The ε of one check that stands for ``copies`` checks at ``share`` each: their
+        total ε under pure accounting, √copies·share under zCDP (the same ρ, copies·share²/2)."""
+        factor = copies if self.accounting == "pure" else math.sqrt(copies)
+        return self.call_epsilon(share * factor)
 
 
 def _centres(
@@ -549,6 +622,8 @@ class SerenadePlan(Plan):
     settings: SerenadeSettings | None = None
     signals: list[DrawSignal] = field(default_factory=list)
     check_noise: CheckNoise | None = None
+    #: zCDP datasets: the δ at which the run's ρ is shown as (ε, δ).
+    delta: float | None = None
 
     @property
     def warnings(self) -> list[str]:
@@ -567,7 +642,8 @@ class SerenadePlan(Plan):
             if st.provisional:
                 lines.append(
                     "provisional: priced at x0 = a fraction of n_max; the run chooses I, steps "
-                    "and the split again at the same fraction of its noisy row count (same ε)"
+                    "and the split again at the same fraction of its noisy row count (same "
+                    f"{'ε' if st.accounting == 'pure' else 'ρ'})"
                 )
         for s in self.signals:
             flag = "  UNIFORM-LIKE" if s.uniform_like else ""
@@ -581,14 +657,58 @@ class SerenadePlan(Plan):
                 f"red.compute_quality: {n.checks} check(s) at ε = {n.epsilon:.4g}: noise scale "
                 f"{n.scale:.3g} per cell vs x0 = {n.x0:.4g}"
             )
+        lines += self._rho_lines()
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
+
+    def _rho_lines(self) -> list[str]:
+        """On a zCDP dataset: the ρ of each call (runs of equal calls on one line) and the
+        (ε, δ) the run's total ρ implies at the dataset's δ (:func:`implied_epsilon`)."""
+        estimate = self.estimate
+        if estimate.accounting != "zcdp" or estimate.total_rho_exact is None:
+            return []
+        lines = []
+        start = 0
+        costs = estimate.calls
+        for index, cost in enumerate(costs):
+            last = index + 1 == len(costs)
+            if last or (costs[index + 1].operation, costs[index + 1].rho_exact) != (
+                cost.operation,
+                cost.rho_exact,
+            ):
+                calls = f"call {start + 1}" if start == index else f"calls {start + 1}–{index + 1}"
+                each = "" if start == index else " each"
+                lines.append(
+                    f"{calls}: {cost.operation} at ε = {epsilon_text(cost.epsilon_exact)}: "
+                    f"ρ = {cost.rho_exact}{each}"
+                )
+                start = index + 1
+        total = float(estimate.total_rho_exact)
+        budget = (
+            ""
+            if self.settings is None or self.settings.rho is None
+            else (f" (budget ρ = {self.settings.rho:g})")
+        )
+        lines.append(f"total ρ = {estimate.total_rho_exact}{budget}")
+        if self.delta is not None:
+            lines.append(
+                f"the run implies (ε = {implied_epsilon(total, self.delta):.4g}, "
+                f"δ = {self.delta:g}) by ε = ρ + 2√(ρ ln 1/δ)"
+            )
+        return lines
+
+
+def implied_epsilon(rho: float, delta: float) -> float:
+    """The ε of the (ε, δ)-DP that ρ-zCDP implies: ρ + 2√(ρ ln 1/δ) (Bun & Steinke 2016,
+    Prop. 1.3; the server's figures use OpenDP's tighter conversion, never larger)."""
+    return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
 
 
 class SerenadeParameters(TypedDict, total=False):
     """Keyword parameters shared by every Serenade miner (see ``_SerenadeBase``)."""
 
     epsilon: float
+    rho: float | None
     preset: Preset
     split: tuple[float, float, float] | None
     n_initial: int | None
@@ -619,7 +739,10 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
     ``batched`` (default True): calls that do not depend on each other's releases (ES's final
     quality checks, the steps of CS's independent chains) go to the server together in batches
     (``DatasetHandle.run_batch``), charged and released exactly as one by one but padded once
-    per batch; ``batched=False`` sends them one by one (for comparison)."""
+    per batch; ``batched=False`` sends them one by one (for comparison).
+
+    ``rho``: the run's budget on a zCDP dataset (issue #24), in place of ``epsilon``, which is
+    then not used; see the module docstring for how the presets spend it."""
 
     min_jaccard: float = DEFAULT_MIN_JACCARD
 
@@ -627,6 +750,7 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
         self,
         *,
         epsilon: float = 1.0,
+        rho: float | None = None,
         preset: Preset = "auto",
         split: tuple[float, float, float] | None = None,
         n_initial: int | None = None,
@@ -645,6 +769,7 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
         batched: bool = True,
     ) -> None:
         self.epsilon = epsilon
+        self.rho = rho
         self.preset = preset
         self.split = split
         self.n_initial = n_initial
@@ -677,6 +802,7 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
             self.epsilon <= 0
         ):
             raise ParameterError(f"epsilon must be a positive number, got {self.epsilon!r}")
+        self._check_rho()
         if self.split is not None and (abs(sum(self.split) - 1.0) > 1e-9 or min(self.split) <= 0):
             raise ParameterError(
                 f"split must be three positive shares summing to 1, got {self.split}"
@@ -705,6 +831,17 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
         if not 0 <= getattr(self, "min_jaccard", 0.0) <= 1:
             raise ParameterError("min_jaccard must be in [0, 1]")
 
+    def _check_rho(self) -> None:
+        """A ρ budget is a positive number and comes instead of ``epsilon``."""
+        if self.rho is None:
+            return
+        if not (isinstance(self.rho, int | float) and math.isfinite(self.rho)) or self.rho <= 0:
+            raise ParameterError(f"rho must be a positive number, got {self.rho!r}")
+        if self.epsilon != 1.0:
+            raise ParameterError(
+                "give the budget once: epsilon= on a pure-DP dataset, rho= on a zCDP one"
+            )
+
     # -- settings (public quantities only) -----------------------------------------------------
 
     def _coverage(self) -> float | None:
@@ -730,34 +867,45 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
             x0_fraction = AUTO_X0_FRACTION  # preset auto (paper refused above)
         y0_fraction = self._coverage()
         buys_count = x0_fraction is not None or y0_fraction is not None
+        composition = self._composition(dataset)
         count: float | None = None
-        epsilon = self.epsilon
+        budget = self.epsilon if self.rho is None else self.rho
+        total = budget  # what the whole run may cost, in the dataset's unit
         if buys_count:
             if self.preset == "paper":
                 count = self.count_epsilon or PAPER_COUNT_EPSILON
+                total += composition.generic(count)  # the paper buys it on top
             else:
+                share = AUTO_COUNT_SHARE * budget
+                auto_count = share if composition is PURE else math.sqrt(share / GENERIC_RHO)
                 count = self.count_epsilon or (
-                    math.floor(min(AUTO_COUNT_CAP, AUTO_COUNT_SHARE * epsilon) * _NANO) / _NANO
+                    math.floor(min(AUTO_COUNT_CAP, auto_count) * _NANO) / _NANO
                 )
-                if count >= epsilon:
+                if composition.generic(count) >= budget:
+                    unit = "epsilon" if composition is PURE else "rho"
                     raise ParameterError(
-                        f"count_epsilon = {count} leaves nothing of epsilon = {epsilon} "
-                        "(under preset 'auto' the row count is part of epsilon)"
+                        f"count_epsilon = {count} leaves nothing of {unit} = {budget} "
+                        f"(under preset 'auto' the row count is part of {unit})"
                     )
-                epsilon -= count
+                budget -= composition.generic(count)
         steps = self._given_steps()
         if self.preset == "paper":
+            n_initial = self.n_initial or PAPER_N_INITIAL
+            steps = steps or self._paper_steps
+            split = self.split or PAPER_SPLIT
             settings = SerenadeSettings(
                 preset="paper",
-                epsilon=epsilon,
-                n_initial=self.n_initial or PAPER_N_INITIAL,
-                steps=steps or self._paper_steps,
-                split=self.split or PAPER_SPLIT,
+                epsilon=self._divided(budget, composition, split, n_initial, steps),
+                n_initial=n_initial,
+                steps=steps,
+                split=split,
                 x0=self.x0,
                 x0_fraction=x0_fraction,
                 y0_fraction=y0_fraction,
                 count_epsilon=count,
                 calibration=calibration,
+                accounting=composition.unit,
+                rho=None if composition is PURE else total,
             )
             return settings, None
         schema = dataset.schema
@@ -768,36 +916,78 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
             log_extend_one=log_extension_mass(schema, self._options(schema)),
             check=NOISE_RATIO / x0 * (2.0 if self.quality_mode == "paper" else 1.0),
         )
-        n_initial, steps, split = self._auto(epsilon, prices, steps)
+        n_initial, steps, split = self._auto(budget, prices, steps, composition)
+        split = self.split or split
         settings = SerenadeSettings(
             preset="auto",
-            epsilon=epsilon,
+            epsilon=self._divided(budget, composition, split, n_initial, steps),
             n_initial=n_initial,
             steps=steps,
-            split=self.split or split,
+            split=split,
             x0=self.x0,
             x0_fraction=x0_fraction,
             y0_fraction=y0_fraction,
             count_epsilon=count,
             calibration=calibration,
             provisional=n_hat is None and count is not None,
+            accounting=composition.unit,
+            rho=None if composition is PURE else total,
         )
         return settings, prices
+
+    def _composition(self, dataset: DatasetHandle) -> Composition:
+        """The dataset's unit, or a ParameterError (before any call) when the budget was given
+        in the other one."""
+        name = type(self).__name__
+        if dataset.info.accounting == "zcdp":
+            if self.rho is None:
+                raise ParameterError(
+                    f"dataset {dataset.id!r} keeps its ledger in zCDP rho: give the run's budget "
+                    f"as rho=, e.g. {name}(rho=0.0174) for about (epsilon = 1, delta = 1e-6) "
+                    "(epsilon= is a pure-DP budget); nothing was spent"
+                )
+            return ZCDP
+        if self.rho is not None:
+            raise ParameterError(
+                f"dataset {dataset.id!r} keeps its ledger in pure epsilon: give the run's budget "
+                f"as epsilon=, not rho= (rho is for zCDP datasets); nothing was spent"
+            )
+        return PURE
+
+    def _release_calls(self, n_initial: int, steps: int) -> tuple[int, int, int]:
+        """How many releases share ε_init, ε_ext and ε_qual (ES: I draws, K rounds, I checks)."""
+        return n_initial, steps, n_initial
+
+    def _divided(
+        self,
+        budget: float,
+        composition: Composition,
+        split: tuple[float, float, float],
+        n_initial: int,
+        steps: int,
+    ) -> float:
+        """The ε the split divides: the budget itself under pure accounting; under zCDP the ε
+        whose releases cost the budget less a 10⁻⁶ margin (:func:`zcdp_epsilon`)."""
+        if composition is PURE:
+            return budget
+        calls = self._release_calls(n_initial, steps)
+        return zcdp_epsilon(budget * (1 - _RHO_MARGIN), split, calls)
 
     _paper_steps = PAPER_ROUNDS
 
     def _auto(
-        self, epsilon: float, prices: DrawPrices, steps: int | None
+        self, budget: float, prices: DrawPrices, steps: int | None, composition: Composition
     ) -> tuple[int, int, tuple[float, float, float]]:
         options = self._base_options()
         return auto_es(
-            epsilon,
+            budget,
             prices,
             max_rounds=max(
                 1, (self.n_initial or AUTO_MAX_INITIAL) * 2 * (options.max_literals - 1)
             ),
             n_initial=self.n_initial,
             rounds=steps,
+            composition=composition,
         )
 
     def _quality_request(
@@ -865,13 +1055,35 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
             else self._c_per_epsilon(dataset, x0, y0, settings.calibration)
         )
         signals, noise = self._signals(schema, settings, c_unit, x0)
+        estimate = self._estimate(dataset, calls, settings)
+        budget = dataset.budget() if settings.accounting == "zcdp" else None
         return SerenadePlan(
             calls=calls,
-            estimate=dataset.estimate(calls),
+            estimate=estimate,
             settings=settings,
             signals=signals,
             check_noise=noise,
+            delta=budget.zcdp.delta if budget is not None and budget.zcdp is not None else None,
         )
+
+    @staticmethod
+    def _estimate(
+        dataset: DatasetHandle, calls: list[PlannedCall], settings: SerenadeSettings
+    ) -> EstimateResponse:
+        """The server's exact price of ``calls`` (free); under zCDP a ParameterError, before
+        anything is spent, if their total ρ is above the run's budget."""
+        estimate = dataset.estimate(calls)
+        total = estimate.total_rho_exact
+        if (
+            settings.rho is not None
+            and total is not None
+            and Decimal(total) > Decimal(repr(settings.rho))
+        ):
+            raise ParameterError(
+                f"the planned calls cost rho = {estimate.total_rho_exact}, above the run's "
+                f"budget rho = {settings.rho}; nothing was spent (please report this)"
+            )
+        return estimate
 
     def _calls(self, dataset: DatasetHandle) -> list[PlannedCall]:
         settings, _prices = self._settings(dataset)
@@ -918,6 +1130,8 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
             n_hat = float(max(counted.count, 1))
             if settings.preset == "auto":
                 settings, _prices = self._settings(dataset, n_hat)
+                if settings.accounting == "zcdp":  # the re-chosen calls, priced exactly
+                    self._estimate(dataset, self._planned(dataset, settings), settings)
         x0, y0 = settings.centres(dataset.schema.n_max, n_hat)
         self.x0_ = x0
         self.y0_ = y0
@@ -1427,9 +1641,10 @@ class SerenadeES(_SerenadeBase):
         advance: Callable[[], None],
     ) -> list[MinedRedescription]:
         """One quality check per distinct redescription, in the order of first positions, at
-        m·ε_qual/I for m positions holding it: a repeat is measured once and printed once, and
-        its share of ε_qual buys a more precise check instead (post-processing of the released
-        collection decides the split; the total stays ε_qual). Each box misses with probability
+        m·ε_qual/I for m positions holding it (√m·ε_qual/I under zCDP: the same ρ): a repeat is
+        measured once and printed once, and its share of ε_qual buys a more precise check
+        instead (post-processing of the released collection decides the split; the total stays
+        ε_qual, or its ρ). Each box misses with probability
         α/M, M the distinct redescriptions (:mod:`dpmine.significance`)."""
         e_qual = settings.shares[2]
         copies: dict[tuple[str, str], list[Redescription]] = {}
@@ -1437,7 +1652,7 @@ class SerenadeES(_SerenadeBase):
             copies.setdefault(redescription_key(red), []).append(red)
         joint_miss = ALPHA / max(len(copies), 1)  # M = the distinct checks, known before any
         checks = [
-            (same[0], settings.call_epsilon(e_qual * len(same) / len(collection)))
+            (same[0], settings.merged(e_qual / len(collection), len(same)))
             for same in copies.values()
         ]
         results = self._measure_many(dataset, checks, spent, joint_miss)
@@ -1466,10 +1681,21 @@ class SerenadeCS(_SerenadeBase):
         self.min_jaccard = min_jaccard
 
     def _auto(
-        self, epsilon: float, prices: DrawPrices, steps: int | None
+        self, budget: float, prices: DrawPrices, steps: int | None, composition: Composition
     ) -> tuple[int, int, tuple[float, float, float]]:
         max_tau = min(AUTO_MAX_TAU, 2 * (self._base_options().max_literals - 1))
-        return auto_cs(epsilon, prices, max_tau=max_tau, n_initial=self.n_initial, tau=steps)
+        return auto_cs(
+            budget,
+            prices,
+            max_tau=max_tau,
+            n_initial=self.n_initial,
+            tau=steps,
+            composition=composition,
+        )
+
+    def _release_calls(self, n_initial: int, steps: int) -> tuple[int, int, int]:
+        """I draws, τ·I extension draws and (τ + 1)·I checks at most."""
+        return n_initial, steps * n_initial, (steps + 1) * n_initial
 
     @staticmethod
     def _budgets(st: SerenadeSettings) -> tuple[float, float]:
