@@ -24,6 +24,7 @@ from dpmine.wire import (
     AnyAttribute,
     BooleanAttribute,
     CategoricalAttribute,
+    CatLiteral,
     CreateDatasetRequest,
     CsvSource,
     DatasetInfo,
@@ -31,6 +32,7 @@ from dpmine.wire import (
     FimiSource,
     NumericAttribute,
 )
+from dpmine.wire.queries import And, Expr, Not, Or
 
 __all__ = [
     "MUSHROOM_PATH",
@@ -39,6 +41,7 @@ __all__ = [
     "TABLE_ROWS",
     "Row",
     "count_rows",
+    "mushroom_holds",
     "mushroom_metadata",
     "mushroom_rows",
     "register_mushroom",
@@ -88,6 +91,20 @@ def mushroom_rows() -> tuple[Row, ...]:
     """The Mushroom rows (for the exact counts that noisy releases are compared with)."""
     with gzip.open(MUSHROOM_PATH, "rt", newline="") as handle:
         return tuple(csv.DictReader(handle))
+
+
+def mushroom_holds(expr: Expr, row: Row) -> bool:
+    """The query semantics of §1.1 on one Mushroom row: a categorical literal and its negation
+    are false on a missing value ('?'); ``!( ... )`` is the plain complement."""
+    if isinstance(expr, And):
+        return all(mushroom_holds(term, row) for term in expr.terms)
+    if isinstance(expr, Or):
+        return any(mushroom_holds(term, row) for term in expr.terms)
+    if isinstance(expr, Not):
+        return not mushroom_holds(expr.term, row)
+    assert isinstance(expr, CatLiteral), "Mushroom has categorical attributes only"
+    value = row[expr.attribute]
+    return value != "?" and (value == expr.category) != expr.negated
 
 
 def count_rows(rows: tuple[Row, ...], predicate: Callable[[Row], bool]) -> int:

@@ -1,0 +1,84 @@
+"""The private layered tree miner ``DPLayeredTrees`` (issue #26 item 1) over real HTTP against a
+live server on the bundled UCI Mushroom data: every planned call is made and charged once (the
+ledger's total is the plan's), each layer's query is the rule's post-processing of the released
+partition, and every shown result's printed queries hold exactly the rows its noisy statistics
+count (stalk-root is missing on 2480 rows)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import dpmine
+from dpmine.miners import DPLayeredTrees
+from dpmine.miners.layered import layer_query, positive_shares
+from dpmine.miners.trees import simplified_leaf_paths
+from dpmine.queries import parse_query
+from dpmine.treereds import render_query
+from support.datasets import mushroom_holds, mushroom_rows, register_mushroom
+from support.servers import Account
+
+EPSILON = 16.0  # 2 seeds × 2 layers × 2 calls: ε 2 per call, noise scale 0.5 per cell
+#: |discrete Laplace| of scale 0.5 exceeds 40 with probability < e^-80.
+NOISE_BAND = 40
+
+
+def test_the_layered_miner_runs_end_to_end(owner: dpmine.Connection, analyst: Account) -> None:
+    info = register_mushroom(owner, epsilon_cap=2 * EPSILON)
+    owner.admin.grant(info.id, analyst.name, EPSILON)
+    dataset = analyst.connection.dataset(info.id)
+    miner = DPLayeredTrees(epsilon=EPSILON, layers=2, in_trees=2, depth=2, seed=7)
+
+    plan = miner.plan(dataset)
+    assert plan.fits
+    assert [c.operation for c in plan.calls] == ["tree.expmech", "tree.leaf_counts"] * 4
+    planned = Decimal(plan.estimate.total_epsilon_exact)
+    assert Decimal(str(EPSILON)) - Decimal("1e-9") <= planned <= Decimal(str(EPSILON))
+    miner.mine(dataset)
+
+    # Every planned call was made and charged once; the ledger's total is the plan's.
+    assert [r.operation for r in miner.receipts_] == [c.operation for c in plan.calls]
+    ledger = owner.admin.ledger(info.id)
+    assert {entry.id for entry in ledger} == {r.ledger_entry_id for r in miner.receipts_}
+    assert sum(Decimal(r.epsilon_exact) for r in miner.receipts_) == planned
+    assert dataset.budget().grant_spent == float(planned)
+
+    # Each seed's layers: a one-split seed tree, then trees alternating views; each next
+    # target is the rule's query on the previous release.
+    schema = dataset.schema
+    assert len(miner.trees_) == len(miner.leaf_counts_) == 4
+    for first, second in ((0, 1), (2, 3)):
+        seed_pair, next_pair = miner.trees_[first], miner.trees_[second]
+        depths = sorted(tree.depth for tree in seed_pair)
+        assert depths == [1, 2]
+        seed = next(tree for tree in seed_pair if tree.depth == 1)
+        grown = next(tree for tree in seed_pair if tree.depth == 2)
+        assert grown in next_pair
+        assert seed not in next_pair
+        partition = miner.leaf_counts_[first].partition
+        assert partition is not None
+        shares = positive_shares(partition, [0], new_view=grown.view)  # the seed: leaf 0
+        expected = layer_query(shares)
+        chosen = render_query(expected, simplified_leaf_paths(grown, schema))
+        # The second layer's candidate holds that query on the grown tree's side.
+        for red in miner.redescriptions_:
+            if red.round == second:
+                side = red.redescription.left if grown.view == "left" else red.redescription.right
+                assert side == chosen
+
+    # Printed ≡ measured for every result: its figures are noisy counts of its text's rows.
+    rows = mushroom_rows()
+    cells = 5 * 5  # (leaves + the rows outside)², for trees of depth ≤ 2
+    assert miner.redescriptions_, "at ε = 2 per call on Mushroom the layers find a result"
+    for red in miner.redescriptions_:
+        assert parse_query(red.left) == red.redescription.left
+        assert parse_query(red.right) == red.redescription.right
+        in_left = [mushroom_holds(red.redescription.left, row) for row in rows]
+        in_right = [mushroom_holds(red.redescription.right, row) for row in rows]
+        both = sum(a and b for a, b in zip(in_left, in_right, strict=True))
+        stats = red.statistics
+        assert abs(stats.support_left - sum(in_left)) <= NOISE_BAND * cells
+        assert abs(stats.support_right - sum(in_right)) <= NOISE_BAND * cells
+        assert abs(stats.intersection - both) <= NOISE_BAND * cells
+        assert stats.p_value <= miner.p_max
+        assert stats.jaccard >= miner.min_jaccard
+    assert {id(r) for r in miner.results_} <= {id(r) for r in miner.redescriptions_}
