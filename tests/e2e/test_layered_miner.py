@@ -12,9 +12,8 @@ import dpmine
 from dpmine.miners import DPLayeredTrees
 from dpmine.miners.layered import layer_query, positive_shares
 from dpmine.miners.trees import simplified_leaf_paths
-from dpmine.queries import parse_query
 from dpmine.treereds import render_query
-from support.datasets import mushroom_holds, mushroom_rows, register_mushroom
+from support.datasets import assert_printed_is_measured, register_mushroom
 from support.servers import Account
 
 EPSILON = 16.0  # 2 seeds × 2 layers × 2 calls: ε 2 per call, noise scale 0.5 per cell
@@ -66,19 +65,10 @@ def test_the_layered_miner_runs_end_to_end(owner: dpmine.Connection, analyst: Ac
                 assert side == chosen
 
     # Printed ≡ measured for every result: its figures are noisy counts of its text's rows.
-    rows = mushroom_rows()
     cells = 5 * 5  # (leaves + the rows outside)², for trees of depth ≤ 2
     assert miner.redescriptions_, "at ε = 2 per call on Mushroom the layers find a result"
     for red in miner.redescriptions_:
-        assert parse_query(red.left) == red.redescription.left
-        assert parse_query(red.right) == red.redescription.right
-        in_left = [mushroom_holds(red.redescription.left, row) for row in rows]
-        in_right = [mushroom_holds(red.redescription.right, row) for row in rows]
-        both = sum(a and b for a, b in zip(in_left, in_right, strict=True))
-        stats = red.statistics
-        assert abs(stats.support_left - sum(in_left)) <= NOISE_BAND * cells
-        assert abs(stats.support_right - sum(in_right)) <= NOISE_BAND * cells
-        assert abs(stats.intersection - both) <= NOISE_BAND * cells
-        assert stats.p_value <= miner.p_max
-        assert stats.jaccard >= miner.min_jaccard
+        assert_printed_is_measured(red, NOISE_BAND * cells)
+        assert red.statistics.p_value <= miner.p_max
+        assert red.statistics.jaccard >= miner.min_jaccard
     assert {id(r) for r in miner.results_} <= {id(r) for r in miner.redescriptions_}
