@@ -12,7 +12,7 @@ import dpmine
 from dpmine.miners import DPLayeredTrees
 from dpmine.miners.layered import layer_query, positive_shares
 from dpmine.miners.trees import simplified_leaf_paths
-from dpmine.treereds import render_query
+from dpmine.treereds import LeafQuery, render_query
 from support.datasets import assert_printed_is_measured, register_mushroom
 from support.servers import Account
 
@@ -56,11 +56,16 @@ def test_the_layered_miner_runs_end_to_end(owner: dpmine.Connection, analyst: Ac
         partition = miner.leaf_counts_[first].partition
         assert partition is not None
         shares = positive_shares(partition, [0], new_view=grown.view)  # the seed: leaf 0
-        expected = layer_query(shares)
-        chosen = render_query(expected, simplified_leaf_paths(grown, schema))
-        # The second layer's candidate holds that query on the grown tree's side.
+        paths = simplified_leaf_paths(grown, schema)
+        expected = layer_query(shares, [leaf for leaf, path in enumerate(paths) if path is None])
+        seed_side, grown_side = (0, 1) if seed.view == "left" else (1, 0)
+        assert miner.queries_[first][seed_side] == LeafQuery.of((0, True))
+        assert miner.queries_[first][grown_side] == expected
+        # The next layer keeps that query on the grown tree's side and pairs it with its own.
+        assert miner.queries_[second][grown_side] == expected
         for red in miner.redescriptions_:
             if red.round == second:
+                chosen = render_query(expected, paths)
                 side = red.redescription.left if grown.view == "left" else red.redescription.right
                 assert side == chosen
 

@@ -213,6 +213,8 @@ class DPLayeredTrees(_Alternation):
         self._start(dataset)
         schema = dataset.schema
         self._layer_queries: dict[int, tuple[LeafQuery, LeafQuery]] = {}
+        #: Per released pair (as ``trees_``), the layer's (left, right) queries over its trees.
+        self.queries_: list[tuple[LeafQuery, LeafQuery]] = []
         with self._progress(2 * self.in_trees * self.layers, "DPLayeredTrees") as advance:
 
             def run_layers(seed: DecisionTree, iteration: _Iteration) -> None:
@@ -256,6 +258,7 @@ class DPLayeredTrees(_Alternation):
         self.leaf_counts_.append(released.counts)
         self.examined_ += 1
         left_query, right_query = self._layer_queries[id(released)]
+        self.queries_.append((left_query, right_query))
         counts = partition_counts(partition)
         red = TreeRedescription(
             left_query, right_query, noisy_statistics(counts, left_query, right_query)
