@@ -4,9 +4,13 @@ above 1/2, and a numeric seed splits at a point of the server's public lattice."
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
+from dpmine.errors import ParameterError
+from dpmine.miners import DPLayeredTrees
 from dpmine.miners.layered import layer_query, positive_shares, seed_tree
 from dpmine.treereds import LeafQuery
 from dpmine.wire import DatasetMetadata, NumericAttribute
@@ -60,3 +64,40 @@ def test_a_numeric_seed_splits_at_the_lattice_midpoint() -> None:
     points = public_lattice(0.1, 7.3, 5).points
     assert threshold == points[2**4]
     assert threshold in points
+
+
+BOOLEAN_VIEWS = DatasetMetadata.model_validate(
+    {
+        "kind": "views",
+        "n_max": 2000,
+        "attributes": [
+            *({"type": "boolean", "name": f"l{i}", "view": "left"} for i in range(3)),
+            *({"type": "boolean", "name": f"r{i}", "view": "right"} for i in range(3)),
+        ],
+    }
+)
+
+
+def test_every_call_gets_an_equal_share_of_epsilon() -> None:
+    """Per layer one tree and one leaf-count release: ε/(2·InTr·layers) each."""
+    settings = DPLayeredTrees(epsilon=1.6, layers=2, in_trees=4, depth=2)._settle(
+        BOOLEAN_VIEWS, None
+    )
+    assert (settings.tree_epsilon, settings.leaf_epsilon) == (0.1, 0.1)
+    assert (settings.rounds, settings.depth, settings.preset) == (2, 2, "paper")
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        ({"layers": 0}, "layers must be a whole number of at least 1"),
+        ({"in_trees": 0}, "in_trees must be a whole number"),
+        ({"preset": "auto"}, "one preset, 'paper'"),
+        ({"leaf_release": "paper"}, "needs leaf_release='partition'"),
+    ],
+)
+def test_bad_settings_are_refused_before_anything_is_priced(
+    parameters: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ParameterError, match=message):
+        DPLayeredTrees(**parameters)._settle(BOOLEAN_VIEWS, None)

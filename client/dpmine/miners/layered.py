@@ -151,7 +151,7 @@ class DPLayeredTrees(_Alternation):
         in_trees: int = DEFAULT_SEEDS,
         **parameters: Unpack[TreeMinerParameters],
     ) -> None:
-        super().__init__(in_trees=in_trees, rm_iterations=layers, **parameters)
+        super().__init__(in_trees=in_trees, **parameters)
         self.layers = layers
 
     def _tree_request(self, view: View, target: TreeTargetSpec) -> TreeExpMechRequest:
