@@ -2,9 +2,10 @@
 
 1. Wall time of whole runs of ``AltExpM.stable``, ``AltMCMC.stable`` and ``MCMCTreePair`` with
    the paper's defaults (ALGORITHMS.md §3.8: MCIter 10,000, depth 3 split levels in the spec's
-   convention, InTr = k = 4, ω = 0.1) at ε ∈ {0.1, 1}, five runs each, through the analyst
-   client against a real uvicorn server (SQLite), on European mammals and Asia (and teeth, the
-   scaling set, with ``--datasets``).
+   convention, InTr = k = 4, ω = 0.1), and of the layered ``DPLayeredTrees`` (issue #26) with
+   its defaults (4 seeds of 4 layers, depth 3), at ε ∈ {0.1, 1}, five runs each, through the
+   analyst client against a real uvicorn server (SQLite), on European mammals and Asia (and
+   teeth, the scaling set, with ``--datasets``).
 2. The non-private SplitT and LayeredT of python-clired 6.0.9 (BASELINES.md §1 parameters) run
    in the same script as capped subprocesses of a separate interpreter (``--clired-python``,
    a throwaway venv with the package and its missing XML defs; see bench/README.md).
@@ -22,7 +23,7 @@
 Usage::
 
     .venv/bin/python bench/bench_trees.py [--quick] [--runs N] [--datasets mammals,asia]
-        [--miners AltExpM,AltMCMC,MCMCTreePair] [--epsilons 1,0.1] [--out bench/out]
+        [--miners AltExpM,AltMCMC,MCMCTreePair,DPLayeredTrees] [--epsilons 1,0.1] [--out bench/out]
         [--clired-python /tmp/clired-venv/bin/python] [--clired splittrees,layeredtrees]
 
 Writes ``<out>/trees.json`` and ``<out>/trees_scatter_<dataset>.png``; prints Markdown tables.
@@ -73,7 +74,7 @@ from bench_serenade import (
     true_counts,
     view_choice,
 )
-from dpmine.miners import AltExpM, AltMCMC, MCMCTreePair
+from dpmine.miners import AltExpM, AltMCMC, DPLayeredTrees, MCMCTreePair
 from dpmine.treereds import DEFAULT_MAX_JACCARD_ERROR
 from dpmine.wire.statistics import p_value
 from dpmine_server.data.columns import ColumnStore
@@ -82,7 +83,7 @@ from trust_views import WEAK_TABLES, write_pair
 
 mpl.use("Agg")
 
-MINERS = ("AltExpM", "AltMCMC", "MCMCTreePair")
+MINERS = ("AltExpM", "AltMCMC", "MCMCTreePair", "DPLayeredTrees")
 DATASETS = ("mammals", "asia", "teeth", "stroke", "heart")
 EPSILONS = (1.0, 0.1)
 RUNS = 5
@@ -186,9 +187,12 @@ class RunRecord:
 
 def make_miner(
     name: str, epsilon: float, seed: int, pair_score: str | None = None
-) -> AltExpM | AltMCMC | MCMCTreePair:
-    """A miner with the paper's defaults (stable alternation: InTr = k = 4, RMIter = 1);
-    ``pair_score`` is MCMCTreePair's score when given (else the miner's default)."""
+) -> AltExpM | AltMCMC | MCMCTreePair | DPLayeredTrees:
+    """A miner with the paper's defaults (stable alternation: InTr = k = 4, RMIter = 1;
+    DPLayeredTrees: its defaults, 4 seeds of 4 layers); ``pair_score`` is MCMCTreePair's score
+    when given (else the miner's default)."""
+    if name == "DPLayeredTrees":
+        return DPLayeredTrees(epsilon=epsilon, depth=DEPTH, seed=seed)
     if name == "AltExpM":
         return AltExpM.stable(IN_TREES, epsilon=epsilon, depth=DEPTH, seed=seed)
     if name == "AltMCMC":

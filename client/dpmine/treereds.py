@@ -70,6 +70,7 @@ __all__ = [
     "leaf_counts",
     "noisy_statistics",
     "partition_counts",
+    "passes_final_filters",
     "prune",
     "prune_by_precision",
     "query_cell_sets",
@@ -783,6 +784,31 @@ class _Search:
             and not is_tautology(red.left, self.counts.n_left, self.empty_left)
             and not is_tautology(red.right, self.counts.n_right, self.empty_right)
         )
+
+
+def passes_final_filters(
+    red: TreeRedescription,
+    counts: LeafCounts,
+    *,
+    min_supp: float = DEFAULT_MIN_SUPPORT,
+    max_supp_fraction: float = DEFAULT_MAX_SUPPORT_FRACTION,
+    min_jaccard: float = DEFAULT_MIN_JACCARD,
+    p_max: float = DEFAULT_P_MAX,
+    empty_left: Collection[int] = (),
+    empty_right: Collection[int] = (),
+) -> bool:
+    """The final filters of §3.6 (those of :func:`examine_partition`) on a redescription found
+    by another rule, e.g. the layered miner's: J, p, the supports against maxSupp and no
+    tautology. Post-processing of ``counts``."""
+    _check_parameters(min_supp, max_supp_fraction, min_jaccard, p_max, 1)
+    search = _Search.of(
+        counts,
+        max_supp_fraction=max_supp_fraction,
+        p_max=p_max,
+        max_clauses=1,
+        empty=(empty_left, empty_right),
+    )
+    return search._passes_filters(red, min_supp, min_jaccard)
 
 
 def _checked_empty(leaves: Collection[int], n_leaves: int) -> frozenset[int]:

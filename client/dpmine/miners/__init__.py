@@ -12,6 +12,7 @@ from dpmine.miners.greedy import (
     SerenadeSettings,
 )
 from dpmine.miners.itemsets import AssociationRule, MinedItemset, TopKItemsets, association_rules
+from dpmine.miners.layered import DPLayeredTrees
 from dpmine.miners.trees import (
     AltExpM,
     AltMCMC,
@@ -25,6 +26,7 @@ __all__ = [
     "AltMCMC",
     "AssociationRule",
     "BaseMiner",
+    "DPLayeredTrees",
     "MCMCTreePair",
     "MinedItemset",
     "MinedRedescription",

@@ -52,7 +52,7 @@ from decimal import Decimal
 from fractions import Fraction
 from functools import cached_property
 from pathlib import Path
-from typing import Literal, Self, TypedDict, Unpack, get_args
+from typing import Literal, Self, TypedDict, TypeVar, Unpack, get_args
 
 import numpy as np
 
@@ -156,6 +156,8 @@ DEFAULT_CONCURRENT_ITERATIONS = 4
 #: ``"paper"``: the paper's settings (§3.7); ``"auto"``: :mod:`dpmine.miners.tree_auto`.
 TreePreset = Literal["auto", "paper"]
 _NANO = 10**9
+#: What starts one iteration: a drawn attribute, or the layered miner's seed.
+SeedT = TypeVar("SeedT")
 
 
 @dataclass(frozen=True)
@@ -843,8 +845,8 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
     def _run_iterations(
         self,
         dataset: DatasetHandle,
-        attributes: Sequence[str],
-        run_one: Callable[[str, _Iteration], None],
+        attributes: Sequence[SeedT],
+        run_one: Callable[[SeedT, _Iteration], None],
     ) -> None:
         """Run one iteration per drawn attribute, up to ``concurrent_iterations`` at a time,
         then read their releases in the order of the draws. After a failed call no further
@@ -853,7 +855,7 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
         iterations = [_Iteration() for _ in attributes]
         failed = threading.Event()
 
-        def guarded(attribute: str, iteration: _Iteration) -> None:
+        def guarded(attribute: SeedT, iteration: _Iteration) -> None:
             if failed.is_set():
                 return  # no iteration starts after a failed call
             try:
@@ -1083,6 +1085,16 @@ class _Alternation(_TreeMinerBase):
     ) -> TreeExpMechRequest | TreeMCMCRequest:
         """The request of one tree of this miner's operation."""
 
+    def _expmech_request(self, view: View, target: TreeTargetSpec) -> TreeExpMechRequest:
+        """A ``tree.expmech`` request of the run's depth, tree ε and allowed columns."""
+        return TreeExpMechRequest(
+            view=view,
+            target=target,
+            depth=self.settings_.depth,
+            epsilon=self.settings_.tree_epsilon,
+            columns=self._allowed,
+        )
+
     def _calls(self, dataset: DatasetHandle) -> list[PlannedCall]:
         schema = dataset.schema
         self.settings_ = self._settle(schema, None)
@@ -1160,13 +1172,7 @@ class AltExpM(_Alternation):
     """Alternating exponential-mechanism trees (§3.3, §3.7)."""
 
     def _tree_request(self, view: View, target: TreeTargetSpec) -> TreeExpMechRequest:
-        return TreeExpMechRequest(
-            view=view,
-            target=target,
-            depth=self.settings_.depth,
-            epsilon=self.settings_.tree_epsilon,
-            columns=self._allowed,
-        )
+        return self._expmech_request(view, target)
 
     @classmethod
     def standard(cls, k: int = 4, **parameters: Unpack[TreeMinerParameters]) -> AltExpM:

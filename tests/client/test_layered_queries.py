@@ -1,0 +1,103 @@
+"""The layered miner's post-processing (issue #26 item 1): each layer's query is the
+disjunction of the new tree's leaves whose noisy positive share of the released partition is
+above 1/2, and a numeric seed splits at a point of the server's public lattice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dpmine.errors import ParameterError
+from dpmine.miners import DPLayeredTrees
+from dpmine.miners.layered import layer_query, positive_shares, seed_tree
+from dpmine.treereds import LeafQuery
+from dpmine.wire import DatasetMetadata, NumericAttribute
+from dpmine_server.dp.lattice import public_lattice
+
+#: A released partition: rows the seed tree's two leaves and its outside row, columns a
+#: depth-2 tree's four leaves and its outside column (noisy: one cell is negative).
+PARTITION = [
+    [30, 2, 10, -1, 5],
+    [5, 20, 12, 0, 3],
+    [1, 1, 0, 2, 40],
+]
+
+
+def test_the_shares_are_the_targets_cells_over_the_whole_column() -> None:
+    shares = positive_shares(PARTITION, [0], new_view="right")
+    assert shares == pytest.approx([30 / 36, 2 / 23, 10 / 22, -1.0])
+    # The same release with the new tree on the left: the shares of its rows.
+    transposed = [list(column) for column in zip(*PARTITION, strict=True)]
+    assert positive_shares(transposed, [0], new_view="left") == pytest.approx(shares)
+    # A target of several cells sums them; a column whose noisy total is ≤ 0 has share 0.
+    wide = positive_shares([[3, -4, 1], [2, 1, 0], [0, 0, 9]], [0, 1], new_view="right")
+    assert wide == pytest.approx([1.0, 0.0])
+
+
+def test_the_query_takes_the_leaves_above_one_half() -> None:
+    shares = positive_shares(PARTITION, [0, 1], new_view="right")  # [35/36, 22/23, 1, -1]
+    assert layer_query(shares).key == LeafQuery.of((0, True), (1, True), (2, True)).key
+    assert layer_query([0.5, 0.6]).key == LeafQuery.of((1, True)).key  # a half is not above
+    # Leaves with contradictory paths hold no rows: never chosen.
+    assert layer_query(shares, empty=[1]).key == LeafQuery.of((0, True), (2, True)).key
+    assert layer_query(positive_shares(PARTITION, [0], new_view="right")).key == (
+        LeafQuery.of((0, True)).key
+    )
+
+
+def test_with_no_leaf_above_one_half_the_largest_share_is_the_query() -> None:
+    assert layer_query([0.2, 0.4, 0.4, 0.5]).key == LeafQuery.of((3, True)).key
+    assert layer_query([0.2, 0.4, 0.4]).key == LeafQuery.of((1, True)).key  # lowest on ties
+    assert layer_query([0.9, 0.4], empty=[0]).key == LeafQuery.of((1, True)).key
+    with pytest.raises(ValueError, match="every leaf of the tree is empty"):
+        layer_query([0.9], empty=[0])
+
+
+def test_a_numeric_seed_splits_at_the_lattice_midpoint() -> None:
+    attribute = NumericAttribute(name="x", view="left", lo=0.1, hi=7.3, lattice_bits=5)
+    schema = DatasetMetadata(kind="table", n_max=100, attributes=[attribute])
+    tree = seed_tree(schema, "x", np.random.default_rng(0))
+    threshold = tree.splits[0].threshold
+    assert (tree.view, tree.depth) == ("left", 1)
+    points = public_lattice(0.1, 7.3, 5).points
+    assert threshold == points[2**4]
+    assert threshold in points
+
+
+BOOLEAN_VIEWS = DatasetMetadata.model_validate(
+    {
+        "kind": "views",
+        "n_max": 2000,
+        "attributes": [
+            *({"type": "boolean", "name": f"l{i}", "view": "left"} for i in range(3)),
+            *({"type": "boolean", "name": f"r{i}", "view": "right"} for i in range(3)),
+        ],
+    }
+)
+
+
+def test_every_call_gets_an_equal_share_of_epsilon() -> None:
+    """Per layer one tree and one leaf-count release: ε/(2·InTr·layers) each."""
+    settings = DPLayeredTrees(epsilon=1.6, layers=2, in_trees=4, depth=2)._settle(
+        BOOLEAN_VIEWS, None
+    )
+    assert (settings.tree_epsilon, settings.leaf_epsilon) == (0.1, 0.1)
+    assert (settings.rounds, settings.depth, settings.preset) == (2, 2, "paper")
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        ({"layers": 0}, "layers must be a whole number of at least 1"),
+        ({"in_trees": 0}, "in_trees must be a whole number"),
+        ({"preset": "auto"}, "one preset, 'paper'"),
+        ({"leaf_release": "paper"}, "needs leaf_release='partition'"),
+    ],
+)
+def test_bad_settings_are_refused_before_anything_is_priced(
+    parameters: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ParameterError, match=message):
+        DPLayeredTrees(**parameters)._settle(BOOLEAN_VIEWS, None)

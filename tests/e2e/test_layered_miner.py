@@ -1,0 +1,79 @@
+"""The private layered tree miner ``DPLayeredTrees`` (issue #26 item 1) over real HTTP against a
+live server on the bundled UCI Mushroom data: every planned call is made and charged once (the
+ledger's total is the plan's), each layer's query is the rule's post-processing of the released
+partition, and every shown result's printed queries hold exactly the rows its noisy statistics
+count (stalk-root is missing on 2480 rows)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import dpmine
+from dpmine.miners import DPLayeredTrees
+from dpmine.miners.layered import layer_query, positive_shares
+from dpmine.miners.trees import simplified_leaf_paths
+from dpmine.treereds import LeafQuery, render_query
+from support.datasets import assert_printed_is_measured, register_mushroom
+from support.servers import Account
+
+EPSILON = 16.0  # 2 seeds × 2 layers × 2 calls: ε 2 per call, noise scale 0.5 per cell
+#: |discrete Laplace| of scale 0.5 exceeds 40 with probability < e^-80.
+NOISE_BAND = 40
+
+
+def test_the_layered_miner_runs_end_to_end(owner: dpmine.Connection, analyst: Account) -> None:
+    info = register_mushroom(owner, epsilon_cap=2 * EPSILON)
+    owner.admin.grant(info.id, analyst.name, EPSILON)
+    dataset = analyst.connection.dataset(info.id)
+    miner = DPLayeredTrees(epsilon=EPSILON, layers=2, in_trees=2, depth=2, seed=7)
+
+    plan = miner.plan(dataset)
+    assert plan.fits
+    assert [c.operation for c in plan.calls] == ["tree.expmech", "tree.leaf_counts"] * 4
+    planned = Decimal(plan.estimate.total_epsilon_exact)
+    assert Decimal(str(EPSILON)) - Decimal("1e-9") <= planned <= Decimal(str(EPSILON))
+    miner.mine(dataset)
+
+    # Every planned call was made and charged once; the ledger's total is the plan's.
+    assert [r.operation for r in miner.receipts_] == [c.operation for c in plan.calls]
+    ledger = owner.admin.ledger(info.id)
+    assert {entry.id for entry in ledger} == {r.ledger_entry_id for r in miner.receipts_}
+    assert sum(Decimal(r.epsilon_exact) for r in miner.receipts_) == planned
+    assert dataset.budget().grant_spent == float(planned)
+
+    # Each seed's layers: a one-split seed tree, then trees alternating views; each next
+    # target is the rule's query on the previous release.
+    schema = dataset.schema
+    assert len(miner.trees_) == len(miner.leaf_counts_) == 4
+    for first, second in ((0, 1), (2, 3)):
+        seed_pair, next_pair = miner.trees_[first], miner.trees_[second]
+        depths = sorted(tree.depth for tree in seed_pair)
+        assert depths == [1, 2]
+        seed = next(tree for tree in seed_pair if tree.depth == 1)
+        grown = next(tree for tree in seed_pair if tree.depth == 2)
+        assert grown in next_pair
+        assert seed not in next_pair
+        partition = miner.leaf_counts_[first].partition
+        assert partition is not None
+        shares = positive_shares(partition, [0], new_view=grown.view)  # the seed: leaf 0
+        paths = simplified_leaf_paths(grown, schema)
+        expected = layer_query(shares, [leaf for leaf, path in enumerate(paths) if path is None])
+        seed_side, grown_side = (0, 1) if seed.view == "left" else (1, 0)
+        assert miner.queries_[first][seed_side] == LeafQuery.of((0, True))
+        assert miner.queries_[first][grown_side] == expected
+        # The next layer keeps that query on the grown tree's side and pairs it with its own.
+        assert miner.queries_[second][grown_side] == expected
+        for red in miner.redescriptions_:
+            if red.round == second:
+                chosen = render_query(expected, paths)
+                side = red.redescription.left if grown.view == "left" else red.redescription.right
+                assert side == chosen
+
+    # Printed ≡ measured for every result: its figures are noisy counts of its text's rows.
+    cells = 5 * 5  # (leaves + the rows outside)², for trees of depth ≤ 2
+    assert miner.redescriptions_, "at ε = 2 per call on Mushroom the layers find a result"
+    for red in miner.redescriptions_:
+        assert_printed_is_measured(red, NOISE_BAND * cells)
+        assert red.statistics.p_value <= miner.p_max
+        assert red.statistics.jaccard >= miner.min_jaccard
+    assert {id(r) for r in miner.results_} <= {id(r) for r in miner.redescriptions_}
