@@ -64,7 +64,6 @@ from bench_serenade import (
     SMOKE_KEY,
     HarnessData,
     PreparedData,
-    ViewChoice,
     load_harness_data,
     prepare_dataset,
     read_clired_queries,
@@ -74,12 +73,13 @@ from bench_serenade import (
     true_counts,
     view_choice,
 )
+from bench_trust import weak_table_choice
 from dpmine.miners import AltExpM, AltMCMC, DPLayeredTrees, MCMCTreePair
 from dpmine.treereds import DEFAULT_MAX_JACCARD_ERROR
 from dpmine.wire.statistics import p_value
 from dpmine_server.data.columns import ColumnStore
 from dpmine_server.data.loaders import load_store
-from trust_views import WEAK_TABLES, write_pair
+from trust_views import WEAK_TABLES
 
 mpl.use("Agg")
 
@@ -222,20 +222,7 @@ def prepare_table(key: str, scratch: Path) -> PreparedData:
     weak-structure table of ``trust_views`` (stroke, heart), metadata proposed and confirmed."""
     if key not in WEAK_TABLES:
         return prepare_dataset(view_choice(key, DATA_ROOT, scratch), scratch / key)
-    spec = WEAK_TABLES[key]
-    raw = scratch / f"{key}-raw"
-    write_pair(spec, DATA_ROOT, raw)
-    choice = ViewChoice(
-        key=key,
-        title=spec.title,
-        folder=raw,
-        left_file="left.csv",
-        right_file="right.csv",
-        left=list(spec.left),
-        right=list(spec.right),
-        note=spec.rationale,
-    )
-    return prepare_dataset(choice, scratch / key)
+    return prepare_dataset(weak_table_choice(key, scratch), scratch / key)
 
 
 def prune_threshold(data: PreparedData) -> float:

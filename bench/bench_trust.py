@@ -178,10 +178,16 @@ def prepare_table(key: str, scratch: Path) -> PreparedData:
     """Write the table's two views and propose + confirm its metadata (owner side)."""
     if key in VIEW_CHOOSERS or key == SMOKE_KEY:
         return prepare_dataset(view_choice(key, DATA_ROOT, scratch), scratch / key)
+    return prepare_dataset(weak_table_choice(key, scratch), scratch / key)
+
+
+def weak_table_choice(key: str, scratch: Path) -> ViewChoice:
+    """The declared views of the weak-structure table ``key`` (trust_views.WEAK_TABLES),
+    written as two CSV files under ``scratch``."""
     spec = WEAK_TABLES[key]
     raw = scratch / f"{key}-raw"
     write_pair(spec, DATA_ROOT, raw)
-    choice = ViewChoice(
+    return ViewChoice(
         key=key,
         title=spec.title,
         folder=raw,
@@ -191,7 +197,6 @@ def prepare_table(key: str, scratch: Path) -> PreparedData:
         right=list(spec.right),
         note=spec.rationale,
     )
-    return prepare_dataset(choice, scratch / key)
 
 
 def _proposal_check(data: PreparedData) -> None:

@@ -53,6 +53,7 @@ from dpmine.wire import (
     TreeExpMechRequest,
     TreeMCMCRequest,
     TreePairMCMCRequest,
+    TreePairScore,
     TreeSplit,
 )
 from dpmine_server.data.columns import BooleanColumn, Column, ColumnStore, NumericColumn
@@ -569,9 +570,13 @@ def _pair_label(left: DecisionTree, right: DecisionTree) -> str:
     return f"{_label(left)}|{_label(right)}"
 
 
-def _pair_outputs(store: ColumnStore, seed: int, broken: bool, samples: int) -> list[Hashable]:
+def _pair_outputs(
+    store: ColumnStore, seed: int, broken: bool, samples: int, score: TreePairScore
+) -> list[Hashable]:
+    """Final states of ``tree.pair_mcmc`` with ``score`` as run by the operation, or (broken)
+    of the sampler at ten times the coefficient (Δ/10)."""
     request = TreePairMCMCRequest(
-        attribute="t", depth=1, iterations=PAIR_ITERATIONS, epsilon=EPSILON, pair_score="paper"
+        attribute="t", depth=1, iterations=PAIR_ITERATIONS, epsilon=EPSILON, pair_score=score
     )
     spec = CATALOG["tree.pair_mcmc"]
     cost = spec.cost(request)
@@ -597,7 +602,7 @@ def _pair_outputs(store: ColumnStore, seed: int, broken: bool, samples: int) -> 
             epsilon=10 * EPSILON,  # Δ/10
             rng=rng,
             progress=no_progress,
-            score="paper",
+            score=score,
         )
         broken_outputs.append(_pair_label(spaces[0].tree(1, first), spaces[1].tree(1, second)))
     return broken_outputs
@@ -605,8 +610,8 @@ def _pair_outputs(store: ColumnStore, seed: int, broken: bool, samples: int) -> 
 
 def _pair_audit(broken: bool, samples: int) -> AuditResult:
     return audit_categorical(
-        _pair_outputs(_store(PAIR_ROWS), 51, broken, samples),
-        _pair_outputs(_store((*PAIR_ROWS, PAIR_ADDED)), 52, broken, samples),
+        _pair_outputs(_store(PAIR_ROWS), 51, broken, samples, "paper"),
+        _pair_outputs(_store((*PAIR_ROWS, PAIR_ADDED)), 52, broken, samples, "paper"),
         categories=PAIR_STATES,
         alpha=ALPHA,
     )
@@ -687,47 +692,10 @@ def test_the_added_row_moves_the_gain_score_beyond_one_gini_term() -> None:
     assert _gain_exact_loss(10 * EPSILON / 6) > 3.0  # what the broken variant loses
 
 
-def _gain_outputs(store: ColumnStore, seed: int, broken: bool, samples: int) -> list[Hashable]:
-    request = TreePairMCMCRequest(
-        attribute="t",
-        depth=1,
-        iterations=PAIR_ITERATIONS,
-        epsilon=EPSILON,
-        pair_score="gain",
-    )
-    spec = CATALOG["tree.pair_mcmc"]
-    cost = spec.cost(request)
-    assert cost == CHARGE
-    rng = seeded_generator(seed)
-    if not broken:
-        outputs: list[Hashable] = []
-        for _ in range(samples):
-            fields = spec.run(store, request, cost, rng, no_progress)
-            outputs.append(_pair_label(fields["left_tree"], fields["right_tree"]))
-        return outputs
-    spaces = (SplitSpace.of(store.metadata, "left"), SplitSpace.of(store.metadata, "right"))
-    labels = make_target(store, AttributeTarget(attribute="t"))
-    broken_outputs: list[Hashable] = []
-    for _ in range(samples):
-        first, second = sample_tree_pair(
-            store,
-            spaces,
-            labels,
-            depth=1,
-            iterations=PAIR_ITERATIONS,
-            epsilon=10 * EPSILON,  # Δ/10
-            rng=rng,
-            progress=no_progress,
-            score="gain",
-        )
-        broken_outputs.append(_pair_label(spaces[0].tree(1, first), spaces[1].tree(1, second)))
-    return broken_outputs
-
-
 def _gain_audit(broken: bool, samples: int) -> AuditResult:
     return audit_categorical(
-        _gain_outputs(_store(BASE_ROWS), 61, broken, samples),
-        _gain_outputs(_store((*BASE_ROWS, GAIN_ADDED)), 62, broken, samples),
+        _pair_outputs(_store(BASE_ROWS), 61, broken, samples, "gain"),
+        _pair_outputs(_store((*BASE_ROWS, GAIN_ADDED)), 62, broken, samples, "gain"),
         categories=PAIR_STATES,
         alpha=ALPHA,
     )
