@@ -546,15 +546,25 @@ def _pair_score(rows: Sequence[Row], split: str) -> float:
     return purity(first) * (1 + purity(second)) / 2
 
 
-def _pair_exact_loss(coefficient: float) -> float:
+def _pair_law_loss(
+    score: Callable[[Sequence[Row], str], float],
+    rows: Sequence[Row],
+    added: Row,
+    coefficient: float,
+) -> float:
+    """The exact privacy loss between the one-split pair laws (∝ μ(s)·exp(c·score)) of
+    ``rows`` and ``rows`` plus ``added``: the largest |log ratio| over the splits."""
     laws = []
-    for rows in (PAIR_ROWS, (*PAIR_ROWS, PAIR_ADDED)):
+    for table in (rows, (*rows, added)):
         weights = [
-            m * math.exp(coefficient * _pair_score(rows, s))
-            for s, m in zip(SPLITS, MASSES, strict=True)
+            m * math.exp(coefficient * score(table, s)) for s, m in zip(SPLITS, MASSES, strict=True)
         ]
         laws.append([w / sum(weights) for w in weights])
     return max(abs(math.log(a / b)) for a, b in zip(*laws, strict=True))
+
+
+def _pair_exact_loss(coefficient: float) -> float:
+    return _pair_law_loss(_pair_score, PAIR_ROWS, PAIR_ADDED, coefficient)
 
 
 def test_the_added_row_swings_the_pair_score_by_the_sensitivity() -> None:
@@ -674,14 +684,7 @@ def _gain_score(rows: Sequence[Row], split: str) -> float:
 
 
 def _gain_exact_loss(coefficient: float) -> float:
-    laws = []
-    for rows in (BASE_ROWS, (*BASE_ROWS, GAIN_ADDED)):
-        weights = [
-            m * math.exp(coefficient * _gain_score(rows, s))
-            for s, m in zip(SPLITS, MASSES, strict=True)
-        ]
-        laws.append([w / sum(weights) for w in weights])
-    return max(abs(math.log(a / b)) for a, b in zip(*laws, strict=True))
+    return _pair_law_loss(_gain_score, BASE_ROWS, GAIN_ADDED, coefficient)
 
 
 def test_the_added_row_moves_the_gain_score_beyond_one_gini_term() -> None:
