@@ -618,10 +618,15 @@ def _pair_outputs(
     return broken_outputs
 
 
-def _pair_audit(broken: bool, samples: int) -> AuditResult:
+def _pair_audit(broken: bool, samples: int, score: TreePairScore = "paper") -> AuditResult:
+    """The pair sampler's final states on its neighbouring datasets: the paper score's pair
+    (seeds 51, 52) or the gain score's (seeds 61, 62)."""
+    rows, added, seed = (
+        (PAIR_ROWS, PAIR_ADDED, 51) if score == "paper" else (BASE_ROWS, GAIN_ADDED, 61)
+    )
     return audit_categorical(
-        _pair_outputs(_store(PAIR_ROWS), 51, broken, samples, "paper"),
-        _pair_outputs(_store((*PAIR_ROWS, PAIR_ADDED)), 52, broken, samples, "paper"),
+        _pair_outputs(_store(rows), seed, broken, samples, score),
+        _pair_outputs(_store((*rows, added)), seed + 1, broken, samples, score),
         categories=PAIR_STATES,
         alpha=ALPHA,
     )
@@ -695,20 +700,11 @@ def test_the_added_row_moves_the_gain_score_beyond_one_gini_term() -> None:
     assert _gain_exact_loss(10 * EPSILON / 6) > 3.0  # what the broken variant loses
 
 
-def _gain_audit(broken: bool, samples: int) -> AuditResult:
-    return audit_categorical(
-        _pair_outputs(_store(BASE_ROWS), 61, broken, samples, "gain"),
-        _pair_outputs(_store((*BASE_ROWS, GAIN_ADDED)), 62, broken, samples, "gain"),
-        categories=PAIR_STATES,
-        alpha=ALPHA,
-    )
-
-
 @PAIR_SAMPLES
 def test_gain_pair_mcmc_final_states_pass_the_audit(samples: int) -> None:
-    assert_audit_passes(_gain_audit(broken=False, samples=samples), EPSILON)
+    assert_audit_passes(_pair_audit(broken=False, samples=samples, score="gain"), EPSILON)
 
 
 @PAIR_SAMPLES
 def test_audit_flags_gain_pair_mcmc_with_a_tenth_of_the_sensitivity(samples: int) -> None:
-    assert_audit_flags(_gain_audit(broken=True, samples=samples), EPSILON)
+    assert_audit_flags(_pair_audit(broken=True, samples=samples, score="gain"), EPSILON)
