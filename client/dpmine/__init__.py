@@ -6,7 +6,11 @@
 >>> mammals.count("[Alces alces]", epsilon=0.1).count  # doctest: +SKIP
 """
 
-from dpmine.connection import AdminClient, Connection, DatasetHandle, Job, connect
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from dpmine.errors import (
     AuthenticationError,
     BudgetExhaustedError,
@@ -28,7 +32,22 @@ from dpmine.errors import (
     TransportError,
 )
 from dpmine.queries import format_query, format_redescription, parse_query, parse_redescription
-from dpmine.rule_lists import DPBayesianRuleList, RuleList
+
+if TYPE_CHECKING:
+    from dpmine.connection import AdminClient, Connection, DatasetHandle, Job, connect
+    from dpmine.rule_lists import DPBayesianRuleList, RuleList
+
+#: Names imported on first use (PEP 562), so that ``import dpmine.wire`` (the server's, and
+#: every job worker's, only use of this package) does not load httpx, rich and the miners.
+_LAZY = {
+    "AdminClient": "dpmine.connection",
+    "Connection": "dpmine.connection",
+    "DatasetHandle": "dpmine.connection",
+    "Job": "dpmine.connection",
+    "connect": "dpmine.connection",
+    "DPBayesianRuleList": "dpmine.rule_lists",
+    "RuleList": "dpmine.rule_lists",
+}
 
 __version__ = "0.1.0"
 
@@ -63,3 +82,13 @@ __all__ = [
     "parse_query",
     "parse_redescription",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The names of :data:`_LAZY`, imported when first asked for."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dpmine' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from pydantic import ValidationError
+
+if TYPE_CHECKING:
+    import httpx  # for annotations only: importing httpx loads its CLI (rich, pygments)
 
 __all__ = [
     "AuthenticationError",
