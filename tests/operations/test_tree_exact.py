@@ -1,0 +1,117 @@
+"""The exact sampler of the ``tree.mcmc`` target (ALGORITHMS.md §3.4, the missing rows of an
+inner node's split as their own cell) against brute force: every valid tree of a tiny table
+with about 10 % missing values is enumerated (the helpers of ``test_tree_mcmc``, which recompute
+π by plain row-by-row routing), and many exact draws are compared with π by a chi-square test;
+the same draws must fail against π at twice the coefficient (test power).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from dpmine.wire import AnyTreeTarget, AttributeTarget, QueryTarget
+from dpmine_server.dp.rng import seeded_generator
+from dpmine_server.operations.tree_exact import (
+    exact_target,
+    exact_tree_states,
+    exact_tree_work,
+    sample_tree_exact,
+)
+from dpmine_server.operations.tree_kernels import SplitMasks, SplitSpace, make_target
+
+from .test_tree_mcmc import (
+    SEEDED_P_VALUE,
+    State,
+    _chi_square,
+    _g1,
+    _metadata,
+    _state,
+    _store,
+    _table,
+    _trees,
+)
+
+#: Class 1 for the rows the right-view query selects (missing z: not selected).
+QUERY = "[z <= 0.5]"
+
+
+def _weights(labels: list[int], depth: int, coefficient: float) -> dict[State, float]:
+    return {
+        _state(tree): mass * math.exp(coefficient * _g1(tree, labels))
+        for tree, mass in _trees("left", depth)
+    }
+
+
+@pytest.mark.parametrize(("depth", "kind"), [(1, "attribute"), (2, "attribute"), (2, "query")])
+def test_exact_draws_follow_the_tree_mcmc_target(depth: int, kind: str) -> None:
+    store, metadata = _store(), _metadata()
+    space = SplitSpace.of(metadata, "left")
+    target: AnyTreeTarget = (
+        AttributeTarget(attribute="t") if kind == "attribute" else QueryTarget(query=QUERY)
+    )
+    labels = make_target(store, target)
+    truth = [int(k) for k in labels.classes]
+    assert truth.count(-1) > 0 or kind == "query"  # missing labels are exercised too
+    epsilon = {1: 4.0, 2: 1.2}[depth]
+    sampler = exact_target(
+        space,
+        SplitMasks(store, space),
+        labels.class_words(),
+        store.all_rows().words,
+        epsilon=epsilon,
+    )
+    right = _weights(truth, depth, epsilon / 4)
+    scores = [epsilon / 4 * _g1(tree, truth) for tree, _ in _trees("left", depth)]
+    assert max(scores) - min(scores) > 1.0  # the target is far from the base measure
+    # the normaliser agrees with brute force (μ is normalised over single splits)
+    assert math.isclose(
+        math.exp(sampler.log_z(frozenset(), depth)), sum(right.values()), rel_tol=1e-9
+    )
+    samples = [
+        _state(space.tree(depth, sample_tree_exact(sampler, depth=depth, rng=seeded_generator(s))))
+        for s in range(1500)
+    ]
+    assert _chi_square(samples, right) > SEEDED_P_VALUE
+    assert _chi_square(samples, _weights(truth, depth, epsilon / 2)) < SEEDED_P_VALUE
+
+
+def _leaves_only(labels: list[int], depth: int, coefficient: float) -> float:
+    """The normaliser of the old target, which scored the leaves only (rows stopped by a
+    missing value in no cell)."""
+    total = 0.0
+    for tree, mass in _trees("left", depth):
+        wgini = sum(
+            sum(c.values()) - sum(v * v for v in c.values()) / sum(c.values())
+            for c in _table(tree, labels).values()
+            if c
+        )
+        total += mass * math.exp(-coefficient * wgini)
+    return total
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_the_sampler_scores_the_missing_cells(depth: int) -> None:
+    """Its normaliser is not the leaves-only one (so the law tested above sees the rows a
+    missing value stops at an inner node)."""
+    store, metadata = _store(), _metadata()
+    space = SplitSpace.of(metadata, "left")
+    labels = make_target(store, AttributeTarget(attribute="t"))
+    sampler = exact_target(
+        space, SplitMasks(store, space), labels.class_words(), store.all_rows().words, epsilon=4.0
+    )
+    truth = [int(k) for k in labels.classes]
+    found = math.exp(sampler.log_z(frozenset(), depth))
+    assert math.isclose(found, sum(_weights(truth, depth, 1.0).values()), rel_tol=1e-9)
+    assert not math.isclose(found, _leaves_only(truth, depth, 1.0), rel_tol=1e-2)
+
+
+def test_the_work_bound_is_public_and_grows_with_every_parameter() -> None:
+    assert exact_tree_states(depth=2, n_splits=10) == 1 + 10 * 2
+    base = exact_tree_work(depth=2, n_splits=10, n_max=640, n_classes=2)
+    assert base == (1 * 10 + 20 * 9) * 3 * 10 * 3
+    assert exact_tree_work(depth=3, n_splits=10, n_max=640, n_classes=2) > base
+    assert exact_tree_work(depth=2, n_splits=11, n_max=640, n_classes=2) > base
+    assert exact_tree_work(depth=2, n_splits=10, n_max=641, n_classes=2) > base
+    assert exact_tree_work(depth=2, n_splits=10, n_max=640, n_classes=3) > base
