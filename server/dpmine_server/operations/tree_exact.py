@@ -27,7 +27,7 @@ scores are :func:`~dpmine_server.operations.tree_kernels.weighted_gini` of
 :func:`~dpmine_server.operations.tree_kernels.leaf_class_counts`, the functions of the chain's
 table, so both samplers target the same law by construction.
 
-Floating point: everything is in log space (``np.logaddexp`` sums), and each choice is a
+Floating point: everything is in log space (sums by :func:`log_sum_exp`), and each choice is a
 Gumbel-max over its log-weights (:func:`~dpmine_server.dp.mechanisms.gumbel_scores`), an exact
 draw from the softmax of the computed log-weights. Those carry an absolute rounding error
 δ ≤ k·u·L (u = 2⁻⁵³, k ≤ the public number of terms summed, L ≤ c·N_max + D·ln S a public bound
@@ -57,6 +57,7 @@ from dpmine_server.operations.tree_kernels import (
     leaf_class_counts,
     weighted_gini,
 )
+from dpmine_server.operations.tree_native import last_level_weights
 
 __all__ = [
     "ExactTreeTarget",
@@ -71,6 +72,16 @@ FloatArray = npt.NDArray[np.float64]
 
 #: The (split index, side) pairs on a path: side 0 = left, 1 = right.
 Path = frozenset[tuple[int, int]]
+
+#: Nodes per compiled call of the last level (the call holds no temporaries).
+BATCH_NODES = 4096
+
+
+def log_sum_exp(weights: FloatArray) -> FloatArray:
+    """log Σ exp over the last axis, shifted by the maximum (finite: every node has an allowed
+    split), so no term overflows and −∞ terms add 0."""
+    top = weights.max(axis=-1, keepdims=True)
+    return np.asarray(top[..., 0] + np.log(np.exp(weights - top).sum(axis=-1)), dtype=np.float64)
 
 
 def exact_tree_states(*, depth: int, n_splits: int) -> int:
@@ -119,11 +130,14 @@ class ExactTreeTarget:
         """The splits, indexed as in the paths."""
         return self._keys
 
-    def _cell_log_z(self, rows: WordArray) -> FloatArray:
-        """−c·WG of each row set of ``rows`` (…, W): the log-weight of a cell."""
+    def _log_weight(self, counts: npt.NDArray[np.int64]) -> FloatArray:
+        """−c·WG of each class-count row of ``counts`` (…, K): the log-weight of a cell."""
+        return np.asarray(-self._coefficient * weighted_gini(counts), dtype=np.float64)
+
+    def _counts(self, rows: WordArray) -> npt.NDArray[np.int64]:
+        """Class counts (…, K) of each row set of ``rows`` (…, W), by popcount."""
         flat = rows.reshape(-1, rows.shape[-1])
-        scores = -weighted_gini(leaf_class_counts(flat, self._classes))
-        return np.asarray(self._coefficient * scores, dtype=np.float64).reshape(rows.shape[:-1])
+        return leaf_class_counts(flat, self._classes).reshape(*rows.shape[:-1], -1)
 
     def rows(self, path: Path) -> WordArray:
         """The rows reaching a node whose path is ``path``."""
@@ -132,30 +146,62 @@ class ExactTreeTarget:
             rows &= (self._left if side == 0 else self._right)[index]
         return rows
 
-    def choices(self, path: Path, depth: int) -> tuple[list[int], FloatArray]:
-        """The splits allowed below ``path`` (indices into :attr:`keys`) and their log-weights
-        log μ(s) − c·WG(missing cell) + log Z(left child) + log Z(right child), ``depth`` ≥ 1
-        levels below."""
-        used = {index for index, _ in path}
-        allowed = [i for i in range(len(self._keys)) if i not in used]
-        rows = self.rows(path)[np.newaxis, :]
-        missing = self._cell_log_z(rows & self._missing[allowed])
+    def _log_mass_below(self, path: Path) -> FloatArray:
+        """log μ of every split, −∞ for those ``path`` uses (no split twice on a path)."""
+        log_mass = self._log_mass.copy()
+        log_mass[[index for index, _ in path]] = -np.inf
+        return log_mass
+
+    def _last_level(self, paths: list[Path]) -> FloatArray:
+        """The (len(paths), S) log-weights of every split at nodes with one level below, whose
+        children are cells: log μ(s) − c·(WG(left) + WG(right) + WG(missing)), the missing
+        cell's counts being the node's minus the children's. Compiled
+        (:func:`~.tree_native.last_level_weights`), :data:`BATCH_NODES` nodes a call."""
+        rows = np.stack([self.rows(path) for path in paths])
+        weights = np.stack([self._log_mass_below(path) for path in paths])
+        for start in range(0, len(paths), BATCH_NODES):
+            last_level_weights(
+                rows[start : start + BATCH_NODES],
+                (self._left, self._right),
+                self._classes,
+                self._coefficient,
+                weights[start : start + BATCH_NODES],
+            )
+        return weights
+
+    def _inner_level(self, path: Path, depth: int) -> FloatArray:
+        """The (S,) log-weights of every split at a node with ``depth`` ≥ 2 levels below:
+        log μ(s) − c·WG(missing cell) + log Z(left child) + log Z(right child)."""
+        weights = self._log_mass_below(path)
+        allowed = np.flatnonzero(np.isfinite(weights))
+        children = [path | {(int(i), side)} for side in (0, 1) for i in allowed]
+        self._fill(children, depth - 1)
+        below = np.array([self._cache[(child, depth - 1)] for child in children])
+        missing = self._log_weight(self._counts(self.rows(path) & self._missing[allowed]))
+        weights[allowed] += missing + below[: allowed.size] + below[allowed.size :]
+        return weights
+
+    def _fill(self, paths: list[Path], depth: int) -> None:
+        """Cache log Z(P, ``depth``) of every path of ``paths`` not cached yet."""
+        missing = list({path for path in paths if (path, depth) not in self._cache})
+        if not missing:
+            return
         if depth == 1:
-            left = self._cell_log_z(rows & self._left[allowed])
-            right = self._cell_log_z(rows & self._right[allowed])
-        else:
-            left = np.array([self.log_z(path | {(i, 0)}, depth - 1) for i in allowed])
-            right = np.array([self.log_z(path | {(i, 1)}, depth - 1) for i in allowed])
-        return allowed, self._log_mass[allowed] + missing + left + right
+            sums = log_sum_exp(self._last_level(missing))
+            self._cache.update({(path, 1): float(z) for path, z in zip(missing, sums, strict=True)})
+            return
+        for path in missing:
+            self._cache[(path, depth)] = float(log_sum_exp(self._inner_level(path, depth)))
+
+    def choices(self, path: Path, depth: int) -> FloatArray:
+        """The log-weights (S,) of every split at a node with path ``path`` and ``depth`` ≥ 1
+        levels below (−∞ for the splits the path uses): π's conditional up to its sum."""
+        return self._last_level([path])[0] if depth == 1 else self._inner_level(path, depth)
 
     def log_z(self, path: Path, depth: int) -> float:
         """log Z(P, d) (module docstring), cached by (P, d); d ≥ 1."""
-        found = self._cache.get((path, depth))
-        if found is None:
-            _, weights = self.choices(path, depth)
-            found = float(np.logaddexp.reduce(weights))
-            self._cache[(path, depth)] = found
-        return found
+        self._fill([path], depth)
+        return self._cache[(path, depth)]
 
 
 def sample_tree_exact(
@@ -172,8 +218,8 @@ def sample_tree_exact(
     paths: list[Path] = [frozenset()]
     for node in range(2**depth - 1):
         level = (node + 1).bit_length() - 1
-        allowed, weights = target.choices(paths[node], depth - level)
-        index = allowed[int(np.argmax(gumbel_scores(weights, rng=rng)))]
+        weights = target.choices(paths[node], depth - level)
+        index = int(np.argmax(gumbel_scores(weights, rng=rng)))
         keys.append(target.keys[index])
         paths.extend([paths[node] | {(index, 0)}, paths[node] | {(index, 1)}])
         if progress is not None:
