@@ -15,6 +15,7 @@ from dpmine.wire import AnyTreeTarget, AttributeTarget, QueryTarget
 from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.operations.tree_exact import (
     exact_target,
+    exact_tree_fits,
     exact_tree_states,
     exact_tree_work,
     sample_tree_exact,
@@ -115,3 +116,11 @@ def test_the_work_bound_is_public_and_grows_with_every_parameter() -> None:
     assert exact_tree_work(depth=2, n_splits=11, n_max=640, n_classes=2) > base
     assert exact_tree_work(depth=2, n_splits=10, n_max=641, n_classes=2) > base
     assert exact_tree_work(depth=2, n_splits=10, n_max=640, n_classes=3) > base
+
+
+def test_the_sampler_fits_only_within_the_work_and_memory_caps() -> None:
+    assert exact_tree_fits(depth=3, n_splits=124, n_max=5000, n_classes=10)  # mammals' left
+    assert not exact_tree_fits(depth=3, n_splits=200, n_max=5000, n_classes=10)  # work
+    # a 16-bit lattice: little work at depth 1, but 3·S·W words of masks over the cap
+    assert exact_tree_fits(depth=1, n_splits=1 << 10, n_max=1024, n_classes=2)
+    assert not exact_tree_fits(depth=1, n_splits=1 << 20, n_max=1024, n_classes=2)

@@ -60,9 +60,12 @@ from dpmine_server.operations.tree_kernels import (
 from dpmine_server.operations.tree_native import last_level_weights
 
 __all__ = [
+    "MAX_EXACT_TREE_MASK_WORDS",
     "MAX_EXACT_TREE_WORK",
     "ExactTreeTarget",
     "exact_target",
+    "exact_tree_fits",
+    "exact_tree_mask_words",
     "exact_tree_seconds",
     "exact_tree_states",
     "exact_tree_work",
@@ -83,6 +86,9 @@ BATCH_NODES = 4096
 #: sampler: about 2 s on one core (1.6·10⁻¹⁰ s a word measured on mammals' left view at depth
 #: 3, 124 Boolean splits, 8 classes, n_max = 5,000: 8.0·10⁹ words in 1.3 s).
 MAX_EXACT_TREE_WORK = 12_000_000_000
+#: Public cap on the words of the split masks the sampler holds (left, right and missing rows
+#: of every candidate split: 3·S·⌈N_max/64⌉, :func:`exact_tree_mask_words`): 128 MiB.
+MAX_EXACT_TREE_MASK_WORDS = 1 << 24
 
 
 def log_sum_exp(weights: FloatArray) -> FloatArray:
@@ -104,6 +110,18 @@ def exact_tree_work(*, depth: int, n_splits: int, n_max: int, n_classes: int) ->
     words = max(1, math.ceil(n_max / 64))
     scored = sum((math.comb(n_splits, k) << k) * max(n_splits - k, 0) for k in range(depth))
     return scored * 3 * words * (n_classes + 1)
+
+
+def exact_tree_mask_words(*, n_splits: int, n_max: int) -> int:
+    """Public size of the masks :class:`ExactTreeTarget` holds, in 64-bit words."""
+    return 3 * n_splits * max(1, math.ceil(n_max / 64))
+
+
+def exact_tree_fits(*, depth: int, n_splits: int, n_max: int, n_classes: int) -> bool:
+    """Whether the exact sampler fits the public caps on work and memory (public inputs)."""
+    work = exact_tree_work(depth=depth, n_splits=n_splits, n_max=n_max, n_classes=n_classes)
+    masks = exact_tree_mask_words(n_splits=n_splits, n_max=n_max)
+    return work <= MAX_EXACT_TREE_WORK and masks <= MAX_EXACT_TREE_MASK_WORDS
 
 
 def exact_tree_seconds(*, depth: int, n_splits: int, n_max: int, n_classes: int) -> float:

@@ -53,8 +53,11 @@ from dpmine_server.dp.lattice import PublicLattice
 from dpmine_server.dp.zcdp import ReleasePart, em_draws, generic_release
 from dpmine_server.operations.base import OperationSpec, Progress
 from dpmine_server.operations.tree_exact import (
+    MAX_EXACT_TREE_MASK_WORDS,
     MAX_EXACT_TREE_WORK,
     exact_target,
+    exact_tree_fits,
+    exact_tree_mask_words,
     exact_tree_seconds,
     exact_tree_work,
     sample_tree_exact,
@@ -256,37 +259,42 @@ def exact_seconds(request: TreeMCMCRequest, metadata: DatasetMetadata) -> float:
 
 def mcmc_sampler(request: TreeMCMCRequest, metadata: DatasetMetadata) -> TreeSamplerRun:
     """The sampler ``tree.mcmc`` runs for a validated request: "mcmc" when asked, else "exact"
-    when asked (validation refused it if it does not fit) or when :func:`exact_work` is at
-    most :data:`~dpmine_server.operations.tree_exact.MAX_EXACT_TREE_WORK` ("auto"). A public
-    function of public inputs: it may be released, and decides the guarantee."""
+    when asked (validation refused it if it does not fit) or when its work and memory fit the
+    public caps (:func:`~dpmine_server.operations.tree_exact.exact_tree_fits`, "auto"). A
+    public function of public inputs: it may be released, and decides the guarantee."""
     if request.sampler == "mcmc":
         return "mcmc"
-    if request.sampler == "exact" or exact_work(request, metadata) <= MAX_EXACT_TREE_WORK:
+    if request.sampler == "exact" or exact_tree_fits(**_exact_sizes(request, metadata)):
         return "exact"
     return "mcmc"
 
 
 def _mcmc_guarantee(request: TreeMCMCRequest, metadata: DatasetMetadata) -> Guarantee:
-    """ "pure" when the exact sampler runs (an exponential mechanism over a public finite set,
-    §0.3), "approximate" for the chain (ε-DP at convergence)."""
+    """The request's guarantee: "pure" when the exact sampler runs (an exponential mechanism
+    over a public finite set, §0.3), "approximate" for the chain (ε-DP at convergence)."""
     return "pure" if mcmc_sampler(request, metadata) == "exact" else "approximate"
 
 
 def _validate_mcmc(request: TreeMCMCRequest, metadata: DatasetMetadata) -> None:
-    """As ``tree.expmech``; sampler "exact" only when its public work bound fits the cap."""
+    """As ``tree.expmech``; sampler "exact" only when its public work and memory bounds fit
+    the public caps (refused here, before any charge, saying what to change)."""
     _validate_single(request, metadata)
     if request.sampler != "exact":
         return
+    sizes = _exact_sizes(request, metadata)
+    if exact_tree_fits(**sizes):
+        return
     work = exact_work(request, metadata)
-    if work > MAX_EXACT_TREE_WORK:
-        raise ValueError(
-            f"sampler 'exact' does not fit: its public work bound is {work:.3g} word operations "
-            f"(depth {request.depth}, the {request.view} view's candidate splits, "
-            f"{target_classes(request.target, metadata)} target classes, n_max "
-            f"{metadata.n_max}) and the cap is {MAX_EXACT_TREE_WORK:.3g}; use a smaller depth, "
-            "restrict `columns` (numeric attributes count one split per lattice point), or "
-            "sampler 'auto' or 'mcmc' (guarantee approximate)"
-        )
+    masks = exact_tree_mask_words(n_splits=sizes["n_splits"], n_max=sizes["n_max"])
+    raise ValueError(
+        f"sampler 'exact' does not fit: depth {request.depth}, {sizes['n_splits']} candidate "
+        f"splits in the {request.view} view, {sizes['n_classes']} target classes and n_max "
+        f"{metadata.n_max} give a public work bound of {work:.3g} word operations (cap "
+        f"{MAX_EXACT_TREE_WORK:.3g}) and {masks:.3g} words of split masks (cap "
+        f"{MAX_EXACT_TREE_MASK_WORDS:.3g}); use a smaller depth, restrict `columns` (a numeric "
+        "attribute counts one split per lattice point), or sampler 'auto' or 'mcmc' "
+        "(guarantee approximate)"
+    )
 
 
 def _pair_spaces(
