@@ -13,18 +13,23 @@ warm-up of both, on the target "the first attribute of the other view" (its clas
 Usage::
 
     PYTHONPATH=client:server:bench .venv/bin/python bench/bench_tree_exact.py [--datasets ...]
+        [--out bench/out] [--smoke]
 
-Prints a Markdown table (bench/README.md, "Exact tree sampler").
+Prints a Markdown table (bench/README.md, "Exact tree sampler") and writes
+``<out>/tree_exact.json``; ``--smoke`` runs the bundled Mushroom views only.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
-from bench_trees import DATASETS, MC_ITERATIONS, prepare_table
+from _support import machine_info
+from bench_trees import DATASETS, MC_ITERATIONS, SMOKE_KEY, prepare_table
 from dpmine.wire import AttributeTarget, DatasetMetadata, View
 from dpmine_server.data.columns import ColumnStore
 from dpmine_server.data.loaders import load_store
@@ -105,7 +110,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
     parser.add_argument("--datasets", default=",".join(DATASETS))
     parser.add_argument("--scratch", type=Path, default=Path("/tmp/dpmine-bench-tree-exact"))
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out")
+    parser.add_argument("--smoke", action="store_true", help="the bundled Mushroom views only")
     args = parser.parse_args()
+    keys = [SMOKE_KEY] if args.smoke else args.datasets.split(",")
     args.scratch.mkdir(parents=True, exist_ok=True)
     print(f"load average at start: {os.getloadavg()[0]:.2f}\n")
     print(
@@ -113,7 +121,8 @@ def main() -> int:
         "chain s | K |"
     )
     print("|---|---|---|---:|---:|---:|---|---:|---:|---:|")
-    for key in args.datasets.split(","):
+    rows: list[dict[str, Any]] = []
+    for key in keys:
         data = prepare_table(key, args.scratch)
         metadata = data.metadata
         store: ColumnStore | None = None
@@ -129,22 +138,37 @@ def main() -> int:
                     }
                     valid = space.n_splits >= 2**depth - 1  # else tree.mcmc refuses it
                     fits = exact_tree_fits(**sizes)
-                    cells = ["", "", ""]
+                    row: dict[str, Any] = {
+                        "dataset": key,
+                        "view": view,
+                        "attributes": label,
+                        **sizes,
+                        "work": exact_tree_work(**sizes),
+                        "auto": _sampler(valid, fits),
+                    }
                     if fits and valid:
                         if store is None:
                             store = load_store(metadata, data.source, base_dir=data.directory)[0]
                         exact_s, chain_s, classes = _time_tree(
                             store, space, _target(metadata, view), depth
                         )
-                        cells = [f"{exact_s:.3f}", f"{chain_s:.3f}", str(classes)]
+                        row |= {"exact_s": exact_s, "chain_s": chain_s, "classes": classes}
+                    rows.append(row)
+                    timed = [
+                        f"{row['exact_s']:.3f}" if "exact_s" in row else "",
+                        f"{row['chain_s']:.3f}" if "chain_s" in row else "",
+                        str(row.get("classes", "")),
+                    ]
                     print(
                         f"| {key} | {view} | {label} | {space.n_splits} | {depth} | "
-                        f"{exact_tree_work(**sizes):.2e} | {_sampler(valid, fits)} | "
-                        + " | ".join(cells)
-                        + " |",
+                        f"{row['work']:.2e} | {row['auto']} | " + " | ".join(timed) + " |",
                         flush=True,
                     )
     print(f"\nload average at end: {os.getloadavg()[0]:.2f}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "tree_exact.json"
+    path.write_text(json.dumps({"machine": machine_info(), "rows": rows}, indent=1))
+    print(f"wrote {path}")
     return 0
 
 
