@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from _support import machine_info
-from bench_trees import DATASETS, MC_ITERATIONS, SMOKE_KEY, prepare_table
+from bench_serenade import SMOKE_KEY
+from bench_trees import DATASETS, MC_ITERATIONS, prepare_table
 from dpmine.wire import AttributeTarget, DatasetMetadata, View
 from dpmine_server.data.columns import ColumnStore
 from dpmine_server.data.loaders import load_store
