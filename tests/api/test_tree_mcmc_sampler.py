@@ -59,6 +59,20 @@ def test_pure_only_serves_the_exact_sampler_and_refuses_the_chain_before_any_cha
     assert handle.budget().remaining_epsilon == GRANT
     assert owner.admin.ledger(labelled) == []
 
+    # The estimate prices each call with its own guarantee, before anything is charged.
+    estimate = f"/v1/datasets/{labelled}/estimate"
+    small = SMALL.model_dump(mode="json")
+    priced = client.post(
+        estimate,
+        json={"calls": [{"operation": "tree.mcmc", "request": small}]},
+        headers=analyst_headers,
+    )
+    assert priced.status_code == 200, priced.text
+    assert priced.json()["calls"][0]["guarantee"] == "pure"
+    chain = {"operation": "tree.mcmc", "request": small | {"sampler": "mcmc"}}
+    refused_plan = client.post(estimate, json={"calls": [chain]}, headers=analyst_headers)
+    assert "call 0: tree.mcmc" in expect_error(refused_plan, 403, "Forbidden")
+
     # "auto" on the small view runs the exact sampler: served, pure everywhere.
     released = handle.run(SMALL)
     assert released.sampler == "exact"

@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from dpmine.wire import AnyTreeTarget, AttributeTarget, QueryTarget
+from dpmine.wire import AnyTreeTarget, AttributeTarget, QueryTarget, TreeMCMCRequest
 from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.operations.tree_exact import (
     exact_target,
@@ -21,6 +21,7 @@ from dpmine_server.operations.tree_exact import (
     sample_tree_exact,
 )
 from dpmine_server.operations.tree_kernels import SplitMasks, SplitSpace, make_target
+from dpmine_server.services.timing import operation_work
 
 from .test_tree_mcmc import (
     SEEDED_P_VALUE,
@@ -124,3 +125,23 @@ def test_the_sampler_fits_only_within_the_work_and_memory_caps() -> None:
     # a 16-bit lattice: little work at depth 1, but 3·S·W words of masks over the cap
     assert exact_tree_fits(depth=1, n_splits=1 << 10, n_max=1024, n_classes=2)
     assert not exact_tree_fits(depth=1, n_splits=1 << 20, n_max=1024, n_classes=2)
+
+
+def test_the_exact_path_is_priced_by_its_own_public_bound() -> None:
+    """services/timing.py prices "exact" by the sampler's bound (growing with the depth), not
+    by the chain's iterations, which it does not run."""
+    metadata = _metadata()
+
+    def work(depth: int, iterations: int) -> float:
+        request = TreeMCMCRequest(
+            view="left",
+            target=AttributeTarget(attribute="t"),
+            depth=depth,
+            iterations=iterations,
+            epsilon=1.0,
+            sampler="exact",
+        )
+        return operation_work("tree.mcmc", request, metadata)
+
+    assert work(2, 1_000) == work(2, 100_000)
+    assert 0 < work(1, 1_000) < work(2, 1_000)
