@@ -7,11 +7,18 @@ the same draws must fail against π at twice the coefficient (test power).
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
 
-from dpmine.wire import AnyTreeTarget, AttributeTarget, QueryTarget, TreeMCMCRequest
+from dpmine.wire import (
+    AnyTreeTarget,
+    AttributeTarget,
+    DecisionTree,
+    QueryTarget,
+    TreeMCMCRequest,
+)
 from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.operations.tree_exact import (
     exact_target,
@@ -29,6 +36,7 @@ from .test_tree_mcmc import (
     _chi_square,
     _g1,
     _metadata,
+    _splits,
     _state,
     _store,
     _table,
@@ -145,3 +153,54 @@ def test_the_exact_path_is_priced_by_its_own_public_bound() -> None:
 
     assert work(2, 1_000) == work(2, 100_000)
     assert 0 < work(1, 1_000) < work(2, 1_000)
+
+
+def _depth_3_trees() -> list[tuple[DecisionTree, float]]:
+    """Every valid tree of the left view at depth 3 (no split twice on a root-to-leaf path;
+    4 splits: 4·3²·2⁴ = 576 trees) with its product base mass, by brute force."""
+    splits = _splits("left")
+    found: list[tuple[DecisionTree, float]] = []
+    for combination in itertools.product(splits, repeat=7):
+        keys = [split.key for split, _ in combination]
+        paths = [(0, 1, 3), (0, 1, 4), (0, 2, 5), (0, 2, 6)]
+        if any(len({keys[node] for node in path}) < 3 for path in paths):
+            continue
+        tree = DecisionTree(view="left", depth=3, splits=[s for s, _ in combination])
+        found.append((tree, math.prod(mass for _, mass in combination)))
+    return found
+
+
+def test_depth_3_sums_and_draws_follow_the_target() -> None:
+    """The recursion below two inner levels (cached path sets reached in two orders) against
+    brute force: the normaliser, and the law of the top two splits by chi-square (with the
+    power check at twice the coefficient)."""
+    store, metadata = _store(), _metadata()
+    space = SplitSpace.of(metadata, "left")
+    labels = make_target(store, AttributeTarget(attribute="t"))
+    truth = [int(k) for k in labels.classes]
+    epsilon = 1.2
+    sampler = exact_target(
+        space,
+        SplitMasks(store, space),
+        labels.class_words(),
+        store.all_rows().words,
+        epsilon=epsilon,
+    )
+    trees = _depth_3_trees()
+    assert len(trees) == 576
+
+    def top(coefficient: float) -> dict[State, float]:
+        weights: dict[State, float] = {}
+        for tree, mass in trees:
+            key = (tuple(split.key for split in tree.splits[:2]),)
+            weights[key] = weights.get(key, 0.0) + mass * math.exp(coefficient * _g1(tree, truth))
+        return weights
+
+    right = top(epsilon / 4)
+    assert math.isclose(math.exp(sampler.log_z(frozenset(), 3)), sum(right.values()), rel_tol=1e-9)
+    samples: list[State] = []
+    for seed in range(1500):
+        keys = sample_tree_exact(sampler, depth=3, rng=seeded_generator(seed))
+        samples.append((tuple(split.key for split in space.tree(3, keys).splits[:2]),))
+    assert _chi_square(samples, right) > SEEDED_P_VALUE
+    assert _chi_square(samples, top(epsilon / 2)) < SEEDED_P_VALUE
