@@ -64,6 +64,9 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
     "bench_trees.py": {
         "trees.json": ("machine", "n_rows", "summaries", "runs", "figures"),
     },
+    "bench_tree_exact.py": {
+        "tree_exact.json": ("machine", "rows"),
+    },
     "bench_trust.py": {
         "trust.json": ("machine", "n_rows", "views", "summaries", "runs"),
     },

@@ -442,8 +442,10 @@ class DatasetHandle:
         return self.info.guarantee_policy
 
     def allows(self, operation: str) -> bool:
-        """Whether this dataset serves the operation called ``operation`` under its guarantee
-        policy (as of when the handle was fetched); e.g. ``allows("tree.mcmc")``."""
+        """Whether this dataset serves every call of the operation called ``operation`` under
+        its guarantee policy (as of when the handle was fetched), judged by the operation's
+        weakest guarantee; e.g. ``allows("tree.mcmc")`` is False under "pure_only", which
+        still serves its calls that run the exact sampler (their guarantee is "pure")."""
         known = OPERATIONS.get(operation)
         if known is None:
             raise ParameterError(

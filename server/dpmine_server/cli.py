@@ -712,8 +712,9 @@ _ACCOUNTING_HELP = (
     "rho within them) or as --cap-rho"
 )
 _POLICY_HELP = (
-    "pure_only: refuse the operations whose guarantee is approximate (tree.mcmc, "
-    "tree.pair_mcmc, brl.sample_rule_list) before any charge; allow_approximate: serve them"
+    "pure_only: refuse the operations whose guarantee is approximate (tree.mcmc when its "
+    "chain runs, tree.pair_mcmc, brl.sample_rule_list) before any charge; allow_approximate: "
+    "serve them"
 )
 
 

@@ -35,6 +35,7 @@ SAMPLER_CALLS = {
             "depth": 2,
             "iterations": MIN_TREE_ITERATIONS,
             "epsilon": 0.5,
+            "sampler": "mcmc",
         },
     ),
     "tree.pair_mcmc": (
@@ -92,7 +93,7 @@ def test_pure_only_refuses_the_samplers_before_any_charge_and_serves_exact_opera
 
     # The miners' plans fail first, with the reason and what to do.
     for miner in (
-        AltMCMC(in_trees=1, rm_iterations=1, epsilon=1.0, depth=1),
+        AltMCMC(in_trees=1, rm_iterations=1, epsilon=1.0, depth=1, sampler="mcmc"),
         MCMCTreePair(in_trees=1, epsilon=1.0, depth=1),
         dpmine.DPBayesianRuleList(epsilon=1.0, k_per_class=3, max_length=1, sampler="mcmc"),
     ):

@@ -1,7 +1,8 @@
 """The tree operations (ALGORITHMS.md §3) end to end through the HTTP API in-process: each route
 runs its job in a worker process and returns a release that validates against its wire model,
-with the receipt's guarantee ("pure" for tree.expmech and tree.leaf_counts, "approximate" for
-the two MCMC samplers) and the charged ε."""
+with the receipt's guarantee ("pure" for tree.expmech, tree.leaf_counts and tree.mcmc's exact
+sampler, which "auto" runs on the toy's small right view; "approximate" for tree.pair_mcmc's
+chain) and the charged ε."""
 
 from __future__ import annotations
 
@@ -40,8 +41,8 @@ def test_each_tree_operation_runs_through_the_api(analyst: dpmine.Connection, to
             epsilon=0.5,
         ),
     )
-    assert sampled.tree.view == "right"
-    assert (sampled.receipt.operation, sampled.receipt.guarantee) == ("tree.mcmc", "approximate")
+    assert (sampled.tree.view, sampled.sampler) == ("right", "exact")
+    assert (sampled.receipt.operation, sampled.receipt.guarantee) == ("tree.mcmc", "pure")
 
     pair = analyst.run(
         toy,

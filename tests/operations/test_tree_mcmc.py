@@ -507,6 +507,7 @@ def test_mcmc_reports_progress_at_public_steps_and_releases_a_valid_tree() -> No
         depth=2,
         iterations=1000,
         epsilon=1.0,
+        sampler="mcmc",
     )
     spec.validate(request, _metadata())
     reports: list[float] = []
@@ -522,6 +523,7 @@ def test_mcmc_reports_progress_at_public_steps_and_releases_a_valid_tree() -> No
     assert reports[-1] == 1.0
     assert fields["tree"].view == "left"
     assert fields["tree"].depth == 2
+    assert fields["sampler"] == "mcmc"
 
 
 def test_pair_operation_builds_the_first_tree_on_the_other_view() -> None:
@@ -542,7 +544,12 @@ def test_work_estimates_grow_with_the_public_parameters() -> None:
 
     def mcmc(depth: int, iterations: int) -> float:
         request = TreeMCMCRequest(
-            view="left", target=target, depth=depth, iterations=iterations, epsilon=1.0
+            view="left",
+            target=target,
+            depth=depth,
+            iterations=iterations,
+            epsilon=1.0,
+            sampler="mcmc",
         )
         return operation_work("tree.mcmc", request, metadata)
 

@@ -303,11 +303,12 @@ def _mcmc_outputs(store: ColumnStore, seed: int, broken: bool, samples: int) -> 
         depth=1,
         iterations=MCMC_ITERATIONS,
         epsilon=EPSILON,
+        sampler="mcmc",  # the chain (the exact sampler: test_audit_tree_exact.py)
     )
     spec = CATALOG["tree.mcmc"]
     cost = spec.cost(request)
     assert cost == CHARGE
-    assert spec.guarantee == "approximate"
+    assert spec.request_guarantee(request, store.metadata) == "approximate"
     rng = seeded_generator(seed)
     if not broken:
         return [

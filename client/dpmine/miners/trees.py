@@ -112,6 +112,7 @@ from dpmine.wire import (
     TreeMCMCResponse,
     TreePairMCMCRequest,
     TreePairScore,
+    TreeSampler,
     TreeSplit,
     TreeTarget,
     TreeTargetSpec,
@@ -1196,7 +1197,10 @@ def _check_iterations(iterations: object) -> None:
 
 class AltMCMC(_Alternation):
     """Alternating MCMC-sampled trees (§3.4, §3.7): a fixed public number of iterations, at
-    least :data:`~dpmine.wire.MIN_TREE_ITERATIONS`."""
+    least :data:`~dpmine.wire.MIN_TREE_ITERATIONS`. ``sampler`` is each ``tree.mcmc`` call's:
+    ``"auto"`` (the default) draws a tree exactly from the same target (guarantee "pure")
+    wherever the server's public work bound fits, ``"exact"`` requires that, ``"mcmc"``
+    always runs the chain."""
 
     _kind: TreeKind = "mcmc"
 
@@ -1206,10 +1210,12 @@ class AltMCMC(_Alternation):
         in_trees: int = 1,
         rm_iterations: int | None = None,
         iterations: int = DEFAULT_TREE_ITERATIONS,
+        sampler: TreeSampler = "auto",
         **parameters: Unpack[TreeMinerParameters],
     ) -> None:
         super().__init__(in_trees=in_trees, rm_iterations=rm_iterations, **parameters)
         self.iterations = iterations
+        self.sampler = sampler
 
     def _check_params(self) -> None:
         super()._check_params()
@@ -1223,6 +1229,7 @@ class AltMCMC(_Alternation):
             iterations=self.iterations,
             epsilon=self.settings_.tree_epsilon,
             columns=self._allowed,
+            sampler=self.sampler,
         )
 
     @classmethod
@@ -1231,10 +1238,13 @@ class AltMCMC(_Alternation):
         k: int = 4,
         *,
         iterations: int = DEFAULT_TREE_ITERATIONS,
+        sampler: TreeSampler = "auto",
         **parameters: Unpack[TreeMinerParameters],
     ) -> AltMCMC:
         """InTr = 1, RMIter = k (§3.7 "standard")."""
-        return cls(in_trees=1, rm_iterations=k, iterations=iterations, **parameters)
+        return cls(
+            in_trees=1, rm_iterations=k, iterations=iterations, sampler=sampler, **parameters
+        )
 
     @classmethod
     def stable(
@@ -1242,10 +1252,13 @@ class AltMCMC(_Alternation):
         k: int = 4,
         *,
         iterations: int = DEFAULT_TREE_ITERATIONS,
+        sampler: TreeSampler = "auto",
         **parameters: Unpack[TreeMinerParameters],
     ) -> AltMCMC:
         """InTr = k, RMIter = 1 (§3.7 "stable")."""
-        return cls(in_trees=k, rm_iterations=1, iterations=iterations, **parameters)
+        return cls(
+            in_trees=k, rm_iterations=1, iterations=iterations, sampler=sampler, **parameters
+        )
 
 
 class MCMCTreePair(_TreeMinerBase):

@@ -39,8 +39,8 @@ PrincipalName = Annotated[
 ]
 _POLICY_HELP = (
     '"allow_approximate": every operation is served; "pure_only": operations whose guarantee is '
-    '"approximate" (the MCMC samplers tree.mcmc, tree.pair_mcmc, brl.sample_rule_list) are '
-    "refused before any charge."
+    '"approximate" (the MCMC samplers: tree.mcmc when its chain runs, tree.pair_mcmc, '
+    "brl.sample_rule_list) are refused before any charge."
 )
 CapEpsilon = Annotated[float, Field(gt=0, le=1_000_000, allow_inf_nan=False, strict=True)]
 CapDelta = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False, strict=True)]

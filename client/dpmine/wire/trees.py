@@ -48,6 +48,8 @@ __all__ = [
     "TreePairResponse",
     "TreePairScore",
     "TreeResponse",
+    "TreeSampler",
+    "TreeSamplerRun",
     "TreeSplit",
     "TreeTarget",
     "TreeTargetSpec",
@@ -197,8 +199,26 @@ class TreeExpMechResponse(TreeResponse):
     """The tree of ``tree.expmech``."""
 
 
+#: How ``tree.mcmc`` draws its tree (ALGORITHMS.md §3.4): ``"exact"`` by sum-product over the
+#: tree lattice (guarantee "pure"), ``"mcmc"`` by Metropolis–Hastings (guarantee "approximate"),
+#: ``"auto"`` the exact sampler whenever its public work bound fits the server's public cap.
+TreeSampler = Literal["auto", "mcmc", "exact"]
+#: The sampler that ran: a public function of the request and the public metadata.
+TreeSamplerRun = Literal["exact", "mcmc"]
+
+
 class TreeMCMCResponse(TreeResponse):
-    """The tree of ``tree.mcmc``."""
+    """The tree of ``tree.mcmc`` and the sampler that drew it."""
+
+    sampler: TreeSamplerRun = Field(
+        default="mcmc",
+        description=(
+            '"exact": drawn exactly from the target by sum-product (guarantee "pure"); "mcmc": '
+            'the final state of the Metropolis–Hastings chain (guarantee "approximate"; the '
+            "default, as every release stored before the exact sampler existed). A public "
+            "function of the request and the dataset's public metadata."
+        ),
+    )
 
 
 class TreePairResponse(WireModel):
@@ -252,8 +272,9 @@ class TreeExpMechRequest(OperationRequest[TreeExpMechResponse]):
 
 
 class TreeMCMCRequest(OperationRequest[TreeMCMCResponse]):
-    """A tree sampled by Metropolis–Hastings from exp(ε·g₁/4) × base measure (§3.4); DP only
-    at convergence (guarantee "approximate"). At least :data:`MIN_TREE_ITERATIONS` steps from
+    """A tree sampled from exp(ε·g₁/4) × base measure (§3.4): exactly by sum-product when the
+    sampler's public work bound fits (guarantee "pure"), else by Metropolis–Hastings, DP only
+    at convergence (guarantee "approximate"): at least :data:`MIN_TREE_ITERATIONS` steps from
     a random tree drawn by the server (no start of the analyst's)."""
 
     view: View
@@ -266,6 +287,17 @@ class TreeMCMCRequest(OperationRequest[TreeMCMCResponse]):
         description=(
             "The attributes the trees may split on (default: every attribute of the view); an "
             "attribute target must be one of them. Public: it narrows the candidate splits."
+        ),
+    )
+    sampler: TreeSampler = Field(
+        default="auto",
+        description=(
+            '"auto": the exact sampler (guarantee "pure") whenever its public work bound — '
+            "from the depth, the view's candidate splits (lattice points, categories, Booleans; "
+            "the allowed columns only), the target's classes and n_max — fits the server's "
+            'public cap, else the MCMC chain; "exact": refused before any charge when it does '
+            'not fit; "mcmc": the chain (guarantee "approximate"). `iterations` applies to the '
+            "chain only."
         ),
     )
 

@@ -63,8 +63,11 @@ class OperationSpec(Generic[RequestT, ResponseT]):
 
     * ``validate(request, metadata)`` raises ValueError with a message saying what to fix; it
       sees only public metadata and runs before anything is charged.
-    * ``cost(request)`` is the exact epsilon, from public parameters only (the guarantee is the
-      operation's, ``operation.guarantee``).
+    * ``cost(request)`` is the exact epsilon, from public parameters only.
+    * ``guarantee_of(request, metadata)``, when given, is the guarantee of this request's
+      release, a public function of the validated request and the public metadata (e.g.
+      ``tree.mcmc``: "pure" when its exact sampler runs); otherwise every release has the
+      operation's, ``operation.guarantee`` (:meth:`request_guarantee`).
     * ``releases(request, epsilon)`` says what the kernel releases with the charged ``epsilon``:
       parts of one kind each (:class:`~dpmine_server.dp.zcdp.ReleasePart`: ``bounded_range``
       for exponential-mechanism draws, ``pure`` for any other ε-DP release), whose ε add up to
@@ -84,6 +87,13 @@ class OperationSpec(Generic[RequestT, ResponseT]):
     cost: Callable[[RequestT], Epsilon]
     releases: Callable[[RequestT, Epsilon], tuple[ReleasePart, ...]]
     run: Callable[[ColumnStore, RequestT, Epsilon, np.random.Generator, Progress], dict[str, Any]]
+    guarantee_of: Callable[[RequestT, DatasetMetadata], Guarantee] | None = None
+
+    def request_guarantee(self, request: RequestT, metadata: DatasetMetadata) -> Guarantee:
+        """The guarantee of ``request``'s release (a validated request; public inputs only)."""
+        if self.guarantee_of is None:
+            return self.operation.guarantee
+        return self.guarantee_of(request, metadata)
 
     def charge(self, request: RequestT, unit: AccountingUnit) -> tuple[Epsilon, LedgerAmount]:
         """(the ε the kernel runs at, the amount the ledger debits in ``unit``): the same ε on a
@@ -115,7 +125,8 @@ class OperationSpec(Generic[RequestT, ResponseT]):
 
     @property
     def guarantee(self) -> Guarantee:
-        """The privacy guarantee of every release."""
+        """The operation's declared guarantee (its weakest release; see
+        :meth:`request_guarantee` for one request's)."""
         return self.operation.guarantee
 
     @property

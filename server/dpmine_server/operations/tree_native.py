@@ -45,6 +45,7 @@ __all__ = [
     "Pool",
     "Target",
     "fill_masks",
+    "last_level_weights",
     "mcmc_steps",
     "pair_steps",
 ]
@@ -258,6 +259,45 @@ def _weighted_gini(counts: IntArray) -> float:
         size += count
         squares += float(count) * float(count)
     return size - squares / size if size > 0 else 0.0
+
+
+@_compiled
+def last_level_weights(
+    rows: WordArray,
+    masks: tuple[WordArray, WordArray],
+    classes: WordArray,
+    coefficient: float,
+    weights: FloatArray,
+) -> None:
+    """The exact sampler's last level (:mod:`.tree_exact`): for every node b of ``rows``
+    (B, W) and split s of ``masks`` = (left, right), each (S, W), add −c·(WG(left) + WG(right) +
+    WG(missing)) to ``weights[b, s]``, the children being the node's rows ∩ each mask and the
+    missing cell the node's rows in neither (class counts: node − left − right). Work:
+    B·K·W + 2·B·S·K·W popcounts, no temporaries but three count vectors."""
+    left, right = masks
+    n_classes = classes.shape[0]
+    node = np.zeros(n_classes, dtype=np.int64)
+    going_left = np.zeros(n_classes, dtype=np.int64)
+    going_right = np.zeros(n_classes, dtype=np.int64)
+    for b in range(rows.shape[0]):
+        for k in range(n_classes):
+            total = np.int64(0)
+            for word in range(classes.shape[1]):
+                total += _popcount(rows[b, word] & classes[k, word])
+            node[k] = total
+        for s in range(left.shape[0]):
+            for k in range(n_classes):
+                to_left = np.int64(0)
+                to_right = np.int64(0)
+                for word in range(classes.shape[1]):
+                    labelled = rows[b, word] & classes[k, word]
+                    to_left += _popcount(labelled & left[s, word])
+                    to_right += _popcount(labelled & right[s, word])
+                going_left[k] = to_left
+                going_right[k] = to_right
+            cells = _weighted_gini(going_left) + _weighted_gini(going_right)
+            cells += _weighted_gini(node - going_left - going_right)
+            weights[b, s] -= coefficient * cells
 
 
 @_compiled

@@ -50,6 +50,7 @@ from dpmine.wire import (
     NumLiteral,
     QualityParameters,
     Redescription,
+    TreeMCMCRequest,
     View,
     exact_rule_list_work,
 )
@@ -65,6 +66,7 @@ from dpmine_server.operations import CATALOG
 from dpmine_server.operations.base import OperationSpec, no_progress
 from dpmine_server.operations.redescriptions import quality_parameters
 from dpmine_server.operations.serenade import REJECTION_MAX_EXPONENT
+from dpmine_server.operations.trees import mcmc_sampler
 from dpmine_server.services.calibration_file import (
     CALIBRATION_VERSION,
     MARGIN,
@@ -288,10 +290,34 @@ def _tree_cases(dataset: Dataset) -> list[Case]:
     trees = {"left_tree": left_tree, "right_tree": right_tree, "epsilon": 1.0}
     return [
         Case("tree.expmech", key, single),
-        Case("tree.mcmc", key, single),
+        Case("tree.mcmc", key, single | {"sampler": "mcmc"}),
+        *_exact_tree_cases(metadata, key),
         Case("tree.pair_mcmc", key, {"attribute": left_target, "epsilon": 1.0}),
         Case("tree.leaf_counts", key, trees),
     ]
+
+
+def _exact_tree_cases(metadata: DatasetMetadata, key: str) -> list[Case]:
+    """``tree.mcmc``'s exact sampler at depth 3 on the left view's Boolean and categorical
+    attributes, when it fits (the calibrated factor of ``tree.mcmc`` is then the larger of the
+    chain's and the exact sampler's, so both paths' budgets cover their measured times)."""
+    target = _tree_target(metadata, "right")
+    discrete = [a.name for a in metadata.attributes if a.view == "left" and a.type != "numeric"]
+    request = {
+        "view": "left",
+        "target": target,
+        "epsilon": 1.0,
+        "columns": [*discrete, target["attribute"]],
+        "sampler": "auto",
+    }
+    model = TreeMCMCRequest.model_validate(request)
+    try:
+        CATALOG["tree.mcmc"].validate(model, metadata)
+    except ValueError:
+        return []
+    if mcmc_sampler(model, metadata) != "exact":
+        return []
+    return [Case("tree.mcmc", key, request | {"sampler": "exact"}, note="exact sampler")]
 
 
 def _released_tree(store: ColumnStore, view: View, target: dict[str, Any]) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """Runs a private operation the one permitted way (DESIGN.md "Architecture", contract item 3).
 
-check the owner's guarantee policy → validate (public metadata only) → price → charge the
-ledger (committed) → load the columns → run the kernel with the server's generator → store the
-release in the ledger entry → return it.
+validate (public metadata only) → price → check the owner's guarantee policy against the
+request's guarantee → charge the ledger (committed) → load the columns → run the kernel with
+the server's generator → store the release in the ledger entry → return it.
 Anything that fails before the charge costs nothing; anything after it keeps the charge and
 releases nothing (the error message is generic, never data-dependent).
 """
@@ -78,19 +78,23 @@ logger = logging.getLogger(__name__)
 def check_guarantee_policy(
     dataset_id: str, operation: str, guarantee: Guarantee, policy: GuaranteePolicy
 ) -> None:
-    """Refuse (Forbidden) an operation whose guarantee the dataset's policy does not serve.
+    """Refuse (Forbidden) a request whose guarantee the dataset's policy does not serve.
 
-    Called before the charge and before any data is read, by calls, jobs and estimates alike.
-    Privacy: the decision depends only on the operation's declared guarantee and the owner's
-    setting, both public, so refusing reveals nothing about the rows (docs/operators.md,
-    "Guarantee policy"; ALGORITHMS.md §0.1 on the MCMC operations' approximate guarantee)."""
+    Called after validation and pricing (free, public metadata only) and before the charge
+    and any data read, by calls, jobs and estimates alike, with the request's guarantee
+    (:meth:`~dpmine_server.operations.base.OperationSpec.request_guarantee`). Privacy: the
+    decision depends only on that guarantee, a public function of the request and the public
+    metadata, and on the owner's setting, so refusing reveals nothing about the rows
+    (docs/operators.md, "Guarantee policy"; ALGORITHMS.md §0.1 on the MCMC operations'
+    approximate guarantee)."""
     if guarantee_allowed(guarantee, policy):
         return
     raise Forbidden(
         f"{operation} releases the final state of an MCMC chain (guarantee {guarantee!r}: "
         f"epsilon-DP only at convergence), and dataset {dataset_id!r} serves only exact "
         "guarantees (its owner set guarantee_policy 'pure_only'); nothing was charged. Use an "
-        "operation with a pure guarantee (tree.expmech, e.g. the AltExpM miner, for trees; "
+        "operation with a pure guarantee (tree.expmech, e.g. the AltExpM miner, or tree.mcmc "
+        "with sampler='exact' where its public work bound fits, for trees; "
         "brl.sample_rule_list_exact, sampler='exact', for rule lists), or "
         "ask the data owner to allow approximate guarantees on this dataset"
     )
@@ -212,7 +216,11 @@ class Executor:
         except (ValueError, BudgetError) as error:
             raise InvalidRequest(str(error)) from error
         return PricedCall(
-            spec=spec, request=model, cost=cost, guarantee=spec.guarantee, charge=charge
+            spec=spec,
+            request=model,
+            cost=cost,
+            guarantee=spec.request_guarantee(model, metadata),
+            charge=charge,
         )
 
     def begin(
@@ -229,8 +237,8 @@ class Executor:
             raise Forbidden("owners manage datasets; query them with an analyst's key")
         with self._sessions() as session:  # metadata cached per (dataset, version)
             served = self._datasets.served_for_analyst(session, dataset_id, principal)
-        check_guarantee_policy(dataset_id, spec.name, spec.guarantee, served.guarantee_policy)
         priced = self.price(spec, request, served.metadata, served.accounting)
+        check_guarantee_policy(dataset_id, spec.name, priced.guarantee, served.guarantee_policy)
         parameters = priced.request.model_dump(mode="json")
         reservation = self._ledger.reserve(
             principal=principal,
@@ -341,7 +349,11 @@ class Executor:
         )
         return Pending(
             priced=PricedCall(
-                spec=spec, request=request, cost=cost, guarantee=spec.guarantee, charge=charge
+                spec=spec,
+                request=request,
+                cost=cost,
+                guarantee=reservation.guarantee,  # the request's, recorded at submission
+                charge=charge,
             ),
             dataset_id=job.dataset_id,
             reservation=reservation,
@@ -395,8 +407,9 @@ class Executor:
                         f"{spec.name} runs as a job and cannot be batched; call it on its own "
                         "(or submit it with POST .../jobs)"
                     )
-                check_guarantee_policy(dataset_id, spec.name, spec.guarantee, policy)
-                priced.append(self.price(spec, part.request, served_metadata, unit))
+                call = self.price(spec, part.request, served_metadata, unit)
+                check_guarantee_policy(dataset_id, spec.name, call.guarantee, policy)
+                priced.append(call)
             except InvalidRequest as error:
                 raise InvalidRequest(
                     f"batch part {index} ({part.operation}): {error.message}; nothing was charged"

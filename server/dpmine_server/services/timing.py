@@ -47,6 +47,7 @@ from dpmine.wire import (
     NumericAttribute,
     RuleListAntecedentsRequest,
     TopKItemsetsRequest,
+    TreeMCMCRequest,
     exact_rule_list_count,
     exact_rule_list_work,
 )
@@ -59,6 +60,7 @@ from dpmine_server.operations.redescriptions import (
     pairs_proposals,
 )
 from dpmine_server.operations.rule_lists import antecedents_plan
+from dpmine_server.operations.trees import exact_seconds, mcmc_sampler
 from dpmine_server.services.calibration_file import TimingCalibration, cached_calibration
 from dpmine_server.settings import Settings
 
@@ -260,6 +262,12 @@ def _tree_setup_work(metadata: DatasetMetadata) -> float:
 
 
 def _tree_mcmc_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
+    # The exact sampler (operations/tree_exact.py) when the request runs it: its public work
+    # bound priced by exact_tree_seconds, plus makeTarget and the split masks (a pass over the
+    # rows per candidate split); else the chain's steps.
+    body = TreeMCMCRequest.model_validate(request)
+    if mcmc_sampler(body, metadata) == "exact":
+        return _target_work(request.get("target") or {}, metadata) + exact_seconds(body, metadata)
     depth = _tree_depth(request)
     classes = _tree_classes(request.get("target") or {}, metadata)
     iterations = int(request.get("iterations") or 10_000)

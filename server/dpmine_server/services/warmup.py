@@ -79,10 +79,10 @@ def _warm_itemset_miner(store: ColumnStore) -> None:
 
 def warm_compiled_kernels() -> None:
     """Run the compiled kernels once on a synthetic table (no dataset, no ledger: nothing is
-    released): ``tree.mcmc``, ``tree.pair_mcmc`` and the itemset miner, so that numba's
-    compiled code is loaded before a request or job needs it (a first call would otherwise
-    pay seconds inside its padded budget and overrun). A failure is logged and left to the
-    first real call."""
+    released): ``tree.mcmc`` (its chain and its exact sampler), ``tree.pair_mcmc`` and the
+    itemset miner, so that numba's compiled code is loaded before a request or job needs it
+    (a first call would otherwise pay seconds inside its padded budget and overrun). A
+    failure is logged and left to the first real call."""
     try:
         with tempfile.TemporaryDirectory() as folder:
             path = _write_table(Path(folder))
@@ -92,8 +92,16 @@ def warm_compiled_kernels() -> None:
         single = TreeMCMCRequest(
             view="left", target={"kind": "attribute", "attribute": "y"}, depth=2, epsilon=1.0
         )
+        exact = single.model_copy(update={"columns": ["c", "y"], "sampler": "exact"})
         pair = TreePairMCMCRequest(attribute="y", depth=2, epsilon=1.0)
-        CATALOG["tree.mcmc"].run(store, single, epsilon, secure_generator(), no_progress)
+        CATALOG["tree.mcmc"].run(
+            store,
+            single.model_copy(update={"sampler": "mcmc"}),
+            epsilon,
+            secure_generator(),
+            no_progress,
+        )
+        CATALOG["tree.mcmc"].run(store, exact, epsilon, secure_generator(), no_progress)
         CATALOG["tree.pair_mcmc"].run(store, pair, epsilon, secure_generator(), no_progress)
     except Exception:
         logger.exception("the compiled tree kernels could not be warmed")

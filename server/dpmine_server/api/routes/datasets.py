@@ -87,8 +87,8 @@ def estimate(
                 )
             try:
                 spec = services.executor.spec(call.operation)
-                check_guarantee_policy(dataset_id, spec.name, spec.guarantee, policy)
                 priced = services.executor.price(spec, call.request, metadata, unit)
+                check_guarantee_policy(dataset_id, spec.name, priced.guarantee, policy)
             except InvalidRequest as error:
                 raise InvalidRequest(f"call {index} ({call.operation}): {error.message}") from error
             except Forbidden as error:
