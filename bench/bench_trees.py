@@ -91,12 +91,14 @@ MINERS = (
     "DPLayeredTrees",
     "DPLayeredAuto",
     "DPLayeredAutoLayers",
+    "DPLayeredAutoStrong",
 )
 #: The layered auto candidates (issue #26), declared before they were measured: ``order``
 #: of :func:`dpmine.miners.tree_auto.auto_layered`.
 LAYERED_AUTO_ORDERS: dict[str, LayeredOrder] = {
     "DPLayeredAuto": "seeds",
     "DPLayeredAutoLayers": "layers",
+    "DPLayeredAutoStrong": "strong",
 }
 DATASETS = ("mammals", "asia", "teeth", "stroke", "heart")
 EPSILONS = (1.0, 0.1)

@@ -93,7 +93,7 @@ def test_every_call_gets_an_equal_share_of_epsilon() -> None:
     [
         ({"layers": 0}, "layers must be a whole number of at least 1"),
         ({"in_trees": 0}, "in_trees must be a whole number"),
-        ({"order": "depth"}, "order must be 'seeds' or 'layers'"),
+        ({"order": "depth"}, "order must be 'seeds', 'layers' or 'strong'"),
         ({"leaf_release": "paper"}, "needs leaf_release='partition'"),
     ],
 )
@@ -104,7 +104,7 @@ def test_bad_settings_are_refused_before_anything_is_priced(
         DPLayeredTrees(**parameters)._settle(BOOLEAN_VIEWS, None)
 
 
-@pytest.mark.parametrize("order", ["seeds", "layers"])
+@pytest.mark.parametrize("order", ["seeds", "layers", "strong"])
 @pytest.mark.parametrize("n_hat", [40.0, 300.0, 2500.0, 20000.0])
 @pytest.mark.parametrize("epsilon", [0.5, 1.0])
 def test_the_layered_auto_choice_never_spends_more_than_epsilon(

@@ -217,7 +217,7 @@ class DPLayeredTrees(_Alternation):
                 f"layers must be a whole number of at least 1, got {self.layers!r}"
             )
         if self.order not in get_args(LayeredOrder):
-            raise ParameterError(f"order must be 'seeds' or 'layers', got {self.order!r}")
+            raise ParameterError(f"order must be 'seeds', 'layers' or 'strong', got {self.order!r}")
         if self.leaf_release != "partition":
             raise ParameterError(
                 "DPLayeredTrees needs leaf_release='partition' (its queries' statistics count "

@@ -55,6 +55,7 @@ __all__ = [
     "LAYERED_SEEDS",
     "LEAF_RATIO",
     "STEER_RATIO",
+    "STRONG_MAX_SEEDS",
     "TREE_SIGNAL",
     "LayeredAuto",
     "LayeredOrder",
@@ -218,7 +219,9 @@ LAYERED_SEEDS = (4, 3, 2, 1)
 LAYERED_LAYERS = (3, 2, 1)
 LAYERED_DEPTHS = (3, 2)
 
-LayeredOrder = Literal["seeds", "layers"]
+LayeredOrder = Literal["seeds", "layers", "strong"]
+#: Candidate C ("strong") keeps at most this many seeds, so each final release is strong.
+STRONG_MAX_SEEDS = 2
 
 
 def steer_epsilon(depth: int, n_rows: float) -> float:
@@ -277,7 +280,9 @@ def auto_layered(
     final release whose partition is examined (price :func:`leaf_epsilon` at R = s releases,
     every set of leaves a query: max_clauses = 2^d). Among the (s, L, d) whose prices fit, the
     first by ``order``: ``"seeds"`` most seeds, then layers, then depth (candidate A, the
-    default); ``"layers"`` most layers, then seeds, then depth (candidate B). The surplus goes
+    default); ``"layers"`` most layers, then seeds, then depth (candidate B); ``"strong"`` at
+    most ``STRONG_MAX_SEEDS`` seeds, most layers, then depth, then seeds (candidate C: fewer,
+    stronger final releases). The surplus goes
     half to the final releases and half to the tree draws, equally per call; the steering
     releases keep their price. Nothing fits: the fewest seeds and layers and the smallest
     depth, the prices scaled down by one factor. ``seeds`` / ``layers`` / ``depths`` restrict
@@ -296,7 +301,13 @@ def auto_layered(
                     steer_epsilon(depth, n_rows),
                     leaf_epsilon(depth, count, 1 << depth, n_rows),
                 )
-                key = (count, layer, depth) if order == "seeds" else (layer, count, depth)
+                if order == "strong" and count > STRONG_MAX_SEEDS:
+                    continue
+                key = {
+                    "seeds": (count, layer, depth),
+                    "layers": (layer, count, depth),
+                    "strong": (layer, depth, count),
+                }[order]
                 if cost <= budget and (best is None or key > best[0]):
                     best = (key, count, layer, depth)
     fits = best is not None
