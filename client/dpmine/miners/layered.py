@@ -16,9 +16,25 @@ public lattice for a numeric one. It is the left leaf of a public one-split tree
    (:func:`layer_query`): post-processing of the release. The pair (current query, new query)
    is a candidate redescription, and the new query is the next layer's target.
 
-ε: every call of a run gets ε / (InTr·2·layers) (the paper preset's equal split of §3.7, one tree
-and one leaf-count release per layer); ``plan()`` lists every call first. Defaults: InTr = 4,
-layers = 4 and depth 3, the paper's k = 4 and maxTreeDepth (§3.8); only preset ``"paper"``.
+ε, preset ``"paper"`` (the default): every call of a run gets ε / (InTr·2·layers) (the equal
+split of §3.7, one tree and one leaf-count release per layer), InTr = 4, layers = 4 and depth 3
+(the paper's k = 4 and maxTreeDepth, §3.8), and every layer's release is examined.
+
+Preset ``"auto"`` (issue #26): fewer, stronger calls. It buys a noisy row count n̂ and
+:func:`~dpmine.miners.tree_auto.auto_layered` chooses the seeds s, layers L and depth from ε, n̂
+and the schema's units (given ``in_trees``, ``layers``, ``depth`` win). The releases of layers
+1 … L − 1 are *steering* releases: bought at the price that makes a leaf's noisy positive sum
+reliable (:func:`~dpmine.miners.tree_auto.steer_epsilon`), used only to choose the next query and
+never examined. Only the last layer's release is examined, with most of the budget: its layer
+candidate and the partition's own search of §3.6 (:func:`~dpmine.treereds.examine_partition`,
+as the alternations). Privacy is unchanged: every release is a charged ``tree.leaf_counts`` or
+``tree.expmech`` call; what is examined is a public choice fixed before the run; the union
+bound then runs over the R = s examined releases only (:meth:`DPLayeredTrees._releases`).
+``order`` picks the declared candidate rule (``"seeds"`` A, ``"layers"`` B, ``"strong"`` C, the
+default: over mammals, asia, stroke and heart at ε ∈ {0.5, 1}, 5 runs each, C showed results in
+7 of the 8 cells and 89 in all, A in 4 (79), B in 5 (59), every shown result truly significant;
+bench/README.md).
+``plan()`` lists every call first, priced at the public n_max.
 
 Statistics, intervals and filters are those of the other tree miners: each candidate's figures
 are sums of cells of its layer's partition (its two queries are positive disjunctions of
@@ -188,7 +204,7 @@ class DPLayeredTrees(_Alternation):
         *,
         layers: int | None = None,
         in_trees: int | None = None,
-        order: LayeredOrder = "seeds",
+        order: LayeredOrder = "strong",
         **parameters: Unpack[TreeMinerParameters],
     ) -> None:
         super().__init__(in_trees=DEFAULT_SEEDS if in_trees is None else in_trees, **parameters)

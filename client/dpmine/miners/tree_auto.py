@@ -268,7 +268,7 @@ def auto_layered(
     n_rows: float,
     *,
     log_units: float,
-    order: LayeredOrder = "seeds",
+    order: LayeredOrder = "strong",
     seeds: tuple[int, ...] = LAYERED_SEEDS,
     layers: tuple[int, ...] = LAYERED_LAYERS,
     depths: tuple[int, ...] = LAYERED_DEPTHS,
@@ -279,10 +279,10 @@ def auto_layered(
     steering releases that only choose the next query (price :func:`steer_epsilon`) and one
     final release whose partition is examined (price :func:`leaf_epsilon` at R = s releases,
     every set of leaves a query: max_clauses = 2^d). Among the (s, L, d) whose prices fit, the
-    first by ``order``: ``"seeds"`` most seeds, then layers, then depth (candidate A, the
-    default); ``"layers"`` most layers, then seeds, then depth (candidate B); ``"strong"`` at
-    most ``STRONG_MAX_SEEDS`` seeds, most layers, then depth, then seeds (candidate C: fewer,
-    stronger final releases). The surplus goes
+    first by ``order``: ``"seeds"`` most seeds, then layers, then depth (candidate A);
+    ``"layers"`` most layers, then seeds, then depth (candidate B); ``"strong"`` at most
+    ``STRONG_MAX_SEEDS`` seeds, most layers, then depth, then seeds (candidate C: fewer,
+    stronger final releases; the default, chosen on the whole declared grid). The surplus goes
     half to the final releases and half to the tree draws, equally per call; the steering
     releases keep their price. Nothing fits: the fewest seeds and layers and the smallest
     depth, the prices scaled down by one factor. ``seeds`` / ``layers`` / ``depths`` restrict
