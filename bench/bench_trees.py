@@ -75,6 +75,7 @@ from bench_serenade import (
 )
 from bench_trust import weak_table_choice
 from dpmine.miners import AltExpM, AltMCMC, DPLayeredTrees, MCMCTreePair
+from dpmine.miners.layered import SeedRule
 from dpmine.miners.tree_auto import LayeredOrder
 from dpmine.treereds import DEFAULT_MAX_JACCARD_ERROR
 from dpmine.wire.statistics import p_value
@@ -92,6 +93,7 @@ MINERS = (
     "DPLayeredAuto",
     "DPLayeredAutoLayers",
     "DPLayeredAutoStrong",
+    "DPLayeredAutoSeeded",
 )
 #: The layered auto candidates (issue #26), declared before they were measured: ``order``
 #: of :func:`dpmine.miners.tree_auto.auto_layered`.
@@ -99,6 +101,7 @@ LAYERED_AUTO_ORDERS: dict[str, LayeredOrder] = {
     "DPLayeredAuto": "seeds",
     "DPLayeredAutoLayers": "layers",
     "DPLayeredAutoStrong": "strong",
+    "DPLayeredAutoSeeded": "strong",
 }
 DATASETS = ("mammals", "asia", "teeth", "stroke", "heart")
 EPSILONS = (1.0, 0.1)
@@ -214,7 +217,11 @@ def make_miner(
         return DPLayeredTrees(epsilon=epsilon, depth=DEPTH, seed=seed)
     if name in LAYERED_AUTO_ORDERS:
         order = LAYERED_AUTO_ORDERS[name]
-        return DPLayeredTrees(epsilon=epsilon, preset="auto", order=order, seed=seed)
+        # Candidate D: C with each seed a private depth-1 tree on a drawn target.
+        seeded: SeedRule = "expmech" if name == "DPLayeredAutoSeeded" else "uniform"
+        return DPLayeredTrees(
+            epsilon=epsilon, preset="auto", order=order, seed_rule=seeded, seed=seed
+        )
     if name == "AltExpM":
         return AltExpM.stable(IN_TREES, epsilon=epsilon, depth=DEPTH, seed=seed)
     if name == "AltMCMC":

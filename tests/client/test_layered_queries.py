@@ -94,6 +94,7 @@ def test_every_call_gets_an_equal_share_of_epsilon() -> None:
         ({"layers": 0}, "layers must be a whole number of at least 1"),
         ({"in_trees": 0}, "in_trees must be a whole number"),
         ({"order": "depth"}, "order must be 'seeds', 'layers' or 'strong'"),
+        ({"seed_rule": "best"}, "seed_rule must be 'uniform' or 'expmech'"),
         ({"leaf_release": "paper"}, "needs leaf_release='partition'"),
     ],
 )
@@ -104,19 +105,22 @@ def test_bad_settings_are_refused_before_anything_is_priced(
         DPLayeredTrees(**parameters)._settle(BOOLEAN_VIEWS, None)
 
 
+@pytest.mark.parametrize("seed_rule", ["uniform", "expmech"])
 @pytest.mark.parametrize("order", ["seeds", "layers", "strong"])
 @pytest.mark.parametrize("n_hat", [40.0, 300.0, 2500.0, 20000.0])
 @pytest.mark.parametrize("epsilon", [0.5, 1.0])
 def test_the_layered_auto_choice_never_spends_more_than_epsilon(
-    order: Any, n_hat: float, epsilon: float
+    seed_rule: Any, order: Any, n_hat: float, epsilon: float
 ) -> None:
-    """Row count + seeds·(layers tree draws + layers − 1 steering + 1 final release) ≤ ε."""
-    miner = DPLayeredTrees(epsilon=epsilon, preset="auto", order=order)
+    """Row count + seeds·(seed draw + layers tree draws + layers − 1 steering + 1 final
+    release) ≤ ε."""
+    miner = DPLayeredTrees(epsilon=epsilon, preset="auto", order=order, seed_rule=seed_rule)
     settings = miner._settle(BOOLEAN_VIEWS, n_hat)
     layout = miner.layout_
     assert settings.count_epsilon is not None
+    draws = layout.layers + (seed_rule == "expmech")
     spent = settings.count_epsilon + layout.seeds * (
-        layout.layers * settings.tree_epsilon
+        draws * settings.tree_epsilon
         + (layout.layers - 1) * layout.steer_epsilon
         + settings.leaf_epsilon
     )

@@ -50,7 +50,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Self, Unpack, get_args
+from typing import Literal, Self, Unpack, get_args
 
 import numpy as np
 
@@ -106,10 +106,15 @@ from dpmine.wire import (
 )
 from dpmine.wire.operations import TREE_LEAF_COUNTS
 
+#: How a seed is chosen: ``"uniform"`` a drawn one-literal seed, ``"expmech"`` a private depth-1
+#: tree on a drawn target (:meth:`DPLayeredTrees._seed_request`).
+SeedRule = Literal["uniform", "expmech"]
+
 __all__ = [
     "DEFAULT_LAYERS",
     "DPLayeredTrees",
     "LayeredLayout",
+    "SeedRule",
     "layer_query",
     "positive_shares",
     "seed_tree",
@@ -205,6 +210,7 @@ class DPLayeredTrees(_Alternation):
         layers: int | None = None,
         in_trees: int | None = None,
         order: LayeredOrder = "strong",
+        seed_rule: SeedRule = "uniform",
         **parameters: Unpack[TreeMinerParameters],
     ) -> None:
         super().__init__(in_trees=DEFAULT_SEEDS if in_trees is None else in_trees, **parameters)
@@ -212,6 +218,7 @@ class DPLayeredTrees(_Alternation):
         self.given_seeds = in_trees
         self.layers = layers
         self.order = order
+        self.seed_rule = seed_rule
 
     def _tree_request(self, view: View, target: TreeTargetSpec) -> TreeExpMechRequest:
         return self._expmech_request(view, target)
@@ -234,6 +241,10 @@ class DPLayeredTrees(_Alternation):
             )
         if self.order not in get_args(LayeredOrder):
             raise ParameterError(f"order must be 'seeds', 'layers' or 'strong', got {self.order!r}")
+        if self.seed_rule not in get_args(SeedRule):
+            raise ParameterError(
+                f"seed_rule must be 'uniform' or 'expmech', got {self.seed_rule!r}"
+            )
         if self.leaf_release != "partition":
             raise ParameterError(
                 "DPLayeredTrees needs leaf_release='partition' (its queries' statistics count "
@@ -243,7 +254,7 @@ class DPLayeredTrees(_Alternation):
     def _paper_settings(self, depth: int, min_support: float, max_clauses: int) -> TreeSettings:
         """ε / (InTr·2·layers) for every tree and leaf-count call (one of each per layer)."""
         seeds, layers = self.given_seeds or DEFAULT_SEEDS, self.layers or DEFAULT_LAYERS
-        unit = share_of(self.epsilon, Fraction(1, 2 * seeds * layers))
+        unit = share_of(self.epsilon, Fraction(1, seeds * (2 * layers + self._seed_draws())))
         self.layout_ = LayeredLayout(seeds, layers, unit, examine_every_layer=True)
         return TreeSettings("paper", depth, layers, unit, unit, min_support, max_clauses)
 
@@ -262,6 +273,7 @@ class DPLayeredTrees(_Alternation):
             seeds=LAYERED_SEEDS if self.given_seeds is None else (self.given_seeds,),
             layers=LAYERED_LAYERS if self.layers is None else (self.layers,),
             depths=LAYERED_DEPTHS if self.depth is None else (self.depth,),
+            seed_draws=self._seed_draws(),
         )
         self.layout_ = LayeredLayout(
             auto.seeds, auto.layers, _nano_floor(auto.steer_epsilon), examine_every_layer=False
@@ -279,11 +291,32 @@ class DPLayeredTrees(_Alternation):
             provisional=n_hat is None,
         )
 
-    def _seeds(self, schema: DatasetMetadata) -> list[DecisionTree]:
-        """The seeds' one-split trees (public: the miner's generator and the schema)."""
+    def _seed_draws(self) -> int:
+        """Tree draws per seed before its layers: 1 under ``seed_rule="expmech"``, else 0."""
+        return 1 if self.seed_rule == "expmech" else 0
+
+    def _seeds(self, schema: DatasetMetadata) -> list[DecisionTree | str]:
+        """Per seed, its public one-split tree (``"uniform"``: the miner's generator and the
+        schema) or the drawn attribute whose depth-1 private tree will be the seed
+        (``"expmech"``, :meth:`_seed_request`)."""
         attributes = self._attribute_draws(schema, self.layout_.seeds)
+        if self.seed_rule == "expmech":
+            return list(attributes)
         rng = np.random.default_rng(None if self.seed is None else (self.seed, 1))
         return [seed_tree(schema, attribute, rng) for attribute in attributes]
+
+    def _seed_request(self, schema: DatasetMetadata, attribute: str) -> TreeExpMechRequest:
+        """A selected seed (candidate D): ``tree.expmech`` of depth 1 on the other view than
+        the drawn ``attribute`` with that attribute as target, so the seed's split is chosen
+        privately for how well it predicts something on the other side (§3.3, the
+        alternations' first tree at depth 1); its left leaf is the seed query."""
+        return TreeExpMechRequest(
+            view=_other(_view_of(schema, attribute)),
+            target=self._target(attribute),
+            depth=1,
+            epsilon=self.settings_.tree_epsilon,
+            columns=self._allowed,
+        )
 
     def _calls(self, dataset: DatasetHandle) -> list[PlannedCall]:
         schema = dataset.schema
@@ -296,7 +329,12 @@ class DPLayeredTrees(_Alternation):
         }
         calls: list[PlannedCall] = self._count_calls()
         for seed in self._seeds(schema):
-            fixed = seed
+            if isinstance(seed, str):
+                request = self._seed_request(schema, seed)
+                calls.append(_planned(request))
+                fixed = _placeholder_tree(schema, request.view, 1, self._allowed)
+            else:
+                fixed = seed
             for layer in range(layout.layers):
                 view = _other(fixed.view)
                 target = QueryTarget(
@@ -317,9 +355,15 @@ class DPLayeredTrees(_Alternation):
         self._layer_queries: dict[int, tuple[LeafQuery, LeafQuery]] = {}
         #: Per examined released pair, the layer's (left, right) queries over its trees.
         self.queries_: list[tuple[LeafQuery, LeafQuery]] = []
-        with self._progress(2 * layout.seeds * layout.layers, "DPLayeredTrees") as advance:
+        steps = layout.seeds * (2 * layout.layers + self._seed_draws())
+        with self._progress(steps, "DPLayeredTrees") as advance:
 
-            def run_layers(seed: DecisionTree, iteration: _Iteration) -> None:
+            def run_layers(seed: DecisionTree | str, iteration: _Iteration) -> None:
+                if isinstance(seed, str):
+                    drawn = dataset.run(self._seed_request(schema, seed))
+                    iteration.receipts.append(drawn.receipt)
+                    seed = drawn.tree
+                    advance()
                 fixed, query = seed, LeafQuery.of((0, True))
                 for layer in range(layout.layers):
                     paths = simplified_leaf_paths(fixed, schema)

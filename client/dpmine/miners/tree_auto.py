@@ -259,8 +259,10 @@ class LayeredAuto:
         )
 
 
-def _layered_cost(seeds: int, layers: int, tree: float, steer: float, final: float) -> float:
-    return seeds * (layers * tree + (layers - 1) * steer + final)
+def _layered_cost(
+    seeds: int, layers: int, tree: float, steer: float, final: float, *, seed_draws: int
+) -> float:
+    return seeds * ((layers + seed_draws) * tree + (layers - 1) * steer + final)
 
 
 def auto_layered(
@@ -272,6 +274,7 @@ def auto_layered(
     seeds: tuple[int, ...] = LAYERED_SEEDS,
     layers: tuple[int, ...] = LAYERED_LAYERS,
     depths: tuple[int, ...] = LAYERED_DEPTHS,
+    seed_draws: int = 0,
 ) -> LayeredAuto:
     """The layered auto choice for ``budget`` (ε minus the row count) at ``n_rows`` rows.
 
@@ -286,8 +289,9 @@ def auto_layered(
     half to the final releases and half to the tree draws, equally per call; the steering
     releases keep their price. Nothing fits: the fewest seeds and layers and the smallest
     depth, the prices scaled down by one factor. ``seeds`` / ``layers`` / ``depths`` restrict
-    the candidates (given parameters, kept by the fallback too). Pure function of public
-    values and n̂."""
+    the candidates (given parameters, kept by the fallback too). ``seed_draws`` = 1: each seed
+    is itself a tree draw (candidate D's selected seeds), priced and paid as one more tree.
+    Pure function of public values and n̂."""
     if not (math.isfinite(budget) and budget > 0):
         raise ValueError(f"budget must be a positive finite number, got {budget!r}")
     best: tuple[tuple[int, int, int], int, int, int] | None = None
@@ -300,6 +304,7 @@ def auto_layered(
                     tree_epsilon("expmech", depth, log_units, n_rows),
                     steer_epsilon(depth, n_rows),
                     leaf_epsilon(depth, count, 1 << depth, n_rows),
+                    seed_draws=seed_draws,
                 )
                 if order == "strong" and count > STRONG_MAX_SEEDS:
                     continue
@@ -317,10 +322,10 @@ def auto_layered(
     tree = tree_epsilon("expmech", depth, log_units, n_rows)
     steer = steer_epsilon(depth, n_rows)
     final = leaf_epsilon(depth, count, 1 << depth, n_rows)
-    cost = _layered_cost(count, layer, tree, steer, final)
+    cost = _layered_cost(count, layer, tree, steer, final, seed_draws=seed_draws)
     if fits:
         surplus = budget - cost
-        tree += surplus / 2 / (count * layer)
+        tree += surplus / 2 / (count * (layer + seed_draws))
         final += surplus / 2 / count
     else:
         tree, steer, final = (price * budget / cost for price in (tree, steer, final))
