@@ -62,6 +62,7 @@ from dpmine.miners import (
     SerenadePlan,
     TopKItemsets,
 )
+from dpmine.miners.layered import SeedRule
 from dpmine.miners.trees import (
     DEFAULT_DEPTH,
     DEFAULT_MIN_SUPPORT,
@@ -1444,6 +1445,13 @@ def mine_layered(
         int | None,
         typer.Option(help="Split levels of every tree (default: from the preset)", min=1),
     ] = None,
+    seed_rule: Annotated[
+        str,
+        typer.Option(
+            help="uniform: each seed a drawn one-literal query; expmech: each seed a private "
+            "depth-1 tree on a drawn target of the other view (one more tree draw per seed)"
+        ),
+    ] = "uniform",
     seed: SeedOption = None,
     min_support: Annotated[
         float | None,
@@ -1463,6 +1471,8 @@ def mine_layered(
     """DPLayeredTrees: from one-literal seeds, trees fitted layer by layer to the other
     side's query, alternating views."""
     chosen = _preset(preset)
+    if seed_rule not in get_args(SeedRule):
+        raise _fail(f"--seed-rule must be 'uniform' or 'expmech', got {seed_rule!r}")
 
     def make(progress: bool) -> DPLayeredTrees:
         return DPLayeredTrees(
@@ -1471,6 +1481,7 @@ def mine_layered(
             in_trees=seeds,
             layers=layers,
             depth=depth,
+            seed_rule=cast(SeedRule, seed_rule),
             min_support=min_support,
             min_jaccard=min_jaccard,
             p_max=p_max,

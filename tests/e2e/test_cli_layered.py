@@ -104,3 +104,24 @@ def test_mine_layered_spends_its_plan_and_prints_what_it_measured(
     }
     assert used
     assert not used & excluded
+
+
+def test_mine_layered_with_selected_seeds_makes_the_planned_calls(
+    any_server: LiveServer, owner: dpmine.Connection, analyst: Account
+) -> None:
+    """--seed-rule expmech: each seed is one more ``tree.expmech`` before its layers; the run
+    makes the planned calls and the ledger holds exactly its receipts."""
+    info = register_mushroom(owner, epsilon_cap=EPSILON)
+    owner.admin.grant(info.id, analyst.name, EPSILON)
+    run = f"mine layered {info.id} --epsilon 8 --seed 3 --seed-rule expmech --seeds 2 --layers 2"
+    plan = EstimateResponse.model_validate(_cli(any_server, analyst.api_key, f"{run} --plan-only"))
+    operations = [call.operation for call in plan.calls]
+    per_seed = ["tree.expmech", *["tree.expmech", "tree.leaf_counts"] * 2]
+    assert operations == ["count.noisy", *per_seed * 2]
+    payload = _cli(any_server, analyst.api_key, f"{run} --all")
+    receipts = payload["receipts"]
+    assert [r["operation"] for r in receipts] == operations
+    ledger = owner.admin.ledger(info.id)
+    assert {entry.id for entry in ledger} == {r["ledger_entry_id"] for r in receipts}
+    charged = sum(Decimal(r["epsilon_exact"]) for r in receipts)
+    assert Decimal(8) - Decimal("1e-6") <= charged <= Decimal(8)
