@@ -36,6 +36,11 @@ default: over mammals, asia, stroke and heart at ε ∈ {0.5, 1}, 5 runs each, C
 bench/README.md).
 ``plan()`` lists every call first, priced at the public n_max.
 
+``seed_rule="expmech"`` (candidate D, either preset): each seed is a private depth-1
+``tree.expmech`` on the other view than a drawn attribute, with that attribute as target; its
+left leaf is the seed query. One more charged tree draw per seed, in the plan and the split; the
+draw is the alternations' first tree at depth 1, so its privacy is that of §3.3.
+
 Statistics, intervals and filters are those of the other tree miners: each candidate's figures
 are sums of cells of its layer's partition (its two queries are positive disjunctions of
 leaves, so a query's text holds exactly the rows of its leaves' cells, missing values
