@@ -75,6 +75,8 @@ from bench_serenade import (
 )
 from bench_trust import weak_table_choice
 from dpmine.miners import AltExpM, AltMCMC, DPLayeredTrees, MCMCTreePair
+from dpmine.miners.layered import SeedRule
+from dpmine.miners.tree_auto import LayeredOrder
 from dpmine.treereds import DEFAULT_MAX_JACCARD_ERROR
 from dpmine.wire.statistics import p_value
 from dpmine_server.data.columns import ColumnStore
@@ -85,7 +87,25 @@ mpl.use("Agg")
 
 #: "AltMCMC" runs tree.mcmc's default sampler ("auto": exact wherever its public work bound
 #: fits, issue #25 item 2); "AltMCMC-chain" the same miner with every tree from the chain.
-MINERS = ("AltExpM", "AltMCMC", "MCMCTreePair", "DPLayeredTrees", "AltMCMC-chain")
+MINERS = (
+    "AltExpM",
+    "AltMCMC",
+    "MCMCTreePair",
+    "DPLayeredTrees",
+    "DPLayeredAuto",
+    "DPLayeredAutoLayers",
+    "DPLayeredAutoStrong",
+    "DPLayeredAutoSeeded",
+    "AltMCMC-chain",
+)
+#: The layered auto candidates (issue #26), declared before they were measured: ``order``
+#: of :func:`dpmine.miners.tree_auto.auto_layered`.
+LAYERED_AUTO_ORDERS: dict[str, LayeredOrder] = {
+    "DPLayeredAuto": "seeds",
+    "DPLayeredAutoLayers": "layers",
+    "DPLayeredAutoStrong": "strong",
+    "DPLayeredAutoSeeded": "strong",
+}
 DATASETS = ("mammals", "asia", "teeth", "stroke", "heart")
 EPSILONS = (1.0, 0.1)
 RUNS = 5
@@ -147,6 +167,8 @@ class Scored:
     kept_by_support: bool = True
     #: The harness's |I| and |U| equal the server evaluator's (in-process, same files).
     agrees: bool = True
+    #: Passes the noise-aware significance test (issue #21): the miner's default output.
+    shown: bool = True
 
 
 def independence_jaccard(n: int, s_left: int, s_right: int) -> float:
@@ -191,10 +213,18 @@ def make_miner(
     name: str, epsilon: float, seed: int, pair_score: str | None = None
 ) -> AltExpM | AltMCMC | MCMCTreePair | DPLayeredTrees:
     """A miner with the paper's defaults (stable alternation: InTr = k = 4, RMIter = 1;
-    DPLayeredTrees: its defaults, 4 seeds of 4 layers); ``pair_score`` is MCMCTreePair's score
-    when given (else the miner's default)."""
+    DPLayeredTrees: its paper preset, 4 seeds of 4 layers; the DPLayeredAuto candidates: preset
+    auto, nothing else given); ``pair_score`` is MCMCTreePair's score when given (else the
+    miner's default)."""
     if name == "DPLayeredTrees":
         return DPLayeredTrees(epsilon=epsilon, depth=DEPTH, seed=seed)
+    if name in LAYERED_AUTO_ORDERS:
+        order = LAYERED_AUTO_ORDERS[name]
+        # Candidate D: C with each seed a private depth-1 tree on a drawn target.
+        seeded: SeedRule = "expmech" if name == "DPLayeredAutoSeeded" else "uniform"
+        return DPLayeredTrees(
+            epsilon=epsilon, preset="auto", order=order, seed_rule=seeded, seed=seed
+        )
     if name == "AltExpM":
         return AltExpM.stable(IN_TREES, epsilon=epsilon, depth=DEPTH, seed=seed)
     if name in {"AltMCMC", "AltMCMC-chain"}:
@@ -254,6 +284,7 @@ def run_dp_once(
     wall = time.perf_counter() - start
     kept_ids = {id(found) for found in miner.reliable(MAX_JACCARD_ERROR)}
     by_support = {id(found) for found in miner.pruned(threshold)}
+    shown_ids = {id(found) for found in miner.results_}
     reds: list[Scored] = []
     for found in miner.redescriptions_:
         exact = true_counts(found.redescription, truth)
@@ -273,6 +304,7 @@ def run_dp_once(
                 kept=id(found) in kept_ids,
                 agrees=agrees,
                 kept_by_support=id(found) in by_support,
+                shown=id(found) in shown_ids,
             )
         )
     return RunRecord(
@@ -461,11 +493,18 @@ class Utility:
     spearman_rho: float | None
 
 
-def utility(runs: Sequence[RunRecord], *, pruned: bool, by_support: bool = False) -> Utility:
-    """Utility of the kept (``pruned``: by the standard-error rule, or ``by_support``) or all
-    redescriptions of ``runs``."""
+def utility(
+    runs: Sequence[RunRecord], *, pruned: bool, by_support: bool = False, shown: bool = False
+) -> Utility:
+    """Utility of the kept (``pruned``: by the standard-error rule, or ``by_support``), the
+    ``shown`` (the significance test's) or all redescriptions of ``runs``."""
     chosen = [
-        [r for r in run.reds if not pruned or (r.kept_by_support if by_support else r.kept)]
+        [
+            r
+            for r in run.reds
+            if (not pruned or (r.kept_by_support if by_support else r.kept))
+            and (not shown or r.shown)
+        ]
         for run in runs
     ]
     reds = [r for run in chosen for r in run]
@@ -501,6 +540,7 @@ class Summary:
     pruned: Utility
     pruned_by_support: Utility
     unpruned: Utility
+    shown: Utility
     statuses: list[str] = field(default_factory=list)
 
 
@@ -527,6 +567,7 @@ def summarise(records: Sequence[RunRecord]) -> list[Summary]:
                 pruned=utility(runs, pruned=True),
                 pruned_by_support=utility(runs, pruned=True, by_support=True),
                 unpruned=utility(runs, pruned=False),
+                shown=utility(runs, pruned=False, shown=True),
                 statuses=sorted({r.status for r in runs}),
             )
         )
@@ -592,6 +633,7 @@ def markdown(summaries: Sequence[Summary], n_rows: Mapping[str, int]) -> str:
         sets = [("all", s.unpruned)]
         if s.epsilon is not None:
             sets[:0] = [
+                ("shown (significance test)", s.shown),
                 (f"pruned SE(J) ≤ {MAX_JACCARD_ERROR:g}", s.pruned),
                 (f"pruned I ≥ {s.threshold:g}", s.pruned_by_support),
             ]

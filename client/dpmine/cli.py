@@ -53,6 +53,7 @@ from dpmine.intervals import (
 from dpmine.miners import (
     AltExpM,
     AltMCMC,
+    DPLayeredTrees,
     MCMCTreePair,
     Plan,
     Preset,
@@ -61,6 +62,7 @@ from dpmine.miners import (
     SerenadePlan,
     TopKItemsets,
 )
+from dpmine.miners.layered import SeedRule
 from dpmine.miners.trees import (
     DEFAULT_DEPTH,
     DEFAULT_MIN_SUPPORT,
@@ -1035,7 +1037,7 @@ def mine_serenade_cs(
 # --------------------------------------------------------------------------------------------
 # Tree-based miners (ALGORITHMS.md §3.7)
 
-TreeMiner = AltExpM | AltMCMC | MCMCTreePair
+TreeMiner = AltExpM | AltMCMC | MCMCTreePair | DPLayeredTrees
 DepthOption = Annotated[int, typer.Option(help="Split levels of every tree", min=1)]
 SettingOption = Annotated[
     str, typer.Option(help="standard (InTr 1, RMIter k) or stable (InTr k, RMIter 1)")
@@ -1403,6 +1405,88 @@ def mine_tree_pair(
             iterations=iterations,
             pair_score=cast(TreePairScore, pair_score),
             **_with_progress(parameters, progress),
+        )
+
+    _run_tree_miner(
+        ctx,
+        dataset_id,
+        make,
+        plan_only,
+        output,
+        plot,
+        prune,
+        max_jaccard_error,
+        show_all,
+        columns,
+        exclude,
+    )
+
+
+@mine_app.command("layered")
+def mine_layered(
+    ctx: typer.Context,
+    dataset_id: Annotated[str, typer.Argument(metavar="DATASET")],
+    epsilon: EpsilonOption,
+    preset: Annotated[
+        str,
+        typer.Option(
+            help="auto: seeds, layers, depth and the ε split chosen from ε, a noisy n and the "
+            "schema, only each seed's last layer released for results; paper: 4 seeds of 4 "
+            "layers at depth 3, ε split equally, every layer's release examined"
+        ),
+    ] = "auto",
+    seeds: Annotated[
+        int | None, typer.Option(help="Seeds per run (default: from the preset)", min=1)
+    ] = None,
+    layers: Annotated[
+        int | None, typer.Option(help="Layers per seed (default: from the preset)", min=1)
+    ] = None,
+    depth: Annotated[
+        int | None,
+        typer.Option(help="Split levels of every tree (default: from the preset)", min=1),
+    ] = None,
+    seed_rule: Annotated[
+        str,
+        typer.Option(
+            help="uniform: each seed a drawn one-literal query; expmech: each seed a private "
+            "depth-1 tree on a drawn target of the other view (one more tree draw per seed)"
+        ),
+    ] = "uniform",
+    seed: SeedOption = None,
+    min_support: Annotated[
+        float | None,
+        typer.Option(help="Minimum noisy support of a result (default: from the preset)"),
+    ] = None,
+    min_jaccard: MinJaccardOption = DEFAULT_MIN_JACCARD,
+    p_max: PMaxOption = DEFAULT_P_MAX,
+    prune: PruneOption = None,
+    max_jaccard_error: MaxErrorOption = None,
+    show_all: AllOption = False,
+    columns: ColumnsOption = None,
+    exclude: ExcludeOption = None,
+    output: OutputsOption = None,
+    plot: PlotOption = None,
+    plan_only: PlanOption = False,
+) -> None:
+    """DPLayeredTrees: from one-literal seeds, trees fitted layer by layer to the other
+    side's query, alternating views."""
+    chosen = _preset(preset)
+    if seed_rule not in get_args(SeedRule):
+        raise _fail(f"--seed-rule must be 'uniform' or 'expmech', got {seed_rule!r}")
+
+    def make(progress: bool) -> DPLayeredTrees:
+        return DPLayeredTrees(
+            epsilon=epsilon,
+            preset=chosen,
+            in_trees=seeds,
+            layers=layers,
+            depth=depth,
+            seed_rule=cast(SeedRule, seed_rule),
+            min_support=min_support,
+            min_jaccard=min_jaccard,
+            p_max=p_max,
+            seed=seed,
+            progress=progress,
         )
 
     _run_tree_miner(

@@ -12,6 +12,7 @@ import pytest
 from dpmine.errors import ParameterError
 from dpmine.miners import DPLayeredTrees
 from dpmine.miners.layered import layer_query, positive_shares, seed_tree
+from dpmine.miners.tree_auto import auto_layered, leaf_epsilon, steer_epsilon
 from dpmine.treereds import LeafQuery
 from dpmine.wire import DatasetMetadata, NumericAttribute
 from dpmine_server.dp.lattice import public_lattice
@@ -92,7 +93,8 @@ def test_every_call_gets_an_equal_share_of_epsilon() -> None:
     [
         ({"layers": 0}, "layers must be a whole number of at least 1"),
         ({"in_trees": 0}, "in_trees must be a whole number"),
-        ({"preset": "auto"}, "one preset, 'paper'"),
+        ({"order": "depth"}, "order must be 'seeds', 'layers' or 'strong'"),
+        ({"seed_rule": "best"}, "seed_rule must be 'uniform' or 'expmech'"),
         ({"leaf_release": "paper"}, "needs leaf_release='partition'"),
     ],
 )
@@ -101,3 +103,51 @@ def test_bad_settings_are_refused_before_anything_is_priced(
 ) -> None:
     with pytest.raises(ParameterError, match=message):
         DPLayeredTrees(**parameters)._settle(BOOLEAN_VIEWS, None)
+
+
+@pytest.mark.parametrize("seed_rule", ["uniform", "expmech"])
+@pytest.mark.parametrize("order", ["seeds", "layers", "strong"])
+@pytest.mark.parametrize("n_hat", [40.0, 300.0, 2500.0, 20000.0])
+@pytest.mark.parametrize("epsilon", [0.5, 1.0])
+def test_the_layered_auto_choice_never_spends_more_than_epsilon(
+    seed_rule: Any, order: Any, n_hat: float, epsilon: float
+) -> None:
+    """Row count + seeds·(seed draw + layers tree draws + layers − 1 steering + 1 final
+    release) ≤ ε."""
+    miner = DPLayeredTrees(epsilon=epsilon, preset="auto", order=order, seed_rule=seed_rule)
+    settings = miner._settle(BOOLEAN_VIEWS, n_hat)
+    layout = miner.layout_
+    assert settings.count_epsilon is not None
+    draws = layout.layers + (seed_rule == "expmech")
+    spent = settings.count_epsilon + layout.seeds * (
+        draws * settings.tree_epsilon
+        + (layout.layers - 1) * layout.steer_epsilon
+        + settings.leaf_epsilon
+    )
+    assert spent <= epsilon
+    assert not layout.examine_every_layer
+    assert miner._releases() == layout.seeds  # only the final releases are examined
+
+
+def test_the_layered_auto_order_ranks_seeds_or_layers_first() -> None:
+    seeds = auto_layered(0.98, 2575.0, log_units=7.0, order="seeds")
+    layers = auto_layered(0.98, 2575.0, log_units=7.0, order="layers")
+    assert seeds.fits
+    assert layers.fits
+    assert seeds.seeds > layers.seeds
+    assert layers.layers > seeds.layers
+    # The final release gets at least its price, the steering ones exactly theirs.
+    assert seeds.final_epsilon >= leaf_epsilon(seeds.depth, seeds.seeds, 1 << seeds.depth, 2575.0)
+    assert seeds.steer_epsilon == steer_epsilon(seeds.depth, 2575.0)
+    # More rows never buy fewer seeds·layers.
+    small = auto_layered(0.98, 500.0, log_units=7.0)
+    assert small.seeds * small.layers <= seeds.seeds * seeds.layers
+
+
+def test_given_seeds_layers_and_depth_win_over_the_layered_auto() -> None:
+    miner = DPLayeredTrees(epsilon=1.0, preset="auto", in_trees=2, layers=3, depth=3)
+    for n_hat in (20000.0, 50.0):  # the prices fit, and the fallback keeps them too
+        settings = miner._settle(BOOLEAN_VIEWS, n_hat)
+        assert (miner.layout_.seeds, miner.layout_.layers, settings.depth) == (2, 3, 3)
+    assert settings.auto is not None
+    assert "2 seed(s) of 3 layer(s)" in settings.describe()

@@ -16,9 +16,30 @@ public lattice for a numeric one. It is the left leaf of a public one-split tree
    (:func:`layer_query`): post-processing of the release. The pair (current query, new query)
    is a candidate redescription, and the new query is the next layer's target.
 
-ε: every call of a run gets ε / (InTr·2·layers) (the paper preset's equal split of §3.7, one tree
-and one leaf-count release per layer); ``plan()`` lists every call first. Defaults: InTr = 4,
-layers = 4 and depth 3, the paper's k = 4 and maxTreeDepth (§3.8); only preset ``"paper"``.
+ε, preset ``"paper"`` (the default): every call of a run gets ε / (InTr·2·layers) (the equal
+split of §3.7, one tree and one leaf-count release per layer), InTr = 4, layers = 4 and depth 3
+(the paper's k = 4 and maxTreeDepth, §3.8), and every layer's release is examined.
+
+Preset ``"auto"`` (issue #26): fewer, stronger calls. It buys a noisy row count n̂ and
+:func:`~dpmine.miners.tree_auto.auto_layered` chooses the seeds s, layers L and depth from ε, n̂
+and the schema's units (given ``in_trees``, ``layers``, ``depth`` win). The releases of layers
+1 … L − 1 are *steering* releases: bought at the price that makes a leaf's noisy positive sum
+reliable (:func:`~dpmine.miners.tree_auto.steer_epsilon`), used only to choose the next query and
+never examined. Only the last layer's release is examined, with most of the budget: its layer
+candidate and the partition's own search of §3.6 (:func:`~dpmine.treereds.examine_partition`,
+as the alternations). Privacy is unchanged: every release is a charged ``tree.leaf_counts`` or
+``tree.expmech`` call; what is examined is a public choice fixed before the run; the union
+bound then runs over the R = s examined releases only (:meth:`DPLayeredTrees._releases`).
+``order`` picks the declared candidate rule (``"seeds"`` A, ``"layers"`` B, ``"strong"`` C, the
+default: over mammals, asia, stroke and heart at ε ∈ {0.5, 1}, 5 runs each, C showed results in
+7 of the 8 cells and 89 in all, A in 4 (79), B in 5 (59), every shown result truly significant;
+bench/README.md).
+``plan()`` lists every call first, priced at the public n_max.
+
+``seed_rule="expmech"`` (candidate D, either preset): each seed is a private depth-1
+``tree.expmech`` on the other view than a drawn attribute, with that attribute as target; its
+left leaf is the seed query. One more charged tree draw per seed, in the plan and the split; the
+draw is the alternations' first tree at depth 1, so its privacy is that of §3.3.
 
 Statistics, intervals and filters are those of the other tree miners: each candidate's figures
 are sums of cells of its layer's partition (its two queries are positive disjunctions of
@@ -32,19 +53,28 @@ release runs over every non-empty set of leaves of each tree (``max_clauses`` = 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
-from typing import Self, Unpack
+from typing import Literal, Self, Unpack, get_args
 
 import numpy as np
 
 from dpmine.connection import DatasetHandle
 from dpmine.errors import ParameterError
+from dpmine.miners.tree_auto import (
+    LAYERED_DEPTHS,
+    LAYERED_LAYERS,
+    LAYERED_SEEDS,
+    LayeredOrder,
+    auto_layered,
+)
 from dpmine.miners.trees import (
     MinedTreeRedescription,
     TreeMinerParameters,
     TreeSettings,
     _Alternation,
     _Iteration,
+    _nano_floor,
     _other,
     _placeholder_tree,
     _planned,
@@ -57,8 +87,10 @@ from dpmine.miners.trees import (
     simplified_leaf_paths,
 )
 from dpmine.treereds import (
+    DEFAULT_MAX_CLAUSES,
     LeafQuery,
     TreeRedescription,
+    examine_partition,
     noisy_statistics,
     partition_counts,
     passes_final_filters,
@@ -79,7 +111,19 @@ from dpmine.wire import (
 )
 from dpmine.wire.operations import TREE_LEAF_COUNTS
 
-__all__ = ["DEFAULT_LAYERS", "DPLayeredTrees", "layer_query", "positive_shares", "seed_tree"]
+#: How a seed is chosen: ``"uniform"`` a drawn one-literal seed, ``"expmech"`` a private depth-1
+#: tree on a drawn target (:meth:`DPLayeredTrees._seed_request`).
+SeedRule = Literal["uniform", "expmech"]
+
+__all__ = [
+    "DEFAULT_LAYERS",
+    "DPLayeredTrees",
+    "LayeredLayout",
+    "SeedRule",
+    "layer_query",
+    "positive_shares",
+    "seed_tree",
+]
 
 #: Layers per seed and seeds per run of the default preset: the paper's k = 4 (§3.7).
 DEFAULT_LAYERS = 4
@@ -140,6 +184,27 @@ def layer_query(shares: Sequence[float], empty: Collection[int] = ()) -> LeafQue
     return LeafQuery.of(*((leaf, True) for leaf in chosen))
 
 
+@dataclass(frozen=True)
+class LayeredLayout:
+    """A run's shape: seeds and layers, the ε of each steering release (layers 1 … L − 1) and
+    whether every layer's release is examined (preset ``paper``) or only the last (``auto``:
+    the steering releases only choose the next query)."""
+
+    seeds: int
+    layers: int
+    steer_epsilon: float
+    examine_every_layer: bool
+
+    def release_epsilon(self, layer: int, final_epsilon: float) -> float:
+        """ε of the leaf-count release of ``layer`` (0-based)."""
+        last = layer == self.layers - 1
+        return final_epsilon if last or self.examine_every_layer else self.steer_epsilon
+
+    def examined(self, layer: int) -> bool:
+        """Whether the release of ``layer`` is examined for results."""
+        return self.examine_every_layer or layer == self.layers - 1
+
+
 class DPLayeredTrees(_Alternation):
     """Private layered trees (module docstring): ``in_trees`` seeds, ``layers`` layers each of
     one ``tree.expmech`` with a query target and one ``tree.leaf_counts`` release."""
@@ -147,26 +212,43 @@ class DPLayeredTrees(_Alternation):
     def __init__(
         self,
         *,
-        layers: int = DEFAULT_LAYERS,
-        in_trees: int = DEFAULT_SEEDS,
+        layers: int | None = None,
+        in_trees: int | None = None,
+        order: LayeredOrder = "strong",
+        seed_rule: SeedRule = "uniform",
         **parameters: Unpack[TreeMinerParameters],
     ) -> None:
-        super().__init__(in_trees=in_trees, **parameters)
+        super().__init__(in_trees=DEFAULT_SEEDS if in_trees is None else in_trees, **parameters)
+        #: The seeds the caller gave (None: the preset's); ``in_trees`` is then the paper's 4.
+        self.given_seeds = in_trees
         self.layers = layers
+        self.order = order
+        self.seed_rule = seed_rule
 
     def _tree_request(self, view: View, target: TreeTargetSpec) -> TreeExpMechRequest:
         return self._expmech_request(view, target)
 
+    def _releases(self) -> int:
+        """R: the examined releases (every layer's under ``paper``, the last under ``auto``)."""
+        layout = self.layout_
+        return layout.seeds * (layout.layers if layout.examine_every_layer else 1)
+
+    def _given_rounds(self) -> int | None:
+        return self.layers
+
     def _check_params(self) -> None:
         super()._check_params()
-        if not isinstance(self.layers, int) or isinstance(self.layers, bool) or self.layers < 1:
+        if self.layers is not None and (
+            not isinstance(self.layers, int) or isinstance(self.layers, bool) or self.layers < 1
+        ):
             raise ParameterError(
                 f"layers must be a whole number of at least 1, got {self.layers!r}"
             )
-        if self.preset != "paper":
+        if self.order not in get_args(LayeredOrder):
+            raise ParameterError(f"order must be 'seeds', 'layers' or 'strong', got {self.order!r}")
+        if self.seed_rule not in get_args(SeedRule):
             raise ParameterError(
-                "DPLayeredTrees has one preset, 'paper' (an equal ε split over its calls): "
-                f"use preset='paper', got {self.preset!r}"
+                f"seed_rule must be 'uniform' or 'expmech', got {self.seed_rule!r}"
             )
         if self.leaf_release != "partition":
             raise ParameterError(
@@ -176,34 +258,96 @@ class DPLayeredTrees(_Alternation):
 
     def _paper_settings(self, depth: int, min_support: float, max_clauses: int) -> TreeSettings:
         """ε / (InTr·2·layers) for every tree and leaf-count call (one of each per layer)."""
-        unit = share_of(self.epsilon, Fraction(1, 2 * self.in_trees * self.layers))
-        return TreeSettings("paper", depth, self.layers, unit, unit, min_support, max_clauses)
+        seeds, layers = self.given_seeds or DEFAULT_SEEDS, self.layers or DEFAULT_LAYERS
+        unit = share_of(self.epsilon, Fraction(1, seeds * (2 * layers + self._seed_draws())))
+        self.layout_ = LayeredLayout(seeds, layers, unit, examine_every_layer=True)
+        return TreeSettings("paper", depth, layers, unit, unit, min_support, max_clauses)
 
-    def _seeds(self, schema: DatasetMetadata) -> list[DecisionTree]:
-        """The seeds' one-split trees (public: the miner's generator and the schema)."""
-        attributes = self._attribute_draws(schema, self.in_trees)
+    def _settle(self, schema: DatasetMetadata, n_hat: float | None) -> TreeSettings:
+        """``paper``: the equal split; ``auto``: :func:`~dpmine.miners.tree_auto.auto_layered`
+        at n̂ (None: the public n_max, for pricing); given seeds, layers and depth win."""
+        if self.preset != "auto":
+            return super()._settle(schema, n_hat)
+        self._check_params()
+        count = self._auto_count_epsilon()
+        auto = auto_layered(
+            self.epsilon - count,
+            float(schema.n_max) if n_hat is None else n_hat,
+            log_units=self._log_units(schema),
+            order=self.order,
+            seeds=LAYERED_SEEDS if self.given_seeds is None else (self.given_seeds,),
+            layers=LAYERED_LAYERS if self.layers is None else (self.layers,),
+            depths=LAYERED_DEPTHS if self.depth is None else (self.depth,),
+            seed_draws=self._seed_draws(),
+        )
+        self.layout_ = LayeredLayout(
+            auto.seeds, auto.layers, _nano_floor(auto.steer_epsilon), examine_every_layer=False
+        )
+        return TreeSettings(
+            preset="auto",
+            depth=auto.depth,
+            rounds=auto.layers,
+            tree_epsilon=_nano_floor(auto.tree_epsilon),
+            leaf_epsilon=_nano_floor(auto.final_epsilon),
+            min_support=self.min_support if self.min_support is not None else auto.min_support,
+            max_clauses=self.max_clauses or DEFAULT_MAX_CLAUSES,
+            count_epsilon=count,
+            auto=auto,
+            provisional=n_hat is None,
+        )
+
+    def _seed_draws(self) -> int:
+        """Tree draws per seed before its layers: 1 under ``seed_rule="expmech"``, else 0."""
+        return 1 if self.seed_rule == "expmech" else 0
+
+    def _seeds(self, schema: DatasetMetadata) -> list[DecisionTree | str]:
+        """Per seed, its public one-split tree (``"uniform"``: the miner's generator and the
+        schema) or the drawn attribute whose depth-1 private tree will be the seed
+        (``"expmech"``, :meth:`_seed_request`)."""
+        attributes = self._attribute_draws(schema, self.layout_.seeds)
+        if self.seed_rule == "expmech":
+            return list(attributes)
         rng = np.random.default_rng(None if self.seed is None else (self.seed, 1))
         return [seed_tree(schema, attribute, rng) for attribute in attributes]
+
+    def _seed_request(self, schema: DatasetMetadata, attribute: str) -> TreeExpMechRequest:
+        """A selected seed (candidate D): ``tree.expmech`` of depth 1 on the other view than
+        the drawn ``attribute`` with that attribute as target, so the seed's split is chosen
+        privately for how well it predicts something on the other side (§3.3, the
+        alternations' first tree at depth 1); its left leaf is the seed query."""
+        return TreeExpMechRequest(
+            view=_other(_view_of(schema, attribute)),
+            target=self._target(attribute),
+            depth=1,
+            epsilon=self.settings_.tree_epsilon,
+            columns=self._allowed,
+        )
 
     def _calls(self, dataset: DatasetHandle) -> list[PlannedCall]:
         schema = dataset.schema
         self.settings_ = self._settle(schema, None)
         self._allowed = self.columns_for(schema)
-        depth, epsilon = self.settings_.depth, self.settings_.leaf_epsilon
+        layout, depth = self.layout_, self.settings_.depth
         placeholder = {
             view: _placeholder_tree(schema, view, depth, self._allowed)
             for view in ("left", "right")
         }
-        calls: list[PlannedCall] = []
+        calls: list[PlannedCall] = self._count_calls()
         for seed in self._seeds(schema):
-            fixed = seed
-            for _ in range(self.layers):
+            if isinstance(seed, str):
+                request = self._seed_request(schema, seed)
+                calls.append(_planned(request))
+                fixed = _placeholder_tree(schema, request.view, 1, self._allowed)
+            else:
+                fixed = seed
+            for layer in range(layout.layers):
                 view = _other(fixed.view)
                 target = QueryTarget(
                     query=render_query(LeafQuery.of((0, True)), leaf_paths(fixed, schema))
                 )
                 calls.append(_planned(self._tree_request(view, target)))
                 left, right = sorted((fixed, placeholder[view]), key=lambda t: t.view != "left")
+                epsilon = layout.release_epsilon(layer, self.settings_.leaf_epsilon)
                 calls.append(TREE_LEAF_COUNTS.plan(self._counts_request(left, right, epsilon)))
                 fixed = placeholder[view]
         return calls
@@ -212,26 +356,33 @@ class DPLayeredTrees(_Alternation):
         """Run the layers of every seed; returns self (results in ``redescriptions_``)."""
         self._start(dataset)
         schema = dataset.schema
+        layout = self.layout_
         self._layer_queries: dict[int, tuple[LeafQuery, LeafQuery]] = {}
-        #: Per released pair (as ``trees_``), the layer's (left, right) queries over its trees.
+        #: Per examined released pair, the layer's (left, right) queries over its trees.
         self.queries_: list[tuple[LeafQuery, LeafQuery]] = []
-        with self._progress(2 * self.in_trees * self.layers, "DPLayeredTrees") as advance:
+        steps = layout.seeds * (2 * layout.layers + self._seed_draws())
+        with self._progress(steps, "DPLayeredTrees") as advance:
 
-            def run_layers(seed: DecisionTree, iteration: _Iteration) -> None:
+            def run_layers(seed: DecisionTree | str, iteration: _Iteration) -> None:
+                if isinstance(seed, str):
+                    drawn = dataset.run(self._seed_request(schema, seed))
+                    iteration.receipts.append(drawn.receipt)
+                    seed = drawn.tree
+                    advance()
                 fixed, query = seed, LeafQuery.of((0, True))
-                for _ in range(self.layers):
+                for layer in range(layout.layers):
                     paths = simplified_leaf_paths(fixed, schema)
                     target = QueryTarget(query=render_query(query, paths))
                     new = self._tree(dataset, _other(fixed.view), target, iteration)
                     advance()
-                    self._release_counts(
-                        dataset, (fixed, new), self.settings_.leaf_epsilon, iteration
-                    )
+                    epsilon = layout.release_epsilon(layer, self.settings_.leaf_epsilon)
+                    self._release_counts(dataset, (fixed, new), epsilon, iteration)
                     advance()
                     released = iteration.pairs[-1]
                     new_query = self._next_query(released, query, new, schema)
-                    queries = (query, new_query) if fixed.view == "left" else (new_query, query)
-                    self._layer_queries[id(released)] = queries
+                    if layout.examined(layer):
+                        queries = (query, new_query) if fixed.view == "left" else (new_query, query)
+                        self._layer_queries[id(released)] = queries
                     fixed, query = new, new_query
 
             self._run_iterations(dataset, self._seeds(schema), run_layers)
@@ -250,34 +401,53 @@ class DPLayeredTrees(_Alternation):
     def _extract(
         self, schema: DatasetMetadata, released: _ReleasedPair
     ) -> list[MinedTreeRedescription]:
-        """The layer's candidate (its two queries) from its released partition: statistics,
-        the final filters of §3.6 and the joint intervals (post-processing, free)."""
+        """An examined layer's results from its released partition: its candidate (its two
+        queries) and, under ``auto``, the partition's own search (§3.6, as the alternations);
+        statistics, the final filters of §3.6 and the joint intervals (post-processing, free).
+        A steering release is recorded (``trees_``) and yields nothing."""
         left, right, partition = released.left, released.right, released.counts.partition
         assert partition is not None, "the partition release was asked for"
         self.trees_.append((left, right))
         self.leaf_counts_.append(released.counts)
-        self.examined_ += 1
-        left_query, right_query = self._layer_queries[id(released)]
-        self.queries_.append((left_query, right_query))
+        queries = self._layer_queries.get(id(released))
+        if queries is None:
+            return []
+        self.queries_.append(queries)
         counts = partition_counts(partition)
-        red = TreeRedescription(
-            left_query, right_query, noisy_statistics(counts, left_query, right_query)
-        )
         left_paths = simplified_leaf_paths(left, schema)
         right_paths = simplified_leaf_paths(right, schema)
+        empty = (
+            [leaf for leaf, path in enumerate(left_paths) if path is None],
+            [leaf for leaf, path in enumerate(right_paths) if path is None],
+        )
         settings = self.settings_
-        if not passes_final_filters(
-            red,
-            counts,
-            min_supp=settings.min_support,
-            max_supp_fraction=self.max_support_fraction,
-            min_jaccard=self.min_jaccard,
-            p_max=self.p_max,
-            empty_left=[leaf for leaf, path in enumerate(left_paths) if path is None],
-            empty_right=[leaf for leaf, path in enumerate(right_paths) if path is None],
-        ):
-            return []
+        filters = {
+            "min_supp": settings.min_support,
+            "max_supp_fraction": self.max_support_fraction,
+            "min_jaccard": self.min_jaccard,
+            "p_max": self.p_max,
+        }
+        layer = TreeRedescription(*queries, noisy_statistics(counts, *queries))
+        found = (
+            [layer]
+            if passes_final_filters(
+                layer, counts, **filters, empty_left=empty[0], empty_right=empty[1]
+            )
+            else []
+        )
+        self.examined_ += 1
+        if not self.layout_.examine_every_layer:
+            searched, examined = examine_partition(
+                partition,
+                **filters,
+                max_clauses=settings.max_clauses,
+                empty_left=empty[0],
+                empty_right=empty[1],
+            )
+            found += searched
+            self.examined_ += examined
         shape = (left.n_leaves, right.n_leaves)
+        miss = release_miss(shape, max(shape), self._releases())
         return [
             self._result_of(
                 red,
@@ -287,6 +457,7 @@ class DPLayeredTrees(_Alternation):
                 shape=shape,
                 partition=True,
                 table=result_table(red, partition, shape, partition=True),
-                miss=release_miss(shape, max(shape), self._releases()),
+                miss=miss,
             )
+            for red in found
         ]

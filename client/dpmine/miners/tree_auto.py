@@ -50,13 +50,22 @@ __all__ = [
     "AUTO_COUNT_SHARE",
     "AUTO_DEPTHS",
     "AUTO_MAX_ROUNDS",
+    "LAYERED_DEPTHS",
+    "LAYERED_LAYERS",
+    "LAYERED_SEEDS",
     "LEAF_RATIO",
+    "STEER_RATIO",
+    "STRONG_MAX_SEEDS",
     "TREE_SIGNAL",
+    "LayeredAuto",
+    "LayeredOrder",
     "TreeAuto",
     "TreeKind",
+    "auto_layered",
     "auto_tree",
     "count_epsilon",
     "leaf_epsilon",
+    "steer_epsilon",
     "tree_epsilon",
 ]
 
@@ -197,5 +206,136 @@ def auto_tree(
         tree_epsilon=tree_share,
         leaf_epsilon=leaf_share,
         min_support=max(10.0, 3.0 * math.sqrt(2.0) / leaf_share),
+        fits=fits,
+    )
+
+
+# -- DPLayeredTrees (issue #26) -------------------------------------------------------------------
+
+#: A steering leaf's expected size is this many standard deviations of its noisy positive sum.
+STEER_RATIO = 4.0
+#: Seeds, layers and depths the layered rule chooses from.
+LAYERED_SEEDS = (4, 3, 2, 1)
+LAYERED_LAYERS = (3, 2, 1)
+LAYERED_DEPTHS = (3, 2)
+
+LayeredOrder = Literal["seeds", "layers", "strong"]
+#: Candidate C ("strong") keeps at most this many seeds, so each final release is strong.
+STRONG_MAX_SEEDS = 2
+
+
+def steer_epsilon(depth: int, n_rows: float) -> float:
+    """ε of a steering release (one that only picks the next query's leaves): the standard
+    deviation √(2·(2^d + 1))/ε of a leaf's noisy positive sum (at most 2^d + 1 cells of scale
+    1/ε) is the expected leaf n̂/2^d over ``STEER_RATIO``, so the noise seldom flips a leaf
+    whose true share is far from 1/2."""
+    leaves = 1 << depth
+    return STEER_RATIO * leaves * math.sqrt(2.0 * (leaves + 1)) / max(n_rows, 1.0)
+
+
+@dataclass(frozen=True)
+class LayeredAuto:
+    """The layered rule's choice: seeds and layers per run, depth, ε per tree draw, per
+    steering release (layers 1 … L − 1) and per final release (layer L, the only one whose
+    results are examined), the minimum noisy support, and whether the prices fit."""
+
+    seeds: int
+    layers: int
+    depth: int
+    tree_epsilon: float
+    steer_epsilon: float
+    final_epsilon: float
+    min_support: float
+    fits: bool
+
+    def describe(self) -> str:
+        """One line for the plan report."""
+        fit = "" if self.fits else " (the prices do not fit ε: fallback, expect few results)"
+        return (
+            f"auto: {self.seeds} seed(s) of {self.layers} layer(s), depth {self.depth}, "
+            f"ε {self.tree_epsilon:.4g} per tree draw, {self.steer_epsilon:.4g} per steering "
+            f"release, {self.final_epsilon:.4g} per final release, min_support "
+            f"{self.min_support:.3g}{fit}"
+        )
+
+
+def _layered_cost(
+    seeds: int, layers: int, tree: float, steer: float, final: float, *, seed_draws: int
+) -> float:
+    return seeds * ((layers + seed_draws) * tree + (layers - 1) * steer + final)
+
+
+def auto_layered(
+    budget: float,
+    n_rows: float,
+    *,
+    log_units: float,
+    order: LayeredOrder = "strong",
+    seeds: tuple[int, ...] = LAYERED_SEEDS,
+    layers: tuple[int, ...] = LAYERED_LAYERS,
+    depths: tuple[int, ...] = LAYERED_DEPTHS,
+    seed_draws: int = 0,
+) -> LayeredAuto:
+    """The layered auto choice for ``budget`` (ε minus the row count) at ``n_rows`` rows.
+
+    A run is s seeds of L layers: L ``tree.expmech`` draws (price :func:`tree_epsilon`), L − 1
+    steering releases that only choose the next query (price :func:`steer_epsilon`) and one
+    final release whose partition is examined (price :func:`leaf_epsilon` at R = s releases,
+    every set of leaves a query: max_clauses = 2^d). Among the (s, L, d) whose prices fit, the
+    first by ``order``: ``"seeds"`` most seeds, then layers, then depth (candidate A);
+    ``"layers"`` most layers, then seeds, then depth (candidate B); ``"strong"`` at most
+    ``STRONG_MAX_SEEDS`` seeds, most layers, then depth, then seeds (candidate C: fewer,
+    stronger final releases; the default, chosen on the whole declared grid). The surplus goes
+    half to the final releases and half to the tree draws, equally per call; the steering
+    releases keep their price. Nothing fits: the fewest seeds and layers and the smallest
+    depth, the prices scaled down by one factor. ``seeds`` / ``layers`` / ``depths`` restrict
+    the candidates (given parameters, kept by the fallback too). ``seed_draws`` = 1: each seed
+    is itself a tree draw (candidate D's selected seeds), priced and paid as one more tree.
+    Pure function of public values and n̂."""
+    if not (math.isfinite(budget) and budget > 0):
+        raise ValueError(f"budget must be a positive finite number, got {budget!r}")
+    best: tuple[tuple[int, int, int], int, int, int] | None = None
+    for depth in depths:
+        for count in seeds:
+            for layer in layers:
+                cost = _layered_cost(
+                    count,
+                    layer,
+                    tree_epsilon("expmech", depth, log_units, n_rows),
+                    steer_epsilon(depth, n_rows),
+                    leaf_epsilon(depth, count, 1 << depth, n_rows),
+                    seed_draws=seed_draws,
+                )
+                if order == "strong" and count > STRONG_MAX_SEEDS:
+                    continue
+                key = {
+                    "seeds": (count, layer, depth),
+                    "layers": (layer, count, depth),
+                    "strong": (layer, depth, count),
+                }[order]
+                if cost <= budget and (best is None or key > best[0]):
+                    best = (key, count, layer, depth)
+    fits = best is not None
+    if best is None:
+        best = ((0, 0, 0), min(seeds), min(layers), min(depths))
+    _, count, layer, depth = best
+    tree = tree_epsilon("expmech", depth, log_units, n_rows)
+    steer = steer_epsilon(depth, n_rows)
+    final = leaf_epsilon(depth, count, 1 << depth, n_rows)
+    cost = _layered_cost(count, layer, tree, steer, final, seed_draws=seed_draws)
+    if fits:
+        surplus = budget - cost
+        tree += surplus / 2 / (count * (layer + seed_draws))
+        final += surplus / 2 / count
+    else:
+        tree, steer, final = (price * budget / cost for price in (tree, steer, final))
+    return LayeredAuto(
+        seeds=count,
+        layers=layer,
+        depth=depth,
+        tree_epsilon=tree,
+        steer_epsilon=steer,
+        final_epsilon=final,
+        min_support=max(10.0, 3.0 * math.sqrt(2.0) / final),
         fits=fits,
     )

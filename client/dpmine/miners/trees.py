@@ -62,7 +62,14 @@ from dpmine.errors import ParameterError
 from dpmine.frames import PathLike, as_path, write_csv
 from dpmine.intervals import StatisticIntervals, box_intervals, excess_of, sum_box
 from dpmine.miners._base import GENERAL_HINTS, NotMinedError, Plan, SignificantMiner, _Spent
-from dpmine.miners.tree_auto import AUTO_DEPTHS, AUTO_MAX_ROUNDS, TreeAuto, TreeKind, auto_tree
+from dpmine.miners.tree_auto import (
+    AUTO_DEPTHS,
+    AUTO_MAX_ROUNDS,
+    LayeredAuto,
+    TreeAuto,
+    TreeKind,
+    auto_tree,
+)
 from dpmine.miners.tree_auto import count_epsilon as auto_count_epsilon
 from dpmine.queries import format_query
 from dpmine.significance import ALPHA
@@ -177,7 +184,7 @@ class TreeSettings:
     min_support: float
     max_clauses: int
     count_epsilon: float | None = None
-    auto: TreeAuto | None = None
+    auto: TreeAuto | LayeredAuto | None = None
     provisional: bool = False
 
     def describe(self) -> str:
@@ -666,16 +673,8 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
         if self.preset == "paper":
             min_support = DEFAULT_MIN_SUPPORT if self.min_support is None else self.min_support
             return self._paper_settings(self.depth or DEFAULT_DEPTH, min_support, max_clauses)
-        count = auto_count_epsilon(self.epsilon)
-        if count <= 0 or count >= self.epsilon:
-            raise ParameterError(
-                f"epsilon = {self.epsilon!r} is too small for preset 'auto' (it buys a row count "
-                "of 2 % of ε): use a larger epsilon or preset='paper'"
-            )
-        allowed = self.columns_for(schema)
-        log_units = max(
-            math.log(max(view_units(schema, view, allowed), 1)) for view in ("left", "right")
-        )
+        count = self._auto_count_epsilon()
+        log_units = self._log_units(schema)
         given = self._given_rounds()
         auto = auto_tree(
             self.epsilon - count,
@@ -699,6 +698,23 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
             count_epsilon=count,
             auto=auto,
             provisional=n_hat is None,
+        )
+
+    def _auto_count_epsilon(self) -> float:
+        """The row count's ε under ``auto``; a clear error when ε is too small to buy it."""
+        count = auto_count_epsilon(self.epsilon)
+        if count <= 0 or count >= self.epsilon:
+            raise ParameterError(
+                f"epsilon = {self.epsilon!r} is too small for preset 'auto' (it buys a row count "
+                "of 2 % of ε): use a larger epsilon or preset='paper'"
+            )
+        return count
+
+    def _log_units(self, schema: DatasetMetadata) -> float:
+        """ln of the larger view's units over the allowed columns (the auto rules' ln M)."""
+        allowed = self.columns_for(schema)
+        return max(
+            math.log(max(view_units(schema, view, allowed), 1)) for view in ("left", "right")
         )
 
     def _count_calls(self) -> list[PlannedCall]:
