@@ -112,8 +112,9 @@ def discrete_laplace(values: npt.ArrayLike, *, epsilon: float, sensitivity: int 
     return np.asarray(measurement(counts), dtype=np.int64)
 
 
-# Keyed by public values only (ε, squared L2 sensitivity): no private data in the cache.
-@lru_cache(maxsize=1024)
+# Keyed by public values only (ε, squared L2 sensitivity): no private data in the cache;
+# typed, so that True is refused rather than served the cached σ of 1.
+@lru_cache(maxsize=1024, typed=True)
 def gaussian_sigma(*, epsilon: float, l2_squared: int) -> float:
     """The smallest float σ ≥ Δ₂/ε (Δ₂ = √``l2_squared``) with Δ₂²/(2σ²) ≤ ε²/2 exactly.
 
