@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from dpmine.errors import ParameterError
 from dpmine.intervals import (
     cell_box,
     half_width,
@@ -25,7 +26,8 @@ from dpmine.intervals import (
     noise_law,
     sum_half_width,
 )
-from dpmine.wire import CountNoise, NoisyCells
+from dpmine.miners.trees import released_noise
+from dpmine.wire import CountNoise, LeafCountsResponse, NoisyCells
 from dpmine.wire.statistics import jaccard, p_value
 from dpmine_server.dp.mechanisms import discrete_gaussian
 
@@ -142,3 +144,23 @@ def test_a_release_is_read_with_its_reported_law() -> None:
     )
     with pytest.raises(ValueError, match="below"):
         noise_law(EPSILON, "paper", CountNoise(kind="discrete_gaussian", scale=4.0))
+
+
+def test_tree_releases_are_read_with_their_reported_law() -> None:
+    """``tree.leaf_counts``: Laplace of 1/ε or 2/ε when reported (or nothing is), the reported
+    σ on a zCDP dataset, refused below the √2/ε of the paper's release."""
+    partition = [[1, 2], [3, 4]]
+    plain = LeafCountsResponse.model_construct(partition=partition, noise=None)
+    assert released_noise(plain, 0.5) == ("laplace", 2.0)
+    paper = LeafCountsResponse.model_construct(
+        partition=None, noise=CountNoise(kind="laplace", scale=4.0)
+    )
+    assert released_noise(paper, 0.5) == ("laplace", 4.0)
+    gaussian = CountNoise(kind="discrete_gaussian", scale=math.sqrt(2) / 0.5)
+    zcdp = LeafCountsResponse.model_construct(partition=None, noise=gaussian)
+    assert released_noise(zcdp, 0.5) == ("discrete_gaussian", gaussian.scale)
+    too_small = LeafCountsResponse.model_construct(
+        partition=None, noise=CountNoise(kind="discrete_gaussian", scale=2.0)
+    )
+    with pytest.raises(ParameterError, match="below"):
+        released_noise(too_small, 0.5)
