@@ -291,7 +291,13 @@ def _tree_pair_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> fl
 def _leaf_counts_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
     trees = [request.get("left_tree") or {}, request.get("right_tree") or {}]
     leaves = [1 << int(tree.get("depth") or 3) for tree in trees]
-    return 5e-7 * metadata.n_max + 2e-10 * metadata.n_max * leaves[0] * leaves[1]
+    # Counting, then one noise draw per released cell: at most (a + 1)(b + 1) of them.
+    cells = (leaves[0] + 1) * (leaves[1] + 1)
+    return (
+        5e-7 * metadata.n_max
+        + 2e-10 * metadata.n_max * leaves[0] * leaves[1]
+        + NOISE_CELL_SECONDS * cells
+    )
 
 
 def _rule_list_antecedents_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
