@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 
 import numpy as np
 import numpy.typing as npt
@@ -27,7 +28,7 @@ from dpmine.intervals import (
     sum_half_width,
 )
 from dpmine.miners.trees import released_noise
-from dpmine.wire import CountNoise, LeafCountsResponse, NoisyCells
+from dpmine.wire import CountNoise, LeafCountsResponse, NoisyCells, Receipt
 from dpmine.wire.statistics import jaccard, p_value
 from dpmine_server.dp.mechanisms import discrete_gaussian
 
@@ -146,21 +147,38 @@ def test_a_release_is_read_with_its_reported_law() -> None:
         noise_law(EPSILON, "paper", CountNoise(kind="discrete_gaussian", scale=4.0))
 
 
+def leaf_release(partition: bool, noise: CountNoise | None) -> LeafCountsResponse:
+    """A ``tree.leaf_counts`` answer of a 1 × 1 tree pair (values irrelevant here)."""
+    receipt = Receipt(
+        ledger_entry_id=1,
+        dataset_id="d",
+        operation="tree.leaf_counts",
+        epsilon=0.5,
+        epsilon_exact="0.5",
+        guarantee="pure",
+        remaining_epsilon=1.0,
+        created_at=datetime.now(UTC),
+    )
+    return LeafCountsResponse(
+        intersections=[[1]],
+        left_counts=[1],
+        partition=[[1, 2], [3, 4]] if partition else None,
+        receipt=receipt,
+        noise=noise,
+    )
+
+
 def test_tree_releases_are_read_with_their_reported_law() -> None:
     """``tree.leaf_counts``: Laplace of 1/ε or 2/ε when reported (or nothing is), the reported
     σ on a zCDP dataset, refused below the √2/ε of the paper's release."""
-    partition = [[1, 2], [3, 4]]
-    plain = LeafCountsResponse.model_construct(partition=partition, noise=None)
-    assert released_noise(plain, 0.5) == ("laplace", 2.0)
-    paper = LeafCountsResponse.model_construct(
-        partition=None, noise=CountNoise(kind="laplace", scale=4.0)
-    )
+    assert released_noise(leaf_release(True, None), 0.5) == ("laplace", 2.0)
+    paper = leaf_release(False, CountNoise(kind="laplace", scale=4.0))
     assert released_noise(paper, 0.5) == ("laplace", 4.0)
     gaussian = CountNoise(kind="discrete_gaussian", scale=math.sqrt(2) / 0.5)
-    zcdp = LeafCountsResponse.model_construct(partition=None, noise=gaussian)
-    assert released_noise(zcdp, 0.5) == ("discrete_gaussian", gaussian.scale)
-    too_small = LeafCountsResponse.model_construct(
-        partition=None, noise=CountNoise(kind="discrete_gaussian", scale=2.0)
+    assert released_noise(leaf_release(False, gaussian), 0.5) == (
+        "discrete_gaussian",
+        gaussian.scale,
     )
+    too_small = leaf_release(False, CountNoise(kind="discrete_gaussian", scale=2.0))
     with pytest.raises(ParameterError, match="below"):
         released_noise(too_small, 0.5)
