@@ -27,6 +27,7 @@ from dpmine.intervals import (
     noise_law,
     sum_half_width,
 )
+from dpmine.miners.itemsets import count_intervals
 from dpmine.miners.trees import released_noise
 from dpmine.wire import CountNoise, LeafCountsResponse, NoisyCells, Receipt
 from dpmine.wire.statistics import jaccard, p_value
@@ -182,3 +183,18 @@ def test_tree_releases_are_read_with_their_reported_law() -> None:
     too_small = leaf_release(False, CountNoise(kind="discrete_gaussian", scale=2.0))
     with pytest.raises(ParameterError, match="below"):
         released_noise(too_small, 0.5)
+
+
+def test_itemset_count_intervals_cover_all_k_counts_together() -> None:
+    """fim.topk on a zCDP dataset: K = 5 counts with σ = √5/ε_p each; the K intervals hold
+    all five true counts together ≥ 90 % of the time."""
+    truth = np.array([40, 35, 33, 20, 7], dtype=np.int64)
+    sigma = math.sqrt(5) / 0.5
+    noisy = discrete_gaussian(np.tile(truth, REPEATS), epsilon=0.5, l2_squared=5)
+    together = 0
+    for counts in noisy.reshape(REPEATS, 5):
+        _t, found = count_intervals([int(v) for v in counts], scale=sigma, kind="discrete_gaussian")
+        together += all(low <= c <= high for (low, high), c in zip(found, truth, strict=True))
+    assert together / REPEATS >= 0.9 - 4 * math.sqrt(0.9 * 0.1 / REPEATS)
+    gaussian_t = count_intervals([0] * 5, scale=sigma, kind="discrete_gaussian")[0]
+    assert gaussian_t < count_intervals([0] * 5, scale=5 / 0.5)[0] / 2  # Laplace: K/ε_p

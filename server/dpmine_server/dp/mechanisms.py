@@ -46,6 +46,7 @@ __all__ = [
     "RejectionSampler",
     "Sensitivity",
     "count_noise",
+    "count_noise_law",
     "discrete_gaussian",
     "discrete_laplace",
     "em_coefficient",
@@ -212,12 +213,20 @@ def noisy_counts(
     1 and 1). Laplace: scale l1/ε, ε-DP, hence ε²/2-zCDP. Gaussian: σ = √l2_squared/ε,
     ε²/2-zCDP. Either way the ρ is ε²/2, the charge of a ``"pure"`` release part.
     """
-    if _COUNT_NOISE.get() == "discrete_gaussian":
-        sigma = gaussian_sigma(epsilon=epsilon, l2_squared=l2_squared)
+    kind, scale = count_noise_law(epsilon=epsilon, l1=l1, l2_squared=l2_squared)
+    if kind == "discrete_gaussian":
         released = discrete_gaussian(values, epsilon=epsilon, l2_squared=l2_squared)
-        return CountRelease(released, "discrete_gaussian", sigma)
-    released = discrete_laplace(values, epsilon=epsilon, sensitivity=l1)
-    return CountRelease(released, "laplace", laplace_scale(epsilon=epsilon, sensitivity=l1))
+    else:
+        released = discrete_laplace(values, epsilon=epsilon, sensitivity=l1)
+    return CountRelease(released, kind, scale)
+
+
+def count_noise_law(*, epsilon: float, l1: int, l2_squared: int) -> tuple[CountNoiseKind, float]:
+    """(kind, scale) of the noise :func:`noisy_counts` draws here with these public values: a
+    public function of the dataset's unit, ε and the sensitivities."""
+    if _COUNT_NOISE.get() == "discrete_gaussian":
+        return "discrete_gaussian", gaussian_sigma(epsilon=epsilon, l2_squared=l2_squared)
+    return "laplace", laplace_scale(epsilon=epsilon, sensitivity=l1)
 
 
 def gumbel_scores(log_weights: npt.ArrayLike, *, rng: np.random.Generator) -> FloatArray:

@@ -108,9 +108,11 @@ def _quality_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> floa
 def _topk_work(method: Method) -> Work:
     def work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
         # The plan's public bound on the kernel's work, priced by its measured cost model
-        # (operations/itemset_plan.py): mining, dense counting or tail draws, input build.
+        # (operations/itemset_plan.py): mining, dense counting or tail draws, input build;
+        # then one noise draw per released count.
         body = TopKItemsetsRequest.model_validate(request)
-        return request_plan(body, metadata, method).seconds()
+        counts = body.k if body.with_counts else 0
+        return request_plan(body, metadata, method).seconds() + NOISE_CELL_SECONDS * counts
 
     return work
 
