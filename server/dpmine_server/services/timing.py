@@ -330,8 +330,11 @@ def _rule_list_exact_work(request: Mapping[str, Any], metadata: DatasetMetadata)
 
 
 def _rule_list_estimates_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
-    # One pass over the rows per rule.
-    return 5e-7 * metadata.n_max + 1e-9 * metadata.n_max * len(request.get("rules") or ())
+    # One pass over the rows per rule, then one noise draw per count: 2 per rule and default.
+    rules = len(request.get("rules") or ())
+    return (
+        5e-7 * metadata.n_max + 1e-9 * metadata.n_max * rules + NOISE_CELL_SECONDS * 2 * (rules + 1)
+    )
 
 
 def _row_width(metadata: DatasetMetadata) -> int:
