@@ -24,9 +24,23 @@ from typer.testing import CliRunner
 
 import dpmine
 from dpmine.cli import app as analyst_app
+from dpmine.miners.trees import released_noise
 from dpmine.queries import parse_query
-from dpmine.wire import CreateDatasetRequest, CsvSource, DatasetInfo
-from support.datasets import register_table, table_metadata, unique_id, write_table_csv
+from dpmine.wire import (
+    AttributeTarget,
+    CreateDatasetRequest,
+    CsvSource,
+    DatasetInfo,
+    LeafCountsRequest,
+    TreeExpMechRequest,
+)
+from support.datasets import (
+    register_mushroom,
+    register_table,
+    table_metadata,
+    unique_id,
+    write_table_csv,
+)
 from support.servers import Account, LiveServer, add_analyst
 
 EPSILON = 0.2  # σ = 5
@@ -146,3 +160,37 @@ def test_the_cli_prints_the_gaussian_intervals(
     assert row is not None, out
     support, low, high = map(int, row.groups())
     assert (low, high) == (max(support - t, 0), max(support + t, 0))
+
+
+def test_tree_leaf_counts_on_a_zcdp_dataset_report_gaussian_noise(
+    owner: dpmine.Connection, analyst: Account
+) -> None:
+    """Two depth-1 trees grown on the zCDP Mushroom views, then their partition (σ = 1/ε) and
+    paper (σ = √2/ε) leaf counts."""
+    info = register_mushroom(owner, cap_rho=1.0)
+    owner.admin.grant(info.id, analyst.name, rho=0.5)
+    handle = analyst.connection.dataset(info.id)
+    trees = [
+        handle.run(
+            TreeExpMechRequest(
+                view=view, target=AttributeTarget(attribute="class"), depth=1, epsilon=0.5
+            )
+        ).tree
+        for view in ("left", "right")
+    ]
+    for release, sigma in (("partition", 1 / EPSILON), ("paper", math.sqrt(2) / EPSILON)):
+        counts = handle.run(
+            LeafCountsRequest.model_validate(
+                {
+                    "left_tree": trees[0],
+                    "right_tree": trees[1],
+                    "epsilon": EPSILON,
+                    "release": release,
+                }
+            )
+        )
+        assert counts.noise is not None
+        assert counts.noise.kind == "discrete_gaussian"
+        assert counts.noise.scale == pytest.approx(sigma, rel=1e-12)
+        assert counts.receipt.accounting == "zcdp"
+        assert released_noise(counts, EPSILON) == ("discrete_gaussian", counts.noise.scale)
