@@ -45,9 +45,13 @@ from dpmine.errors import (
     parameter_error,
 )
 from dpmine.intervals import (
+    LEVEL,
+    Interval,
     StatisticIntervals,
+    cell_interval,
     excess_of,
     format_with_interval,
+    half_width,
     quality_intervals,
 )
 from dpmine.miners import (
@@ -90,6 +94,8 @@ from dpmine.wire import (
     BooleanAttribute,
     CategoricalAttribute,
     ComputeQualityResponse,
+    CountNoise,
+    CountNoiseKind,
     DatasetMetadata,
     GuaranteePolicy,
     LeafCountsRelease,
@@ -473,10 +479,24 @@ def count(
         return connection.dataset(dataset_id).count(predicate, epsilon=epsilon)
 
     result = _run(options, action)
-    table = Table("predicate", "noisy count", title=dataset_id)
-    table.add_row(escape(format_query(predicate)) if predicate else "(all rows)", str(result.count))
+    noise = result.noise or CountNoise(kind="laplace", scale=1.0 / result.receipt.epsilon)
+    t = half_width(noise.scale, 1.0 - LEVEL, noise.kind)
+    interval = Interval(*cell_interval(result.count, t))  # the true count is ≥ 0
+    table = Table("predicate", "noisy count [90 %]", "noise", title=dataset_id)
+    table.add_row(
+        escape(format_query(predicate)) if predicate else "(all rows)",
+        format_with_interval(result.count, interval, ".0f"),
+        _noise_text(noise.kind, noise.scale),
+    )
     table.caption = _receipt_line(result.receipt)
     _emit(options, result, table)
+
+
+def _noise_text(kind: CountNoiseKind, scale: float) -> str:
+    """``noise scale 5`` (discrete Laplace) or ``discrete Gaussian noise σ 5`` (zCDP datasets)."""
+    if kind == "discrete_gaussian":
+        return f"discrete Gaussian noise σ {scale:.3g}"
+    return f"noise scale {scale:.3g}"
 
 
 def _quality_table(result: ComputeQualityResponse, left: str, right: str) -> Table:
@@ -507,7 +527,7 @@ def _quality_table(result: ComputeQualityResponse, left: str, right: str) -> Tab
         excess,
         "-" if stats.p_value is None else format_with_interval(stats.p_value, iv.p_value, ".2g"),
     )
-    table.caption = f"{_receipt_line(result.receipt)}; noise scale {iv.scale:.3g} per cell"
+    table.caption = f"{_receipt_line(result.receipt)}; {_noise_text(iv.noise, iv.scale)} per cell"
     return table
 
 

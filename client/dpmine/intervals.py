@@ -16,6 +16,14 @@ table (no prior, no boundary effect), at the price of some width. A flat-prior p
 simulation was measured first and rejected: its Jaccard intervals covered 0–78 % of the truth
 near J = 0 or 1 and at large noise scales.
 
+Gaussian noise (issue #24). On a zCDP dataset the counts carry discrete Gaussian noise
+N_Z(0, σ²) instead (the response's ``noise``), σ = 1/ε per cell ("cells") or √2/ε per count
+("paper"). Every function below takes the law's ``kind`` beside its ``scale`` (b or σ) and
+uses that law's exact tail: for one cell from its pmf, for a sum of cells from the exact
+convolution of the pmfs truncated at a public K (the mass beyond K is bounded and added), so
+every half-width is an upper bound that keeps its stated miss probability; the union bounds
+over cells are unchanged.
+
 Boxes (issue #21). A :class:`CellBox` holds a range for each of the four true cells; on the
 event that every true cell is in its range, :func:`box_intervals` bounds every derived
 statistic (|I|, |U|, the supports, J, the excess J − J_ind over independence and the p-value)
@@ -29,8 +37,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+import numpy.typing as npt
 
-from dpmine.wire import ComputeQualityResponse, NoisyCells, QualityMode
+from dpmine.wire import (
+    ComputeQualityResponse,
+    CountNoise,
+    CountNoiseKind,
+    NoisyCells,
+    QualityMode,
+)
 from dpmine.wire.statistics import binomial_upper_tail, jaccard
 
 __all__ = [
@@ -45,6 +60,7 @@ __all__ = [
     "excess_of",
     "excess_range",
     "format_with_interval",
+    "gaussian_sum_tail",
     "half_width",
     "independence_jaccard",
     "intervals_for",
@@ -52,12 +68,15 @@ __all__ = [
     "intervals_from_paper",
     "jaccard_range",
     "margin_ranges",
+    "noise_law",
     "noise_scale",
     "p_value_range",
     "quality_intervals",
     "sum_box",
     "sum_half_width",
 ]
+
+FloatArray = npt.NDArray[np.float64]
 
 #: Default confidence level of every interval.
 LEVEL = 0.9
@@ -103,6 +122,8 @@ class StatisticIntervals:
     p_value: Interval | None = None
     #: J − J_ind, J_ind the Jaccard expected of independent sides (:func:`excess_range`).
     excess: Interval | None = None
+    #: The noise law whose ``scale`` this is: discrete Laplace (b) or discrete Gaussian (σ).
+    noise: CountNoiseKind = "laplace"
 
     @property
     def uninformative(self) -> bool:
@@ -128,20 +149,27 @@ class StatisticIntervals:
         return record
 
 
-def noise_scale(epsilon: float, mode: QualityMode) -> float:
-    """Discrete Laplace scale of each released count of ``red.compute_quality`` (§1.6)."""
+def noise_scale(epsilon: float, mode: QualityMode, kind: CountNoiseKind = "laplace") -> float:
+    """Scale of each released count of ``red.compute_quality`` (§1.6): the discrete Laplace's
+    b = 1/ε ("cells") or 2/ε ("paper"), or the discrete Gaussian's σ = Δ₂/ε with Δ₂ = 1
+    ("cells") or √2 ("paper": one row moves |I| and |U| by one each)."""
     if not (math.isfinite(epsilon) and epsilon > 0):
         raise ValueError(f"epsilon must be a positive finite number, got {epsilon!r}")
+    if kind == "discrete_gaussian":
+        return (1.0 if mode == "cells" else math.sqrt(2.0)) / epsilon
     return (1.0 if mode == "cells" else 2.0) / epsilon
 
 
-def half_width(scale: float, miss: float) -> int:
-    """The smallest integer t ≥ 0 with P(|Z| > t) ≤ ``miss`` for discrete Laplace Z of
-    ``scale``: P(|Z| > t) = 2q^(t+1)/(1 + q), q = exp(−1/scale)."""
+def half_width(scale: float, miss: float, kind: CountNoiseKind = "laplace") -> int:
+    """The smallest integer t ≥ 0 with P(|Z| > t) ≤ ``miss`` for Z discrete Laplace of
+    ``scale`` (P(|Z| > t) = 2q^(t+1)/(1 + q), q = exp(−1/scale)) or, with ``kind``
+    "discrete_gaussian", Z discrete Gaussian of σ = ``scale`` (:func:`gaussian_sum_tail`)."""
     if not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be a positive finite number, got {scale!r}")
     if not 0 < miss < 1:
         raise ValueError(f"miss must be in (0, 1), got {miss!r}")
+    if kind == "discrete_gaussian":
+        return _gaussian_half_width(scale, 1, miss)
     log_q = -1.0 / scale
     # 2q^(t+1)/(1+q) ≤ miss  ⇔  (t+1)·log q ≤ log(miss·(1+q)/2)
     bound = math.log(miss * (1.0 + math.exp(log_q)) / 2.0) / log_q - 1.0
@@ -158,15 +186,19 @@ def _tail(t: int, log_q: float) -> float:
 
 
 @lru_cache(maxsize=1024)
-def sum_half_width(scale: float, terms: int, miss: float) -> int:
+def sum_half_width(scale: float, terms: int, miss: float, kind: CountNoiseKind = "laplace") -> int:
     """The smallest integer t ≥ 0 with P(|Z_1 + … + Z_terms| > t) ≤ ``miss`` for independent
     discrete Laplace Z_i of ``scale``, from the exact law of the sum (:func:`_log_sum_tail`);
-    any ``miss`` in (0, 1), however small."""
+    any ``miss`` in (0, 1), however small. With ``kind`` "discrete_gaussian", Z_i discrete
+    Gaussian of σ = ``scale`` (:func:`gaussian_sum_tail`: an upper bound on the tail, so t
+    may exceed the smallest by the bound's slack, never fall below it)."""
     if terms == 1:
-        return half_width(scale, miss)
+        return half_width(scale, miss, kind)
     if terms < 1:
         raise ValueError(f"terms must be at least 1, got {terms}")
     half_width(scale, miss)  # validates scale and miss
+    if kind == "discrete_gaussian":
+        return _gaussian_half_width(scale, terms, miss)
     target = math.log(miss / 2.0)  # P(|S| > t) = 2·P(S > t) for t ≥ 0 (S is symmetric)
     if _log_sum_tail(scale, terms, 0) <= target:
         return 0
@@ -205,6 +237,54 @@ def _log_sum_tail(scale: float, terms: int, t: int) -> float:
     return float(special.logsumexp(np.append(terms_log, rest)))
 
 
+#: Largest truncated support (2K + 1 points) convolved exactly (a thousand times more for one
+#: cell, which needs no convolution); wider ones use the sub-Gaussian bound.
+_MAX_EXACT_SUPPORT = 4001
+
+
+def gaussian_sum_tail(sigma: float, terms: int, miss: float) -> FloatArray:
+    """Upper bounds on P(|S| > t), t = 0, 1, …, terms·K, for S the sum of ``terms`` independent
+    discrete Gaussians N_Z(0, σ²) (P(X = k) = e^(−k²/2σ²)/Z, Z = Σ_k e^(−k²/2σ²)); the last
+    value bounds every larger t too, and it is below ``miss``.
+
+    Proof. Truncate each X_i at |k| ≤ K and divide by Z_K = Σ_{|k|≤K} e^(−k²/2σ²) ≤ Z, which
+    can only raise each point's mass; then P(|S| > t) ≤ P̃(|S| > t) + terms·r with P̃ the
+    exact convolution of the truncated masses and r ≥ P(|X| > K) (the event that some X_i
+    leaves [−K, K] has probability ≤ terms·r). With k = K + 1 + j, k² ≥ (K + 1)² + 2j(K + 1),
+    and Z ≥ 1 (the term k = 0), so r = 2e^(−(K+1)²/2σ²)/(1 − e^(−(K+1)/σ²)). K is public:
+    σ·√(2 ln(4000·terms·(1 + σ)/miss)) + 1, which makes terms·r < miss/2000 (r ≤
+    2σ²/(K + 1)·e^(−(K+1)²/2σ²) and σ²/(K + 1) < σ). When the exact
+    law would be too large to convolve, the bound is CKS20's sub-Gaussian tail instead:
+    E e^(λX) ≤ e^(λ²σ²/2) (the discrete Gaussian is σ²-sub-Gaussian, Canonne, Kamath &
+    Steinke 2020), so
+    P(|S| > t) ≤ 2e^(−t²/(2·terms·σ²)).
+    """
+    log_room = math.log(4000.0 * terms * (1.0 + sigma) / miss)
+    k_max = math.ceil(sigma * math.sqrt(2.0 * log_room)) + 1
+    if 2 * k_max + 1 > (_MAX_EXACT_SUPPORT if terms > 1 else 1000 * _MAX_EXACT_SUPPORT):
+        ts = np.arange(terms * k_max + 1, dtype=np.float64)
+        return np.minimum(1.0, 2.0 * np.exp(-(ts**2) / (2.0 * terms * sigma**2)))
+    ks = np.arange(-k_max, k_max + 1, dtype=np.float64)
+    weights = np.exp(-(ks**2) / (2.0 * sigma**2))
+    masses = weights / weights.sum()
+    law = masses
+    for _ in range(terms - 1):
+        law = np.convolve(law, masses)
+    centre = terms * k_max  # law[centre] is P̃(S = 0)
+    above = np.cumsum(law[::-1])[::-1]  # above[i] = P̃(S ≥ i − centre)
+    one_side = np.append(above[centre + 1 :], 0.0)  # P̃(S > t) for t = 0 … centre
+    k1 = k_max + 1.0
+    rest = 2.0 * math.exp(-(k1**2) / (2.0 * sigma**2)) / -math.expm1(-k1 / sigma**2)
+    return np.minimum(1.0, 2.0 * one_side + terms * rest)
+
+
+@lru_cache(maxsize=1024)
+def _gaussian_half_width(sigma: float, terms: int, miss: float) -> int:
+    """The smallest t whose :func:`gaussian_sum_tail` bound is ≤ ``miss`` (the last bound is,
+    so there is one)."""
+    return int(np.flatnonzero(gaussian_sum_tail(sigma, terms, miss) <= miss)[0])
+
+
 def cell_interval(observed: int, t: int) -> tuple[int, int]:
     """[y − t, y + t] clamped at 0: where a true count lies when |noise| ≤ t."""
     return max(observed - t, 0), max(observed + t, 0)
@@ -217,7 +297,14 @@ def _miss(level: float, cells: int) -> float:
 
 
 def intervals_from_cells(
-    e11: int, e10: int, e01: int, e00: int, *, scale: float, level: float = LEVEL
+    e11: int,
+    e10: int,
+    e01: int,
+    e00: int,
+    *,
+    scale: float,
+    level: float = LEVEL,
+    kind: CountNoiseKind = "laplace",
 ) -> StatisticIntervals:
     """Intervals of |I|, |U|, J, the supports, the excess and the §1.3 p-value from four noisy
     cells, each holding the truth with probability ≥ ``level``.
@@ -226,16 +313,17 @@ def intervals_from_cells(
     the box of (E11, E10 + E01), which is all it depends on; the p-value and the excess the
     four-cell box (:func:`cell_box`, :func:`p_value_range`, :func:`excess_range`)."""
     _miss(level, 1)  # validates the level before anything else
-    i_lo, i_hi = cell_interval(e11, sum_half_width(scale, 1, 1.0 - level))
-    two = sum_half_width(scale, 2, 1.0 - level)
-    u_lo, u_hi = cell_interval(e11 + e10 + e01, sum_half_width(scale, 3, 1.0 - level))
+    i_lo, i_hi = cell_interval(e11, sum_half_width(scale, 1, 1.0 - level, kind))
+    two = sum_half_width(scale, 2, 1.0 - level, kind)
+    u_lo, u_hi = cell_interval(e11 + e10 + e01, sum_half_width(scale, 3, 1.0 - level, kind))
     # J = E11 / (E11 + D) with D = E10 + E01: increasing in E11, decreasing in D.
-    j11, k11 = cell_interval(e11, sum_half_width(scale, 1, _miss(level, 2)))
-    jd, kd = cell_interval(e10 + e01, sum_half_width(scale, 2, _miss(level, 2)))
-    box = cell_box((e11, e10, e01, e00), scale=scale, miss=1.0 - level)
+    j11, k11 = cell_interval(e11, sum_half_width(scale, 1, _miss(level, 2), kind))
+    jd, kd = cell_interval(e10 + e01, sum_half_width(scale, 2, _miss(level, 2), kind))
+    box = cell_box((e11, e10, e01, e00), scale=scale, miss=1.0 - level, kind=kind)
     return StatisticIntervals(
         level=level,
         scale=scale,
+        noise=kind,
         support=Interval(i_lo, i_hi),
         union=Interval(u_lo, u_hi),
         jaccard=Interval(jaccard(j11, j11 + kd), jaccard(k11, k11 + jd)),
@@ -261,20 +349,31 @@ class CellBox:
     e00: Interval
 
 
-def cell_box(noisy: tuple[int, int, int, int], *, scale: float, miss: float) -> CellBox:
+def cell_box(
+    noisy: tuple[int, int, int, int],
+    *,
+    scale: float,
+    miss: float,
+    kind: CountNoiseKind = "laplace",
+) -> CellBox:
     """The box of four independently noised cells (one ``red.compute_quality`` release) that
     holds the true cells together with probability ≥ 1 − ``miss``: each cell gets
     [y − t, y + t] ∩ [0, ∞) with P(|Z| > t) ≤ 1 − (1 − miss)^(1/4), and the four noises are
     independent, so all four are inside with probability ≥ ((1 − miss)^(1/4))⁴ = 1 − miss."""
     if not 0 < miss < 1:
         raise ValueError(f"miss must be in (0, 1), got {miss!r}")
-    t = half_width(scale, -math.expm1(math.log1p(-miss) / 4.0))
+    t = half_width(scale, -math.expm1(math.log1p(-miss) / 4.0), kind)
     e11, e10, e01, e00 = (Interval(*cell_interval(y, t)) for y in noisy)
     return CellBox(e11, e10, e01, e00)
 
 
 def sum_box(
-    sums: tuple[int, int, int, int], terms: tuple[int, int, int, int], *, scale: float, miss: float
+    sums: tuple[int, int, int, int],
+    terms: tuple[int, int, int, int],
+    *,
+    scale: float,
+    miss: float,
+    kind: CountNoiseKind = "laplace",
 ) -> CellBox:
     """The box of four true cells that are each a sum of ``terms`` released cells (noisy sums
     ``sums``, discrete Laplace noise of ``scale`` per released cell): a cell of k ≥ 1 terms
@@ -285,7 +384,7 @@ def sum_box(
     for value, count in zip(sums, terms, strict=True):
         if count < 0:
             raise ValueError(f"a cell is a sum of at least 0 released cells, got {count}")
-        t = sum_half_width(scale, count, miss) if count else 0
+        t = sum_half_width(scale, count, miss, kind) if count else 0
         ranges.append(Interval(*cell_interval(value, t)))
     return CellBox(*ranges)
 
@@ -412,7 +511,9 @@ def _poisson_p_upper(box: CellBox) -> float:
     return float(np.max(stats.poisson.sf(ks - 1.0, means)))
 
 
-def box_intervals(box: CellBox, *, level: float, scale: float) -> StatisticIntervals:
+def box_intervals(
+    box: CellBox, *, level: float, scale: float, kind: CountNoiseKind = "laplace"
+) -> StatisticIntervals:
     """Every statistic's interval over one box (:func:`jaccard_range`, :func:`excess_range`,
     :func:`p_value_range`; |I|, |U| and the supports are sums of cells, nondecreasing in each):
     they hold together whenever the true cells are in the box, i.e. with the box's probability
@@ -428,16 +529,22 @@ def box_intervals(box: CellBox, *, level: float, scale: float) -> StatisticInter
         support_right=Interval(a.low + c.low, a.high + c.high),
         p_value=p_value_range(box),
         excess=excess_range(box),
+        noise=kind,
     )
 
 
 def intervals_from_paper(
-    intersection: int, union: int, *, scale: float, level: float = LEVEL
+    intersection: int,
+    union: int,
+    *,
+    scale: float,
+    level: float = LEVEL,
+    kind: CountNoiseKind = "laplace",
 ) -> StatisticIntervals:
     """Intervals of |I|, |U| and J from the "paper" mode's noisy |I| and |U| (U ≥ I)."""
-    i_lo, i_hi = cell_interval(intersection, half_width(scale, _miss(level, 1)))
-    u_lo, u_hi = cell_interval(union, half_width(scale, _miss(level, 1)))
-    t2 = half_width(scale, _miss(level, 2))
+    i_lo, i_hi = cell_interval(intersection, half_width(scale, _miss(level, 1), kind))
+    u_lo, u_hi = cell_interval(union, half_width(scale, _miss(level, 1), kind))
+    t2 = half_width(scale, _miss(level, 2), kind)
     ji_lo, ji_hi = cell_interval(intersection, t2)
     ju_lo, ju_hi = cell_interval(union, t2)
     low = jaccard(ji_lo, max(ju_hi, ji_lo))
@@ -448,23 +555,48 @@ def intervals_from_paper(
         support=Interval(i_lo, i_hi),
         union=Interval(u_lo, u_hi),
         jaccard=Interval(low, high),
+        noise=kind,
     )
 
 
 def intervals_for(
-    cells: NoisyCells, *, epsilon: float, mode: QualityMode, level: float = LEVEL
+    cells: NoisyCells,
+    *,
+    epsilon: float,
+    mode: QualityMode,
+    level: float = LEVEL,
+    noise: CountNoise | None = None,
 ) -> StatisticIntervals:
-    """Intervals of a ``red.compute_quality`` release bought with ``epsilon`` in ``mode``."""
-    scale = noise_scale(epsilon, mode)
+    """Intervals of a ``red.compute_quality`` release bought with ``epsilon`` in ``mode``, its
+    noise law ``noise`` as the response reports it (None: discrete Laplace)."""
+    kind, scale = noise_law(epsilon, mode, noise)
     if mode == "cells":
         values = (cells.e11, cells.e10, cells.e01, cells.e00)
         if any(v is None for v in values):
             raise ValueError("'cells' mode needs the four released cells e11, e10, e01, e00")
         e11, e10, e01, e00 = (int(v) for v in values if v is not None)
-        return intervals_from_cells(e11, e10, e01, e00, scale=scale, level=level)
+        return intervals_from_cells(e11, e10, e01, e00, scale=scale, level=level, kind=kind)
     if cells.intersection is None or cells.union is None:
         raise ValueError("'paper' mode needs the released intersection and union")
-    return intervals_from_paper(cells.intersection, cells.union, scale=scale, level=level)
+    return intervals_from_paper(
+        cells.intersection, cells.union, scale=scale, level=level, kind=kind
+    )
+
+
+def noise_law(
+    epsilon: float, mode: QualityMode, noise: CountNoise | None
+) -> tuple[CountNoiseKind, float]:
+    """(kind, scale) of a ``red.compute_quality`` release: the discrete Laplace of
+    ``noise_scale(epsilon, mode)`` when the release reports Laplace or nothing (as before
+    the report existed), else the reported discrete Gaussian's σ. A reported σ below the one
+    ``epsilon`` implies is refused (the intervals would be too narrow)."""
+    kind: CountNoiseKind = "laplace" if noise is None else noise.kind
+    implied = noise_scale(epsilon, mode, kind)
+    if noise is None or kind == "laplace":
+        return kind, implied
+    if not noise.scale >= implied * (1.0 - 1e-9):
+        raise ValueError(f"the reported noise scale {noise.scale} is below {implied} at ε")
+    return kind, noise.scale
 
 
 def quality_intervals(
@@ -472,7 +604,11 @@ def quality_intervals(
 ) -> StatisticIntervals:
     """Intervals of a ``DatasetHandle.quality(...)`` answer (ε from its receipt)."""
     return intervals_for(
-        response.cells, epsilon=response.receipt.epsilon, mode=response.mode, level=level
+        response.cells,
+        epsilon=response.receipt.epsilon,
+        mode=response.mode,
+        level=level,
+        noise=response.noise,
     )
 
 

@@ -60,6 +60,7 @@ from dpmine.wire import (
     BoolLiteral,
     CategoricalAttribute,
     CatLiteral,
+    CountNoiseKind,
     DatasetMetadata,
     JobInfo,
     LabelSpec,
@@ -411,6 +412,9 @@ class RuleList:
     schema: DatasetMetadata
     dataset_id: str = ""
     guarantee: Literal["pure", "approximate"] = "approximate"
+    #: The counts' noise: discrete Laplace of scale ``noise_scale``, or on a zCDP dataset the
+    #: discrete Gaussian of σ = ``noise_scale``.
+    noise: CountNoiseKind = "laplace"
 
     @classmethod
     def from_counts(
@@ -550,12 +554,17 @@ class RuleList:
         negative, positive = _class_events(self.label, self.schema)
         return [
             f"(noisy counts of the labelled rows a rule captures: n̂₊ with {positive}, "
-            f"n̂₋ with {negative}, captured n̂ = n̂₊ + n̂₋; each count has discrete Laplace noise of "
-            f"scale {self.noise_scale:.3g}, so it may be negative;",
+            f"n̂₋ with {negative}, captured n̂ = n̂₊ + n̂₋; each count has {self._noise_text()}, "
+            "so it may be negative;",
             f" P = (n̂₊ + α1)/(n̂₊ + n̂₋ + α0 + α1) with a negative count read as 0, "
             f"α = ({self.alpha[0]:g}, {self.alpha[1]:g}); n̂ ≤ 0: too few rows to estimate; "
             f"guarantee: {self.guarantee})",
         ]
+
+    def _noise_text(self) -> str:
+        if self.noise == "discrete_gaussian":
+            return f"discrete Gaussian noise of σ {self.noise_scale:.3g}"
+        return f"discrete Laplace noise of scale {self.noise_scale:.3g}"
 
     def __str__(self) -> str:
         return self.to_text()
@@ -586,6 +595,7 @@ class RuleList:
             "classes": list(self.classes),
             "alpha": list(self.alpha),
             "noise_scale": self.noise_scale,
+            "noise": self.noise,
             "rules": [rule_dict(rule) for rule in self.rules],
             "default": rule_dict(self.default),
             "text": self.to_text(),
@@ -611,6 +621,8 @@ class RuleList:
             schema=DatasetMetadata.model_validate(payload["schema"]),
             dataset_id=str(payload.get("dataset_id", "")),
         )
+        if payload.get("noise") == "discrete_gaussian":
+            built = replace(built, noise="discrete_gaussian")
         if payload.get("guarantee", "approximate") == "pure":
             return replace(built, guarantee="pure")
         return built
@@ -1075,7 +1087,8 @@ class DPBayesianRuleList(BaseMiner):
             dataset_id=dataset.id,
         )
         # Every call of the fit is pure ε-DP except the MCMC sampler's release.
-        self.rule_list_ = replace(rule_list, guarantee=self.guarantee_)
+        noise: CountNoiseKind = "laplace" if counts.noise is None else counts.noise.kind
+        self.rule_list_ = replace(rule_list, guarantee=self.guarantee_, noise=noise)
         return self
 
     def _sample(

@@ -36,6 +36,7 @@ from typing import Literal, NamedTuple, Protocol, TypedDict, TypeVar
 from dpmine.errors import ParameterError
 from dpmine.queries import tree_query
 from dpmine.stats import jaccard, p_value
+from dpmine.wire.counts import CountNoiseKind
 from dpmine.wire.queries import AnyLiteral, Expr, Redescription
 
 __all__ = [
@@ -418,12 +419,15 @@ def jaccard_standard_error(
     *,
     consistent: bool = True,
     partition: bool = False,
+    noise: CountNoiseKind = "laplace",
 ) -> float:
     """Standard error of a redescription's noisy J from the noise it carries [REC, §3.7 pruning].
 
     With I the noisy intersection and D = U − I (the cells of A_L×Ā_R and Ā_L×A_R), the delta
     method gives Var J ≈ (D²·Var I + I²·Var D − 2·I·D·Cov(I, D)) / U⁴. Each released count has
-    variance v = 2·``noise_scale``² (Laplace). With ``consistent`` (the estimate of
+    variance v = 2·``noise_scale``² (Laplace), or at most v = ``noise_scale``² with ``noise``
+    "discrete_gaussian" (zCDP datasets: the discrete Gaussian's variance is below σ², Canonne,
+    Kamath & Steinke 2020). With ``consistent`` (the estimate of
     :func:`consistent_release`, c = b + 1 observations per left row, m = |A_R|): a left row in
     A_L adds v·m(c − m)/c to Var I, v·(b − m)(m + 1)/c to Var D and −v·m(b − m)/c to the
     covariance; a left row outside A_L adds v·m(c − m)/c to Var D. Without (the raw §3.6
@@ -441,7 +445,7 @@ def jaccard_standard_error(
         raise ParameterError(f"noise_scale must be a finite number ≥ 0, not {noise_scale!r}")
     in_left = len(active_cells(red.left, n_left, outside=partition))
     m = len(active_cells(red.right, n_right, outside=partition))
-    v = 2.0 * noise_scale**2
+    v = (1.0 if noise == "discrete_gaussian" else 2.0) * noise_scale**2
     if partition:
         var_i = v * in_left * m
         var_d = v * (in_left * (n_right + 1 - m) + (n_left + 1 - in_left) * m)

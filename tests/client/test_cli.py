@@ -283,9 +283,15 @@ def test_count_prints_a_noisy_integer_and_its_receipt(
     server: LiveServer, account: Account, mushroom: DatasetInfo
 ) -> None:
     table = _ok(dpmine_cli(server, account.api_key, f"count {mushroom.id} --epsilon 0.1"))
-    match = re.search(r"^\(all rows\)\s{2,}(-?\d+)$", table, re.M)
+    match = re.search(
+        r"^\(all rows\)\s{2,}(-?\d+) \[(\d+), (\d+)\]\s{2,}noise scale 10$", table, re.M
+    )
     assert match is not None, table
-    assert abs(int(match.group(1)) - MUSHROOM_ROWS) < 300  # scale 10
+    count, low, high = map(int, match.groups())
+    assert abs(count - MUSHROOM_ROWS) < 300  # scale 10
+    # The 90 % interval of discrete Laplace noise of scale 10: P(|Z| > t) = 2q^(t+1)/(1 + q),
+    # q = e^(−0.1), is 0.095 at t = 23 and 0.105 at t = 22.
+    assert (low, high) == (max(count - 23, 0), count + 23)
     receipt = r"charged ε=0\.1 \(pure\) · ledger entry \d+ · remaining ε=0\.9"
     assert re.search(receipt, _flat(table)), table
 
@@ -330,7 +336,7 @@ def test_count_table_shows_the_canonical_predicate(
 ) -> None:
     command = f"count {mushroom.id} --epsilon 0.1 --where '[class=e]&![odor=n]'"
     table = _ok(dpmine_cli(server, account.api_key, command))
-    match = re.search(r"^\[class = e\] & !\[odor = n\]\s{2,}(-?\d+)$", table, re.M)
+    match = re.search(r"^\[class = e\] & !\[odor = n\]\s{2,}(-?\d+) \[", table, re.M)
     assert match is not None, table
     truth = sum(row["class"] == "e" and row["odor"] != "n" for row in ROWS)
     assert abs(int(match.group(1)) - truth) < 300

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -290,6 +291,15 @@ def test_the_list_renders_as_if_else_if_text_in_query_syntax() -> None:
         assert rule.antecedent is not None
         assert antecedent_text(rule.antecedent) == rule.text
         assert antecedent(rule.text) == rule.antecedent
+
+
+def test_a_zcdp_list_names_its_gaussian_noise_and_keeps_it_when_saved() -> None:
+    gaussian = replace(fitted_list(), noise="discrete_gaussian")
+    assert "each count has discrete Gaussian noise of σ 3, so it may be negative;" in (
+        gaussian.to_text()
+    )
+    assert RuleList.from_dict(gaussian.to_dict()).noise == "discrete_gaussian"
+    assert RuleList.from_dict(fitted_list().to_dict()).noise == "laplace"
 
 
 def test_bin_bounds_print_short_and_exact() -> None:

@@ -241,7 +241,8 @@ def test_the_kernel_uses_the_charged_epsilon(csv_store: ColumnStore) -> None:
     cost = SPEC.cost(request)
     rng = seeded_generator(11)
     fields = [SPEC.run(csv_store, request, cost, rng, no_progress) for _ in range(4_000)]
-    assert all(set(f) == {"count"} and type(f["count"]) is int for f in fields)
+    assert all(set(f) == {"count", "noise"} and type(f["count"]) is int for f in fields)
+    assert all(f["noise"] == {"kind": "laplace", "scale": 2.0} for f in fields)
     assert_discrete_laplace([f["count"] for f in fields], truth=8.0, scale=2.0)
 
 

@@ -59,7 +59,7 @@ from dpmine_server.data.itemsets import (
     transaction_index,
 )
 from dpmine_server.dp.budget import Epsilon
-from dpmine_server.dp.mechanisms import laplace_scale
+from dpmine_server.dp.mechanisms import count_noise, gaussian_sigma, laplace_scale
 from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.operations import CATALOG
 from dpmine_server.operations import itemsets as kernel
@@ -879,6 +879,23 @@ def test_the_runner_releases_the_public_scale_of_the_count_noise() -> None:
     bare = request.model_copy(update={"with_counts": False})
     fields = spec.run(store, bare, Epsilon.charge(2.0), seeded_generator(1903), no_progress)
     assert fields["count_noise_scale"] is None
+
+
+def test_on_a_zcdp_dataset_the_counts_are_discrete_gaussian_of_sigma_root_k_over_eps() -> None:
+    """One row moves each of the K counts by 1: Δ₂ = √K, so under the executor's zCDP choice
+    the counts get σ = √K/ε_p (ρ = ε_p²/2, the charge of the Laplace counts), reported."""
+    store = transaction_store(rows_with_pair_counts(SPREAD))
+    spec = CATALOG["fim.topk_em"]
+    request = TopKItemsetsRequest(k=3, min_length=2, epsilon=2.0, rho=NEGLIGIBLE_RHO)
+    with count_noise("discrete_gaussian"):
+        fields = spec.run(store, request, Epsilon.charge(2.0), seeded_generator(1904), no_progress)
+    sigma = gaussian_sigma(epsilon=1.0, l2_squared=3)
+    assert sigma == pytest.approx(math.sqrt(3))
+    assert fields["count_noise"] == {"kind": "discrete_gaussian", "scale": sigma}
+    assert fields["count_noise_scale"] == sigma
+    assert all(isinstance(entry["noisy_count"], int) for entry in fields["itemsets"])
+    fields = spec.run(store, request, Epsilon.charge(2.0), seeded_generator(1905), no_progress)
+    assert fields["count_noise"] == {"kind": "laplace", "scale": fields["count_noise_scale"]}
 
 
 _BINNED = DatasetMetadata(

@@ -37,7 +37,7 @@ from dpmine_server.data.columns import (
     NumericColumn,
 )
 from dpmine_server.data.itemsets import TransactionIndex, row_subset_index, rule_list_catalog
-from dpmine_server.dp.mechanisms import laplace_scale
+from dpmine_server.dp.mechanisms import count_noise, laplace_scale
 from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.operations import CATALOG, rule_lists
 from dpmine_server.operations.base import Progress, no_progress
@@ -343,6 +343,21 @@ def test_point_estimates_are_noisy_at_a_small_epsilon() -> None:
     negative, positive = _brute_captures(RULES)
     assert fields["negative_counts"] + fields["positive_counts"] != negative + positive
     assert fields["noise_scale"] == pytest.approx(2.0)
+
+
+def test_point_estimates_on_a_zcdp_dataset_are_discrete_gaussian() -> None:
+    """The capture counts partition the labelled rows (Δ₂ = 1): under the executor's zCDP
+    choice σ = 1/ε, reported with the counts; at ε = 50 (σ = 0.02) the noise is 0 with
+    probability 1 − 2e-542 per count, so the counts are exact unless the kernel miscounts."""
+    spec = CATALOG["brl.point_estimates"]
+    request = PointEstimatesRequest(rules=RULES, epsilon=50.0)
+    with count_noise("discrete_gaussian"):
+        fields = spec.run(_store(), request, spec.cost(request), seeded_generator(3), no_progress)
+    assert fields["noise"] == {"kind": "discrete_gaussian", "scale": 1 / 50.0}
+    assert fields["noise_scale"] == 1 / 50.0
+    assert (fields["negative_counts"], fields["positive_counts"]) == _brute_captures(RULES)
+    plain = spec.run(_store(), request, spec.cost(request), seeded_generator(3), no_progress)
+    assert plain["noise"] == {"kind": "laplace", "scale": plain["noise_scale"]}
 
 
 def test_the_sampler_releases_a_list_of_the_given_antecedents() -> None:

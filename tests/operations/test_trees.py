@@ -40,6 +40,7 @@ from dpmine_server.data.columns import (
 )
 from dpmine_server.dp.budget import Epsilon
 from dpmine_server.dp.lattice import public_lattice
+from dpmine_server.dp.mechanisms import count_noise
 from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.operations import CATALOG
 from dpmine_server.operations.base import no_progress
@@ -411,6 +412,35 @@ def test_partition_leaf_counts_are_one_release_at_scale_one_over_epsilon() -> No
         assert fields["left_counts"] == partition[:4].sum(axis=1).tolist()
         partitions.append(partition)
     _assert_centred(partitions, truth, scale=1 / 2.0)
+
+
+@pytest.mark.parametrize(("release", "sigma"), [("partition", 0.5), ("paper", math.sqrt(2) / 2)])
+def test_leaf_counts_on_a_zcdp_dataset_are_discrete_gaussian(release: str, sigma: float) -> None:
+    """Under the executor's zCDP choice the same charge (ε = 2, ρ = ε²/2) buys the discrete
+    Gaussian of σ = Δ₂/ε: Δ₂ = 1 for the partition, √2 for the paper's intersections and
+    sizes released as one vector (one row moves one cell of each)."""
+    spec = CATALOG["tree.leaf_counts"]
+    request = LeafCountsRequest.model_validate(
+        {"left_tree": LEFT_TREE, "right_tree": RIGHT_TREE, "epsilon": 2.0, "release": release}
+    )
+    store = _store()
+    cost = spec.cost(request)
+    intersections, _sizes = exact_leaf_counts(store, LEFT_TREE, RIGHT_TREE)
+    samples = []
+    with count_noise("discrete_gaussian"):
+        for _ in range(2_000):
+            fields = spec.run(store, request, cost, seeded_generator(1), no_progress)
+            assert fields["noise"]["kind"] == "discrete_gaussian"
+            assert fields["noise"]["scale"] == pytest.approx(sigma, rel=1e-12)
+            samples.append(np.asarray(fields["intersections"]) - intersections)
+    noise = np.asarray(samples)
+    ks = np.arange(-40, 41, dtype=np.float64)
+    weights = np.exp(-(ks**2) / (2 * sigma**2))
+    variance = float((ks**2 * weights).sum() / weights.sum())  # below σ² at small σ
+    assert abs(float(noise.mean())) < 5 * math.sqrt(variance / noise.size)
+    assert 0.9 * variance < float(noise.var()) < 1.1 * variance
+    laplace = spec.run(store, request, cost, seeded_generator(1), no_progress)["noise"]
+    assert laplace == {"kind": "laplace", "scale": 0.5 if release == "partition" else 1.0}
 
 
 # --------------------------------------------------------------------------------------------

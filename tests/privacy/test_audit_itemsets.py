@@ -37,13 +37,12 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import pytest
 
 from dpmine.wire import DatasetMetadata, TopKItemsetsRequest
 from dpmine_server.data.columns import ColumnStore, ItemColumns
 from dpmine_server.dp.budget import Epsilon
-from dpmine_server.dp.mechanisms import discrete_laplace
+from dpmine_server.dp.mechanisms import CountRelease, noisy_counts
 from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.dp.topk import BlockPick, noisy_top_k_blocks
 from dpmine_server.operations import CATALOG
@@ -289,8 +288,6 @@ def test_top_2_selection_with_a_quarter_of_the_noise_is_flagged() -> None:
 # --------------------------------------------------------------------------------------------
 # With counts
 
-IntArray = npt.NDArray[np.int64]
-
 
 def count_outcomes(releases: list[dict[str, Any]], base: int) -> list[Outcome]:
     """(itemset, clipped offset of its noisy count from ``base``) or ("other",)."""
@@ -323,10 +320,10 @@ def overspent_counts(factor: float) -> Iterator[None]:
     """BROKEN on purpose: the released counts spend ``factor`` × ε_p."""
     with pytest.MonkeyPatch.context() as patch:
 
-        def broken(values: Any, *, epsilon: float, sensitivity: int = 1) -> IntArray:
-            return discrete_laplace(values, epsilon=epsilon * factor, sensitivity=sensitivity)
+        def broken(values: Any, *, epsilon: float, l1: int, l2_squared: int) -> CountRelease:
+            return noisy_counts(values, epsilon=epsilon * factor, l1=l1, l2_squared=l2_squared)
 
-        patch.setattr(kernel, "discrete_laplace", broken)
+        patch.setattr(kernel, "noisy_counts", broken)
         yield
 
 

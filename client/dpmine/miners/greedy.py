@@ -83,7 +83,7 @@ from dpmine.intervals import (
     format_with_interval,
     intervals_for,
     intervals_from_paper,
-    noise_scale,
+    noise_law,
 )
 from dpmine.miners._base import GENERAL_HINTS, NotMinedError, Plan, SignificantMiner, _Spent
 from dpmine.queries import format_query
@@ -102,6 +102,7 @@ from dpmine.wire import (
     CategoricalAttribute,
     CatLiteral,
     ComputeQualityRequest,
+    CountNoise,
     DatasetMetadata,
     EstimateResponse,
     ExtendOneRequest,
@@ -192,6 +193,8 @@ class MinedRedescription:
     mode: QualityMode = "cells"
     #: Probability that the box of the joint intervals misses: α/M in a run of M checks.
     joint_miss: float = ALPHA
+    #: The noise law the release reports (None: discrete Laplace; Gaussian on zCDP datasets).
+    noise: CountNoise | None = None
 
     @property
     def left(self) -> str:
@@ -210,13 +213,14 @@ class MinedRedescription:
 
     @property
     def noise_scale(self) -> float:
-        """Discrete Laplace scale of each released cell (1/ε "cells", 2/ε "paper", §1.6)."""
+        """Scale of each released cell: the discrete Laplace's b (1/ε "cells", 2/ε "paper",
+        §1.6) or the discrete Gaussian's σ (1/ε, √2/ε) on a zCDP dataset."""
         return self.intervals.scale
 
     @cached_property
     def intervals(self) -> StatisticIntervals:
         """90 % intervals of |I|, |U|, J, the supports and the p-value (§1.6)."""
-        return intervals_for(self.cells, epsilon=self.epsilon, mode=self.mode)
+        return intervals_for(self.cells, epsilon=self.epsilon, mode=self.mode, noise=self.noise)
 
     @cached_property
     def joint_intervals(self) -> StatisticIntervals:
@@ -224,18 +228,21 @@ class MinedRedescription:
         hold together with probability ≥ 1 − ``joint_miss`` (:func:`dpmine.intervals.cell_box`):
         those of the significance test. "paper" mode releases |I| and |U| only, so it has no
         p-value or excess interval (and its results cannot pass the test)."""
-        scale = noise_scale(self.epsilon, self.mode)
+        kind, scale = noise_law(self.epsilon, self.mode, self.noise)
         level = 1.0 - self.joint_miss
         cells = self.cells
         if self.mode == "cells":
             values = (cells.e11, cells.e10, cells.e01, cells.e00)
             noisy = tuple(int(v) if v is not None else 0 for v in values)
             box = cell_box(
-                (noisy[0], noisy[1], noisy[2], noisy[3]), scale=scale, miss=self.joint_miss
+                (noisy[0], noisy[1], noisy[2], noisy[3]),
+                scale=scale,
+                miss=self.joint_miss,
+                kind=kind,
             )
-            return box_intervals(box, level=level, scale=scale)
+            return box_intervals(box, level=level, scale=scale, kind=kind)
         intersection, union = cells.intersection or 0, cells.union or 0
-        return intervals_from_paper(intersection, union, scale=scale, level=level)
+        return intervals_from_paper(intersection, union, scale=scale, level=level, kind=kind)
 
     @property
     def noisy_excess(self) -> float | None:
@@ -1206,6 +1213,7 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
             epsilon=epsilon,
             mode=response.mode,
             joint_miss=joint_miss,
+            noise=response.noise,
         )
 
     def _measure_many(
@@ -1238,6 +1246,7 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
                         epsilon=eps,
                         mode=response.mode,
                         joint_miss=joint_miss,
+                        noise=response.noise,
                     )
                 )
         return results
@@ -1425,6 +1434,7 @@ def _json_record(r: MinedRedescription) -> dict[str, object]:
         "noisy_excess": r.noisy_excess,
         "epsilon": r.epsilon,
         "mode": r.mode,
+        "noise": iv.noise,
         "noise_scale": iv.scale,
         "intervals": iv.as_dict(),
         "joint_intervals": r.joint_intervals.as_dict(),

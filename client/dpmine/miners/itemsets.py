@@ -38,6 +38,7 @@ from dpmine.wire import (
     FIM_TOPK_EM,
     FIM_TOPK_LAPLACE,
     AnyLiteral,
+    CountNoiseKind,
     DatasetMetadata,
     NoisyCountRequest,
     NoisyCountResponse,
@@ -149,15 +150,20 @@ def itemset_display(
 
 
 def count_intervals(
-    noisy_counts: Sequence[int], *, scale: float, level: float = LEVEL
+    noisy_counts: Sequence[int],
+    *,
+    scale: float,
+    level: float = LEVEL,
+    kind: CountNoiseKind = "laplace",
 ) -> tuple[int, list[tuple[int, int]]]:
     """(t, intervals): [y − t, y + t] ∩ [0, ∞) around each of the K released counts y, with t
     the smallest integer such that P(|Z| > t) ≤ 1 − level^(1/K) for Z discrete Laplace of
-    ``scale`` (exact tail, :func:`dpmine.intervals.half_width`).
+    ``scale``, or discrete Gaussian of σ = ``scale`` with ``kind`` "discrete_gaussian" (zCDP
+    datasets; exact tails, :func:`dpmine.intervals.half_width`).
 
     Proof of coverage: given the data, the selected itemsets and their true counts c_i are
     fixed by the selection, whose noise is independent of the count noise; y_i = c_i + Z_i
-    with Z_1 … Z_K i.i.d. discrete Laplace (the release of §4.2 step 3). So
+    with Z_1 … Z_K i.i.d. of that law (the release of §4.2 step 3). So
     P(every c_i ∈ [y_i − t, y_i + t]) = P(|Z| ≤ t)^K ≥ level, and clamping at 0 removes no
     possible count. Post-processing of public values: no data, no budget.
     """
@@ -166,8 +172,13 @@ def count_intervals(
     if not noisy_counts:
         return 0, []
     miss = -math.expm1(math.log(level) / len(noisy_counts))  # 1 − level^(1/K), without rounding
-    t = half_width(scale, miss)
+    t = half_width(scale, miss, kind)
     return t, [cell_interval(count, t) for count in noisy_counts]
+
+
+def _count_noise_kind(released: TopKItemsetsResponse) -> CountNoiseKind:
+    """The counts' noise law as the release reports it (Laplace when it reports none)."""
+    return "laplace" if released.count_noise is None else released.count_noise.kind
 
 
 def order_note(method: str, epsilon_selection: float) -> str:
@@ -193,12 +204,19 @@ def auto_length_note(length: int, refused: Sequence[str]) -> str:
     return f"length auto: {length}-itemsets, the longest this server serves at this K and ε{why}"
 
 
-def intervals_note(level: float, k: int, scale: float, half: int) -> str:
+def intervals_note(
+    level: float, k: int, scale: float, half: int, kind: CountNoiseKind = "laplace"
+) -> str:
     """How the count intervals read (:func:`count_intervals`)."""
+    law = (
+        "discrete Gaussian noise of σ"
+        if kind == "discrete_gaussian"
+        else "discrete Laplace noise of scale"
+    )
     return (
         f"count interval: the {k} true counts all lie in their intervals together with "
         f"probability ≥ {level:.0%} (noisy count ± {half}, clamped at 0; each count has "
-        f"discrete Laplace noise of scale {scale:.3g})"
+        f"{law} {scale:.3g})"
     )
 
 
@@ -396,6 +414,7 @@ class TopKItemsets(BaseMiner):
         self.noisy_row_count_ = n_hat
         self.epsilon_selection_ = released.epsilon_selection
         self.count_noise_scale_ = released.count_noise_scale
+        self.count_noise_kind_ = _count_noise_kind(released)
         self._spent = spent
         return self
 
@@ -409,7 +428,9 @@ class TopKItemsets(BaseMiner):
         scale = released.count_noise_scale
         if scale is None or len(known) != len(counts):
             return None, [None] * len(counts)
-        half, found = count_intervals(known, scale=scale, level=self.interval_level)
+        half, found = count_intervals(
+            known, scale=scale, level=self.interval_level, kind=_count_noise_kind(released)
+        )
         return half, list(found)
 
     def _itemsets(
@@ -447,6 +468,7 @@ class TopKItemsets(BaseMiner):
                     len(itemsets),
                     self.count_noise_scale_,
                     self.count_half_width_,
+                    self.count_noise_kind_,
                 )
             )
         if self.length_note_ is not None:
@@ -464,6 +486,7 @@ class TopKItemsets(BaseMiner):
             else {
                 "level": self.interval_level,
                 "simultaneous": True,
+                "noise": self.count_noise_kind_,
                 "noise_scale": self.count_noise_scale_,
                 "half_width": self.count_half_width_,
                 "note": self.notes()[1],

@@ -102,6 +102,7 @@ from dpmine.wire import (
     BoolLiteral,
     CategoricalAttribute,
     CatLiteral,
+    CountNoiseKind,
     DatasetMetadata,
     DecisionTree,
     LeafCountsRelease,
@@ -147,6 +148,7 @@ __all__ = [
     "TreeSettings",
     "leaf_paths",
     "release_miss",
+    "released_noise",
     "result_table",
     "simplified_leaf_paths",
     "tree_record",
@@ -208,7 +210,8 @@ def _nano_floor(value: float) -> float:
 @dataclass(frozen=True)
 class MinedTreeRedescription:
     """One redescription: readable queries, noisy statistics (post-processed from noisy leaf
-    counts whose every cell carries Laplace noise of scale ``noise_scale``), the standard error
+    counts whose every cell carries noise of ``noise_scale``: discrete Laplace, or the discrete
+    Gaussian's σ when ``noise`` says so, on zCDP datasets), the standard error
     of the noisy Jaccard that noise implies (:func:`dpmine.treereds.jaccard_standard_error`) and
     the round that released them.
 
@@ -230,14 +233,22 @@ class MinedTreeRedescription:
     sum_miss: float
     #: Probability ≥ which every range of the release holds together: 1 − α/R.
     joint_level: float
+    #: The law of the cells' noise (the release's ``noise``; Laplace when it reports none).
+    noise: CountNoiseKind = "laplace"
 
     @cached_property
     def joint_intervals(self) -> StatisticIntervals:
         """Intervals of |I|, |U|, J, the supports, the excess J − J_ind and the p-value that
         hold, with those of every query of the same release, with probability ≥
         ``joint_level`` (:func:`dpmine.intervals.sum_box`): those of the significance test."""
-        box = sum_box(self.noisy_cells, self.cell_terms, scale=self.noise_scale, miss=self.sum_miss)
-        return box_intervals(box, level=self.joint_level, scale=self.noise_scale)
+        box = sum_box(
+            self.noisy_cells,
+            self.cell_terms,
+            scale=self.noise_scale,
+            miss=self.sum_miss,
+            kind=self.noise,
+        )
+        return box_intervals(box, level=self.joint_level, scale=self.noise_scale, kind=self.noise)
 
     @property
     def noisy_excess(self) -> float:
@@ -555,6 +566,21 @@ def share_of(epsilon: float, fraction: Fraction) -> float:
     return float(Decimal(units) / _UNITS_PER_EPSILON)
 
 
+def released_noise(response: LeafCountsResponse, epsilon: float) -> tuple[CountNoiseKind, float]:
+    """(kind, scale) of the noise of every cell of a ``tree.leaf_counts`` release bought with
+    ``epsilon``: discrete Laplace of scale 1/ε ("partition") or 2/ε ("paper") when the release
+    reports Laplace or nothing; else the reported discrete Gaussian's σ, which must be at least
+    the 1/ε or √2/ε it implies (a smaller one would make the intervals too narrow)."""
+    partition = response.partition is not None
+    noise = response.noise
+    if noise is None or noise.kind == "laplace":
+        return "laplace", (1.0 if partition else 2.0) / epsilon
+    implied = (1.0 if partition else math.sqrt(2.0)) / epsilon
+    if not noise.scale >= implied * (1.0 - 1e-9):
+        raise ParameterError(f"the reported noise scale {noise.scale} is below {implied} at ε")
+    return noise.kind, noise.scale
+
+
 def release_miss(
     shape: tuple[int, int], max_clauses: int, releases: int, alpha: float = ALPHA
 ) -> tuple[float, float]:
@@ -850,7 +876,7 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
                 red,
                 left_paths,
                 right_paths,
-                noise_scale=(1.0 if partition else 2.0) / released.epsilon,
+                noise=released_noise(response, released.epsilon),
                 shape=shape,
                 partition=partition,
                 table=result_table(red, matrix, shape, partition=partition),
@@ -903,24 +929,28 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
         left_paths: Sequence[LeafPath],
         right_paths: Sequence[LeafPath],
         *,
-        noise_scale: float,
+        noise: tuple[CountNoiseKind, float],
         shape: tuple[int, int],
         partition: bool,
         table: tuple[tuple[int, int, int, int], tuple[int, int, int, int]],
         miss: tuple[float, float],
     ) -> MinedTreeRedescription:
         """One result: ``table`` its cells' noisy sums and terms, ``miss`` (a sum's miss, the
-        release's joint level)."""
+        release's joint level; ``noise`` the release's (kind, scale), :func:`released_noise`)."""
+        kind, scale = noise
         return MinedTreeRedescription(
             redescription=render_redescription(red, left_paths, right_paths),
             statistics=red.statistics,
-            noise_scale=noise_scale,
+            noise_scale=scale,
             round=len(self.trees_) - 1,
-            jaccard_error=jaccard_standard_error(red, *shape, noise_scale, partition=partition),
+            jaccard_error=jaccard_standard_error(
+                red, *shape, scale, partition=partition, noise=kind
+            ),
             noisy_cells=table[0],
             cell_terms=table[1],
             sum_miss=miss[0],
             joint_level=miss[1],
+            noise=kind,
         )
 
     def _start(self, dataset: DatasetHandle) -> None:
@@ -1034,6 +1064,7 @@ def tree_record(r: MinedTreeRedescription, *, significant: bool) -> dict[str, ob
         "left": r.left,
         "right": r.right,
         "round": r.round,
+        "noise": r.noise,
         "noise_scale": r.noise_scale,
         "noisy_jaccard_error": r.jaccard_error,
         "noisy_support_left": stats.support_left,

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from dpmine.wire.common import Epsilon, OperationRequest, Receipt, WireModel
+from dpmine.wire.counts import CountNoise
 from dpmine.wire.items import MAX_NUMERIC_BINS, ColumnNames
 
 __all__ = [
@@ -55,11 +56,19 @@ class TopKItemsetsResponse(WireModel):
     count_noise_scale: float | None = Field(
         default=None,
         description=(
-            "Public scale b of the discrete Laplace noise of each released count, "
-            "P(noise = z) ∝ exp(−|z|/b) (None without counts)."
+            "Public scale of the noise of each released count: the discrete Laplace's b, "
+            "P(noise = z) ∝ exp(−|z|/b), or on a zcdp dataset the discrete Gaussian's sigma, "
+            "P(noise = z) ∝ exp(−z²/(2 sigma²)) (`count_noise`; None without counts)."
         ),
     )
     receipt: Receipt
+    count_noise: CountNoise | None = Field(
+        default=None,
+        description=(
+            "The noise law of the released counts (None without counts, or on releases "
+            "stored before it was reported: Laplace)."
+        ),
+    )
 
 
 class TopKItemsetsRequest(OperationRequest[TopKItemsetsResponse]):

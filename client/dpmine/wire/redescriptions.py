@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from dpmine.wire.common import Epsilon, OperationRequest, Receipt, WireModel
+from dpmine.wire.counts import CountNoise
 from dpmine.wire.items import ColumnNames
 from dpmine.wire.queries import Redescription
 
@@ -68,6 +69,14 @@ class ComputeQualityResponse(WireModel):
     cells: NoisyCells
     statistics: NoisyStatistics
     receipt: Receipt
+    noise: CountNoise | None = Field(
+        default=None,
+        description=(
+            "The noise law of every released count: discrete Laplace on a pure dataset, "
+            "discrete Gaussian on a zcdp one; null on releases stored before it was reported "
+            "(Laplace)."
+        ),
+    )
 
 
 class ComputeQualityRequest(OperationRequest[ComputeQualityResponse]):

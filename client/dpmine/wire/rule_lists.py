@@ -30,6 +30,7 @@ from dpmine.wire.common import (
     WireModel,
     check_chain_length,
 )
+from dpmine.wire.counts import CountNoise
 from dpmine.wire.datasets import DatasetMetadata
 from dpmine.wire.items import (
     DEFAULT_NUMERIC_BINS,
@@ -336,13 +337,21 @@ class SampleRuleListExactRequest(
 
 class PointEstimatesResponse(WireModel):
     """Noisy capture counts Ñ_{j,y} of every rule j = 1..m and of the default rule (last):
-    N + discrete Laplace of scale 1/ε (one partition of the rows, Δ = 1; §5.4). Counts may be
-    negative; clamp at 0 before forming estimates."""
+    N + discrete Laplace of scale 1/ε (one partition of the rows, Δ = 1; §5.4), or on a zCDP
+    dataset the discrete Gaussian of σ = 1/ε (``noise``). Counts may be negative; clamp at 0
+    before forming estimates."""
 
     negative_counts: list[int]
     positive_counts: list[int]
     noise_scale: float
     receipt: Receipt
+    noise: CountNoise | None = Field(
+        default=None,
+        description=(
+            "The noise law of the counts (`noise_scale` is its b or sigma); null on releases "
+            "stored before it was reported (Laplace)."
+        ),
+    )
 
 
 class PointEstimatesRequest(OperationRequest[PointEstimatesResponse]):

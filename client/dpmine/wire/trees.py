@@ -21,6 +21,7 @@ from dpmine.wire.common import (
     WireModel,
     check_chain_length,
 )
+from dpmine.wire.counts import CountNoise
 from dpmine.wire.datasets import View
 from dpmine.wire.items import ColumnNames
 from dpmine.wire.queries import QueryInput
@@ -370,6 +371,14 @@ class LeafCountsResponse(WireModel):
         ),
     )
     receipt: Receipt
+    noise: CountNoise | None = Field(
+        default=None,
+        description=(
+            "The noise law of every released count: discrete Laplace (scales above) on a pure "
+            "dataset; on a zcdp one the discrete Gaussian of sigma 1/ε ('partition') or √2/ε "
+            "('paper'); null on releases stored before it was reported (Laplace)."
+        ),
+    )
 
 
 #: How ``tree.leaf_counts`` releases (§3.6): ``"partition"`` [REC, default] one noisy

@@ -2,6 +2,10 @@
 
 * :func:`discrete_laplace`: integer counts + two-sided geometric noise from OpenDP's exact sampler
   (CKS20 over exact rationals, randomness from OpenSSL's ``RAND_priv_bytes``), ALGORITHMS.md §0.3.
+* :func:`discrete_gaussian`: integer counts + discrete Gaussian noise from OpenDP's exact sampler
+  (same source of randomness), ρ-zCDP with ρ = Δ₂²/(2σ²) (issue #24).
+* :func:`noisy_counts`: the one entry point of count-like releases: discrete Laplace on a pure
+  dataset, the discrete Gaussian of the same ρ on a zCDP one (:func:`count_noise`).
 * :func:`exponential_mechanism`: one draw over discrete candidates with an optional
   data-independent base measure, by the Gumbel-max trick in log space (§0.3, §1.5).
 * :mod:`dpmine_server.dp.lattice`: released thresholds as points of a public lattice (§1.4).
@@ -22,8 +26,11 @@ the setting DP-ENGINES.md §3 accepts. Released numbers are integers from the ex
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import lru_cache
 from typing import Any, Literal, TypeVar
 
@@ -32,15 +39,22 @@ import numpy.typing as npt
 import opendp.prelude as dp
 
 __all__ = [
+    "CountNoiseKind",
+    "CountRelease",
     "LogWeightSampler",
     "OneSided",
     "RejectionSampler",
     "Sensitivity",
+    "count_noise",
+    "count_noise_law",
+    "discrete_gaussian",
     "discrete_laplace",
     "em_coefficient",
     "exponential_mechanism",
+    "gaussian_sigma",
     "gumbel_scores",
     "laplace_scale",
+    "noisy_counts",
     "noisy_top_k",
 ]
 
@@ -92,14 +106,127 @@ def discrete_laplace(values: npt.ArrayLike, *, epsilon: float, sensitivity: int 
     map confirms ``map(sensitivity) <= epsilon``. Randomness is OpenDP's (OpenSSL CSPRNG), so no
     generator argument: these draws can never be seeded by anyone.
     """
-    raw = np.atleast_1d(np.asarray(values))
-    if raw.ndim != 1 or not np.issubdtype(raw.dtype, np.integer):
-        raise ValueError("discrete_laplace releases a vector of integer counts")
+    counts = _integer_vector(values, "discrete_laplace")
     if isinstance(sensitivity, bool) or not isinstance(sensitivity, int | np.integer):
         raise ValueError(f"sensitivity must be an integer, got {sensitivity!r}")
-    counts = raw.astype(np.int64)
     measurement = _vector_laplace(laplace_scale(epsilon=epsilon, sensitivity=sensitivity))
     return np.asarray(measurement(counts), dtype=np.int64)
+
+
+# Keyed by public values only (ε, squared L2 sensitivity): no private data in the cache;
+# typed, so that True is refused rather than served the cached σ of 1.
+@lru_cache(maxsize=1024, typed=True)
+def gaussian_sigma(*, epsilon: float, l2_squared: int) -> float:
+    """The smallest float σ ≥ Δ₂/ε (Δ₂ = √``l2_squared``) with Δ₂²/(2σ²) ≤ ε²/2 exactly.
+
+    The check is over exact rationals (``Fraction`` of the float σ and ε), so the discrete
+    Gaussian of this σ is at most ε²/2-zCDP for L2 sensitivity Δ₂ (CKS20 Theorem 14: ρ =
+    Δ₂²/(2σ²); tests/dp/test_discrete_gaussian.py checks OpenDP's own map agrees).
+    """
+    _check_epsilon(epsilon)
+    if isinstance(l2_squared, bool) or not isinstance(l2_squared, int) or l2_squared < 1:
+        raise ValueError(f"l2_squared must be a positive integer, got {l2_squared!r}")
+    target = Fraction(epsilon) ** 2 / 2
+    sigma = math.sqrt(l2_squared) / epsilon
+    while Fraction(l2_squared) / (2 * Fraction(sigma) ** 2) > target:
+        sigma = math.nextafter(sigma, math.inf)
+    return sigma
+
+
+@lru_cache(maxsize=256)
+def _vector_gaussian(scale: float) -> Any:
+    return dp.m.make_gaussian(
+        dp.vector_domain(dp.atom_domain(T=dp.i64)),
+        dp.l2_distance(T=dp.i64),
+        scale=scale,
+    )
+
+
+def discrete_gaussian(values: npt.ArrayLike, *, epsilon: float, l2_squared: int = 1) -> IntArray:
+    """Release integer ``values`` + i.i.d. discrete Gaussian noise N_Z(0, σ²), σ = Δ₂/ε; for L2
+    sensitivity Δ₂ = √``l2_squared`` of the whole vector this is ε²/2-zCDP.
+
+    Proof: the discrete Gaussian mechanism is Δ₂²/(2σ²)-zCDP (Canonne, Kamath & Steinke 2020,
+    Theorem 14), and :func:`gaussian_sigma` makes Δ₂²/(2σ²) ≤ ε²/2 exactly: the same ρ that an
+    ε-DP release is charged on a zCDP dataset. The sampler is OpenDP's exact one over rationals
+    with OpenSSL's CSPRNG, like :func:`discrete_laplace`: no generator argument, so no draw can
+    reuse randomness of another call or be seeded by anyone.
+    """
+    counts = _integer_vector(values, "discrete_gaussian")
+    measurement = _vector_gaussian(gaussian_sigma(epsilon=epsilon, l2_squared=l2_squared))
+    return np.asarray(measurement(counts), dtype=np.int64)
+
+
+def _integer_vector(values: npt.ArrayLike, name: str) -> IntArray:
+    raw = np.atleast_1d(np.asarray(values))
+    if raw.ndim != 1 or not np.issubdtype(raw.dtype, np.integer):
+        raise ValueError(f"{name} releases a vector of integer counts")
+    return raw.astype(np.int64)
+
+
+#: Which noise count-like releases draw: "laplace" (ε-DP; pure datasets) or
+#: "discrete_gaussian" (ε²/2-zCDP; zCDP datasets).
+CountNoiseKind = Literal["laplace", "discrete_gaussian"]
+
+_COUNT_NOISE: ContextVar[CountNoiseKind] = ContextVar("count_noise", default="laplace")
+
+
+@contextmanager
+def count_noise(kind: CountNoiseKind) -> Iterator[None]:
+    """Within this block, :func:`noisy_counts` draws ``kind`` noise.
+
+    The executor enters it around every kernel with the dataset's unit ("discrete_gaussian" on
+    zCDP datasets only). Why a kernel reached without it stays correct: the default is the
+    ε-DP discrete Laplace, which on a zCDP dataset costs the same ε²/2 as the Gaussian (Bun &
+    Steinke 2016, Prop. 1.4), and every release reports the noise it drew, so a client's
+    intervals follow the actual law. Only the executor may choose the Gaussian, and only for
+    a zCDP ledger: on a pure one it is not ε-DP.
+    """
+    token = _COUNT_NOISE.set(kind)
+    try:
+        yield
+    finally:
+        _COUNT_NOISE.reset(token)
+
+
+@dataclass(frozen=True, slots=True)
+class CountRelease:
+    """Released integer counts and their public noise law: ``kind`` and ``scale`` (the discrete
+    Laplace's b, or the discrete Gaussian's σ, of every cell)."""
+
+    values: IntArray
+    kind: CountNoiseKind
+    scale: float
+
+    def noise(self) -> dict[str, Any]:
+        """The wire's ``noise`` field (:class:`dpmine.wire.CountNoise`)."""
+        return {"kind": self.kind, "scale": self.scale}
+
+
+def noisy_counts(
+    values: npt.ArrayLike, *, epsilon: float, l1: int, l2_squared: int
+) -> CountRelease:
+    """Counts released with the noise of the current :func:`count_noise` (Laplace by default).
+
+    ``l1`` and ``l2_squared`` are the vector's L1 sensitivity and squared L2 sensitivity under
+    adding or removing one row (the caller proves both; one row moving one cell by one gives
+    1 and 1). Laplace: scale l1/ε, ε-DP, hence ε²/2-zCDP. Gaussian: σ = √l2_squared/ε,
+    ε²/2-zCDP. Either way the ρ is ε²/2, the charge of a ``"pure"`` release part.
+    """
+    kind, scale = count_noise_law(epsilon=epsilon, l1=l1, l2_squared=l2_squared)
+    if kind == "discrete_gaussian":
+        released = discrete_gaussian(values, epsilon=epsilon, l2_squared=l2_squared)
+    else:
+        released = discrete_laplace(values, epsilon=epsilon, sensitivity=l1)
+    return CountRelease(released, kind, scale)
+
+
+def count_noise_law(*, epsilon: float, l1: int, l2_squared: int) -> tuple[CountNoiseKind, float]:
+    """(kind, scale) of the noise :func:`noisy_counts` draws here with these public values: a
+    public function of the dataset's unit, ε and the sensitivities."""
+    if _COUNT_NOISE.get() == "discrete_gaussian":
+        return "discrete_gaussian", gaussian_sigma(epsilon=epsilon, l2_squared=l2_squared)
+    return "laplace", laplace_scale(epsilon=epsilon, sensitivity=l1)
 
 
 def gumbel_scores(log_weights: npt.ArrayLike, *, rng: np.random.Generator) -> FloatArray:

@@ -57,9 +57,9 @@ from dpmine_server.data.itemsets import (
 from dpmine_server.dp.budget import Epsilon
 from dpmine_server.dp.mechanisms import (
     OneSided,
-    discrete_laplace,
+    count_noise_law,
     em_coefficient,
-    laplace_scale,
+    noisy_counts,
 )
 from dpmine_server.dp.topk import BlockPick, Noise, TailCandidate, noisy_top_k_blocks
 from dpmine_server.dp.zcdp import ReleasePart
@@ -361,7 +361,9 @@ def top_k_itemsets(
 
     Every truncated count moves by at most 1, and only upward when a row is added; the
     selection's noise scale is :func:`selection_scale` (K/ε_s for ``em``, 2K/ε_s for
-    ``laplace``); counts get discrete Laplace with L1 sensitivity K at ε_p. ``plan`` (public;
+    ``laplace``). One row moves each of the K counts by at most 1: L1 = K and Δ₂² = K, so the
+    counts get discrete Laplace of scale K/ε_p (ε_p-DP) or, on a zCDP dataset, the discrete
+    Gaussian of σ = √K/ε_p (ε_p²/2-zCDP, the same ρ; :func:`noisy_counts`). ``plan`` (public;
     default :func:`top_k_plan` from the index's public bounds) chooses how, never the law:
     dense counting, or explicit blocks of count ≥ B and the tail, whose bound max(B − 1, τ)
     covers every tail score and exceeds the smallest possible one (τ) by at most B − 1.
@@ -390,9 +392,9 @@ def top_k_itemsets(
     chosen = select(index, plan, selection, rng)
     if epsilon_counts is None:
         return [(itemset, None) for itemset, _count in chosen]
-    noisy = discrete_laplace(
-        [count for _itemset, count in chosen], epsilon=epsilon_counts, sensitivity=k
-    )
+    noisy = noisy_counts(
+        [count for _itemset, count in chosen], epsilon=epsilon_counts, l1=k, l2_squared=k
+    ).values
     return [(itemset, int(value)) for (itemset, _count), value in zip(chosen, noisy, strict=True)]
 
 
@@ -508,6 +510,14 @@ def _cost(request: TopKItemsetsRequest) -> Epsilon:
     return Epsilon.charge(request.epsilon)
 
 
+def _count_noise_fields(epsilon_counts: float | None, k: int) -> dict[str, Any]:
+    """The response's ``count_noise_scale`` and ``count_noise`` (None without counts)."""
+    if epsilon_counts is None:
+        return {"count_noise_scale": None, "count_noise": None}
+    kind, scale = count_noise_law(epsilon=epsilon_counts, l1=k, l2_squared=k)
+    return {"count_noise_scale": scale, "count_noise": {"kind": kind, "scale": scale}}
+
+
 def _runner(
     method: Method,
 ) -> Callable[
@@ -545,9 +555,7 @@ def _runner(
             ],
             "epsilon_selection": selection,
             "epsilon_counts": counts or 0.0,
-            "count_noise_scale": None
-            if counts is None
-            else laplace_scale(epsilon=counts, sensitivity=request.k),
+            **_count_noise_fields(counts, request.k),
         }
 
     return run

@@ -30,7 +30,7 @@ from dpmine.wire import (
 from dpmine_server.data.columns import ColumnStore
 from dpmine_server.data.validation import validate_expr
 from dpmine_server.dp.budget import Epsilon
-from dpmine_server.dp.mechanisms import discrete_laplace
+from dpmine_server.dp.mechanisms import noisy_counts
 from dpmine_server.dp.zcdp import ReleasePart, em_draws, generic_release
 from dpmine_server.operations.base import OperationSpec, Progress
 from dpmine_server.operations.serenade import (
@@ -84,18 +84,19 @@ def support_cells(columns: ColumnStore, redescription: Redescription) -> tuple[i
 def noisy_quality(
     columns: ColumnStore, *, redescription: Redescription, epsilon: float, mode: QualityMode
 ) -> dict[str, Any]:
-    """Noisy support statistics; ε-DP.
+    """Noisy support statistics: ε-DP with discrete Laplace noise, ε²/2-zCDP with the discrete
+    Gaussian on a zCDP dataset (:func:`~dpmine_server.dp.mechanisms.noisy_counts`).
 
-    * ``cells`` [REC]: the four cells partition the rows, so the vector has L1 sensitivity 1;
-      each cell gets discrete Laplace(1/ε), total cost ε.
-    * ``paper``: |I| and |U| (each sensitivity 1), discrete Laplace(2/ε) each, ε/2 + ε/2.
+    * ``cells`` [REC]: the four cells partition the rows, so adding or removing one row moves
+      one cell by one: L1 = 1 and Δ₂² = 1. Laplace(1/ε) per cell (cost ε), or σ = 1/ε.
+    * ``paper``: |I| and |U|; one row moves each of them by at most one (a row in E11 moves
+      both), so L1 = 2 and Δ₂² = 1² + 1² = 2. Laplace(2/ε) each (ε/2 + ε/2), or σ = √2/ε.
     Derived statistics (clamped Ĩ, Ũ, J̃, supports, N̂, p̃) are post-processing of the release.
     """
     e11, e10, e01, e00 = support_cells(columns, redescription)
     if mode == "cells":
-        n11, n10, n01, n00 = (
-            int(v) for v in discrete_laplace([e11, e10, e01, e00], epsilon=epsilon, sensitivity=1)
-        )
+        release = noisy_counts([e11, e10, e01, e00], epsilon=epsilon, l1=1, l2_squared=1)
+        n11, n10, n01, n00 = (int(v) for v in release.values)
         stats = statistics_from_cells(n11, n10, n01, n00)
         return {
             "mode": mode,
@@ -109,15 +110,16 @@ def noisy_quality(
                 "n_rows": stats.n_rows,
                 "p_value": stats.p_value,
             },
+            "noise": release.noise(),
         }
-    noisy_i, noisy_u = (
-        int(v) for v in discrete_laplace([e11, e11 + e10 + e01], epsilon=epsilon, sensitivity=2)
-    )
+    release = noisy_counts([e11, e11 + e10 + e01], epsilon=epsilon, l1=2, l2_squared=2)
+    noisy_i, noisy_u = (int(v) for v in release.values)
     support, union = max(noisy_i, 0), max(noisy_u, 0)
     return {
         "mode": mode,
         "cells": {"intersection": noisy_i, "union": noisy_u},
         "statistics": {"support": support, "union": union, "jaccard": jaccard(support, union)},
+        "noise": release.noise(),
     }
 
 
@@ -146,8 +148,9 @@ def _cost(request: ComputeQualityRequest | InitialPairsRequest | ExtendOneReques
 
 
 def _quality_releases(_request: ComputeQualityRequest, epsilon: Epsilon) -> tuple[ReleasePart, ...]:
-    """One Laplace release of the quality's counts (§1.6): ε-DP, hence ε²/2-zCDP (Bun &
-    Steinke 2016, Prop. 1.4)."""
+    """One release of the quality's counts (§1.6): Laplace, ε-DP, hence ε²/2-zCDP (Bun &
+    Steinke 2016, Prop. 1.4); on a zCDP dataset the discrete Gaussian of σ = Δ₂/ε, exactly
+    ε²/2-zCDP (CKS20; Δ₂ in :func:`noisy_quality`)."""
     return generic_release(epsilon)
 
 
@@ -171,7 +174,8 @@ def _run(
     _rng: np.random.Generator,
     _progress: Progress,
 ) -> dict[str, Any]:
-    """Kernel of ``red.compute_quality`` (ALGORITHMS.md §1.6): pure ε-DP."""
+    """Kernel of ``red.compute_quality`` (ALGORITHMS.md §1.6): ε-DP, or ε²/2-zCDP on a zCDP
+    dataset."""
     return noisy_quality(
         columns,
         redescription=request.redescription,

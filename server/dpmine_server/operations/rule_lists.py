@@ -60,7 +60,7 @@ from dpmine_server.data.bitsets import Bitset
 from dpmine_server.data.columns import BooleanColumn, CategoricalColumn, ColumnStore
 from dpmine_server.data.itemsets import ItemCatalog, row_subset_index, rule_list_catalog
 from dpmine_server.dp.budget import Epsilon
-from dpmine_server.dp.mechanisms import discrete_laplace, laplace_scale
+from dpmine_server.dp.mechanisms import noisy_counts
 from dpmine_server.dp.zcdp import ReleasePart, generic_release
 from dpmine_server.errors import InternalError
 from dpmine_server.operations.base import OperationSpec, Progress
@@ -450,16 +450,19 @@ def _run_point_estimates(
     _rng: np.random.Generator,
     _progress: Progress,
 ) -> dict[str, Any]:
-    """Kernel of ``brl.point_estimates`` (ALGORITHMS.md §5.4): pure ε-DP. The 2(m + 1) capture
-    counts partition the labelled rows (Δ = 1): discrete Laplace of scale 1/ε on each."""
+    """Kernel of ``brl.point_estimates`` (ALGORITHMS.md §5.4): pure ε-DP, or ε²/2-zCDP on a
+    zCDP dataset. The 2(m + 1) capture counts partition the labelled rows, so one row moves one
+    count by 1 (L1 = 1, Δ₂² = 1): discrete Laplace of scale 1/ε on each, or the discrete
+    Gaussian of σ = 1/ε (:func:`~dpmine_server.dp.mechanisms.noisy_counts`)."""
     captures = exact_capture_counts(columns, request.rules)
-    budget = epsilon.for_mechanism()
-    noisy = discrete_laplace(captures.T.ravel(), epsilon=budget, sensitivity=1)
+    release = noisy_counts(captures.T.ravel(), epsilon=epsilon.for_mechanism(), l1=1, l2_squared=1)
+    noisy = release.values
     rules = len(request.rules) + 1
     return {
         "negative_counts": noisy[:rules].tolist(),
         "positive_counts": noisy[rules:].tolist(),
-        "noise_scale": laplace_scale(epsilon=budget, sensitivity=1),
+        "noise_scale": release.scale,
+        "noise": release.noise(),
     }
 
 

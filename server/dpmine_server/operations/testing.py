@@ -41,7 +41,7 @@ from dpmine_server.data.validation import validate_expr
 from dpmine_server.dp.budget import Epsilon
 from dpmine_server.dp.zcdp import ReleasePart, generic_release
 from dpmine_server.operations.base import OperationSpec, Progress
-from dpmine_server.operations.counts import noisy_count
+from dpmine_server.operations.counts import count_release
 
 __all__ = ["TEST_OPERATIONS", "SpinCountRequest"]
 
@@ -127,9 +127,8 @@ def _run(
         progress((step + 1) / SPIN_STEPS)
     if request.fail:
         raise RuntimeError("test.spin was asked to fail")
-    return {
-        "count": noisy_count(columns, predicate=request.predicate, epsilon=epsilon.for_mechanism())
-    }
+    release = count_release(columns, predicate=request.predicate, epsilon=epsilon.for_mechanism())
+    return {"count": int(release.values[0]), "noise": release.noise()}
 
 
 TEST_OPERATIONS: list[OperationSpec[Any, Any]] = [

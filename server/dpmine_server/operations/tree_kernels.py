@@ -52,7 +52,7 @@ from dpmine_server.data.columns import (
     NumericColumn,
 )
 from dpmine_server.dp.lattice import PublicLattice
-from dpmine_server.dp.mechanisms import discrete_laplace, exponential_mechanism
+from dpmine_server.dp.mechanisms import CountRelease, exponential_mechanism, noisy_counts
 
 __all__ = [
     "GINI_SENSITIVITY",
@@ -709,26 +709,36 @@ def exact_leaf_counts(
 
 def partition_leaf_counts(
     columns: ColumnStore, left_tree: DecisionTree, right_tree: DecisionTree, *, epsilon: float
-) -> IntArray:
+) -> tuple[IntArray, CountRelease]:
     """The ``partition`` release of ``tree.leaf_counts`` [REC, §3.6]: every cell of
-    :func:`exact_partition_counts` + discrete Laplace of scale 1/ε.
+    :func:`exact_partition_counts` + noise of the dataset's unit (the matrix, and the law).
 
     The cells are disjoint and cover every row, so adding or removing one row moves exactly one
-    cell by 1 (sensitivity 1): ε-DP for the whole matrix. The paper's two releases (Ĩ and ĉ_L)
+    cell by 1: L1 = 1 and Δ₂² = 1. Discrete Laplace of scale 1/ε is ε-DP for the whole matrix;
+    on a zCDP dataset the discrete Gaussian of σ = 1/ε is ε²/2-zCDP
+    (:func:`~dpmine_server.dp.mechanisms.noisy_counts`). The paper's two releases (Ĩ and ĉ_L)
     are functions of it, with a quarter of the noise variance for the same ε.
     """
     partition = exact_partition_counts(columns, left_tree, right_tree)
-    noisy = discrete_laplace(partition.ravel(), epsilon=epsilon, sensitivity=1)
-    return noisy.reshape(partition.shape)
+    release = noisy_counts(partition.ravel(), epsilon=epsilon, l1=1, l2_squared=1)
+    return release.values.reshape(partition.shape), release
 
 
 def leaf_counts(
     columns: ColumnStore, left_tree: DecisionTree, right_tree: DecisionTree, *, epsilon: float
-) -> tuple[IntArray, IntArray]:
-    """Noisy leaf statistics (§3.6): the intersection matrix and the left leaf sizes, each a
-    count vector over disjoint row sets (sensitivity 1) + discrete Laplace at ε/2 (scale 2/ε).
-    Total ε-DP."""
+) -> tuple[IntArray, IntArray, CountRelease]:
+    """Noisy leaf statistics (§3.6): the intersection matrix and the left leaf sizes (and the
+    law of their noise), released as one vector.
+
+    Each part counts disjoint row sets, so one row moves at most one intersection and one
+    leaf size by 1: L1 = 2 and Δ₂² = 2. Discrete Laplace of scale 2/ε (the paper's ε/2 per
+    part) is ε-DP; on a zCDP dataset the discrete Gaussian of σ = √2/ε is ε²/2-zCDP."""
     intersections, sizes = exact_leaf_counts(columns, left_tree, right_tree)
-    half = epsilon / 2.0
-    noisy = discrete_laplace(intersections.ravel(), epsilon=half, sensitivity=1)
-    return noisy.reshape(intersections.shape), discrete_laplace(sizes, epsilon=half, sensitivity=1)
+    values = np.concatenate([intersections.ravel(), sizes])
+    release = noisy_counts(values, epsilon=epsilon, l1=2, l2_squared=2)
+    noisy = release.values
+    return (
+        noisy[: intersections.size].reshape(intersections.shape),
+        noisy[intersections.size :],
+        release,
+    )

@@ -352,8 +352,9 @@ def _mcmc_releases(
 
 
 def _leaf_count_releases(_request: LeafCountsRequest, epsilon: Epsilon) -> tuple[ReleasePart, ...]:
-    """Laplace partition counts (§3.6), ε-DP in both releases: ε²/2-zCDP (Bun & Steinke 2016,
-    Prop. 1.4)."""
+    """Partition counts (§3.6): Laplace, ε-DP in both releases, hence ε²/2-zCDP (Bun & Steinke
+    2016, Prop. 1.4); on a zCDP dataset the discrete Gaussian of σ = Δ₂/ε, exactly ε²/2-zCDP
+    (CKS20; Δ₂ in :func:`~dpmine_server.operations.tree_kernels.leaf_counts`)."""
     return generic_release(epsilon)
 
 
@@ -456,14 +457,16 @@ def _run_leaf_counts(
     _rng: np.random.Generator,
     _progress: Progress,
 ) -> dict[str, Any]:
-    """Kernel of ``tree.leaf_counts`` (ALGORITHMS.md §3.6), pure ε-DP.
+    """Kernel of ``tree.leaf_counts`` (ALGORITHMS.md §3.6): ε-DP, or ε²/2-zCDP with the
+    discrete Gaussian on a zCDP dataset.
 
     ``partition`` [REC]: one noisy (a + 1) × (b + 1) partition matrix at ε; the intersections
     and left counts returned beside it are its cells and row sums (post-processing).
-    ``paper``: ε/2 for the intersection matrix, ε/2 for the left leaf sizes.
+    ``paper``: the intersection matrix and the left leaf sizes as one vector (Laplace: ε/2
+    each).
     """
     if request.release == "partition":
-        partition = partition_leaf_counts(
+        partition, release = partition_leaf_counts(
             columns, request.left_tree, request.right_tree, epsilon=epsilon.for_mechanism()
         )
         intersections, sizes = leaf_fields(partition)
@@ -471,11 +474,16 @@ def _run_leaf_counts(
             "intersections": intersections.tolist(),
             "left_counts": sizes.tolist(),
             "partition": partition.tolist(),
+            "noise": release.noise(),
         }
-    intersections, sizes = leaf_counts(
+    intersections, sizes, release = leaf_counts(
         columns, request.left_tree, request.right_tree, epsilon=epsilon.for_mechanism()
     )
-    return {"intersections": intersections.tolist(), "left_counts": sizes.tolist()}
+    return {
+        "intersections": intersections.tolist(),
+        "left_counts": sizes.tolist(),
+        "noise": release.noise(),
+    }
 
 
 _VIEWS: frozenset[DatasetKind] = frozenset({"views"})

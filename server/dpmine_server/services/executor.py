@@ -37,6 +37,7 @@ from dpmine_server.dp.budget import (
     Rho,
     ledger_amount,
 )
+from dpmine_server.dp.mechanisms import CountNoiseKind, count_noise
 from dpmine_server.dp.zcdp import DEFAULT_DELTA
 from dpmine_server.errors import (
     Forbidden,
@@ -520,13 +521,19 @@ class Executor:
     def _compute(self, pending: Pending, progress: Progress) -> dict[str, Any]:
         priced, dataset_id, reservation = pending.priced, pending.dataset_id, pending.reservation
         columns = self._datasets.columns(dataset_id, reservation.dataset_version)
-        fields = priced.spec.run(
-            columns,
-            priced.request,
-            priced.cost,  # the priced ε (on a zCDP dataset the ledger holds its ρ)
-            self._rng_factory(reservation.entry_id),
-            progress,
+        # Count-like releases draw the discrete Gaussian of the same ρ on a zCDP ledger only
+        # (dp/mechanisms.py count_noise): a public function of the dataset's unit.
+        kind: CountNoiseKind = (
+            "discrete_gaussian" if _unit_of(reservation.cost) == "zcdp" else "laplace"
         )
+        with count_noise(kind):
+            fields = priced.spec.run(
+                columns,
+                priced.request,
+                priced.cost,  # the priced ε (on a zCDP dataset the ledger holds its ρ)
+                self._rng_factory(reservation.entry_id),
+                progress,
+            )
         receipt = Receipt(
             ledger_entry_id=reservation.entry_id,
             dataset_id=dataset_id,
