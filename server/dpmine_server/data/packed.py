@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpmine.wire.datasets import (
+    AnyAttribute,
     BooleanAttribute,
     CategoricalAttribute,
     DatasetMetadata,
@@ -246,7 +247,10 @@ def _map(folder: Path, manifest: _Manifest, stem: str) -> AnyArray:
     return np.asarray(mapped)  # a plain read-only view of the mapping (results are not memmaps)
 
 
-def _mapped_column(attribute: Any, folder: Path, manifest: _Manifest, position: int) -> Column:
+def _mapped_column(
+    attribute: AnyAttribute, folder: Path, manifest: _Manifest, position: int
+) -> Column:
+    """Attribute ``position``'s column from its mapped arrays (laid out by _column_arrays)."""
     n_rows = manifest.n_rows
     stem = f"a{position}"
     if isinstance(attribute, BooleanAttribute):
