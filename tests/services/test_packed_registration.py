@@ -4,6 +4,7 @@ registration leaves no folder and no dataset (issue #23 item 4)."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,3 +92,20 @@ def test_a_table_that_would_not_fit_is_refused_before_it_is_parsed(
     assert not (services.settings.data_dir / "datasets" / "huge" / "v1").exists()
     with services.sessions() as session:
         assert session.get(Dataset, "huge") is None
+
+
+def test_a_version_without_packed_columns_is_parsed_once_and_packed(
+    services: Services, folder: Path
+) -> None:
+    """A version registered before the format: its first load parses the stored source, writes
+    the packed columns and keeps the mapped store; the next process maps them."""
+    _register(
+        services, folder, "older", DatasetMetadata(kind="table", n_max=1_000, attributes=ATTRIBUTES)
+    )
+    packed = services.settings.data_dir / "datasets" / "older" / "v1" / PACKED_DIR
+    shutil.rmtree(packed)
+    services.datasets.unload("older")
+    store = services.datasets.columns("older", 1)
+    assert (packed / "manifest.json").is_file()
+    assert isinstance(store.column("b1").bitsets()[1].words.base, np.memmap)
+    assert store.literal_bitset(BoolLiteral(attribute="b3", negated=True)).count() == 20
