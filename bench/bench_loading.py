@@ -10,7 +10,11 @@ The script writes a CSV of R rows × 50 columns (20 Boolean, 15 categorical, 15 
   ``mode.string_storage = "python"``, pandas' choice when pyarrow is not installed);
 * ``frame-arrow``: the same path with pandas' Arrow-backed strings (what :func:`load_store`
   falls back to now for the files the streaming path hands over);
-* ``streaming``: :func:`load_csv_streaming`, the path :func:`load_store` takes.
+* ``streaming``: :func:`load_csv_streaming`, the path :func:`load_store` takes, then the
+  packed columns written as registration writes them (``write_packed``, timed apart);
+* ``mapped``: the packed columns mapped as every API process and job worker maps them at
+  start-up (``map_packed``: checksums verified, arrays mapped), then a first count
+  (list it after ``streaming``, which writes the files).
 
 Each load runs in a fresh Python process, which reports its wall time, its peak resident set
 (``ru_maxrss``) before and after the load, the packed size of the columns
@@ -57,10 +61,12 @@ from dpmine.wire import (
     DatasetMetadata,
     NumericAttribute,
 )
+from dpmine.wire.queries import BoolLiteral
 from dpmine_server.data.columns import BooleanColumn, CategoricalColumn, ColumnStore
 from dpmine_server.data.loaders import load_csv_frame, load_csv_streaming
+from dpmine_server.data.packed import map_packed, write_packed
 
-PATHS = ("frame-python", "frame-arrow", "streaming")
+PATHS = ("frame-python", "frame-arrow", "streaming", "mapped")
 ROWS = (1_000_000, 10_000_000)
 SMOKE_ROWS = 2_000
 FRAME_MAX_ROWS = 1_000_000
@@ -134,27 +140,54 @@ def _digest(store: ColumnStore) -> str:
     return digest.hexdigest()
 
 
+def _mapped(declared: DatasetMetadata, folder: Path) -> ColumnStore:
+    store = map_packed(declared, folder)
+    if store is None:
+        raise SystemExit(f"no packed columns in {folder}: run the streaming path first")
+    return store
+
+
 def child(path_name: str, csv_path: Path, n_max: int) -> dict[str, Any]:
-    """One load in this (fresh) process: what the parent reports."""
+    """One load in this (fresh) process: what the parent reports. ``streaming`` also writes
+    the packed columns beside the CSV (as registration does, timed apart); ``mapped`` maps
+    them (as every API process and job worker does at start-up) and answers a first count."""
     declared = metadata(n_max)
+    folder = csv_path.with_suffix(".d")
     if path_name == "frame-python":
         pd.set_option("mode.string_storage", "python")
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
-    if path_name == "streaming":
+    n_rows: int
+    if path_name == "mapped":
+        store = _mapped(declared, folder)
+        n_rows = store.n_rows
+    elif path_name == "streaming":
         store, report = load_csv_streaming(declared, csv_path, "benchmark table")
+        n_rows = report.n_rows
     else:
         store, report = load_csv_frame(declared, csv_path, "benchmark table")
+        n_rows = report.n_rows
     seconds = time.perf_counter() - start
+    extra: dict[str, Any] = {}
+    if path_name == "streaming":
+        folder.mkdir(exist_ok=True)
+        written = time.perf_counter()
+        write_packed(store, folder)
+        extra["write_packed_s"] = round(time.perf_counter() - written, 3)
+    if path_name == "mapped":
+        counted = time.perf_counter()
+        store.literal_bitset(BoolLiteral(attribute="b0")).count()
+        extra["first_count_s"] = round(time.perf_counter() - counted, 4)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {
         "path": path_name,
-        "n_rows": report.n_rows,
+        "n_rows": n_rows,
         "seconds": round(seconds, 3),
         "peak_rss_mib": round(peak / 1024, 1),
         "rss_before_load_mib": round(before / 1024, 1),
         "packed_mib": round(store.memory_bytes() / 2**20, 2),
         "digest": _digest(store),
+        **extra,
     }
 
 
@@ -182,17 +215,19 @@ def run_child(path_name: str, csv_path: Path, n_max: int) -> dict[str, Any]:
 
 def table(results: list[dict[str, Any]]) -> str:
     lines = [
-        "| rows | path | load s | peak RSS MiB | RSS before load MiB | packed MiB |",
-        "|---:|---|---:|---:|---:|---:|",
+        "| rows | path | load s | peak RSS MiB | RSS before load MiB | packed MiB | "
+        "write packed s | first count s |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for result in results:
         if "failed" in result:
-            lines.append(f"| {result['rows']:,} | {result['path']} | failed | | | |")
+            lines.append(f"| {result['rows']:,} | {result['path']} | failed | | | | | |")
             continue
         lines.append(
             f"| {result['rows']:,} | {result['path']} | {result['seconds']:.2f} | "
             f"{result['peak_rss_mib']:,.0f} | {result['rss_before_load_mib']:,.0f} | "
-            f"{result['packed_mib']:,.1f} |"
+            f"{result['packed_mib']:,.1f} | {result.get('write_packed_s', '')} | "
+            f"{result.get('first_count_s', '')} |"
         )
     return "\n".join(lines)
 
@@ -248,7 +283,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             digests = set()
             for path_name in paths:
-                if path_name != "streaming" and n_rows > arguments.frame_max_rows:
+                frame = path_name.startswith("frame")
+                if frame and n_rows > arguments.frame_max_rows:
                     print(f"  {path_name}: skipped above {arguments.frame_max_rows:,} rows")
                     continue
                 result = run_child(path_name, csv_path, n_max=n_rows)

@@ -7,6 +7,7 @@ generic answer to an unexpected exception (no internals, no data in the message)
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -233,7 +234,9 @@ class TestReachedThroughTheApi:
         analyst_headers: dict[str, str],
         services: Services,
     ) -> None:
-        (api_settings.data_dir / "datasets" / toy / "v1" / f"path-{toy_csv.name}").unlink()
+        version_dir = api_settings.data_dir / "datasets" / toy / "v1"
+        (version_dir / f"path-{toy_csv.name}").unlink()
+        shutil.rmtree(version_dir / "packed")  # else the load maps it and needs no source
         services.datasets.unload(toy)  # registration left it loaded: the next count must load
         response = client.post(
             f"/v1/datasets/{toy}/counts", json={"epsilon": 0.1}, headers=analyst_headers

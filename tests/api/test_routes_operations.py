@@ -10,6 +10,7 @@ dataset; the band of each comparison has a false-alarm rate of 1e-6 (see
 from __future__ import annotations
 
 import math
+import shutil
 import time
 import uuid
 from collections.abc import Callable
@@ -719,6 +720,7 @@ class TestFailureAfterCharge:
     ) -> None:
         stored = api_settings.data_dir / "datasets" / toy / "v1" / f"path-{toy_csv.name}"
         stored.unlink()  # the data cannot be loaded any more: the kernel fails after the charge
+        shutil.rmtree(stored.parent / "packed")  # (the load would map the packed columns)
         services.datasets.unload(toy)  # (registration left it loaded)
         headers = with_key(analyst_headers, "doomed")
         body = count_body("[smoker]", 0.5)
@@ -836,7 +838,9 @@ class TestJobs:
         analyst_headers: dict[str, str],
         services: Services,
     ) -> None:
-        (api_settings.data_dir / "datasets" / toy / "v1" / f"path-{toy_csv.name}").unlink()
+        version_dir = api_settings.data_dir / "datasets" / toy / "v1"
+        (version_dir / f"path-{toy_csv.name}").unlink()
+        shutil.rmtree(version_dir / "packed")  # else the load maps it and needs no source
         response = submit_count_job(client, toy, analyst_headers, count_body(None, 0.25))
         assert response.status_code == 202
         failed = wait_for_job(client, analyst_headers, response.json()["id"])

@@ -175,7 +175,7 @@ class TestSnapshot:
         self, hospital: str, api_settings: Settings
     ) -> None:
         folder = api_settings.data_dir / "datasets" / hospital / "v1"
-        assert [p.name for p in folder.iterdir()] == ["snapshot.csv"]
+        assert sorted(p.name for p in folder.iterdir()) == ["packed", "snapshot.csv"]
 
 
 class TestRefresh:
@@ -310,7 +310,7 @@ def test_the_snapshot_keeps_every_cell_exactly(tmp_path: Path) -> None:
         ],
     )
     source = SqlSource(url=url, table="patients")
-    report = snapshot_sql(metadata, source, tmp_path / "v1")
+    _store, report = snapshot_sql(metadata, source, tmp_path / "v1")
     assert report.n_rows == len(tricky)
     live, _ = load_store(metadata, source, base_dir=tmp_path)
     kept, _ = load_store(metadata, CsvSource(path=SNAPSHOT_FILE), base_dir=tmp_path / "v1")

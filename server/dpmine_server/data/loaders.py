@@ -763,10 +763,14 @@ def load_store(
     return _load_single(metadata, frame, what, _sql_row)
 
 
-def snapshot_sql(metadata: DatasetMetadata, source: SqlSource, folder: Path) -> LoadReport:
+def snapshot_sql(
+    metadata: DatasetMetadata, source: SqlSource, folder: Path
+) -> tuple[ColumnStore, LoadReport]:
     """Read an SQL source once, validate it as declared, and keep its declared columns as
-    ``folder/snapshot.csv`` (the format of an uploaded CSV); operations load only that file,
-    never the live source, so a source that changes later cannot fail a charged call.
+    ``folder/snapshot.csv`` (the format of an uploaded CSV); operations load only that file (or
+    the packed columns written from the store returned here, which reads back from the snapshot
+    cell for cell), never the live source, so a source that changes later cannot fail a charged
+    call.
 
     Raises :class:`DataValidationError` (owner-only message) if the source does not match the
     metadata, or if the snapshot would not read back cell for cell.
@@ -775,7 +779,7 @@ def snapshot_sql(metadata: DatasetMetadata, source: SqlSource, folder: Path) -> 
     what = f"SQL table {source.table!r}" if source.table is not None else "SQL query"
     if frame.empty:
         raise DataValidationError(f"{what} has no rows; a dataset needs its data rows")
-    _store, report = _load_single(metadata, frame, what, _sql_row)  # n_max, columns, types
+    store, report = _load_single(metadata, frame, what, _sql_row)  # n_max, columns, types
     names = [attribute.name for attribute in metadata.attributes]
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / SNAPSHOT_FILE
@@ -786,4 +790,4 @@ def snapshot_sql(metadata: DatasetMetadata, source: SqlSource, folder: Path) -> 
             f"cannot keep a snapshot of {what}: a column name or cell does not survive a CSV "
             "round trip (leading or trailing spaces in a column name?)"
         )
-    return report
+    return store, report

@@ -54,6 +54,15 @@ from dpmine_server.data.loaders import (
     load_store,
     snapshot_sql,
 )
+from dpmine_server.data.packed import (
+    PACKED_DIR,
+    PackedFormatError,
+    available_memory,
+    fit_problem,
+    map_packed,
+    packed_bytes_bound,
+    write_packed,
+)
 from dpmine_server.db.base import rows_affected
 from dpmine_server.db.models import Dataset, Grant, Principal, utcnow
 from dpmine_server.dp.budget import BudgetError, Epsilon, Rho, ledger_amount
@@ -258,12 +267,17 @@ class DatasetService:
             raise Forbidden("this server does not accept SQL sources (DPMINE_ALLOW_SQL_SOURCES)")
         version_dir = self._version_dir(request.id, 1)
         source = self._store_files(request.source, files or {}, version_dir)
-        loaded: ColumnStore | None = None
         try:
+            self._check_fits(request.metadata, source, version_dir)
             if isinstance(source, SqlSource):
-                report = snapshot_sql(request.metadata, source, version_dir)
+                parsed, report = snapshot_sql(request.metadata, source, version_dir)
             else:
-                loaded, report = load_store(request.metadata, source, base_dir=version_dir)
+                parsed, report = load_store(request.metadata, source, base_dir=version_dir)
+            # No committed dataset has this id: packed columns left here by a registration
+            # that was rolled back are another table's, never to be mapped.
+            shutil.rmtree(version_dir / PACKED_DIR, ignore_errors=True)
+            loaded = self._pack(parsed, request.metadata, version_dir)
+            del parsed  # the parsed arrays go; the process keeps the mapped ones
         except DataValidationError as error:
             shutil.rmtree(version_dir, ignore_errors=True)
             raise InvalidRequest(str(error)) from error
@@ -290,13 +304,12 @@ class DatasetService:
         )
         session.add(dataset)
         session.flush()
-        if loaded is not None:
-            # Resident from the start (no first request pays the load), once the registration
-            # is committed: a rolled-back one must not leave its contents under the id.
-            session.info.setdefault(_LOADED_KEY, []).append((request.id, 1, loaded))
-            for name, listener in (("after_commit", self._keep_loaded), ("after_rollback", _drop)):
-                if not event.contains(session, name, listener):
-                    event.listen(session, name, listener)
+        # Resident from the start (no first request pays the load), once the registration is
+        # committed: a rolled-back one must not leave its contents under the id.
+        session.info.setdefault(_LOADED_KEY, []).append((request.id, 1, loaded))
+        for name, listener in (("after_commit", self._keep_loaded), ("after_rollback", _drop)):
+            if not event.contains(session, name, listener):
+                event.listen(session, name, listener)
         return dataset_info(dataset), report
 
     def refresh(self, session: Session, dataset_id: str) -> tuple[DatasetInfo, LoadReport]:
@@ -325,7 +338,10 @@ class DatasetService:
             f".refresh-{uuid.uuid4().hex}"
         )
         try:
-            report = snapshot_sql(metadata, source, staging)
+            self._check_fits(metadata, source, staging)
+            parsed, report = snapshot_sql(metadata, source, staging)
+            write_packed(parsed, staging)
+            del parsed
             # The caller's session is touched only now; the version moves only if no one else
             # refreshed meanwhile (a conditional update: row lock / immediate transaction).
             moved = session.execute(
@@ -348,6 +364,33 @@ class DatasetService:
         refreshed = session.get(Dataset, dataset_id, populate_existing=True)
         assert refreshed is not None
         return dataset_info(refreshed), report
+
+    def _check_fits(self, metadata: DatasetMetadata, source: DatasetSource, folder: Path) -> None:
+        """Refuse, before anything is parsed, a version whose load or packed columns would not
+        fit this machine (bounds from the declared ``n_max``; for a FIMI file, also from its
+        size: a row index per at least two bytes of text)."""
+        occurrences = None
+        if isinstance(source, FimiSource) and not source.path.endswith(".gz"):
+            path = folder / source.path
+            occurrences = path.stat().st_size // 2 + 1 if path.is_file() else None
+        self._data_dir.mkdir(parents=True, exist_ok=True)
+        problem = fit_problem(
+            packed_bytes_bound(metadata, occurrences=occurrences),
+            memory=available_memory(),
+            disk=shutil.disk_usage(self._data_dir).free,
+        )
+        if problem is not None:
+            raise DataValidationError(f"this dataset does not fit this server: {problem}")
+
+    @staticmethod
+    def _pack(store: ColumnStore, metadata: DatasetMetadata, version_dir: Path) -> ColumnStore:
+        """Write a freshly parsed store's packed columns (once) and map them back: the store a
+        process keeps is the mapped one, whose pages the other processes share."""
+        write_packed(store, version_dir)
+        mapped = map_packed(metadata, version_dir)
+        if mapped is None:  # written just above, or by another process meanwhile
+            raise PackedFormatError(f"the packed columns in {version_dir} vanished")
+        return mapped
 
     def _version_dir(self, dataset_id: str, version: int) -> Path:
         return (self._data_dir / "datasets" / dataset_id / f"v{version}").resolve()
@@ -595,6 +638,8 @@ class DatasetService:
         for dataset_id, version in reversed(rows):
             try:
                 self._cache.get(dataset_id, int(version))
+            except PackedFormatError:
+                raise  # damaged data: the server refuses to start (the message says what to do)
             except Exception:
                 logger.exception("dataset %s could not be preloaded", dataset_id)
                 continue
@@ -607,12 +652,16 @@ class DatasetService:
             dataset = self.get(session, dataset_id)
             metadata = DatasetMetadata.model_validate(dataset.metadata_json)
             source = _SOURCE_ADAPTER.validate_python(dataset.source_json)
-        if isinstance(source, SqlSource):
-            # Only the snapshot taken at registration or refresh, never the live source.
-            source = CsvSource(path=SNAPSHOT_FILE)
-        store, _report = load_store(
-            metadata, source, base_dir=self._version_dir(dataset_id, version)
-        )
+        folder = self._version_dir(dataset_id, version)
+        store = map_packed(metadata, folder)  # PackedFormatError if damaged
+        if store is None:
+            # A version registered before the packed format: parsed once more, then packed.
+            if isinstance(source, SqlSource):
+                # Only the snapshot taken at registration or refresh, never the live source.
+                source = CsvSource(path=SNAPSHOT_FILE)
+            parsed, _report = load_store(metadata, source, base_dir=folder)
+            store = self._pack(parsed, metadata, folder)
+            del parsed
         if self._load_padding is not None:
             # A load's time grows with the private row count: padded to a public time.
             time.sleep(max(started + self._load_padding(metadata) - time.monotonic(), 0.0))
