@@ -148,6 +148,15 @@ class Settings(BaseSettings):
     allow_sql_sources: bool = Field(
         default=True, description="Owners may register tables of other SQL databases."
     )
+    max_in_flight: int = Field(
+        default=16,
+        ge=1,
+        le=1000,
+        description="Data-touching requests one API process holds at once, each until its "
+        "padded deadline (services/admission.py). More are refused at once with 429 "
+        "Overloaded and Retry-After, before anything is charged. Public (shown in /v1/health); "
+        "a calibrated base (dpmine-server calibrate) covers this many requests at once.",
+    )
     # Release padding (DESIGN.md contract item 7, services/timing.py). Unset values take the
     # defaults of the environment: a 50 ms grid, 100 ms base and scale 1 everywhere but in
     # test mode, where a 1 ms grid, no base and scale 0 keep the test suite fast.
