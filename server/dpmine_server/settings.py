@@ -42,7 +42,9 @@ _TEST_TIMING = {
     "timing_overrun": "release",
 }
 #: Least fixed budget when overruns fail closed: the request's own bookkeeping (ledger writes,
-#: metadata reads) must fit before the deadline, or every answer would be a failure.
+#: metadata reads) must fit before the deadline, or every answer would be a failure. Also the
+#: floor of a calibrated base (services/timing.py): a measured base below it would leave no room
+#: for one scheduler time slice of a busy Linux machine (a few ms) or a slow disk sync.
 MIN_FAIL_CLOSED_BASE_MS = 20.0
 
 
