@@ -504,7 +504,7 @@ def calibrate(
 
         limit = in_flight or _settings().max_in_flight
         if not as_json:
-            typer.echo(f"request path: {limit} count.noisy calls at once, in-process")
+            typer.echo(f"request path: {limit} count.noisy calls at once to a server process")
         measured = measure_request_path(limit, repeats or default_repeats)
         result = result.model_copy(update={"request_path": measured})
     out.parent.mkdir(parents=True, exist_ok=True)
