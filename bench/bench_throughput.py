@@ -371,6 +371,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _settings_text(env: dict[str, str]) -> str:
+    """The run's server settings beyond development mode, in words."""
+    extra = [f"{name}={value}" for name, value in env.items() if name not in SERVER_ENV]
+    return ", ".join(extra) if extra else "production defaults"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run every setting, print the table, write the JSON; non-zero exit on failed requests
     other than overruns."""
@@ -401,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     info["load_average_end"] = load_average()
     target = [r for r in results if r.clients == TARGET_CLIENTS]
     lines = [
-        f"**{OPERATION} with release padding on** (production defaults; SQLite; one run; "
+        f"**{OPERATION} with release padding on** ({_settings_text(env)}; SQLite; one run; "
         f"load average {info['load_average_start']} at start, {info['load_average_end']} at end; "
         "2 cores shared with other users, so these are bounds set by that sharing):",
         "",
