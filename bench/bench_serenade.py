@@ -188,6 +188,8 @@ class Config:
     utility: bool = False
     smoke: bool = False
     batching: bool = False
+    #: Extra server settings (``--calibration``, ``--max-in-flight``): DPMINE_* → value.
+    server_env: Mapping[str, str] = field(default_factory=dict)
 
 
 # -- data ----------------------------------------------------------------------------------------
@@ -676,7 +678,8 @@ def registered_server(
         server_for_backend(
             "sqlite",
             Path(work),
-            extra_env=None if config.padding else {"DPMINE_TIMING_PADDING": "false"},
+            extra_env=dict(config.server_env)
+            | ({} if config.padding else {"DPMINE_TIMING_PADDING": "false"}),
         ) as server,
     ):
         try:
@@ -2044,6 +2047,13 @@ def parse_args(argv: list[str] | None = None) -> Config:
         "off and on (production defaults), per-call and batched (default mammals,asia; 1 run)",
     )
     parser.add_argument(
+        "--calibration",
+        type=Path,
+        help="DPMINE_TIMING_CALIBRATION of the server (dpmine-server calibrate: measured base "
+        "and kernel factors)",
+    )
+    parser.add_argument("--max-in-flight", type=int, help="DPMINE_MAX_IN_FLIGHT of the server")
+    parser.add_argument(
         "--wait-quiet",
         type=float,
         default=0.0,
@@ -2096,7 +2106,18 @@ def parse_args(argv: list[str] | None = None) -> Config:
         padding=not args.no_padding,
         utility=args.utility,
         batching=args.batching,
+        server_env=_server_env(args),
     )
+
+
+def _server_env(args: argparse.Namespace) -> dict[str, str]:
+    """The server settings given on the command line."""
+    env = {}
+    if args.calibration is not None:
+        env["DPMINE_TIMING_CALIBRATION"] = str(args.calibration.resolve())
+    if args.max_in_flight is not None:
+        env["DPMINE_MAX_IN_FLIGHT"] = str(args.max_in_flight)
+    return env
 
 
 def _prepare(config: Config, scratch: Path) -> list[PreparedData]:

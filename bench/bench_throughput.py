@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import secrets
 import sys
 import tempfile
@@ -90,6 +91,8 @@ class ThroughputResult:
     clients: int
     requests: int
     errors: int
+    #: 429 Overloaded answers (admission control; each retried after Retry-After).
+    refusals: int
     overruns: int
     server_errors: int
     seconds: float
@@ -123,11 +126,16 @@ def request_body(left: Any, right: Any) -> ComputeQualityRequest:
 
 
 def padded_deadlines(
-    requests: list[ComputeQualityRequest], metadata: DatasetMetadata
+    requests: list[ComputeQualityRequest], metadata: DatasetMetadata, env: dict[str, str]
 ) -> list[float]:
     """Seconds after arrival at which the server shows each release (no overrun): the policy
-    of the default settings applied to public values only, as the server does."""
-    policy = TimingPolicy.from_settings(Settings(environment="development"))
+    of the run's settings (``env``) applied to public values only, as the server does."""
+    settings = Settings(
+        environment="development",
+        timing_calibration=env.get("DPMINE_TIMING_CALIBRATION"),
+        max_in_flight=int(env.get("DPMINE_MAX_IN_FLIGHT", "16")),
+    )
+    policy = TimingPolicy.from_settings(settings)
     return [
         policy.deadline_offset(policy.budget(OPERATION, request, metadata)) for request in requests
     ]
@@ -142,6 +150,7 @@ async def _client(
     start: asyncio.Barrier,
     latencies: dict[int, float],
     errors: list[tuple[int, str]],
+    refusals: list[int],
 ) -> None:
     headers = {"Authorization": f"Bearer {key}"}
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120.0) as client:
@@ -151,10 +160,17 @@ async def _client(
         await start.wait()
         for index, body in work:
             began = time.perf_counter()
+            idempotency = {"Idempotency-Key": str(uuid.uuid4())}
             try:
-                response = await client.post(
-                    path, json=body, headers={"Idempotency-Key": str(uuid.uuid4())}
-                )
+                response = await client.post(path, json=body, headers=idempotency)
+                # 429 Overloaded (nothing charged): sent again after Retry-After, spread by up
+                # to half again, with the same key, as the dpmine client does; the latency
+                # counts the whole wait.
+                while response.status_code == httpx.codes.TOO_MANY_REQUESTS:
+                    refusals.append(index)
+                    wait = float(response.headers.get("Retry-After", "1"))
+                    await asyncio.sleep(wait * (1.0 + 0.5 * random.random()))
+                    response = await client.post(path, json=body, headers=idempotency)
                 if response.status_code != httpx.codes.OK:
                     errors.append((response.status_code, response.text[:300]))
             except httpx.HTTPError as error:  # recorded and reported; the table must finish
@@ -168,10 +184,11 @@ async def _run(
     bodies: list[dict[str, Any]],
     path: str,
     clients: int,
-) -> tuple[dict[int, float], list[tuple[int, str]], float, float]:
+) -> tuple[dict[int, float], list[tuple[int, str]], list[int], float, float]:
     start = asyncio.Barrier(clients + 1)  # every client warmed up, and this coroutine
     latencies: dict[int, float] = {}
     errors: list[tuple[int, str]] = []
+    refusals: list[int] = []
     indexed = list(enumerate(bodies))
     tasks = [
         asyncio.create_task(
@@ -183,6 +200,7 @@ async def _run(
                 start=start,
                 latencies=latencies,
                 errors=errors,
+                refusals=refusals,
             )
         )
         for i in range(clients)
@@ -190,7 +208,7 @@ async def _run(
     await start.wait()
     cpu, wall = time.process_time(), time.perf_counter()
     await asyncio.gather(*tasks)
-    return latencies, errors, time.perf_counter() - wall, time.process_time() - cpu
+    return latencies, errors, refusals, time.perf_counter() - wall, time.process_time() - cpu
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -215,7 +233,9 @@ def measure(
     path = operation_for(requests[0]).url(MAMMALS_ID)
     bodies = [request.model_dump(mode="json") for request in requests]
     before, server_cpu = load_average(), servers_cpu_seconds(servers)
-    latencies, errors, seconds, cpu = asyncio.run(_run(servers, keys, bodies, path, clients))
+    latencies, errors, refusals, seconds, cpu = asyncio.run(
+        _run(servers, keys, bodies, path, clients)
+    )
     after, server_cpu = load_average(), servers_cpu_seconds(servers) - server_cpu
     values = [latencies[i] for i in sorted(latencies)]
     lateness = [latencies[i] - deadlines[i] for i in sorted(latencies)]
@@ -225,6 +245,7 @@ def measure(
         clients=clients,
         requests=len(values),
         errors=len(errors),
+        refusals=len(refusals),
         overruns=sum(1 for _, text in errors if OVERRAN[:60] in text),
         server_errors=sum(1 for status, _ in errors if status >= 500),
         seconds=round(seconds, 3),
@@ -246,9 +267,11 @@ def measure(
 
 
 @contextlib.contextmanager
-def api_process(database_url: str, work: Path, secret: str, index: int) -> Iterator[ServerHandle]:
-    """API process ``index`` on the shared database and data folder, padding at its defaults."""
-    extra = SERVER_ENV | {
+def api_process(
+    database_url: str, work: Path, secret: str, index: int, env: dict[str, str]
+) -> Iterator[ServerHandle]:
+    """API process ``index`` on the shared database and data folder, padding as ``env`` says."""
+    extra = env | {
         "DPMINE_SECRET_KEY": secret,
         "DPMINE_DATA_DIR": str(work / "shared-data"),
     }
@@ -259,7 +282,11 @@ def api_process(database_url: str, work: Path, secret: str, index: int) -> Itera
 
 
 def bench(
-    mammals_dir: Path, n_requests: int, clients: tuple[int, ...], processes: tuple[int, ...]
+    mammals_dir: Path,
+    n_requests: int,
+    clients: tuple[int, ...],
+    processes: tuple[int, ...],
+    env: dict[str, str],
 ) -> tuple[list[ThroughputResult], list[float]]:
     """Every (processes, clients) setting on one SQLite database; API processes are added as
     the process count grows (all serve the same data)."""
@@ -271,18 +298,18 @@ def bench(
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dpmine-through-")))
         database_url = f"sqlite:///{work / 'dpmine.sqlite3'}"
         secret = secrets.token_urlsafe(32)
-        servers = [stack.enter_context(api_process(database_url, work, secret, 0))]
+        servers = [stack.enter_context(api_process(database_url, work, secret, 0, env))]
         with servers[0].connect() as owner:
             register_mammals(owner, metadata, mammals_dir)
             served = owner.dataset(MAMMALS_ID).schema
-        deadlines = padded_deadlines(requests, served)
+        deadlines = padded_deadlines(requests, served, env)
         names = [f"analyst-{i:03d}" for i in range(max(clients))]
         keys = add_analysts(servers[0], names, {MAMMALS_ID: GRANT_EPSILON})
         key_list = [keys[name] for name in names]
         for count in sorted(processes):
             while len(servers) < count:
                 servers.append(
-                    stack.enter_context(api_process(database_url, work, secret, len(servers)))
+                    stack.enter_context(api_process(database_url, work, secret, len(servers), env))
                 )
             for n_clients in clients:
                 result = measure(servers, key_list, requests, deadlines, n_clients)
@@ -291,6 +318,7 @@ def bench(
                     f"req/s  p50 {result.p50_ms:6.1f} ms  p99 {result.p99_ms:6.1f} ms  "
                     f"deadline {result.deadline_min_ms}-{result.deadline_max_ms} ms  "
                     f"errors {result.errors} (overruns {result.overruns})  "
+                    f"refused {result.refusals}  "
                     f"client CPU {result.client_cpu_share}  server CPU {result.server_cpu_share} "
                     f"({result.server_cpu_ms_per_request} ms/request)  load {result.load_before}",
                     flush=True,
@@ -304,8 +332,8 @@ def markdown_table(results: list[ThroughputResult]) -> list[str]:
     lines = [
         "| API processes | clients | req/s (with a release) | p50 ms | p99 ms | "
         "padded deadline ms | p99 − deadline ms | p99 lateness ms | errors (overruns, 5xx) | "
-        "client CPU | server CPU (ms/request) | load before → after |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "429 refusals | client CPU | server CPU (ms/request) | load before → after |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         load = f"{r.load_before[0]:.2f} → {r.load_after[0]:.2f}"
@@ -314,6 +342,7 @@ def markdown_table(results: list[ThroughputResult]) -> list[str]:
             f"{r.p50_ms} | {r.p99_ms} | "
             f"{r.deadline_min_ms}–{r.deadline_max_ms} | {r.p99_minus_budget_ms} | "
             f"{r.p99_lateness_ms} | {r.errors} ({r.overruns}, {r.server_errors}) | "
+            f"{r.refusals} | "
             f"{r.client_cpu_share} | {r.server_cpu_share} ({r.server_cpu_ms_per_request}) | "
             f"{load} |"
         )
@@ -329,9 +358,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--mammals-dir", type=Path, default=MAMMALS_DIR)
     parser.add_argument("--out", type=Path, default=Path("bench/out"))
     parser.add_argument(
+        "--calibration",
+        type=Path,
+        help="DPMINE_TIMING_CALIBRATION of every API process (its measured base and factors)",
+    )
+    parser.add_argument(
+        "--max-in-flight", type=int, help="DPMINE_MAX_IN_FLIGHT of every API process"
+    )
+    parser.add_argument(
         "--smoke", action="store_true", help="seconds: small generated data, 1 process, 4 clients"
     )
     return parser.parse_args(argv)
+
+
+def _settings_text(env: dict[str, str]) -> str:
+    """The run's server settings beyond development mode, in words."""
+    extra = [f"{name}={value}" for name, value in env.items() if name not in SERVER_ENV]
+    return ", ".join(extra) if extra else "production defaults"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -355,11 +398,16 @@ def main(argv: list[str] | None = None) -> int:
         f"processes={processes} nproc={info['nproc']}",
         flush=True,
     )
-    results, deadlines = bench(mammals_dir, n_requests, clients, processes)
+    env = dict(SERVER_ENV)
+    if args.calibration is not None:
+        env["DPMINE_TIMING_CALIBRATION"] = str(args.calibration.resolve())
+    if args.max_in_flight is not None:
+        env["DPMINE_MAX_IN_FLIGHT"] = str(args.max_in_flight)
+    results, deadlines = bench(mammals_dir, n_requests, clients, processes, env)
     info["load_average_end"] = load_average()
     target = [r for r in results if r.clients == TARGET_CLIENTS]
     lines = [
-        f"**{OPERATION} with release padding on** (production defaults; SQLite; one run; "
+        f"**{OPERATION} with release padding on** ({_settings_text(env)}; SQLite; one run; "
         f"load average {info['load_average_start']} at start, {info['load_average_end']} at end; "
         "2 cores shared with other users, so these are bounds set by that sharing):",
         "",
@@ -382,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
             "requests_per_setting": n_requests,
             "clients": list(clients),
             "processes": list(processes),
-            "server_env": SERVER_ENV,
+            "server_env": env,
             "epsilon_per_call": EPSILON,
             "smoke": args.smoke,
         },

@@ -8,6 +8,7 @@ app in-process, or to a live server).
 
 from __future__ import annotations
 
+import random
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -22,6 +23,7 @@ from pydantic import BaseModel, TypeAdapter
 from dpmine.errors import (
     DPMineError,
     OperationFailedError,
+    OverloadedError,
     ParameterError,
     RequestInProgressError,
     TransportError,
@@ -77,6 +79,14 @@ __all__ = ["AdminClient", "Connection", "DatasetHandle", "Job", "connect"]
 ModelT = TypeVar("ModelT", bound=BaseModel)
 ResponseT = TypeVar("ResponseT", bound=WireModel)
 _RETRY_STATUS = {502, 503, 504}
+
+
+def _overload_wait(retry_after: float | None, attempt: int) -> float:
+    """Seconds before retry ``attempt`` of a 429 Overloaded refusal: the server's Retry-After
+    (else the usual backoff), spread by up to half again at random so that the clients it
+    refused together do not all come back at once."""
+    base = retry_after if retry_after is not None else min(0.25 * 2**attempt, 5.0)
+    return base * (1.0 + 0.5 * random.random())
 
 
 def connect(
@@ -187,8 +197,9 @@ class Connection:
         data: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
     ) -> httpx.Response:
-        """Send a request, retrying transport failures and "in progress" answers with the same
-        Idempotency-Key; raise the mapped error for an error answer."""
+        """Send a request, retrying transport failures, "in progress" answers and 429
+        Overloaded refusals (nothing was charged) with the same Idempotency-Key; raise the
+        mapped error for an error answer."""
         headers = dict(self._headers)
         if idempotency_key is not None:
             headers["Idempotency-Key"] = idempotency_key
@@ -213,10 +224,14 @@ class Connection:
                     return response
                 failure = error_from_response(response)
                 again = response.status_code in _RETRY_STATUS or isinstance(
-                    failure, RequestInProgressError
+                    failure, (RequestInProgressError, OverloadedError)
                 )
                 if not (retriable and again) or attempt >= self._retries:
                     raise failure
+                if isinstance(failure, OverloadedError):
+                    attempt += 1
+                    time.sleep(_overload_wait(failure.retry_after, attempt))
+                    continue
             attempt += 1
             time.sleep(min(0.25 * 2**attempt, 5.0))
 

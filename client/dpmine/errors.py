@@ -13,6 +13,7 @@
         ├── NotFoundError         404: unknown or not granted
         ├── PayloadTooLargeError  413: a body over the server's limit (nothing was read)
         ├── RateLimitedError      429: too many failed logins; wait ``retry_after`` seconds
+        │   └── OverloadedError   429: server at its in-flight limit (nothing charged; retried)
         ├── ConflictError         409
         │   ├── BudgetExhaustedError      nothing was charged
         │   ├── IdempotencyConflictError  the key was used for a different request
@@ -44,6 +45,7 @@ __all__ = [
     "JobCancelledError",
     "NotFoundError",
     "OperationFailedError",
+    "OverloadedError",
     "ParameterError",
     "PayloadTooLargeError",
     "PermissionDeniedError",
@@ -283,6 +285,12 @@ class RateLimitedError(ServerError):
             return None
 
 
+class OverloadedError(RateLimitedError):
+    """The server holds its public limit of requests at once; nothing was charged. A request
+    with an Idempotency-Key (every operation call) is sent again after :attr:`retry_after`
+    seconds, up to the connection's ``retries``; this is raised when they run out."""
+
+
 class OperationFailedError(ServerError):
     """The operation failed after its charge; nothing was released."""
 
@@ -299,6 +307,7 @@ _BY_NAME: dict[str, type[ServerError]] = {
     "ChargeKeptNoResult": ChargeKeptNoResultError,
     "JobCancelled": JobCancelledError,
     "RateLimited": RateLimitedError,
+    "Overloaded": OverloadedError,
     "OperationFailed": OperationFailedError,
     "PayloadTooLarge": PayloadTooLargeError,
 }

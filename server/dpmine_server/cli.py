@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         NumericAttribute,
     )
     from dpmine_server.data.loaders import LoadReport
+    from dpmine_server.services.calibration_file import TimingCalibration
     from dpmine_server.services.container import Services
     from dpmine_server.services.datasets import StoredFile
     from dpmine_server.settings import Settings
@@ -423,6 +424,15 @@ def worker(
     run_worker(settings, concurrency=concurrency)
 
 
+def _calibrated_base_ms(result: TimingCalibration, limit: int) -> float:
+    """The base (ms) a server admitting ``limit`` requests at once takes from ``result``."""
+    from dpmine_server.settings import MIN_FAIL_CLOSED_BASE_MS
+
+    assert result.request_path is not None
+    floor = MIN_FAIL_CLOSED_BASE_MS / 1000.0
+    return 1000.0 * result.request_path.base_seconds(limit=limit, margin=result.margin, floor=floor)
+
+
 @app.command()
 def calibrate(
     out: Annotated[Path, typer.Option(help="Calibration file to write.")] = Path(
@@ -440,12 +450,27 @@ def calibrate(
         str | None,
         typer.Option(help="Only these operations, a comma list (the others keep factor 1)"),
     ] = None,
+    in_flight: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Requests sent at once to measure the request path (default: "
+            "DPMINE_MAX_IN_FLIGHT); the base then follows the configured limit",
+        ),
+    ] = None,
+    skip_request_path: Annotated[
+        bool,
+        typer.Option(
+            "--skip-request-path", help="Do not measure the base (DPMINE_TIMING_BASE_MS stays)"
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Time every priced operation's kernel on synthetic adversarial data on this machine and
-    write the public calibration file that DPMINE_TIMING_CALIBRATION names (docs/operators.md,
-    "Calibrating the time budgets"). Run it on the deployment's machine, with the load it
-    usually has; no registered data is read."""
+    """Time every priced operation's kernel on synthetic adversarial data on this machine, and
+    the request path at the in-flight limit (the base), and write the public calibration file
+    that DPMINE_TIMING_CALIBRATION names (docs/operators.md, "Calibrating the time budgets").
+    Run it on the deployment's machine, with the load it usually has; no registered data is
+    read."""
     from dpmine_server.services import calibration
     from dpmine_server.services.warmup import warm_compiled_kernels
 
@@ -474,6 +499,14 @@ def calibrate(
         operations=chosen,
         report=None if as_json else typer.echo,
     )
+    if not skip_request_path:
+        from dpmine_server.request_path import measure_request_path
+
+        limit = in_flight or _settings().max_in_flight
+        if not as_json:
+            typer.echo(f"request path: {limit} count.noisy calls at once to a server process")
+        measured = measure_request_path(limit, repeats or default_repeats)
+        result = result.model_copy(update={"request_path": measured})
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")
     if as_json:
@@ -482,6 +515,12 @@ def calibrate(
                 "path": str(out),
                 "margin": result.margin,
                 "factors": {name: op.factor for name, op in result.operations.items()},
+                "request_path": None
+                if result.request_path is None
+                else result.request_path.model_dump(mode="json"),
+                "base_ms": None
+                if result.request_path is None
+                else _calibrated_base_ms(result, result.request_path.limit),
             }
         )
         return
@@ -494,6 +533,16 @@ def calibrate(
             for name, op in result.operations.items()
         ],
     )
+    if result.request_path is not None:
+        from dpmine_server.settings import MIN_FAIL_CLOSED_BASE_MS
+
+        path = result.request_path
+        typer.echo(
+            f"request path: {path.limit} at once took {path.burst_seconds * 1e3:.1f} ms (worst "
+            f"of {path.bursts}), {path.seconds_per_request * 1e3:.2f} ms a request; base = "
+            f"max({MIN_FAIL_CLOSED_BASE_MS:g} ms, {result.margin:g} × DPMINE_MAX_IN_FLIGHT × "
+            f"that) = {_calibrated_base_ms(result, path.limit):.0f} ms at {path.limit}"
+        )
     typer.echo(f"wrote {out}; set DPMINE_TIMING_CALIBRATION={out} and restart the server to use it")
 
 

@@ -20,6 +20,7 @@ __all__ = [
     "JobCancelled",
     "NotFound",
     "OperationFailed",
+    "Overloaded",
     "PayloadTooLarge",
     "RateLimited",
     "RequestInProgress",
@@ -104,6 +105,18 @@ class ChargeKeptNoResult(ServerError):
 
 class RateLimited(ServerError):
     """Too many failed logins; wait ``Retry-After`` seconds."""
+
+    status_code = 429
+
+    def __init__(self, message: str, *, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.headers = {"Retry-After": str(retry_after)}
+
+
+class Overloaded(ServerError):
+    """The API process holds its public limit of requests at once (DPMINE_MAX_IN_FLIGHT);
+    refused before anything was read or charged: send it again after ``Retry-After`` seconds
+    with the same Idempotency-Key."""
 
     status_code = 429
 

@@ -34,15 +34,20 @@ _CONFIG_FILE_ENV = "DPMINE_CONFIG_FILE"
 #: ``dpmine-server init`` writes), so that every command and every new shell started in that
 #: folder uses the same secret and database.
 DEFAULT_CONFIG_FILE = "dpmine.toml"
-#: Padding defaults of test mode (explicit values win): releases wait at most 1 ms.
+#: Padding defaults of test mode (explicit values win): releases wait at most 1 ms. Without
+#: padding a request holds its in-flight place only while it runs, and the suite's ledger races
+#: send 64 requests at once, so test mode admits up to 1000 (the admission tests set their own).
 _TEST_TIMING = {
     "timing_grid_ms": 1.0,
     "timing_base_ms": 0.0,
     "timing_scale": 0.0,
     "timing_overrun": "release",
+    "max_in_flight": 1000,
 }
 #: Least fixed budget when overruns fail closed: the request's own bookkeeping (ledger writes,
-#: metadata reads) must fit before the deadline, or every answer would be a failure.
+#: metadata reads) must fit before the deadline, or every answer would be a failure. Also the
+#: floor of a calibrated base (services/timing.py): a measured base below it would leave no room
+#: for one scheduler time slice of a busy Linux machine (a few ms) or a slow disk sync.
 MIN_FAIL_CLOSED_BASE_MS = 20.0
 
 
@@ -147,6 +152,16 @@ class Settings(BaseSettings):
     )
     allow_sql_sources: bool = Field(
         default=True, description="Owners may register tables of other SQL databases."
+    )
+    max_in_flight: int = Field(
+        default=16,
+        ge=1,
+        le=1000,
+        description="Data-touching requests one API process holds at once, each until its "
+        "padded deadline (services/admission.py; test mode's default: 1000). More are refused "
+        "at once with 429 Overloaded and Retry-After, before anything is charged. Public (shown "
+        "in /v1/health); a calibrated base (dpmine-server calibrate) covers this many requests "
+        "at once.",
     )
     # Release padding (DESIGN.md contract item 7, services/timing.py). Unset values take the
     # defaults of the environment: a 50 ms grid, 100 ms base and scale 1 everywhere but in

@@ -29,6 +29,7 @@ from dpmine_server.errors import (
     JobCancelled,
     NotFound,
     OperationFailed,
+    Overloaded,
     PayloadTooLarge,
     RateLimited,
     RequestInProgress,
@@ -69,6 +70,7 @@ CLASSES: list[tuple[type[ServerError], int, dict[str, str]]] = [
     (OperationFailed, 500, {}),
     (PayloadTooLarge, 413, {}),
     (RateLimited, 429, {"retry-after": "1"}),
+    (Overloaded, 429, {"retry-after": "1"}),
 ]
 
 

@@ -80,6 +80,8 @@ class TestHealth:
             "version": "0.1.0",
             "database": "sqlite",
             "timing_calibration": None,  # no DPMINE_TIMING_CALIBRATION file in force
+            "max_in_flight": 1000,  # test mode's default DPMINE_MAX_IN_FLIGHT
+            "timing_base_ms": 0.0,  # test mode's padding: no base
         }
 
 

@@ -22,6 +22,7 @@ from dpmine.errors import (
     JobCancelledError,
     NotFoundError,
     OperationFailedError,
+    OverloadedError,
     ParameterError,
     PayloadTooLargeError,
     PermissionDeniedError,
@@ -62,6 +63,7 @@ TREE: dict[type[DPMineError], type[Exception] | tuple[type[Exception], ...]] = {
     OperationFailedError: ServerError,
     PayloadTooLargeError: ServerError,
     RateLimitedError: ServerError,
+    OverloadedError: RateLimitedError,
 }
 
 #: Every error the server sends (dpmine_server.errors class names) with its status.
@@ -79,6 +81,7 @@ SERVER_ERRORS: list[tuple[str, int, type[ServerError]]] = [
     ("ChargeKeptNoResult", 409, ChargeKeptNoResultError),
     ("JobCancelled", 409, JobCancelledError),
     ("RateLimited", 429, RateLimitedError),
+    ("Overloaded", 429, OverloadedError),
 ]
 
 

@@ -61,7 +61,9 @@ _ERROR_MEANINGS: dict[int, str] = {
     "Idempotency-Key), IdempotencyConflict, or ChargeKeptNoResult (charged, nothing released).",
     413: "The body is over the server's size limit; nothing was read or charged.",
     422: "InvalidRequest: nothing was charged; the detail says what to fix.",
-    429: "Too many failed logins from this client or for this key; wait Retry-After seconds.",
+    429: "RateLimited (too many failed logins from this client or for this key) or Overloaded "
+    "(the server holds its public limit of requests at once; nothing charged); wait "
+    "Retry-After seconds and send it again with the same Idempotency-Key.",
 }
 #: Error responses documented on every route (all share the ErrorBody shape).
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -176,8 +178,36 @@ async def padded_operation(
     before the charge (validation, budget, auth) touch no data and return at once.
 
     An inline kernel still running at the deadline fails closed there (services/
-    release_guard.py); a job's worker settles it at the end of its slot the same way."""
-    policy = TimingPolicy.from_settings(services.settings)
+    release_guard.py); a job's worker settles it at the end of its slot the same way.
+
+    The request holds one of its process's public in-flight places (services/admission.py)
+    from arrival to its answer, or is refused 429 at once, before anything is charged."""
+    with services.admission.admitted():
+        return await _padded_operation(
+            services,
+            arrival=arrival,
+            principal=principal,
+            dataset_id=dataset_id,
+            operation=operation,
+            request=request,
+            idempotency_key=idempotency_key,
+            response=response,
+        )
+
+
+async def _padded_operation(
+    services: Services,
+    *,
+    arrival: float,
+    principal: Principal,
+    dataset_id: str,
+    operation: str,
+    request: BaseModel,
+    idempotency_key: str | None,
+    response: Response,
+) -> dict[str, Any]:
+    """:func:`padded_operation` once admitted."""
+    policy = services.timing
     inline = services.executor.spec(operation).mode != "job"
     guard = ReleaseGuard() if inline and policy.fails_closed else None
     call = functools.partial(
@@ -220,8 +250,32 @@ async def padded_batch(
     """A batch of inline calls (executor.execute_batch) in a worker thread, held like one call
     (:func:`padded_operation`) until the padded deadline of its public batch budget
     (:meth:`TimingPolicy.batch_budget`, the parts' work added up and one base). Refusals
-    before the charge (a bad part, budget, auth) touch no data and return at once."""
-    policy = TimingPolicy.from_settings(services.settings)
+    before the charge (a bad part, budget, auth) touch no data and return at once. Admitted
+    like one call (services/admission.py)."""
+    with services.admission.admitted():
+        return await _padded_batch(
+            services,
+            arrival=arrival,
+            principal=principal,
+            dataset_id=dataset_id,
+            batch=batch,
+            idempotency_key=idempotency_key,
+            response=response,
+        )
+
+
+async def _padded_batch(
+    services: Services,
+    *,
+    arrival: float,
+    principal: Principal,
+    dataset_id: str,
+    batch: BatchRequest,
+    idempotency_key: str | None,
+    response: Response,
+) -> dict[str, Any]:
+    """:func:`padded_batch` once admitted."""
+    policy = services.timing
     guard = ReleaseGuard() if policy.fails_closed else None
 
     def call() -> dict[str, Any]:

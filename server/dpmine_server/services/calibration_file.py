@@ -32,6 +32,7 @@ __all__ = [
     "MARGIN",
     "CalibrationError",
     "OperationCalibration",
+    "RequestPathCalibration",
     "TimingCalibration",
     "cached_calibration",
     "read_calibration",
@@ -85,6 +86,26 @@ class OperationCalibration(BaseModel):
         return _finite_positive(value, "factor")
 
 
+class RequestPathCalibration(BaseModel):
+    """The measured fixed cost of one request at its process's in-flight limit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    limit: int = Field(ge=1, description="requests sent at once (the in-flight limit measured)")
+    bursts: int = Field(ge=1, description="timed bursts")
+    burst_seconds: float = Field(
+        gt=0, allow_inf_nan=False, description="worst time from a burst's start to its last answer"
+    )
+    seconds_per_request: float = Field(
+        gt=0, allow_inf_nan=False, description="burst_seconds / limit"
+    )
+
+    def base_seconds(self, *, limit: int, margin: float, floor: float) -> float:
+        """The base for a process admitting ``limit`` requests at once:
+        ``max(floor, margin · limit · seconds_per_request)``."""
+        return max(floor, margin * limit * self.seconds_per_request)
+
+
 class TimingCalibration(BaseModel):
     """The whole file: format version, margin, the machine and every operation measured."""
 
@@ -96,6 +117,9 @@ class TimingCalibration(BaseModel):
     quick: bool = False
     machine: dict[str, Any] = Field(default_factory=dict)
     operations: dict[str, OperationCalibration]
+    #: The request path at the in-flight limit (server/dpmine_server/request_path.py); when
+    #: present the server's base is measured rather than DPMINE_TIMING_BASE_MS.
+    request_path: RequestPathCalibration | None = None
 
     @field_validator("version")
     @classmethod

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import Engine, select
 from sqlalchemy.exc import IntegrityError
@@ -12,6 +12,7 @@ from dpmine_server.db.base import is_sqlite
 from dpmine_server.db.migrate import upgrade_to_head
 from dpmine_server.db.models import Principal
 from dpmine_server.services import audit
+from dpmine_server.services.admission import AdmissionGate
 from dpmine_server.services.datasets import DatasetService
 from dpmine_server.services.executor import Executor
 from dpmine_server.services.instances import Liveness, liveness_for
@@ -35,6 +36,14 @@ class Services:
     runtime: WorkerRuntime
     jobs: JobRunner
     instance: Liveness
+    #: The public in-flight limit of this process (DPMINE_MAX_IN_FLIGHT, services/admission.py).
+    admission: AdmissionGate = field(init=False)
+    #: The padding policy of the settings, built once (services/timing.py).
+    timing: TimingPolicy = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "admission", AdmissionGate(self.settings.max_in_flight))
+        object.__setattr__(self, "timing", TimingPolicy.from_settings(self.settings))
 
     @property
     def engine(self) -> Engine:

@@ -62,7 +62,7 @@ from dpmine_server.operations.redescriptions import (
 from dpmine_server.operations.rule_lists import antecedents_plan
 from dpmine_server.operations.trees import exact_seconds, mcmc_sampler
 from dpmine_server.services.calibration_file import TimingCalibration, cached_calibration
-from dpmine_server.settings import Settings
+from dpmine_server.settings import MIN_FAIL_CLOSED_BASE_MS, Settings
 
 __all__ = [
     "BATCH_PART_SECONDS",
@@ -443,19 +443,29 @@ class TimingPolicy:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TimingPolicy:
-        """The policy configured by ``DPMINE_TIMING_*`` (see :class:`Settings`); a calibration
-        file that cannot be used raises
+        """The policy configured by ``DPMINE_TIMING_*`` (see :class:`Settings`). A calibration
+        file that measured the request path sets the base to ``max(floor, margin ·
+        DPMINE_MAX_IN_FLIGHT · measured seconds per request)`` (the floor:
+        ``MIN_FAIL_CLOSED_BASE_MS``) instead of ``DPMINE_TIMING_BASE_MS``
+        (server/dpmine_server/request_path.py); a calibration file that cannot be used raises
         :class:`~dpmine_server.services.calibration_file.CalibrationError` (at start-up: the
         container builds the policy before serving)."""
         calibration, label = None, None
+        base = settings.timing_base_ms / 1000.0
         if settings.timing_calibration is not None:
             path = settings.timing_calibration
             calibration = cached_calibration(str(path), PRICED_OPERATIONS)
             label = calibration.label(path)
+            if calibration.request_path is not None:
+                base = calibration.request_path.base_seconds(
+                    limit=settings.max_in_flight,
+                    margin=calibration.margin,
+                    floor=MIN_FAIL_CLOSED_BASE_MS / 1000.0,
+                )
         return cls(
             enabled=settings.timing_padding,
             grid=settings.timing_grid_ms / 1000.0,
-            base=settings.timing_base_ms / 1000.0,
+            base=base,
             scale=settings.timing_scale,
             fail_closed=settings.timing_overrun == "fail",
             calibration=calibration,

@@ -8,7 +8,6 @@ from sqlalchemy import text
 from dpmine.wire import WireModel
 from dpmine_server import __version__
 from dpmine_server.api.deps import ServicesDep
-from dpmine_server.services.timing import TimingPolicy
 
 router = APIRouter(tags=["health"])
 
@@ -22,6 +21,12 @@ class Health(WireModel):
     #: The timing calibration file in force (DPMINE_TIMING_CALIBRATION: public configuration),
     #: or None for the hand-set budget estimates.
     timing_calibration: str | None = None
+    #: Data-touching requests this API process holds at once (DPMINE_MAX_IN_FLIGHT; more are
+    #: refused 429 Overloaded before any charge).
+    max_in_flight: int | None = None
+    #: The fixed part of every padding budget in force, in ms (configured or calibrated;
+    #: None when padding is off).
+    timing_base_ms: float | None = None
 
 
 @router.get("/health", response_model=Health)
@@ -29,9 +34,12 @@ def health(services: ServicesDep) -> Health:
     """200 when the server and its database answer."""
     with services.engine.connect() as connection:
         connection.execute(text("SELECT 1"))
+    policy = services.timing
     return Health(
         status="ok",
         version=__version__,
         database=services.engine.dialect.name,
-        timing_calibration=TimingPolicy.from_settings(services.settings).calibration_label,
+        timing_calibration=policy.calibration_label,
+        max_in_flight=services.admission.limit,
+        timing_base_ms=round(policy.base * 1000.0, 3) if policy.enabled else None,
     )
