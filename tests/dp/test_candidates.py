@@ -27,10 +27,14 @@ from dpmine_server.dp.candidates import (
     Bounds,
     CandidateSampler,
     ContinuousCells,
+    ProposalPool,
     continuous_cells,
     draw_base_thresholds,
+    drawing_from,
     family_log_total,
+    joint_proposal_cap,
     rejection_proposal_cap,
+    shared_pool,
 )
 from dpmine_server.dp.lattice import LatticeCells, PublicLattice, public_lattice
 from dpmine_server.dp.rng import seeded_generator
@@ -138,7 +142,7 @@ def _key(draw: tuple[str, int] | tuple[str, Outcome]) -> Hashable:
 def assert_matches(observed: Counter[Hashable], law: dict[Hashable, float]) -> None:
     assert set(observed) <= set(law), set(observed) - set(law)
     keys = list(law)
-    wanted = [DRAWS * law[key] for key in keys]
+    wanted = [sum(observed.values()) * law[key] for key in keys]
     assert min(wanted) > 5, "the toy law must give every outcome a testable mass"
     assert chisquare([observed[key] for key in keys], wanted).pvalue > SEEDED_P_VALUE
 
@@ -289,3 +293,91 @@ def test_cap_edges_and_monotonicity() -> None:
     for draws, exponent in ((-1, 1.0), (1, -0.5), (1, math.inf), (1, math.nan)):
         with pytest.raises(ValueError, match="proposal cap"):
             rejection_proposal_cap(draws, exponent)
+
+
+# -- the joint cap of a batch's rejection draws -------------------------------------------------
+
+#: A tail large enough to check by simulation (the server's 10⁻⁹ is not).
+SIMULATED_OVERRUN = 0.01
+BATCHES = 200_000
+
+
+def simulated_overrun(demands: list[tuple[int, float]], cap: int, seed: int) -> float:
+    """Share of simulated batches whose draws need more than ``cap`` proposals in all, every
+    proposal of part i accepted with probability exactly e^(−aᵢ) (the least the cap assumes)."""
+    rng = np.random.default_rng(seed)
+    total = np.zeros(BATCHES, dtype=np.int64)
+    for draws, exponent in demands:
+        total += rng.geometric(math.exp(-exponent), size=(BATCHES, draws)).sum(axis=1)
+    return float(np.mean(total > cap))
+
+
+@pytest.mark.parametrize(
+    "demands",
+    [
+        [(1, 0.5)] * 20,
+        [(1, 2.5)] * 8,
+        [(1, 0.05), (3, 1.0), (1, 2.0), (20, 0.3)],
+    ],
+    ids=["20 at 0.5", "8 at 2.5", "mixed"],
+)
+def test_the_joint_cap_bounds_the_simulated_total(demands: list[tuple[int, float]]) -> None:
+    cap = joint_proposal_cap(demands, overrun=SIMULATED_OVERRUN)
+    # Binomial standard error of the estimate at the bound: 4σ ≈ 0.0009.
+    assert simulated_overrun(demands, cap, seed=51) <= SIMULATED_OVERRUN + 0.0009
+    draws = sum(d for d, _ in demands)
+    worst = max(a for _, a in demands)
+    # The cap is the least that the bound allows: one less is above the target tail.
+    assert negative_binomial_overrun(cap - 1, draws, worst) > SIMULATED_OVERRUN
+    if len({a for _, a in demands}) == 1:  # exact when every part has the worst exponent
+        assert simulated_overrun(demands, cap - 1, seed=52) > SIMULATED_OVERRUN - 0.0009
+
+
+def test_the_joint_cap_is_far_below_the_sum_of_single_caps() -> None:
+    for exponent in (0.05, 0.5, 2.5, 8.0):
+        single = rejection_proposal_cap(1, exponent)
+        assert joint_proposal_cap([(1, exponent)] * 20) < 20 * single / 3
+        assert joint_proposal_cap([(1, exponent)]) == single
+    assert joint_proposal_cap([]) == 0
+    assert joint_proposal_cap([(0, 3.0), (0, 1.0)]) == 0
+    assert joint_proposal_cap([(2, 1.0), (0, 7.0)]) == rejection_proposal_cap(2, 1.0)
+    for bad in ([(-1, 1.0)], [(1, -0.5)], [(1, math.nan)]):
+        with pytest.raises(ValueError, match="proposal cap"):
+            joint_proposal_cap(bad)
+
+
+#: Batches of two samplers in the shared-pool test (a fresh pair each: slower per draw).
+POOL_BATCHES = 6_000
+
+
+def test_samplers_sharing_a_pool_keep_the_exact_law() -> None:
+    """Two samplers (the parts of one batch) spend one pool of 3 proposals: the second gets
+    what the first left, often nothing, and then enumerates; each one's draws keep the EM
+    law (CandidateSampler's proof with the history of the samplers before it)."""
+    c = 2.0
+    counter = [0]
+    families: list[ToyFamily] = [
+        CountingFamily(**{**vars(family), "enumerations": counter}) for family in toy_families(c)
+    ]
+    explicit = [math.log(0.3) + c * 0.2, math.log(0.2) + c * 0.9]
+    law = brute_force_law(explicit, families)
+    rng = seeded_generator(53)
+    first: Counter[Hashable] = Counter()
+    second: Counter[Hashable] = Counter()
+    fallbacks = 0
+    for _ in range(POOL_BATCHES):
+        pool = ProposalPool(3)
+        before = counter[0]
+        with drawing_from(pool):
+            assert shared_pool() is pool
+            for observed in (first, second):
+                sampler = CandidateSampler(
+                    explicit, families, log_weight_bound=c, proposal_cap=pool
+                )
+                observed[_key(sampler.draw(rng))] += 1
+        assert pool.left >= 0
+        fallbacks += counter[0] > before
+    assert shared_pool() is None
+    assert POOL_BATCHES // 10 < fallbacks < POOL_BATCHES - POOL_BATCHES // 10, fallbacks
+    assert_matches(first, law)
+    assert_matches(second, law)

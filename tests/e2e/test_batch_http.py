@@ -21,12 +21,16 @@ from dpmine.wire import (
     MAX_BATCH_PARTS,
     ComputeQualityRequest,
     ComputeQualityResponse,
+    ExtendOneRequest,
+    ExtendOneResponse,
     LedgerEntryInfo,
+    QualityParameters,
     Redescription,
 )
+from dpmine_server.operations.redescriptions import batch_shared_proposals
 from support.accounts import analyst_account, exact_total, mine_entries, owner_connection
 from support.accounts import seeded_server as seeded
-from support.datasets import register_mushroom
+from support.datasets import REGIONS, register_mushroom, register_table, table_metadata
 from support.servers import Account, LiveServer, http_client
 
 
@@ -238,3 +242,37 @@ def test_serenade_sends_its_independent_calls_in_batches(
         shared = len({entry.created_at for entry in first_checks}) == 1
         assert len(first_checks) >= 2  # ES measures a repeated redescription once
         assert shared is batched
+
+
+def test_extension_draws_sharing_one_proposal_cap_are_each_released(
+    owner: dpmine.Connection,
+    analyst: Account,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """CS extension draws of a table with numeric attributes at a small ε sample their
+    thresholds by rejection, so a batch of them spends one joint proposal cap
+    (operations/redescriptions.py ``batch_shared_proposals``): each part is still its own
+    draw, charged and released with its own receipt, thresholds on the public lattice."""
+    table = register_table(owner, tmp_path_factory.mktemp("batch-table"), epsilon_cap=5.0)
+    owner.admin.grant(table.id, analyst.name, 1.0)
+    handle = analyst.connection.dataset(table.id)
+    pair = Redescription.model_validate(
+        {
+            "left": {"kind": "bool", "attribute": "smoker"},
+            "right": {"kind": "cat", "attribute": "region", "category": REGIONS[0]},
+        }
+    )
+    request = ExtendOneRequest(
+        mode="cs", collection=[pair], epsilon=0.05, quality=QualityParameters(x0=100.0)
+    )
+    assert batch_shared_proposals(
+        [("serenade.extend_one", request.model_dump(mode="json"))] * 4, table_metadata()
+    )
+    released = handle.run_batch([request] * 4)
+    assert all(isinstance(part, ExtendOneResponse) for part in released)
+    assert all(part.threshold_mode == "continuous" for part in released)
+    assert len({part.receipt.ledger_entry_id for part in released}) == 4
+    assert all(part.position == 0 for part in released)
+    entries = mine_entries(owner, table.id, analyst)
+    assert [entry.status for entry in entries] == ["released"] * 4
+    assert exact_total(entries) == Decimal("0.2")

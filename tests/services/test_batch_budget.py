@@ -7,8 +7,16 @@ from typing import Any
 
 import pytest
 
-from dpmine_server.services.timing import BATCH_PART_SECONDS, TimingPolicy
-from support.datasets import mushroom_metadata
+from dpmine.wire import ExtendOneRequest
+from dpmine_server.operations.redescriptions import _extend_coefficient, batch_shared_proposals
+from dpmine_server.operations.serenade import rejection_proposals
+from dpmine_server.services.timing import (
+    BATCH_PART_SECONDS,
+    TimingPolicy,
+    _proposal_seconds,
+    operation_work,
+)
+from support.datasets import REGIONS, mushroom_metadata, table_metadata
 
 POLICY = TimingPolicy(enabled=True, grid=0.05, base=0.1, scale=2.0, fail_closed=True)
 QUALITY: dict[str, Any] = {
@@ -44,3 +52,45 @@ def test_a_batch_budget_adds_the_parts_work_to_one_base() -> None:
 def test_no_padding_no_budget() -> None:
     off = TimingPolicy(enabled=False, grid=0.05, base=0.1, scale=2.0)
     assert off.batch_budget([("count.noisy", COUNT)], mushroom_metadata()) == 0.0
+
+
+def _extension(epsilon: float) -> dict[str, Any]:
+    """One CS extension draw on the generated table: its numeric attributes (age, score) are
+    continuous families, sampled by rejection while c ≤ 8 (small ε)."""
+    pair = {
+        "left": {"kind": "bool", "attribute": "smoker"},
+        "right": {"kind": "cat", "attribute": "region", "category": REGIONS[0]},
+    }
+    return {"mode": "cs", "collection": [pair], "epsilon": epsilon, "quality": {"x0": 100.0}}
+
+
+def test_rejection_draws_of_several_parts_are_priced_by_one_joint_cap() -> None:
+    metadata = table_metadata()
+    parts = [("serenade.extend_one", _extension(0.05))] * 6 + [("count.noisy", COUNT)]
+    shared = batch_shared_proposals(parts, metadata)
+    assert shared is not None
+    assert shared.parts == frozenset(range(6))
+    single = rejection_proposals(_extend_coefficient(ExtendOneRequest(**parts[0][1]), metadata), 1)
+    assert shared.separate == 6 * single
+    assert 0 < shared.cap < shared.separate / 2
+    per_part = sum(
+        BATCH_PART_SECONDS + POLICY.scale * operation_work(operation, request, metadata)
+        for operation, request in parts
+    )
+    # Each extension's own cap is replaced by its share of the joint one.
+    saved = POLICY.scale * (shared.separate - shared.cap) * _proposal_seconds(metadata)
+    assert POLICY.batch_budget(parts, metadata) == pytest.approx(POLICY.base + per_part - saved)
+    assert POLICY.batch_budget(parts, metadata) < POLICY.base + per_part
+
+
+def test_a_lone_rejection_draw_or_enumerated_thresholds_keep_their_own_cap() -> None:
+    metadata = table_metadata()
+    alone = [("serenade.extend_one", _extension(0.05)), ("count.noisy", COUNT)]
+    large = [("serenade.extend_one", _extension(50.0))] * 3  # c > 8: no rejection
+    for parts in (alone, large):
+        assert batch_shared_proposals(parts, metadata) is None
+        expected = POLICY.base + sum(
+            BATCH_PART_SECONDS + POLICY.scale * operation_work(operation, request, metadata)
+            for operation, request in parts
+        )
+        assert POLICY.batch_budget(parts, metadata) == pytest.approx(expected)

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Generic, Literal, Protocol, TypeVar
 
@@ -56,13 +58,17 @@ __all__ = [
     "Bounds",
     "CandidateSampler",
     "ContinuousCells",
+    "ProposalPool",
     "ThresholdFamily",
     "cell_log_mass",
     "continuous_cells",
     "draw_base_thresholds",
+    "drawing_from",
     "family_cell_weights",
     "family_log_total",
+    "joint_proposal_cap",
     "rejection_proposal_cap",
+    "shared_pool",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -260,6 +266,67 @@ def rejection_proposal_cap(
     return draw_bound(successes=draws, success_probability=math.exp(-exponent), failure=overrun)
 
 
+def joint_proposal_cap(
+    demands: Sequence[tuple[int, float]], overrun: float = OVERRUN_PROBABILITY
+) -> int:
+    """Public cap J on the *total* proposals of several rejection samplers run one after
+    another (the parts of a batch, issue #23 item 2), sampler i making ``draws`` dᵢ draws whose
+    every proposal is accepted with probability at least e^(−``exponent`` aᵢ), such that
+    P(the samplers need more than J proposals in all) ≤ ``overrun``.
+
+    Proof. Number the proposals of all samplers in the order they are made, t = 1, 2, …, and
+    continue past the last draw with fictitious proposals of acceptance probability p =
+    e^(−max aᵢ). Given everything before it, proposal t is accepted with a probability αₜ ≥ p
+    (whichever sampler makes it). Realise it as [Uₜ ≤ αₜ] with Uₜ independent uniforms, and
+    let Bₜ = [Uₜ ≤ p]: the Bₜ are independent Bernoulli(p) and Bₜ = 1 implies an acceptance.
+    So the D = Σ dᵢ draws are done no later than the D-th success of the Bₜ, and P(more than J
+    proposals) ≤ P(Binomial(J, p) < D) = I_{1−p}(J − D + 1, D), the tail bounded by
+    :func:`rejection_proposal_cap` (D draws at exponent max aᵢ). A sum of geometric variables
+    concentrates: 20 draws at a = 0.5 need J = 75 here against 20 × 23 = 460 for twenty caps
+    of one draw each, each at ``overrun``."""
+    draws = 0
+    for count, exponent in demands:
+        rejection_proposal_cap(0, exponent)  # the same checks as one sampler's cap
+        if count < 0:
+            raise ValueError("a proposal cap needs draws ≥ 0 and a finite exponent ≥ 0")
+        draws += count
+    if draws == 0:
+        return 0
+    worst = max(exponent for count, exponent in demands if count > 0)
+    return rejection_proposal_cap(draws, worst, overrun)
+
+
+class ProposalPool:
+    """A public number of rejection proposals, spent by one or several samplers in turn."""
+
+    def __init__(self, cap: int) -> None:
+        self.left = max(cap, 0)
+
+    def spend(self, made: int) -> None:
+        """Record ``made`` proposals (at most :attr:`left`)."""
+        self.left -= made
+
+
+_SHARED_POOL: ContextVar[ProposalPool | None] = ContextVar("dpmine_shared_pool", default=None)
+
+
+@contextmanager
+def drawing_from(pool: ProposalPool) -> Iterator[None]:
+    """Within the block, the samplers of kernels that opt in (:func:`shared_pool`) spend
+    ``pool`` instead of their own cap: the executor runs a batch's jointly priced parts in it
+    (:func:`joint_proposal_cap`; services/executor.py)."""
+    token = _SHARED_POOL.set(pool)
+    try:
+        yield
+    finally:
+        _SHARED_POOL.reset(token)
+
+
+def shared_pool() -> ProposalPool | None:
+    """The pool of the enclosing :func:`drawing_from` block, or None."""
+    return _SHARED_POOL.get()
+
+
 class CandidateSampler(Generic[T]):
     """The exact EM over explicit candidates and threshold families (module docstring),
     prepared once for any number of independent draws.
@@ -270,10 +337,13 @@ class CandidateSampler(Generic[T]):
     (exact totals per family, O(V²) for pairs, O(V) for one bound), built on first use. The cap
     must depend on public quantities only (:func:`rejection_proposal_cap`; 0 enumerates from
     the start), so the work is bounded by a public value except with probability
-    :data:`OVERRUN_PROBABILITY`, when the enumeration's time is an overrun.
+    :data:`OVERRUN_PROBABILITY`, when the enumeration's time is an overrun. A
+    :class:`ProposalPool` instead of a number is a cap shared with the samplers run before and
+    after this one (:func:`joint_proposal_cap`): the same rule, over all their draws.
 
     Exactness. Let π be the EM law and H_j everything drawn before draw j (choices and
-    proposal counts). Draw j gets the r_j proposals left, a function of H_j; it is accepted
+    proposal counts, of this sampler and of those that spent a shared pool before it). Draw j
+    gets the r_j proposals left, a function of H_j; it is accepted
     within r_j proposals, and then its choice has law π independently of how many proposals it
     took (:class:`~dpmine_server.dp.mechanisms.RejectionSampler`), or else it is an
     enumerated draw, of law π, from fresh randomness. So P(choice_j = x | H_j) = π(x)·P(accepted
@@ -287,7 +357,7 @@ class CandidateSampler(Generic[T]):
         families: Sequence[ThresholdFamily[T]],
         *,
         log_weight_bound: float,
-        proposal_cap: int,
+        proposal_cap: int | ProposalPool,
     ) -> None:
         explicit = np.asarray(explicit_log_weights, dtype=np.float64)
         self._explicit = explicit
@@ -295,8 +365,10 @@ class CandidateSampler(Generic[T]):
         self._masses = np.asarray([family.log_mass for family in self._families], dtype=np.float64)
         self._enumerated: LogWeightSampler | None = None
         self._rejection: RejectionSampler | None = None
-        self._proposals_left = max(proposal_cap, 0)
-        if self._families and self._proposals_left > 0:
+        self._pool = (
+            proposal_cap if isinstance(proposal_cap, ProposalPool) else ProposalPool(proposal_cap)
+        )
+        if self._families and self._pool.left > 0:
             self._rejection = RejectionSampler(
                 explicit, self._masses, log_weight_bound=log_weight_bound
             )
@@ -305,9 +377,9 @@ class CandidateSampler(Generic[T]):
 
     def draw(self, rng: np.random.Generator) -> Choice[T]:
         """One exact draw: ("explicit", index) or ("family", the family's outcome)."""
-        if self._rejection is not None and self._proposals_left > 0:
-            choice, made = self._rejection.draw(self._propose, rng, limit=self._proposals_left)
-            self._proposals_left -= made
+        if self._rejection is not None and self._pool.left > 0:
+            choice, made = self._rejection.draw(self._propose, rng, limit=self._pool.left)
+            self._pool.spend(made)
             if choice is not None:
                 if choice[0] == "family":
                     index, lower, upper = choice[1]

@@ -5,6 +5,8 @@ Serenade's ``serenade.initial_pairs`` and ``serenade.extend_one`` (§2.3, §2.4;
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
@@ -30,6 +32,7 @@ from dpmine.wire import (
 from dpmine_server.data.columns import ColumnStore
 from dpmine_server.data.validation import validate_expr
 from dpmine_server.dp.budget import Epsilon
+from dpmine_server.dp.candidates import joint_proposal_cap
 from dpmine_server.dp.mechanisms import noisy_counts
 from dpmine_server.dp.zcdp import ReleasePart, em_draws, generic_release
 from dpmine_server.operations.base import OperationSpec, Progress
@@ -59,6 +62,8 @@ from dpmine_server.operations.serenade_quality import (
 __all__ = [
     "MAX_ENUMERATED_CELLS",
     "OPERATIONS",
+    "SharedProposals",
+    "batch_shared_proposals",
     "extend_enumeration",
     "extend_proposals",
     "noisy_quality",
@@ -347,6 +352,57 @@ def extend_proposals(request: ExtendOneRequest, metadata: DatasetMetadata) -> in
     if not extension_families(metadata, request.collection, _rules(request.options)):
         return 0
     return rejection_proposals(_extend_coefficient(request, metadata), 1)
+
+
+def _proposal_demand(
+    operation: str, request: Mapping[str, Any], metadata: DatasetMetadata
+) -> tuple[int, float] | None:
+    """(draws, c) of a Serenade call that samples continuous thresholds by rejection (a
+    positive :func:`pairs_proposals` or :func:`extend_proposals` cap), else None."""
+    if operation == SERENADE_EXTEND_ONE.name:
+        extend = ExtendOneRequest.model_validate(request)
+        if extend_proposals(extend, metadata) == 0:
+            return None
+        return 1, _extend_coefficient(extend, metadata)
+    if operation == SERENADE_INITIAL_PAIRS.name:
+        pairs = InitialPairsRequest.model_validate(request)
+        if pairs_proposals(pairs, metadata) == 0:
+            return None
+        return pairs.count, _pairs_coefficient(pairs, metadata)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class SharedProposals:
+    """The rejection draws of a batch's parts ``parts`` (positions) priced and capped jointly:
+    ``cap`` proposals in all, shared in the parts' order (services/executor.py)."""
+
+    cap: int
+    parts: frozenset[int]
+    #: The sum of the parts' own caps, which ``cap`` replaces (for the timing budget).
+    separate: int
+
+
+def batch_shared_proposals(
+    parts: Sequence[tuple[str, Mapping[str, Any]]], metadata: DatasetMetadata
+) -> SharedProposals | None:
+    """The joint cap of a batch's Serenade parts that sample by rejection
+    (:func:`~dpmine_server.dp.candidates.joint_proposal_cap`, exceeded with probability
+    ≤ 10⁻⁹, as one call's cap), when there are two or more and it is below the sum of their
+    own caps; else None (every part keeps its own cap). Public: the parts' operations and
+    parameters and the metadata only, so the timing budget and the executor agree on it."""
+    demands = {
+        position: demand
+        for position, (operation, request) in enumerate(parts)
+        if (demand := _proposal_demand(operation, request, metadata)) is not None
+    }
+    if len(demands) < 2:
+        return None
+    cap = joint_proposal_cap(list(demands.values()))
+    separate = sum(rejection_proposals(c, draws) for draws, c in demands.values())
+    if cap >= separate:
+        return None
+    return SharedProposals(cap=cap, parts=frozenset(demands), separate=separate)
 
 
 def _check_enumeration(cells: int) -> None:

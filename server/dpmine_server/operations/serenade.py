@@ -60,8 +60,10 @@ from dpmine_server.dp.candidates import (
     Bounds,
     CandidateSampler,
     ContinuousCells,
+    ProposalPool,
     continuous_cells,
     rejection_proposal_cap,
+    shared_pool,
 )
 from dpmine_server.dp.lattice import PublicLattice
 from dpmine_server.dp.mechanisms import OneSided, em_coefficient
@@ -513,6 +515,14 @@ def rejection_proposals(c: float, draws: int) -> int:
     return rejection_proposal_cap(draws, c)
 
 
+def _proposal_cap(c: float, draws: int) -> int | ProposalPool:
+    """The cap of this call's rejection draws, or the batch's shared pool when the executor
+    runs the call in one (only calls that sample by rejection, c ≤ 8, are run in one)."""
+    cap = rejection_proposals(c, draws)
+    pool = shared_pool()
+    return pool if pool is not None and cap > 0 else cap
+
+
 class _Draws:
     """The EM, weight μ·exp(c·Q), over the union of the groups' candidates (§2.3, §2.4),
     prepared once for ``draws`` independent draws.
@@ -520,7 +530,9 @@ class _Draws:
     Continuous families are sampled by rejection from the base measure while c ≤ 8, at most
     :func:`rejection_proposals` proposals in all, then (and from the start above c = 8) by exact
     enumeration of their cell pairs; all exact, the cap depends on c and ``draws`` only
-    (:class:`~dpmine_server.dp.candidates.CandidateSampler`)."""
+    (:class:`~dpmine_server.dp.candidates.CandidateSampler`). Inside a batch whose rejection
+    draws are priced jointly (:func:`~dpmine_server.dp.candidates.joint_proposal_cap`), the
+    executor's shared pool replaces the cap (while c ≤ 8: above, nothing is proposed)."""
 
     def __init__(self, groups: Sequence[tuple[int, _Candidates]], *, c: float, draws: int) -> None:
         self._blocks = [(position, block) for position, group in groups for block in group.blocks]
@@ -538,7 +550,7 @@ class _Draws:
             explicit,
             families,
             log_weight_bound=c,
-            proposal_cap=rejection_proposals(c, draws),
+            proposal_cap=_proposal_cap(c, draws),
         )
 
     def draw(self, rng: np.random.Generator) -> Outcome:

@@ -37,6 +37,7 @@ from dpmine_server.dp.budget import (
     Rho,
     ledger_amount,
 )
+from dpmine_server.dp.candidates import ProposalPool, drawing_from
 from dpmine_server.dp.mechanisms import CountNoiseKind, count_noise
 from dpmine_server.dp.zcdp import DEFAULT_DELTA
 from dpmine_server.errors import (
@@ -47,6 +48,7 @@ from dpmine_server.errors import (
 )
 from dpmine_server.operations import CATALOG, OperationSpec
 from dpmine_server.operations.base import Progress, no_progress
+from dpmine_server.operations.redescriptions import SharedProposals, batch_shared_proposals
 from dpmine_server.services.accounting import (
     dataset_delta,
     dataset_unit,
@@ -136,9 +138,11 @@ class Release:
 
 @dataclass(frozen=True, slots=True)
 class PendingBatch:
-    """A charged batch: one pending part per ledger entry, in the request's order."""
+    """A charged batch: one pending part per ledger entry, in the request's order, and the
+    parts whose rejection draws share one proposal cap (None: each keeps its own)."""
 
     parts: list[Pending]
+    shared: SharedProposals | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -460,7 +464,12 @@ class Executor:
                 body["receipt"] = {**body["receipt"], "replayed": True}
                 bodies.append(body)
             return BatchRelease(bodies=bodies, replayed=True)
+        shared = batch_shared_proposals(
+            [(call.spec.name, call.request.model_dump(mode="json")) for call in priced],
+            served.metadata,
+        )
         return PendingBatch(
+            shared=shared,
             parts=[
                 Pending(
                     priced=call,
@@ -470,7 +479,7 @@ class Executor:
                     delta=served.delta,
                 )
                 for call, reservation in zip(priced, reservations, strict=True)
-            ]
+            ],
         )
 
     def finish_batch(self, pending: PendingBatch, guard: ReleaseGuard | None) -> BatchRelease:
@@ -483,7 +492,7 @@ class Executor:
         try:
             if guard is not None and guard.expired:
                 raise OperationFailed(OVERRAN)
-            bodies = [self._compute(part, progress) for part in pending.parts]
+            bodies = self._compute_parts(pending, progress)
             if guard is not None and not guard.claim():
                 raise OperationFailed(OVERRAN)
             self._ledger.complete_many(list(zip(entry_ids, bodies, strict=True)))
@@ -517,6 +526,21 @@ class Executor:
         if guard is not None:
             guard.bind_many([part.reservation.entry_id for part in started.parts])
         return self.finish_batch(started, guard)
+
+    def _compute_parts(self, pending: PendingBatch, progress: Progress) -> list[dict[str, Any]]:
+        """Every part in order; the jointly capped ones (``pending.shared``) in one shared pool
+        of the joint cap's proposals, as the batch's timing budget prices them
+        (services/timing.py ``batch_budget``)."""
+        shared = pending.shared
+        pool = ProposalPool(shared.cap) if shared is not None else None
+        bodies = []
+        for position, part in enumerate(pending.parts):
+            if pool is not None and shared is not None and position in shared.parts:
+                with drawing_from(pool):
+                    bodies.append(self._compute(part, progress))
+            else:
+                bodies.append(self._compute(part, progress))
+        return bodies
 
     def _compute(self, pending: Pending, progress: Progress) -> dict[str, Any]:
         priced, dataset_id, reservation = pending.priced, pending.dataset_id, pending.reservation

@@ -53,6 +53,7 @@ from dpmine.wire import (
 )
 from dpmine_server.operations.itemsets import Method, request_plan
 from dpmine_server.operations.redescriptions import (
+    batch_shared_proposals,
     extend_enumeration,
     extend_proposals,
     pairs_enumeration,
@@ -140,33 +141,48 @@ def _proposal_seconds(metadata: DatasetMetadata) -> float:
 GRID_PRODUCT_SECONDS = 6e-10
 
 
-def _pairs_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
+def _pairs_draw_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
+    """``serenade.initial_pairs`` without its rejection proposals (:func:`_pairs_work`)."""
     # The literal term counts every declared attribute's literals, an upper bound when
-    # options.columns restricts them; the families, proposals and grid products are counted
-    # over the allowed columns, as the kernel builds them (operations/redescriptions.py).
+    # options.columns restricts them; the families and grid products are counted over the
+    # allowed columns, as the kernel builds them (operations/redescriptions.py).
     draws = int(request.get("count", 20))
     body = InitialPairsRequest.model_validate(request)
     cells = pairs_enumeration(body, metadata)
-    proposals = pairs_proposals(body, metadata)
     return (
         2e-8 * metadata.n_max * _literals(metadata) * draws
         + _CELL_PAIR * cells
-        + proposals * _proposal_seconds(metadata)
         + GRID_PRODUCT_SECONDS * pairs_grid_products(body, metadata)
     )
 
 
-def _extend_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
+def _pairs_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
+    body = InitialPairsRequest.model_validate(request)
+    proposals = pairs_proposals(body, metadata)
+    return _pairs_draw_work(request, metadata) + proposals * _proposal_seconds(metadata)
+
+
+def _extend_draw_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
+    """``serenade.extend_one`` without its rejection proposals (:func:`_extend_work`)."""
     # As _pairs_work: every declared literal (an upper bound under options.columns).
     collection = request.get("collection") or [None]
     body = ExtendOneRequest.model_validate(request)
     cells = extend_enumeration(body, metadata)
+    return 5e-8 * metadata.n_max * _literals(metadata) * len(collection) + _CELL_PAIR * cells
+
+
+def _extend_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
+    body = ExtendOneRequest.model_validate(request)
     proposals = extend_proposals(body, metadata)
-    return (
-        5e-8 * metadata.n_max * _literals(metadata) * len(collection)
-        + _CELL_PAIR * cells
-        + proposals * _proposal_seconds(metadata)
-    )
+    return _extend_draw_work(request, metadata) + proposals * _proposal_seconds(metadata)
+
+
+#: The work of the operations whose rejection proposals a batch may price jointly, without
+#: those proposals (:meth:`TimingPolicy.batch_budget`).
+_WORK_WITHOUT_PROPOSALS: dict[str, Work] = {
+    "serenade.initial_pairs": _pairs_draw_work,
+    "serenade.extend_one": _extend_draw_work,
+}
 
 
 def _tree_depth(request: Mapping[str, Any]) -> int:
@@ -493,7 +509,11 @@ class TimingPolicy:
         metadata: DatasetMetadata,
     ) -> float:
         """Seconds granted to a batch of (operation, request) parts, run in one request:
-        ``base + Σᵢ (BATCH_PART_SECONDS + scale · calibrated workᵢ)``.
+        ``base + Σᵢ (BATCH_PART_SECONDS + scale · calibrated workᵢ)``, where the Serenade parts
+        that sample by rejection share one proposal cap when the batch has several
+        (:func:`~dpmine_server.operations.redescriptions.batch_shared_proposals`): their work
+        is then priced without their own caps' proposals, and the batch adds the J proposals
+        of the joint cap once, calibrated as those parts' operations (the largest).
 
         Why it covers the batch whenever each part's own budget covers the part: a request's
         fixed bookkeeping (authentication, the metadata read, one reservation and one release
@@ -501,17 +521,30 @@ class TimingPolicy:
         the same kernel on the same public inputs as its own call would, within the same
         ``scale · calibrated work`` that call's budget grants it, plus its own bookkeeping
         (:data:`BATCH_PART_SECONDS`). The parts run one after another in one thread, so the
-        times add up, and so do the terms. Every term is a public function of the operations'
-        names, their public parameters, the public metadata and the part count, never of the
-        rows."""
+        times add up, and so do the terms. Jointly capped parts spend one pool of J proposals
+        (the executor runs them in it), so J proposals bound all of theirs together as each
+        cap bounded its call's: exceeded with probability ≤ 10⁻⁹, when the remaining draws
+        enumerate, as a call's do at its own cap (dp/candidates.py ``joint_proposal_cap``).
+        Every term is a public function of the operations' names, their public parameters, the
+        public metadata and the part count, never of the rows."""
         if not self.enabled:
             return 0.0
-        return self.base + sum(
-            BATCH_PART_SECONDS
-            + self.scale
-            * self.calibrated_work(operation, operation_work(operation, request, metadata))
-            for operation, request in parts
-        )
+        bodies = [
+            (op, r.model_dump(mode="json") if isinstance(r, BaseModel) else r) for op, r in parts
+        ]
+        shared = batch_shared_proposals(bodies, metadata)
+        total = self.base
+        for position, (operation, request) in enumerate(bodies):
+            if shared is not None and position in shared.parts:
+                work = _WORK_WITHOUT_PROPOSALS[operation](request, metadata)
+            else:
+                work = operation_work(operation, request, metadata)
+            total += BATCH_PART_SECONDS + self.scale * self.calibrated_work(operation, work)
+        if shared is not None:
+            proposals = shared.cap * _proposal_seconds(metadata)
+            operations = {bodies[position][0] for position in shared.parts}
+            total += self.scale * max(self.calibrated_work(op, proposals) for op in operations)
+        return total
 
     def calibrated_work(self, operation: str, work: float) -> float:
         """Seconds (at scale 1) for hand-set ``work`` of ``operation``: ``work`` itself
