@@ -22,14 +22,8 @@ import pytest
 import dpmine
 from dpmine.errors import ParameterError
 from dpmine.miners import SerenadeCS, SerenadeES
-from dpmine.miners.greedy import (
-    ZCDP,
-    DrawPrices,
-    auto_cs,
-    auto_es,
-    implied_epsilon,
-    zcdp_epsilon,
-)
+from dpmine.miners._rho import ZCDP, implied_epsilon
+from dpmine.miners.greedy import DrawPrices, auto_cs, auto_es, zcdp_epsilon
 from dpmine.wire import CreateDatasetRequest, CsvSource, DatasetInfo
 from support.datasets import register_table, table_metadata, unique_id, write_table_csv
 from support.servers import Account, LiveServer, add_analyst

@@ -86,6 +86,7 @@ from dpmine.intervals import (
     noise_law,
 )
 from dpmine.miners._base import GENERAL_HINTS, NotMinedError, Plan, SignificantMiner, _Spent
+from dpmine.miners._rho import EM_RHO, GENERIC_RHO, PURE, ZCDP, Composition, implied_epsilon
 from dpmine.queries import format_query
 from dpmine.significance import ALPHA
 from dpmine.wire import (
@@ -166,10 +167,6 @@ AUTO_COUNT_SHARE = 0.02
 AUTO_COUNT_CAP = 0.05
 #: Auto call budgets are whole multiples of 1/_NANO (exact decimals on the wire).
 _NANO = 1_000_000_000
-#: zCDP: ρ per ε² of an ε-DP exponential-mechanism draw (bounded range) and of any other ε-DP
-#: release (issue #24; the server charges the same, server/dpmine_server/dp/zcdp.py).
-EM_RHO = 0.125
-GENERIC_RHO = 0.5
 #: zCDP: the split divides ρ·(1 − this), so that the nano-ε rounding of every call and the
 #: server's rounding up to whole pico-ρ never lift the run above its ρ budget.
 _RHO_MARGIN = 1e-6
@@ -386,27 +383,6 @@ class DrawPrices:
     def extend(self, collection: int) -> float:
         """ε of one extension draw over ``collection`` redescriptions."""
         return self.draw(self.log_extend_one + math.log(max(collection, 1)), EXTEND_SIGNAL)
-
-
-@dataclass(frozen=True)
-class Composition:
-    """How the releases of a run add up in the dataset's unit (issue #24): "pure" adds ε;
-    "zcdp" adds ρ, an ε-DP exponential-mechanism draw costing ε²/8 (ε-DP EM is ε-bounded-range,
-    Cesar & Rogers 2021) and any other ε-DP release ε²/2 (Bun & Steinke 2016, Prop. 1.4)."""
-
-    unit: Literal["pure", "zcdp"] = "pure"
-
-    def em(self, epsilon: float, count: int = 1) -> float:
-        """The cost of ``count`` exponential-mechanism draws at ``epsilon`` each."""
-        return count * (epsilon if self.unit == "pure" else epsilon * epsilon * EM_RHO)
-
-    def generic(self, epsilon: float, count: int = 1) -> float:
-        """The cost of ``count`` other ε-DP releases (Laplace counts) at ``epsilon`` each."""
-        return count * (epsilon if self.unit == "pure" else epsilon * epsilon * GENERIC_RHO)
-
-
-PURE = Composition("pure")
-ZCDP = Composition("zcdp")
 
 
 def zcdp_epsilon(
@@ -703,12 +679,6 @@ class SerenadePlan(Plan):
                 f"δ = {self.delta:g}) by ε = ρ + 2√(ρ ln 1/δ)"
             )
         return lines
-
-
-def implied_epsilon(rho: float, delta: float) -> float:
-    """The ε of the (ε, δ)-DP that ρ-zCDP implies: ρ + 2√(ρ ln 1/δ) (Bun & Steinke 2016,
-    Prop. 1.3; the server's figures use OpenDP's tighter conversion, never larger)."""
-    return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
 
 
 class SerenadeParameters(TypedDict, total=False):
