@@ -305,8 +305,13 @@ def _receipt_line(receipt: Receipt) -> str:
 
 
 def _spent(receipts: list[Receipt]) -> str:
-    """The exact total charged by ``receipts``, as :func:`dpmine.amounts.epsilon_text` shows it."""
-    return epsilon_text(epsilon_sum(receipt.epsilon_exact for receipt in receipts))
+    """ "ε spent = …", the exact total charged by ``receipts`` as
+    :func:`dpmine.amounts.epsilon_text` shows it; on a zCDP dataset "ρ spent = …", the exact
+    sum of the ρ charged (ρ adds up; the receipts' implied ε figures do not, issue #24)."""
+    rhos = [receipt.zcdp.rho_exact for receipt in receipts if receipt.zcdp is not None]
+    if rhos:
+        return f"ρ spent = {epsilon_sum(rhos)}"
+    return f"ε spent = {epsilon_text(epsilon_sum(receipt.epsilon_exact for receipt in receipts))}"
 
 
 def _run(options: _Options, action: Any) -> Any:
@@ -881,7 +886,7 @@ def _run_serenade(
     message = miner.nothing_passed(min_jaccard)
     allowed = miner.columns_
     table.caption = (
-        f"{verdict.summary.describe()}; {len(miner.receipts_)} charged calls, ε spent = "
+        f"{verdict.summary.describe()}; {len(miner.receipts_)} charged calls, "
         f"{_spent(miner.receipts_)}; x0 = {miner.x0_:g}; thresholds: "
         f"{', '.join(sorted(set(miner.threshold_modes_)))}"
         + ("" if show_all else "; --all shows every result")
@@ -1256,7 +1261,7 @@ def _run_tree_miner(
     message = miner.nothing_passed()
     table.caption = (
         f"{verdict.summary.describe()}{shown}; from {len(miner.trees_)} tree pairs; "
-        f"{len(miner.receipts_)} charged calls, ε spent = {_spent(miner.receipts_)}"
+        f"{len(miner.receipts_)} charged calls, {_spent(miner.receipts_)}"
         + ("" if show_all else "; --all shows every result")
         + ("" if message is None else f"\n{message}")
     )
@@ -1673,7 +1678,7 @@ def fit_rule_list(
     console.print(escape(model.rule_list_.to_text()), soft_wrap=True)
     console.print(
         f"{len(model.rule_list_)} rules over {len(model.antecedents_)} antecedents; "
-        f"ε spent = {_spent(model.receipts_)}"
+        f"{_spent(model.receipts_)}"
     )
     if model.sampler_ == "exact":
         how = f"drawn exactly among the lists of at most {model.max_rules} rules (pure ε-DP)"

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import dpmine
+from dpmine.cli import _spent
 from dpmine.errors import ParameterError
 from dpmine.miners import SerenadeCS, SerenadeES
 from dpmine.miners._rho import ZCDP, implied_epsilon
@@ -131,6 +132,8 @@ def test_auto_plan_and_run_spend_rho_within_the_budget(
     charged = sum(Decimal(r.zcdp.rho_exact) for r in receipts if r.zcdp is not None)
     assert all(r.accounting == "zcdp" and r.zcdp is not None for r in receipts)
     assert _rho_spent(zcdp_table) == charged  # the ledger holds exactly the receipts
+    assert miner.budget_spent_ == float(charged)  # in the dataset's unit: ρ, not ε
+    assert _spent(receipts) == f"ρ spent = {charged}"  # the CLI's captions, likewise
     assert charged <= planned
     if miner_class is SerenadeES:  # no early stop: the whole plan, repeats merged at equal ρ
         assert charged >= planned - Decimal(len(receipts)) * Decimal("1e-12") - Decimal(

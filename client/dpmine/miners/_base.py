@@ -173,8 +173,13 @@ class BaseMiner(metaclass=_CheckedOnConstruction):
 
     @property
     def budget_spent_(self) -> float:
-        """Total ε charged by the last ``mine()`` (exact sum of its receipts, as a float)."""
-        return float(epsilon_sum(r.epsilon_exact for r in self.receipts_))
+        """Total charged by the last ``mine()`` in the dataset's unit (exact sum of its
+        receipts, as a float): ε on a pure dataset, ρ on a zCDP one (issue #24), where ρ adds
+        up and the receipts' ε figures (each call's implied ε at δ) do not."""
+        receipts = self.receipts_
+        if any(r.zcdp is not None for r in receipts):
+            return float(epsilon_sum(r.zcdp.rho_exact for r in receipts if r.zcdp is not None))
+        return float(epsilon_sum(r.epsilon_exact for r in receipts))
 
     @property
     def receipts_(self) -> list[Receipt]:
