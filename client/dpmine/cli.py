@@ -30,7 +30,7 @@ from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperGroup
 
-from dpmine.amounts import epsilon_sum, epsilon_text
+from dpmine.amounts import epsilon_text
 from dpmine.connection import Connection, connect
 from dpmine.errors import (
     ChargeKeptNoResultError,
@@ -66,6 +66,7 @@ from dpmine.miners import (
     SerenadePlan,
     TopKItemsets,
 )
+from dpmine.miners._rho import spent_text
 from dpmine.miners.layered import SeedRule
 from dpmine.miners.trees import (
     DEFAULT_DEPTH,
@@ -305,13 +306,9 @@ def _receipt_line(receipt: Receipt) -> str:
 
 
 def _spent(receipts: list[Receipt]) -> str:
-    """ "ε spent = …", the exact total charged by ``receipts`` as
-    :func:`dpmine.amounts.epsilon_text` shows it; on a zCDP dataset "ρ spent = …", the exact
-    sum of the ρ charged (ρ adds up; the receipts' implied ε figures do not, issue #24)."""
-    rhos = [receipt.zcdp.rho_exact for receipt in receipts if receipt.zcdp is not None]
-    if rhos:
-        return f"ρ spent = {epsilon_sum(rhos)}"
-    return f"ε spent = {epsilon_text(epsilon_sum(receipt.epsilon_exact for receipt in receipts))}"
+    """ "ε spent = …" (or on a zCDP dataset "ρ spent = …"): :func:`spent_text`."""
+    unit, amount = spent_text(receipts)
+    return f"{unit} spent = {amount}"
 
 
 def _run(options: _Options, action: Any) -> Any:

@@ -167,9 +167,12 @@ def significance_test(
     return Verdict(passed=passed, ranked=ranked, summary=summary)
 
 
-def nothing_passed(summary: Significance, *, spent: str, hints: Sequence[str]) -> str:
-    """What to say when no result passes: that nothing did and why, the ε spent, and how to
-    get more signal (``hints``: the plan's weak draws first, then the general remedies)."""
+def nothing_passed(
+    summary: Significance, *, spent: str, hints: Sequence[str], unit: str = "ε"
+) -> str:
+    """What to say when no result passes: that nothing did and why, the budget spent (in
+    ``unit``: "ρ" on a zCDP dataset), and how to get more signal (``hints``: the plan's weak
+    draws first, then the general remedies)."""
     remedies = "; ".join(hints) if hints else "a larger ε"
     listed = (
         f" all_results_ (CLI: --all) lists the {summary.total} results that did not pass."
@@ -177,6 +180,6 @@ def nothing_passed(summary: Significance, *, spent: str, hints: Sequence[str]) -
         else ""
     )
     return (
-        f"No result passes the noise-aware test ({summary.rule()}). ε spent: {spent}. "
+        f"No result passes the noise-aware test ({summary.rule()}). {unit} spent: {spent}. "
         f"For more signal: {remedies}.{listed}"
     )

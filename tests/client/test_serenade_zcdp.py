@@ -134,6 +134,8 @@ def test_auto_plan_and_run_spend_rho_within_the_budget(
     assert _rho_spent(zcdp_table) == charged  # the ledger holds exactly the receipts
     assert miner.budget_spent_ == float(charged)  # in the dataset's unit: ρ, not ε
     assert _spent(receipts) == f"ρ spent = {charged}"  # the CLI's captions, likewise
+    message = miner.nothing_passed()
+    assert message is None or f"ρ spent: {charged}." in message
     assert charged <= planned
     if miner_class is SerenadeES:  # no early stop: the whole plan, repeats merged at equal ρ
         assert charged >= planned - Decimal(len(receipts)) * Decimal("1e-12") - Decimal(

@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING, Any, Generic
 
 from rich.progress import Progress
 
-from dpmine.amounts import epsilon_sum, epsilon_text
+from dpmine.amounts import epsilon_text
 from dpmine.connection import DatasetHandle
 from dpmine.errors import BudgetExhaustedError, DPMineError, checked_parameters
 from dpmine.frames import data_frame
+from dpmine.miners._rho import spent_in_unit, spent_text
 from dpmine.significance import ResultT, Significance, Verdict, nothing_passed, significance_test
 from dpmine.wire import EstimateResponse, PlannedCall, Receipt
 
@@ -176,10 +177,7 @@ class BaseMiner(metaclass=_CheckedOnConstruction):
         """Total charged by the last ``mine()`` in the dataset's unit (exact sum of its
         receipts, as a float): ε on a pure dataset, ρ on a zCDP one (issue #24), where ρ adds
         up and the receipts' ε figures (each call's implied ε at δ) do not."""
-        receipts = self.receipts_
-        if any(r.zcdp is not None for r in receipts):
-            return float(epsilon_sum(r.zcdp.rho_exact for r in receipts if r.zcdp is not None))
-        return float(epsilon_sum(r.epsilon_exact for r in receipts))
+        return float(spent_in_unit(self.receipts_)[1])
 
     @property
     def receipts_(self) -> list[Receipt]:
@@ -255,5 +253,5 @@ class SignificantMiner(BaseMiner, Generic[ResultT]):
         verdict = self.significance(min_jaccard)
         if verdict.passed:
             return None
-        spent = epsilon_text(epsilon_sum(r.epsilon_exact for r in self.receipts_))
-        return nothing_passed(verdict.summary, spent=spent, hints=self._hints())
+        unit, spent = spent_text(self.receipts_)
+        return nothing_passed(verdict.summary, spent=spent, unit=unit, hints=self._hints())

@@ -6,8 +6,13 @@ for every miner that plans in ρ, so that they all price a release the same way.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Literal
+
+from dpmine.amounts import epsilon_sum, epsilon_text
+from dpmine.wire import Receipt
 
 #: zCDP: ρ per ε² of an ε-DP exponential-mechanism draw (bounded range) and of any other ε-DP
 #: release (issue #24; the server charges the same, server/dpmine_server/dp/zcdp.py).
@@ -40,3 +45,20 @@ def implied_epsilon(rho: float, delta: float) -> float:
     """The ε of the (ε, δ)-DP that ρ-zCDP implies: ρ + 2√(ρ ln 1/δ) (Bun & Steinke 2016,
     Prop. 1.3; the server's figures use OpenDP's tighter conversion, never larger)."""
     return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
+
+
+def spent_in_unit(receipts: Sequence[Receipt]) -> tuple[Literal["ε", "ρ"], Decimal]:
+    """(unit, exact total) charged by ``receipts`` in their dataset's unit: the sum of the ρ
+    charged on a zCDP dataset (ρ adds up; each receipt's ε is that call's implied ε at δ, and
+    those do not), else of the ε charged."""
+    rhos = [receipt.zcdp.rho_exact for receipt in receipts if receipt.zcdp is not None]
+    if rhos:
+        return "ρ", epsilon_sum(rhos)
+    return "ε", epsilon_sum(receipt.epsilon_exact for receipt in receipts)
+
+
+def spent_text(receipts: Sequence[Receipt]) -> tuple[Literal["ε", "ρ"], str]:
+    """:func:`spent_in_unit` for display: ρ exactly, ε as :func:`~dpmine.amounts.epsilon_text`
+    shows it."""
+    unit, amount = spent_in_unit(receipts)
+    return unit, str(amount) if unit == "ρ" else epsilon_text(amount)
