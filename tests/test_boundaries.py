@@ -90,8 +90,8 @@ def test_public_names_are_sorted_and_complete() -> None:
     assert dpmine.__all__ == sorted(dpmine.__all__)
     public = sorted(
         name
-        for name, value in vars(dpmine).items()
-        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+        for name in dir(dpmine)
+        if not name.startswith("_") and not isinstance(getattr(dpmine, name), types.ModuleType)
     )
     assert dpmine.__all__ == public
     for name in dpmine.__all__:

@@ -6,10 +6,8 @@
 >>> mammals.count("[Alces alces]", epsilon=0.1).count  # doctest: +SKIP
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+import typing as _typing
 
 from dpmine.errors import (
     AuthenticationError,
@@ -34,7 +32,7 @@ from dpmine.errors import (
 )
 from dpmine.queries import format_query, format_redescription, parse_query, parse_redescription
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from dpmine.connection import AdminClient, Connection, DatasetHandle, Job, connect
     from dpmine.rule_lists import DPBayesianRuleList, RuleList
 
@@ -86,11 +84,16 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     """The names of :data:`_LAZY`, imported when first asked for."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'dpmine' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(_importlib.import_module(module), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    """The module's names, the lazy ones included (for completion in a shell)."""
+    return sorted({*globals(), *_LAZY})
