@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
@@ -23,9 +24,9 @@ import dpmine
 from dpmine.cli import _spent
 from dpmine.errors import ParameterError
 from dpmine.miners import SerenadeCS, SerenadeES
-from dpmine.miners._rho import ZCDP, implied_epsilon
+from dpmine.miners._rho import ZCDP, implied_epsilon, spent_of_planned
 from dpmine.miners.greedy import DrawPrices, auto_cs, auto_es, zcdp_epsilon
-from dpmine.wire import CreateDatasetRequest, CsvSource, DatasetInfo
+from dpmine.wire import CreateDatasetRequest, CsvSource, DatasetInfo, Receipt, ZcdpAmounts
 from support.datasets import register_table, table_metadata, unique_id, write_table_csv
 from support.servers import Account, LiveServer, add_analyst
 
@@ -175,3 +176,40 @@ def test_a_budget_in_the_other_unit_is_refused_and_costs_nothing(
         SerenadeCS(epsilon=0.5, rho=RHO)
     with pytest.raises(ParameterError, match="rho must be a positive number"):
         SerenadeES(rho=-1.0)
+
+
+def _receipt(epsilon_exact: str, rho_exact: str | None) -> Receipt:
+    """A receipt of ``epsilon_exact``; on a zCDP dataset (``rho_exact``) its ε is the implied
+    one, which does not add up."""
+    zcdp = (
+        None
+        if rho_exact is None
+        else ZcdpAmounts(
+            rho=float(rho_exact),
+            rho_exact=rho_exact,
+            delta=1e-6,
+            delta_is_default=False,
+            epsilon=float(epsilon_exact),
+        )
+    )
+    return Receipt(
+        ledger_entry_id=1,
+        dataset_id="d",
+        operation="red.compute_quality",
+        epsilon=float(epsilon_exact),
+        epsilon_exact=epsilon_exact,
+        guarantee="pure",
+        remaining_epsilon=1.0,
+        created_at=datetime.now(UTC),
+        accounting="pure" if rho_exact is None else "zcdp",
+        zcdp=zcdp,
+    )
+
+
+def test_an_early_stop_states_its_spend_in_the_datasets_unit() -> None:
+    """SerenadeCS's early-stop sentence: ρ adds up exactly on a zCDP dataset (the implied ε of
+    each receipt would not), ε on a pure one."""
+    zcdp = [_receipt("0.2", "0.005"), _receipt("0.3", "0.0075")]
+    assert spent_of_planned(zcdp, "0.0174") == "ρ spent: 0.0125 of the 0.0174 planned."
+    pure = [_receipt("0.25", None), _receipt("0.5", None)]
+    assert spent_of_planned(pure, "1.500") == "ε spent: 0.75 of the 1.5 planned."

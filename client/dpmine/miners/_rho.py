@@ -62,3 +62,12 @@ def spent_text(receipts: Sequence[Receipt]) -> tuple[Literal["ε", "ρ"], str]:
     shows it."""
     unit, amount = spent_in_unit(receipts)
     return unit, str(amount) if unit == "ρ" else epsilon_text(amount)
+
+
+def spent_of_planned(receipts: Sequence[Receipt], planned_exact: str) -> str:
+    """ "<unit> spent: X of the Y planned." in the receipts' unit, ``planned_exact`` being the
+    plan's exact total in that unit (the estimate's ``total_rho_exact`` on a zCDP dataset, else
+    its ``total_epsilon_exact``)."""
+    unit, used = spent_text(receipts)
+    planned = planned_exact if unit == "ρ" else epsilon_text(Decimal(planned_exact))
+    return f"{unit} spent: {used} of the {planned} planned."

@@ -69,7 +69,7 @@ from decimal import Decimal
 from functools import cached_property
 from typing import Literal, TypedDict, Unpack
 
-from dpmine.amounts import epsilon_sum, epsilon_text
+from dpmine.amounts import epsilon_text
 from dpmine.canonical import redescription_key
 from dpmine.connection import DatasetHandle
 from dpmine.errors import ParameterError
@@ -86,7 +86,15 @@ from dpmine.intervals import (
     noise_law,
 )
 from dpmine.miners._base import GENERAL_HINTS, NotMinedError, Plan, SignificantMiner, _Spent
-from dpmine.miners._rho import EM_RHO, GENERIC_RHO, PURE, ZCDP, Composition, implied_epsilon
+from dpmine.miners._rho import (
+    EM_RHO,
+    GENERIC_RHO,
+    PURE,
+    ZCDP,
+    Composition,
+    implied_epsilon,
+    spent_of_planned,
+)
 from dpmine.queries import format_query
 from dpmine.significance import ALPHA
 from dpmine.wire import (
@@ -1095,8 +1103,10 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
         fractions of n̂ clamped to the same fractions of the public n_max (post-processing);
         under "auto" I, K/τ and the split are chosen again at that x0 (same total ε)."""
         plan = self._check_budget(dataset)
-        self._planned_epsilon = (
-            plan.estimate.total_epsilon_exact if isinstance(plan, Plan) else None
+        self._planned_total = (
+            (plan.estimate.total_rho_exact or plan.estimate.total_epsilon_exact)
+            if isinstance(plan, Plan)
+            else None
         )
         settings, _prices = self._settings(dataset)
         spent = _Spent()
@@ -1765,10 +1775,8 @@ class SerenadeCS(_SerenadeBase):
                 seen.add(redescription_key(found.redescription))
                 results.append(found)
         self.stop_reason_ = chain_stop_reason(self.chain_stops_, self.min_jaccard, self._unchanged)
-        if self._planned_epsilon is not None and any(stop.early for stop in self.chain_stops_):
-            used = epsilon_text(epsilon_sum(r.epsilon_exact for r in spent.receipts))
-            planned = epsilon_text(self._planned_epsilon)
-            self.stop_reason_ += f" ε spent: {used} of the {planned} planned."
+        if self._planned_total is not None and any(stop.early for stop in self.chain_stops_):
+            self.stop_reason_ += " " + spent_of_planned(spent.receipts, self._planned_total)
         self.redescriptions_ = results
         self._spent = spent
         return self
