@@ -13,7 +13,6 @@ on SQLite (``sqlite_server``) through the real client:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -28,7 +27,7 @@ from dpmine.miners._rho import ZCDP, implied_epsilon, spent_of_planned
 from dpmine.miners.greedy import DrawPrices, auto_cs, auto_es, zcdp_epsilon
 from dpmine.wire import CreateDatasetRequest, CsvSource, DatasetInfo, Receipt, ZcdpAmounts
 from support.datasets import register_table, table_metadata, unique_id, write_table_csv
-from support.servers import Account, LiveServer, add_analyst
+from support.servers import Account, LiveServer
 
 #: Within (ε = 1, δ = 10⁻⁶): ρ + 2√(ρ ln 10⁶) = 0.998.
 RHO = 0.0174
@@ -37,19 +36,10 @@ RHO = 0.0174
 CLOSE = 1e-5
 
 
-@pytest.fixture
-def owner(sqlite_server: LiveServer) -> Iterator[dpmine.Connection]:
-    with dpmine.connect(sqlite_server.url, sqlite_server.owner_key, retries=0) as connection:
-        yield connection
-
-
-@pytest.fixture
-def analyst(sqlite_server: LiveServer, owner: dpmine.Connection) -> Iterator[Account]:
-    account = add_analyst(sqlite_server, owner)
-    try:
-        yield account
-    finally:
-        account.connection.close()
+@pytest.fixture(scope="module")
+def any_server(sqlite_server: LiveServer) -> LiveServer:
+    """SQLite only: conftest's ``owner`` and ``analyst`` then connect to it."""
+    return sqlite_server
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import re
 import shlex
-from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 
@@ -41,7 +40,7 @@ from support.datasets import (
     unique_id,
     write_table_csv,
 )
-from support.servers import Account, LiveServer, add_analyst
+from support.servers import Account, LiveServer
 
 EPSILON = 0.2  # σ = 5
 ENV = {"COLUMNS": "250", "DPMINE_URL": "", "DPMINE_API_KEY": ""}
@@ -59,19 +58,10 @@ def gaussian_half_width(sigma: float, miss: float) -> int:
     return t
 
 
-@pytest.fixture
-def owner(sqlite_server: LiveServer) -> Iterator[dpmine.Connection]:
-    with dpmine.connect(sqlite_server.url, sqlite_server.owner_key, retries=0) as connection:
-        yield connection
-
-
-@pytest.fixture
-def analyst(sqlite_server: LiveServer, owner: dpmine.Connection) -> Iterator[Account]:
-    account = add_analyst(sqlite_server, owner)
-    try:
-        yield account
-    finally:
-        account.connection.close()
+@pytest.fixture(scope="module")
+def any_server(sqlite_server: LiveServer) -> LiveServer:
+    """SQLite only: conftest's ``owner`` and ``analyst`` then connect to it."""
+    return sqlite_server
 
 
 @pytest.fixture
