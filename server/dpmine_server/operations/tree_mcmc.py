@@ -12,6 +12,12 @@ Metropolis ratio min(1, exp(c·(score' − score))) leaves
 invariant: the exponential mechanism over valid trees with the product base measure, c = ε/(2Δ).
 The chains run a fixed, public number of iterations and release the final state only; nothing
 stops early on the data (§0.1, §0.4), so the guarantee is "approximate" (ε-DP at convergence).
+``tree.mcmc`` has an exact sampler of the same law (:mod:`~dpmine_server.operations.tree_exact`,
+sum-product, since its score adds up over one tree's leaves); ``tree.pair_mcmc`` has none: summing
+out the second tree leaves a factor per first tree that reads all of its leaves at once, so the
+first tree must be enumerated (≈ 4·10¹⁴ on mammals at depth 3), and samplers that stop exactly
+(rejection, artificial atoms) run for about max/mean of the weights exp(c·score), which grows
+with n (docs/operations.md, "Why no exact sampler").
 
 The steps run compiled (:mod:`~dpmine_server.operations.tree_native`). This module draws the
 initial tree and every random number of the chain from the call's generator up front: the node
