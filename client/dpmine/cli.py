@@ -69,8 +69,6 @@ from dpmine.miners import (
 from dpmine.miners._rho import spent_text
 from dpmine.miners.layered import SeedRule
 from dpmine.miners.trees import (
-    DEFAULT_DEPTH,
-    DEFAULT_MIN_SUPPORT,
     TreeMinerParameters,
     TreePlan,
     tree_record,
@@ -1060,11 +1058,32 @@ def mine_serenade_cs(
 # Tree-based miners (ALGORITHMS.md §3.7)
 
 TreeMiner = AltExpM | AltMCMC | MCMCTreePair | DPLayeredTrees
-DepthOption = Annotated[int, typer.Option(help="Split levels of every tree", min=1)]
+DepthOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Split levels of every tree (default: 3, or the auto preset's choice)", min=1
+    ),
+]
+TreePresetOption = Annotated[
+    str,
+    typer.Option(
+        "--preset",
+        help="paper (the default: the paper's split, ε/(InTr·(2·RMIter + 1)) a call) or auto "
+        "(a noisy row count, then depth, rounds and the ε of trees and leaf counts chosen so that "
+        "the results can pass the noise-aware test; options you give win)",
+    ),
+]
 SettingOption = Annotated[
     str, typer.Option(help="standard (InTr 1, RMIter k) or stable (InTr k, RMIter 1)")
 ]
-KOption = Annotated[int, typer.Option("--k", help="k of the standard/stable setting", min=1)]
+KOption = Annotated[
+    int | None,
+    typer.Option(
+        "--k",
+        help="k of the standard/stable setting (default 4; auto: its choice of rounds)",
+        min=1,
+    ),
+]
 InTreesOption = Annotated[
     int | None, typer.Option(help="InTr: initial trees (overrides --setting)", min=1)
 ]
@@ -1080,7 +1099,10 @@ IterationsOption = Annotated[
     ),
 ]
 SeedOption = Annotated[int | None, typer.Option(help="Seed of the (public) attribute draws")]
-MinSupportOption = Annotated[float, typer.Option(help="Minimum noisy support of a result")]
+MinSupportOption = Annotated[
+    float | None,
+    typer.Option(help="Minimum noisy support of a result (default: 10, or the auto preset's)"),
+]
 MinJaccardOption = Annotated[
     float,
     typer.Option(
@@ -1127,13 +1149,20 @@ PlotOption = Annotated[
 ]
 
 
+#: k of --setting when not given: the paper's RMIter 4 / InTr 4 (§3.7).
+DEFAULT_K = 4
+
+
 def _alternation_shape(
-    setting: str, k: int, in_trees: int | None, rm_iterations: int | None
-) -> tuple[int, int]:
-    """(InTr, RMIter) of --setting and --k, overridden by --in-trees / --rm-iterations."""
+    setting: str, k: int | None, in_trees: int | None, rm_iterations: int | None, preset: str
+) -> tuple[int, int | None]:
+    """(InTr, RMIter) of --setting and --k (default 4), overridden by --in-trees /
+    --rm-iterations. Under --preset auto the standard setting leaves RMIter to the preset
+    unless --k or --rm-iterations gives it."""
     if setting not in {"standard", "stable"}:
         raise _fail("--setting must be 'standard' or 'stable'")
-    shape = (1, k) if setting == "standard" else (k, 1)
+    chosen = k if k is not None else None if preset == "auto" else DEFAULT_K
+    shape = (1, chosen) if setting == "standard" else (k or DEFAULT_K, 1)
     return (
         shape[0] if in_trees is None else in_trees,
         shape[1] if rm_iterations is None else rm_iterations,
@@ -1142,18 +1171,20 @@ def _alternation_shape(
 
 def _tree_parameters(
     epsilon: float,
-    depth: int,
-    min_support: float,
+    depth: int | None,
+    min_support: float | None,
     min_jaccard: float,
     p_max: float,
     target_bins: int | None,
     seed: int | None,
     leaf_release: str,
+    preset: str,
 ) -> TreeMinerParameters:
     if leaf_release not in get_args(LeafCountsRelease):
         raise _fail("--leaf-release must be 'partition' or 'paper'")
     return TreeMinerParameters(
         leaf_release=cast(LeafCountsRelease, leaf_release),
+        preset=_preset(preset),
         epsilon=epsilon,
         depth=depth,
         min_support=min_support,
@@ -1278,13 +1309,14 @@ def mine_alt_expm(
     ctx: typer.Context,
     dataset_id: Annotated[str, typer.Argument(metavar="DATASET")],
     epsilon: EpsilonOption,
+    preset: TreePresetOption = "paper",
     setting: SettingOption = "standard",
-    k: KOption = 4,
+    k: KOption = None,
     in_trees: InTreesOption = None,
     rm_iterations: RMIterOption = None,
-    depth: DepthOption = DEFAULT_DEPTH,
+    depth: DepthOption = None,
     seed: SeedOption = None,
-    min_support: MinSupportOption = DEFAULT_MIN_SUPPORT,
+    min_support: MinSupportOption = None,
     min_jaccard: MinJaccardOption = DEFAULT_MIN_JACCARD,
     p_max: PMaxOption = DEFAULT_P_MAX,
     target_bins: BinsOption = None,
@@ -1299,10 +1331,10 @@ def mine_alt_expm(
     plan_only: PlanOption = False,
 ) -> None:
     """AltExpM: trees alternated between the views, grown by the exponential mechanism."""
-    shape = _alternation_shape(setting, k, in_trees, rm_iterations)
+    shape = _alternation_shape(setting, k, in_trees, rm_iterations, preset)
 
     parameters = _tree_parameters(
-        epsilon, depth, min_support, min_jaccard, p_max, target_bins, seed, leaf_release
+        epsilon, depth, min_support, min_jaccard, p_max, target_bins, seed, leaf_release, preset
     )
 
     def make(progress: bool) -> AltExpM:
@@ -1332,14 +1364,15 @@ def mine_alt_mcmc(
     ctx: typer.Context,
     dataset_id: Annotated[str, typer.Argument(metavar="DATASET")],
     epsilon: EpsilonOption,
+    preset: TreePresetOption = "paper",
     setting: SettingOption = "standard",
-    k: KOption = 4,
+    k: KOption = None,
     in_trees: InTreesOption = None,
     rm_iterations: RMIterOption = None,
     iterations: IterationsOption = DEFAULT_TREE_ITERATIONS,
-    depth: DepthOption = DEFAULT_DEPTH,
+    depth: DepthOption = None,
     seed: SeedOption = None,
-    min_support: MinSupportOption = DEFAULT_MIN_SUPPORT,
+    min_support: MinSupportOption = None,
     min_jaccard: MinJaccardOption = DEFAULT_MIN_JACCARD,
     p_max: PMaxOption = DEFAULT_P_MAX,
     target_bins: BinsOption = None,
@@ -1354,10 +1387,10 @@ def mine_alt_mcmc(
     plan_only: PlanOption = False,
 ) -> None:
     """AltMCMC: trees alternated between the views, sampled by MCMC (fixed iterations)."""
-    shape = _alternation_shape(setting, k, in_trees, rm_iterations)
+    shape = _alternation_shape(setting, k, in_trees, rm_iterations, preset)
 
     parameters = _tree_parameters(
-        epsilon, depth, min_support, min_jaccard, p_max, target_bins, seed, leaf_release
+        epsilon, depth, min_support, min_jaccard, p_max, target_bins, seed, leaf_release, preset
     )
 
     def make(progress: bool) -> AltMCMC:
@@ -1388,14 +1421,18 @@ def mine_tree_pair(
     ctx: typer.Context,
     dataset_id: Annotated[str, typer.Argument(metavar="DATASET")],
     epsilon: EpsilonOption,
-    in_trees: Annotated[int, typer.Option(help="InTr: sampled tree pairs", min=1)] = 4,
+    preset: TreePresetOption = "paper",
+    in_trees: Annotated[
+        int | None,
+        typer.Option(help="InTr: sampled tree pairs (default 4, or the auto preset's)", min=1),
+    ] = None,
     omega: Annotated[
         float, typer.Option(help="ω: share of ε for sampling (0.1 standard, 0.5 balanced)")
     ] = 0.1,
     iterations: IterationsOption = DEFAULT_TREE_ITERATIONS,
-    depth: DepthOption = DEFAULT_DEPTH,
+    depth: DepthOption = None,
     seed: SeedOption = None,
-    min_support: MinSupportOption = DEFAULT_MIN_SUPPORT,
+    min_support: MinSupportOption = None,
     min_jaccard: MinJaccardOption = DEFAULT_MIN_JACCARD,
     p_max: PMaxOption = DEFAULT_P_MAX,
     target_bins: BinsOption = None,
@@ -1417,7 +1454,7 @@ def mine_tree_pair(
         raise _fail(f"--pair-score must be 'gain' or 'paper', got {pair_score!r}")
 
     parameters = _tree_parameters(
-        epsilon, depth, min_support, min_jaccard, p_max, target_bins, seed, leaf_release
+        epsilon, depth, min_support, min_jaccard, p_max, target_bins, seed, leaf_release, preset
     )
 
     def make(progress: bool) -> MCMCTreePair:

@@ -148,6 +148,56 @@ def test_plan_only_prices_the_alternations_without_charging(
     assert _remaining(server, account, mushroom.id) == before
 
 
+@pytest.mark.parametrize(
+    "case",
+    [
+        # auto chooses the rounds: 1 drawn attribute, then per round a tree and a release.
+        ("alt-expm", "", "tree.expmech", None),
+        # --k given under auto: RMIter 2, so 1 + 2 trees and 2 releases.
+        ("alt-expm", "--k 2", "tree.expmech", 2),
+        # tree-pair under auto: --in-trees given, 3 pairs and 3 releases.
+        ("tree-pair", "--in-trees 3", "tree.pair_mcmc", 3),
+    ],
+)
+def test_preset_auto_buys_a_row_count_and_keeps_the_options_given(
+    server: LiveServer,
+    account: Account,
+    mushroom: DatasetInfo,
+    case: tuple[str, str, str, int | None],
+) -> None:
+    """``--preset auto`` plans the auto preset of the Python miners (issue #21 item 4): a noisy
+    row count first, then depth, rounds and the ε split from it; options given win. Free."""
+    verb, options, trees, leaf_counts = case
+    before = _remaining(server, account, mushroom.id)
+    command = f"mine {verb} {mushroom.id} --epsilon 8 --preset auto {options} --plan-only"
+    estimate = EstimateResponse.model_validate(
+        _json(dpmine_cli(server, account.api_key, f"--json {command}"))
+    )
+    operations = Counter(call.operation for call in estimate.calls)
+    assert estimate.calls[0].operation == "count.noisy"
+    assert operations["count.noisy"] == 1
+    releases = operations["tree.leaf_counts"]
+    assert releases >= 1
+    if leaf_counts is not None:
+        assert releases == leaf_counts
+    if trees == "tree.expmech":
+        assert operations[trees] == 1 + releases
+    else:
+        assert operations[trees] == releases
+    assert Decimal(estimate.total_epsilon_exact) <= 8
+    text = _flat(_ok(dpmine_cli(server, account.api_key, command)))
+    assert "preset auto" in text, text
+    paper = EstimateResponse.model_validate(
+        _json(
+            dpmine_cli(
+                server, account.api_key, f"--json mine {verb} {mushroom.id} --epsilon 8 --plan-only"
+            )
+        )
+    )
+    assert "count.noisy" not in {call.operation for call in paper.calls}
+    assert _remaining(server, account, mushroom.id) == before
+
+
 def test_plan_only_of_tree_pair_splits_epsilon_by_omega(
     server: LiveServer, account: Account, mushroom: DatasetInfo
 ) -> None:
@@ -390,7 +440,8 @@ def test_when_nothing_passes_the_run_says_so_and_how_to_get_more_signal(
     text = _flat(_ok(dpmine_cli(server, account.api_key, command)))
     assert "AltMCMC redescriptions that pass the noise-aware test: none" in text
     assert "No result passes the noise-aware test (p ≤ α/m = 0.01/" in text
-    assert "ε spent: 0.03. For more signal: shallower trees (depth, CLI --depth" in text
+    assert "ε spent: 0.03. For more signal: preset='auto' (CLI --preset auto" in text
+    assert "shallower trees (depth, CLI --depth" in text
     assert "a larger ε" in text
     assert "fewer attributes or columns" in text
     payload = _json(dpmine_cli(server, account.api_key, f"--json {command} --all"))

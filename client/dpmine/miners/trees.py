@@ -997,7 +997,16 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
 
     def _hints(self) -> list[str]:
         """Tree-specific remedies, then the general ones."""
+        preset = (
+            [
+                "preset='auto' (CLI --preset auto: fewer, more precise leaf-count releases, sized "
+                "for this test)"
+            ]
+            if self.preset == "paper"
+            else []
+        )
         return [
+            *preset,
             "shallower trees (depth, CLI --depth: fewer released cells per query, fewer tests)",
             *GENERAL_HINTS,
         ]
