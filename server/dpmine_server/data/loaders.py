@@ -17,9 +17,12 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import os
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -554,6 +557,34 @@ def _header(batch: pa.RecordBatch, path: Path) -> list[str]:
     return names
 
 
+#: Threads that convert a chunk's columns (and build the typed columns) at once: Arrow's compute
+#: kernels and numpy's release the GIL, so the columns of a chunk convert side by side.
+CONVERSION_THREADS: Final = max(1, min(4, os.cpu_count() or 1))
+
+
+def _convert_chunk(
+    pool: ThreadPoolExecutor,
+    columns: list[_StreamedColumn],
+    data: pa.RecordBatch,
+    offset: int,
+    missing_tokens: list[str],
+) -> list[Future[None]]:
+    """Start converting one chunk into every column, the columns side by side on ``pool``: each
+    column owns its state, so the result is the sequential one once every future is done."""
+    return [
+        pool.submit(
+            column.add, csv_chunks.string_column(data, column.index), offset, missing_tokens
+        )
+        for column in columns
+    ]
+
+
+def _finish(pending: list[Future[None]]) -> None:
+    """Wait for a chunk's conversions; the first error is raised."""
+    for future in pending:
+        future.result()
+
+
 def load_csv_streaming(
     metadata: DatasetMetadata,
     path: Path,
@@ -565,16 +596,29 @@ def load_csv_streaming(
     with vectorised kernels (:mod:`dpmine_server.data.csv_chunks`) and appended to the typed
     columns, so that memory holds the columns plus one chunk. Same columns, report and
     :class:`DataValidationError` messages as :func:`load_csv_frame` (lines and counts over the
-    whole file); past ``n_max`` rows it only counts the rows, for the message.
+    whole file); past ``n_max`` rows it only counts the rows, for the message. A chunk's columns
+    convert on :data:`CONVERSION_THREADS` threads while the next chunk is read, so memory holds
+    two chunks.
 
     Raises :class:`csv_chunks.UseFramePath` for a file it would not read exactly as that path.
     """
+    with ThreadPoolExecutor(CONVERSION_THREADS, thread_name_prefix="dpmine-load") as pool:
+        return _stream_csv(pool, metadata, path, what, block_bytes)
+
+
+def _stream_csv(
+    pool: ThreadPoolExecutor, metadata: DatasetMetadata, path: Path, what: str, block_bytes: int
+) -> tuple[ColumnStore, LoadReport]:
+    """:func:`load_csv_streaming` on ``pool``."""
     delimiter = sniff_delimiter(path)
     report = LoadReport(source=what)
     problems = _Problems()
     columns: list[_StreamedColumn] | None = None
     n_rows = 0
+    pending: list[Future[None]] = []
     for batch in csv_chunks.read_string_batches(path, delimiter, block_bytes=block_bytes):
+        # The previous chunk converted while this one was read; its columns append in order.
+        _finish(pending)
         data = batch
         if columns is None:
             names = _header(batch, path)
@@ -592,10 +636,8 @@ def load_csv_streaming(
         offset, n_rows = n_rows, n_rows + data.num_rows
         if problems.messages or n_rows > metadata.n_max:
             columns.clear()  # the load fails: only the row count is still needed
-        for column in columns:
-            column.add(
-                csv_chunks.string_column(data, column.index), offset, metadata.missing_values
-            )
+        pending = _convert_chunk(pool, columns, data, offset, metadata.missing_values)
+    _finish(pending)
     if columns is None:
         raise csv_chunks.UseFramePath("no header row")
     if n_rows == 0:
@@ -607,10 +649,12 @@ def load_csv_streaming(
         if message is not None:
             problems.add(message)
     problems.raise_if_any(what)
-    built: dict[str, Column] = {}
+    names = [column.attribute.name for column in columns]
+    built: dict[str, Column] = dict(
+        zip(names, pool.map(_StreamedColumn.build, columns), strict=True)
+    )
     for column in columns:
         name = column.attribute.name
-        built[name] = column.build()
         report.missing[name] = column.missing
         if isinstance(column.attribute, NumericAttribute):
             report.clipped[name] = column.clipped
