@@ -52,8 +52,10 @@ from dpmine_server.data.columns import (
     ColumnStore,
     ItemColumns,
     NumericColumn,
+    occurrence_keys,
 )
 from dpmine_server.data.csv_chunks import PY_WHITESPACE
+from dpmine_server.data.fimi_stream import read_fimi_occurrences
 
 __all__ = [
     "MAX_PROBLEMS",
@@ -752,35 +754,43 @@ def _load_pair(
 def _load_fimi(
     metadata: DatasetMetadata, source: FimiSource, base_dir: Path
 ) -> tuple[ColumnStore, LoadReport]:
+    """A FIMI source, streamed in blocks (:mod:`dpmine_server.data.fimi_stream`): memory holds
+    the occurrence pairs, their keys and one block of text, never a string per item."""
     what = f"FIMI file {source.path!r}"
     report = LoadReport(source=what)
     problems = _Problems()
     if metadata.kind != "transactions":
         problems.add(f"a FIMI file holds transactions, but the metadata declares {metadata.kind!r}")
         problems.raise_if_any(what)
-    lines = read_fimi_lines(resolve_path(source.path, base_dir))
-    tokens_per_line = [line.split() for line in lines]
-    lengths = np.fromiter((len(t) for t in tokens_per_line), dtype=np.int64, count=len(lines))
-    tokens = [token for line_tokens in tokens_per_line for token in line_tokens]
-    item_ids = pd.Index(metadata.items).get_indexer(pd.Index(tokens, dtype=object)).astype(np.int64)
-    rows = np.repeat(np.arange(len(lines), dtype=np.int64), lengths)
-    for position in np.flatnonzero(item_ids < 0)[:MAX_PROBLEMS]:
-        problems.add(
-            f"{what}, line {int(rows[position]) + 1}: item {tokens[position]!r} is not in the "
-            "declared item universe; add it to metadata.items or clean the data"
+    path = resolve_path(source.path, base_dir)
+    try:
+        found = read_fimi_occurrences(
+            path, metadata.items, max_rows=metadata.n_max, max_unknown=MAX_PROBLEMS
         )
-    _check_n_max(len(lines), metadata, problems, what)
+    except FileNotFoundError:
+        raise DataValidationError(f"file '{path}' does not exist") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataValidationError(f"file '{path}' is not a readable text file: {err}") from None
+    for row, token in found.unknown:
+        problems.add(
+            f"{what}, line {row + 1}: item {token!r} is not in the declared item universe; add "
+            "it to metadata.items or clean the data"
+        )
+    n_rows = found.n_rows
+    _check_n_max(n_rows, metadata, problems, what)
     problems.raise_if_any(what)
-    items = ItemColumns.from_pairs(
-        metadata.items, rows, item_ids, len(lines), max_row_width=metadata.max_row_width
-    )
-    report.n_rows = len(lines)
-    distinct = np.unique(item_ids * max(len(lines), 1) + rows)
-    widths = np.bincount(distinct % max(len(lines), 1), minlength=len(lines))
-    report.duplicate_items = len(tokens) - int(distinct.size)
+    keys = occurrence_keys(found.rows.integers(), found.item_ids.integers(), n_rows)
+    found.rows.release()
+    found.item_ids.release()
+    report.n_rows = n_rows
+    report.duplicate_items = found.n_tokens - int(keys.size)
     if metadata.max_row_width is not None:
+        widths = np.bincount(keys % max(n_rows, 1), minlength=n_rows)
         report.truncated_rows = int(np.count_nonzero(widths > metadata.max_row_width))
-    return ColumnStore(metadata, n_rows=len(lines), items=items), report
+    items = ItemColumns.from_keys(
+        metadata.items, keys, n_rows, max_row_width=metadata.max_row_width
+    )
+    return ColumnStore(metadata, n_rows=n_rows, items=items), report
 
 
 def load_store(
