@@ -99,6 +99,8 @@ MINERS = (
     "DPLayeredAutoJaccard",
     "DPLayeredAutoJaccardSeeds",
     "DPLayeredAutoJaccardUniform",
+    "DPLayeredAutoPair",
+    "DPLayeredAutoPairUniform",
     "AltMCMC-chain",
 )
 #: The layered auto candidates (issue #26), declared before they were measured: ``order``
@@ -111,13 +113,18 @@ LAYERED_AUTO_ORDERS: dict[str, LayeredOrder] = {
     "DPLayeredAutoJaccard": "strong",
     "DPLayeredAutoJaccardSeeds": "seeds",
     "DPLayeredAutoJaccardUniform": "strong",
+    "DPLayeredAutoPair": "seeds",
+    "DPLayeredAutoPairUniform": "seeds",
 }
+#: Candidates H, I (``final_release="pair"``, declared before they were measured).
+LAYERED_PAIR = ("DPLayeredAutoPair", "DPLayeredAutoPairUniform")
 #: Candidates E, F, G (``query_rule="jaccard"``, declared before they were measured): the
 #: seed rule of each layered auto candidate ("uniform" when not listed).
 LAYERED_SEED_RULES: dict[str, SeedRule] = {
     "DPLayeredAutoSeeded": "expmech",
     "DPLayeredAutoJaccard": "expmech",
     "DPLayeredAutoJaccardSeeds": "expmech",
+    "DPLayeredAutoPair": "expmech",
 }
 #: The layered auto candidates whose layers choose their queries by noisy Jaccard.
 LAYERED_JACCARD = (
@@ -258,6 +265,7 @@ def make_miner(
             order=order,
             seed_rule=LAYERED_SEED_RULES.get(name, "uniform"),
             query_rule="jaccard" if name in LAYERED_JACCARD else "majority",
+            final_release="pair" if name in LAYERED_PAIR else "partition",
             seed=seed,
         )
     if name == "AltExpM":

@@ -12,7 +12,7 @@ import pytest
 from dpmine.errors import ParameterError
 from dpmine.miners import DPLayeredTrees
 from dpmine.miners.layered import jaccard_query, layer_query, positive_shares, seed_tree
-from dpmine.miners.tree_auto import auto_layered, leaf_epsilon, steer_epsilon
+from dpmine.miners.tree_auto import auto_layered, leaf_epsilon, pair_epsilon, steer_epsilon
 from dpmine.treereds import LeafQuery
 from dpmine.wire import DatasetMetadata, NumericAttribute
 from dpmine_server.dp.lattice import public_lattice
@@ -126,6 +126,8 @@ def test_every_call_gets_an_equal_share_of_epsilon() -> None:
         ({"order": "depth"}, "order must be 'seeds', 'layers' or 'strong'"),
         ({"seed_rule": "best"}, "seed_rule must be 'uniform' or 'expmech'"),
         ({"query_rule": "half"}, "query_rule must be 'majority' or 'jaccard'"),
+        ({"final_release": "cells"}, "final_release must be 'partition' or 'pair'"),
+        ({"final_release": "pair", "preset": "paper"}, "final_release='pair' needs preset='auto'"),
         ({"leaf_release": "paper"}, "needs leaf_release='partition'"),
     ],
 )
@@ -158,6 +160,41 @@ def test_the_layered_auto_choice_never_spends_more_than_epsilon(
     assert spent <= epsilon
     assert not layout.examine_every_layer
     assert miner._releases() == layout.seeds  # only the final releases are examined
+
+
+@pytest.mark.parametrize("seed_rule", ["uniform", "expmech"])
+@pytest.mark.parametrize("n_hat", [40.0, 300.0, 2500.0, 20000.0])
+@pytest.mark.parametrize("epsilon", [0.5, 1.0])
+def test_the_pair_final_choice_never_spends_more_than_epsilon(
+    seed_rule: Any, n_hat: float, epsilon: float
+) -> None:
+    """Row count + seeds·(seed draw + layers tree draws + layers steering + 1 pair release)
+    ≤ ε: under ``final_release="pair"`` every layer's release steers."""
+    miner = DPLayeredTrees(
+        epsilon=epsilon, preset="auto", order="seeds", seed_rule=seed_rule, final_release="pair"
+    )
+    settings = miner._settle(BOOLEAN_VIEWS, n_hat)
+    layout = miner.layout_
+    assert settings.count_epsilon is not None
+    assert layout.pair_final
+    assert all(not layout.examined(layer) for layer in range(layout.layers))
+    assert layout.release_epsilon(layout.layers - 1, settings.leaf_epsilon) == layout.steer_epsilon
+    draws = layout.layers + (seed_rule == "expmech")
+    spent = settings.count_epsilon + layout.seeds * (
+        draws * settings.tree_epsilon + layout.layers * layout.steer_epsilon + settings.leaf_epsilon
+    )
+    assert spent <= epsilon
+    assert miner._releases() == layout.seeds
+
+
+def test_a_pair_release_is_priced_below_a_partition_release() -> None:
+    """One noise term per cell at the miss α/(4·s) against 2^d + 1 terms at α/(s·4·L²)."""
+    for depth in (2, 3):
+        for seeds in (1, 4):
+            pair = pair_epsilon(depth, seeds, 2221.0)
+            assert 0 < pair < leaf_epsilon(depth, seeds, 1 << depth, 2221.0) / 2
+    # More seeds, a smaller miss per cell: a higher price.
+    assert pair_epsilon(3, 4, 2221.0) > pair_epsilon(3, 1, 2221.0)
 
 
 def test_the_layered_auto_order_ranks_seeds_or_layers_first() -> None:

@@ -51,6 +51,19 @@ most shown results over mammals, asia, stroke and heart at ε ∈ {0.5, 1} (5 ru
 becomes the auto default if it shows at least as many as C on mammals and asia together
 and at a median true J no lower; otherwise C stays.
 
+``final_release="pair"`` (preset ``auto`` only): every layer's ``tree.leaf_counts`` release
+steers, and each seed ends with one ``red.compute_quality`` release (cells mode) of its last
+pair of queries, the seed's only result (:meth:`DPLayeredTrees._pair_result`). Why: the boxes of
+the significance test on a partition release sum up to (2^d + 1)² cells per statistic at the
+miss α/(R·4·L²), L up to 2^(2^d) leaf sets (mammals, ε = 1: results of true J 0.62 and p 4e-7
+not shown); a pair release has one noise term per cell at the miss α/(4·R), so it is priced
+(:func:`~dpmine.miners.tree_auto.pair_epsilon`) far below a partition's final release and
+leaves budget for more seeds. Privacy: one more charged call per seed, on a pair of queries
+chosen from earlier releases (post-processing); the union bound runs over the 4·R cells of the
+R = s pair releases. Candidates declared before they were measured: H = ``"pair"``,
+``query_rule="jaccard"``, ``seed_rule="expmech"``, ``order="seeds"``; I = H with
+``seed_rule="uniform"``; judged by the rule of E–G above.
+
 ``seed_rule="expmech"`` (candidate D, either preset): each seed is a private depth-1
 ``tree.expmech`` on the other view than a drawn attribute, with that attribute as target; its
 left leaf is the seed query. One more charged tree draw per seed, in the plan and the split; the
@@ -102,11 +115,13 @@ from dpmine.miners.trees import (
     share_of,
     simplified_leaf_paths,
 )
+from dpmine.significance import ALPHA
 from dpmine.treereds import (
     DEFAULT_MAX_CLAUSES,
     LeafQuery,
     TreeRedescription,
     examine_partition,
+    jaccard_standard_error,
     noisy_statistics,
     partition_counts,
     passes_final_filters,
@@ -115,17 +130,22 @@ from dpmine.treereds import (
 from dpmine.wire import (
     BooleanAttribute,
     CategoricalAttribute,
+    ComputeQualityRequest,
+    ComputeQualityResponse,
+    CountNoiseKind,
     DatasetMetadata,
     DecisionTree,
     NumericAttribute,
     PlannedCall,
     QueryTarget,
+    Redescription,
     TreeExpMechRequest,
     TreeSplit,
     TreeTargetSpec,
     View,
 )
-from dpmine.wire.operations import TREE_LEAF_COUNTS
+from dpmine.wire.operations import RED_COMPUTE_QUALITY, TREE_LEAF_COUNTS
+from dpmine.wire.queries import check_query_limits
 
 #: How a layer's new query is chosen from its release: ``"majority"`` the leaves of noisy
 #: positive share above 1/2 (:func:`layer_query`), ``"jaccard"`` the best noisy Jaccard with
@@ -136,14 +156,21 @@ QueryRule = Literal["majority", "jaccard"]
 #: tree on a drawn target (:meth:`DPLayeredTrees._seed_request`).
 SeedRule = Literal["uniform", "expmech"]
 
+#: What a seed's results are measured on: ``"partition"`` its last layer's released partition
+#: (every set of leaves a candidate), ``"pair"`` one release of the four cells of its last pair
+#: of queries (:meth:`DPLayeredTrees._pair_result`).
+FinalRelease = Literal["partition", "pair"]
+
 __all__ = [
     "DEFAULT_LAYERS",
     "DPLayeredTrees",
+    "FinalRelease",
     "LayeredLayout",
     "QueryRule",
     "SeedRule",
     "jaccard_query",
     "layer_query",
+    "pair_noise",
     "positive_shares",
     "seed_tree",
 ]
@@ -257,6 +284,18 @@ def jaccard_query(
     return LeafQuery.of(*((leaf, True) for leaf in sorted(chosen)))
 
 
+def pair_noise(response: ComputeQualityResponse, epsilon: float) -> tuple[CountNoiseKind, float]:
+    """(kind, scale) of each cell of a pair release bought with ``epsilon``: discrete Laplace
+    of scale 1/ε when the release reports Laplace or nothing, else the reported discrete
+    Gaussian's σ, which must be at least 1/ε (a smaller one would narrow the intervals)."""
+    noise = response.noise
+    if noise is None or noise.kind == "laplace":
+        return "laplace", 1.0 / epsilon
+    if not noise.scale >= (1.0 / epsilon) * (1.0 - 1e-9):
+        raise ParameterError(f"the reported noise scale {noise.scale} is below {1 / epsilon} at ε")
+    return noise.kind, noise.scale
+
+
 @dataclass(frozen=True)
 class LayeredLayout:
     """A run's shape: seeds and layers, the ε of each steering release (layers 1 … L − 1) and
@@ -267,14 +306,21 @@ class LayeredLayout:
     layers: int
     steer_epsilon: float
     examine_every_layer: bool
+    #: ``final_release="pair"``: every layer's release steers, each seed ends with a pair
+    #: release of its last two queries.
+    pair_final: bool = False
 
     def release_epsilon(self, layer: int, final_epsilon: float) -> float:
         """ε of the leaf-count release of ``layer`` (0-based)."""
+        if self.pair_final:
+            return self.steer_epsilon
         last = layer == self.layers - 1
         return final_epsilon if last or self.examine_every_layer else self.steer_epsilon
 
     def examined(self, layer: int) -> bool:
         """Whether the release of ``layer`` is examined for results."""
+        if self.pair_final:
+            return False
         return self.examine_every_layer or layer == self.layers - 1
 
 
@@ -290,6 +336,7 @@ class DPLayeredTrees(_Alternation):
         order: LayeredOrder = "strong",
         seed_rule: SeedRule = "uniform",
         query_rule: QueryRule = "majority",
+        final_release: FinalRelease = "partition",
         **parameters: Unpack[TreeMinerParameters],
     ) -> None:
         super().__init__(in_trees=DEFAULT_SEEDS if in_trees is None else in_trees, **parameters)
@@ -299,13 +346,17 @@ class DPLayeredTrees(_Alternation):
         self.order = order
         self.seed_rule = seed_rule
         self.query_rule = query_rule
+        self.final_release = final_release
 
     def _tree_request(self, view: View, target: TreeTargetSpec) -> TreeExpMechRequest:
         return self._expmech_request(view, target)
 
     def _releases(self) -> int:
-        """R: the examined releases (every layer's under ``paper``, the last under ``auto``)."""
+        """R: the examined releases (every layer's under ``paper``, the last under ``auto``,
+        the pair release under ``final_release="pair"``)."""
         layout = self.layout_
+        if layout.pair_final:
+            return layout.seeds
         return layout.seeds * (layout.layers if layout.examine_every_layer else 1)
 
     def _given_rounds(self) -> int | None:
@@ -328,6 +379,15 @@ class DPLayeredTrees(_Alternation):
         if self.query_rule not in get_args(QueryRule):
             raise ParameterError(
                 f"query_rule must be 'majority' or 'jaccard', got {self.query_rule!r}"
+            )
+        if self.final_release not in get_args(FinalRelease):
+            raise ParameterError(
+                f"final_release must be 'partition' or 'pair', got {self.final_release!r}"
+            )
+        if self.final_release == "pair" and self.preset != "auto":
+            raise ParameterError(
+                "final_release='pair' needs preset='auto' (its plan prices the pair releases); "
+                "use preset='auto' or final_release='partition'"
             )
         if self.leaf_release != "partition":
             raise ParameterError(
@@ -358,9 +418,14 @@ class DPLayeredTrees(_Alternation):
             layers=LAYERED_LAYERS if self.layers is None else (self.layers,),
             depths=LAYERED_DEPTHS if self.depth is None else (self.depth,),
             seed_draws=self._seed_draws(),
+            pair=self.final_release == "pair",
         )
         self.layout_ = LayeredLayout(
-            auto.seeds, auto.layers, _nano_floor(auto.steer_epsilon), examine_every_layer=False
+            auto.seeds,
+            auto.layers,
+            _nano_floor(auto.steer_epsilon),
+            examine_every_layer=False,
+            pair_final=self.final_release == "pair",
         )
         return TreeSettings(
             preset="auto",
@@ -429,7 +494,23 @@ class DPLayeredTrees(_Alternation):
                 epsilon = layout.release_epsilon(layer, self.settings_.leaf_epsilon)
                 calls.append(TREE_LEAF_COUNTS.plan(self._counts_request(left, right, epsilon)))
                 fixed = placeholder[view]
+            if layout.pair_final:
+                pair = Redescription(
+                    left=render_query(
+                        LeafQuery.of((0, True)), leaf_paths(placeholder["left"], schema)
+                    ),
+                    right=render_query(
+                        LeafQuery.of((0, True)), leaf_paths(placeholder["right"], schema)
+                    ),
+                )
+                calls.append(RED_COMPUTE_QUALITY.plan(self._pair_request(pair)))
         return calls
+
+    def _pair_request(self, pair: Redescription) -> ComputeQualityRequest:
+        """The final pair release of a seed: the four noisy cells of ``pair`` (scale 1/ε)."""
+        return ComputeQualityRequest(
+            redescription=pair, epsilon=self.settings_.leaf_epsilon, mode="cells"
+        )
 
     def mine(self, dataset: DatasetHandle) -> Self:
         """Run the layers of every seed; returns self (results in ``redescriptions_``)."""
@@ -439,10 +520,13 @@ class DPLayeredTrees(_Alternation):
         self._layer_queries: dict[int, tuple[LeafQuery, LeafQuery]] = {}
         #: Per examined released pair, the layer's (left, right) queries over its trees.
         self.queries_: list[tuple[LeafQuery, LeafQuery]] = []
-        steps = layout.seeds * (2 * layout.layers + self._seed_draws())
+        #: Per seed index, its final pair and that pair's release (``final_release="pair"``).
+        pairs: dict[int, tuple[Redescription, ComputeQualityResponse]] = {}
+        steps = layout.seeds * (2 * layout.layers + self._seed_draws() + layout.pair_final)
         with self._progress(steps, "DPLayeredTrees") as advance:
 
-            def run_layers(seed: DecisionTree | str, iteration: _Iteration) -> None:
+            def run_layers(indexed: tuple[int, DecisionTree | str], iteration: _Iteration) -> None:
+                index, seed = indexed
                 if isinstance(seed, str):
                     drawn = dataset.run(self._seed_request(schema, seed))
                     iteration.receipts.append(drawn.receipt)
@@ -462,10 +546,85 @@ class DPLayeredTrees(_Alternation):
                     if layout.examined(layer):
                         queries = (query, new_query) if fixed.view == "left" else (new_query, query)
                         self._layer_queries[id(released)] = queries
+                    last = ((fixed, query), (new, new_query))
                     fixed, query = new, new_query
+                if layout.pair_final:
+                    pair = self._final_pair(last, schema)
+                    if pair is not None:
+                        response = dataset.run(self._pair_request(pair))
+                        iteration.receipts.append(response.receipt)
+                        pairs[index] = (pair, response)
+                    advance()
 
-            self._run_iterations(dataset, self._seeds(schema), run_layers)
+            self._run_iterations(dataset, list(enumerate(self._seeds(schema))), run_layers)
+        for index in sorted(pairs):
+            result = self._pair_result(*pairs[index])
+            if result is not None:
+                self._keep_new([result])
         return self
+
+    @staticmethod
+    def _final_pair(
+        last: tuple[tuple[DecisionTree, LeafQuery], tuple[DecisionTree, LeafQuery]],
+        schema: DatasetMetadata,
+    ) -> Redescription | None:
+        """A seed's last pair of queries as text, left view first; None (no release) when a
+        query has no rows to print or exceeds the public query limits: a choice made on
+        released values and public limits only, so skipping the call is post-processing."""
+        texts = {}
+        for tree, query in last:
+            try:
+                text = render_query(query, simplified_leaf_paths(tree, schema))
+                check_query_limits(text)
+            except ValueError:
+                return None
+            texts[tree.view] = text
+        return Redescription(left=texts["left"], right=texts["right"])
+
+    def _pair_result(
+        self, pair: Redescription, response: ComputeQualityResponse
+    ) -> MinedTreeRedescription | None:
+        """A seed's result from its pair release (``final_release="pair"``): the four released
+        cells are the partition [[E11, E10], [E01, E00]] of the two queries, so the statistics,
+        the table and the standard error are those of a partition release of two one-leaf
+        trees; the final filters of §3.6 on the clamped statistics (no tautology: each query
+        was printed). Its box: each cell one noise term at the miss α/(4·R), R = the seeds, so
+        the four cells of all R pair releases hold together with probability ≥ 1 − α (union
+        bound over 4·R cells). Post-processing of the release."""
+        cells = response.cells
+        values = (cells.e11, cells.e10, cells.e01, cells.e00)
+        assert all(v is not None for v in values), "the cells mode was asked for"
+        e11, e10, e01, e00 = (int(v or 0) for v in values)
+        partition = [[e11, e10], [e01, e00]]
+        counts = partition_counts(partition)
+        leaf = LeafQuery.of((0, True))
+        red = TreeRedescription(leaf, leaf, noisy_statistics(counts, leaf, leaf))
+        self.examined_ += 1
+        stats, settings = red.statistics, self.settings_
+        bound = self.max_support_fraction * max(stats.n_rows, 0.0)
+        if not (
+            stats.jaccard >= self.min_jaccard
+            and stats.p_value <= self.p_max
+            and settings.min_support <= stats.intersection <= bound
+            and stats.support_left < bound
+            and stats.support_right < bound
+        ):
+            return None
+        kind, scale = pair_noise(response, settings.leaf_epsilon)
+        table = result_table(red, partition, (1, 1), partition=True)
+        releases = self._releases()
+        return MinedTreeRedescription(
+            redescription=pair,
+            statistics=red.statistics,
+            noise_scale=scale,
+            round=len(self.trees_) - 1,
+            jaccard_error=jaccard_standard_error(red, 1, 1, scale, partition=True, noise=kind),
+            noisy_cells=table[0],
+            cell_terms=table[1],
+            sum_miss=ALPHA / releases / 4,
+            joint_level=1.0 - ALPHA / releases,
+            noise=kind,
+        )
 
     def _next_query(
         self,
