@@ -134,13 +134,14 @@ LAYERED_JACCARD = (
 )
 #: ``--smoke`` runs one miner per code path: the layered auto candidates differ only in the
 #: public order their preset tries (unit-tested), so the seeded one (auto preset and private
-#: seeds) stands for them.
+#: seeds) stands for them, and the pair one for the Jaccard rule and the pair final release.
 SMOKE_MINERS = (
     "AltExpM",
     "AltMCMC",
     "MCMCTreePair",
     "DPLayeredTrees",
     "DPLayeredAutoSeeded",
+    "DPLayeredAutoPair",
     "AltMCMC-chain",
 )
 DATASETS = ("mammals", "asia", "teeth", "stroke", "heart")
