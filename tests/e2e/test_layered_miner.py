@@ -119,4 +119,8 @@ def test_the_pair_final_release_measures_each_seeds_last_queries(
         assert red.sum_miss == 0.01 / 2 / 4
         assert red.joint_level == 1.0 - 0.01 / 2
         assert red.noise_scale == 1.0 / miner.settings_.leaf_epsilon
+        # Its round is its seed's last steering release, whose new tree holds one query.
+        assert red.round in (1, 3)
+        last = miner.trees_[red.round]
+        assert miner.trees_[red.round - 1][0] in last or miner.trees_[red.round - 1][1] in last
         assert_printed_is_measured(red, 2 * NOISE_BAND)

@@ -563,7 +563,7 @@ class DPLayeredTrees(_Alternation):
 
             self._run_iterations(dataset, list(enumerate(self._seeds(schema))), run_layers)
         for index in sorted(pairs):
-            result = self._pair_result(*pairs[index])
+            result = self._pair_result(*pairs[index], round_=(index + 1) * layout.layers - 1)
             if result is not None:
                 self._keep_new([result])
         return self
@@ -587,7 +587,7 @@ class DPLayeredTrees(_Alternation):
         return Redescription(left=texts["left"], right=texts["right"])
 
     def _pair_result(
-        self, pair: Redescription, response: ComputeQualityResponse
+        self, pair: Redescription, response: ComputeQualityResponse, *, round_: int
     ) -> MinedTreeRedescription | None:
         """A seed's result from its pair release (``final_release="pair"``): the four released
         cells are the partition [[E11, E10], [E01, E00]] of the two queries, so the statistics,
@@ -595,7 +595,9 @@ class DPLayeredTrees(_Alternation):
         trees; the final filters of §3.6 on the clamped statistics (no tautology: each query
         was printed). Its box: each cell one noise term at the miss α/(4·R), R = the seeds, so
         the four cells of all R pair releases hold together with probability ≥ 1 − α (union
-        bound over 4·R cells). Post-processing of the release."""
+        bound over 4·R cells). ``round_``: the index in ``trees_`` of the seed's last
+        steering release (seed i's layers are releases i·L … i·L + L − 1). Post-processing of
+        the release."""
         cells = response.cells
         values = (cells.e11, cells.e10, cells.e01, cells.e00)
         assert all(v is not None for v in values), "the cells mode was asked for"
@@ -622,7 +624,7 @@ class DPLayeredTrees(_Alternation):
             redescription=pair,
             statistics=red.statistics,
             noise_scale=scale,
-            round=len(self.trees_) - 1,
+            round=round_,
             jaccard_error=jaccard_standard_error(red, 1, 1, scale, partition=True, noise=kind),
             noisy_cells=table[0],
             cell_terms=table[1],
