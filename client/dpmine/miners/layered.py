@@ -254,14 +254,17 @@ def jaccard_query(
     ``partition``, ``target`` and ``new_view`` are those of :func:`positive_shares`; leaf j has
     the noisy positive sum p_j (the target's cells in its column) and total t_j; T is the
     target's noisy size (its rows of the partition, every column) and N the sum of every cell.
-    A set S has I = Σ_S p_j, support Σ_S t_j and J = I / (T + Σ_S t_j − I). For fixed T,
-    the best J among sets of k leaves is a prefix of the leaves sorted by share p_j / t_j (a
-    ratio of sums is largest on the largest ratios), so the rule scans the prefixes of that
-    order (ties: the lower index first) and keeps the best admissible one (a later prefix only
-    on a strictly larger J). No prefix admissible, or no positive J: the leaf of the largest
-    share, so that the next layer has a target. Leaves that are empty on every dataset are
-    left out. Post-processing of the release: it reads released values and public options
-    only, and the number of calls never changes."""
+    A set S has I = Σ_S p_j, support Σ_S t_j and J = I / (T + Σ_S t_j − I). Without the
+    support bound (and with positive totals) a set of largest J is a prefix of the leaves
+    sorted by share p_j / t_j: J(S) ≥ λ exactly when Σ_S (p_j − λ·(t_j − p_j)) ≥ λ·T, and at
+    the optimal λ the left side is largest on the leaves of share above λ / (1 + λ)
+    (Dinkelbach's argument). So the rule scans the prefixes of that order (ties: the lower
+    index first) and keeps the best admissible one (a later prefix only on a strictly larger
+    J); with the bound, or noisy non-positive totals, that is a public heuristic. No prefix
+    admissible, or no positive J: the leaf of the largest share, so that the next layer has a
+    target. Leaves that are empty on every dataset are left out. Post-processing of the
+    release: it reads released values and public options only, and the number of calls never
+    changes."""
     rows = [list(row) for row in partition]
     if new_view == "left":
         rows = [list(column) for column in zip(*rows, strict=True)]
