@@ -96,6 +96,11 @@ MINERS = (
     "DPLayeredAutoLayers",
     "DPLayeredAutoStrong",
     "DPLayeredAutoSeeded",
+    "DPLayeredAutoJaccard",
+    "DPLayeredAutoJaccardSeeds",
+    "DPLayeredAutoJaccardUniform",
+    "DPLayeredAutoPair",
+    "DPLayeredAutoPairUniform",
     "AltMCMC-chain",
 )
 #: The layered auto candidates (issue #26), declared before they were measured: ``order``
@@ -105,16 +110,38 @@ LAYERED_AUTO_ORDERS: dict[str, LayeredOrder] = {
     "DPLayeredAutoLayers": "layers",
     "DPLayeredAutoStrong": "strong",
     "DPLayeredAutoSeeded": "strong",
+    "DPLayeredAutoJaccard": "strong",
+    "DPLayeredAutoJaccardSeeds": "seeds",
+    "DPLayeredAutoJaccardUniform": "strong",
+    "DPLayeredAutoPair": "seeds",
+    "DPLayeredAutoPairUniform": "seeds",
 }
+#: Candidates H, I (``final_release="pair"``, declared before they were measured).
+LAYERED_PAIR = ("DPLayeredAutoPair", "DPLayeredAutoPairUniform")
+#: Candidates E, F, G (``query_rule="jaccard"``, declared before they were measured): the
+#: seed rule of each layered auto candidate ("uniform" when not listed).
+LAYERED_SEED_RULES: dict[str, SeedRule] = {
+    "DPLayeredAutoSeeded": "expmech",
+    "DPLayeredAutoJaccard": "expmech",
+    "DPLayeredAutoJaccardSeeds": "expmech",
+    "DPLayeredAutoPair": "expmech",
+}
+#: The layered auto candidates whose layers choose their queries by noisy Jaccard.
+LAYERED_JACCARD = (
+    "DPLayeredAutoJaccard",
+    "DPLayeredAutoJaccardSeeds",
+    "DPLayeredAutoJaccardUniform",
+)
 #: ``--smoke`` runs one miner per code path: the layered auto candidates differ only in the
 #: public order their preset tries (unit-tested), so the seeded one (auto preset and private
-#: seeds) stands for them.
+#: seeds) stands for them, and the pair one for the Jaccard rule and the pair final release.
 SMOKE_MINERS = (
     "AltExpM",
     "AltMCMC",
     "MCMCTreePair",
     "DPLayeredTrees",
     "DPLayeredAutoSeeded",
+    "DPLayeredAutoPair",
     "AltMCMC-chain",
 )
 DATASETS = ("mammals", "asia", "teeth", "stroke", "heart")
@@ -231,10 +258,16 @@ def make_miner(
         return DPLayeredTrees(epsilon=epsilon, depth=DEPTH, seed=seed)
     if name in LAYERED_AUTO_ORDERS:
         order = LAYERED_AUTO_ORDERS[name]
-        # Candidate D: C with each seed a private depth-1 tree on a drawn target.
-        seeded: SeedRule = "expmech" if name == "DPLayeredAutoSeeded" else "uniform"
+        # Candidate D: C with each seed a private depth-1 tree on a drawn target; E–G: the
+        # Jaccard query rule.
         return DPLayeredTrees(
-            epsilon=epsilon, preset="auto", order=order, seed_rule=seeded, seed=seed
+            epsilon=epsilon,
+            preset="auto",
+            order=order,
+            seed_rule=LAYERED_SEED_RULES.get(name, "uniform"),
+            query_rule="jaccard" if name in LAYERED_JACCARD else "majority",
+            final_release="pair" if name in LAYERED_PAIR else "partition",
+            seed=seed,
         )
     if name == "AltExpM":
         return AltExpM.stable(IN_TREES, epsilon=epsilon, depth=DEPTH, seed=seed)

@@ -67,7 +67,7 @@ from dpmine.miners import (
     TopKItemsets,
 )
 from dpmine.miners._rho import spent_text
-from dpmine.miners.layered import SeedRule
+from dpmine.miners.layered import FinalRelease, QueryRule, SeedRule
 from dpmine.miners.trees import (
     TreeMinerParameters,
     TreePlan,
@@ -1511,6 +1511,22 @@ def mine_layered(
             "depth-1 tree on a drawn target of the other view (one more tree draw per seed)"
         ),
     ] = "uniform",
+    query_rule: Annotated[
+        str,
+        typer.Option(
+            help="majority: a layer's query is the new tree's leaves with noisy positive share "
+            "above 1/2; jaccard: the leaves with the best noisy Jaccard with the target under "
+            "the support bound"
+        ),
+    ] = "majority",
+    final_release: Annotated[
+        str,
+        typer.Option(
+            help="partition: each seed's last partition release is searched for results; pair "
+            "(auto preset): every partition steers and each seed's last pair of queries gets "
+            "one four-cell release, its only result"
+        ),
+    ] = "partition",
     seed: SeedOption = None,
     min_support: Annotated[
         float | None,
@@ -1532,6 +1548,10 @@ def mine_layered(
     chosen = _preset(preset)
     if seed_rule not in get_args(SeedRule):
         raise _fail(f"--seed-rule must be 'uniform' or 'expmech', got {seed_rule!r}")
+    if query_rule not in get_args(QueryRule):
+        raise _fail(f"--query-rule must be 'majority' or 'jaccard', got {query_rule!r}")
+    if final_release not in get_args(FinalRelease):
+        raise _fail(f"--final-release must be 'partition' or 'pair', got {final_release!r}")
 
     def make(progress: bool) -> DPLayeredTrees:
         return DPLayeredTrees(
@@ -1541,6 +1561,8 @@ def mine_layered(
             layers=layers,
             depth=depth,
             seed_rule=cast(SeedRule, seed_rule),
+            query_rule=cast(QueryRule, query_rule),
+            final_release=cast(FinalRelease, final_release),
             min_support=min_support,
             min_jaccard=min_jaccard,
             p_max=p_max,

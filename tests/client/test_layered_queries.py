@@ -11,8 +11,8 @@ import pytest
 
 from dpmine.errors import ParameterError
 from dpmine.miners import DPLayeredTrees
-from dpmine.miners.layered import layer_query, positive_shares, seed_tree
-from dpmine.miners.tree_auto import auto_layered, leaf_epsilon, steer_epsilon
+from dpmine.miners.layered import jaccard_query, layer_query, positive_shares, seed_tree
+from dpmine.miners.tree_auto import auto_layered, leaf_epsilon, pair_epsilon, steer_epsilon
 from dpmine.treereds import LeafQuery
 from dpmine.wire import DatasetMetadata, NumericAttribute
 from dpmine_server.dp.lattice import public_lattice
@@ -56,6 +56,36 @@ def test_with_no_leaf_above_one_half_the_largest_share_is_the_query() -> None:
         layer_query([0.9], empty=[0])
 
 
+def test_the_jaccard_rule_keeps_the_best_prefix_by_share() -> None:
+    """Target leaf 0 (T = 46 of N = 130): by share the leaves are 0, 2, 1, 3 and the
+    prefixes' noisy J are 30/52, 40/64, 42/85, 41/87, so {0, 2}, where the majority rule
+    keeps {0} only."""
+    query = jaccard_query(PARTITION, [0], new_view="right")
+    assert query.key == LeafQuery.of((0, True), (2, True)).key
+    assert layer_query(positive_shares(PARTITION, [0], new_view="right")).key != query.key
+    transposed = [list(column) for column in zip(*PARTITION, strict=True)]
+    assert jaccard_query(transposed, [0], new_view="left").key == query.key
+    # Empty leaves are left out: 0 then 1 (J 32/73) is worse than 0 alone.
+    assert jaccard_query(PARTITION, [0], new_view="right", empty=[2]).key == (
+        LeafQuery.of((0, True)).key
+    )
+    with pytest.raises(ValueError, match="every leaf of the tree is empty"):
+        jaccard_query([[1, 2], [3, 4]], [0], new_view="right", empty=[0])
+
+
+def test_the_jaccard_rule_never_takes_a_query_above_the_support_bound() -> None:
+    """Target leaves 0 and 1 (T = 86, most rows): the best J takes leaves 0–2 (support 81 of
+    130); the bound 0.5·130 = 65 stops at {0, 2} (support 58), a bound below every prefix
+    falls back to the leaf of the largest share."""
+    assert jaccard_query(PARTITION, [0, 1], new_view="right").key == (
+        LeafQuery.of((0, True), (1, True), (2, True)).key
+    )
+    bounded = jaccard_query(PARTITION, [0, 1], new_view="right", max_fraction=0.5)
+    assert bounded.key == LeafQuery.of((0, True), (2, True)).key
+    tight = jaccard_query(PARTITION, [0, 1], new_view="right", max_fraction=0.1)
+    assert tight.key == LeafQuery.of((2, True)).key
+
+
 def test_a_numeric_seed_splits_at_the_lattice_midpoint() -> None:
     attribute = NumericAttribute(name="x", view="left", lo=0.1, hi=7.3, lattice_bits=5)
     schema = DatasetMetadata(kind="table", n_max=100, attributes=[attribute])
@@ -95,6 +125,9 @@ def test_every_call_gets_an_equal_share_of_epsilon() -> None:
         ({"in_trees": 0}, "in_trees must be a whole number"),
         ({"order": "depth"}, "order must be 'seeds', 'layers' or 'strong'"),
         ({"seed_rule": "best"}, "seed_rule must be 'uniform' or 'expmech'"),
+        ({"query_rule": "half"}, "query_rule must be 'majority' or 'jaccard'"),
+        ({"final_release": "cells"}, "final_release must be 'partition' or 'pair'"),
+        ({"final_release": "pair", "preset": "paper"}, "final_release='pair' needs preset='auto'"),
         ({"leaf_release": "paper"}, "needs leaf_release='partition'"),
     ],
 )
@@ -127,6 +160,41 @@ def test_the_layered_auto_choice_never_spends_more_than_epsilon(
     assert spent <= epsilon
     assert not layout.examine_every_layer
     assert miner._releases() == layout.seeds  # only the final releases are examined
+
+
+@pytest.mark.parametrize("seed_rule", ["uniform", "expmech"])
+@pytest.mark.parametrize("n_hat", [40.0, 300.0, 2500.0, 20000.0])
+@pytest.mark.parametrize("epsilon", [0.5, 1.0])
+def test_the_pair_final_choice_never_spends_more_than_epsilon(
+    seed_rule: Any, n_hat: float, epsilon: float
+) -> None:
+    """Row count + seeds·(seed draw + layers tree draws + layers steering + 1 pair release)
+    ≤ ε: under ``final_release="pair"`` every layer's release steers."""
+    miner = DPLayeredTrees(
+        epsilon=epsilon, preset="auto", order="seeds", seed_rule=seed_rule, final_release="pair"
+    )
+    settings = miner._settle(BOOLEAN_VIEWS, n_hat)
+    layout = miner.layout_
+    assert settings.count_epsilon is not None
+    assert layout.pair_final
+    assert all(not layout.examined(layer) for layer in range(layout.layers))
+    assert layout.release_epsilon(layout.layers - 1, settings.leaf_epsilon) == layout.steer_epsilon
+    draws = layout.layers + (seed_rule == "expmech")
+    spent = settings.count_epsilon + layout.seeds * (
+        draws * settings.tree_epsilon + layout.layers * layout.steer_epsilon + settings.leaf_epsilon
+    )
+    assert spent <= epsilon
+    assert miner._releases() == layout.seeds
+
+
+def test_a_pair_release_is_priced_below_a_partition_release() -> None:
+    """One noise term per cell at the miss α/(4·s) against 2^d + 1 terms at α/(s·4·L²)."""
+    for depth in (2, 3):
+        for seeds in (1, 4):
+            pair = pair_epsilon(depth, seeds, 2221.0)
+            assert 0 < pair < leaf_epsilon(depth, seeds, 1 << depth, 2221.0) / 2
+    # More seeds, a smaller miss per cell: a higher price.
+    assert pair_epsilon(3, 4, 2221.0) > pair_epsilon(3, 1, 2221.0)
 
 
 def test_the_layered_auto_order_ranks_seeds_or_layers_first() -> None:

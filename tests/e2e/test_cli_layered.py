@@ -125,3 +125,31 @@ def test_mine_layered_with_selected_seeds_makes_the_planned_calls(
     assert {entry.id for entry in ledger} == {r["ledger_entry_id"] for r in receipts}
     charged = sum(Decimal(r["epsilon_exact"]) for r in receipts)
     assert Decimal(8) - Decimal("1e-6") <= charged <= Decimal(8)
+
+
+def test_mine_layered_with_pair_final_releases_makes_the_planned_calls(
+    any_server: LiveServer, owner: dpmine.Connection, analyst: Account
+) -> None:
+    """--final-release pair --query-rule jaccard: each seed's layers steer and one
+    ``red.compute_quality`` release measures its last pair; a bad choice is refused before
+    any charge."""
+    info = register_mushroom(owner, epsilon_cap=EPSILON)
+    owner.admin.grant(info.id, analyst.name, EPSILON)
+    dataset = analyst.connection.dataset(info.id)
+    base = f"mine layered {info.id} --epsilon 8 --seed 3 --seeds 2 --layers 2"
+    bad = ["--url", any_server.url, "--api-key", analyst.api_key, *shlex.split(base)]
+    refused = RUNNER.invoke(analyst_app, [*bad, "--final-release", "cells"], env=ANALYST_ENV)
+    assert refused.exit_code != 0
+    assert "--final-release must be 'partition' or 'pair'" in refused.output
+    assert dataset.budget().grant_spent == 0.0
+    run = f"{base} --final-release pair --query-rule jaccard"
+    plan = EstimateResponse.model_validate(_cli(any_server, analyst.api_key, f"{run} --plan-only"))
+    operations = [call.operation for call in plan.calls]
+    per_seed = [*["tree.expmech", "tree.leaf_counts"] * 2, "red.compute_quality"]
+    assert operations == ["count.noisy", *per_seed * 2]
+    payload = _cli(any_server, analyst.api_key, f"{run} --all")
+    receipts = payload["receipts"]
+    assert [r["operation"] for r in receipts] == operations
+    ledger = owner.admin.ledger(info.id)
+    assert {entry.id for entry in ledger} == {r["ledger_entry_id"] for r in receipts}
+    assert len(payload["redescriptions"]) <= 2  # one result per seed at most

@@ -77,3 +77,50 @@ def test_the_layered_miner_runs_end_to_end(owner: dpmine.Connection, analyst: Ac
         assert red.statistics.p_value <= miner.p_max
         assert red.statistics.jaccard >= miner.min_jaccard
     assert {id(r) for r in miner.results_} <= {id(r) for r in miner.redescriptions_}
+
+
+def test_the_pair_final_release_measures_each_seeds_last_queries(
+    owner: dpmine.Connection, analyst: Account
+) -> None:
+    """``final_release="pair"``: every layer's partition steers, each seed ends with one
+    ``red.compute_quality`` release of its last two queries, the seed's only result, measured
+    on exactly its printed rows with one noise term per cell at the miss α/(4·R)."""
+    info = register_mushroom(owner, epsilon_cap=2 * EPSILON)
+    owner.admin.grant(info.id, analyst.name, EPSILON)
+    dataset = analyst.connection.dataset(info.id)
+    miner = DPLayeredTrees(
+        epsilon=EPSILON,
+        preset="auto",
+        layers=2,
+        in_trees=2,
+        depth=2,
+        seed=7,
+        query_rule="jaccard",
+        final_release="pair",
+    )
+
+    plan = miner.plan(dataset)
+    chain = ["tree.expmech", "tree.leaf_counts"] * 2 + ["red.compute_quality"]
+    assert [c.operation for c in plan.calls] == ["count.noisy", *chain, *chain]
+    planned = Decimal(plan.estimate.total_epsilon_exact)
+    assert planned <= Decimal(str(EPSILON))
+    miner.mine(dataset)
+    assert [r.operation for r in miner.receipts_] == [c.operation for c in plan.calls]
+    # The plan is priced at n_max, the run's split at n̂: each within ε (nano-ε floors).
+    spent = sum(Decimal(r.epsilon_exact) for r in miner.receipts_)
+    assert Decimal(str(EPSILON)) - Decimal("1e-7") <= spent <= Decimal(str(EPSILON))
+
+    # Nothing is read from the steering partitions; each pair release is one examined result.
+    assert miner.queries_ == []
+    assert miner.examined_ == 2
+    assert 1 <= len(miner.redescriptions_) <= 2, "at ε ≥ 2 per pair on Mushroom a seed shows"
+    for red in miner.redescriptions_:
+        assert red.cell_terms == (1, 1, 1, 1)
+        assert red.sum_miss == 0.01 / 2 / 4
+        assert red.joint_level == 1.0 - 0.01 / 2
+        assert red.noise_scale == 1.0 / miner.settings_.leaf_epsilon
+        # Its round is its seed's last steering release, whose new tree holds one query.
+        assert red.round in (1, 3)
+        last = miner.trees_[red.round]
+        assert miner.trees_[red.round - 1][0] in last or miner.trees_[red.round - 1][1] in last
+        assert_printed_is_measured(red, 2 * NOISE_BAND)

@@ -36,6 +36,39 @@ default: over mammals, asia, stroke and heart at ε ∈ {0.5, 1}, 5 runs each, C
 bench/README.md).
 ``plan()`` lists every call first, priced at the public n_max.
 
+``query_rule`` picks how a layer's new query is chosen from its released partition.
+``"majority"`` (the default, LayeredT's rule): the leaves whose noisy positive share is above
+1/2 (:func:`layer_query`). ``"jaccard"``: the set of leaves with the largest noisy Jaccard
+with the target query whose noisy support is at most ``max_support_fraction`` of the noisy
+total (:func:`jaccard_query`). Why: a diagnostic run (mammals, ε = 1, 3 runs of 4 expmech seeds
+of 3 layers at depth 2) ended 7 of 12 chains on a query holding every row (or none): once
+the target holds most rows, every leaf's share is above 1/2 and the majority rule takes them
+all, a redescription the final filters must drop. Both rules are post-processing of the
+release. Candidates declared before they were measured (``bench/bench_trees.py``): E =
+``order="strong"``, ``seed_rule="expmech"``, ``query_rule="jaccard"``; F = E with
+``order="seeds"``; G = E with ``seed_rule="uniform"``. The rule: the candidate with the
+most shown results over mammals, asia, stroke and heart at ε ∈ {0.5, 1} (5 runs each)
+becomes the auto default if it shows at least as many as C on mammals and asia together
+and at a median true J no lower; otherwise C stays. Measured (bench/README.md): the rule
+picks G (105 shown over the eight cells against C's 76; mammals and asia 102 at median true J
+0.69 against 57 at 0.64), but G shows nothing on stroke (C: 5 and 5 in 5 runs), which breaks
+the issue's guard on the weak tables, so ``"majority"`` stays the default.
+
+``final_release="pair"`` (preset ``auto`` only): every layer's ``tree.leaf_counts`` release
+steers, and each seed ends with one ``red.compute_quality`` release (cells mode) of its last
+pair of queries, the seed's only result (:meth:`DPLayeredTrees._pair_result`). Why: the boxes of
+the significance test on a partition release sum up to (2^d + 1)² cells per statistic at the
+miss α/(R·4·L²), L up to 2^(2^d) leaf sets (mammals, ε = 1: results of true J 0.62 and p 4e-7
+not shown); a pair release has one noise term per cell at the miss α/(4·R), so it is priced
+(:func:`~dpmine.miners.tree_auto.pair_epsilon`) far below a partition's final release and
+leaves budget for more seeds. Privacy: one more charged call per seed, on a pair of queries
+chosen from earlier releases (post-processing); the union bound runs over the 4·R cells of the
+R = s pair releases. Candidates declared before they were measured: H = ``"pair"``,
+``query_rule="jaccard"``, ``seed_rule="expmech"``, ``order="seeds"``; I = H with
+``seed_rule="uniform"``; judged by the rule of E–G above. Measured: H 19 and I 11 shown
+over the eight cells (one result per seed, about 4 seeds fit at ε = 1), at the highest
+median true J on asia (0.79): an option, not the default.
+
 ``seed_rule="expmech"`` (candidate D, either preset): each seed is a private depth-1
 ``tree.expmech`` on the other view than a drawn attribute, with that attribute as target; its
 left leaf is the seed query. One more charged tree draw per seed, in the plan and the split; the
@@ -87,11 +120,13 @@ from dpmine.miners.trees import (
     share_of,
     simplified_leaf_paths,
 )
+from dpmine.significance import ALPHA
 from dpmine.treereds import (
     DEFAULT_MAX_CLAUSES,
     LeafQuery,
     TreeRedescription,
     examine_partition,
+    jaccard_standard_error,
     noisy_statistics,
     partition_counts,
     passes_final_filters,
@@ -100,28 +135,47 @@ from dpmine.treereds import (
 from dpmine.wire import (
     BooleanAttribute,
     CategoricalAttribute,
+    ComputeQualityRequest,
+    ComputeQualityResponse,
+    CountNoiseKind,
     DatasetMetadata,
     DecisionTree,
     NumericAttribute,
     PlannedCall,
     QueryTarget,
+    Redescription,
     TreeExpMechRequest,
     TreeSplit,
     TreeTargetSpec,
     View,
 )
-from dpmine.wire.operations import TREE_LEAF_COUNTS
+from dpmine.wire.operations import RED_COMPUTE_QUALITY, TREE_LEAF_COUNTS
+from dpmine.wire.queries import check_query_limits
+
+#: How a layer's new query is chosen from its release: ``"majority"`` the leaves of noisy
+#: positive share above 1/2 (:func:`layer_query`), ``"jaccard"`` the best noisy Jaccard with
+#: the target within the support bound (:func:`jaccard_query`).
+QueryRule = Literal["majority", "jaccard"]
 
 #: How a seed is chosen: ``"uniform"`` a drawn one-literal seed, ``"expmech"`` a private depth-1
 #: tree on a drawn target (:meth:`DPLayeredTrees._seed_request`).
 SeedRule = Literal["uniform", "expmech"]
 
+#: What a seed's results are measured on: ``"partition"`` its last layer's released partition
+#: (every set of leaves a candidate), ``"pair"`` one release of the four cells of its last pair
+#: of queries (:meth:`DPLayeredTrees._pair_result`).
+FinalRelease = Literal["partition", "pair"]
+
 __all__ = [
     "DEFAULT_LAYERS",
     "DPLayeredTrees",
+    "FinalRelease",
     "LayeredLayout",
+    "QueryRule",
     "SeedRule",
+    "jaccard_query",
     "layer_query",
+    "pair_noise",
     "positive_shares",
     "seed_tree",
 ]
@@ -185,6 +239,71 @@ def layer_query(shares: Sequence[float], empty: Collection[int] = ()) -> LeafQue
     return LeafQuery.of(*((leaf, True) for leaf in chosen))
 
 
+def jaccard_query(
+    partition: Sequence[Sequence[int]],
+    target: Collection[int],
+    *,
+    new_view: View,
+    empty: Collection[int] = (),
+    max_fraction: float = 1.0,
+) -> LeafQuery:
+    """The next query under ``query_rule="jaccard"``: the disjunction of new-tree leaves with
+    the largest noisy Jaccard with the target query, among those whose noisy support is at most
+    ``max_fraction`` of the release's noisy total.
+
+    ``partition``, ``target`` and ``new_view`` are those of :func:`positive_shares`; leaf j has
+    the noisy positive sum p_j (the target's cells in its column) and total t_j; T is the
+    target's noisy size (its rows of the partition, every column) and N the sum of every cell.
+    A set S has I = Σ_S p_j, support Σ_S t_j and J = I / (T + Σ_S t_j − I). Without the
+    support bound (and with positive totals) a set of largest J is a prefix of the leaves
+    sorted by share p_j / t_j: J(S) ≥ λ exactly when Σ_S (p_j − λ·(t_j − p_j)) ≥ λ·T, and at
+    the optimal λ the left side is largest on the leaves of share above λ / (1 + λ)
+    (Dinkelbach's argument). So the rule scans the prefixes of that order (ties: the lower
+    index first) and keeps the best admissible one (a later prefix only on a strictly larger
+    J); with the bound, or noisy non-positive totals, that is a public heuristic. No prefix
+    admissible, or no positive J: the leaf of the largest share, so that the next layer has a
+    target. Leaves that are empty on every dataset are left out. Post-processing of the
+    release: it reads released values and public options only, and the number of calls never
+    changes."""
+    rows = [list(row) for row in partition]
+    if new_view == "left":
+        rows = [list(column) for column in zip(*rows, strict=True)]
+    leaves = len(rows[0]) - 1
+    usable = [leaf for leaf in range(leaves) if leaf not in empty]
+    if not usable:
+        raise ValueError("every leaf of the tree is empty: it has no query")
+    totals = [sum(row[leaf] for row in rows) for leaf in range(leaves)]
+    positives = [sum(rows[i][leaf] for i in target) for leaf in range(leaves)]
+    shares = [positives[j] / totals[j] if totals[j] > 0 else 0.0 for j in range(leaves)]
+    size = sum(sum(rows[i]) for i in target)
+    bound = max_fraction * sum(sum(row) for row in rows)
+    ordered = sorted(usable, key=lambda leaf: (-shares[leaf], leaf))
+    best: tuple[float, int] | None = None  # (J, prefix length)
+    inter = support = 0
+    for length, leaf in enumerate(ordered, start=1):
+        inter, support = inter + positives[leaf], support + totals[leaf]
+        union = size + support - inter
+        if support > bound or union <= 0:
+            continue
+        jaccard = inter / union
+        if jaccard > 0 and (best is None or jaccard > best[0]):
+            best = (jaccard, length)
+    chosen = ordered[: best[1]] if best is not None else ordered[:1]
+    return LeafQuery.of(*((leaf, True) for leaf in sorted(chosen)))
+
+
+def pair_noise(response: ComputeQualityResponse, epsilon: float) -> tuple[CountNoiseKind, float]:
+    """(kind, scale) of each cell of a pair release bought with ``epsilon``: discrete Laplace
+    of scale 1/ε when the release reports Laplace or nothing, else the reported discrete
+    Gaussian's σ, which must be at least 1/ε (a smaller one would narrow the intervals)."""
+    noise = response.noise
+    if noise is None or noise.kind == "laplace":
+        return "laplace", 1.0 / epsilon
+    if not noise.scale >= (1.0 / epsilon) * (1.0 - 1e-9):
+        raise ParameterError(f"the reported noise scale {noise.scale} is below {1 / epsilon} at ε")
+    return noise.kind, noise.scale
+
+
 @dataclass(frozen=True)
 class LayeredLayout:
     """A run's shape: seeds and layers, the ε of each steering release (layers 1 … L − 1) and
@@ -195,14 +314,21 @@ class LayeredLayout:
     layers: int
     steer_epsilon: float
     examine_every_layer: bool
+    #: ``final_release="pair"``: every layer's release steers, each seed ends with a pair
+    #: release of its last two queries.
+    pair_final: bool = False
 
     def release_epsilon(self, layer: int, final_epsilon: float) -> float:
         """ε of the leaf-count release of ``layer`` (0-based)."""
+        if self.pair_final:
+            return self.steer_epsilon
         last = layer == self.layers - 1
         return final_epsilon if last or self.examine_every_layer else self.steer_epsilon
 
     def examined(self, layer: int) -> bool:
         """Whether the release of ``layer`` is examined for results."""
+        if self.pair_final:
+            return False
         return self.examine_every_layer or layer == self.layers - 1
 
 
@@ -217,6 +343,8 @@ class DPLayeredTrees(_Alternation):
         in_trees: int | None = None,
         order: LayeredOrder = "strong",
         seed_rule: SeedRule = "uniform",
+        query_rule: QueryRule = "majority",
+        final_release: FinalRelease = "partition",
         **parameters: Unpack[TreeMinerParameters],
     ) -> None:
         super().__init__(in_trees=DEFAULT_SEEDS if in_trees is None else in_trees, **parameters)
@@ -225,13 +353,18 @@ class DPLayeredTrees(_Alternation):
         self.layers = layers
         self.order = order
         self.seed_rule = seed_rule
+        self.query_rule = query_rule
+        self.final_release = final_release
 
     def _tree_request(self, view: View, target: TreeTargetSpec) -> TreeExpMechRequest:
         return self._expmech_request(view, target)
 
     def _releases(self) -> int:
-        """R: the examined releases (every layer's under ``paper``, the last under ``auto``)."""
+        """R: the examined releases (every layer's under ``paper``, the last under ``auto``,
+        the pair release under ``final_release="pair"``)."""
         layout = self.layout_
+        if layout.pair_final:
+            return layout.seeds
         return layout.seeds * (layout.layers if layout.examine_every_layer else 1)
 
     def _given_rounds(self) -> int | None:
@@ -250,6 +383,19 @@ class DPLayeredTrees(_Alternation):
         if self.seed_rule not in get_args(SeedRule):
             raise ParameterError(
                 f"seed_rule must be 'uniform' or 'expmech', got {self.seed_rule!r}"
+            )
+        if self.query_rule not in get_args(QueryRule):
+            raise ParameterError(
+                f"query_rule must be 'majority' or 'jaccard', got {self.query_rule!r}"
+            )
+        if self.final_release not in get_args(FinalRelease):
+            raise ParameterError(
+                f"final_release must be 'partition' or 'pair', got {self.final_release!r}"
+            )
+        if self.final_release == "pair" and self.preset != "auto":
+            raise ParameterError(
+                "final_release='pair' needs preset='auto' (its plan prices the pair releases); "
+                "use preset='auto' or final_release='partition'"
             )
         if self.leaf_release != "partition":
             raise ParameterError(
@@ -280,9 +426,14 @@ class DPLayeredTrees(_Alternation):
             layers=LAYERED_LAYERS if self.layers is None else (self.layers,),
             depths=LAYERED_DEPTHS if self.depth is None else (self.depth,),
             seed_draws=self._seed_draws(),
+            pair=self.final_release == "pair",
         )
         self.layout_ = LayeredLayout(
-            auto.seeds, auto.layers, _nano_floor(auto.steer_epsilon), examine_every_layer=False
+            auto.seeds,
+            auto.layers,
+            _nano_floor(auto.steer_epsilon),
+            examine_every_layer=False,
+            pair_final=self.final_release == "pair",
         )
         return TreeSettings(
             preset="auto",
@@ -351,7 +502,23 @@ class DPLayeredTrees(_Alternation):
                 epsilon = layout.release_epsilon(layer, self.settings_.leaf_epsilon)
                 calls.append(TREE_LEAF_COUNTS.plan(self._counts_request(left, right, epsilon)))
                 fixed = placeholder[view]
+            if layout.pair_final:
+                pair = Redescription(
+                    left=render_query(
+                        LeafQuery.of((0, True)), leaf_paths(placeholder["left"], schema)
+                    ),
+                    right=render_query(
+                        LeafQuery.of((0, True)), leaf_paths(placeholder["right"], schema)
+                    ),
+                )
+                calls.append(RED_COMPUTE_QUALITY.plan(self._pair_request(pair)))
         return calls
+
+    def _pair_request(self, pair: Redescription) -> ComputeQualityRequest:
+        """The final pair release of a seed: the four noisy cells of ``pair`` (scale 1/ε)."""
+        return ComputeQualityRequest(
+            redescription=pair, epsilon=self.settings_.leaf_epsilon, mode="cells"
+        )
 
     def mine(self, dataset: DatasetHandle) -> Self:
         """Run the layers of every seed; returns self (results in ``redescriptions_``)."""
@@ -361,10 +528,13 @@ class DPLayeredTrees(_Alternation):
         self._layer_queries: dict[int, tuple[LeafQuery, LeafQuery]] = {}
         #: Per examined released pair, the layer's (left, right) queries over its trees.
         self.queries_: list[tuple[LeafQuery, LeafQuery]] = []
-        steps = layout.seeds * (2 * layout.layers + self._seed_draws())
+        #: Per seed index, its final pair and that pair's release (``final_release="pair"``).
+        pairs: dict[int, tuple[Redescription, ComputeQualityResponse]] = {}
+        steps = layout.seeds * (2 * layout.layers + self._seed_draws() + layout.pair_final)
         with self._progress(steps, "DPLayeredTrees") as advance:
 
-            def run_layers(seed: DecisionTree | str, iteration: _Iteration) -> None:
+            def run_layers(indexed: tuple[int, DecisionTree | str], iteration: _Iteration) -> None:
+                index, seed = indexed
                 if isinstance(seed, str):
                     drawn = dataset.run(self._seed_request(schema, seed))
                     iteration.receipts.append(drawn.receipt)
@@ -384,20 +554,111 @@ class DPLayeredTrees(_Alternation):
                     if layout.examined(layer):
                         queries = (query, new_query) if fixed.view == "left" else (new_query, query)
                         self._layer_queries[id(released)] = queries
+                    last = ((fixed, query), (new, new_query))
                     fixed, query = new, new_query
+                if layout.pair_final:
+                    pair = self._final_pair(last, schema)
+                    if pair is not None:
+                        response = dataset.run(self._pair_request(pair))
+                        iteration.receipts.append(response.receipt)
+                        pairs[index] = (pair, response)
+                    advance()
 
-            self._run_iterations(dataset, self._seeds(schema), run_layers)
+            self._run_iterations(dataset, list(enumerate(self._seeds(schema))), run_layers)
+        for index in sorted(pairs):
+            result = self._pair_result(*pairs[index], round_=(index + 1) * layout.layers - 1)
+            if result is not None:
+                self._keep_new([result])
         return self
 
     @staticmethod
+    def _final_pair(
+        last: tuple[tuple[DecisionTree, LeafQuery], tuple[DecisionTree, LeafQuery]],
+        schema: DatasetMetadata,
+    ) -> Redescription | None:
+        """A seed's last pair of queries as text, left view first; None (no release) when a
+        query has no rows to print or exceeds the public query limits: a choice made on
+        released values and public limits only, so skipping the call is post-processing."""
+        texts = {}
+        for tree, query in last:
+            try:
+                text = render_query(query, simplified_leaf_paths(tree, schema))
+                check_query_limits(text)
+            except ValueError:
+                return None
+            texts[tree.view] = text
+        return Redescription(left=texts["left"], right=texts["right"])
+
+    def _pair_result(
+        self, pair: Redescription, response: ComputeQualityResponse, *, round_: int
+    ) -> MinedTreeRedescription | None:
+        """A seed's result from its pair release (``final_release="pair"``): the four released
+        cells are the partition [[E11, E10], [E01, E00]] of the two queries, so the statistics,
+        the table and the standard error are those of a partition release of two one-leaf
+        trees; the final filters of §3.6 on the clamped statistics (no tautology: each query
+        was printed). Its box: each cell one noise term at the miss α/(4·R), R = the seeds, so
+        the four cells of all R pair releases hold together with probability ≥ 1 − α (union
+        bound over 4·R cells). ``round_``: the index in ``trees_`` of the seed's last
+        steering release (seed i's layers are releases i·L … i·L + L − 1). Post-processing of
+        the release."""
+        cells = response.cells
+        values = (cells.e11, cells.e10, cells.e01, cells.e00)
+        assert all(v is not None for v in values), "the cells mode was asked for"
+        e11, e10, e01, e00 = (int(v or 0) for v in values)
+        partition = [[e11, e10], [e01, e00]]
+        counts = partition_counts(partition)
+        leaf = LeafQuery.of((0, True))
+        red = TreeRedescription(leaf, leaf, noisy_statistics(counts, leaf, leaf))
+        self.examined_ += 1
+        stats, settings = red.statistics, self.settings_
+        bound = self.max_support_fraction * max(stats.n_rows, 0.0)
+        if not (
+            stats.jaccard >= self.min_jaccard
+            and stats.p_value <= self.p_max
+            and settings.min_support <= stats.intersection <= bound
+            and stats.support_left < bound
+            and stats.support_right < bound
+        ):
+            return None
+        kind, scale = pair_noise(response, settings.leaf_epsilon)
+        table = result_table(red, partition, (1, 1), partition=True)
+        releases = self._releases()
+        return MinedTreeRedescription(
+            redescription=pair,
+            statistics=red.statistics,
+            noise_scale=scale,
+            round=round_,
+            jaccard_error=jaccard_standard_error(red, 1, 1, scale, partition=True, noise=kind),
+            noisy_cells=table[0],
+            cell_terms=table[1],
+            sum_miss=ALPHA / releases / 4,
+            joint_level=1.0 - ALPHA / releases,
+            noise=kind,
+        )
+
     def _next_query(
-        released: _ReleasedPair, query: LeafQuery, new: DecisionTree, schema: DatasetMetadata
+        self,
+        released: _ReleasedPair,
+        query: LeafQuery,
+        new: DecisionTree,
+        schema: DatasetMetadata,
     ) -> LeafQuery:
-        """:func:`layer_query` of the new tree on the pair's released partition."""
-        assert released.counts.partition is not None, "the partition release was asked for"
-        shares = positive_shares(released.counts.partition, query.used_leaves, new_view=new.view)
+        """The new tree's query on the pair's released partition: :func:`layer_query`
+        (``query_rule="majority"``) or :func:`jaccard_query` (``"jaccard"``)."""
+        partition = released.counts.partition
+        assert partition is not None, "the partition release was asked for"
         paths = simplified_leaf_paths(new, schema)
-        return layer_query(shares, [leaf for leaf, path in enumerate(paths) if path is None])
+        empty = [leaf for leaf, path in enumerate(paths) if path is None]
+        if self.query_rule == "jaccard":
+            return jaccard_query(
+                partition,
+                query.used_leaves,
+                new_view=new.view,
+                empty=empty,
+                max_fraction=self.max_support_fraction,
+            )
+        shares = positive_shares(partition, query.used_leaves, new_view=new.view)
+        return layer_query(shares, empty)
 
     def _extract(
         self, schema: DatasetMetadata, released: _ReleasedPair

@@ -65,6 +65,7 @@ __all__ = [
     "auto_tree",
     "count_epsilon",
     "leaf_epsilon",
+    "pair_epsilon",
     "steer_epsilon",
     "tree_epsilon",
 ]
@@ -233,6 +234,16 @@ def steer_epsilon(depth: int, n_rows: float) -> float:
     return STEER_RATIO * leaves * math.sqrt(2.0 * (leaves + 1)) / max(n_rows, 1.0)
 
 
+def pair_epsilon(depth: int, seeds: int, n_rows: float, alpha: float = ALPHA) -> float:
+    """ε of one chain's final pair release (``final_release="pair"``: the four cells of the
+    chain's last pair of queries, one noise term each): the half-width of one cell at the
+    miss α/(4·s) (the four cells of each of the s releases) is the expected leaf
+    n̂/2^d over ``LEAF_RATIO``, the price :func:`leaf_epsilon` sets for a leaf's sum."""
+    miss = alpha / max(seeds, 1) / 4
+    target = max(n_rows, 1.0) / (1 << depth) / LEAF_RATIO
+    return float(_unit_half_width(1, miss)) / target
+
+
 @dataclass(frozen=True)
 class LayeredAuto:
     """The layered rule's choice: seeds and layers per run, depth, ε per tree draw, per
@@ -260,9 +271,25 @@ class LayeredAuto:
 
 
 def _layered_cost(
-    seeds: int, layers: int, tree: float, steer: float, final: float, *, seed_draws: int
+    seeds: int,
+    layers: int,
+    tree: float,
+    steer: float,
+    final: float,
+    *,
+    seed_draws: int,
+    pair: bool = False,
 ) -> float:
-    return seeds * ((layers + seed_draws) * tree + (layers - 1) * steer + final)
+    """ε of a run: per seed its tree draws, its steering releases (every layer's under
+    ``pair``, else all but the last) and its final release."""
+    return seeds * ((layers + seed_draws) * tree + (layers - (0 if pair else 1)) * steer + final)
+
+
+def _final_price(depth: int, seeds: int, n_rows: float, *, pair: bool) -> float:
+    """Price of a seed's final release: :func:`pair_epsilon` or :func:`leaf_epsilon`."""
+    if pair:
+        return pair_epsilon(depth, seeds, n_rows)
+    return leaf_epsilon(depth, seeds, 1 << depth, n_rows)
 
 
 def auto_layered(
@@ -275,6 +302,7 @@ def auto_layered(
     layers: tuple[int, ...] = LAYERED_LAYERS,
     depths: tuple[int, ...] = LAYERED_DEPTHS,
     seed_draws: int = 0,
+    pair: bool = False,
 ) -> LayeredAuto:
     """The layered auto choice for ``budget`` (ε minus the row count) at ``n_rows`` rows.
 
@@ -291,6 +319,8 @@ def auto_layered(
     depth, the prices scaled down by one factor. ``seeds`` / ``layers`` / ``depths`` restrict
     the candidates (given parameters, kept by the fallback too). ``seed_draws`` = 1: each seed
     is itself a tree draw (candidate D's selected seeds), priced and paid as one more tree.
+    ``pair``: ``final_release="pair"``, every layer's release steers and each seed's final
+    release is its last pair of queries (price :func:`pair_epsilon`).
     Pure function of public values and n̂."""
     if not (math.isfinite(budget) and budget > 0):
         raise ValueError(f"budget must be a positive finite number, got {budget!r}")
@@ -303,8 +333,9 @@ def auto_layered(
                     layer,
                     tree_epsilon("expmech", depth, log_units, n_rows),
                     steer_epsilon(depth, n_rows),
-                    leaf_epsilon(depth, count, 1 << depth, n_rows),
+                    _final_price(depth, count, n_rows, pair=pair),
                     seed_draws=seed_draws,
+                    pair=pair,
                 )
                 if order == "strong" and count > STRONG_MAX_SEEDS:
                     continue
@@ -321,8 +352,8 @@ def auto_layered(
     _, count, layer, depth = best
     tree = tree_epsilon("expmech", depth, log_units, n_rows)
     steer = steer_epsilon(depth, n_rows)
-    final = leaf_epsilon(depth, count, 1 << depth, n_rows)
-    cost = _layered_cost(count, layer, tree, steer, final, seed_draws=seed_draws)
+    final = _final_price(depth, count, n_rows, pair=pair)
+    cost = _layered_cost(count, layer, tree, steer, final, seed_draws=seed_draws, pair=pair)
     if fits:
         surplus = budget - cost
         tree += surplus / 2 / (count * (layer + seed_draws))
