@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpmine.wire.datasets import DatasetMetadata, FimiSource
-from dpmine_server.data.fimi_stream import read_fimi_occurrences
+from dpmine_server.data.columns import ItemColumns
+from dpmine_server.data.fimi_stream import fill_item_rows, fimi_blocks, scan_fimi
 from dpmine_server.data.loaders import load_store, read_fimi_lines
 
 UNIVERSE = ["1", "2", "10", "ä", "x\x1cy", "b"]
@@ -69,22 +70,58 @@ def test_streamed_occurrences_equal_the_whole_text_reading(
     data = text.encode("utf-8")
     path.write_bytes(gzip.compress(data) if zipped else data)
     n_lines, rows, ids, unknown = _expected(path)
-    found = read_fimi_occurrences(
-        path, UNIVERSE, max_rows=10**6, max_unknown=10**6, block_bytes=block
-    )
-    assert found.n_rows == n_lines
-    assert found.n_tokens == len(ids)
-    assert found.rows.view().tolist() == rows
-    assert found.item_ids.view().tolist() == ids
-    assert found.unknown == unknown
+    blocks = list(fimi_blocks(path, UNIVERSE, block_bytes=block))
+    assert sum(b.n_lines for b in blocks) == n_lines
+    assert [b.first_row + int(line) for b in blocks for line in b.line_of] == rows
+    assert [int(i) for b in blocks for i in b.item_ids] == ids
+    found = [
+        (b.first_row + int(b.line_of[k]), b.token(int(k)))
+        for b in blocks
+        for k in np.flatnonzero(b.item_ids < 0)
+    ]
+    assert found == unknown
+    # The two passes build the item rows that the pairs give (duplicates once, widths cut).
+    known = [(row, item) for row, item in zip(rows, ids, strict=True) if item >= 0]
+    for width in (None, 1, 2):
+        scan = scan_fimi(
+            path,
+            UNIVERSE,
+            max_rows=10**6,
+            max_unknown=10**6,
+            max_row_width=width,
+            block_bytes=block,
+        )
+        assert (scan.n_rows, scan.n_tokens, scan.unknown) == (n_lines, len(ids), unknown)
+        indptr, indices = fill_item_rows(
+            path, UNIVERSE, scan, max_row_width=width, block_bytes=block
+        )
+        expected = ItemColumns.from_pairs(
+            UNIVERSE,
+            np.array([r for r, _ in known], dtype=np.int64),
+            np.array([i for _, i in known], dtype=np.int64),
+            max(n_lines, 1),
+            max_row_width=width,
+        )
+        assert indptr.tolist() == expected.indptr.tolist()
+        assert indices.tolist() == expected.indices.tolist()
+        assert scan.duplicates == len(known) - len(set(known))
 
 
 def test_past_max_rows_only_lines_are_counted(tmp_path: Path) -> None:
     path = tmp_path / "t.dat"
     path.write_text("1 2\n" * 50, encoding="utf-8")
-    found = read_fimi_occurrences(path, UNIVERSE, max_rows=10, max_unknown=5, block_bytes=8)
-    assert found.n_rows == 50
-    assert found.rows.view().size < 2 * 50  # the blocks past n_max kept nothing
+    scan = scan_fimi(path, UNIVERSE, max_rows=10, max_unknown=5, max_row_width=None, block_bytes=8)
+    assert scan.n_rows == 50
+    assert int(scan.item_rows.sum()) < 2 * 50  # the blocks past n_max counted no item row
+
+
+def test_a_file_that_changes_between_the_passes_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "t.dat"
+    path.write_text("1 2\n2\n", encoding="utf-8")
+    scan = scan_fimi(path, UNIVERSE, max_rows=10, max_unknown=5, max_row_width=None)
+    path.write_text("1 2\n2 1\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="changed between the two passes"):
+        fill_item_rows(path, UNIVERSE, scan, max_row_width=None)
 
 
 def test_a_large_file_loads_as_the_whole_text_does(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -290,20 +290,7 @@ class ItemColumns:
         ``max_row_width``, a row holding more items keeps its first ``max_row_width`` in item
         order (the public row-width bound of the metadata, ALGORITHMS.md §4.1): a map applied to
         each row on its own, so neighbouring datasets stay neighbours."""
-        keys = occurrence_keys(rows, item_ids, n_rows)
-        return cls.from_keys(items, keys, n_rows, max_row_width=max_row_width)
-
-    @classmethod
-    def from_keys(
-        cls,
-        items: Sequence[str],
-        keys: IntArray,
-        n_rows: int,
-        *,
-        max_row_width: int | None = None,
-    ) -> ItemColumns:
-        """Build from the sorted distinct occurrence keys of :func:`occurrence_keys`, as
-        :meth:`from_pairs`."""
+        keys = np.unique(item_ids.astype(np.int64) * max(n_rows, 1) + rows.astype(np.int64))
         if max_row_width is not None:
             keys = _first_items_per_row(keys, n_rows, max_row_width)
         item_of = keys // max(n_rows, 1)
@@ -362,23 +349,6 @@ class ItemColumns:
 
     def bitsets(self) -> list[Bitset]:
         return self._bitsets.values()
-
-
-def occurrence_keys(
-    rows: npt.NDArray[np.integer[Any]], item_ids: npt.NDArray[np.integer[Any]], n_rows: int
-) -> IntArray:
-    """The distinct (row, item) pairs as sorted keys item · n_rows + row (one int64 array
-    sorted in place, then its distinct values)."""
-    keys = item_ids.astype(np.int64)
-    keys *= max(n_rows, 1)
-    keys += rows
-    keys.sort()
-    if keys.size == 0:
-        return keys
-    first = np.empty(keys.size, dtype=np.bool_)
-    first[0] = True
-    np.not_equal(keys[1:], keys[:-1], out=first[1:])
-    return keys[first]
 
 
 def _first_items_per_row(keys: IntArray, n_rows: int, width: int) -> IntArray:

@@ -19,7 +19,7 @@ import io
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -94,13 +94,6 @@ class GrowingArray:
     def view(self) -> npt.NDArray[np.generic]:
         """The values appended so far (a view into the buffer)."""
         return self._buffer[: self._size]
-
-    def integers(self) -> npt.NDArray[np.integer[Any]]:
-        """:meth:`view` of an array of integers (raises TypeError on another dtype)."""
-        values = self.view()
-        if not np.issubdtype(values.dtype, np.integer):
-            raise TypeError(f"a growing array of {values.dtype} holds no integers")
-        return cast("npt.NDArray[np.integer[Any]]", values)
 
     def release(self) -> None:
         """Drop the buffer."""

@@ -52,10 +52,9 @@ from dpmine_server.data.columns import (
     ColumnStore,
     ItemColumns,
     NumericColumn,
-    occurrence_keys,
 )
 from dpmine_server.data.csv_chunks import PY_WHITESPACE
-from dpmine_server.data.fimi_stream import read_fimi_occurrences
+from dpmine_server.data.fimi_stream import fill_item_rows, scan_fimi
 
 __all__ = [
     "MAX_PROBLEMS",
@@ -754,8 +753,8 @@ def _load_pair(
 def _load_fimi(
     metadata: DatasetMetadata, source: FimiSource, base_dir: Path
 ) -> tuple[ColumnStore, LoadReport]:
-    """A FIMI source, streamed in blocks (:mod:`dpmine_server.data.fimi_stream`): memory holds
-    the occurrence pairs, their keys and one block of text, never a string per item."""
+    """A FIMI source, streamed in blocks twice (:mod:`dpmine_server.data.fimi_stream`): memory
+    holds the packed item rows and one block of text, never a string per item."""
     what = f"FIMI file {source.path!r}"
     report = LoadReport(source=what)
     problems = _Problems()
@@ -763,34 +762,34 @@ def _load_fimi(
         problems.add(f"a FIMI file holds transactions, but the metadata declares {metadata.kind!r}")
         problems.raise_if_any(what)
     path = resolve_path(source.path, base_dir)
+    width = metadata.max_row_width
     try:
-        found = read_fimi_occurrences(
-            path, metadata.items, max_rows=metadata.n_max, max_unknown=MAX_PROBLEMS
+        scan = scan_fimi(
+            path,
+            metadata.items,
+            max_rows=metadata.n_max,
+            max_unknown=MAX_PROBLEMS,
+            max_row_width=width,
         )
+        for row, token in scan.unknown:
+            problems.add(
+                f"{what}, line {row + 1}: item {token!r} is not in the declared item universe; "
+                "add it to metadata.items or clean the data"
+            )
+        _check_n_max(scan.n_rows, metadata, problems, what)
+        problems.raise_if_any(what)
+        indptr, indices = fill_item_rows(path, metadata.items, scan, max_row_width=width)
     except FileNotFoundError:
         raise DataValidationError(f"file '{path}' does not exist") from None
     except (OSError, UnicodeDecodeError) as err:
         raise DataValidationError(f"file '{path}' is not a readable text file: {err}") from None
-    for row, token in found.unknown:
-        problems.add(
-            f"{what}, line {row + 1}: item {token!r} is not in the declared item universe; add "
-            "it to metadata.items or clean the data"
-        )
-    n_rows = found.n_rows
-    _check_n_max(n_rows, metadata, problems, what)
-    problems.raise_if_any(what)
-    keys = occurrence_keys(found.rows.integers(), found.item_ids.integers(), n_rows)
-    found.rows.release()
-    found.item_ids.release()
-    report.n_rows = n_rows
-    report.duplicate_items = found.n_tokens - int(keys.size)
-    if metadata.max_row_width is not None:
-        widths = np.bincount(keys % max(n_rows, 1), minlength=n_rows)
-        report.truncated_rows = int(np.count_nonzero(widths > metadata.max_row_width))
-    items = ItemColumns.from_keys(
-        metadata.items, keys, n_rows, max_row_width=metadata.max_row_width
-    )
-    return ColumnStore(metadata, n_rows=n_rows, items=items), report
+    except ValueError as err:  # the file changed between the passes
+        raise DataValidationError(f"file '{path}' {err}; register it again") from None
+    report.n_rows = scan.n_rows
+    report.duplicate_items = scan.duplicates
+    report.truncated_rows = scan.truncated_rows if width is not None else 0
+    items = ItemColumns(metadata.items, indptr, indices, scan.n_rows)
+    return ColumnStore(metadata, n_rows=scan.n_rows, items=items), report
 
 
 def load_store(
