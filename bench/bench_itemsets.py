@@ -678,7 +678,11 @@ class _SpeedRun:
             fnr = false_negative_rate(truth, served_itemsets(response), k)
             self.samples.fnrs.setdefault((method, k), []).append(fnr)
             miner = TopKItemsets(
-                k=k, length=SPEED_LENGTH, epsilon=setting.epsilon, method=method, rho=RHO
+                k=k,
+                length=SPEED_LENGTH,
+                epsilon=setting.epsilon,
+                method=method,
+                threshold_quantile=RHO,
             )
             self.samples.add(
                 ("mine", method, k), timed(functools.partial(miner.mine, self.handle))[0]

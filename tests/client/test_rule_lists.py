@@ -449,6 +449,7 @@ def test_get_and_set_params_follow_scikit_learn() -> None:
         "max_rules",
         "numeric_bins",
         "method",
+        "threshold_quantile",
         "rho",
         "columns",
         "exclude",

@@ -71,22 +71,31 @@ def epsilon_for_rho(rho: float, releases: Iterable[tuple[float, float]]) -> floa
     return math.sqrt(rho / per_e2)
 
 
-def check_budget(rho: object, epsilon: object, default_epsilon: float) -> None:
+#: What the errors of TopKItemsets and DPBayesianRuleList add: ``rho`` was their threshold
+#: quantile before it became the run's budget (issue #24).
+RENAMED_QUANTILE = " (the threshold quantile that rho= used to set is now threshold_quantile=)"
+
+
+def check_budget(rho: object, epsilon: object, default_epsilon: float, hint: str = "") -> None:
     """A ρ budget is a positive number and comes instead of ``epsilon`` (which must then be
-    left at its default ``default_epsilon``); a ParameterError says what to fix."""
+    left at its default ``default_epsilon``); a ParameterError says what to fix (``hint``
+    appended)."""
     if rho is None:
         return
     if not (isinstance(rho, int | float) and math.isfinite(rho)) or rho <= 0:
-        raise ParameterError(f"rho must be a positive number, got {rho!r}")
+        raise ParameterError(f"rho must be a positive number, got {rho!r}{hint}")
     if epsilon != default_epsilon:
         raise ParameterError(
-            "give the budget once: epsilon= on a pure-DP dataset, rho= on a zCDP one"
+            f"give the budget once: epsilon= on a pure-DP dataset, rho= on a zCDP one{hint}"
         )
 
 
-def composition_for(dataset: DatasetHandle, rho: float | None, miner: str) -> Composition:
+def composition_for(
+    dataset: DatasetHandle, rho: float | None, miner: str, hint: str = ""
+) -> Composition:
     """The dataset's unit, or a ParameterError (before any call) when the budget was given in
-    the other one: ``rho`` on a zCDP dataset, ``epsilon`` (``rho`` None) on a pure one."""
+    the other one: ``rho`` on a zCDP dataset, ``epsilon`` (``rho`` None) on a pure one
+    (``hint`` appended to the second)."""
     if dataset.info.accounting == "zcdp":
         if rho is None:
             raise ParameterError(
@@ -98,7 +107,7 @@ def composition_for(dataset: DatasetHandle, rho: float | None, miner: str) -> Co
     if rho is not None:
         raise ParameterError(
             f"dataset {dataset.id!r} keeps its ledger in pure epsilon: give the run's budget "
-            f"as epsilon=, not rho= (rho is for zCDP datasets); nothing was spent"
+            f"as epsilon=, not rho= (rho is for zCDP datasets); nothing was spent{hint}"
         )
     return PURE
 
