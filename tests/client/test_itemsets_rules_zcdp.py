@@ -85,7 +85,8 @@ def test_the_rule_list_split_costs_exactly_rho(
     if selects:
         assert first / second == pytest.approx(2.0)  # the ε proportions of epsilon_split
     else:
-        assert (first, second) == (0.0, pytest.approx(third))
+        assert first == 0.0
+        assert second == pytest.approx(third)
 
 
 def _labelled_table() -> DatasetMetadata:
