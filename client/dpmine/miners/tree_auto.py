@@ -176,7 +176,7 @@ class TreeAuto:
 
     def describe(self) -> str:
         """One line for the plan report."""
-        fit = "" if self.fits else " (the prices do not fit ε: fallback, expect few results)"
+        fit = "" if self.fits else " (the prices exceed the budget: fallback, expect few results)"
         return (
             f"auto: depth {self.depth}, {self.rounds} leaf-count round(s), "
             f"ε {self.tree_epsilon:.4g} per tree draw, {self.leaf_epsilon:.4g} per leaf-count "
@@ -327,7 +327,7 @@ class LayeredAuto:
 
     def describe(self) -> str:
         """One line for the plan report."""
-        fit = "" if self.fits else " (the prices do not fit ε: fallback, expect few results)"
+        fit = "" if self.fits else " (the prices exceed the budget: fallback, expect few results)"
         return (
             f"auto: {self.seeds} seed(s) of {self.layers} layer(s), depth {self.depth}, "
             f"ε {self.tree_epsilon:.4g} per tree draw, {self.steer_epsilon:.4g} per steering "
