@@ -64,12 +64,18 @@ def test_the_auto_rule_spends_exactly_its_rho(kind: TreeKind, n_rows: float) -> 
 
 @pytest.mark.parametrize("seed_draws", [0, 1])
 @pytest.mark.parametrize("n_rows", [50.0, 2575.0])
-def test_the_layered_rule_spends_exactly_its_rho(seed_draws: int, n_rows: float) -> None:
-    auto = auto_layered(RHO, n_rows, log_units=2.0, seed_draws=seed_draws, composition=ZCDP)
+@pytest.mark.parametrize("pair", [False, True])
+def test_the_layered_rule_spends_exactly_its_rho(
+    seed_draws: int, n_rows: float, pair: bool
+) -> None:
+    auto = auto_layered(
+        RHO, n_rows, log_units=2.0, seed_draws=seed_draws, pair=pair, composition=ZCDP
+    )
+    steering = auto.layers if pair else auto.layers - 1
     per_seed = (
         auto.layers * tree_cost("expmech", auto.depth, auto.tree_epsilon, ZCDP)
         + seed_draws * tree_cost("expmech", 1, auto.tree_epsilon, ZCDP)
-        + (auto.layers - 1) * GENERIC_RHO * auto.steer_epsilon**2
+        + steering * GENERIC_RHO * auto.steer_epsilon**2
         + GENERIC_RHO * auto.final_epsilon**2
     )
     assert auto.seeds * per_seed == pytest.approx(RHO, rel=1e-12)
@@ -87,9 +93,8 @@ def _settings_rho(miner: _TreeMinerBase, settings: TreeSettings) -> float:
         seed = tree_cost("expmech", 1, settings.tree_epsilon, ZCDP) * miner._seed_draws()
         if layout.examine_every_layer:  # paper: every release at the leaf ε
             steer = leaf
-        return rho + layout.seeds * (
-            layout.layers * tree + seed + (layout.layers - 1) * steer + leaf
-        )
+        steering = layout.layers if layout.pair_final else layout.layers - 1
+        return rho + layout.seeds * (layout.layers * tree + seed + steering * steer + leaf)
     if isinstance(miner, MCMCTreePair):
         return rho + settings.rounds * (tree + leaf)
     assert isinstance(miner, AltExpM | AltMCMC)
@@ -101,6 +106,9 @@ MINERS = [
     lambda preset: AltMCMC(rho=RHO, preset=preset, rm_iterations=2),
     lambda preset: MCMCTreePair(rho=RHO, preset=preset),
     lambda preset: DPLayeredTrees(rho=RHO, preset=preset, seed_rule="expmech"),
+    lambda preset: DPLayeredTrees(
+        rho=RHO, preset="auto", final_release="pair" if preset == "auto" else "partition"
+    ),
 ]
 
 
