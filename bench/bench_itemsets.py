@@ -13,9 +13,16 @@
    server-side kernel where the ratio exceeds 2.
 3. A Markdown summary with machine information.
 
+``--zcdp DELTA`` (issue #24) adds a column for zCDP datasets: at K = 10, ℓ = 3 and each ε of
+:data:`ZCDP_EPSILONS`, the FNR of the selection that ``TopKItemsets(rho=ρ)`` sends on a zCDP
+dataset at the ρ of (ε, δ) (the largest ρ whose ρ + 2√(ρ ln 1/δ) ≤ ε, as the server stores a cap
+given as (ε, δ)) beside pure ε's (ε_s = ε/2), with the issue's target on chess at ε = 1: the zCDP
+FNR at most half the pure one. The same kernel in-process, counts left out (the FNR is the
+selection's alone).
+
 Usage::
 
-    .venv/bin/python bench/bench_itemsets.py [--quick] [--out bench/out]
+    .venv/bin/python bench/bench_itemsets.py [--quick] [--out bench/out] [--zcdp 1e-6]
 
 mlxtend is optional (it is not a project dependency): put it on ``PYTHONPATH`` to time it.
 Writes ``<out>/itemsets.json``, ``<out>/itemsets_fnr_*.png`` and profile text files. See
@@ -44,6 +51,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -68,12 +76,14 @@ from _support import (
     wait_if_asked,
     write_bundled_fimi,
 )
+from dpmine.miners._rho import ZCDP
 from dpmine.miners.itemsets import TopKItemsets
 from dpmine.wire import FimiSource, TopKItemsetsRequest, TopKItemsetsResponse
 from dpmine_server.data.itemsets import TransactionIndex, item_catalog
 from dpmine_server.data.loaders import load_store
 from dpmine_server.data.propose import propose_metadata
 from dpmine_server.dp.rng import secure_generator, seeded_generator
+from dpmine_server.dp.zcdp import rho_cap_for
 from dpmine_server.operations.itemsets import top_k_itemsets
 
 mpl.use("Agg")
@@ -187,6 +197,8 @@ class Config:
     wait_quiet: float
     #: ``--smoke``: the bundled Mushroom table as FIMI, padding off (the test suite's check).
     smoke: bool = False
+    #: ``--zcdp DELTA``: the zCDP column at (ε, δ) (None: not run).
+    zcdp_delta: float | None = None
 
 
 # -- the data, seen by the harness (non-private) ------------------------------------------------
@@ -528,6 +540,143 @@ def run_utility(
     return cells
 
 
+# -- zCDP column (issue #24) -----------------------------------------------------------------------
+
+#: The ε of the zCDP column, each as pure ε and as zCDP at (ε, δ); K and ℓ are the defaults'.
+ZCDP_EPSILONS = (1.0, 0.5)
+#: Issue #24's target on chess at K = 10, ε = 1: the zCDP FNR at most this share of pure ε's.
+ZCDP_FNR_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class ZcdpCell:
+    """The selection FNR of one (dataset, method, ε) at pure ε (ε_s = ε/2, the default split)
+    and on a zCDP dataset at the ρ of (ε, δ) (ε_s as ``TopKItemsets(rho=ρ)`` sends it)."""
+
+    dataset: str
+    method: str
+    k: int
+    length: int
+    epsilon: float
+    delta: float
+    rho: float
+    pure_selection: float
+    zcdp_selection: float
+    runs: int
+    pure_fnr_runs: list[float]
+    zcdp_fnr_runs: list[float]
+
+    @property
+    def pure_fnr(self) -> float:
+        """Mean FNR at pure ε."""
+        return float(np.mean(self.pure_fnr_runs))
+
+    @property
+    def zcdp_fnr(self) -> float:
+        """Mean FNR at zCDP (ε, δ)."""
+        return float(np.mean(self.zcdp_fnr_runs))
+
+
+def zcdp_rho(epsilon: float, delta: float) -> float:
+    """The ρ of (ε, δ): the largest ρ whose ρ + 2√(ρ ln 1/δ) ≤ ε (the server's own rounding)."""
+    return float(rho_cap_for(repr(epsilon), Decimal(repr(delta))).as_decimal())
+
+
+def zcdp_selection(method: Method, k: int, rho: float) -> float:
+    """ε_s of the request ``TopKItemsets(k=k, method=method, rho=rho)`` sends on a zCDP
+    dataset (counts at the default share)."""
+    epsilon, share = TopKItemsets(k=k, method=method, rho=rho).request_epsilon(ZCDP)
+    return epsilon * (1 - share)
+
+
+def selection_fnrs(
+    side: ServerSide,
+    truth: Ranked,
+    method: Method,
+    epsilon_selection: float,
+    *,
+    runs: int,
+    seed: int,
+) -> list[float]:
+    """The FNR of ``runs`` selections at ε_s, K and ℓ the defaults' (seeded generators; no
+    counts)."""
+    k = DEFAULT.k
+    fnrs = []
+    for run in range(runs):
+        released = top_k_itemsets(
+            side.index,
+            method=method,
+            k=k,
+            lengths=[DEFAULT.length],
+            epsilon_selection=epsilon_selection,
+            epsilon_counts=None,
+            rho=RHO,
+            rng=seeded_generator(seed + run),
+        )
+        found = [tuple(sorted(side.item_ids[i] for i in itemset)) for itemset, _ in released]
+        fnrs.append(false_negative_rate(truth, found, k))
+    return fnrs
+
+
+def run_zcdp(
+    name: str, side: ServerSide, truth: Ranked, config: Config, delta: float
+) -> list[ZcdpCell]:
+    """The zCDP column of one dataset at K = 10, ℓ = 3 (the same seeds for both units)."""
+    cells = []
+    for number, (epsilon, method) in enumerate(itertools.product(ZCDP_EPSILONS, METHODS)):
+        seed = config.seed + 7_000_000 + 1000 * number
+        rho = zcdp_rho(epsilon, delta)
+        pure, zcdp = epsilon / 2, zcdp_selection(method, DEFAULT.k, rho)
+        cell = ZcdpCell(
+            dataset=name,
+            method=method,
+            k=DEFAULT.k,
+            length=DEFAULT.length,
+            epsilon=epsilon,
+            delta=delta,
+            rho=rho,
+            pure_selection=pure,
+            zcdp_selection=zcdp,
+            runs=config.runs,
+            pure_fnr_runs=selection_fnrs(side, truth, method, pure, runs=config.runs, seed=seed),
+            zcdp_fnr_runs=selection_fnrs(side, truth, method, zcdp, runs=config.runs, seed=seed),
+        )
+        print(
+            f"  {name:10} {method:7} ε={epsilon:<4} pure ε_s={pure:.3f} FNR {cell.pure_fnr:5.3f}"
+            f"  zCDP ρ={rho:.5g} ε_s={zcdp:.3f} FNR {cell.zcdp_fnr:5.3f}",
+            flush=True,
+        )
+        cells.append(cell)
+    return cells
+
+
+def zcdp_lines(cells: Sequence[ZcdpCell]) -> list[str]:
+    """The zCDP column as Markdown, with the target on chess at ε = 1."""
+    if not cells:
+        return []
+    delta = cells[0].delta
+    lines = [
+        f"**zCDP datasets (issue #24).** FNR at K = {DEFAULT.k}, ℓ = {DEFAULT.length}, mean over "
+        f"{cells[0].runs} runs: pure ε (ε_s = ε/2, in ε) beside zCDP at (ε, δ = {delta:g}) (the "
+        "budget in ρ; ε_s as `TopKItemsets(rho=ρ)` sends it: half of ρ to the counts, the "
+        "selection's K peeled draws at ε_s²/(8K) for em, ε_s²/2 for laplace). Target on chess at "
+        f"ε = 1: zCDP FNR ≤ {ZCDP_FNR_SHARE:g} × pure.",
+        "",
+        "| dataset | method | pure budget | ε_s | FNR | zCDP budget | ε_s | FNR | target |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in cells:
+        target = "–"
+        if c.dataset == "chess" and c.epsilon == 1.0:
+            target = "PASS" if c.zcdp_fnr <= ZCDP_FNR_SHARE * c.pure_fnr else "MISS"
+        lines.append(
+            f"| {c.dataset} | {c.method} | ε={c.epsilon:g} | {c.pure_selection:.3f} | "
+            f"{c.pure_fnr:.2f} | ρ={c.rho:.5g} (ε={c.epsilon:g}, δ={c.delta:g}) | "
+            f"{c.zcdp_selection:.3f} | {c.zcdp_fnr:.2f} | {target} |"
+        )
+    return lines
+
+
 def exact_top_k(transactions: list[list[int]], *, k: int, length: int) -> Ranked:
     """The true top K: pyfim Eclat, or without pyfim (``--smoke``) :func:`counted_top_k`."""
     if fim is None:
@@ -678,7 +827,11 @@ class _SpeedRun:
             fnr = false_negative_rate(truth, served_itemsets(response), k)
             self.samples.fnrs.setdefault((method, k), []).append(fnr)
             miner = TopKItemsets(
-                k=k, length=SPEED_LENGTH, epsilon=setting.epsilon, method=method, rho=RHO
+                k=k,
+                length=SPEED_LENGTH,
+                epsilon=setting.epsilon,
+                method=method,
+                threshold_quantile=RHO,
             )
             self.samples.add(
                 ("mine", method, k), timed(functools.partial(miner.mine, self.handle))[0]
@@ -1325,6 +1478,7 @@ def markdown_report(
     datas: dict[str, TrueData],
     truths: dict[str, dict[tuple[int, int], Ranked]],
     utility: list[UtilityCell],
+    zcdp: list[ZcdpCell],
     rows: list[SpeedRow],
     speeds: list[DatasetSpeed],
     baselines: list[BaselineTiming],
@@ -1351,6 +1505,8 @@ def markdown_report(
     ]
     if utility:
         lines += [*utility_lines(utility, names, config.runs), ""]
+    if zcdp:
+        lines += [*zcdp_lines(zcdp), ""]
     if rows:
         lines += [*speed_lines(rows, speeds, baselines, config), "", *profile_lines(profiles), ""]
     lines.append(f"Total run time: {total_seconds:.0f} s.")
@@ -1391,6 +1547,13 @@ def parse_args(argv: list[str] | None = None) -> Config:
         default=0.0,
         metavar="SECONDS",
         help="before each timing stage wait up to SECONDS for the 1-minute load average < 0.5",
+    )
+    parser.add_argument(
+        "--zcdp",
+        type=float,
+        default=None,
+        metavar="DELTA",
+        help="add the zCDP column: the FNR at (ε, DELTA), the budget in ρ (issue #24; e.g. 1e-6)",
     )
     args = parser.parse_args(argv)
     if args.smoke:
@@ -1433,6 +1596,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         skip_utility=args.skip_utility,
         skip_speed=args.skip_speed,
         wait_quiet=args.wait_quiet,
+        zcdp_delta=args.zcdp,
     )
 
 
@@ -1531,6 +1695,12 @@ def main(argv: list[str] | None = None) -> int:
         with _stage("[1] utility (server kernel in-process) ..."):
             for name in names:
                 utility += run_utility(datas[name], sides[name], config, truths[name])
+    zcdp: list[ZcdpCell] = []
+    if config.zcdp_delta is not None:
+        with _stage("[1b] zCDP column (server kernel in-process) ..."):
+            for name in names:
+                truth = truths[name][(DEFAULT.k, DEFAULT.length)]
+                zcdp += run_zcdp(name, sides[name], truth, config, config.zcdp_delta)
     speed = SpeedResults() if config.skip_speed else run_speed(config, datas, sides, truths)
     config.out.mkdir(parents=True, exist_ok=True)
     plots = plot_utility(utility, names, config.out) if utility else []
@@ -1543,6 +1713,7 @@ def main(argv: list[str] | None = None) -> int:
         datas=datas,
         truths=truths,
         utility=utility,
+        zcdp=zcdp,
         rows=speed.rows,
         speeds=speed.speeds,
         baselines=speed.baselines,
@@ -1567,6 +1738,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, t in truths.items()
         },
         "utility": [asdict(c) for c in utility],
+        "zcdp": [asdict(c) for c in zcdp],
         "speed": [asdict(s) for s in speed.speeds],
         "mlxtend": [asdict(b) for b in speed.mlxtend],
         "ratios": [asdict(r) for r in speed.rows],

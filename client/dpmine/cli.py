@@ -456,6 +456,34 @@ _closed_unit = _range_check(0.0, 1.0, open_low=False, open_high=False)
 EpsilonOption = Annotated[
     float, typer.Option(help="Privacy cost of this call (ε > 0)", callback=_positive)
 ]
+#: A miner's budget: --epsilon on a pure-DP dataset, --rho on a zCDP one (issue #24).
+BudgetOption = Annotated[
+    float | None,
+    typer.Option(
+        "--epsilon",
+        help="The run's budget in ε (> 0) on a pure-DP dataset (on a zCDP one give --rho)",
+        callback=_positive,
+    ),
+]
+RhoOption = Annotated[
+    float | None,
+    typer.Option(
+        "--rho",
+        help="The run's budget in zCDP ρ (> 0) on a zCDP dataset, e.g. 0.0174 for about "
+        "(ε = 1, δ = 1e-6)",
+        callback=_positive,
+    ),
+]
+
+
+def _budget(epsilon: float | None, rho: float | None, default: float = 1.0) -> float:
+    """The miner's ``epsilon`` for --epsilon / --rho (exactly one given): --epsilon, or the
+    miner's default when the budget is --rho (the miner then spends ρ)."""
+    if epsilon is not None and rho is not None:
+        raise _fail("give the budget once: --epsilon on a pure-DP dataset, --rho on a zCDP one")
+    if epsilon is None and rho is None:
+        raise _fail("give the run's budget: --epsilon on a pure-DP dataset, --rho on a zCDP one")
+    return default if epsilon is None else epsilon
 
 
 @app.command()
@@ -646,7 +674,8 @@ def _parse_length(text: str) -> int | tuple[int, int] | Literal["auto"]:
 def mine_itemsets(
     ctx: typer.Context,
     dataset_id: Annotated[str, typer.Argument(metavar="DATASET")],
-    epsilon: EpsilonOption,
+    epsilon: BudgetOption = None,
+    rho: RhoOption = None,
     k: Annotated[int, typer.Option("--k", help="How many itemsets", min=1)] = 10,
     length: Annotated[
         str,
@@ -656,12 +685,20 @@ def mine_itemsets(
         ),
     ] = "auto",
     method: Annotated[str, typer.Option(help="em (Algorithm 1) or laplace (Algorithm 2)")] = "em",
-    rho: Annotated[
-        float, typer.Option(help="Truncation failure probability, in (0, 1)", callback=_open_unit)
+    threshold_quantile: Annotated[
+        float,
+        typer.Option(
+            help="Truncation failure probability of the selection, in (0, 1)",
+            callback=_open_unit,
+        ),
     ] = 0.1,
     counts: Annotated[bool, typer.Option(help="Also release noisy counts")] = True,
     count_share: Annotated[
-        float, typer.Option(help="Share of ε for the counts, in (0, 1)", callback=_open_unit)
+        float,
+        typer.Option(
+            help="Share of the budget (ε, or ρ on a zCDP dataset) for the counts, in (0, 1)",
+            callback=_open_unit,
+        ),
     ] = 0.5,
     frequency_epsilon: Annotated[
         float,
@@ -689,8 +726,9 @@ def mine_itemsets(
     output: Annotated[Path | None, typer.Option(help="Write results to .json or .csv")] = None,
     plan_only: Annotated[bool, typer.Option(help="Only price the run (free)")] = False,
 ) -> None:
-    """Private top-K frequent itemsets (Bhaskar et al.); costs --epsilon (+ --frequency-epsilon).
-    Each noisy count comes with an interval holding the true count (all K together, 90 %)."""
+    """Private top-K frequent itemsets (Bhaskar et al.); costs --epsilon, or --rho on a zCDP
+    dataset (+ --frequency-epsilon). Each noisy count comes with an interval holding the true
+    count (all K together, 90 %)."""
     options = _options(ctx)
     if method not in {"em", "laplace"}:
         raise _fail("--method must be 'em' or 'laplace'")
@@ -698,9 +736,10 @@ def mine_itemsets(
     miner = TopKItemsets(
         k=k,
         length=_parse_length(length),
-        epsilon=epsilon,
-        method="em" if method == "em" else "laplace",
+        epsilon=_budget(epsilon, rho, default=1.4),
         rho=rho,
+        method="em" if method == "em" else "laplace",
+        threshold_quantile=threshold_quantile,
         with_counts=counts,
         count_share=count_share,
         frequency_epsilon=frequency_epsilon,
@@ -901,19 +940,31 @@ def _run_serenade(
 
 
 def _emit_plan(options: _Options, dataset_id: str, plan: Plan) -> None:
-    table = Table("operation", "calls", "ε each", title=f"plan on {dataset_id}")
-    counts: dict[tuple[str, str], int] = {}
+    """The planned calls by operation and ε, with their ρ on a zCDP dataset; the caption gives
+    the total and what remains in the dataset's unit, then the plan's report."""
+    zcdp = plan.estimate.accounting == "zcdp"
+    columns = ["operation", "calls", "ε each", *(["ρ each"] if zcdp else [])]
+    table = Table(*columns, title=f"plan on {dataset_id}")
+    counts: dict[tuple[str, str, str | None], int] = {}
     for call in plan.estimate.calls:
-        key = (call.operation, call.epsilon_exact)
+        key = (call.operation, call.epsilon_exact, call.rho_exact)
         counts[key] = counts.get(key, 0) + 1
-    for (operation, epsilon), number in counts.items():
-        table.add_row(operation, str(number), epsilon_text(epsilon))
-    table.caption = (
-        f"total ε={epsilon_text(plan.estimate.total_epsilon_exact)}; remaining "
-        f"ε={epsilon_text(plan.estimate.remaining_epsilon)}; fits: {plan.fits}"
-    )
+    for (operation, epsilon, rho), number in counts.items():
+        table.add_row(operation, str(number), epsilon_text(epsilon), *([rho or ""] if zcdp else []))
+    if zcdp:
+        table.caption = (
+            f"total ρ={plan.estimate.total_rho_exact}; remaining "
+            f"ρ={plan.estimate.remaining_rho_exact}; fits: {plan.fits}"
+        )
+    else:
+        table.caption = (
+            f"total ε={epsilon_text(plan.estimate.total_epsilon_exact)}; remaining "
+            f"ε={epsilon_text(plan.estimate.remaining_epsilon)}; fits: {plan.fits}"
+        )
     if isinstance(plan, SerenadePlan | TreePlan):  # each draw kind's signal, and its warnings
         table.caption += "\n" + plan.report()
+    elif zcdp:  # each call's ρ and the (ε, δ) the run implies
+        table.caption += "\n" + "\n".join(plan.rho_lines())
     _emit(options, plan.estimate, table)
 
 
@@ -965,7 +1016,8 @@ MaxLiteralsOption = Annotated[int, typer.Option(help="Literals per query at most
 def mine_serenade_es(
     ctx: typer.Context,
     dataset_id: Annotated[str, typer.Argument(metavar="DATASET")],
-    epsilon: EpsilonOption,
+    epsilon: BudgetOption = None,
+    rho: RhoOption = None,
     x0: X0Option = None,
     x0_fraction: X0FractionOption = None,
     preset: PresetOption = "auto",
@@ -991,7 +1043,8 @@ def mine_serenade_es(
     _check_output(output, (".json", ".csv"))
     miner = SerenadeES(
         rounds=rounds,
-        epsilon=epsilon,
+        epsilon=_budget(epsilon, rho),
+        rho=rho,
         preset=_preset(preset),
         split=_split(split),
         n_initial=initial,
@@ -1010,7 +1063,8 @@ def mine_serenade_es(
 def mine_serenade_cs(
     ctx: typer.Context,
     dataset_id: Annotated[str, typer.Argument(metavar="DATASET")],
-    epsilon: EpsilonOption,
+    epsilon: BudgetOption = None,
+    rho: RhoOption = None,
     x0: X0Option = None,
     x0_fraction: X0FractionOption = None,
     preset: PresetOption = "auto",
@@ -1040,7 +1094,8 @@ def mine_serenade_cs(
     miner = SerenadeCS(
         tau=tau,
         min_jaccard=min_chain_jaccard,
-        epsilon=epsilon,
+        epsilon=_budget(epsilon, rho),
+        rho=rho,
         preset=_preset(preset),
         split=_split(split),
         n_initial=initial,
@@ -1170,7 +1225,7 @@ def _alternation_shape(
 
 
 def _tree_parameters(
-    epsilon: float,
+    budget: tuple[float | None, float | None],
     depth: int | None,
     min_support: float | None,
     min_jaccard: float,
@@ -1182,10 +1237,12 @@ def _tree_parameters(
 ) -> TreeMinerParameters:
     if leaf_release not in get_args(LeafCountsRelease):
         raise _fail("--leaf-release must be 'partition' or 'paper'")
+    epsilon, rho = budget
     return TreeMinerParameters(
         leaf_release=cast(LeafCountsRelease, leaf_release),
         preset=_preset(preset),
-        epsilon=epsilon,
+        epsilon=_budget(epsilon, rho),
+        rho=rho,
         depth=depth,
         min_support=min_support,
         min_jaccard=min_jaccard,
@@ -1308,7 +1365,8 @@ def _run_tree_miner(
 def mine_alt_expm(
     ctx: typer.Context,
     dataset_id: Annotated[str, typer.Argument(metavar="DATASET")],
-    epsilon: EpsilonOption,
+    epsilon: BudgetOption = None,
+    rho: RhoOption = None,
     preset: TreePresetOption = "paper",
     setting: SettingOption = "standard",
     k: KOption = None,
@@ -1334,7 +1392,15 @@ def mine_alt_expm(
     shape = _alternation_shape(setting, k, in_trees, rm_iterations, preset)
 
     parameters = _tree_parameters(
-        epsilon, depth, min_support, min_jaccard, p_max, target_bins, seed, leaf_release, preset
+        (epsilon, rho),
+        depth,
+        min_support,
+        min_jaccard,
+        p_max,
+        target_bins,
+        seed,
+        leaf_release,
+        preset,
     )
 
     def make(progress: bool) -> AltExpM:
@@ -1363,7 +1429,8 @@ def mine_alt_expm(
 def mine_alt_mcmc(
     ctx: typer.Context,
     dataset_id: Annotated[str, typer.Argument(metavar="DATASET")],
-    epsilon: EpsilonOption,
+    epsilon: BudgetOption = None,
+    rho: RhoOption = None,
     preset: TreePresetOption = "paper",
     setting: SettingOption = "standard",
     k: KOption = None,
@@ -1390,7 +1457,15 @@ def mine_alt_mcmc(
     shape = _alternation_shape(setting, k, in_trees, rm_iterations, preset)
 
     parameters = _tree_parameters(
-        epsilon, depth, min_support, min_jaccard, p_max, target_bins, seed, leaf_release, preset
+        (epsilon, rho),
+        depth,
+        min_support,
+        min_jaccard,
+        p_max,
+        target_bins,
+        seed,
+        leaf_release,
+        preset,
     )
 
     def make(progress: bool) -> AltMCMC:
@@ -1420,7 +1495,8 @@ def mine_alt_mcmc(
 def mine_tree_pair(
     ctx: typer.Context,
     dataset_id: Annotated[str, typer.Argument(metavar="DATASET")],
-    epsilon: EpsilonOption,
+    epsilon: BudgetOption = None,
+    rho: RhoOption = None,
     preset: TreePresetOption = "paper",
     in_trees: Annotated[
         int | None,
@@ -1454,7 +1530,15 @@ def mine_tree_pair(
         raise _fail(f"--pair-score must be 'gain' or 'paper', got {pair_score!r}")
 
     parameters = _tree_parameters(
-        epsilon, depth, min_support, min_jaccard, p_max, target_bins, seed, leaf_release, preset
+        (epsilon, rho),
+        depth,
+        min_support,
+        min_jaccard,
+        p_max,
+        target_bins,
+        seed,
+        leaf_release,
+        preset,
     )
 
     def make(progress: bool) -> MCMCTreePair:
@@ -1485,7 +1569,8 @@ def mine_tree_pair(
 def mine_layered(
     ctx: typer.Context,
     dataset_id: Annotated[str, typer.Argument(metavar="DATASET")],
-    epsilon: EpsilonOption,
+    epsilon: BudgetOption = None,
+    rho: RhoOption = None,
     preset: Annotated[
         str,
         typer.Option(
@@ -1555,7 +1640,8 @@ def mine_layered(
 
     def make(progress: bool) -> DPLayeredTrees:
         return DPLayeredTrees(
-            epsilon=epsilon,
+            epsilon=_budget(epsilon, rho),
+            rho=rho,
             preset=chosen,
             in_trees=seeds,
             layers=layers,
@@ -1617,7 +1703,8 @@ def _numbers(text: str, count: int, option: str) -> tuple[float, ...]:
 def fit_rule_list(
     ctx: typer.Context,
     dataset_id: Annotated[str, typer.Argument(metavar="DATASET")],
-    epsilon: EpsilonOption,
+    epsilon: BudgetOption = None,
+    rho: RhoOption = None,
     k_per_class: Annotated[
         int | None,
         typer.Option(
@@ -1693,7 +1780,8 @@ def fit_rule_list(
     alpha_pair = _numbers(alpha, 2, "--alpha")
     weights = _numbers(split, 3, "--split")
     model = DPBayesianRuleList(
-        epsilon=epsilon,
+        epsilon=_budget(epsilon, rho),
+        rho=rho,
         epsilon_split=None if len(set(weights)) == 1 else (weights[0], weights[1], weights[2]),
         k_per_class=k_per_class,
         max_length=max_length,

@@ -46,6 +46,17 @@ from dpmine.errors import ParameterError
 from dpmine.frames import PathLike, as_path, data_frame, write_csv
 from dpmine.items import items_display
 from dpmine.miners._base import BaseMiner, NotMinedError, _Spent
+from dpmine.miners._rho import (
+    EM_RHO,
+    GENERIC_RHO,
+    PURE,
+    RENAMED_QUANTILE,
+    RHO_MARGIN,
+    Composition,
+    check_budget,
+    composition_for,
+    epsilon_for_rho,
+)
 from dpmine.miners.trees import share_of
 from dpmine.queries import format_query
 from dpmine.wire import (
@@ -753,11 +764,15 @@ class DPBayesianRuleList(BaseMiner):
 
     * ``epsilon``: total budget of a fit; ``epsilon_split``: relative weights of (antecedents,
       sampler, point estimates), default equal thirds (§5.5);
+    * ``rho``: the fit's budget on a zCDP dataset (issue #24), in place of ``epsilon``: the
+      three calls keep the ε proportions of ``epsilon_split``, of the E at which they cost ρ
+      (the selection K peeled draws per class at ε1/K, ε1²/(8K) for "em", ε1²/2 for
+      "laplace"; the sampler and the estimates ε²/2 each; :meth:`budgets_for`);
     * ``k_per_class``: K itemsets selected per class (§5.2; default ``None``: 40, or every
       possible antecedent when the public schema allows fewer); ``max_length``: L, items per
       antecedent; ``numeric_bins``: equal-width public bins of a numeric attribute without a
-      declared grid; ``method``: "em" or "laplace" top-K selection; ``rho``: its truncation
-      failure probability;
+      declared grid; ``method``: "em" or "laplace" top-K selection; ``threshold_quantile``: its
+      truncation failure probability (``rho`` on the wire);
     * ``columns``: the attributes antecedents may use (default: all but the label), and
       ``exclude``: attributes they may not use, e.g. a proxy that gives the label away (a
       cause-of-death column for a survival label); checked against the public schema before
@@ -794,7 +809,8 @@ class DPBayesianRuleList(BaseMiner):
         max_rules: int = DEFAULT_MAX_RULES,
         numeric_bins: int = DEFAULT_NUMERIC_BINS,
         method: Literal["em", "laplace"] = "em",
-        rho: float = 0.1,
+        threshold_quantile: float = 0.1,
+        rho: float | None = None,
         columns: Sequence[str] | None = None,
         exclude: Sequence[str] = (),
         progress: bool = False,
@@ -812,6 +828,7 @@ class DPBayesianRuleList(BaseMiner):
         self.max_rules = max_rules
         self.numeric_bins = numeric_bins
         self.method = method
+        self.threshold_quantile = threshold_quantile
         self.rho = rho
         self.columns = columns
         self.exclude = exclude
@@ -843,11 +860,14 @@ class DPBayesianRuleList(BaseMiner):
 
     # -- budget --------------------------------------------------------------------------------
 
+    #: The unit of the current plan or fit's dataset (set by ``plan()``).
+    _unit: Composition = PURE
+
     @property
     def budgets(self) -> tuple[float, float, float]:
-        """(ε1, ε2, ε3): antecedents, sampler, point estimates; each rounded down to the
-        ledger's pico-ε, so they never sum to more than ``epsilon``."""
-        first, second, third = self._shares(self._weights())
+        """(ε1, ε2, ε3) on a pure dataset: antecedents, sampler, point estimates; each rounded
+        down to the ledger's pico-ε, so they never sum to more than ``epsilon``."""
+        first, second, third = self._shares(self._weights(), self.epsilon)
         return first, second, third
 
     def _weights(self) -> tuple[float, float, float]:
@@ -856,11 +876,22 @@ class DPBayesianRuleList(BaseMiner):
             raise ParameterError(f"epsilon_split takes three positive weights, got {weights!r}")
         return weights
 
-    def _shares(self, weights: Sequence[float]) -> list[float]:
-        """ε in the proportions of ``weights``, each rounded down to the ledger's pico-ε."""
+    def _shares(self, weights: Sequence[float], budget: float) -> list[float]:
+        """``budget`` (an ε) in the proportions of ``weights``, each rounded down to the
+        ledger's pico-ε."""
         exact = [Fraction(repr(float(w))) for w in weights]
         total = sum(exact, Fraction(0))
-        return [share_of(self.epsilon, w / total) for w in exact]
+        return [share_of(budget, w / total) for w in exact]
+
+    def _split_epsilon(self, weights: Sequence[float], per_e2: Sequence[float]) -> float:
+        """The ε the split divides: ``epsilon``, or on a zCDP dataset the E at which calls of
+        ρ per ε² ``per_e2`` at the shares of ``weights`` cost ρ less the margin
+        (:func:`~dpmine.miners._rho.epsilon_for_rho`)."""
+        if self._unit is PURE or self.rho is None:
+            return self.epsilon
+        total = sum(weights)
+        releases = [(rho, w / total) for rho, w in zip(per_e2, weights, strict=True)]
+        return epsilon_for_rho(self.rho * (1 - RHO_MARGIN), releases)
 
     def selects_antecedents(self, schema: DatasetMetadata) -> bool:
         """False when K per class reaches the public number of possible antecedents
@@ -873,13 +904,17 @@ class DPBayesianRuleList(BaseMiner):
         return self.k_for(schema) < universe
 
     def budgets_for(self, schema: DatasetMetadata) -> tuple[float, float, float]:
-        """(ε1, ε2, ε3) of a fit on ``schema``: :attr:`budgets`, or (0, ε2, ε3) in the
-        proportions of ``epsilon_split`` when the selection is skipped
-        (:meth:`selects_antecedents`)."""
-        if self.selects_antecedents(schema):
-            return self.budgets
-        second, third = self._shares(self._weights()[1:])
-        return 0.0, second, third
+        """(ε1, ε2, ε3) of a fit on ``schema``: ``epsilon`` (or on a zCDP dataset the E whose
+        calls cost ``rho``) in the proportions of ``epsilon_split``, or (0, ε2, ε3) when the
+        selection is skipped (:meth:`selects_antecedents`)."""
+        selection = EM_RHO / self.k_for(schema) if self.method == "em" else GENERIC_RHO
+        weights, per_e2 = list(self._weights()), [selection, GENERIC_RHO, GENERIC_RHO]
+        if not self.selects_antecedents(schema):
+            weights, per_e2 = weights[1:], per_e2[1:]
+        shares = self._shares(weights, self._split_epsilon(weights, per_e2))
+        if len(shares) == 2:
+            return 0.0, shares[0], shares[1]
+        return shares[0], shares[1], shares[2]
 
     def _check_params(self) -> None:
         """The checks that need no schema (also run at construction)."""
@@ -912,8 +947,11 @@ class DPBayesianRuleList(BaseMiner):
             raise ParameterError(f"k_per_class must be at least 1, got {self.k_per_class!r}")
         if not (isinstance(self.max_length, int) and self.max_length >= 1):
             raise ParameterError(f"max_length must be at least 1, got {self.max_length!r}")
-        if not 0 < self.rho < 1:
-            raise ParameterError(f"rho must be in (0, 1), got {self.rho!r}")
+        if not 0 < self.threshold_quantile < 1:
+            raise ParameterError(
+                f"threshold_quantile must be in (0, 1), got {self.threshold_quantile!r}"
+            )
+        check_budget(self.rho, self.epsilon, 1.0, RENAMED_QUANTILE)
 
     def _check_params_for(self, schema: DatasetMetadata) -> None:
         """Every check, the schema's included."""
@@ -983,7 +1021,7 @@ class DPBayesianRuleList(BaseMiner):
             max_length=self.max_length,
             epsilon=self.budgets_for(schema)[0],
             method=self.method,
-            rho=self.rho,
+            rho=self.threshold_quantile,
             numeric_bins=self.numeric_bins,
             columns=self.columns_for(schema),
         )
@@ -1026,6 +1064,7 @@ class DPBayesianRuleList(BaseMiner):
         selection only when :meth:`selects_antecedents`."""
         schema = dataset.schema
         self._check_params_for(schema)
+        self._unit = composition_for(dataset, self.rho, "DPBayesianRuleList", RENAMED_QUANTILE)
         placeholder = [_placeholder_antecedent(schema, self.numeric_bins)]
         selection = (
             [BRL_ANTECEDENTS.plan(self._antecedents_request(schema))]
@@ -1203,6 +1242,8 @@ class DPBayesianRuleList(BaseMiner):
     def from_dict(cls, payload: Mapping[str, Any]) -> DPBayesianRuleList:
         """A fitted estimator from :meth:`to_dict` (predicts; cannot refit without a server)."""
         params = dict(payload.get("params", {}))
+        if "rho" in params and "threshold_quantile" not in params:  # saved before issue #24
+            params["threshold_quantile"] = params.pop("rho")
         for name in ("alpha", "epsilon_split", "exclude"):
             if params.get(name) is not None:
                 params[name] = tuple(params[name])

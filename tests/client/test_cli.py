@@ -275,6 +275,45 @@ def test_a_zcdp_dataset_shows_rho_in_the_budget_and_the_receipt(
     assert re.search(r"^0\.5\s{2,}0\.005\s{2,}0\.495\s{2,}", shown, re.M), shown
 
 
+ZCDP_MINERS = [
+    "serenade-es",
+    "serenade-cs",
+    "alt-expm --k 1",
+    "alt-mcmc --k 1 --iterations 1000",
+    "tree-pair --in-trees 1 --iterations 1000",
+    "layered --seeds 1 --layers 1",
+    "itemsets --k 3 --length 1",
+]
+
+
+def test_every_miner_takes_rho_on_a_zcdp_dataset(
+    server: LiveServer, owner_connection: dpmine.Connection, account: Account
+) -> None:
+    """Issue #24 item 3: every ``mine`` command takes --rho; its plan lists each call's ρ, the
+    total in ρ and the (ε, δ) the run implies; a run's caption gives the ρ spent. --epsilon
+    and --rho together (e.g. the old top-K --rho, now --threshold-quantile), or neither, are
+    refused before any call."""
+    zcdp = register_mushroom(owner_connection, cap_rho=1.0)
+    owner_connection.admin.grant(zcdp.id, account.name, rho=0.5)
+    for miner in ZCDP_MINERS:
+        command = f"mine {miner.split()[0]} {zcdp.id} --rho 0.0174 {' '.join(miner.split()[1:])}"
+        table = _flat(_ok(dpmine_cli(server, account.api_key, f"{command} --plan-only")))
+        assert "ρ each" in table, (miner, table)
+        assert re.search(r"total ρ=0\.01739\d*; remaining ρ=0\.5;", table), (miner, table)
+        assert "the run implies (ε = 0.99" in table, (miner, table)
+    ran = f"mine tree-pair {zcdp.id} --rho 0.0174 --in-trees 1 --depth 2 --iterations 1000"
+    assert re.search(r"ρ spent = 0\.01739\d*", _flat(_ok(dpmine_cli(server, account.api_key, ran))))
+    both = f"mine itemsets {zcdp.id} --epsilon 1 --rho 0.1"
+    assert "give the budget once" in _error(dpmine_cli(server, account.api_key, both))
+    neither = f"mine alt-expm {zcdp.id}"
+    assert "give the run's budget" in _error(dpmine_cli(server, account.api_key, neither))
+    pure_unit = f"mine layered {zcdp.id} --epsilon 1"
+    assert "give the run's budget as rho=" in _error(dpmine_cli(server, account.api_key, pure_unit))
+    status = _budget(server, account, zcdp.id)
+    assert status.zcdp is not None
+    assert status.zcdp.rho_spent == pytest.approx(0.0174, rel=1e-4)  # the one run only
+
+
 # --------------------------------------------------------------------------------------------
 # dpmine: private operations (charged)
 
@@ -578,7 +617,13 @@ def _usage_error(result: Result) -> str:
         ("mine serenade-es d --epsilon 1 --preset best", "--preset must be 'auto' or 'paper'"),
         ("mine serenade-cs d --epsilon 1 --filter-by lower", "No such option: --filter-by"),
         ("mine itemsets d --epsilon 1 --k 0", "Invalid value for '--k'"),
-        ("mine itemsets d --epsilon 1 --rho 1", "'--rho': must be in (0, 1) (got 1)"),
+        (
+            "mine itemsets d --epsilon 1 --threshold-quantile 1",
+            "'--threshold-quantile': must be in (0, 1) (got 1)",
+        ),
+        ("mine itemsets d --epsilon 1 --rho 0.1", "give the budget once: --epsilon on a pure"),
+        ("mine alt-expm d", "give the run's budget: --epsilon on a pure-DP dataset, --rho"),
+        ("mine serenade-es d --rho 0", "'--rho': must be > 0 (got 0)"),
         ("mine itemsets d --epsilon 1 --frequency-epsilon -1", "must be >= 0 (got -1)"),
         ("mine itemsets d --epsilon 1 --rules 1.5", "must be in [0, 1] (got 1.5)"),
         ("mine itemsets d --epsilon 1 --numeric-bins 1", "must be 0 (no numeric items) or at"),

@@ -166,7 +166,7 @@ def test_plan_of_a_request_the_dataset_cannot_serve_is_refused(
 def test_mine_returns_the_top_itemsets(
     baskets: dpmine.DatasetHandle, owner_connection: dpmine.Connection, method: Method
 ) -> None:
-    miner = TopKItemsets(k=3, length=2, epsilon=100.0, method=method, rho=TINY_RHO)
+    miner = TopKItemsets(k=3, length=2, epsilon=100.0, method=method, threshold_quantile=TINY_RHO)
     assert miner.mine(baskets) is miner
     itemsets = miner.itemsets_
     assert [itemset.rank for itemset in itemsets] == [1, 2, 3]
@@ -194,7 +194,9 @@ def test_mine_returns_the_top_itemsets(
 
 
 def test_mine_without_counts_and_with_a_length_range(baskets: dpmine.DatasetHandle) -> None:
-    miner = TopKItemsets(k=4, length=(1, 3), epsilon=100.0, with_counts=False, rho=TINY_RHO)
+    miner = TopKItemsets(
+        k=4, length=(1, 3), epsilon=100.0, with_counts=False, threshold_quantile=TINY_RHO
+    )
     miner.mine(baskets)
     # milk 105, then bread and bread&milk (100), then eggs (50)
     items = [itemset.items for itemset in miner.itemsets_]
@@ -206,7 +208,9 @@ def test_mine_without_counts_and_with_a_length_range(baskets: dpmine.DatasetHand
 
 
 def test_mine_with_frequencies_and_rules(baskets: dpmine.DatasetHandle) -> None:
-    miner = TopKItemsets(k=6, length=(1, 2), epsilon=120.0, rho=TINY_RHO, frequency_epsilon=1.0)
+    miner = TopKItemsets(
+        k=6, length=(1, 2), epsilon=120.0, threshold_quantile=TINY_RHO, frequency_epsilon=1.0
+    )
     miner.mine(baskets)
     assert [r.operation for r in miner.receipts_] == ["fim.topk_em", "count.noisy"]
     assert miner.budget_spent_ == 121.0
@@ -257,7 +261,9 @@ def test_a_plan_that_does_not_fit_is_refused_and_nothing_is_charged(
 
 
 def test_exports(baskets: dpmine.DatasetHandle, tmp_path: Path) -> None:
-    miner = TopKItemsets(k=3, length=2, epsilon=100.0, rho=TINY_RHO, frequency_epsilon=1.0)
+    miner = TopKItemsets(
+        k=3, length=2, epsilon=100.0, threshold_quantile=TINY_RHO, frequency_epsilon=1.0
+    )
     miner.mine(baskets)
     json_path = tmp_path / "itemsets.json"
     miner.to_json(json_path)
@@ -294,7 +300,7 @@ def test_exports(baskets: dpmine.DatasetHandle, tmp_path: Path) -> None:
     assert payload["count_intervals"]["level"] == 0.9
     assert payload["order"].startswith("rank = order of the private selection")
 
-    bare = TopKItemsets(k=2, length=2, epsilon=50.0, with_counts=False, rho=TINY_RHO)
+    bare = TopKItemsets(k=2, length=2, epsilon=50.0, with_counts=False, threshold_quantile=TINY_RHO)
     bare.mine(baskets)
     bare.to_csv(csv_path)
     rows = list(csv.reader(io.StringIO(csv_path.read_text())))
@@ -469,7 +475,7 @@ def test_numeric_attributes_are_items_through_their_public_bins(
     """age on [0, 100] in 4 bins: smoker (80 rows), then age in [25, 50) (67) and [50, 75)
     (66) lead the single items; each display holds exactly the counted rows, and each count
     interval holds its exact count."""
-    miner = TopKItemsets(k=3, length=1, epsilon=200.0, rho=TINY_RHO)
+    miner = TopKItemsets(k=3, length=1, epsilon=200.0, threshold_quantile=TINY_RHO)
     request = TopKItemsetsRequest.model_validate(miner.plan(table).calls[0].request)
     assert (request.numeric_bins, request.columns) == (4, None)
     miner.mine(table)
@@ -490,7 +496,9 @@ def test_numeric_attributes_are_items_through_their_public_bins(
         assert itemset.count_high is not None
         assert itemset.count_low <= truth <= itemset.count_high  # scale 0.03: fails ~1e-14
     assert miner.count_noise_scale_ == pytest.approx(3 / 100)
-    without = TopKItemsets(k=3, length=1, epsilon=200.0, rho=TINY_RHO, numeric_bins=None)
+    without = TopKItemsets(
+        k=3, length=1, epsilon=200.0, threshold_quantile=TINY_RHO, numeric_bins=None
+    )
     assert (
         TopKItemsetsRequest.model_validate(without.plan(table).calls[0].request).numeric_bins
         is None
@@ -569,7 +577,7 @@ def test_auto_length_is_the_longest_the_server_serves_and_says_why(
     with pytest.raises(dpmine.InvalidRequestError, match="too many to count one by one"):
         TopKItemsets(length=3).plan(wide)
     assert wide.budget().remaining_epsilon == GRANT
-    miner = TopKItemsets(k=5, epsilon=1.4, rho=TINY_RHO)
+    miner = TopKItemsets(k=5, epsilon=1.4, threshold_quantile=TINY_RHO)
     assert miner.length == "auto"
     plan = miner.plan(wide)
     assert miner.length_ == (2, 2)
@@ -585,7 +593,7 @@ def test_auto_length_is_the_longest_the_server_serves_and_says_why(
 
 
 def test_auto_length_keeps_triples_where_they_are_served(baskets: dpmine.DatasetHandle) -> None:
-    miner = TopKItemsets(k=1, epsilon=100.0, rho=TINY_RHO).mine(baskets)
+    miner = TopKItemsets(k=1, epsilon=100.0, threshold_quantile=TINY_RHO).mine(baskets)
     assert miner.length_ == (3, 3)
     assert miner.itemsets_[0].items == ("bread", "milk", "eggs")
     assert miner.notes()[-1] == (

@@ -430,6 +430,18 @@ def test_a_label_with_more_classes_names_the_negative_rows_by_inequality() -> No
 # Parameters, budget split, planned calls
 
 
+def test_a_model_saved_before_the_rename_keeps_its_quantile_not_a_budget() -> None:
+    """Issue #24: a file saved when ``rho`` was the truncation quantile loads it as
+    ``threshold_quantile``; ``rho`` (now the zCDP budget) stays unset."""
+    payload = fitted_estimator().to_dict()
+    params = payload["params"]
+    del params["threshold_quantile"]
+    params["rho"] = 0.05
+    loaded = DPBayesianRuleList.from_dict(payload)
+    assert (loaded.threshold_quantile, loaded.rho) == (0.05, None)
+    assert DPBayesianRuleList.from_dict(fitted_estimator().to_dict()).rho is None
+
+
 def test_get_and_set_params_follow_scikit_learn() -> None:
     model = DPBayesianRuleList(epsilon=0.5, k_per_class=30)
     params = model.get_params()
@@ -449,6 +461,7 @@ def test_get_and_set_params_follow_scikit_learn() -> None:
         "max_rules",
         "numeric_bins",
         "method",
+        "threshold_quantile",
         "rho",
         "columns",
         "exclude",

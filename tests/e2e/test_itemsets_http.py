@@ -196,7 +196,7 @@ def test_top_pairs_of_the_fimi_file(
     """K = 10 pairs at ε = 20 (ε_s = ε_p = 10): every released pair has a true count of at
     least c_K − 100 and a released count within 40 of it; the ledger holds exactly ε."""
     handle = granted(owner, analyst, fimi_dataset, 50.0)
-    miner = TopKItemsets(k=10, length=2, epsilon=20.0, method=method, rho=TINY_RHO)
+    miner = TopKItemsets(k=10, length=2, epsilon=20.0, method=method, threshold_quantile=TINY_RHO)
     assert miner.plan(handle).total_epsilon == 20.0
     miner.mine(handle)
     truth = mushrooms.pair_counts()
@@ -256,7 +256,12 @@ def test_attribute_itemsets_of_the_table(
     released pairs are sound (as above) and counts, frequencies and rules are consistent."""
     handle = granted(owner, analyst, table_dataset, 30.0)
     miner = TopKItemsets(
-        k=10, length=2, epsilon=20.0, method=method, rho=TINY_RHO, frequency_epsilon=1.0
+        k=10,
+        length=2,
+        epsilon=20.0,
+        method=method,
+        threshold_quantile=TINY_RHO,
+        frequency_epsilon=1.0,
     )
     miner.mine(handle)
     truth = mushrooms.pair_counts()
@@ -288,7 +293,9 @@ def test_single_attribute_values_over_a_length_range(
 ) -> None:
     """Lengths 2..3 at ε = 20: every released itemset is valid for the table's attributes."""
     handle = granted(owner, analyst, table_dataset, 20.0)
-    miner = TopKItemsets(k=5, length=(2, 3), epsilon=20.0, with_counts=False, rho=TINY_RHO)
+    miner = TopKItemsets(
+        k=5, length=(2, 3), epsilon=20.0, with_counts=False, threshold_quantile=TINY_RHO
+    )
     miner.mine(handle)
     for itemset in miner.itemsets_:
         assert len(itemset.items) in (2, 3)

@@ -25,7 +25,7 @@ from dpmine.amounts import epsilon_text
 from dpmine.connection import DatasetHandle
 from dpmine.errors import BudgetExhaustedError, DPMineError, checked_parameters
 from dpmine.frames import data_frame
-from dpmine.miners._rho import spent_in_unit, spent_text
+from dpmine.miners._rho import rho_lines, spent_in_unit, spent_text, zcdp_delta
 from dpmine.significance import ResultT, Significance, Verdict, nothing_passed, significance_test
 from dpmine.wire import EstimateResponse, PlannedCall, Receipt
 
@@ -45,6 +45,9 @@ class Plan:
 
     calls: list[PlannedCall]
     estimate: EstimateResponse
+    #: zCDP datasets: the run's ρ budget, and the δ at which its ρ is shown as (ε, δ).
+    budget_rho: float | None = None
+    delta: float | None = None
 
     @property
     def total_epsilon(self) -> float:
@@ -68,6 +71,15 @@ class Plan:
             f"{len(self.calls)} calls, total ε={epsilon_text(self.estimate.total_epsilon_exact)}"
             f", remaining ε={epsilon_text(self.estimate.remaining_epsilon)}, fits: {self.fits}"
         )
+
+    def rho_lines(self) -> list[str]:
+        """On a zCDP dataset: each call's ρ, the total against the budget and the (ε, δ) the
+        run implies (:func:`dpmine.miners._rho.rho_lines`); nothing on a pure one."""
+        return rho_lines(self.estimate, self.budget_rho, self.delta)
+
+    def report(self) -> str:
+        """The plan as text: its one-line summary, then on a zCDP dataset :meth:`rho_lines`."""
+        return "\n".join([str(self), *self.rho_lines()])
 
 
 @dataclass
@@ -144,7 +156,18 @@ class BaseMiner(metaclass=_CheckedOnConstruction):
         request refuses raises :class:`~dpmine.errors.ParameterError`."""
         with checked_parameters():
             calls = self._calls(dataset)
-        return Plan(calls=calls, estimate=dataset.estimate(calls))
+        estimate = dataset.estimate(calls)
+        return Plan(
+            calls=calls,
+            estimate=estimate,
+            budget_rho=self._budget_rho(),
+            delta=zcdp_delta(dataset, estimate),
+        )
+
+    def _budget_rho(self) -> float | None:
+        """The run's ρ budget (``rho=``, issue #24), or None for a budget in ε."""
+        rho: float | None = getattr(self, "rho", None)
+        return rho
 
     @contextmanager
     def _progress(self, total: int, label: str) -> Iterator[Callable[[], None]]:

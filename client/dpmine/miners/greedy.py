@@ -69,7 +69,6 @@ from decimal import Decimal
 from functools import cached_property
 from typing import Literal, TypedDict, Unpack
 
-from dpmine.amounts import epsilon_text
 from dpmine.canonical import redescription_key
 from dpmine.connection import DatasetHandle
 from dpmine.errors import ParameterError
@@ -90,9 +89,10 @@ from dpmine.miners._rho import (
     EM_RHO,
     GENERIC_RHO,
     PURE,
-    ZCDP,
+    RHO_MARGIN,
     Composition,
-    implied_epsilon,
+    check_budget,
+    composition_for,
     spent_of_planned,
 )
 from dpmine.queries import format_query
@@ -175,9 +175,6 @@ AUTO_COUNT_SHARE = 0.02
 AUTO_COUNT_CAP = 0.05
 #: Auto call budgets are whole multiples of 1/_NANO (exact decimals on the wire).
 _NANO = 1_000_000_000
-#: zCDP: the split divides ρ·(1 − this), so that the nano-ε rounding of every call and the
-#: server's rounding up to whole pico-ρ never lift the run above its ρ budget.
-_RHO_MARGIN = 1e-6
 #: One-sided sensitivities of plain Jaccard (the NoSens ablation): up 1, down ½ (§0.8).
 _JACCARD_UP_DOWN = (1.0, 0.5)
 #: J threshold of the significance test when none is given: the paper's display filter (§2.6).
@@ -613,8 +610,6 @@ class SerenadePlan(Plan):
     settings: SerenadeSettings | None = None
     signals: list[DrawSignal] = field(default_factory=list)
     check_noise: CheckNoise | None = None
-    #: zCDP datasets: the δ at which the run's ρ is shown as (ε, δ).
-    delta: float | None = None
 
     @property
     def warnings(self) -> list[str]:
@@ -648,45 +643,9 @@ class SerenadePlan(Plan):
                 f"red.compute_quality: {n.checks} check(s) at ε = {n.epsilon:.4g}: noise scale "
                 f"{n.scale:.3g} per cell vs x0 = {n.x0:.4g}"
             )
-        lines += self._rho_lines()
+        lines += self.rho_lines()
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
-
-    def _rho_lines(self) -> list[str]:
-        """On a zCDP dataset: the ρ of each call (runs of equal calls on one line) and the
-        (ε, δ) the run's total ρ implies at the dataset's δ (:func:`implied_epsilon`)."""
-        estimate = self.estimate
-        if estimate.accounting != "zcdp" or estimate.total_rho_exact is None:
-            return []
-        lines = []
-        start = 0
-        costs = estimate.calls
-        for index, cost in enumerate(costs):
-            last = index + 1 == len(costs)
-            if last or (costs[index + 1].operation, costs[index + 1].rho_exact) != (
-                cost.operation,
-                cost.rho_exact,
-            ):
-                calls = f"call {start + 1}" if start == index else f"calls {start + 1}–{index + 1}"
-                each = "" if start == index else " each"
-                lines.append(
-                    f"{calls}: {cost.operation} at ε = {epsilon_text(cost.epsilon_exact)}: "
-                    f"ρ = {cost.rho_exact}{each}"
-                )
-                start = index + 1
-        total = float(estimate.total_rho_exact)
-        budget = (
-            ""
-            if self.settings is None or self.settings.rho is None
-            else (f" (budget ρ = {self.settings.rho:g})")
-        )
-        lines.append(f"total ρ = {estimate.total_rho_exact}{budget}")
-        if self.delta is not None:
-            lines.append(
-                f"the run implies (ε = {implied_epsilon(total, self.delta):.4g}, "
-                f"δ = {self.delta:g}) by ε = ρ + 2√(ρ ln 1/δ)"
-            )
-        return lines
 
 
 class SerenadeParameters(TypedDict, total=False):
@@ -818,14 +777,7 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
 
     def _check_rho(self) -> None:
         """A ρ budget is a positive number and comes instead of ``epsilon``."""
-        if self.rho is None:
-            return
-        if not (isinstance(self.rho, int | float) and math.isfinite(self.rho)) or self.rho <= 0:
-            raise ParameterError(f"rho must be a positive number, got {self.rho!r}")
-        if self.epsilon != 1.0:
-            raise ParameterError(
-                "give the budget once: epsilon= on a pure-DP dataset, rho= on a zCDP one"
-            )
+        check_budget(self.rho, self.epsilon, 1.0)
 
     # -- settings (public quantities only) -----------------------------------------------------
 
@@ -922,22 +874,8 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
 
     def _composition(self, dataset: DatasetHandle) -> Composition:
         """The dataset's unit, or a ParameterError (before any call) when the budget was given
-        in the other one."""
-        name = type(self).__name__
-        if dataset.info.accounting == "zcdp":
-            if self.rho is None:
-                raise ParameterError(
-                    f"dataset {dataset.id!r} keeps its ledger in zCDP rho: give the run's budget "
-                    f"as rho=, e.g. {name}(rho=0.0174) for about (epsilon = 1, delta = 1e-6) "
-                    "(epsilon= is a pure-DP budget); nothing was spent"
-                )
-            return ZCDP
-        if self.rho is not None:
-            raise ParameterError(
-                f"dataset {dataset.id!r} keeps its ledger in pure epsilon: give the run's budget "
-                f"as epsilon=, not rho= (rho is for zCDP datasets); nothing was spent"
-            )
-        return PURE
+        in the other one (:func:`~dpmine.miners._rho.composition_for`)."""
+        return composition_for(dataset, self.rho, type(self).__name__)
 
     def _release_calls(self, n_initial: int, steps: int) -> tuple[int, int, int]:
         """How many releases share ε_init, ε_ext and ε_qual (ES: I draws, K rounds, I checks)."""
@@ -956,7 +894,7 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
         if composition is PURE:
             return budget
         calls = self._release_calls(n_initial, steps)
-        return zcdp_epsilon(budget * (1 - _RHO_MARGIN), split, calls)
+        return zcdp_epsilon(budget * (1 - RHO_MARGIN), split, calls)
 
     _paper_steps = PAPER_ROUNDS
 
@@ -1048,6 +986,7 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
             settings=settings,
             signals=signals,
             check_noise=noise,
+            budget_rho=settings.rho,
             delta=budget.zcdp.delta if budget is not None and budget.zcdp is not None else None,
         )
 

@@ -32,6 +32,16 @@ from dpmine.frames import PathLike, as_path, data_frame, write_csv
 from dpmine.intervals import LEVEL, cell_interval, half_width
 from dpmine.items import items_display
 from dpmine.miners._base import BaseMiner, NotMinedError, _Spent
+from dpmine.miners._rho import (
+    EM_RHO,
+    GENERIC_RHO,
+    PURE,
+    RENAMED_QUANTILE,
+    RHO_MARGIN,
+    Composition,
+    check_budget,
+    composition_for,
+)
 from dpmine.wire import (
     COUNT_NOISY,
     DEFAULT_NUMERIC_BINS,
@@ -235,13 +245,21 @@ class TopKItemsets(BaseMiner):
     """The K most frequent itemsets of length ``length`` (or ``(min, max)``), privately.
 
     ``method="em"`` (Bhaskar et al. Algorithm 1) or ``"laplace"`` (Algorithm 2); ``epsilon`` is
-    the cost of the selection (+ counts when ``with_counts``). ``frequency_epsilon`` > 0 buys a
-    separate noisy row count to turn counts into frequencies. ``numeric_bins``: numeric
-    attributes of a table give one item per public bin (the owner's grid, else this many
-    equal-width bins, as rule lists do; None: no numeric items). ``columns`` / ``exclude``:
-    the attributes whose items may be used, checked against the public schema before anything
-    is sent. ``interval_level``: the probability with which the K count intervals hold their
-    true counts together.
+    the cost of the selection (+ counts when ``with_counts``, ``count_share`` of it).
+    ``threshold_quantile``: the selection's truncation failure probability (ALGORITHMS.md §4;
+    ``rho`` on the wire). ``frequency_epsilon`` > 0 buys a separate noisy row count to turn
+    counts into frequencies.
+
+    ``rho``: the run's budget on a zCDP dataset (issue #24), in place of ``epsilon``: the
+    counts get ``count_share`` of ρ (ε_p²/2) and the selection the rest (K peeled draws at
+    ε_s/K, ε_s²/(8K) for ``em``; ε_s²/2 for ``laplace``), after the row count's
+    ``frequency_epsilon``²/2, so that the run costs ρ (:meth:`request_epsilon`).
+
+    ``numeric_bins``: numeric attributes of a table give one item per public bin (the owner's
+    grid, else this many equal-width bins, as rule lists do; None: no numeric items).
+    ``columns`` / ``exclude``: the attributes whose items may be used, checked against the
+    public schema before anything is sent. ``interval_level``: the probability with which the
+    K count intervals hold their true counts together.
     """
 
     def __init__(
@@ -251,7 +269,8 @@ class TopKItemsets(BaseMiner):
         length: int | tuple[int, int] | Literal["auto"] = "auto",
         epsilon: float = 1.4,
         method: Literal["em", "laplace"] = "em",
-        rho: float = 0.1,
+        threshold_quantile: float = 0.1,
+        rho: float | None = None,
         with_counts: bool = True,
         count_share: float = 0.5,
         frequency_epsilon: float = 0.0,
@@ -264,6 +283,7 @@ class TopKItemsets(BaseMiner):
         self.length = length
         self.epsilon = epsilon
         self.method = method
+        self.threshold_quantile = threshold_quantile
         self.rho = rho
         self.with_counts = with_counts
         self.count_share = count_share
@@ -288,7 +308,8 @@ class TopKItemsets(BaseMiner):
             raise ParameterError(f"epsilon must be a positive number, got {self.epsilon!r}")
         if self.method not in _METHODS:
             raise ParameterError(f"method must be 'em' or 'laplace', got {self.method!r}")
-        for name in ("rho", "count_share", "interval_level"):
+        check_budget(self.rho, self.epsilon, 1.4, RENAMED_QUANTILE)
+        for name in ("threshold_quantile", "count_share", "interval_level"):
             value = getattr(self, name)
             if not 0 < value < 1:
                 raise ParameterError(f"{name} must be in (0, 1), got {value!r}")
@@ -368,17 +389,42 @@ class TopKItemsets(BaseMiner):
             raise ParameterError(f"interval_level must be in (0, 1), got {self.interval_level!r}")
         low, high = lengths
         columns = self.columns_for(schema)
+        epsilon, count_share = self.request_epsilon(self._unit)
         return TopKItemsetsRequest(
             k=self.k,
             min_length=low,
             max_length=high,
-            epsilon=self.epsilon,
-            rho=self.rho,
+            epsilon=epsilon,
+            rho=self.threshold_quantile,
             with_counts=self.with_counts,
-            count_share=self.count_share,
+            count_share=count_share,
             numeric_bins=self.bins_for(schema, columns),
             columns=columns,
         )
+
+    #: The unit of the current plan or run's dataset (set by ``plan()``).
+    _unit: Composition = PURE
+
+    def request_epsilon(self, composition: Composition) -> tuple[float, float]:
+        """(ε, count_share) of the top-K request: ``epsilon`` and ``count_share`` on a pure
+        dataset. On a zCDP one, of the budget ρ' = ρ·(1 − margin) − ε_f²/2 (ε_f the row
+        count's), the counts get ρ_p = count_share·ρ' and the selection ρ_s = ρ' − ρ_p; the
+        server charges K·(ε_s/K)²/8 (``em``) or ε_s²/2 (``laplace``) plus ε_p²/2 for the request
+        ε = ε_s + ε_p split at ε_p/ε, so ε_s = √(8K·ρ_s) or √(2ρ_s), ε_p = √(2ρ_p) and the
+        request costs ρ' exactly."""
+        if composition is PURE or self.rho is None:
+            return self.epsilon, self.count_share
+        budget = self.rho * (1 - RHO_MARGIN) - GENERIC_RHO * self.frequency_epsilon**2
+        if not budget > 0:
+            raise ParameterError(
+                f"frequency_epsilon = {self.frequency_epsilon!r} leaves nothing of rho = "
+                f"{self.rho!r} (the row count costs frequency_epsilon²/2): lower it or raise rho"
+            )
+        share = self.count_share if self.with_counts else 0.0
+        per_draw = EM_RHO / self.k if self.method == "em" else GENERIC_RHO
+        selection = math.sqrt((1 - share) * budget / per_draw)
+        counts = math.sqrt(share * budget / GENERIC_RHO)
+        return selection + counts, (counts / (selection + counts) if share else self.count_share)
 
     def _operation(self) -> Operation[TopKItemsetsRequest, TopKItemsetsResponse]:
         if self.method not in _METHODS:
@@ -387,6 +433,7 @@ class TopKItemsets(BaseMiner):
 
     def _calls(self, dataset: DatasetHandle) -> list[PlannedCall]:
         self._check_params()
+        self._unit = composition_for(dataset, self.rho, "TopKItemsets", RENAMED_QUANTILE)
         calls = [self._operation().plan(self._request(dataset.schema, self._lengths(dataset)))]
         if self.frequency_epsilon > 0:
             count = NoisyCountRequest(epsilon=self.frequency_epsilon)

@@ -94,6 +94,7 @@ import numpy as np
 
 from dpmine.connection import DatasetHandle
 from dpmine.errors import ParameterError
+from dpmine.miners._rho import GENERIC_RHO
 from dpmine.miners.tree_auto import (
     LAYERED_DEPTHS,
     LAYERED_LAYERS,
@@ -404,9 +405,14 @@ class DPLayeredTrees(_Alternation):
             )
 
     def _paper_settings(self, depth: int, min_support: float, max_clauses: int) -> TreeSettings:
-        """ε / (InTr·2·layers) for every tree and leaf-count call (one of each per layer)."""
+        """E / (InTr·2·layers) for every tree and leaf-count call (one of each per layer), E = ε
+        or on a zCDP dataset the E whose calls cost ρ (``_paper_budget``)."""
         seeds, layers = self.given_seeds or DEFAULT_SEEDS, self.layers or DEFAULT_LAYERS
-        unit = share_of(self.epsilon, Fraction(1, seeds * (2 * layers + self._seed_draws())))
+        share = Fraction(1, seeds * (2 * layers + self._seed_draws()))
+        calls = [(self._tree_rho(depth), float(share))] * (seeds * layers)
+        calls += [(self._tree_rho(1), float(share))] * (seeds * self._seed_draws())
+        calls += [(GENERIC_RHO, float(share))] * (seeds * layers)
+        unit = share_of(self._paper_budget(calls), share)
         self.layout_ = LayeredLayout(seeds, layers, unit, examine_every_layer=True)
         return TreeSettings("paper", depth, layers, unit, unit, min_support, max_clauses)
 
@@ -418,7 +424,7 @@ class DPLayeredTrees(_Alternation):
         self._check_params()
         count = self._auto_count_epsilon()
         auto = auto_layered(
-            self.epsilon - count,
+            self._after_count(count),
             float(schema.n_max) if n_hat is None else n_hat,
             log_units=self._log_units(schema),
             order=self.order,
@@ -427,6 +433,7 @@ class DPLayeredTrees(_Alternation):
             depths=LAYERED_DEPTHS if self.depth is None else (self.depth,),
             seed_draws=self._seed_draws(),
             pair=self.final_release == "pair",
+            composition=self._unit,
         )
         self.layout_ = LayeredLayout(
             auto.seeds,

@@ -62,6 +62,16 @@ from dpmine.errors import ParameterError
 from dpmine.frames import PathLike, as_path, write_csv
 from dpmine.intervals import StatisticIntervals, box_intervals, excess_of, sum_box
 from dpmine.miners._base import GENERAL_HINTS, NotMinedError, Plan, SignificantMiner, _Spent
+from dpmine.miners._rho import (
+    GENERIC_RHO,
+    PURE,
+    RHO_MARGIN,
+    ZCDP,
+    Composition,
+    check_budget,
+    composition_for,
+    epsilon_for_rho,
+)
 from dpmine.miners.tree_auto import (
     AUTO_DEPTHS,
     AUTO_MAX_ROUNDS,
@@ -69,6 +79,7 @@ from dpmine.miners.tree_auto import (
     TreeAuto,
     TreeKind,
     auto_tree,
+    tree_cost,
 )
 from dpmine.miners.tree_auto import count_epsilon as auto_count_epsilon
 from dpmine.queries import format_query
@@ -289,6 +300,7 @@ class TreeMinerParameters(TypedDict, total=False):
     """Keyword parameters shared by the three tree miners."""
 
     epsilon: float
+    rho: float | None
     preset: TreePreset
     depth: int | None
     min_support: float | None
@@ -549,6 +561,7 @@ class TreePlan(Plan):
                 f"tree.leaf_counts: {n.releases} release(s) at ε = {n.epsilon:.4g}: noise s.d. "
                 f"{n.leaf_std:.3g} per leaf size vs expected leaf size {n.leaf_size:.4g}{flag}"
             )
+        lines += self.rho_lines()
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
@@ -622,15 +635,26 @@ def _other(view: View) -> View:
 class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
     """Parameters and plumbing of the three tree miners. ``columns`` / ``exclude`` restrict the
     attributes a run uses: the drawn targets and, sent with every tree request (public), the
-    splits the server may choose."""
+    splits the server may choose.
+
+    ``rho``: the run's budget on a zCDP dataset (issue #24), in place of ``epsilon``. Both
+    presets keep their rules and spend ρ exactly (less a 10⁻⁶ margin for the server's
+    rounding): ``paper`` gives every call the same share of an E chosen so that the calls' ρ
+    (ε²/(8·depth) per ``tree.expmech``, ε²/8 per MCMC draw, ε²/2 per leaf-count release) sum
+    to ρ (:func:`~dpmine.miners._rho.epsilon_for_rho`); ``auto`` prices the same ε per call
+    and fits them in ρ (:func:`~dpmine.miners.tree_auto.auto_tree`), its row count taking 2 %
+    of ρ. A budget in the dataset's other unit is refused before any call."""
 
     #: The allowed columns of the current plan or run (None: all), sent with each tree request.
     _allowed: list[str] | None = None
+    #: The unit of the current plan or run's dataset (set by ``plan()``).
+    _unit: Composition = PURE
 
     def __init__(
         self,
         *,
         epsilon: float = 1.0,
+        rho: float | None = None,
         preset: TreePreset = "paper",
         depth: int | None = None,
         min_support: float | None = None,
@@ -647,6 +671,7 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
         exclude: str | Sequence[str] | None = None,
     ) -> None:
         self.epsilon = epsilon
+        self.rho = rho
         self.preset = preset
         self.depth = depth
         self.min_support = min_support
@@ -703,7 +728,7 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
         log_units = self._log_units(schema)
         given = self._given_rounds()
         auto = auto_tree(
-            self.epsilon - count,
+            self._after_count(count),
             float(schema.n_max) if n_hat is None else n_hat,
             kind=self._kind,
             log_units=log_units,
@@ -712,6 +737,7 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
             max_clauses=max_clauses,
             depths=AUTO_DEPTHS if self.depth is None else (self.depth,),
             rounds=tuple(range(AUTO_MAX_ROUNDS, 0, -1)) if given is None else (given,),
+            composition=self._unit,
         )
         return TreeSettings(
             preset="auto",
@@ -726,13 +752,37 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
             provisional=n_hat is None,
         )
 
+    def _budget(self) -> float:
+        """The run's budget in its dataset's unit: ``epsilon``, or ``rho`` on a zCDP dataset."""
+        return self.rho if self._unit is ZCDP and self.rho is not None else self.epsilon
+
+    def _after_count(self, count: float) -> float:
+        """What the auto rule spends: the budget less the row count, on a zCDP dataset also
+        less the margin :data:`~dpmine.miners._rho.RHO_MARGIN` for the server's rounding."""
+        left = self._budget() - self._unit.generic(count)
+        return left if self._unit is PURE else left * (1 - RHO_MARGIN)
+
+    def _paper_budget(self, releases: Sequence[tuple[float, float]]) -> float:
+        """The E whose paper split is spent: ``epsilon``, or on a zCDP dataset the E at which
+        the ``releases`` ((ρ per ε², share of E) per call) cost ρ less the margin."""
+        if self._unit is PURE:
+            return self.epsilon
+        return epsilon_for_rho(self._budget() * (1 - RHO_MARGIN), releases)
+
+    def _tree_rho(self, depth: int) -> float:
+        """ρ per ε² of one of this miner's tree draws (as the server charges it)."""
+        return tree_cost(self._kind, depth, 1.0, ZCDP)
+
     def _auto_count_epsilon(self) -> float:
-        """The row count's ε under ``auto``; a clear error when ε is too small to buy it."""
-        count = auto_count_epsilon(self.epsilon)
-        if count <= 0 or count >= self.epsilon:
+        """The row count's ε under ``auto``; a clear error when the budget is too small to buy
+        it."""
+        budget = self._budget()
+        count = auto_count_epsilon(budget, self._unit)
+        if count <= 0 or self._unit.generic(count) >= budget:
+            name = "epsilon" if self._unit is PURE else "rho"
             raise ParameterError(
-                f"epsilon = {self.epsilon!r} is too small for preset 'auto' (it buys a row count "
-                "of 2 % of ε): use a larger epsilon or preset='paper'"
+                f"{name} = {budget!r} is too small for preset 'auto' (it buys a row count "
+                f"of 2 % of {name}): use a larger {name} or preset='paper'"
             )
         return count
 
@@ -750,12 +800,17 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
 
     def plan(self, dataset: DatasetHandle) -> TreePlan:
         """Price the run (free) and report each tree draw's signal against ln(candidates) and
-        the leaf counts' noise against the expected leaf size (:class:`TreePlan`)."""
+        the leaf counts' noise against the expected leaf size (:class:`TreePlan`); on a zCDP
+        dataset also each call's ρ and the (ε, δ) the run implies."""
+        self._check_params()
+        self._unit = composition_for(dataset, self.rho, type(self).__name__)
         base = super().plan(dataset)
         schema = dataset.schema
         return TreePlan(
             calls=base.calls,
             estimate=base.estimate,
+            budget_rho=base.budget_rho,
+            delta=base.delta,
             n_max=schema.n_max,
             signals=tree_signals(base.calls, schema, self._allowed),
             noise=leaf_noise(base.calls, schema),
@@ -767,6 +822,7 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
     def _check_params(self) -> None:
         if not self.epsilon > 0:
             raise ParameterError(f"epsilon must be positive, got {self.epsilon!r}")
+        check_budget(self.rho, self.epsilon, 1.0)
         if self.preset not in ("auto", "paper"):
             raise ParameterError(f"preset must be 'auto' or 'paper', got {self.preset!r}")
         for name in ("depth", "max_clauses"):
@@ -1130,10 +1186,13 @@ class _Alternation(_TreeMinerBase):
         return self.in_trees
 
     def _paper_settings(self, depth: int, min_support: float, max_clauses: int) -> TreeSettings:
-        """RMIter = 4 unless given; ε / (InTr·(2·RMIter + 1)) for every tree and leaf-count
-        call (§3.7)."""
+        """RMIter = 4 unless given; E / (InTr·(2·RMIter + 1)) for every tree and leaf-count
+        call (§3.7), E = ε, or on a zCDP dataset the E whose calls cost ρ."""
         rounds = self.rm_iterations or 4
-        unit = share_of(self.epsilon, Fraction(1, self.in_trees * (2 * rounds + 1)))
+        share = Fraction(1, self.in_trees * (2 * rounds + 1))
+        trees = [(self._tree_rho(depth), float(share))] * (self.in_trees * (rounds + 1))
+        leaves = [(GENERIC_RHO, float(share))] * (self.in_trees * rounds)
+        unit = share_of(self._paper_budget(trees + leaves), share)
         return TreeSettings("paper", depth, rounds, unit, unit, min_support, max_clauses)
 
     @abstractmethod
@@ -1359,16 +1418,20 @@ class MCMCTreePair(_TreeMinerBase):
         return self.omega
 
     def _paper_settings(self, depth: int, min_support: float, max_clauses: int) -> TreeSettings:
-        """InTr = 4 unless given; per iteration ω·ε/InTr for the pair, (1 − ω)·ε/InTr for its
-        leaf counts (§3.7)."""
+        """InTr = 4 unless given; per iteration ω·E/InTr for the pair, (1 − ω)·E/InTr for its
+        leaf counts (§3.7), E = ε, or on a zCDP dataset the E whose calls cost ρ."""
         rounds = self.in_trees or 4
         omega = Fraction(repr(self.omega))
+        pair, leaf = omega / rounds, (1 - omega) / rounds
+        budget = self._paper_budget(
+            [(self._tree_rho(depth), float(pair)), (GENERIC_RHO, float(leaf))] * rounds
+        )
         return TreeSettings(
             "paper",
             depth,
             rounds,
-            share_of(self.epsilon, omega / rounds),
-            share_of(self.epsilon, (1 - omega) / rounds),
+            share_of(budget, pair),
+            share_of(budget, leaf),
             min_support,
             max_clauses,
         )
