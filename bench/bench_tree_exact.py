@@ -6,7 +6,8 @@ stroke, heart: ``trust_views``' weak-structure tables) and depth 1–3, with the
 attributes and, when the view mixes types, only its Boolean and categorical ones (the public
 ``columns`` restriction): the candidate splits S, the exact sampler's public work bound with
 2^depth target classes (a tree target, AltMCMC's steady state), and whether "auto" runs it
-(``exact_tree_fits``: work ≤ 1.2·10¹⁰ words and 3·S·⌈n_max/64⌉ ≤ 2²⁴ mask words). Where it fits,
+(``exact_tree_fits`` on the public bound G on the split groups, min(lattice points, n_max + 1)
+per numeric attribute: work ≤ 1.2·10¹⁰ words and 3·G·⌈n_max/64⌉ ≤ 2²⁴ mask words). Where it fits,
 one exact draw and one 10,000-step chain (the MCMC kernel) are timed in-process, after a
 warm-up of both, on the target "the first attribute of the other view" (its classes shown).
 
@@ -37,12 +38,13 @@ from dpmine_server.data.loaders import load_store
 from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.operations.base import no_progress
 from dpmine_server.operations.tree_exact import (
+    exact_split_groups,
     exact_target,
     exact_tree_fits,
     exact_tree_work,
     sample_tree_exact,
 )
-from dpmine_server.operations.tree_kernels import SplitMasks, SplitSpace, make_target
+from dpmine_server.operations.tree_kernels import SplitSpace, make_target
 from dpmine_server.operations.tree_mcmc import sample_tree_mcmc
 
 DEPTHS = (1, 2, 3)
@@ -71,10 +73,9 @@ def _time_tree(
 
     def exact() -> None:
         sampler = exact_target(
+            store,
             space,
-            SplitMasks(store, space),
             labels.class_words(),
-            store.all_rows().words,
             epsilon=1.0,
         )
         sample_tree_exact(sampler, depth=depth, rng=seeded_generator(1))
@@ -118,10 +119,10 @@ def main() -> int:
     args.scratch.mkdir(parents=True, exist_ok=True)
     print(f"load average at start: {os.getloadavg()[0]:.2f}\n")
     print(
-        "| dataset | view | attributes | S | depth | work (K = 2^D) | auto | exact s | "
+        "| dataset | view | attributes | S | G | depth | work (K = 2^D) | auto | exact s | "
         "chain s | K |"
     )
-    print("|---|---|---|---:|---:|---:|---|---:|---:|---:|")
+    print("|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|")
     rows: list[dict[str, Any]] = []
     for key in keys:
         data = prepare_table(key, args.scratch)
@@ -133,7 +134,7 @@ def main() -> int:
                 for depth in DEPTHS:
                     sizes = {
                         "depth": depth,
-                        "n_splits": space.n_splits,
+                        "n_splits": exact_split_groups(space, metadata.n_max),
                         "n_max": metadata.n_max,
                         "n_classes": 2**depth,
                     }
@@ -161,7 +162,8 @@ def main() -> int:
                         str(row.get("classes", "")),
                     ]
                     print(
-                        f"| {key} | {view} | {label} | {space.n_splits} | {depth} | "
+                        f"| {key} | {view} | {label} | {space.n_splits} | "
+                        f"{sizes['n_splits']} | {depth} | "
                         f"{row['work']:.2e} | {row['auto']} | " + " | ".join(timed) + " |",
                         flush=True,
                     )

@@ -20,7 +20,7 @@ from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.operations import CATALOG
 from dpmine_server.operations.base import no_progress
 from dpmine_server.operations.tree_exact import exact_target, sample_tree_exact
-from dpmine_server.operations.tree_kernels import SplitMasks, SplitSpace, make_target
+from dpmine_server.operations.tree_kernels import SplitSpace, make_target
 from privacy.audit import AuditResult, assert_audit_flags, assert_audit_passes, audit_categorical
 from privacy.sizes import short_and_long
 from privacy.test_audit_trees import (
@@ -64,10 +64,9 @@ def _outputs(store: ColumnStore, seed: int, epsilon: float, samples: int) -> lis
     space = SplitSpace.of(store.metadata, "left")
     labels = make_target(store, AttributeTarget(attribute="t"))
     target = exact_target(
+        store,
         space,
-        SplitMasks(store, space),
         labels.class_words(),
-        store.all_rows().words,
         epsilon=epsilon,
     )
     rng = seeded_generator(seed)
