@@ -36,9 +36,7 @@ ROWS = 36
 #: are 1, 2.5 or 6, so thresholds 1–2, 3–5 and 6–8 route every row alike (groups of 2, 3, 3
 #: after threshold 0). Right view: t (Boolean target, mostly y > 2). About 10 % missing each.
 _DATA = np.random.default_rng(20261127)
-Y = np.where(
-    _DATA.random(ROWS) < 0.1, np.nan, _DATA.choice([1.0, 2.5, 6.0], size=ROWS)
-).tolist()
+Y = np.where(_DATA.random(ROWS) < 0.1, np.nan, _DATA.choice([1.0, 2.5, 6.0], size=ROWS)).tolist()
 B = np.where(_DATA.random(ROWS) < 0.1, -1, (_DATA.random(ROWS) < 0.5).astype(int)).tolist()
 T = np.where(
     _DATA.random(ROWS) < 0.1,
