@@ -7,9 +7,11 @@ attributes and, when the view mixes types, only its Boolean and categorical ones
 ``columns`` restriction): the candidate splits S, the exact sampler's public work bound with
 2^depth target classes (a tree target, AltMCMC's steady state), and whether "auto" runs it
 (``exact_tree_fits`` on the public bound G on the split groups, min(lattice points, n_max + 1)
-per numeric attribute: work ≤ 1.2·10¹⁰ words and 3·G·⌈n_max/64⌉ ≤ 2²⁴ mask words). Where it fits,
-one exact draw and one 10,000-step chain (the MCMC kernel) are timed in-process, after a
-warm-up of both, on the target "the first attribute of the other view" (its classes shown).
+per numeric attribute: work ≤ 1.2·10¹⁰ words and 3·G·⌈n_max/64⌉ ≤ 2²⁴ mask words; at depth 1
+``exact_stump_fits``, the histogram path without masks; "work" is then still the
+sum-product's). Where it fits, one exact draw and one 10,000-step chain (the MCMC kernel) are
+timed in-process, after a warm-up of both, on the target "the first attribute of the other
+view" (its classes shown).
 
 Usage::
 
@@ -39,9 +41,11 @@ from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.operations.base import no_progress
 from dpmine_server.operations.tree_exact import (
     exact_split_groups,
+    exact_stump_fits,
     exact_target,
     exact_tree_fits,
     exact_tree_work,
+    sample_stump_exact,
     sample_tree_exact,
 )
 from dpmine_server.operations.tree_kernels import SplitSpace, make_target
@@ -72,12 +76,10 @@ def _time_tree(
     labels = make_target(store, target)
 
     def exact() -> None:
-        sampler = exact_target(
-            store,
-            space,
-            labels.class_words(),
-            epsilon=1.0,
-        )
+        if depth == 1:  # tree.mcmc's depth-1 path: histograms, no masks
+            sample_stump_exact(store, space, labels, epsilon=1.0, rng=seeded_generator(1))
+            return
+        sampler = exact_target(store, space, labels.class_words(), epsilon=1.0)
         sample_tree_exact(sampler, depth=depth, rng=seeded_generator(1))
 
     def chain() -> None:
@@ -139,7 +141,16 @@ def main() -> int:
                         "n_classes": 2**depth,
                     }
                     valid = space.n_splits >= 2**depth - 1  # else tree.mcmc refuses it
-                    fits = exact_tree_fits(**sizes)
+                    fits = (
+                        exact_stump_fits(
+                            n_families=len(space.families),
+                            n_splits=space.n_splits,
+                            n_max=metadata.n_max,
+                            n_classes=2,
+                        )
+                        if depth == 1
+                        else exact_tree_fits(**sizes)
+                    )
                     row: dict[str, Any] = {
                         "dataset": key,
                         "view": view,

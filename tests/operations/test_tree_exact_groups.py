@@ -1,10 +1,11 @@
-"""The exact sampler of ``tree.mcmc`` on a numeric view whose lattice thresholds merge into
+"""The exact samplers of ``tree.mcmc`` on a numeric view whose lattice thresholds merge into
 groups (operations/tree_exact.py, "Numeric attributes"; ALGORITHMS.md §3.4) against an
 independent brute force over the *ungrouped* lattice: a plain recursion over every lattice
 threshold with row-by-row routing and the no-split-twice rule on exact keys. The normalisers
 agree at depths 1–3, and the law of the root's and its left child's exact thresholds (so a
 group's unused thresholds drawn uniformly, and a group reused on a path) passes a chi-square
-test, while the same draws fail against the law at twice the coefficient (test power).
+test, while the same draws fail against the law at twice the coefficient (test power). The
+depth-1 histogram path (no masks) gives the recursion's root weights and the brute-force law.
 """
 
 from __future__ import annotations
@@ -18,16 +19,25 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from dpmine.wire import AttributeTarget, DatasetMetadata
+from dpmine.wire import AnyTreeTarget, AttributeTarget, DatasetMetadata, QueryTarget
 from dpmine_server.data.columns import BooleanColumn, Column, ColumnStore, NumericColumn
+from dpmine_server.dp.mechanisms import em_coefficient
 from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.operations.tree_exact import (
     exact_split_groups,
     exact_target,
+    log_sum_exp,
+    sample_stump_exact,
     sample_tree_exact,
     split_groups,
+    stump_weights,
 )
-from dpmine_server.operations.tree_kernels import SplitKey, SplitSpace, make_target
+from dpmine_server.operations.tree_kernels import (
+    GINI_SENSITIVITY,
+    SplitKey,
+    SplitSpace,
+    make_target,
+)
 
 SEEDED_P_VALUE = 1e-4
 ROWS = 36
@@ -220,3 +230,45 @@ def test_grouped_draws_follow_the_ungrouped_law() -> None:
 
     assert p_value(_top_two(epsilon / 4)) > SEEDED_P_VALUE
     assert p_value(_top_two(epsilon / 2)) < SEEDED_P_VALUE
+
+
+@pytest.mark.parametrize(
+    "target",
+    [AttributeTarget(attribute="t"), QueryTarget(query="[t]")],
+    ids=["attribute", "query"],
+)
+def test_the_depth_1_histograms_give_the_recursions_root_weights(target: AnyTreeTarget) -> None:
+    store = _store()
+    space = SplitSpace.of(store.metadata, "left")
+    labels = make_target(store, target)
+    sampler = exact_target(store, space, labels.class_words(), epsilon=2.0)
+    groups, weights = stump_weights(store, space, labels, em_coefficient(2.0, GINI_SENSITIVITY))
+    assert groups.tolist() == [[g.family, g.start, g.size] for g in sampler.groups]
+    assert np.allclose(weights, sampler.choices((), 1), rtol=0, atol=1e-12)
+    assert math.isclose(float(log_sum_exp(weights)), sampler.log_z((), 1), rel_tol=1e-12)
+
+
+def test_depth_1_histogram_draws_follow_the_ungrouped_law() -> None:
+    store = _store()
+    space = SplitSpace.of(store.metadata, "left")
+    labels = make_target(store, AttributeTarget(attribute="t"))
+    epsilon = 4.0
+    samples = [
+        sample_stump_exact(store, space, labels, epsilon=epsilon, rng=seeded_generator(seed))[0]
+        for seed in range(2000)
+    ]
+    observed = Counter(samples)
+    everything = tuple(range(ROWS))
+
+    def p_value(coefficient: float) -> float:
+        weights = {}
+        for key, mass, route in _splits():
+            left, right, missing = _route((key, mass, route), everything)
+            weights[key] = mass * math.exp(-coefficient * (_wg(left) + _wg(right) + _wg(missing)))
+        total = sum(weights.values())
+        expected = [weights[key] / total * len(samples) for key in weights]
+        assert set(observed) <= set(weights)
+        return float(chisquare([observed[key] for key in weights], expected).pvalue)
+
+    assert p_value(epsilon / 4) > SEEDED_P_VALUE
+    assert p_value(epsilon / 2) < SEEDED_P_VALUE

@@ -5,7 +5,9 @@ missing-child regime, in the cell of the rows a missing value stops: ALGORITHMS.
 at depth 1 where the target is one exponential mechanism over the splits p, q, x ≤ 0, 2, 4.
 The registered ``tree.mcmc`` with sampler "exact" runs N times a side from seeded generators;
 the Clopper-Pearson lower bound on the privacy loss must stay below ε = 1 (alpha = 1e-5), and
-the broken variant (the kernel with Δ/10, i.e. run at 10·ε) is flagged.
+the broken variant (the kernel with Δ/10, i.e. run at 10·ε) is flagged. A depth-1 tree is
+drawn from histograms (no masks); the sum-product recursion of deeper trees is audited beside
+it on the same neighbours, directly as a kernel.
 
 A third regime audits the numeric split groups (operations/tree_exact.py, "Numeric
 attributes"): a view whose numeric y has the lattice 0, 1, …, 4 and values 0.5 or 3.5, so the
@@ -16,7 +18,7 @@ data, and the released threshold's law must not.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 import pytest
@@ -26,8 +28,13 @@ from dpmine_server.data.columns import BooleanColumn, Column, ColumnStore, Numer
 from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.operations import CATALOG
 from dpmine_server.operations.base import no_progress
-from dpmine_server.operations.tree_exact import exact_target, sample_tree_exact, split_groups
-from dpmine_server.operations.tree_kernels import SplitSpace, make_target
+from dpmine_server.operations.tree_exact import (
+    exact_target,
+    sample_stump_exact,
+    sample_tree_exact,
+    split_groups,
+)
+from dpmine_server.operations.tree_kernels import SplitKey, SplitSpace, make_target
 from privacy.audit import AuditResult, assert_audit_flags, assert_audit_passes, audit_categorical
 from privacy.sizes import short_and_long
 from privacy.test_audit_trees import (
@@ -64,46 +71,60 @@ def _registered(store: ColumnStore, seed: int, samples: int) -> list[Hashable]:
     return [_label(run["tree"]) for run in runs]
 
 
-def _outputs(store: ColumnStore, seed: int, epsilon: float, samples: int) -> list[Hashable]:
-    """Draws of the kernel at ``epsilon`` (the registered operation at the charged ε)."""
-    if epsilon == EPSILON:
-        return _registered(store, seed, samples)
+#: The kernels of a depth-1 draw: the registered operation's (the histogram path at depth 1)
+#: and the sum-product recursion (the path of deeper trees, which must target the same law).
+KERNELS = ("histograms", "recursion")
+
+
+def _kernel(
+    store: ColumnStore, epsilon: float, kernel: str
+) -> Callable[[np.random.Generator], list[SplitKey]]:
+    """One depth-1 draw of ``kernel`` at ``epsilon`` (as a function of the generator)."""
     space = SplitSpace.of(store.metadata, "left")
     labels = make_target(store, AttributeTarget(attribute="t"))
-    target = exact_target(
-        store,
-        space,
-        labels.class_words(),
-        epsilon=epsilon,
-    )
+    if kernel == "histograms":
+        return lambda rng: sample_stump_exact(store, space, labels, epsilon=epsilon, rng=rng)
+    target = exact_target(store, space, labels.class_words(), epsilon=epsilon)
+    return lambda rng: sample_tree_exact(target, depth=1, rng=rng)
+
+
+def _outputs(
+    store: ColumnStore, seed: int, epsilon: float, samples: int, kernel: str
+) -> list[Hashable]:
+    """Draws of the registered operation (the histograms at the charged ε), else the kernel
+    at ``epsilon``."""
+    if epsilon == EPSILON and kernel == "histograms":
+        return _registered(store, seed, samples)
+    space = SplitSpace.of(store.metadata, "left")
+    draw = _kernel(store, epsilon, kernel)
     rng = seeded_generator(seed)
-    return [
-        _label(space.tree(1, sample_tree_exact(target, depth=1, rng=rng))) for _ in range(samples)
-    ]
+    return [_label(space.tree(1, draw(rng))) for _ in range(samples)]
 
 
-def _audit(epsilon: float, samples: int, regime: str) -> AuditResult:
+def _audit(epsilon: float, samples: int, regime: str, kernel: str) -> AuditResult:
     data, neighbour = _neighbours(regime)
     return audit_categorical(
-        _outputs(data, 51, epsilon, samples),
-        _outputs(neighbour, 52, epsilon, samples),
+        _outputs(data, 51, epsilon, samples, kernel),
+        _outputs(neighbour, 52, epsilon, samples, kernel),
         categories=SPLITS,
         alpha=ALPHA,
     )
 
 
 @SAMPLES
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("regime", list(REGIMES))
-def test_exact_tree_draws_pass_the_audit(samples: int, regime: str) -> None:
-    assert_audit_passes(_audit(EPSILON, samples, regime), EPSILON)
+def test_exact_tree_draws_pass_the_audit(samples: int, regime: str, kernel: str) -> None:
+    assert_audit_passes(_audit(EPSILON, samples, regime, kernel), EPSILON)
 
 
 @SAMPLES
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("regime", list(REGIMES))
 def test_audit_flags_the_exact_tree_sampler_with_a_tenth_of_the_sensitivity(
-    samples: int, regime: str
+    samples: int, regime: str, kernel: str
 ) -> None:
-    assert_audit_flags(_audit(10 * EPSILON, samples, regime), EPSILON)
+    assert_audit_flags(_audit(10 * EPSILON, samples, regime, kernel), EPSILON)
 
 
 # --------------------------------------------------------------------------------------------
@@ -170,9 +191,10 @@ def _group_outputs(store: ColumnStore, seed: int, epsilon: float, samples: int) 
         return [_group_label(run["tree"]) for run in runs]
     space = SplitSpace.of(store.metadata, "left")
     labels = make_target(store, AttributeTarget(attribute="t"))
-    target = exact_target(store, space, labels.class_words(), epsilon=epsilon)
     return [
-        _group_label(space.tree(1, sample_tree_exact(target, depth=1, rng=rng)))
+        _group_label(
+            space.tree(1, sample_stump_exact(store, space, labels, epsilon=epsilon, rng=rng))
+        )
         for _ in range(samples)
     ]
 

@@ -49,6 +49,12 @@ conditional: the same law as over the ungrouped lattice (Boolean and categorical
 groups of one). The groups are data-dependent but only their count reaches the work, and it
 is bounded by the public :func:`exact_split_groups` (n ≤ n_max).
 
+Depth 1 (one split, :func:`sample_stump_exact`) needs no masks: every split's children are the
+rows of one code or of the codes ≤ k, so one histogram of (code, class) per attribute and its
+prefix sums give every group's class counts (left; right = present − left; missing = all −
+present): O(n_max + L·K) per attribute (:func:`exact_stump_work`), the same weights as the
+recursion's last level.
+
 Work: a public function of public quantities, :func:`exact_tree_states` inner states (multisets
 of k < D (group, side) pairs out of 2G: at most C(2G + k − 1, k)), each scoring its G groups by
 three masked ANDs of W = ⌈N_max/64⌉ words and a popcount per class (:func:`exact_tree_work`),
@@ -69,6 +75,7 @@ from dpmine_server.data.columns import ColumnStore
 from dpmine_server.dp.mechanisms import em_coefficient, gumbel_scores
 from dpmine_server.operations.tree_kernels import (
     GINI_SENSITIVITY,
+    Labels,
     SplitKey,
     SplitMasks,
     SplitSpace,
@@ -84,18 +91,24 @@ __all__ = [
     "ExactTreeTarget",
     "SplitGroup",
     "exact_split_groups",
+    "exact_stump_fits",
+    "exact_stump_seconds",
+    "exact_stump_work",
     "exact_target",
     "exact_tree_fits",
     "exact_tree_mask_words",
     "exact_tree_seconds",
     "exact_tree_states",
     "exact_tree_work",
+    "sample_stump_exact",
     "sample_tree_exact",
     "split_groups",
+    "stump_weights",
 ]
 
 WordArray = npt.NDArray[np.uint64]
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 
 #: The (group index, side) pairs on a path, sorted (a multiset: two thresholds of one numeric
 #: group may follow each other on a path): side 0 = left, 1 = right.
@@ -138,22 +151,27 @@ class SplitGroup:
         return self.family, self.start
 
 
+def _group_starts(codes: npt.NDArray[np.int32], ordered: bool, size: int) -> IntArray:
+    """The first values of one family's groups: every value of a Boolean or categorical
+    family; for a numeric one 0 and every code in 1 … L − 1 that a row has (a threshold k
+    sends left the rows of code ≤ k)."""
+    if not ordered:
+        return np.arange(size, dtype=np.int64)
+    present = np.unique(codes[(codes >= 1) & (codes < size)]).astype(np.int64)
+    return np.concatenate([np.zeros(1, dtype=np.int64), present])
+
+
 def split_groups(columns: ColumnStore, space: SplitSpace) -> list[SplitGroup]:
-    """The groups of ``space``'s splits on ``columns`` (module docstring): a threshold k sends
-    left the rows of code ≤ k, so a new group starts at 0 and at every code in 1 … L − 1 that
-    a row has. At most min(L, n + 1) groups per numeric family; one per other split."""
+    """The groups of ``space``'s splits on ``columns`` (module docstring), family by family:
+    at most min(L, n + 1) per numeric family, one per other split."""
     codes, ordered = split_codes(columns, space)
     groups: list[SplitGroup] = []
     for family, spec in enumerate(space.families):
-        if not ordered[family]:
-            groups.extend(SplitGroup(family, value, 1) for value in range(spec.size))
-            continue
-        present = np.unique(codes[family][codes[family] >= 1])
-        starts = [0, *(int(code) for code in present if code < spec.size)]
-        stops = [*starts[1:], spec.size]
+        starts = _group_starts(codes[family], bool(ordered[family]), spec.size)
+        sizes = np.diff(np.append(starts, spec.size))
         groups.extend(
-            SplitGroup(family, start, stop - start)
-            for start, stop in zip(starts, stops, strict=True)
+            SplitGroup(family, int(start), int(size))
+            for start, size in zip(starts, sizes, strict=True)
         )
     return groups
 
@@ -165,6 +183,38 @@ def exact_split_groups(space: SplitSpace, n_max: int) -> int:
         min(family.size, n_max + 1) if family.kind == "numeric" else family.size
         for family in space.families
     )
+
+
+#: Public cap on :func:`exact_stump_work` (element operations; about 40 s at 40 ns each).
+MAX_EXACT_STUMP_WORK = 1_000_000_000
+
+
+def exact_stump_work(*, n_families: int, n_splits: int, n_max: int, n_classes: int) -> int:
+    """Public bound on the element operations of :func:`stump_weights`: per attribute a pass
+    over the n_max rows (codes, histogram) and a (values + 1) × K table (prefix sums, cell
+    scores), S = ``n_splits`` values in all (the ungrouped count: lattice points, categories,
+    Booleans)."""
+    return n_families * n_max + (n_splits + n_families) * n_classes
+
+
+def exact_stump_fits(*, n_families: int, n_splits: int, n_max: int, n_classes: int) -> bool:
+    """Whether the depth-1 exact sampler fits its public cap (public inputs)."""
+    work = exact_stump_work(
+        n_families=n_families, n_splits=n_splits, n_max=n_max, n_classes=n_classes
+    )
+    return work <= MAX_EXACT_STUMP_WORK
+
+
+def exact_stump_seconds(*, n_families: int, n_splits: int, n_max: int, n_classes: int) -> float:
+    """Public time budget of one depth-1 exact draw (services/timing.py): a fixed part, the
+    split codes and groups (a lattice search and a sort of the rows: budgeted 300 ns a row and
+    attribute) and the histograms and tables (budgeted 100 ns an element operation; measured
+    about 40 ns at load 7 on 2 cores, mammals' right view: 48 attributes of 65,537 lattice
+    points, 0.27 s a draw)."""
+    work = exact_stump_work(
+        n_families=n_families, n_splits=n_splits, n_max=n_max, n_classes=n_classes
+    )
+    return 0.1 + 3e-7 * n_families * n_max + 1e-7 * work
 
 
 def exact_tree_states(*, depth: int, n_splits: int) -> int:
@@ -330,6 +380,53 @@ def _unused_split(
         if skipped <= value:
             value += 1
     return group.family, value
+
+
+def stump_weights(
+    columns: ColumnStore, space: SplitSpace, labels: Labels, coefficient: float
+) -> tuple[IntArray, FloatArray]:
+    """The split groups of ``space`` on ``columns`` as (G, 3) rows (family, start, size), as
+    :func:`split_groups` lists them, and their log-weights at the root of a depth-1 tree:
+    log(|g|·μ) − c·(WG(left) + WG(right) + WG(missing)) (module docstring), the children's
+    class counts from one (code, class) histogram per attribute: a threshold k sends left the
+    codes ≤ k (prefix sums), any other split the code of its value. No Python work per group.
+    PRIVATE."""
+    codes, ordered = split_codes(columns, space)
+    classes, n_classes = labels.classes, labels.n_classes
+    labelled = classes >= 0
+    everyone = np.bincount(classes[labelled], minlength=n_classes)
+    tables: list[IntArray] = []
+    weights: list[FloatArray] = []
+    for family, spec in enumerate(space.families):
+        starts = _group_starts(codes[family], bool(ordered[family]), spec.size)
+        sizes = np.diff(np.append(starts, spec.size))
+        kept = labelled & (codes[family] >= 0)
+        cells = codes[family][kept].astype(np.int64) * n_classes + classes[kept]
+        table = np.bincount(cells, minlength=(spec.size + 1) * n_classes).reshape(-1, n_classes)
+        present = table.sum(axis=0)
+        left = (np.cumsum(table, axis=0) if ordered[family] else table)[starts]
+        scores = weighted_gini(left) + weighted_gini(present - left)
+        scores += float(weighted_gini(everyone - present))
+        log_mass = space.log_mass((family, 0))  # μ is uniform within a family
+        weights.append(log_mass + np.log(sizes) - coefficient * scores)
+        tables.append(np.stack([np.full_like(starts, family), starts, sizes], axis=1))
+    return np.concatenate(tables), np.concatenate(weights)
+
+
+def sample_stump_exact(
+    columns: ColumnStore,
+    space: SplitSpace,
+    labels: Labels,
+    *,
+    epsilon: float,
+    rng: np.random.Generator,
+) -> list[SplitKey]:
+    """One exact draw of a depth-1 tree from π (c = ε/(2·2)), without masks: a group by
+    Gumbel-max over :func:`stump_weights`, then one of its splits uniformly. Pure ε-DP."""
+    coefficient = em_coefficient(epsilon, GINI_SENSITIVITY)
+    groups, weights = stump_weights(columns, space, labels, coefficient)
+    family, start, size = (int(v) for v in groups[int(np.argmax(gumbel_scores(weights, rng=rng)))])
+    return [_unused_split(SplitGroup(family, start, size), frozenset(), rng)]
 
 
 def sample_tree_exact(
