@@ -6,9 +6,12 @@ stroke, heart: ``trust_views``' weak-structure tables) and depth 1–3, with the
 attributes and, when the view mixes types, only its Boolean and categorical ones (the public
 ``columns`` restriction): the candidate splits S, the exact sampler's public work bound with
 2^depth target classes (a tree target, AltMCMC's steady state), and whether "auto" runs it
-(``exact_tree_fits``: work ≤ 1.2·10¹⁰ words and 3·S·⌈n_max/64⌉ ≤ 2²⁴ mask words). Where it fits,
-one exact draw and one 10,000-step chain (the MCMC kernel) are timed in-process, after a
-warm-up of both, on the target "the first attribute of the other view" (its classes shown).
+(``exact_tree_fits`` on the public bound G on the split groups, min(lattice points, n_max + 1)
+per numeric attribute: work ≤ 1.2·10¹⁰ words and 3·G·⌈n_max/64⌉ ≤ 2²⁴ mask words; at depth 1
+``exact_stump_fits``, the histogram path without masks; "work" is then still the
+sum-product's). Where it fits, one exact draw and one 10,000-step chain (the MCMC kernel) are
+timed in-process, after a warm-up of both, on the target "the first attribute of the other
+view" (its classes shown).
 
 Usage::
 
@@ -37,12 +40,15 @@ from dpmine_server.data.loaders import load_store
 from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.operations.base import no_progress
 from dpmine_server.operations.tree_exact import (
+    exact_split_groups,
+    exact_stump_fits,
     exact_target,
     exact_tree_fits,
     exact_tree_work,
+    sample_stump_exact,
     sample_tree_exact,
 )
-from dpmine_server.operations.tree_kernels import SplitMasks, SplitSpace, make_target
+from dpmine_server.operations.tree_kernels import SplitSpace, make_target
 from dpmine_server.operations.tree_mcmc import sample_tree_mcmc
 
 DEPTHS = (1, 2, 3)
@@ -70,13 +76,10 @@ def _time_tree(
     labels = make_target(store, target)
 
     def exact() -> None:
-        sampler = exact_target(
-            space,
-            SplitMasks(store, space),
-            labels.class_words(),
-            store.all_rows().words,
-            epsilon=1.0,
-        )
+        if depth == 1:  # tree.mcmc's depth-1 path: histograms, no masks
+            sample_stump_exact(store, space, labels, epsilon=1.0, rng=seeded_generator(1))
+            return
+        sampler = exact_target(store, space, labels.class_words(), epsilon=1.0)
         sample_tree_exact(sampler, depth=depth, rng=seeded_generator(1))
 
     def chain() -> None:
@@ -118,10 +121,10 @@ def main() -> int:
     args.scratch.mkdir(parents=True, exist_ok=True)
     print(f"load average at start: {os.getloadavg()[0]:.2f}\n")
     print(
-        "| dataset | view | attributes | S | depth | work (K = 2^D) | auto | exact s | "
+        "| dataset | view | attributes | S | G | depth | work (K = 2^D) | auto | exact s | "
         "chain s | K |"
     )
-    print("|---|---|---|---:|---:|---:|---|---:|---:|---:|")
+    print("|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|")
     rows: list[dict[str, Any]] = []
     for key in keys:
         data = prepare_table(key, args.scratch)
@@ -133,12 +136,21 @@ def main() -> int:
                 for depth in DEPTHS:
                     sizes = {
                         "depth": depth,
-                        "n_splits": space.n_splits,
+                        "n_splits": exact_split_groups(space, metadata.n_max),
                         "n_max": metadata.n_max,
                         "n_classes": 2**depth,
                     }
                     valid = space.n_splits >= 2**depth - 1  # else tree.mcmc refuses it
-                    fits = exact_tree_fits(**sizes)
+                    fits = (
+                        exact_stump_fits(
+                            n_families=len(space.families),
+                            n_splits=space.n_splits,
+                            n_max=metadata.n_max,
+                            n_classes=2,
+                        )
+                        if depth == 1
+                        else exact_tree_fits(**sizes)
+                    )
                     row: dict[str, Any] = {
                         "dataset": key,
                         "view": view,
@@ -161,7 +173,8 @@ def main() -> int:
                         str(row.get("classes", "")),
                     ]
                     print(
-                        f"| {key} | {view} | {label} | {space.n_splits} | {depth} | "
+                        f"| {key} | {view} | {label} | {space.n_splits} | "
+                        f"{sizes['n_splits']} | {depth} | "
                         f"{row['work']:.2e} | {row['auto']} | " + " | ".join(timed) + " |",
                         flush=True,
                     )

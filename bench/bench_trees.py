@@ -38,6 +38,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -102,7 +103,12 @@ MINERS = (
     "DPLayeredAutoPair",
     "DPLayeredAutoPairUniform",
     "AltMCMC-chain",
+    "AltMCMC-depth1",
+    "AltMCMC-chain-depth1",
 )
+#: "AltMCMC-depth1" / "AltMCMC-chain-depth1": the same two at depth 1, where tree.mcmc's exact
+#: sampler fits every view (its histogram path). Run only when named in ``--miners``.
+DEFAULT_MINERS = tuple(name for name in MINERS if not name.endswith("-depth1"))
 #: The layered auto candidates (issue #26), declared before they were measured: ``order``
 #: of :func:`dpmine.miners.tree_auto.auto_layered`.
 LAYERED_AUTO_ORDERS: dict[str, LayeredOrder] = {
@@ -245,6 +251,9 @@ class RunRecord:
     reds: list[Scored]
     status: str = "ok"
     note: str = ""
+    #: The charged calls by "operation guarantee" (a tree.mcmc call is "pure" when its exact
+    #: sampler ran, "approximate" for the chain): which sampler drew the trees.
+    guarantees: dict[str, int] = field(default_factory=dict)
 
 
 def make_miner(
@@ -271,16 +280,16 @@ def make_miner(
         )
     if name == "AltExpM":
         return AltExpM.stable(IN_TREES, epsilon=epsilon, depth=DEPTH, seed=seed)
-    if name in {"AltMCMC", "AltMCMC-chain"}:
+    if name.startswith("AltMCMC"):
         # = AltMCMC.stable(k) with the iteration count spelt out
         return AltMCMC(
             in_trees=IN_TREES,
             rm_iterations=1,
             iterations=MC_ITERATIONS,
             epsilon=epsilon,
-            depth=DEPTH,
+            depth=1 if name.endswith("-depth1") else DEPTH,
             seed=seed,
-            sampler="mcmc" if name == "AltMCMC-chain" else "auto",
+            sampler="mcmc" if name.startswith("AltMCMC-chain") else "auto",
         )
     options: dict[str, Any] = {} if pair_score is None else {"pair_score": pair_score}
     return MCMCTreePair(
@@ -363,6 +372,7 @@ def run_dp_once(
         threshold=threshold,
         load_average=load,
         reds=reds,
+        guarantees=dict(Counter(f"{r.operation} {r.guarantee}" for r in miner.receipts_)),
     )
 
 
@@ -692,6 +702,23 @@ def markdown(summaries: Sequence[Summary], n_rows: Mapping[str, int]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def guarantee_table(records: Sequence[RunRecord]) -> str:
+    """The charged calls of every (dataset, miner, ε) by operation and guarantee, summed over
+    its runs: where tree.mcmc's exact sampler ran ("pure") and where the chain did."""
+    totals: dict[tuple[str, str, float | None], Counter[str]] = {}
+    for run in records:
+        if run.epsilon is not None:
+            totals.setdefault((run.dataset, run.miner, run.epsilon), Counter()).update(
+                run.guarantees
+            )
+    lines = ["", "### Guarantees of the charged calls (all runs)", ""]
+    lines += ["| dataset | miner | ε | calls by operation and guarantee |", "|---|---|---|---|"]
+    for (dataset, miner, epsilon), counts in totals.items():
+        cells = ", ".join(f"{key} × {n}" for key, n in sorted(counts.items()))
+        lines.append(f"| {dataset} | {miner} | {_eps(epsilon)} | {cells} |")
+    return "\n".join(lines) + "\n"
+
+
 def _targets(summaries: Sequence[Summary]) -> list[str]:
     layered = next((s for s in summaries if (s.dataset, s.miner) == ("mammals", "LayeredT")), None)
     lines = [f"### Targets at ε = 1 on mammals (pruned set, SE(J) ≤ {MAX_JACCARD_ERROR:g})", ""]
@@ -792,7 +819,9 @@ def parse_args(argv: list[str] | None = None) -> Config:
         action="store_true",
         help="release padding off: utility only (wall times then omit the padding)",
     )
-    parser.add_argument("--miners", default=None, help=f"comma list (default {','.join(MINERS)})")
+    parser.add_argument(
+        "--miners", default=None, help=f"comma list (default {','.join(DEFAULT_MINERS)})"
+    )
     parser.add_argument("--epsilons", default=None, help="comma list (default 1,0.1)")
     parser.add_argument("--clired", default=",".join(CLIRED_ALGOS), help="'' to skip")
     parser.add_argument("--clired-python", type=Path, default=DEFAULT_CLIRED_PYTHON)
@@ -816,7 +845,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
     return Config(
         out=args.out.resolve(),  # clired runs in its own directory: relative paths would break
         datasets=comma_names(args.datasets or default_datasets, DATASETS, "dataset"),
-        miners=comma_names(args.miners or ",".join(MINERS), MINERS, "miner"),
+        miners=comma_names(args.miners or ",".join(DEFAULT_MINERS), MINERS, "miner"),
         epsilons=tuple(float(e) for e in (args.epsilons or default_epsilons).split(",")),
         runs=args.runs if args.runs is not None else (1 if args.quick else RUNS),
         clired=comma_names(args.clired, CLIRED_ALGOS, "clired algorithm"),
@@ -853,6 +882,7 @@ def main(argv: list[str] | None = None) -> int:
         f"\nHarness vs server evaluator: {agreeing}/{len(checked)} redescriptions with equal "
         "|I| and |U|.\n"
     )
+    report += guarantee_table(records)
     print(report)
     figures = [
         str(plot_scatter(records, key, config.miners, config.out))

@@ -102,6 +102,7 @@ from dpmine.wire import (
     Receipt,
     SerenadeOptions,
     TreePairScore,
+    TreeSampler,
 )
 
 #: Global options and how many values each takes; accepted before or after the command.
@@ -1153,6 +1154,14 @@ IterationsOption = Annotated[
         callback=_chain_length(MIN_TREE_ITERATIONS),
     ),
 ]
+TreeSamplerOption = Annotated[
+    str,
+    typer.Option(
+        help="Sampler of every tree: exact (one exact draw from the chain's target by "
+        "sum-product: pure ε-DP; refused when it does not fit the server's public work cap), "
+        "mcmc (the chain: DP at convergence) or auto (exact wherever it fits, else the chain)"
+    ),
+]
 SeedOption = Annotated[int | None, typer.Option(help="Seed of the (public) attribute draws")]
 MinSupportOption = Annotated[
     float | None,
@@ -1344,14 +1353,17 @@ def _run_tree_miner(
     kept += [f"s.e. of noisy J ≤ {max_error:g}"] if max_error is not None else []
     shown = f"; {len(found)} shown with {' and '.join(kept)}" if kept else ""
     message = miner.nothing_passed()
+    samplers = _tree_samplers(miner.receipts_)
     table.caption = (
         f"{verdict.summary.describe()}{shown}; from {len(miner.trees_)} tree pairs; "
         f"{len(miner.receipts_)} charged calls, {_spent(miner.receipts_)}"
         + ("" if show_all else "; --all shows every result")
         + ("" if message is None else f"\n{message}")
+        + ("" if samplers is None else f"\n{_describe_samplers(samplers)}")
     )
     payload = {
         "miner": type(miner).__name__,
+        **({} if samplers is None else {"tree_samplers": samplers}),
         "redescriptions": [tree_record(r, significant=id(r) in passed) for r in found],
         "significance": verdict.summary.as_dict(),
         "message": message,
@@ -1359,6 +1371,25 @@ def _run_tree_miner(
         "receipts": [receipt.model_dump(mode="json") for receipt in miner.receipts_],
     }
     _emit(options, payload, table)
+
+
+def _tree_samplers(receipts: list[Receipt]) -> dict[str, int] | None:
+    """How many ``tree.mcmc`` trees each sampler drew, from their receipts (None without
+    any): the server labels such a release "pure" exactly when its exact sampler ran, else
+    "approximate" (the chain)."""
+    guarantees = [r.guarantee for r in receipts if r.operation == "tree.mcmc"]
+    if not guarantees:
+        return None
+    exact = guarantees.count("pure")
+    return {"exact": exact, "mcmc": len(guarantees) - exact}
+
+
+def _describe_samplers(samplers: dict[str, int]) -> str:
+    """One line: which sampler drew the trees, and the guarantee that follows."""
+    exact, chain = samplers["exact"], samplers["mcmc"]
+    parts = [f"{exact} drawn exactly (pure ε-DP)"] if exact else []
+    parts += [f"{chain} by MCMC (approximate: ε-DP at convergence)"] if chain else []
+    return f"trees: {' and '.join(parts)}"
 
 
 @mine_app.command("alt-expm")
@@ -1437,6 +1468,7 @@ def mine_alt_mcmc(
     in_trees: InTreesOption = None,
     rm_iterations: RMIterOption = None,
     iterations: IterationsOption = DEFAULT_TREE_ITERATIONS,
+    sampler: TreeSamplerOption = "auto",
     depth: DepthOption = None,
     seed: SeedOption = None,
     min_support: MinSupportOption = None,
@@ -1453,7 +1485,11 @@ def mine_alt_mcmc(
     plot: PlotOption = None,
     plan_only: PlanOption = False,
 ) -> None:
-    """AltMCMC: trees alternated between the views, sampled by MCMC (fixed iterations)."""
+    """AltMCMC: trees alternated between the views, each drawn from the MCMC target: exactly
+    (pure ε-DP) where the server's work bound fits, else by the chain (fixed iterations, DP at
+    convergence); --sampler chooses, and the output says which sampler drew the trees."""
+    if sampler not in get_args(TreeSampler):
+        raise _fail("--sampler must be 'auto', 'exact' or 'mcmc'")
     shape = _alternation_shape(setting, k, in_trees, rm_iterations, preset)
 
     parameters = _tree_parameters(
@@ -1473,6 +1509,7 @@ def mine_alt_mcmc(
             in_trees=shape[0],
             rm_iterations=shape[1],
             iterations=iterations,
+            sampler=cast(TreeSampler, sampler),
             **_with_progress(parameters, progress),
         )
 

@@ -18,12 +18,12 @@ from .conftest import GRANT
 SMALL = TreeMCMCRequest(
     view="right", target=AttributeTarget(attribute="smoker"), depth=2, epsilon=0.5
 )
-#: A tree on the left view, whose numeric age offers one split per lattice point: the exact
-#: sampler's bound does not fit at depth 2.
+#: A tree on the left view, whose numeric age offers one split per lattice point, in at most
+#: n_max + 1 = 1,001 groups: the exact sampler's bound fits at depth 2, not at depth 3.
 LARGE = {
     "view": "left",
     "target": {"kind": "attribute", "attribute": "member"},
-    "depth": 2,
+    "depth": 3,
     "epsilon": 0.5,
 }
 
@@ -95,3 +95,7 @@ def test_the_sampler_that_ran_is_a_public_function_of_the_request(
     assert (auto.sampler, auto.receipt.guarantee) == ("mcmc", "approximate")
     exact = handle.run(SMALL.model_copy(update={"sampler": "exact"}))
     assert (exact.sampler, exact.receipt.guarantee) == ("exact", "pure")
+    # the numeric view at depth 2: its lattice's thresholds in groups, exact by "auto"
+    numeric = handle.run(TreeMCMCRequest.model_validate(LARGE | {"depth": 2}))
+    assert (numeric.sampler, numeric.receipt.guarantee) == ("exact", "pure")
+    assert len(numeric.tree.splits) == 3

@@ -287,6 +287,27 @@ def test_alt_mcmc_table_lists_every_redescription_and_the_spend(
     assert "from 2 tree pairs; 5 charged calls, ε spent = 5" in text
 
 
+def test_alt_mcmc_sampler_is_chosen_and_said(
+    server: LiveServer, account: Account, mushroom: DatasetInfo
+) -> None:
+    """--sampler reaches every tree.mcmc call; the output says which sampler drew the trees
+    and the guarantee, as the receipts do (Mushroom's categorical views fit the exact
+    sampler at depth 2)."""
+    base = f"mine alt-mcmc {mushroom.id} --epsilon 2 --setting standard --k 1 {SMALL}"
+    for sampler, guarantee, counts in (
+        ("exact", "pure", {"exact": 2, "mcmc": 0}),
+        ("mcmc", "approximate", {"exact": 0, "mcmc": 2}),
+    ):
+        payload = _json(dpmine_cli(server, account.api_key, f"--json {base} --sampler {sampler}"))
+        trees = [r for r in payload["receipts"] if r["operation"] == "tree.mcmc"]
+        assert [r["guarantee"] for r in trees] == [guarantee] * 2
+        assert payload["tree_samplers"] == counts
+    text = _flat(_ok(dpmine_cli(server, account.api_key, f"{base} --sampler exact")))
+    assert "trees: 2 drawn exactly (pure ε-DP)" in text
+    text = _flat(_ok(dpmine_cli(server, account.api_key, f"{base} --sampler mcmc")))
+    assert "trees: 2 by MCMC (approximate: ε-DP at convergence)" in text
+
+
 def test_leaf_release_paper_prints_the_papers_noise_scale(
     server: LiveServer, account: Account, mushroom: DatasetInfo
 ) -> None:
@@ -468,6 +489,7 @@ def test_when_nothing_passes_the_run_says_so_and_how_to_get_more_signal(
         ("tree-pair {ds} --epsilon 1 --depth 99", "too few attributes for a tree of depth 99"),
         ("alt-mcmc {ds} --epsilon 1 --leaf-release exact", "--leaf-release must be 'partition'"),
         ("alt-mcmc {ds} --epsilon 1 --iterations 999", "at least 1000, the server's public"),
+        ("alt-mcmc {ds} --epsilon 1 --sampler chain", "--sampler must be 'auto', 'exact' or"),
         ("tree-pair {ds} --epsilon 1 --iterations 10", "at least 1000, the server's public"),
     ],
 )

@@ -27,7 +27,7 @@ from dpmine_server.operations.tree_exact import (
     exact_tree_work,
     sample_tree_exact,
 )
-from dpmine_server.operations.tree_kernels import SplitMasks, SplitSpace, make_target
+from dpmine_server.operations.tree_kernels import SplitSpace, make_target
 from dpmine_server.services.timing import operation_work
 
 from .test_tree_mcmc import (
@@ -66,19 +66,16 @@ def test_exact_draws_follow_the_tree_mcmc_target(depth: int, kind: str) -> None:
     assert truth.count(-1) > 0 or kind == "query"  # missing labels are exercised too
     epsilon = {1: 4.0, 2: 1.2}[depth]
     sampler = exact_target(
+        store,
         space,
-        SplitMasks(store, space),
         labels.class_words(),
-        store.all_rows().words,
         epsilon=epsilon,
     )
     right = _weights(truth, depth, epsilon / 4)
     scores = [epsilon / 4 * _g1(tree, truth) for tree, _ in _trees("left", depth)]
     assert max(scores) - min(scores) > 1.0  # the target is far from the base measure
     # the normaliser agrees with brute force (μ is normalised over single splits)
-    assert math.isclose(
-        math.exp(sampler.log_z(frozenset(), depth)), sum(right.values()), rel_tol=1e-9
-    )
+    assert math.isclose(math.exp(sampler.log_z((), depth)), sum(right.values()), rel_tol=1e-9)
     samples = [
         _state(space.tree(depth, sample_tree_exact(sampler, depth=depth, rng=seeded_generator(s))))
         for s in range(1500)
@@ -108,11 +105,9 @@ def test_the_sampler_scores_the_missing_cells(depth: int) -> None:
     store, metadata = _store(), _metadata()
     space = SplitSpace.of(metadata, "left")
     labels = make_target(store, AttributeTarget(attribute="t"))
-    sampler = exact_target(
-        space, SplitMasks(store, space), labels.class_words(), store.all_rows().words, epsilon=4.0
-    )
+    sampler = exact_target(store, space, labels.class_words(), epsilon=4.0)
     truth = [int(k) for k in labels.classes]
-    found = math.exp(sampler.log_z(frozenset(), depth))
+    found = math.exp(sampler.log_z((), depth))
     assert math.isclose(found, sum(_weights(truth, depth, 1.0).values()), rel_tol=1e-9)
     assert not math.isclose(found, _leaves_only(truth, depth, 1.0), rel_tol=1e-2)
 
@@ -120,7 +115,9 @@ def test_the_sampler_scores_the_missing_cells(depth: int) -> None:
 def test_the_work_bound_is_public_and_grows_with_every_parameter() -> None:
     assert exact_tree_states(depth=2, n_splits=10) == 1 + 10 * 2
     base = exact_tree_work(depth=2, n_splits=10, n_max=640, n_classes=2)
-    assert base == (1 * 10 + 20 * 9) * 3 * 10 * 3
+    assert base == (1 + 20) * 10 * 3 * 10 * 3
+    # multisets of (group, side) pairs: C(2G + 1, 2) at k = 2
+    assert exact_tree_states(depth=3, n_splits=10) == 1 + 20 + 21 * 20 // 2
     assert exact_tree_work(depth=3, n_splits=10, n_max=640, n_classes=2) > base
     assert exact_tree_work(depth=2, n_splits=11, n_max=640, n_classes=2) > base
     assert exact_tree_work(depth=2, n_splits=10, n_max=641, n_classes=2) > base
@@ -180,10 +177,9 @@ def test_depth_3_sums_and_draws_follow_the_target() -> None:
     truth = [int(k) for k in labels.classes]
     epsilon = 1.2
     sampler = exact_target(
+        store,
         space,
-        SplitMasks(store, space),
         labels.class_words(),
-        store.all_rows().words,
         epsilon=epsilon,
     )
     trees = _depth_3_trees()
@@ -197,7 +193,7 @@ def test_depth_3_sums_and_draws_follow_the_target() -> None:
         return weights
 
     right = top(epsilon / 4)
-    assert math.isclose(math.exp(sampler.log_z(frozenset(), 3)), sum(right.values()), rel_tol=1e-9)
+    assert math.isclose(math.exp(sampler.log_z((), 3)), sum(right.values()), rel_tol=1e-9)
     samples: list[State] = []
     for seed in range(1500):
         keys = sample_tree_exact(sampler, depth=3, rng=seeded_generator(seed))

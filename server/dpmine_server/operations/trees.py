@@ -55,15 +55,18 @@ from dpmine_server.operations.base import OperationSpec, Progress
 from dpmine_server.operations.tree_exact import (
     MAX_EXACT_TREE_MASK_WORDS,
     MAX_EXACT_TREE_WORK,
+    exact_split_groups,
+    exact_stump_fits,
+    exact_stump_seconds,
     exact_target,
     exact_tree_fits,
     exact_tree_mask_words,
     exact_tree_seconds,
     exact_tree_work,
+    sample_stump_exact,
     sample_tree_exact,
 )
 from dpmine_server.operations.tree_kernels import (
-    SplitMasks,
     SplitSpace,
     grow_tree_expmech,
     leaf_counts,
@@ -228,18 +231,42 @@ def target_classes(target: AnyTreeTarget, metadata: DatasetMetadata) -> int:
 
 
 def _exact_sizes(request: TreeMCMCRequest, metadata: DatasetMetadata) -> dict[str, int]:
-    """The public sizes the exact sampler's work depends on: depth, the candidate splits of
-    the request's space (the allowed columns, without an attribute target), n_max and the
-    target's classes."""
+    """The public sizes the exact sampler's work depends on: depth, the public bound on the
+    split groups of the request's space (the allowed columns, without an attribute target;
+    :func:`~dpmine_server.operations.tree_exact.exact_split_groups`), n_max and the target's
+    classes."""
     space = SplitSpace.of(
         metadata, request.view, _target_exclusion(request.target), request.columns
     )
     return {
         "depth": request.depth,
+        "n_splits": exact_split_groups(space, metadata.n_max),
+        "n_max": metadata.n_max,
+        "n_classes": target_classes(request.target, metadata),
+    }
+
+
+def _stump_sizes(request: TreeMCMCRequest, metadata: DatasetMetadata) -> dict[str, int]:
+    """The public sizes of the depth-1 exact sampler's work: the attributes and the (ungrouped)
+    candidate splits of the request's space, n_max and the target's classes."""
+    space = SplitSpace.of(
+        metadata, request.view, _target_exclusion(request.target), request.columns
+    )
+    return {
+        "n_families": len(space.families),
         "n_splits": space.n_splits,
         "n_max": metadata.n_max,
         "n_classes": target_classes(request.target, metadata),
     }
+
+
+def _exact_fits(request: TreeMCMCRequest, metadata: DatasetMetadata) -> bool:
+    """Whether the exact sampler fits its public caps: the histogram path at depth 1
+    (:func:`~dpmine_server.operations.tree_exact.exact_stump_fits`), else the sum-product
+    (:func:`~dpmine_server.operations.tree_exact.exact_tree_fits`)."""
+    if request.depth == 1:
+        return exact_stump_fits(**_stump_sizes(request, metadata))
+    return exact_tree_fits(**_exact_sizes(request, metadata))
 
 
 def exact_work(request: TreeMCMCRequest, metadata: DatasetMetadata) -> int:
@@ -253,10 +280,19 @@ def exact_seconds(request: TreeMCMCRequest, metadata: DatasetMetadata) -> float:
     :func:`~dpmine_server.operations.tree_exact.exact_tree_seconds` plus the split masks,
     computed one candidate split at a time: a fixed part (47 µs a split measured on heart's
     65,547 splits at load 7 on 2 cores; budgeted 150 µs) and a pass over the n_max rows
-    (10 ns a row, budgeted)."""
+    (10 ns a row, budgeted), one per split group; before them the groups, from the per-row
+    split codes of every attribute of the view (a lattice search and a sort of the n_max rows:
+    budgeted 200 ns a row and attribute). At depth 1 the histogram path's budget
+    (:func:`~dpmine_server.operations.tree_exact.exact_stump_seconds`)."""
+    if request.depth == 1:
+        return exact_stump_seconds(**_stump_sizes(request, metadata))
     sizes = _exact_sizes(request, metadata)
+    space = SplitSpace.of(
+        metadata, request.view, _target_exclusion(request.target), request.columns
+    )
+    groups = 2e-7 * len(space.families) * sizes["n_max"]
     masks = sizes["n_splits"] * (1.5e-4 + 1e-8 * sizes["n_max"])
-    return masks + exact_tree_seconds(**sizes)
+    return groups + masks + exact_tree_seconds(**sizes)
 
 
 def mcmc_sampler(request: TreeMCMCRequest, metadata: DatasetMetadata) -> TreeSamplerRun:
@@ -266,7 +302,7 @@ def mcmc_sampler(request: TreeMCMCRequest, metadata: DatasetMetadata) -> TreeSam
     public function of public inputs: it may be released, and decides the guarantee."""
     if request.sampler == "mcmc":
         return "mcmc"
-    if request.sampler == "exact" or exact_tree_fits(**_exact_sizes(request, metadata)):
+    if request.sampler == "exact" or _exact_fits(request, metadata):
         return "exact"
     return "mcmc"
 
@@ -283,19 +319,19 @@ def _validate_mcmc(request: TreeMCMCRequest, metadata: DatasetMetadata) -> None:
     _validate_single(request, metadata)
     if request.sampler != "exact":
         return
-    sizes = _exact_sizes(request, metadata)
-    if exact_tree_fits(**sizes):
+    if _exact_fits(request, metadata):
         return
+    sizes = _exact_sizes(request, metadata)
     work = exact_work(request, metadata)
     masks = exact_tree_mask_words(n_splits=sizes["n_splits"], n_max=sizes["n_max"])
     raise ValueError(
         f"sampler 'exact' does not fit: depth {request.depth}, {sizes['n_splits']} candidate "
-        f"splits in the {request.view} view, {sizes['n_classes']} target classes and n_max "
+        f"split groups in the {request.view} view, {sizes['n_classes']} target classes and n_max "
         f"{metadata.n_max} give a public work bound of {work:.3g} word operations (cap "
         f"{MAX_EXACT_TREE_WORK:.3g}) and {masks:.3g} words of split masks (cap "
         f"{MAX_EXACT_TREE_MASK_WORDS:.3g}); use a smaller depth, restrict `columns` (a numeric "
-        "attribute counts one split per lattice point), or sampler 'auto' or 'mcmc' "
-        "(guarantee approximate)"
+        "attribute counts min(lattice points, n_max + 1) split groups), or sampler 'auto' or "
+        "'mcmc' (guarantee approximate)"
     )
 
 
@@ -398,14 +434,11 @@ def _run_mcmc(
     )
     labels = make_target(columns, request.target)
     sampler = mcmc_sampler(request, columns.metadata)
-    if sampler == "exact":
-        target = exact_target(
-            space,
-            SplitMasks(columns, space),
-            labels.class_words(),
-            columns.all_rows().words,
-            epsilon=epsilon.for_mechanism(),
-        )
+    if sampler == "exact" and request.depth == 1:
+        keys = sample_stump_exact(columns, space, labels, epsilon=epsilon.for_mechanism(), rng=rng)
+        progress(1.0)
+    elif sampler == "exact":
+        target = exact_target(columns, space, labels.class_words(), epsilon=epsilon.for_mechanism())
         keys = sample_tree_exact(target, depth=request.depth, rng=rng, progress=progress)
     else:
         keys = sample_tree_mcmc(

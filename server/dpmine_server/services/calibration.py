@@ -292,6 +292,7 @@ def _tree_cases(dataset: Dataset) -> list[Case]:
         Case("tree.expmech", key, single),
         Case("tree.mcmc", key, single | {"sampler": "mcmc"}),
         *_exact_tree_cases(metadata, key),
+        *_exact_numeric_tree_cases(metadata, key),
         Case("tree.pair_mcmc", key, {"attribute": left_target, "epsilon": 1.0}),
         Case("tree.leaf_counts", key, trees),
     ]
@@ -318,6 +319,34 @@ def _exact_tree_cases(metadata: DatasetMetadata, key: str) -> list[Case]:
     if mcmc_sampler(model, metadata) != "exact":
         return []
     return [Case("tree.mcmc", key, request | {"sampler": "exact"}, note="exact sampler")]
+
+
+def _exact_numeric_tree_cases(metadata: DatasetMetadata, key: str) -> list[Case]:
+    """``tree.mcmc``'s exact sampler on the right view's first numeric attribute alone, at the
+    largest depth ≤ 3 that fits: its lattice thresholds in split groups, as many as the data
+    has distinct values (all of them on ``distinct``: the bound's worst case)."""
+    numeric = [a.name for a in metadata.attributes if a.view == "right" and a.type == "numeric"]
+    if not numeric:
+        return []
+    target = _tree_target(metadata, "left")
+    for depth in (3, 2, 1):
+        request = {
+            "view": "right",
+            "target": target,
+            "depth": depth,
+            "epsilon": 1.0,
+            "columns": [numeric[0], target["attribute"]],
+            "sampler": "auto",
+        }
+        model = TreeMCMCRequest.model_validate(request)
+        try:
+            CATALOG["tree.mcmc"].validate(model, metadata)
+        except ValueError:
+            continue
+        if mcmc_sampler(model, metadata) == "exact":
+            note = "exact sampler, numeric split groups"
+            return [Case("tree.mcmc", key, request | {"sampler": "exact"}, note=note)]
+    return []
 
 
 def _released_tree(store: ColumnStore, view: View, target: dict[str, Any]) -> dict[str, Any]:
