@@ -23,6 +23,23 @@ The clients run in this process, beside the server as an analyst's would on anot
 on a machine with few cores their work competes with the server's, which errs on the long
 side.
 
+Why the base is ``margin · limit · c`` and what that costs (revisited for issue #23 item 3).
+Admission lets ``limit`` requests in at the same instant, so the rule must cover that case:
+their paths share one interpreter (one core at a time) and one database writer, and the last
+of them has its release stored only after about ``limit · c``; every one of them is answered at
+``arrival + base + …``, so no deadline is overrun while the machine is at most ``margin`` times
+slower than during the measurement. A smaller base would be a bet on arrivals being spread out,
+and a lost bet is an overrun that fails closed with its charge kept. A base keyed to the
+in-flight count at arrival (public, services/admission.py) would not hold either: later
+arrivals share the interpreter with an earlier request and delay it too. The price is a cap:
+a saturated process answers at most ``limit / base = 1 / (margin · c)`` requests per second,
+whatever the limit, and uses at most ``1 / margin`` of a core for them. Capacity therefore comes
+from a smaller ``c`` (group commit of the releases, services/group_commit.py; one read of the
+dataset's version for the budgets, api/common.py ``arrival_budgets``) and from more API
+processes on more cores, each with its own ``limit``. ``c`` is measured with one process on
+the machine: ``P`` processes on ``K < P`` cores that all fill up at once run up to ``P / K``
+times slower, which the margin absorbs only while ``P / K < margin``.
+
 Privacy: the table is generated from public sizes (a column of ``flag`` values, every second
 row true), never a registered dataset; the measurement is public configuration.
 """

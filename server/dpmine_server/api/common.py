@@ -17,7 +17,7 @@ from fastapi import APIRouter, Body, Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
-from dpmine.wire import BatchRequest, ErrorBody
+from dpmine.wire import BatchRequest, DatasetMetadata, ErrorBody
 from dpmine_server.api.deps import AnalystDep, ArrivalDep, IdempotencyKeyDep, ServicesDep
 from dpmine_server.api.examples import openapi_examples
 from dpmine_server.db.models import Principal
@@ -35,12 +35,12 @@ from dpmine_server.services.timing import TimingPolicy
 __all__ = [
     "ERRORS",
     "OPERATION_ERRORS",
+    "arrival_budgets",
     "cold_load_budget",
     "operation_id",
     "operation_router",
     "padded_batch",
     "padded_operation",
-    "release_budget",
     "run_operation",
 ]
 
@@ -128,38 +128,40 @@ def run_operation(
     return release.body
 
 
-def release_budget(
-    services: Services,
-    policy: TimingPolicy,
-    *,
-    dataset_id: str,
-    operation: str,
-    request: BaseModel,
-) -> float:
-    """Padding budget of a data-touching request (seconds; public values only)."""
-    try:
-        with services.sessions() as session:
-            metadata = services.datasets.public_metadata(session, dataset_id)
-    except Exception:  # the dataset was read moments ago; never fail a release here
-        logger.exception("no metadata for the padding budget of %s", dataset_id)
-        return policy.base
-    return policy.budget(operation, request, metadata)
-
-
 def cold_load_budget(services: Services, policy: TimingPolicy, *, dataset_id: str) -> float:
     """Seconds a request arriving now must add to its budget because its dataset is not
     loaded in this process: the public load budget (the load is padded to it, see
     :meth:`DatasetService._load_version`), or 0 when the current version is resident.
     Decided at arrival, before anything is loaded; residency follows the requests and
     registrations the server has seen, never the data."""
-    if not policy.enabled:
-        return 0.0
+    return arrival_budgets(services, policy, dataset_id=dataset_id, work=lambda _: 0.0)[1]
+
+
+def arrival_budgets(
+    services: Services,
+    policy: TimingPolicy,
+    *,
+    dataset_id: str,
+    work: Callable[[DatasetMetadata], float],
+) -> tuple[float, float]:
+    """``(budget, cold)`` of a request arriving now, from one read of the dataset's current
+    version (the metadata comes from the per-version cache): ``budget = work(metadata)``, the
+    padding budget of its public parameters (``policy.base`` when the dataset is unknown: it
+    is refused before its charge, unpadded), and ``cold``, the load budget it adds when that
+    version is not resident (:func:`cold_load_budget`). Public values only."""
     datasets = services.datasets
-    with services.sessions() as session:
-        version = datasets.current_version(session, dataset_id)
-        if version is None or datasets.is_resident(dataset_id, version):
-            return 0.0  # an unknown dataset is refused before its charge, unpadded
-        return policy.load_budget(datasets.public_metadata(session, dataset_id))
+    try:
+        with services.sessions() as session:
+            version = datasets.current_version(session, dataset_id)
+            if version is None:
+                return policy.base, 0.0
+            metadata = datasets.version_metadata(session, dataset_id, version)
+    except Exception:  # the dataset was read moments ago; never fail a release here
+        logger.exception("no metadata for the padding budget of %s", dataset_id)
+        return policy.base, 0.0
+    if not policy.enabled or datasets.is_resident(dataset_id, version):
+        return work(metadata), 0.0
+    return work(metadata), policy.load_budget(metadata)
 
 
 async def padded_operation(
@@ -221,17 +223,13 @@ async def _padded_operation(
         response=response,
         guard=guard,
     )
-    cold = await anyio.to_thread.run_sync(
-        functools.partial(cold_load_budget, services, policy, dataset_id=dataset_id)
-    )
-    budget = await anyio.to_thread.run_sync(
+    budget, cold = await anyio.to_thread.run_sync(
         functools.partial(
-            release_budget,
+            arrival_budgets,
             services,
             policy,
             dataset_id=dataset_id,
-            operation=operation,
-            request=request,
+            work=functools.partial(policy.budget, operation, request),
         )
     )
     return await _padded(services, policy, operation, call, guard, arrival, budget, cold)
@@ -291,26 +289,17 @@ async def _padded_batch(
         response.headers["Cache-Control"] = "no-store"
         return {"parts": release.bodies}
 
-    cold = await anyio.to_thread.run_sync(
-        functools.partial(cold_load_budget, services, policy, dataset_id=dataset_id)
-    )
-    budget = await anyio.to_thread.run_sync(
-        functools.partial(_batch_budget, services, policy, dataset_id=dataset_id, batch=batch)
+    parts = [(part.operation, part.request) for part in batch.parts]
+    budget, cold = await anyio.to_thread.run_sync(
+        functools.partial(
+            arrival_budgets,
+            services,
+            policy,
+            dataset_id=dataset_id,
+            work=functools.partial(policy.batch_budget, parts),
+        )
     )
     return await _padded(services, policy, "batch", call, guard, arrival, budget, cold)
-
-
-def _batch_budget(
-    services: Services, policy: TimingPolicy, *, dataset_id: str, batch: BatchRequest
-) -> float:
-    """Padding budget of a batch (public values only; see :func:`release_budget`)."""
-    try:
-        with services.sessions() as session:
-            metadata = services.datasets.public_metadata(session, dataset_id)
-    except Exception:  # unknown dataset: refused before the charge, unpadded
-        logger.exception("no metadata for the padding budget of %s", dataset_id)
-        return policy.base
-    return policy.batch_budget([(part.operation, part.request) for part in batch.parts], metadata)
 
 
 async def _padded(

@@ -34,10 +34,14 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-def get_services(request: Request) -> Services:
-    """The app's services."""
+def _services(request: Request) -> Services:
     services: Services = request.app.state.services
     return services
+
+
+async def get_services(request: Request) -> Services:
+    """The app's services (``async``: resolved on the event loop, no worker-thread hop)."""
+    return _services(request)
 
 
 ServicesDep = Annotated[Services, Depends(get_services)]
@@ -83,7 +87,7 @@ def get_login_guard(request: Request) -> LoginGuard:
     state = request.app.state
     guard: LoginGuard | None = getattr(state, "login_guard", None)
     if guard is None:
-        guard = state.login_guard = LoginGuard.from_settings(get_services(request).settings)
+        guard = state.login_guard = LoginGuard.from_settings(_services(request).settings)
     return guard
 
 
@@ -92,7 +96,7 @@ def get_principal_cache(request: Request) -> PrincipalCache:
     state = request.app.state
     cache: PrincipalCache | None = getattr(state, "principal_cache", None)
     if cache is None:
-        settings = get_services(request).settings
+        settings = _services(request).settings
         cache = state.principal_cache = PrincipalCache(
             ttl_s=settings.auth_cache_ttl_s, max_entries=settings.auth_cache_size
         )
@@ -178,8 +182,8 @@ def require_owner(principal: PrincipalDep) -> Principal:
     return principal
 
 
-def require_analyst(principal: PrincipalDep) -> Principal:
-    """Analysts only (owners manage, analysts query)."""
+async def require_analyst(principal: PrincipalDep) -> Principal:
+    """Analysts only (owners manage, analysts query; on the event loop, no thread hop)."""
     if principal.role != "analyst":
         raise Forbidden("owners manage datasets; query them with an analyst's key")
     return principal
@@ -189,10 +193,10 @@ OwnerDep = Annotated[Principal, Depends(require_owner)]
 AnalystDep = Annotated[Principal, Depends(require_analyst)]
 
 
-def get_idempotency_key(
+async def get_idempotency_key(
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
 ) -> str | None:
-    """The client's Idempotency-Key (1–200 printable characters), if any."""
+    """The client's Idempotency-Key (1–200 printable characters), if any (on the event loop)."""
     if idempotency_key is None:
         return None
     key = idempotency_key.strip()

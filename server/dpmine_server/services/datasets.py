@@ -504,6 +504,11 @@ class DatasetService:
             raise _not_granted(dataset_id)
         return self._parsed_version(session, dataset_id, version).metadata
 
+    def version_metadata(self, session: Session, dataset_id: str, version: int) -> DatasetMetadata:
+        """The public metadata of a known version (cached; read once per process and version),
+        when the caller has read :meth:`current_version` already."""
+        return self._parsed_version(session, dataset_id, version).metadata
+
     def _parsed_version(self, session: Session, dataset_id: str, version: int) -> _ParsedVersion:
         key = (dataset_id, version)
         with self._parsed_lock:

@@ -55,6 +55,7 @@ from dpmine_server.services.accounting import (
     display_total,
     zcdp_amounts,
 )
+from dpmine_server.services.group_commit import GroupCommitter
 from dpmine_server.services.instances import dead_owners
 
 __all__ = ["Ledger", "PartCharge", "Reservation", "batch_cost", "request_fingerprint"]
@@ -196,6 +197,7 @@ class Ledger:
         # its own pool of synchronous=NORMAL connections (the same file and writer queue),
         # disposed with the main engine; on PostgreSQL with SET LOCAL in its transaction.
         self._write_engine = engine.execution_options(sqlite_begin="IMMEDIATE")
+        self._releases = GroupCommitter(self._write_engine)
         self._reserve_engine = self._write_engine
         database = engine.url.database or ""
         if self._sqlite and database != ":memory:" and not database.startswith("file:"):
@@ -483,8 +485,28 @@ class Ledger:
         )
 
     def complete(self, entry_id: int, release: dict[str, Any]) -> None:
-        """Store the release of a reserved entry (reserved → released)."""
-        self._transition(entry_id, "released", release)
+        """Store the release of a reserved entry (reserved → released), durably, before it is
+        shown. Concurrent releases share one durable transaction (services/group_commit.py:
+        each returns only once that transaction has committed, so the crash-safety argument of
+        :meth:`reserve` holds for each of them)."""
+
+        def write(connection: Connection) -> Exception | None:
+            changed = rows_affected(
+                connection.execute(
+                    _TRANSITION,
+                    {
+                        "entry_id": entry_id,
+                        "new_status": "released",
+                        "new_release": release,
+                        "done_at": utcnow(),
+                    },
+                )
+            )
+            return (
+                None if changed == 1 else InternalError(f"ledger entry {entry_id} is not reserved")
+            )
+
+        self._releases.commit(write)
 
     def complete_many(self, releases: Sequence[tuple[int, dict[str, Any]]]) -> None:
         """Store the releases of a batch's reserved entries in one durable transaction (all or
