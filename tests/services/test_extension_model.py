@@ -89,13 +89,13 @@ def _red(left: str, right: str) -> Redescription:
     return Redescription.model_validate({"left": literal(left), "right": literal(right)})
 
 
-BASE = [_red("a", "e"), _red("b", "f"), _red("c", "d")]
+BASE = [_red(left, right) for left, right in ("ae", "bf", "cd", "ad", "be", "cf")]
 #: (seconds after the previous arrival, position changed, its new redescription): ES rounds
 #: that each change one position; some wait past the previous deadline, some do not.
 ROUNDS: list[tuple[float, int | None, Redescription | None]] = [
     (0.0, None, None),
     (1.0, None, None),  # everything warm
-    (1.0, 0, _red("b", "e")),  # one position cold
+    (1.0, 0, _red("b", "d")),  # one position cold
     (0.02, 1, _red("a", "f")),  # arrives before the previous deadline: that key not yet in
     (1.0, 2, _red("c", "e")),
     (1.0, 0, _red("a", "e")),  # back to a key seen before (possibly evicted)
