@@ -10,7 +10,9 @@ deadline computed from public values only, and every release time lies on a coar
   dataset's public metadata (``n_max``, the number of items or literals, K, ℓ, the collection
   size …), times the configured ``scale``, plus a ``base``; with ``DPMINE_TIMING_CALIBRATION``
   the estimate of a measured operation is first scaled by its public factor
-  (:meth:`TimingPolicy.calibrated_work`, services/calibration_file.py);
+  (:meth:`TimingPolicy.calibrated_work`, services/calibration_file.py); a synchronous
+  ``serenade.extend_one`` prices the positions whose candidate sets a public cache model holds
+  at their draw only (:meth:`TimingPolicy.extend_budget`, services/extension_model.py);
 * ``deadline = arrival + grid · ⌈budget / grid⌉``, with ``arrival`` the moment the request reached
   the route (synchronous calls) or the job was submitted (jobs);
 * the release is returned (or a job shown done or failed) at the deadline. A kernel still
