@@ -17,7 +17,7 @@ from fastapi import APIRouter, Body, Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
-from dpmine.wire import BatchRequest, DatasetMetadata, ErrorBody
+from dpmine.wire import BatchRequest, DatasetMetadata, ErrorBody, ExtendOneRequest
 from dpmine_server.api.deps import AnalystDep, ArrivalDep, IdempotencyKeyDep, ServicesDep
 from dpmine_server.api.examples import openapi_examples
 from dpmine_server.db.models import Principal
@@ -29,6 +29,8 @@ from dpmine_server.errors import (
 )
 from dpmine_server.operations import OperationSpec
 from dpmine_server.services.container import Services
+from dpmine_server.services.extension_model import ModelGuard, Ticket, running
+from dpmine_server.services.extension_pricing import price_extension
 from dpmine_server.services.release_guard import OVERRAN, ReleaseGuard
 from dpmine_server.services.timing import TimingPolicy
 
@@ -212,6 +214,31 @@ async def _padded_operation(
     policy = services.timing
     inline = services.executor.spec(operation).mode != "job"
     guard = ReleaseGuard() if inline and policy.fails_closed else None
+    budget, cold = await anyio.to_thread.run_sync(
+        functools.partial(
+            arrival_budgets,
+            services,
+            policy,
+            dataset_id=dataset_id,
+            work=functools.partial(policy.budget, operation, request),
+        )
+    )
+    ticket: Ticket | None = None
+    if guard is not None and cold == 0.0 and isinstance(request, ExtendOneRequest):
+        # Priced against the public cache model of its store (services/extension_model.py).
+        priced = await anyio.to_thread.run_sync(
+            functools.partial(
+                price_extension,
+                services,
+                policy,
+                dataset_id=dataset_id,
+                request=request,
+                arrival=arrival,
+            )
+        )
+        if priced is not None:
+            budget, ticket = priced
+            guard = ModelGuard(ticket)
     call = functools.partial(
         run_operation,
         services,
@@ -223,16 +250,16 @@ async def _padded_operation(
         response=response,
         guard=guard,
     )
-    budget, cold = await anyio.to_thread.run_sync(
-        functools.partial(
-            arrival_budgets,
-            services,
-            policy,
-            dataset_id=dataset_id,
-            work=functools.partial(policy.budget, operation, request),
-        )
-    )
+    if ticket is not None:
+        call = functools.partial(_with_ticket, ticket, call)
     return await _padded(services, policy, operation, call, guard, arrival, budget, cold)
+
+
+def _with_ticket(ticket: Ticket, call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run ``call`` with its extension ticket active (its kernel reads the pinned candidate
+    sets; services/extension_model.py)."""
+    with running(ticket):
+        return call()
 
 
 async def padded_batch(

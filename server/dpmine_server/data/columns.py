@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -388,6 +388,8 @@ class ColumnStore:
         )
         self._all_rows = Bitset.all_set(n_rows)
         self._derived = DerivedCache()
+        self._attachments: dict[str, object] = {}
+        self._attachments_lock = threading.Lock()
 
     def _check_consistent(self) -> None:
         metadata = self._metadata
@@ -424,6 +426,15 @@ class ColumnStore:
     def derived(self) -> DerivedCache:
         """Values derived from this store (evicted and counted with it)."""
         return self._derived
+
+    def attachment(self, name: str, factory: Callable[[], V]) -> V:
+        """A per-store object named ``name``, made by ``factory()`` on first use: it lives
+        and dies with this store (e.g. the public cache model of services/
+        extension_model.py, which pins derived values and must not outlive the dataset)."""
+        with self._attachments_lock:
+            if name not in self._attachments:
+                self._attachments[name] = factory()
+            return cast("V", self._attachments[name])
 
     @property
     def items(self) -> ItemColumns:

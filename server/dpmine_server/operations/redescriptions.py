@@ -45,7 +45,11 @@ from dpmine_server.operations.serenade import (
     choose_threshold_mode,
     enumerated_cells,
     extend_one,
+    extension_cache_key,
     extension_families,
+    extension_key_text,
+    extension_public_candidates,
+    extension_public_size,
     grid_pair_products,
     initial_pairs,
     pair_families,
@@ -58,6 +62,7 @@ from dpmine_server.operations.serenade_quality import (
     line_search,
     sensitivities,
 )
+from dpmine_server.services.extension_model import PricedKey
 
 __all__ = [
     "MAX_ENUMERATED_CELLS",
@@ -66,6 +71,8 @@ __all__ = [
     "batch_shared_proposals",
     "extend_enumeration",
     "extend_proposals",
+    "extension_candidate_count",
+    "extension_priced_keys",
     "noisy_quality",
     "pairs_enumeration",
     "pairs_proposals",
@@ -323,6 +330,35 @@ def extend_enumeration(request: ExtendOneRequest, metadata: DatasetMetadata) -> 
         return 0
     families = extension_families(metadata, request.collection, _rules(request.options))
     return enumerated_cells(families, 1, metadata.n_max) if families else 0
+
+
+def extension_priced_keys(request: ExtendOneRequest, metadata: DatasetMetadata) -> list[PricedKey]:
+    """The public cache key of every position of a ``serenade.extend_one`` call, as its kernel
+    builds them (:func:`~.serenade.extension_cache_key`), with its canonical text and public
+    size (services/extension_model.py prices the call against them)."""
+    rules = _rules(request.options)
+    mode = _extend_mode(request, metadata)
+    params = quality_parameters(request.quality, metadata.n_max)
+    size = extension_public_size(metadata, rules, mode)
+    keys = []
+    for red in request.collection:
+        red_json = red.model_dump_json()
+        keys.append(
+            PricedKey(
+                key=extension_cache_key(red_json, rules, mode, params),
+                text=extension_key_text(red_json, rules, mode, params),
+                size=size,
+            )
+        )
+    return keys
+
+
+def extension_candidate_count(request: ExtendOneRequest, metadata: DatasetMetadata) -> int:
+    """Public bound on the candidates of one position's set in a ``serenade.extend_one`` call
+    (:func:`~.serenade.extension_public_candidates`)."""
+    return extension_public_candidates(
+        metadata, _rules(request.options), _extend_mode(request, metadata)
+    )
 
 
 def pairs_proposals(request: InitialPairsRequest, metadata: DatasetMetadata) -> int:

@@ -75,6 +75,7 @@ from dpmine_server.operations.serenade_thresholds import (
     numeric_rows,
     threshold_grid,
 )
+from dpmine_server.services.extension_model import active_ticket, canonical_text
 
 __all__ = [
     "REJECTION_MAX_EXPONENT",
@@ -87,7 +88,11 @@ __all__ = [
     "choose_threshold_mode",
     "enumerated_cells",
     "extend_one",
+    "extension_cache_key",
     "extension_families",
+    "extension_key_text",
+    "extension_public_candidates",
+    "extension_public_size",
     "initial_pairs",
     "pair_families",
     "parse_side",
@@ -633,15 +638,85 @@ def _cached_extension_candidates(
     """The candidate set of a redescription, cached on the store (a round of SerenadeES
     rebuilds only the changed position's)."""
 
+    key = extension_cache_key(red_json, rules, mode, params)
+
     def build() -> _Candidates:
         red = Redescription.model_validate_json(red_json)
         return _extension_candidates(store, red, rules=rules, mode=mode, params=params)
 
-    return store.derived.get_or_build(
-        ("serenade.extension_candidates", red_json, rules, mode, params),
-        build,
-        nbytes=_Candidates.nbytes,
+    def cached() -> _Candidates:
+        return store.derived.get_or_build(key, build, nbytes=_Candidates.nbytes)
+
+    ticket = active_ticket(store)
+    if ticket is None:
+        return cached()
+    value = ticket.value(key, cached)
+    assert isinstance(value, _Candidates)
+    return value
+
+
+def extension_cache_key(
+    red_json: str, rules: ExtensionRules, mode: ThresholdMode, params: QualityParams
+) -> tuple[str, str, ExtensionRules, ThresholdMode, QualityParams]:
+    """The cache key of a redescription's candidate set: public values only (the store it is
+    cached on stands for the dataset version)."""
+    return ("serenade.extension_candidates", red_json, rules, mode, params)
+
+
+def extension_key_text(
+    red_json: str, rules: ExtensionRules, mode: ThresholdMode, params: QualityParams
+) -> str:
+    """A canonical text of :func:`extension_cache_key` (sorted JSON of its public parts)."""
+    return canonical_text(
+        {
+            "redescription": red_json,
+            "operators": sorted(rules.operators),
+            "negations": rules.negations,
+            "max_literals": rules.max_literals,
+            "single_side_or": rules.single_side_or,
+            "columns": None if rules.columns is None else sorted(rules.columns),
+            "mode": mode,
+            "params": repr(params),
+        }
     )
+
+
+def _maker_literals(metadata: DatasetMetadata, rules: ExtensionRules, mode: ThresholdMode) -> int:
+    """Public bound on the explicit candidates one (side, operator) maker adds: every discrete
+    literal of every attribute (negated too when allowed) and, in grid mode, every grid
+    interval of every numeric attribute (both polarities when allowed); the attributes of both
+    views are counted, an upper bound for either side."""
+    polarities = 2 if rules.negations else 1
+    literals = 0
+    for attribute in metadata.attributes:
+        if isinstance(attribute, NumericAttribute):
+            if mode == "grid":
+                literals += polarities * len(grid_intervals(grid_points(attribute)))
+            continue
+        categories = getattr(attribute, "categories", None)
+        literals += polarities * (len(categories) if categories else 1)
+    return literals
+
+
+def extension_public_candidates(
+    metadata: DatasetMetadata, rules: ExtensionRules, mode: ThresholdMode
+) -> int:
+    """Public bound on the explicit candidates of one redescription's set (§2.2): itself, and
+    per (side, operator) maker :func:`_maker_literals`. Continuous families (c ≤ 8) are
+    sampled by rejection and priced by their proposals, at c > 8 by their enumerated cells."""
+    return 1 + 2 * len(rules.operators) * _maker_literals(metadata, rules, mode)
+
+
+def extension_public_size(
+    metadata: DatasetMetadata, rules: ExtensionRules, mode: ThresholdMode
+) -> int:
+    """Public size estimate (bytes) of one candidate set (:meth:`_Candidates.nbytes` measures
+    the real one, which the model never reads): per (side, operator) maker up to four row
+    bitsets of ``n_max`` bits, and 64 bytes per candidate (its mass, its Q, its share of the
+    outcome list). Public: metadata and options only."""
+    bitset = 8 * (metadata.n_max // 64 + 1)
+    makers = 2 * len(rules.operators)
+    return 4096 + makers * 4 * bitset + 64 * extension_public_candidates(metadata, rules, mode)
 
 
 def _add_discrete_extensions(

@@ -624,6 +624,11 @@ class DatasetService:
         version = session.scalar(select(Dataset.version).where(Dataset.id == dataset_id))
         return None if version is None else int(version)
 
+    def resident_store(self, dataset_id: str, version: int) -> ColumnStore | None:
+        """The loaded store of this version in this process, or None; loads nothing and leaves
+        the cache's order as it is (residency is public, see :meth:`is_resident`)."""
+        return self._cache.peek(dataset_id, version)
+
     def is_resident(self, dataset_id: str, version: int) -> bool:
         """Whether a request on this version finds it loaded (it then pays no load time)."""
         return self._cache.holds(dataset_id, version)

@@ -10,7 +10,9 @@ deadline computed from public values only, and every release time lies on a coar
   dataset's public metadata (``n_max``, the number of items or literals, K, ℓ, the collection
   size …), times the configured ``scale``, plus a ``base``; with ``DPMINE_TIMING_CALIBRATION``
   the estimate of a measured operation is first scaled by its public factor
-  (:meth:`TimingPolicy.calibrated_work`, services/calibration_file.py);
+  (:meth:`TimingPolicy.calibrated_work`, services/calibration_file.py); a synchronous
+  ``serenade.extend_one`` prices the positions whose candidate sets a public cache model holds
+  at their draw only (:meth:`TimingPolicy.extend_budget`, services/extension_model.py);
 * ``deadline = arrival + grid · ⌈budget / grid⌉``, with ``arrival`` the moment the request reached
   the route (synchronous calls) or the job was submitted (jobs);
 * the release is returned (or a job shown done or failed) at the deadline. A kernel still
@@ -56,6 +58,7 @@ from dpmine_server.operations.redescriptions import (
     batch_shared_proposals,
     extend_enumeration,
     extend_proposals,
+    extension_candidate_count,
     pairs_enumeration,
     pairs_grid_products,
     pairs_proposals,
@@ -162,19 +165,55 @@ def _pairs_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
     return _pairs_draw_work(request, metadata) + proposals * _proposal_seconds(metadata)
 
 
-def _extend_draw_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
-    """``serenade.extend_one`` without its rejection proposals (:func:`_extend_work`)."""
+#: Seconds per candidate of a cached (warm) candidate set in an extension draw: its share of
+#: the exponential mechanism over the union (c·Q plus its base mass, the log-sum and the
+#: choice, a few vectorised passes), plus a fixed cost per set (its blocks and families).
+_WARM_CANDIDATE_SECONDS = 2e-7
+_WARM_SET_SECONDS = 5e-4
+#: Positions a call with held candidate sets is priced for building, at least. The per-position
+#: term (5e-8 s per row and literal) is priced for a whole collection, where positions average
+#: out (an ES call over 20 cold positions: 0.11–0.16 s measured on mammals against 0.86 s); one
+#: position alone was measured up to 38 ms on mammals under load against its 43 ms, so a call
+#: that builds one is priced for three (about three times the worst single build).
+MIN_BUILT_POSITIONS = 3
+
+
+def _warm_position_work(body: ExtendOneRequest, metadata: DatasetMetadata) -> float:
+    """Public bound on one position of ``serenade.extend_one`` whose candidate set the public
+    cache model holds (services/extension_model.py): no rows are read, only the draw over its
+    public number of candidates (:func:`~dpmine_server.operations.redescriptions.
+    extension_candidate_count`)."""
+    candidates = extension_candidate_count(body, metadata)
+    return _WARM_SET_SECONDS + _WARM_CANDIDATE_SECONDS * candidates
+
+
+def _extend_draw_work(
+    request: Mapping[str, Any], metadata: DatasetMetadata, warm: int = 0
+) -> float:
+    """``serenade.extend_one`` without its rejection proposals (:func:`_extend_work`), with
+    ``warm`` of its positions' candidate sets held by the public cache model (priced by
+    :func:`_warm_position_work`; the others are built from the rows)."""
     # As _pairs_work: every declared literal (an upper bound under options.columns).
     collection = request.get("collection") or [None]
     body = ExtendOneRequest.model_validate(request)
     cells = extend_enumeration(body, metadata)
-    return 5e-8 * metadata.n_max * _literals(metadata) * len(collection) + _CELL_PAIR * cells
+    built = 5e-8 * metadata.n_max * _literals(metadata)  # one position built from the rows
+    positions = len(collection)
+    cold = max(positions - warm, 0)
+    if cold == positions:
+        return built * positions + _CELL_PAIR * cells
+    # A held set's draw is part of what building it costs, so never priced above that; and a
+    # call with held sets is priced for building at least MIN_BUILT_POSITIONS of them.
+    held = min(_warm_position_work(body, metadata), built)
+    floor = max(cold, MIN_BUILT_POSITIONS)
+    priced = built * positions if floor >= positions else built * floor + held * (positions - cold)
+    return priced + _CELL_PAIR * cells
 
 
-def _extend_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
+def _extend_work(request: Mapping[str, Any], metadata: DatasetMetadata, warm: int = 0) -> float:
     body = ExtendOneRequest.model_validate(request)
     proposals = extend_proposals(body, metadata)
-    return _extend_draw_work(request, metadata) + proposals * _proposal_seconds(metadata)
+    return _extend_draw_work(request, metadata, warm) + proposals * _proposal_seconds(metadata)
 
 
 #: The work of the operations whose rejection proposals a batch may price jointly, without
@@ -545,6 +584,21 @@ class TimingPolicy:
             operations = {bodies[position][0] for position in shared.parts}
             total += self.scale * max(self.calibrated_work(op, proposals) for op in operations)
         return total
+
+    def extend_budget(
+        self, request: BaseModel | Mapping[str, Any], metadata: DatasetMetadata, warm: int
+    ) -> float:
+        """Seconds granted to a ``serenade.extend_one`` call of which ``warm`` positions'
+        candidate sets the public cache model holds (services/extension_model.py): as
+        :meth:`budget`, the warm positions priced by their draw only. ``warm`` is a function
+        of public events (that module's proof), so this is a public value; ``warm = 0`` is
+        :meth:`budget`."""
+        if not self.enabled:
+            return 0.0
+        body = request.model_dump(mode="json") if isinstance(request, BaseModel) else request
+        operation = "serenade.extend_one"
+        work = max(float(_extend_work(body, metadata, warm)), 0.0)
+        return self.base + self.scale * self.calibrated_work(operation, work)
 
     def calibrated_work(self, operation: str, work: float) -> float:
         """Seconds (at scale 1) for hand-set ``work`` of ``operation``: ``work`` itself

@@ -1,0 +1,65 @@
+"""Pricing a synchronous ``serenade.extend_one`` call against the public cache model of its
+store (services/extension_model.py; issue #23): the glue between the route, the model and
+the padding budget (services/timing.py)."""
+
+from __future__ import annotations
+
+import logging
+
+from dpmine.wire import ExtendOneRequest
+from dpmine_server.operations.redescriptions import extension_priced_keys
+from dpmine_server.services.container import Services
+from dpmine_server.services.extension_model import ExtensionCacheModel, Ticket
+from dpmine_server.services.timing import TimingPolicy
+
+__all__ = ["MODEL_NAME", "price_extension"]
+
+logger = logging.getLogger(__name__)
+
+#: The name of the model on its store (:meth:`ColumnStore.attachment`).
+MODEL_NAME = "serenade.extension_model"
+
+
+def price_extension(
+    services: Services,
+    policy: TimingPolicy,
+    *,
+    dataset_id: str,
+    request: ExtendOneRequest,
+    arrival: float,
+) -> tuple[float, Ticket] | None:
+    """The padding budget of a ``serenade.extend_one`` call that arrived at ``arrival``
+    (monotonic), priced with the positions the model of its resident store holds at
+    ``arrival`` warm, and the ticket registered with its deadline; None when there is no
+    resident store (the caller then prices it cold, :func:`arrival_budgets`), padding is
+    off, or the request cannot be priced (it is refused before its charge anyway).
+
+    Public values only: the request, the public metadata, whether the version is resident
+    (public, :meth:`DatasetService.is_resident`) and the model's public state."""
+    if not policy.fails_closed:
+        return None
+    datasets = services.datasets
+    try:
+        with services.sessions() as session:
+            version = datasets.current_version(session, dataset_id)
+            if version is None:
+                return None
+            metadata = datasets.public_metadata(session, dataset_id)
+        store = datasets.resident_store(dataset_id, version)
+        if store is None:
+            return None
+        keys = extension_priced_keys(request, metadata)
+    except Exception:  # refused before the charge by the executor, which says why
+        logger.debug("extension call not priced against the cache model", exc_info=True)
+        return None
+    model = store.attachment(MODEL_NAME, ExtensionCacheModel)
+    budgets: list[float] = []
+
+    def deadline_of(warm: frozenset[str]) -> float:
+        warm_positions = sum(1 for key in keys if key.text in warm)
+        budget = policy.extend_budget(request, metadata, warm_positions)
+        budgets.append(budget)
+        return arrival + policy.deadline_offset(budget)
+
+    ticket = model.price(store, keys, arrival, deadline_of)
+    return budgets[-1], ticket

@@ -1,0 +1,287 @@
+"""The public cache model of Serenade's extension candidate sets (services/extension_model.py;
+issue #23): which positions of a ``serenade.extend_one`` call are priced warm is a function of
+public events only.
+
+The same public sequence of ES-like rounds (arrivals, collections) is replayed against two
+neighbouring tables of different sizes (320 and 321 rows: one more row crosses a 64-bit word,
+so every row bitset, and so every candidate set's real bytes, grows), with the real kernel run
+on each round and the guard's decision (shown iff the kernel finished by the deadline) taken on
+a clock that the kernel's row count moves. The honest model gives the same budgets on both
+tables, exactly, including rounds where it evicts by count and by public size. Two broken
+variants, built here as subclasses, must give different budgets: one that bounds the cache by
+the values' actual bytes, one that inserts an entry when its kernel finished.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dpmine.wire import (
+    BooleanAttribute,
+    CategoricalAttribute,
+    CsvSource,
+    DatasetMetadata,
+    ExtendOneRequest,
+    Redescription,
+)
+from dpmine_server.data.columns import ColumnStore
+from dpmine_server.data.loaders import load_store
+from dpmine_server.operations.redescriptions import OPERATIONS, extension_priced_keys
+from dpmine_server.services.extension_model import (
+    ExtensionCacheModel,
+    PricedKey,
+    ShownEvent,
+    Ticket,
+    present_keys,
+    running,
+)
+from dpmine_server.services.timing import TimingPolicy
+
+METADATA = DatasetMetadata(
+    kind="views",
+    n_max=100_000,  # a public bound far above the rows: building a set is priced dear
+    attributes=[
+        BooleanAttribute(name="a", view="left"),
+        BooleanAttribute(name="b", view="left"),
+        CategoricalAttribute(name="c", view="left", categories=["p", "q", "r"]),
+        BooleanAttribute(name="e", view="right"),
+        BooleanAttribute(name="f", view="right"),
+        CategoricalAttribute(name="d", view="right", categories=["u", "v"]),
+    ],
+)
+POLICY = TimingPolicy(enabled=True, grid=0.05, base=0.1, scale=1.0, fail_closed=True)
+EXTEND = next(spec for spec in OPERATIONS if spec.name == "serenade.extend_one")
+#: The kernel's stand-in duration: seconds per row (the real one grows with the rows too).
+KERNEL_SECONDS_PER_ROW = 1e-4
+
+
+def _store(folder: Path, rows: int) -> ColumnStore:
+    lines = ["a,b,c,e,f,d"]
+    for row in range(rows):
+        lines.append(
+            f"{row % 2},{int(row % 3 == 0)},{'pqr'[row % 3]},{int(row % 5 < 2)},"
+            f"{int(row % 7 < 3)},{'uv'[(row // 7) % 2]}"
+        )
+    path = folder / f"table-{rows}.csv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    store, _report = load_store(METADATA, CsvSource(path=path.name), base_dir=folder)
+    return store
+
+
+@pytest.fixture(scope="module")
+def neighbours(tmp_path_factory: pytest.TempPathFactory) -> tuple[ColumnStore, ColumnStore]:
+    folder = tmp_path_factory.mktemp("extension-model")
+    return _store(folder, 320), _store(folder, 321)
+
+
+def _red(left: str, right: str) -> Redescription:
+    def literal(name: str) -> dict[str, Any]:
+        if name in "cd":
+            return {"kind": "cat", "attribute": name, "category": "p" if name == "c" else "u"}
+        return {"kind": "bool", "attribute": name}
+
+    return Redescription.model_validate({"left": literal(left), "right": literal(right)})
+
+
+BASE = [_red(left, right) for left, right in ("ae", "bf", "cd", "ad", "be", "cf")]
+#: (seconds after the previous arrival, position changed, its new redescription): ES rounds
+#: that each change one position; some wait past the previous deadline, some do not.
+ROUNDS: list[tuple[float, int | None, Redescription | None]] = [
+    (0.0, None, None),
+    (1.0, None, None),  # everything warm
+    (1.0, 0, _red("b", "d")),  # one position cold
+    (0.02, 1, _red("a", "f")),  # arrives before the previous deadline: that key not yet in
+    (1.0, 2, _red("c", "e")),
+    (1.0, 0, _red("a", "e")),  # back to a key seen before (possibly evicted)
+    (1.0, None, None),
+]
+
+
+@dataclass
+class Clock:
+    now: float = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _request(collection: Sequence[Redescription]) -> ExtendOneRequest:
+    return ExtendOneRequest.model_validate(
+        {
+            "mode": "es",
+            "collection": [red.model_dump(mode="json") for red in collection],
+            "epsilon": 0.5,
+            "quality": {"x0": 30.0},
+        }
+    )
+
+
+Round = tuple[float, int | None, Redescription | None]
+
+
+def _pricer(
+    request: ExtendOneRequest, arrival: float, priced: list[float]
+) -> Callable[[frozenset[str]], float]:
+    """The deadline of a round from its warm keys, recording its budget in ``priced``."""
+
+    def deadline_of(warm: frozenset[str]) -> float:
+        budget = POLICY.extend_budget(request, METADATA, len(warm))
+        priced.append(budget)
+        return arrival + POLICY.deadline_offset(budget)
+
+    return deadline_of
+
+
+def replay(
+    model: ExtensionCacheModel,
+    store: ColumnStore,
+    clock: Clock,
+    rounds: Sequence[Round] = tuple(ROUNDS),
+) -> tuple[list[float], list[Ticket]]:
+    """The budgets of :data:`ROUNDS` on ``store``: each round priced against the model, its
+    real kernel run with the ticket active, settled shown iff the stand-in kernel time
+    (rows × :data:`KERNEL_SECONDS_PER_ROW`) ends by its deadline."""
+    collection = list(BASE)
+    arrival = clock.now
+    budgets: list[float] = []
+    tickets: list[Ticket] = []
+    for gap, position, red in rounds:
+        arrival += gap
+        if position is not None and red is not None:
+            collection[position] = red
+        request = _request(collection)
+        keys = extension_priced_keys(request, METADATA)
+        priced: list[float] = []
+        clock.now = arrival
+        ticket = model.price(store, keys, arrival, _pricer(request, arrival, priced))
+        with running(ticket):
+            EXTEND.run(
+                store, request, EXTEND.cost(request), np.random.default_rng(1), lambda *_: None
+            )
+            finished = arrival + store.n_rows * KERNEL_SECONDS_PER_ROW
+            clock.now = finished
+            ticket.settle(finished <= ticket.deadline)  # the guard: claim, or the deadline
+        budgets.append(priced[-1])
+        tickets.append(ticket)
+    return budgets, tickets
+
+
+class NbytesModel(ExtensionCacheModel):
+    """Broken: bounds the cache by the values' actual bytes (they grow with the rows)."""
+
+    def entry_size(self, priced: PricedKey, value: Any) -> int:
+        del priced
+        return int(value.nbytes())
+
+
+class CompletionModel(ExtensionCacheModel):
+    """Broken: an entry enters when its kernel finished, not at the public deadline."""
+
+    def event_time(self, ticket: Ticket) -> float:
+        assert ticket.settled_at is not None
+        return ticket.settled_at
+
+
+def _budgets(
+    factory: type[ExtensionCacheModel],
+    pair: tuple[ColumnStore, ColumnStore],
+    rounds: Sequence[Round] = tuple(ROUNDS),
+    bounds: dict[str, int] | None = None,
+) -> tuple[list[float], list[float]]:
+    out = []
+    for store in pair:
+        clock = Clock()
+        out.append(replay(factory(clock=clock, **(bounds or {})), store, clock, rounds)[0])
+    return out[0], out[1]
+
+
+def _one_entry_bytes(store: ColumnStore) -> list[int]:
+    """Actual bytes of the candidate sets of :data:`BASE` on ``store``."""
+    clock = Clock()
+    _budgets_, tickets = replay(ExtensionCacheModel(clock=clock), store, clock)
+    del _budgets_
+    first = tickets[1]  # round 2: every position pinned
+    return [int(first.pinned[k.key].nbytes()) for k in first.keys]
+
+
+@pytest.mark.parametrize(
+    "bounds",
+    [{}, {"max_entries": 4}, {"max_entries": 2}, {"max_bytes": 40_000}],
+    ids=["roomy", "four-entries", "two-entries", "public-bytes"],
+)
+def test_budgets_are_the_same_on_neighbours_of_different_sizes(
+    neighbours: tuple[ColumnStore, ColumnStore], bounds: dict[str, int]
+) -> None:
+    small, large = _budgets(ExtensionCacheModel, neighbours, bounds=bounds)
+    assert small == large
+    roomy = _budgets(ExtensionCacheModel, neighbours)[0]
+    # The model is in use (warm rounds priced below the first, cold one), and the bounds
+    # evict (fewer warm positions than without them).
+    assert roomy[1] < roomy[0]
+    assert roomy[2] < roomy[0]
+    if bounds:
+        assert sum(small) > sum(roomy)
+
+
+def test_warm_positions_are_served_from_the_pins(
+    neighbours: tuple[ColumnStore, ColumnStore],
+) -> None:
+    clock = Clock()
+    _budgets_, tickets = replay(ExtensionCacheModel(clock=clock), neighbours[0], clock)
+    del _budgets_
+    assert tickets[0].warm == frozenset()
+    assert len(tickets[1].warm) == len(BASE)
+    assert tickets[1].pinned
+    assert all(t.shown for t in tickets)
+    # Round 3 changed position 0 (cold there); round 4 arrived before round 3's deadline, so
+    # that key is not in the model yet: cold again, though round 3 built it.
+    assert tickets[2].keys[0].text not in tickets[2].warm
+    assert tickets[3].keys[0].text == tickets[2].keys[0].text
+    assert tickets[3].keys[0].text not in tickets[3].warm
+    assert tickets[4].keys[0].text in tickets[4].warm
+
+
+def test_a_model_bounded_by_actual_bytes_is_flagged(
+    neighbours: tuple[ColumnStore, ColumnStore],
+) -> None:
+    sizes = _one_entry_bytes(neighbours[0])
+    assert _one_entry_bytes(neighbours[1]) != sizes  # the real bytes follow the rows
+    # Room for every set of BASE on the small table only.
+    small, large = _budgets(NbytesModel, neighbours, bounds={"max_bytes": sum(sizes)})
+    assert small != large
+
+
+def test_a_model_filled_at_kernel_completion_is_flagged(
+    neighbours: tuple[ColumnStore, ColumnStore],
+) -> None:
+    # A round that arrives between the two tables' kernel completions (32.0 / 32.1 ms).
+    rounds: list[Round] = [(0.0, None, None), (0.03205, None, None)]
+    small, large = _budgets(CompletionModel, neighbours, rounds)
+    honest = _budgets(ExtensionCacheModel, neighbours, rounds)
+    assert small != large
+    assert honest[0] == honest[1]
+
+
+def test_present_keys_is_an_lru_over_public_deadlines() -> None:
+    def key(text: str, size: int = 10) -> PricedKey:
+        key_value: Hashable = ("k", text)
+        return PricedKey(key=key_value, text=text, size=size)
+
+    events = [
+        ShownEvent(1.0, (key("a"), key("b"))),
+        ShownEvent(2.0, (key("c"),)),
+        ShownEvent(3.0, (key("a"),)),  # refreshes a
+        ShownEvent(9.0, (key("d"),)),  # not yet at t = 5
+    ]
+    assert present_keys(events, 0.5, max_entries=10, max_bytes=100) == frozenset()
+    assert present_keys(events, 5.0, max_entries=2, max_bytes=100) == {"a", "c"}
+    assert present_keys(events, 5.0, max_entries=10, max_bytes=25) == {"a", "c"}
+    assert present_keys(events, 9.0, max_entries=3, max_bytes=100) == {"d", "a", "c"}
+    # The newest key always fits, whatever its size.
+    assert present_keys([ShownEvent(1.0, (key("z", 10**9),))], 1.0, max_entries=1, max_bytes=0)
