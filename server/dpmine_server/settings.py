@@ -196,6 +196,14 @@ class Settings(BaseSettings):
         "machine: budgets become base + scale × max(margin × factor × work, margin × floor) "
         "per measured operation (services/calibration_file.py). Unset: the hand-set estimates.",
     )
+    timing_warm_extensions: bool = Field(
+        default=False,
+        description="Price a synchronous serenade.extend_one with the candidate sets that the "
+        "public cache model holds at its arrival as drawn only (services/extension_model.py). "
+        "Measured for one analyst's sequential SerenadeES rounds; several such calls at once "
+        "can overrun the tight warm budget (the concurrent timing audit does), so it is off "
+        "unless the owner turns it on.",
+    )
     timing_overrun: Literal["fail", "release"] = Field(
         default="fail",
         description="A kernel still running at its padded deadline: 'fail' answers at the "

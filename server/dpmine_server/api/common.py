@@ -224,7 +224,8 @@ async def _padded_operation(
         )
     )
     ticket: Ticket | None = None
-    if guard is not None and cold == 0.0 and isinstance(request, ExtendOneRequest):
+    warm = services.settings.timing_warm_extensions
+    if warm and guard is not None and cold == 0.0 and isinstance(request, ExtendOneRequest):
         # Priced against the public cache model of its store (services/extension_model.py).
         priced = await anyio.to_thread.run_sync(
             functools.partial(
