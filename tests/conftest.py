@@ -54,6 +54,7 @@ SERIAL_MODULES = frozenset(
         "privacy/test_audit_timing.py",
         "privacy/test_audit_timing_batches.py",
         "privacy/test_audit_timing_bounded.py",
+        "privacy/test_audit_timing_extensions.py",
     }
 )
 

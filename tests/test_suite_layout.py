@@ -13,3 +13,14 @@ TESTS_DIR = Path(__file__).resolve().parent
 def test_every_serial_module_exists() -> None:
     missing = sorted(name for name in SERIAL_MODULES if not (TESTS_DIR / name).is_file())
     assert not missing, f"SERIAL_MODULES names modules that do not exist: {missing}"
+
+
+def test_every_timing_audit_runs_alone() -> None:
+    """A padded-time audit measures wall time: beside the parallel phase's other workers it
+    would flake, so every ``privacy/test_audit_timing*.py`` module is in SERIAL_MODULES."""
+    timing = {
+        path.relative_to(TESTS_DIR).as_posix()
+        for path in (TESTS_DIR / "privacy").glob("test_audit_timing*.py")
+    }
+    assert timing, "no timing audit found: the glob is stale"
+    assert sorted(timing - SERIAL_MODULES) == []
