@@ -20,6 +20,7 @@ from dpmine.errors import ParameterError
 from dpmine.miners import TopKItemsets
 from dpmine.miners._rho import EM_RHO, GENERIC_RHO, PURE, RHO_MARGIN, ZCDP
 from dpmine.wire import CreateDatasetRequest, CsvSource, DatasetInfo, DatasetMetadata, LabelSpec
+from support.accounts import rho_spent
 from support.datasets import register_table, table_metadata, unique_id, write_table_csv
 from support.servers import Account, LiveServer
 
@@ -114,13 +115,6 @@ def zcdp_table(owner: dpmine.Connection, analyst: Account, tmp_path: Path) -> dp
     return analyst.connection.dataset(info.id)
 
 
-def _rho_spent(handle: dpmine.DatasetHandle) -> Decimal:
-    status = handle.budget()
-    assert status.zcdp is not None
-    assert status.zcdp.rho_spent is not None
-    return Decimal(repr(status.zcdp.rho_spent))
-
-
 @pytest.mark.parametrize(
     "make",
     [
@@ -135,7 +129,7 @@ def test_a_run_spends_its_planned_rho_on_the_ledger(
     assert callable(make)
     miner = make()
     plan = miner.plan(zcdp_table)
-    assert _rho_spent(zcdp_table) == 0
+    assert rho_spent(zcdp_table) == 0
     assert plan.estimate.total_rho_exact is not None
     planned = Decimal(plan.estimate.total_rho_exact)
     assert Decimal(repr(RHO * (1 - CLOSE))) <= planned <= Decimal(repr(RHO))
@@ -148,7 +142,7 @@ def test_a_run_spends_its_planned_rho_on_the_ledger(
     miner.mine(zcdp_table)
     charged = sum(Decimal(r.zcdp.rho_exact) for r in miner.receipts_ if r.zcdp is not None)
     assert len(miner.receipts_) == len(plan.calls)
-    assert _rho_spent(zcdp_table) == charged == planned
+    assert rho_spent(zcdp_table) == charged == planned
     assert miner.budget_spent_ == float(charged)
 
 
@@ -158,7 +152,7 @@ def test_a_budget_in_the_other_unit_or_the_old_quantile_is_refused(
     for miner in (TopKItemsets(k=3), DPBayesianRuleList()):
         with pytest.raises(ParameterError, match="zCDP rho: give the run's budget as rho="):
             miner.mine(zcdp_table)
-    assert _rho_spent(zcdp_table) == 0
+    assert rho_spent(zcdp_table) == 0
     info = register_table(owner, tmp_path)
     owner.admin.grant(info.id, analyst.name, 1.0)
     pure = analyst.connection.dataset(info.id)

@@ -26,6 +26,7 @@ from dpmine.miners import SerenadeCS, SerenadeES
 from dpmine.miners._rho import ZCDP, implied_epsilon, spent_of_planned
 from dpmine.miners.greedy import DrawPrices, auto_cs, auto_es, zcdp_epsilon
 from dpmine.wire import CreateDatasetRequest, CsvSource, DatasetInfo, Receipt, ZcdpAmounts
+from support.accounts import rho_spent
 from support.datasets import register_table, table_metadata, unique_id, write_table_csv
 from support.servers import Account, LiveServer
 
@@ -63,13 +64,6 @@ def zcdp_table(owner: dpmine.Connection, analyst: Account, tmp_path: Path) -> dp
     return analyst.connection.dataset(info.id)
 
 
-def _rho_spent(handle: dpmine.DatasetHandle) -> Decimal:
-    status = handle.budget()
-    assert status.zcdp is not None
-    assert status.zcdp.rho_spent is not None
-    return Decimal(repr(status.zcdp.rho_spent))
-
-
 def test_the_zcdp_split_costs_exactly_the_budget() -> None:
     split, calls = (0.5, 0.3, 0.2), (4, 3, 4)
     e = zcdp_epsilon(RHO, split, calls)
@@ -103,7 +97,7 @@ def test_auto_plan_and_run_spend_rho_within_the_budget(
 ) -> None:
     miner = miner_class(rho=RHO, x0=20.0, y0_fraction=0)  # no row count: the plan is final
     plan = miner.plan(zcdp_table)
-    assert _rho_spent(zcdp_table) == 0  # planning is free
+    assert rho_spent(zcdp_table) == 0  # planning is free
     assert plan.estimate.accounting == "zcdp"
     assert plan.estimate.total_rho_exact is not None
     planned = Decimal(plan.estimate.total_rho_exact)
@@ -122,7 +116,7 @@ def test_auto_plan_and_run_spend_rho_within_the_budget(
     receipts = miner.receipts_
     charged = sum(Decimal(r.zcdp.rho_exact) for r in receipts if r.zcdp is not None)
     assert all(r.accounting == "zcdp" and r.zcdp is not None for r in receipts)
-    assert _rho_spent(zcdp_table) == charged  # the ledger holds exactly the receipts
+    assert rho_spent(zcdp_table) == charged  # the ledger holds exactly the receipts
     assert miner.budget_spent_ == float(charged)  # in the dataset's unit: ρ, not ε
     assert _spent(receipts) == f"ρ spent = {charged}"  # the CLI's captions, likewise
     message = miner.nothing_passed()
@@ -143,7 +137,7 @@ def test_the_auto_row_count_takes_two_percent_of_rho(zcdp_table: dpmine.DatasetH
     assert Decimal(plan.estimate.total_rho_exact) <= Decimal(repr(RHO))
     assert "noisy row count (same ρ)" in plan.report()
     miner = SerenadeES(rho=RHO).mine(zcdp_table)
-    assert _rho_spent(zcdp_table) <= Decimal(repr(RHO))
+    assert rho_spent(zcdp_table) <= Decimal(repr(RHO))
     assert miner.settings_.accounting == "zcdp"
 
 
@@ -155,7 +149,7 @@ def test_a_budget_in_the_other_unit_is_refused_and_costs_nothing(
             miner.plan(zcdp_table)
         with pytest.raises(ParameterError, match="as rho="):
             miner.mine(zcdp_table)
-    assert _rho_spent(zcdp_table) == 0
+    assert rho_spent(zcdp_table) == 0
     info = register_table(owner, tmp_path)
     owner.admin.grant(info.id, analyst.name, 1.0)
     pure = analyst.connection.dataset(info.id)

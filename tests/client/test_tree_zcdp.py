@@ -20,6 +20,7 @@ from dpmine.miners._rho import GENERIC_RHO, RHO_MARGIN, ZCDP, implied_epsilon
 from dpmine.miners.tree_auto import TreeKind, auto_layered, auto_tree, tree_cost
 from dpmine.miners.trees import TreeSettings, _TreeMinerBase
 from dpmine.wire import DatasetMetadata
+from support.accounts import rho_spent
 from support.datasets import register_mushroom
 from support.servers import Account, LiveServer
 
@@ -132,13 +133,6 @@ def zcdp_mushroom(owner: dpmine.Connection, analyst: Account) -> dpmine.DatasetH
     return analyst.connection.dataset(info.id)
 
 
-def _rho_spent(handle: dpmine.DatasetHandle) -> Decimal:
-    status = handle.budget()
-    assert status.zcdp is not None
-    assert status.zcdp.rho_spent is not None
-    return Decimal(repr(status.zcdp.rho_spent))
-
-
 LIVE = [
     lambda: AltExpM(rho=RHO, rm_iterations=1, depth=2, seed=1),
     lambda: AltMCMC(rho=RHO, preset="auto", rm_iterations=1, depth=2, iterations=1000, seed=2),
@@ -154,7 +148,7 @@ def test_a_run_spends_its_planned_rho_on_the_ledger(
     assert callable(make)
     miner = make()
     plan = miner.plan(zcdp_mushroom)
-    assert _rho_spent(zcdp_mushroom) == 0  # planning is free
+    assert rho_spent(zcdp_mushroom) == 0  # planning is free
     assert plan.estimate.total_rho_exact is not None
     planned = Decimal(plan.estimate.total_rho_exact)
     assert Decimal(repr(RHO * (1 - CLOSE))) <= planned <= Decimal(repr(RHO))
@@ -170,7 +164,7 @@ def test_a_run_spends_its_planned_rho_on_the_ledger(
     miner.mine(zcdp_mushroom)
     charged = sum(Decimal(r.zcdp.rho_exact) for r in miner.receipts_ if r.zcdp is not None)
     assert all(r.accounting == "zcdp" for r in miner.receipts_)
-    assert _rho_spent(zcdp_mushroom) == charged  # the ledger holds exactly the receipts
+    assert rho_spent(zcdp_mushroom) == charged  # the ledger holds exactly the receipts
     assert miner.budget_spent_ == float(charged)
     assert Decimal(repr(RHO * (1 - CLOSE))) <= charged <= Decimal(repr(RHO))
 
@@ -181,7 +175,7 @@ def test_a_budget_in_the_other_unit_is_refused_and_costs_nothing(
     for miner in (AltExpM(), MCMCTreePair(epsilon=0.5), DPLayeredTrees(preset="auto")):
         with pytest.raises(ParameterError, match="zCDP rho: give the run's budget as rho="):
             miner.mine(zcdp_mushroom)
-    assert _rho_spent(zcdp_mushroom) == 0
+    assert rho_spent(zcdp_mushroom) == 0
     info = register_mushroom(owner)
     owner.admin.grant(info.id, analyst.name, 1.0)
     pure = analyst.connection.dataset(info.id)

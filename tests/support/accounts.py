@@ -67,3 +67,11 @@ def mine_entries(
 def exact_total(entries: list[LedgerEntryInfo]) -> Decimal:
     """The exact sum of the entries' ε."""
     return sum((Decimal(entry.epsilon_exact) for entry in entries), Decimal(0))
+
+
+def rho_spent(handle: dpmine.DatasetHandle) -> Decimal:
+    """The ρ the analyst of ``handle`` has spent on its zCDP dataset, as the ledger reports."""
+    status = handle.budget()
+    assert status.zcdp is not None
+    assert status.zcdp.rho_spent is not None
+    return Decimal(repr(status.zcdp.rho_spent))
