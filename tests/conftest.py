@@ -59,9 +59,16 @@ SERIAL_MODULES = frozenset(
 )
 
 
+#: Modules of single tests that take a minute or two (building and installing the wheel, the
+#: benchmarks' smoke runs): collected first, so that the parallel phase does not end on one
+#: worker running them while the other waits.
+LONG_FIRST_MODULES = ("test_packaging.py", "test_benchmarks.py")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test that runs against PostgreSQL with ``postgres``, and the tests of
-    :data:`SERIAL_MODULES` with ``serial``."""
+    :data:`SERIAL_MODULES` with ``serial``; move :data:`LONG_FIRST_MODULES` to the front (a
+    stable sort: every other test keeps its order)."""
     tests_dir = config.rootpath / "tests"
     for item in items:
         if _POSTGRES_FIXTURES & set(getattr(item, "fixturenames", ())):
@@ -69,6 +76,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         module = item.path.relative_to(tests_dir) if item.path.is_relative_to(tests_dir) else None
         if module is not None and module.as_posix() in SERIAL_MODULES:
             item.add_marker(pytest.mark.serial)
+    items.sort(key=lambda item: item.path.name not in LONG_FIRST_MODULES)
 
 
 @pytest.fixture(scope="session")
