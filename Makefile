@@ -20,11 +20,14 @@ demo: $(STAMP)
 ## statistical audit runs at a short size that still flags its broken variant; the long
 ## repetitions (marker `slow`) are left out, see `make audit`. Two phases: the tests not marked
 ## `serial` on $(TEST_WORKERS) pytest-xdist workers, then the `serial` ones (wall-time audits,
-## kills mid-job, the browser) alone on the machine (tests/conftest.py: SERIAL_MODULES).
+## kills mid-job, the browser; tests/conftest.py: SERIAL_MODULES) apart from the CPU-bound
+## tests, a module at a time on each of $(SERIAL_WORKERS) workers: they mostly wait on padded
+## deadlines (load about 1 on 2 cores), and each module keeps its own server.
 TEST_WORKERS ?= 2
+SERIAL_WORKERS ?= 2
 test: $(STAMP) lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m 'not slow and not serial'
-	$(PY) -m pytest -m 'serial and not slow'
+	$(PY) -m pytest -n $(SERIAL_WORKERS) --dist loadfile -m 'serial and not slow'
 
 ## The long runs (marker `slow`): the privacy, timing and channel audits at their full sample
 ## sizes and the heavy property tests; tens of minutes. `make test` plus `make audit` is the

@@ -59,10 +59,15 @@ SERIAL_MODULES = frozenset(
 )
 
 
-#: Modules of single tests that take a minute or two (building and installing the wheel, the
-#: benchmarks' smoke runs): collected first, so that the parallel phase does not end on one
-#: worker running them while the other waits.
-LONG_FIRST_MODULES = ("test_packaging.py", "test_benchmarks.py")
+#: Modules that take a minute or more (building and installing the wheel, the benchmarks'
+#: smoke runs; in the serial phase the channel and timing audits): collected first, so that
+#: neither phase ends on one worker running them while the other waits.
+LONG_FIRST_MODULES = (
+    "test_packaging.py",
+    "test_benchmarks.py",
+    "test_audit_channels.py",
+    "test_audit_timing.py",
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
