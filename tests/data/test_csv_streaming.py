@@ -131,7 +131,7 @@ def test_chunks_give_the_same_columns_and_report(tmp_path: Path, name: str) -> N
 
 def test_bad_cells_name_the_line_and_count_over_every_chunk(tmp_path: Path) -> None:
     rows = [f"{i % 2},red,{i},{i}" for i in range(200)]
-    rows[3] = "maybe,red,3,3"  # line 5
+    rows[3] = " maybe ,red,3,3"  # line 5; shown stripped (its chunk converts per distinct value)
     rows[150] = "perhaps,pink,150,1_000"  # line 152, past many chunks
     rows[190] = "0,pink,190,x"
     path = tmp_path / "t.csv"

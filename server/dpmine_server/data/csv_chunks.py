@@ -226,6 +226,29 @@ def string_column(batch: pa.RecordBatch, index: int) -> pa.StringArray:
     return column
 
 
+@dataclass(frozen=True)
+class DistinctCells:
+    """A chunk's cells as indices into its distinct values (Arrow's ``dictionary_encode``):
+    every cell-wise conversion of a Boolean or categorical column (strip, missing tokens,
+    lowering, category lookup) runs once per distinct value, then ``result[indices]`` gives the
+    cells' results, equal cell by cell to running it on every cell."""
+
+    indices: npt.NDArray[np.int32]
+    values: pa.StringArray
+
+    @classmethod
+    def of(cls, cells: pa.StringArray) -> DistinctCells:
+        """The distinct values of ``cells`` (no null cell: ``strings_can_be_null=False``)."""
+        encoded = pc.dictionary_encode(cells)
+        if not isinstance(encoded, pa.DictionaryArray):
+            raise UseFramePath("a column's cells were not dictionary-encoded")
+        indices = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int32)
+        values = encoded.dictionary
+        if not isinstance(values, pa.StringArray):
+            raise UseFramePath("a column's distinct values were not strings")
+        return cls(indices, values)
+
+
 def stripped(cells: pa.StringArray) -> pa.StringArray:
     """The cells without leading and trailing whitespace, as Python's ``str.strip()`` sees it."""
     return pc.utf8_trim(cells, characters=PY_WHITESPACE)

@@ -23,6 +23,7 @@ import os
 import shutil
 import uuid
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -152,6 +153,24 @@ def _write_private(path: Path, array: AnyArray) -> None:
         os.fsync(handle.fileno())
 
 
+#: Arrays written at once: each file's write, fsync and CRC pass release the GIL, so the disk
+#: and the CRC of several files overlap (10^7 rows × 50 columns: 10.6 s on one thread).
+WRITE_THREADS: Final = 4
+
+
+def _write_array(staging: Path, stem: str, array: AnyArray) -> dict[str, Any]:
+    """Write one array as ``staging/<stem>.npy``; its manifest entry (CRC-32 of the file read
+    back from disk)."""
+    path = staging / f"{stem}.npy"
+    _write_private(path, array)
+    return {
+        "file": path.name,
+        "dtype": np.dtype(array.dtype).str,
+        "shape": list(array.shape),
+        "crc32": _crc32(path),
+    }
+
+
 def write_packed(store: ColumnStore, version_dir: Path) -> bool:
     """Write the store's arrays to ``version_dir/packed`` (owner-only), all or nothing: into a
     hidden folder renamed at the end. False if the folder exists already (another process wrote
@@ -162,17 +181,10 @@ def write_packed(store: ColumnStore, version_dir: Path) -> bool:
     staging = version_dir / f".packed-{uuid.uuid4().hex}"
     staging.mkdir(mode=0o700)
     try:
-        files = []
-        for stem, array in _store_arrays(store).items():
-            path = staging / f"{stem}.npy"
-            _write_private(path, array)
-            files.append(
-                {
-                    "file": path.name,
-                    "dtype": np.dtype(array.dtype).str,
-                    "shape": list(array.shape),
-                    "crc32": _crc32(path),
-                }
+        arrays = _store_arrays(store)
+        with ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="dpmine-pack") as pool:
+            files = list(
+                pool.map(lambda stem: _write_array(staging, stem, arrays[stem]), list(arrays))
             )
         manifest = {
             "format": FORMAT,
@@ -227,16 +239,35 @@ def _read_manifest(folder: Path, metadata: DatasetMetadata) -> _Manifest:
     return _Manifest(n_rows, arrays)
 
 
+def _verify_checksums(folder: Path, manifest: _Manifest) -> None:
+    """Every array the manifest lists against its CRC-32, on :data:`WRITE_THREADS` threads (the
+    CRC passes release the GIL: 10^7 rows × 50 columns took 2.3 s on one thread)."""
+
+    def verify(name: str) -> None:
+        if Path(name).name != name or not name.endswith(".npy"):
+            raise _fix(folder, f"list {name!r} in {MANIFEST_FILE}, not an array file of the folder")
+        try:
+            crc = _crc32(folder / name)
+        except FileNotFoundError:
+            raise _fix(folder, f"have no {name}") from None
+        except OSError as error:
+            raise _fix(folder, f"hold an unreadable {name} ({error})") from None
+        if crc != manifest.arrays[name].get("crc32"):
+            raise _fix(folder, f"hold a corrupt {name} (its CRC-32 differs from the manifest's)")
+
+    with ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="dpmine-crc") as pool:
+        list(pool.map(verify, sorted(manifest.arrays)))
+
+
 def _map(folder: Path, manifest: _Manifest, stem: str) -> AnyArray:
-    """One array, checked against the manifest (CRC-32, dtype, shape) and mapped read-only."""
+    """One array (its CRC-32 verified by :func:`_verify_checksums`), checked against the
+    manifest (dtype, shape) and mapped read-only."""
     name = f"{stem}.npy"
     entry = manifest.arrays.get(name)
     path = folder / name
     if entry is None:
         raise _fix(folder, f"do not list {name} in {MANIFEST_FILE}")
     try:
-        if _crc32(path) != entry.get("crc32"):
-            raise _fix(folder, f"hold a corrupt {name} (its CRC-32 differs from the manifest's)")
         mapped = np.load(path, mmap_mode="r", allow_pickle=False)
     except FileNotFoundError:
         raise _fix(folder, f"have no {name}") from None
@@ -281,6 +312,7 @@ def map_packed(metadata: DatasetMetadata, version_dir: Path) -> ColumnStore | No
     if not folder.is_dir():
         return None
     manifest = _read_manifest(folder, metadata)
+    _verify_checksums(folder, manifest)
     try:
         if metadata.kind == "transactions":
             items = ItemColumns(
