@@ -910,7 +910,7 @@ def datasets_add(
     by hand (no review field) is taken as is. Warns about ranges or category lists that look
     copied from the data."""
     from dpmine.wire import CreateDatasetRequest
-    from dpmine_server.data.propose import accept_reviewed
+    from dpmine_server.data.propose import accept_reviewed, loaded_value_warnings
     from dpmine_server.services import audit
 
     source, files = _source_and_files(
@@ -956,14 +956,14 @@ def datasets_add(
             },
         )
         cap = services.datasets.cap(session, dataset_id)
-    warnings = _copied_warnings(accepted, _local_source(source, files))
+    warnings = loaded_value_warnings(accepted, report.values)
     for warning in warnings:
         typer.echo(f"warning: {warning}", err=True)
     if as_json:
         _print_json(
             {
                 "dataset": info.model_dump(mode="json"),
-                "report": report.__dict__,
+                "report": report.fields(),
                 "warnings": warnings,
             }
         )
@@ -1039,16 +1039,6 @@ def _load_fields(report: LoadReport) -> list[tuple[str, object]]:
     if report.truncated_rows:
         fields.append(("rows cut to max_row_width", "some (counts: --json)"))
     return fields
-
-
-def _copied_warnings(metadata: DatasetMetadata, source: DatasetSource) -> list[str]:
-    """Ranges or category lists that look copied from the (just registered) data."""
-    from dpmine_server.data.propose import copied_value_warnings, source_tables
-
-    try:
-        return copied_value_warnings(metadata, source_tables(source, Path.cwd()))
-    except (ValueError, OSError) as error:
-        return [f"could not check the metadata for values copied from the data: {error}"]
 
 
 @datasets_app.command("list")
@@ -1157,7 +1147,7 @@ def datasets_refresh(
         )
         cap = services.datasets.cap(session, dataset_id)
     if as_json:
-        _print_json({"dataset": info.model_dump(mode="json"), "report": report.__dict__})
+        _print_json({"dataset": info.model_dump(mode="json"), "report": report.fields()})
         return
     _print_fields([("refreshed", info.id), *_dataset_fields(info, cap), *_load_fields(report)])
 

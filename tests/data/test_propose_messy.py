@@ -21,12 +21,17 @@ from dpmine.wire.datasets import (
     ProposalReview,
 )
 from dpmine.wire.queries import NumLiteral
-from dpmine_server.data.loaders import load_store, read_csv_strings
+from dpmine_server.data.loaders import (
+    load_csv_frame,
+    load_csv_streaming,
+    load_store,
+    read_csv_strings,
+)
 from dpmine_server.data.propose import (
     MAX_PUBLIC_CATEGORIES,
     UnreviewedProposal,
     accept_reviewed,
-    copied_value_warnings,
+    loaded_value_warnings,
     propose_metadata,
     public_range,
 )
@@ -266,30 +271,49 @@ def test_accept_reviewed() -> None:
     assert accept_reviewed(reviewed).review is None
 
 
+def _load_warnings(metadata: DatasetMetadata, path: Path) -> list[str]:
+    """The copied-values warnings of a registration: from what the load gathered, on the
+    streaming path and on the whole-frame path (they must agree)."""
+    streamed = load_csv_streaming(metadata, path, "t")[1]
+    framed = load_csv_frame(metadata, path, "t")[1]
+    warnings = loaded_value_warnings(metadata, streamed.values)
+    assert loaded_value_warnings(metadata, framed.values) == warnings
+    return warnings
+
+
 def test_copied_values_are_warned(tmp_path: Path) -> None:
     rng = random.Random(8)
     rows = [[age, f"id{i}"] for i, age in enumerate(_ages(rng))]
+    rows[5][0] = "?"  # a missing value counts neither as an extreme nor as a category cell
+    rows[6][1] = "?"
     path = _write(tmp_path / "t.csv", ["age", "code"], rows)
-    frame = read_csv_strings(path)
+    categories = [f"id{i}" for i in range(N_ROWS) if i != 6]
     copied = DatasetMetadata(
         kind="table",
         n_max=1000,
         attributes=[
             NumericAttribute(name="age", lo=50, hi=101),
-            CategoricalAttribute(name="code", categories=[f"id{i}" for i in range(N_ROWS)]),
+            CategoricalAttribute(name="code", categories=categories),
         ],
     )
-    warnings = copied_value_warnings(copied, [frame])
+    warnings = _load_warnings(copied, path)
     assert len(warnings) == 2
     assert "attribute 'age': hi equals the data's maximum exactly" in warnings[0]  # 50 is round
     assert "attribute 'code': its categories are exactly the distinct values" in warnings[1]
-    assert copied_value_warnings(_propose(path), [frame]) == []
+    proposed = _propose(path).model_copy(update={"review": None})
+    assert _load_warnings(proposed, path) == []
     declared = DatasetMetadata(
         kind="table",
         n_max=1000,
         attributes=[
             NumericAttribute(name="age", lo=0, hi=120),
-            CategoricalAttribute(name="code", categories=[f"id{i}" for i in range(N_ROWS + 1)]),
+            CategoricalAttribute(name="code", categories=[*categories, "unseen"]),
         ],
     )
-    assert copied_value_warnings(declared, [frame]) == []
+    assert _load_warnings(declared, path) == []
+    # The extremes are the data's, before clipping: a range inside the data is not "copied".
+    clipped = DatasetMetadata(
+        kind="table", n_max=1000, attributes=[NumericAttribute(name="age", lo=60.5, hi=99.5)]
+    )
+    assert _load_warnings(clipped, path) == []
+    assert _load_warnings(copied.model_copy(update={"attributes": copied.attributes[:1]}), path)

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -87,6 +87,31 @@ class DataValidationError(ValueError):
 
 
 @dataclass
+class ValueSummary:
+    """What the copied-values check (data/propose.py) reads of a load, gathered while loading
+    so that no one reads the source again: per numeric attribute the smallest and largest finite
+    value before clipping, per categorical attribute the cells of each declared category."""
+
+    extremes: dict[str, tuple[float, float]] = field(default_factory=dict)
+    category_counts: dict[str, list[int]] = field(default_factory=dict)
+
+    def add_numeric(self, name: str, values: npt.NDArray[np.float64]) -> None:
+        """Take in the finite ``values`` (NaN: missing) of one part of a numeric column."""
+        finite = values[np.isfinite(values)]
+        if finite.size == 0:
+            return
+        low, high = float(finite.min()), float(finite.max())
+        if name in self.extremes:
+            low, high = min(low, self.extremes[name][0]), max(high, self.extremes[name][1])
+        self.extremes[name] = (low, high)
+
+    def add_categorical(self, name: str, codes: npt.NDArray[np.int32], categories: int) -> None:
+        """Count the cells of each category in a whole column's ``codes`` (-1: missing)."""
+        counts = np.bincount(codes[codes >= 0], minlength=categories)
+        self.category_counts[name] = [int(count) for count in counts]
+
+
+@dataclass
 class LoadReport:
     """What the owner should know about a load. PRIVATE: owner only (holds the row count)."""
 
@@ -98,6 +123,23 @@ class LoadReport:
     duplicate_items: int = 0
     #: Transaction rows longer than the declared ``max_row_width``, cut to their first items.
     truncated_rows: int = 0
+    #: For the server's copied-values warnings; not part of the owner's report (:meth:`fields`).
+    values: ValueSummary = field(default_factory=ValueSummary, repr=False, compare=False)
+
+    def fields(self) -> dict[str, Any]:
+        """The report as the owner gets it (JSON, CLI, console): every field but ``values``."""
+        return {
+            name: getattr(self, name)
+            for name in (
+                "source",
+                "n_rows",
+                "clipped",
+                "missing",
+                "ignored_columns",
+                "duplicate_items",
+                "truncated_rows",
+            )
+        }
 
 
 class _Problems:
@@ -354,7 +396,10 @@ def _convert(
         why = _not_category(attribute)
         _report_bad(problems, where, locate, raw, bad=bad, why=why)
         report.missing[name] = int((codes < 0).sum())
-        return None if bad.any() else CategoricalColumn(name, tuple(attribute.categories), codes)
+        if bad.any():
+            return None
+        report.values.add_categorical(name, codes, len(attribute.categories))
+        return CategoricalColumn(name, tuple(attribute.categories), codes)
     values = pd.to_numeric(raw.mask(missing), errors="coerce").to_numpy(dtype=np.float64)
     if attribute.text_as_missing:
         missing = missing | ~np.isfinite(values)
@@ -365,6 +410,7 @@ def _convert(
     if bad.any():
         return None
     report.clipped[name] = int(((values < attribute.lo) | (values > attribute.hi)).sum())
+    report.values.add_numeric(name, values)
     return NumericColumn.from_values(name, values, lo=attribute.lo, hi=attribute.hi)
 
 
@@ -467,6 +513,8 @@ class _StreamedColumn:
     n_bad: int = 0
     #: Data-row position (0 = first row after the header) and stripped value of the first bad cell.
     first_bad: tuple[int, str] | None = None
+    #: The copied-values summary of this column (extremes before clipping, category counts).
+    values: ValueSummary = field(default_factory=ValueSummary)
 
     def __post_init__(self) -> None:
         attribute = self.attribute
@@ -479,35 +527,65 @@ class _StreamedColumn:
         )
 
     def add(self, raw: pa.StringArray, offset: int, missing_tokens: list[str]) -> None:
-        """Convert the chunk of cells whose first row is data row ``offset``."""
+        """Convert the chunk of cells whose first row is data row ``offset``. A Boolean or
+        categorical chunk is converted once per distinct value (:class:`csv_chunks.DistinctCells`);
+        a numeric one cell by cell."""
+        attribute = self.attribute
+        if not isinstance(attribute, NumericAttribute):
+            self._add_distinct(csv_chunks.DistinctCells.of(raw), offset, missing_tokens)
+            return
         cells = csv_chunks.stripped(raw)
         missing = csv_chunks.missing_mask(cells, missing_tokens)
+        numeric = csv_chunks.numeric_chunk(
+            cells,
+            missing,
+            text_as_missing=attribute.text_as_missing,
+            integral=self.integers.integral,
+        )
+        part, bad = numeric.values, numeric.bad
+        self.integers |= numeric.flags
+        self.missing += int(numeric.missing.sum())
+        outside = (numeric.values < attribute.lo) | (numeric.values > attribute.hi)
+        self.clipped += int(outside.sum())
+        self.values.add_numeric(attribute.name, numeric.values)
+        self._append(part, bad, offset, lambda first: str(cells[first].as_py()))
+
+    def _add_distinct(
+        self, distinct: csv_chunks.DistinctCells, offset: int, missing_tokens: list[str]
+    ) -> None:
+        """:meth:`add` of a Boolean or categorical chunk, converted per distinct value."""
+        values = csv_chunks.stripped(distinct.values)
+        missing = csv_chunks.missing_mask(values, missing_tokens)
         attribute = self.attribute
-        part: npt.NDArray[np.generic]
+        codes: npt.NDArray[np.int8] | npt.NDArray[np.int32]
         if isinstance(attribute, BooleanAttribute):
-            boolean = csv_chunks.boolean_chunk(cells, missing)
-            part, bad = boolean.codes, boolean.bad
-            self.missing += int(missing.sum())
+            boolean = csv_chunks.boolean_chunk(values, missing)
+            codes, bad = boolean.codes, boolean.bad
+            self.missing += int(missing[distinct.indices].sum())
         elif isinstance(attribute, CategoricalAttribute):
-            categorical = csv_chunks.categorical_chunk(cells, attribute.categories, missing)
-            part, bad = categorical.codes, categorical.bad
-            self.missing += int((categorical.codes < 0).sum())
+            categorical = csv_chunks.categorical_chunk(values, attribute.categories, missing)
+            codes, bad = categorical.codes, categorical.bad
+            self.missing += int((codes[distinct.indices] < 0).sum())
         else:
-            numeric = csv_chunks.numeric_chunk(
-                cells,
-                missing,
-                text_as_missing=attribute.text_as_missing,
-                integral=self.integers.integral,
-            )
-            part, bad = numeric.values, numeric.bad
-            self.integers |= numeric.flags
-            self.missing += int(numeric.missing.sum())
-            outside = (numeric.values < attribute.lo) | (numeric.values > attribute.hi)
-            self.clipped += int(outside.sum())
+            raise TypeError(f"{attribute.name!r} is numeric: convert it cell by cell")
+        indices = distinct.indices
+        self._append(
+            codes[indices], bad[indices], offset, lambda first: str(values[indices[first]].as_py())
+        )
+
+    def _append(
+        self,
+        part: npt.NDArray[np.generic],
+        bad: npt.NDArray[np.bool_],
+        offset: int,
+        stripped_cell: Callable[[int], str],
+    ) -> None:
+        """Append a converted chunk, or count its bad cells (``stripped_cell(i)``: the stripped
+        text of the chunk's cell i, for the owner's message about the first bad cell)."""
         n_bad = int(bad.sum())
         if n_bad and self.first_bad is None:
             first = int(np.flatnonzero(bad)[0])
-            self.first_bad = (offset + first, str(cells[first].as_py()))
+            self.first_bad = (offset + first, stripped_cell(first))
         self.n_bad += n_bad
         if self.n_bad:
             self.cells.release()  # a column with a bad cell is never built
@@ -538,6 +616,7 @@ class _StreamedColumn:
             column = BooleanColumn.from_arrays(attribute.name, codes8 == 1, codes8 >= 0)
         elif isinstance(attribute, CategoricalAttribute):
             codes = cells.astype(np.int32)  # a copy: the column keeps it, not the buffer
+            self.values.add_categorical(attribute.name, codes, len(attribute.categories))
             column = CategoricalColumn(attribute.name, tuple(attribute.categories), codes)
         else:
             values = cells.astype(np.float64, copy=False)
@@ -657,6 +736,8 @@ def _stream_csv(
     for column in columns:
         name = column.attribute.name
         report.missing[name] = column.missing
+        report.values.extremes.update(column.values.extremes)
+        report.values.category_counts.update(column.values.category_counts)
         if isinstance(column.attribute, NumericAttribute):
             report.clipped[name] = column.clipped
     report.n_rows = n_rows

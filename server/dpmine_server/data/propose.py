@@ -43,6 +43,7 @@ from dpmine.wire.datasets import (
     View,
 )
 from dpmine_server.data.loaders import (
+    ValueSummary,
     read_csv_strings,
     read_fimi_lines,
     read_sql_strings,
@@ -63,13 +64,12 @@ __all__ = [
     "ROW_WIDTH_STEP",
     "UnreviewedProposal",
     "accept_reviewed",
-    "copied_value_warnings",
+    "loaded_value_warnings",
     "nice_ceil",
     "nice_step",
     "parse_label",
     "propose_metadata",
     "public_range",
-    "source_tables",
 ]
 
 #: Integer-valued columns with at most this many distinct values are proposed as categorical.
@@ -553,17 +553,8 @@ def _is_round(value: float, low: float, high: float) -> bool:
     return math.isclose(ratio, round(ratio), abs_tol=1e-9)
 
 
-def _numeric_cells(raw: pd.Series, missing: list[str]) -> npt.NDArray[np.float64]:
-    values = pd.to_numeric(raw[~raw.isin(missing)], errors="coerce").to_numpy(dtype=np.float64)
-    finite: npt.NDArray[np.float64] = values[np.isfinite(values)]
-    return finite
-
-
-def _copied_numeric(attribute: NumericAttribute, raw: pd.Series, missing: list[str]) -> list[str]:
-    values = _numeric_cells(raw, missing)
-    if values.size == 0:
-        return []
-    low, high = float(values.min()), float(values.max())
+def _copied_range(attribute: NumericAttribute, low: float, high: float) -> list[str]:
+    """The warning when a range end equals the data's finite extreme (``low``, ``high``)."""
     copied = [
         end
         for end, bound, extreme in (("lo", attribute.lo, low), ("hi", attribute.hi, high))
@@ -579,15 +570,13 @@ def _copied_numeric(attribute: NumericAttribute, raw: pd.Series, missing: list[s
     ]
 
 
-def _copied_categorical(
-    attribute: CategoricalAttribute, raw: pd.Series, missing: list[str]
-) -> list[str]:
-    counts = raw[~raw.isin(missing)].value_counts()
-    seen = counts.reindex(attribute.categories, fill_value=0)
-    if (seen == 0).any():
+def _copied_categories(attribute: CategoricalAttribute, seen: list[int], cells: int) -> list[str]:
+    """The warning when the declared categories (each seen ``seen[i]`` times among ``cells``
+    non-missing cells) look like the data's own distinct values."""
+    if min(seen, default=0) == 0:
         return []  # a category absent from the data was declared on purpose
     if len(attribute.categories) > MAX_PUBLIC_CATEGORIES or _identifier_like(
-        int(counts.sum()), len(attribute.categories)
+        cells, len(attribute.categories)
     ):
         return [
             f"attribute {attribute.name!r}: its categories are exactly the distinct values of "
@@ -597,26 +586,18 @@ def _copied_categorical(
     return []
 
 
-def source_tables(source: DatasetSource, base_dir: Path) -> list[pd.DataFrame]:
-    """The tables of a CSV, CSV-pair or SQL source as string cells (none for a FIMI file)."""
-    if isinstance(source, FimiSource):
-        return []
-    frames, _notes = _frames(source, base_dir)
-    return [frame for frame, _side in frames]
-
-
-def copied_value_warnings(metadata: DatasetMetadata, frames: Sequence[pd.DataFrame]) -> list[str]:
-    """Warnings (owner only) about category lists or ranges that look copied from the data in
-    ``frames`` (the source's tables): a range endpoint equal to the data's extreme that is not
-    a round number, or a long category list that is exactly the data's distinct values."""
+def loaded_value_warnings(metadata: DatasetMetadata, values: ValueSummary) -> list[str]:
+    """Warnings (owner only) about category lists or ranges that look copied from the data: a
+    range end equal to the data's finite extreme that is not a round number, or a long category
+    list that is exactly the data's distinct values. Read from what a successful load gathered
+    (:attr:`LoadReport.values`): the source is not read again (at 10^7 rows that re-reading
+    took minutes and the whole table in memory)."""
     warnings: list[str] = []
     for attribute in metadata.attributes:
-        frame = next((f for f in frames if attribute.name in f.columns), None)
-        if frame is None:
-            continue
-        raw = frame[attribute.name]
-        if isinstance(attribute, NumericAttribute):
-            warnings += _copied_numeric(attribute, raw, metadata.missing_values)
+        if isinstance(attribute, NumericAttribute) and attribute.name in values.extremes:
+            warnings += _copied_range(attribute, *values.extremes[attribute.name])
         elif isinstance(attribute, CategoricalAttribute):
-            warnings += _copied_categorical(attribute, raw, metadata.missing_values)
+            seen = values.category_counts.get(attribute.name)
+            if seen is not None:
+                warnings += _copied_categories(attribute, seen, sum(seen))
     return warnings

@@ -159,10 +159,13 @@ def stored_policy(value: str) -> GuaranteePolicy:
 
 @dataclass(frozen=True, slots=True)
 class StoredFile:
-    """A file handed in for registration: where it is now and the name to keep it under."""
+    """A file handed in for registration: where it is now and the name to keep it under.
+    ``movable``: the server's own temporary copy (an upload), moved into the dataset's folder
+    instead of copied (a 2.3 GB upload's copy took 7 s)."""
 
     path: Path
     name: str
+    movable: bool = False
 
 
 def dataset_info(dataset: Dataset) -> DatasetInfo:
@@ -423,7 +426,10 @@ class DatasetService:
                 raise InvalidRequest(f"file for {field!r} needs a plain file name")
             version_dir.mkdir(parents=True, exist_ok=True)
             target = version_dir / f"{field}-{name}"
-            shutil.copyfile(stored.path, target)
+            if stored.movable:
+                shutil.move(stored.path, target)  # a rename on the same file system
+            else:
+                shutil.copyfile(stored.path, target)
             updates[field] = target.name
         return source.model_copy(update=updates)
 

@@ -63,9 +63,8 @@ from dpmine_server.api.routes import admin
 from dpmine_server.data.propose import (
     UnreviewedProposal,
     accept_reviewed,
-    copied_value_warnings,
+    loaded_value_warnings,
     propose_metadata,
-    source_tables,
 )
 from dpmine_server.db.models import AuditEvent, Dataset, Job, LedgerEntry, Principal
 from dpmine_server.dp.budget import Epsilon
@@ -645,12 +644,7 @@ def register(
         target=body.id,
         details={"guarantee_policy": body.guarantee_policy, "via": "console"},
     )
-    stored = {part: str(file.path) for part, file in files.items()}
-    try:
-        tables = source_tables(body.source.model_copy(update=stored), data_dir)
-        warnings = copied_value_warnings(accepted, tables)
-    except (ValueError, OSError) as error:
-        warnings = [f"could not check the metadata for values copied from the data: {error}"]
+    warnings = loaded_value_warnings(accepted, report.values)
     return _page(
         request,
         "registered.html",

@@ -6,7 +6,6 @@ import csv
 import io
 import json
 import tempfile
-from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -33,16 +32,14 @@ from dpmine.wire import (
     PrincipalInfo,
     WireModel,
 )
-from dpmine.wire.datasets import SqlSource
 from dpmine_server.api.common import ERRORS
 from dpmine_server.api.deps import OwnerDep, ServicesDep, SessionDep, WriteSessionDep
 from dpmine_server.data.propose import (
     UnreviewedProposal,
     accept_reviewed,
-    copied_value_warnings,
+    loaded_value_warnings,
     parse_label,
     propose_metadata,
-    source_tables,
 )
 from dpmine_server.db.models import Principal
 from dpmine_server.errors import InvalidRequest, PayloadTooLarge
@@ -82,14 +79,6 @@ def _reviewed(body: CreateDatasetRequest, *, force: bool) -> CreateDatasetReques
     except UnreviewedProposal as error:
         raise InvalidRequest(str(error)) from error
     return body.model_copy(update={"metadata": metadata})
-
-
-def _copied_warnings(metadata: DatasetMetadata, source: DatasetSource, base_dir: Path) -> list[str]:
-    """Warnings about values copied from the (already registered, hence readable) data."""
-    try:
-        return copied_value_warnings(metadata, source_tables(source, base_dir))
-    except (ValueError, OSError) as error:
-        return [f"could not check the metadata for values copied from the data: {error}"]
 
 
 class LedgerCheck(WireModel):
@@ -160,12 +149,8 @@ def register_dataset(
         target=body.id,
         details={"guarantee_policy": body.guarantee_policy},
     )
-    warnings = (
-        _copied_warnings(body.metadata, body.source, services.settings.data_dir)
-        if isinstance(body.source, SqlSource)
-        else []
-    )
-    return RegisteredDataset(dataset=info, report=asdict(report), warnings=warnings)
+    warnings = loaded_value_warnings(body.metadata, report.values)
+    return RegisteredDataset(dataset=info, report=report.fields(), warnings=warnings)
 
 
 def _parse_json_field(raw: str, adapter: TypeAdapter[Any], field: str) -> Any:
@@ -177,6 +162,14 @@ def _parse_json_field(raw: str, adapter: TypeAdapter[Any], field: str) -> Any:
             for e in error.errors()[:10]
         )
         raise InvalidRequest(f"form field {field!r}: {problems}") from error
+
+
+def _uploads_dir(data_dir: Path) -> Path:
+    """Where registration uploads wait (owner-only, inside the data folder, so that the
+    dataset's folder takes them by a rename)."""
+    folder = data_dir / "uploads"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return folder
 
 
 def _save_uploads(
@@ -198,7 +191,7 @@ def _save_uploads(
                         "(DPMINE_MAX_UPLOAD_BYTES); register large data from an SQL source"
                     )
                 handle.write(chunk)
-        files[field] = StoredFile(path=target, name=upload.filename or field)
+        files[field] = StoredFile(path=target, name=upload.filename or field, movable=True)
     return files
 
 
@@ -221,17 +214,14 @@ def upload_dataset(
     body = _reviewed(
         _parse_json_field(request, TypeAdapter(CreateDatasetRequest), "request"), force=force
     )
-    with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory(dir=_uploads_dir(services.settings.data_dir)) as folder:
         files = _save_uploads(
             {"path": path, "left": left, "right": right},
             Path(folder),
             limit=services.settings.max_upload_bytes,
         )
         info, report = services.datasets.register(session, body, files=files)
-        uploaded = body.source.model_copy(
-            update={field: stored.path.name for field, stored in files.items()}
-        )
-        warnings = _copied_warnings(body.metadata, uploaded, Path(folder))
+    warnings = loaded_value_warnings(body.metadata, report.values)
     audit.record(
         session,
         action="dataset_registered",
@@ -239,7 +229,7 @@ def upload_dataset(
         target=body.id,
         details={"guarantee_policy": body.guarantee_policy},
     )
-    return RegisteredDataset(dataset=info, report=asdict(report), warnings=warnings)
+    return RegisteredDataset(dataset=info, report=report.fields(), warnings=warnings)
 
 
 @router.post("/datasets/propose-metadata", response_model=DatasetMetadata)
@@ -303,7 +293,7 @@ def refresh_dataset(
         target=dataset_id,
         details={"version": info.version},
     )
-    return RegisteredDataset(dataset=info, report=asdict(report))
+    return RegisteredDataset(dataset=info, report=report.fields())
 
 
 @router.get("/datasets/{dataset_id}/cap", response_model=DatasetCap)
