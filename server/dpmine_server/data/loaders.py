@@ -15,6 +15,7 @@ sent to an analyst.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import gzip
 import io
 import os
@@ -129,16 +130,9 @@ class LoadReport:
     def fields(self) -> dict[str, Any]:
         """The report as the owner gets it (JSON, CLI, console): every field but ``values``."""
         return {
-            name: getattr(self, name)
-            for name in (
-                "source",
-                "n_rows",
-                "clipped",
-                "missing",
-                "ignored_columns",
-                "duplicate_items",
-                "truncated_rows",
-            )
+            entry.name: getattr(self, entry.name)
+            for entry in dataclasses.fields(self)
+            if entry.name != "values"
         }
 
 
@@ -557,21 +551,20 @@ class _StreamedColumn:
         values = csv_chunks.stripped(distinct.values)
         missing = csv_chunks.missing_mask(values, missing_tokens)
         attribute = self.attribute
-        codes: npt.NDArray[np.int8] | npt.NDArray[np.int32]
+        indices = distinct.indices
         if isinstance(attribute, BooleanAttribute):
             boolean = csv_chunks.boolean_chunk(values, missing)
-            codes, bad = boolean.codes, boolean.bad
-            self.missing += int(missing[distinct.indices].sum())
+            part: npt.NDArray[np.generic] = boolean.codes[indices]
+            self.missing += int(missing[indices].sum())
+            bad = boolean.bad[indices]
         elif isinstance(attribute, CategoricalAttribute):
             categorical = csv_chunks.categorical_chunk(values, attribute.categories, missing)
-            codes, bad = categorical.codes, categorical.bad
-            self.missing += int((codes[distinct.indices] < 0).sum())
+            part = categorical.codes[indices]
+            self.missing += int((part < 0).sum())
+            bad = categorical.bad[indices]
         else:
             raise TypeError(f"{attribute.name!r} is numeric: convert it cell by cell")
-        indices = distinct.indices
-        self._append(
-            codes[indices], bad[indices], offset, lambda first: str(values[indices[first]].as_py())
-        )
+        self._append(part, bad, offset, lambda first: str(values[indices[first]].as_py()))
 
     def _append(
         self,
