@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dpmine.wire.datasets import (
     BooleanAttribute,
@@ -15,12 +17,14 @@ from dpmine.wire.datasets import (
 from dpmine.wire.queries import And, BoolLiteral, CatLiteral, Expr, Not, NumLiteral, Or
 from dpmine_server.data.bitsets import Bitset
 from dpmine_server.data.columns import (
+    RADIX_MAX_DISTINCT,
     BooleanColumn,
     CategoricalColumn,
     Column,
     ColumnStore,
     ItemColumns,
     NumericColumn,
+    stable_value_order,
 )
 from dpmine_server.data.validation import QueryError
 
@@ -96,6 +100,38 @@ def test_numeric_column_keeps_sorted_order(store: ColumnStore) -> None:
     assert column.range_bitset(None, None) == column.present
     with pytest.raises(ValueError, match="read-only"):
         column.values[0] = 3.0
+
+
+def _reference_order(values: npt.NDArray[np.float64]) -> list[int]:
+    """The rows of the present values in numpy's stable comparison sort (NaN sorts last)."""
+    present = int(np.count_nonzero(~np.isnan(values)))
+    return np.argsort(values, kind="stable")[:present].tolist()
+
+
+_VALUES = st.sampled_from([0.0, -0.0, 1.5, -1.5, 2.0, np.nan, -np.nan, 1e300, -1e-300, 5e-324])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_VALUES, max_size=40))
+def test_stable_value_order_is_the_stable_argsort(cells: list[float]) -> None:
+    """Ranks through a radix sort give numpy's stable order: ties (-0.0 and 0.0 are one value)
+    in row order, every NaN left out, on arrays with no present value or no value at all."""
+    values = np.array(cells, dtype=np.float64)
+    assert stable_value_order(values).tolist() == _reference_order(values)
+
+
+@pytest.mark.parametrize("extra", [0, 1], ids=["radix at the bound", "comparison above it"])
+def test_stable_value_order_on_both_sides_of_the_radix_bound(extra: int) -> None:
+    """RADIX_MAX_DISTINCT distinct values take the rank keys (the largest rank is the bound
+    minus one, next to the missing rows' key); one more takes numpy's comparison sort; both
+    give the stable order, with repeats and NaN."""
+    rng = np.random.default_rng(7)
+    distinct = rng.permutation(RADIX_MAX_DISTINCT + extra).astype(np.float64) - 1000.0
+    values = np.concatenate([distinct, distinct[rng.integers(0, distinct.size, 5000)]])
+    values[rng.integers(0, values.size, 300)] = np.nan
+    values[rng.integers(0, values.size, 300)] = -0.0
+    values = values[rng.permutation(values.size)]
+    assert stable_value_order(values).tolist() == _reference_order(values)
 
 
 def test_compound_expressions(store: ColumnStore) -> None:

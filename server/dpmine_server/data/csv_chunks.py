@@ -229,8 +229,8 @@ def string_column(batch: pa.RecordBatch, index: int) -> pa.StringArray:
 @dataclass(frozen=True)
 class DistinctCells:
     """A chunk's cells as indices into its distinct values (Arrow's ``dictionary_encode``):
-    every cell-wise conversion of a Boolean or categorical column (strip, missing tokens,
-    lowering, category lookup) runs once per distinct value, then ``result[indices]`` gives the
+    every cell-wise conversion of a column (strip, missing tokens, lowering, category lookup,
+    number parsing) runs once per distinct value, then ``result[indices]`` gives the
     cells' results, equal cell by cell to running it on every cell."""
 
     indices: npt.NDArray[np.int32]

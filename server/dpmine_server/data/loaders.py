@@ -521,49 +521,45 @@ class _StreamedColumn:
         )
 
     def add(self, raw: pa.StringArray, offset: int, missing_tokens: list[str]) -> None:
-        """Convert the chunk of cells whose first row is data row ``offset``. A Boolean or
-        categorical chunk is converted once per distinct value (:class:`csv_chunks.DistinctCells`);
-        a numeric one cell by cell."""
-        attribute = self.attribute
-        if not isinstance(attribute, NumericAttribute):
-            self._add_distinct(csv_chunks.DistinctCells.of(raw), offset, missing_tokens)
-            return
-        cells = csv_chunks.stripped(raw)
-        missing = csv_chunks.missing_mask(cells, missing_tokens)
-        numeric = csv_chunks.numeric_chunk(
-            cells,
-            missing,
-            text_as_missing=attribute.text_as_missing,
-            integral=self.integers.integral,
-        )
-        part, bad = numeric.values, numeric.bad
-        self.integers |= numeric.flags
-        self.missing += int(numeric.missing.sum())
-        outside = (numeric.values < attribute.lo) | (numeric.values > attribute.hi)
-        self.clipped += int(outside.sum())
-        self.values.add_numeric(attribute.name, numeric.values)
-        self._append(part, bad, offset, lambda first: str(cells[first].as_py()))
+        """Convert the chunk of cells whose first row is data row ``offset``, once per distinct
+        value of the chunk (:class:`csv_chunks.DistinctCells`)."""
+        self._add_distinct(csv_chunks.DistinctCells.of(raw), offset, missing_tokens)
 
     def _add_distinct(
         self, distinct: csv_chunks.DistinctCells, offset: int, missing_tokens: list[str]
     ) -> None:
-        """:meth:`add` of a Boolean or categorical chunk, converted per distinct value."""
+        """:meth:`add` on a chunk's distinct values. Every conversion is a function of the cell
+        alone, and the integer flags of a numeric chunk are "every cell" or "some cell", which
+        read the same on the distinct values as on the cells (each distinct value is some cell's):
+        ``result[indices]`` is the cell-by-cell conversion, and the counts weigh each distinct
+        value by its cells."""
         values = csv_chunks.stripped(distinct.values)
         missing = csv_chunks.missing_mask(values, missing_tokens)
         attribute = self.attribute
         indices = distinct.indices
+        cells_of = np.bincount(indices, minlength=len(values))
+        part: npt.NDArray[np.generic]
         if isinstance(attribute, BooleanAttribute):
             boolean = csv_chunks.boolean_chunk(values, missing)
-            part: npt.NDArray[np.generic] = boolean.codes[indices]
-            self.missing += int(missing[indices].sum())
-            bad = boolean.bad[indices]
+            part, bad = boolean.codes[indices], boolean.bad[indices]
         elif isinstance(attribute, CategoricalAttribute):
             categorical = csv_chunks.categorical_chunk(values, attribute.categories, missing)
-            part = categorical.codes[indices]
-            self.missing += int((part < 0).sum())
-            bad = categorical.bad[indices]
+            part, bad = categorical.codes[indices], categorical.bad[indices]
+            missing = categorical.codes < 0
         else:
-            raise TypeError(f"{attribute.name!r} is numeric: convert it cell by cell")
+            numeric = csv_chunks.numeric_chunk(
+                values,
+                missing,
+                text_as_missing=attribute.text_as_missing,
+                integral=self.integers.integral,
+            )
+            self.integers |= numeric.flags
+            missing = numeric.missing
+            outside = (numeric.values < attribute.lo) | (numeric.values > attribute.hi)
+            self.clipped += int(cells_of[outside].sum())
+            self.values.add_numeric(attribute.name, numeric.values)
+            part, bad = numeric.values[indices], numeric.bad[indices]
+        self.missing += int(cells_of[missing].sum())
         self._append(part, bad, offset, lambda first: str(values[indices[first]].as_py()))
 
     def _append(
