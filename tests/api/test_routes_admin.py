@@ -39,6 +39,7 @@ from dpmine.wire import (
     PrincipalInfo,
     SqlSource,
 )
+from dpmine_server.api import uploads
 from dpmine_server.app import create_app
 from dpmine_server.db.models import LedgerEntry
 from dpmine_server.dp.budget import Epsilon
@@ -240,6 +241,91 @@ class TestUpload:
             r["age"] != "NA" and int(r["age"]) > 90 for r in toy_rows
         )
         assert report["ignored_columns"] == []
+
+    def test_a_form_cut_short_registers_nothing(
+        self,
+        *,
+        client: TestClient,
+        owner_headers: dict[str, str],
+        toy_csv: Path,
+        toy_metadata: DatasetMetadata,
+        api_settings: Settings,
+    ) -> None:
+        """A body that ends inside the file part, at a line end (no closing boundary), is
+        refused: the rows read so far are never taken for the table, and no file is left."""
+        data = toy_csv.read_bytes()
+        cut = data.rindex(b"\n", 0, len(data) // 2) + 1
+        boundary = "dpmine-cut-short"
+        head = (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="request"\r\n\r\n'
+            f"{json.dumps(toy_request(toy_metadata))}\r\n--{boundary}\r\n"
+            f'Content-Disposition: form-data; name="path"; filename="{toy_csv.name}"\r\n\r\n'
+        )
+        response = client.post(
+            "/v1/admin/datasets/upload",
+            content=head.encode() + data[:cut],
+            headers={**owner_headers, "content-type": f"multipart/form-data; boundary={boundary}"},
+        )
+        assert "closing boundary" in expect_error(response, 422, "InvalidRequest")
+        assert client.get("/v1/datasets/fresh", headers=owner_headers).status_code == 404
+        assert list((api_settings.data_dir / "uploads").iterdir()) == []
+
+    @pytest.mark.parametrize(
+        ("fields", "files", "message"),
+        [
+            ({"request": "{}", "comment": "x"}, {"path": b"a\n"}, "unknown form field 'comment'"),
+            ({"request": ["{}", "{}"]}, {"path": b"a\n"}, "'request' is sent twice"),
+            ({"request": "{}", "path": "toy.csv"}, {"left": b"a\n"}, "must be a file upload"),
+            ({"request": "{}", "path": "toy.csv"}, {}, "must be a file upload"),
+            ({}, {"request": b"{}", "path": b"a\n"}, "'request' must be text"),
+            ({}, {"path": b"a\n"}, "'request' is missing"),
+        ],
+        ids=["unknown", "twice", "text for a file", "urlencoded", "file for text", "missing"],
+    )
+    def test_the_form_names_what_to_fix(
+        self,
+        *,
+        client: TestClient,
+        owner_headers: dict[str, str],
+        api_settings: Settings,
+        fields: dict[str, Any],
+        files: dict[str, bytes],
+        message: str,
+    ) -> None:
+        """Every form fault is a 422 naming the field, before any data is read; no file stays."""
+        response = client.post(
+            "/v1/admin/datasets/upload",
+            data=fields,
+            files={name: (f"{name}.csv", content) for name, content in files.items()} or None,
+            headers=owner_headers,
+        )
+        assert message in expect_error(response, 422, "InvalidRequest")
+        assert list((api_settings.data_dir / "uploads").iterdir()) == []
+
+    def test_files_written_in_blocks_are_the_files_sent(
+        self,
+        *,
+        client: TestClient,
+        owner_headers: dict[str, str],
+        toy_csv: Path,
+        toy_metadata: DatasetMetadata,
+        toy_rows: list[dict[str, str]],
+        api_settings: Settings,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """With 7-byte write blocks, a file arrives in many writes: the dataset keeps exactly
+        the bytes sent, under the name sent, and the upload folder is left empty."""
+        monkeypatch.setattr(uploads, "WRITE_BLOCK_BYTES", 7)
+        response = upload(client, owner_headers, toy_request(toy_metadata), {"path": toy_csv})
+        assert response.status_code == 201, response.text
+        assert response.json()["report"]["n_rows"] == len(toy_rows)
+        kept = [
+            path
+            for path in api_settings.data_dir.rglob(f"path-{toy_csv.name}")
+            if "uploads" not in path.parts
+        ]
+        assert [path.read_bytes() for path in kept] == [toy_csv.read_bytes()]
+        assert list((api_settings.data_dir / "uploads").iterdir()) == []
 
     def test_undeclared_category_names_the_column(
         self,

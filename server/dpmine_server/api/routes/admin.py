@@ -5,14 +5,17 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal, cast, get_args
 
-from fastapi import APIRouter, File, Form, Query, UploadFile, status
+from fastapi import APIRouter, Query, Request, status
 from fastapi.responses import PlainTextResponse
 from pydantic import Field, TypeAdapter, ValidationError
 from sqlalchemy import select
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from dpmine.wire import (
     AuditEventInfo,
@@ -34,6 +37,7 @@ from dpmine.wire import (
 )
 from dpmine_server.api.common import ERRORS
 from dpmine_server.api.deps import OwnerDep, ServicesDep, SessionDep, WriteSessionDep
+from dpmine_server.api.uploads import UploadForm, form_schema, receive_upload_form
 from dpmine_server.data.propose import (
     UnreviewedProposal,
     accept_reviewed,
@@ -42,9 +46,9 @@ from dpmine_server.data.propose import (
     propose_metadata,
 )
 from dpmine_server.db.models import Principal
-from dpmine_server.errors import InvalidRequest, PayloadTooLarge
+from dpmine_server.errors import InvalidRequest
 from dpmine_server.services import audit
-from dpmine_server.services.datasets import StoredFile
+from dpmine_server.services.container import Services
 from dpmine_server.services.exports import ledger_entries
 from dpmine_server.services.principals import (
     create_principal,
@@ -172,55 +176,40 @@ def _uploads_dir(data_dir: Path) -> Path:
     return folder
 
 
-def _save_uploads(
-    uploads: dict[str, UploadFile | None], folder: Path, *, limit: int
-) -> dict[str, StoredFile]:
-    """Copy uploads to ``folder`` in chunks, refusing once they exceed ``limit`` bytes in all."""
-    files: dict[str, StoredFile] = {}
-    total = 0
-    for field, upload in uploads.items():
-        if upload is None:
-            continue
-        target = folder / field
-        with target.open("wb") as handle:
-            while chunk := upload.file.read(1 << 20):
-                total += len(chunk)
-                if total > limit:
-                    raise PayloadTooLarge(
-                        f"the upload exceeds the server's limit of {limit} bytes "
-                        "(DPMINE_MAX_UPLOAD_BYTES); register large data from an SQL source"
-                    )
-                handle.write(chunk)
-        files[field] = StoredFile(path=target, name=upload.filename or field, movable=True)
-    return files
+#: The file fields of the upload forms: the source's path fields.
+_FILE_FIELDS: Final = {
+    "path": "CSV or FIMI file",
+    "left": "left-view CSV",
+    "right": "right-view CSV",
+}
+_UPLOAD_TEXT: Final = {"request": "CreateDatasetRequest as JSON"}
+_PROPOSE_TEXT: Final = {
+    "source": "DatasetSource as JSON (paths are the field names)",
+    "kind": "table, views or transactions",
+    "label": "label column and positive value: 'class=p'",
+    "views": "JSON object column → 'left'/'right'",
+}
 
 
-@router.post(
-    "/datasets/upload", response_model=RegisteredDataset, status_code=status.HTTP_201_CREATED
-)
-def upload_dataset(
-    owner: OwnerDep,
-    services: ServicesDep,
-    session: WriteSessionDep,
-    request: Annotated[str, Form(description="CreateDatasetRequest as JSON")],
-    path: Annotated[UploadFile | None, File(description="CSV or FIMI file")] = None,
-    left: Annotated[UploadFile | None, File(description="left-view CSV")] = None,
-    right: Annotated[UploadFile | None, File(description="right-view CSV")] = None,
-    force: ForceQuery = False,
+def _text_field(form: UploadForm, name: str) -> str:
+    """A required text field of the form."""
+    value = form.fields.get(name)
+    if value is None:
+        raise InvalidRequest(f"form field {name!r} is missing: send it as a text part")
+    return value
+
+
+def _register_upload(
+    form: UploadForm, owner: Principal, services: Services, session: Session, *, force: bool
 ) -> RegisteredDataset:
-    """Register a dataset from uploaded files (field names match the source's path fields).
-    A proposal from propose-metadata is refused until its ``review.reviewed`` is true (or
-    ``force``)."""
+    """The registration of a received upload form (on a worker thread: it loads the data)."""
     body = _reviewed(
-        _parse_json_field(request, TypeAdapter(CreateDatasetRequest), "request"), force=force
+        _parse_json_field(
+            _text_field(form, "request"), TypeAdapter(CreateDatasetRequest), "request"
+        ),
+        force=force,
     )
-    with tempfile.TemporaryDirectory(dir=_uploads_dir(services.settings.data_dir)) as folder:
-        files = _save_uploads(
-            {"path": path, "left": left, "right": right},
-            Path(folder),
-            limit=services.settings.max_upload_bytes,
-        )
-        info, report = services.datasets.register(session, body, files=files)
+    info, report = services.datasets.register(session, body, files=form.files)
     warnings = loaded_value_warnings(body.metadata, report.values)
     audit.record(
         session,
@@ -232,48 +221,101 @@ def upload_dataset(
     return RegisteredDataset(dataset=info, report=report.fields(), warnings=warnings)
 
 
-@router.post("/datasets/propose-metadata", response_model=DatasetMetadata)
-def propose(
-    _owner: OwnerDep,
+@router.post(
+    "/datasets/upload",
+    response_model=RegisteredDataset,
+    status_code=status.HTTP_201_CREATED,
+    openapi_extra=form_schema(
+        "Body_upload_dataset", _UPLOAD_TEXT, _FILE_FIELDS, required=["request"]
+    ),
+)
+async def upload_dataset(
+    request: Request,
+    owner: OwnerDep,
     services: ServicesDep,
-    source: Annotated[str, Form(description="DatasetSource as JSON (paths are the field names)")],
-    kind: Annotated[DatasetKind, Form()],
-    label: Annotated[
-        str | None, Form(description="label column and positive value: 'class=p'")
-    ] = None,
-    views: Annotated[str | None, Form(description="JSON object column → 'left'/'right'")] = None,
-    path: Annotated[UploadFile | None, File()] = None,
-    left: Annotated[UploadFile | None, File()] = None,
-    right: Annotated[UploadFile | None, File()] = None,
-) -> DatasetMetadata:
-    """Suggest public metadata from the data, for the owner to review and confirm.
+    session: WriteSessionDep,
+    force: ForceQuery = False,
+) -> RegisteredDataset:
+    """Register a dataset from uploaded files (a multipart form: ``request``, the
+    CreateDatasetRequest as JSON, and one file part per path field of its source: ``path``, or
+    ``left`` and ``right``). A proposal from propose-metadata is refused until its
+    ``review.reviewed`` is true (or ``force``). Each file is written once, as it arrives, into
+    the data folder's ``uploads/``, and moved into the dataset's folder."""
+    folder = Path(tempfile.mkdtemp(dir=_uploads_dir(services.settings.data_dir)))
+    try:
+        form = await receive_upload_form(
+            request,
+            folder,
+            text_fields=_UPLOAD_TEXT,
+            file_fields=_FILE_FIELDS,
+            limit=services.settings.max_upload_bytes,
+        )
+        return await run_in_threadpool(
+            _register_upload, form, owner, services, session, force=force
+        )
+    finally:
+        await run_in_threadpool(shutil.rmtree, folder, ignore_errors=True)
 
-    Identifier-like and high-cardinality columns are left out and ranges rounded outward; the
-    reasons are in ``review.notes``. Registration refuses the proposal until the owner sets
-    ``review.reviewed`` to true (or forces it)."""
-    parsed_source = _parse_json_field(source, TypeAdapter(DatasetSource), "source")
+
+def _propose_upload(form: UploadForm, folder: Path) -> DatasetMetadata:
+    """The metadata proposal of a received form (on a worker thread: it reads the data)."""
+    parsed_source = _parse_json_field(
+        _text_field(form, "source"), TypeAdapter(DatasetSource), "source"
+    )
+    kind_text, kinds = _text_field(form, "kind"), get_args(DatasetKind)
+    if kind_text not in kinds:
+        raise InvalidRequest(f"form field 'kind' is {kind_text!r}; use one of {list(kinds)}")
+    kind = cast(DatasetKind, kind_text)
+    views = form.fields.get("views")
     view_map = (
         _parse_json_field(views, TypeAdapter(dict[str, Literal["left", "right"]]), "views")
         if views
         else None
     )
-    with tempfile.TemporaryDirectory() as folder:
-        files = _save_uploads(
-            {"path": path, "left": left, "right": right},
-            Path(folder),
+    label = form.fields.get("label")
+    updates = {field: stored.path.name for field, stored in form.files.items()}
+    try:
+        return propose_metadata(
+            parsed_source.model_copy(update=updates),
+            kind=kind,
+            base_dir=folder,
+            label=parse_label(label) if label else None,
+            views=view_map,
+        )
+    except ValueError as error:
+        raise InvalidRequest(str(error)) from error
+
+
+@router.post(
+    "/datasets/propose-metadata",
+    response_model=DatasetMetadata,
+    openapi_extra=form_schema(
+        "Body_propose",
+        _PROPOSE_TEXT,
+        _FILE_FIELDS,
+        required=["source", "kind"],
+        enums={"kind": list(get_args(DatasetKind))},
+    ),
+)
+async def propose(request: Request, _owner: OwnerDep, services: ServicesDep) -> DatasetMetadata:
+    """Suggest public metadata from the data, for the owner to review and confirm (a multipart
+    form: ``source``, ``kind``, optional ``label`` and ``views``, and the file parts).
+
+    Identifier-like and high-cardinality columns are left out and ranges rounded outward; the
+    reasons are in ``review.notes``. Registration refuses the proposal until the owner sets
+    ``review.reviewed`` to true (or forces it)."""
+    folder = Path(tempfile.mkdtemp(dir=_uploads_dir(services.settings.data_dir)))
+    try:
+        form = await receive_upload_form(
+            request,
+            folder,
+            text_fields=_PROPOSE_TEXT,
+            file_fields=_FILE_FIELDS,
             limit=services.settings.max_upload_bytes,
         )
-        updates = {field: stored.path.name for field, stored in files.items()}
-        try:
-            return propose_metadata(
-                parsed_source.model_copy(update=updates),
-                kind=kind,
-                base_dir=Path(folder),
-                label=parse_label(label) if label else None,
-                views=view_map,
-            )
-        except ValueError as error:
-            raise InvalidRequest(str(error)) from error
+        return await run_in_threadpool(_propose_upload, form, folder)
+    finally:
+        await run_in_threadpool(shutil.rmtree, folder, ignore_errors=True)
 
 
 @router.post("/datasets/{dataset_id}/refresh", response_model=RegisteredDataset)
