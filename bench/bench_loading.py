@@ -2,7 +2,8 @@
 loading").
 
 The script writes a CSV of R rows × 50 columns (20 Boolean, 15 categorical, 15 numeric; about
-3 % missing cells as ``?`` or empty, a few ``NA``; numbers with 0–4 decimals) and loads it with
+3 % missing cells as ``?`` or empty, a few ``NA``; each numeric column repeats 5,000 numbers
+with 0–4 decimals, or with ``--continuous`` nearly every number is distinct) and loads it with
 ``dpmine_server.data.loaders``:
 
 * ``frame-python``: the whole-frame path as it ran before the streaming path
@@ -30,7 +31,7 @@ Usage::
 
     PYTHONPATH=client:server .venv/bin/python bench/bench_loading.py [--rows 1000000,10000000]
         [--paths frame-python,frame-arrow,streaming] [--frame-max-rows 1000000]
-        [--work-dir /tmp] [--out bench/out]
+        [--continuous] [--work-dir /tmp] [--out bench/out]
 
 ``--smoke``: 2,000 rows, every path (seconds). ``--frame-max-rows`` (default 10^6) skips the
 whole-frame paths above that many rows: at 10^7 rows they need more than 14 GiB. Writes
@@ -110,9 +111,22 @@ def _column(vocabulary: list[str], n_rows: int, rng: np.random.Generator) -> pa.
     return cells.take(index)
 
 
-def write_csv(path: Path, n_rows: int, seed: int, *, quoted: bool = False) -> None:
+def _continuous_column(n_rows: int, rng: np.random.Generator) -> pa.StringArray:
+    """``n_rows`` fresh numbers of 6 significant digits (almost all distinct), about
+    MISSING_RATE of them ``?``."""
+    cells = np.char.mod("%.6g", rng.normal(0, 60, n_rows)).astype(object)
+    cells[rng.random(n_rows) < MISSING_RATE] = "?"
+    return pa.array(cells.tolist(), pa.string())
+
+
+def write_csv(
+    path: Path, n_rows: int, seed: int, *, quoted: bool = False, continuous: bool = False
+) -> None:
     """The benchmark table, written block by block with Arrow's CSV writer; ``quoted``: every
-    cell in quotes (as the SQL snapshots are written)."""
+    cell in quotes (as the SQL snapshots are written); ``continuous``: the numeric cells are
+    fresh numbers (the worst case of per-distinct-value conversion and of the rank sort),
+    where by default each numeric column repeats 5,000 decimals (measurements at a fixed
+    precision)."""
     rng = np.random.default_rng(seed)
     numbers = [
         [f"{rng.normal(0, 60):.{rng.integers(0, 5)}f}" for _ in range(5000)]
@@ -132,7 +146,10 @@ def write_csv(path: Path, n_rows: int, seed: int, *, quoted: bool = False) -> No
                 _column([f"cat{j}" for j in range(3 + i % 8)], size, rng)
                 for i in range(N_CATEGORICAL)
             ]
-            columns += [_column(numbers[i], size, rng) for i in range(N_NUMERIC)]
+            columns += [
+                _continuous_column(size, rng) if continuous else _column(numbers[i], size, rng)
+                for i in range(N_NUMERIC)
+            ]
             writer.write_table(pa.table(columns, names=names))
 
 
@@ -301,6 +318,11 @@ def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--quoted", action="store_true", help="every cell in quotes (as SQL snapshots are)"
     )
+    parser.add_argument(
+        "--continuous",
+        action="store_true",
+        help="numeric cells almost all distinct (default: 5,000 values a column)",
+    )
     parser.add_argument("--work-dir", type=Path, default=None, help="where the CSV is written")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "out")
     parser.add_argument("--child", choices=PATHS[:-1], help=argparse.SUPPRESS)
@@ -328,7 +350,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         for n_rows in row_counts:
             csv_path = Path(work) / f"table-{n_rows}.csv"
             started = time.perf_counter()
-            write_csv(csv_path, n_rows, arguments.seed, quoted=arguments.quoted)
+            write_csv(
+                csv_path,
+                n_rows,
+                arguments.seed,
+                quoted=arguments.quoted,
+                continuous=arguments.continuous,
+            )
             size = csv_path.stat().st_size
             print(
                 f"{n_rows:,} rows: {size / 2**20:,.0f} MiB of CSV written in "
@@ -359,6 +387,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     output = {
         "machine": info,
         "quoted": arguments.quoted,
+        "continuous": arguments.continuous,
         "results": results,
         "columns_agree": agree,
     }
