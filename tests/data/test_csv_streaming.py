@@ -7,6 +7,7 @@ boundaries fall inside the data. Columns must be bitwise equal, reports and erro
 from __future__ import annotations
 
 import gzip
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,7 @@ from dpmine_server.data.loaders import (
     load_csv_streaming,
     load_store,
     read_csv_strings,
+    read_csv_strings_streamed,
     sniff_delimiter,
 )
 
@@ -247,6 +249,55 @@ def test_the_reader_splits_cells_as_pandas_does(
             read_csv_strings(path)
         return
     assert streamed == read_csv_strings(path).to_numpy(dtype=object).tolist()
+
+
+def _same_string_frames(path: Path) -> None:
+    """The streamed string frame is pandas' frame, or both refuse the file with one message."""
+
+    def read(reader: Callable[[Path], pd.DataFrame]) -> pd.DataFrame | str:
+        try:
+            return reader(path)
+        except DataValidationError as error:
+            return str(error)
+
+    expected, streamed = read(read_csv_strings), read(read_csv_strings_streamed)
+    if isinstance(expected, str) or isinstance(streamed, str):
+        assert streamed == expected
+    else:
+        pd.testing.assert_frame_equal(streamed, expected)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    rows=st.lists(st.lists(FIELD, min_size=3, max_size=3).map(",".join), max_size=5),
+    ends=st.sampled_from(["\n", "\r\n", "\r", "\n\n"]),
+)
+def test_the_streamed_string_frame_is_pandas_frame(
+    tmp_path_factory: pytest.TempPathFactory, rows: list[str], ends: str
+) -> None:
+    """What the metadata proposal reads (Arrow strings) equals the whole-frame reading, cell
+    by cell and in dtype, on the reader's fuzzed cells; files Arrow refuses go to pandas."""
+    path = tmp_path_factory.mktemp("frames") / "f.csv"
+    path.write_text("h1,h2,h3" + ends + ends.join(rows) + ends, encoding="utf-8")
+    _same_string_frames(path)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        _table(300, seed=2),  # quotes, quoted line ends, odd numbers, an ignored column
+        "flag,colour,size,weight\n1,red,3\n0,blue,1,2\n",  # short row: pandas pads it
+        'flag,colour,size,weight\n1,red,3,4\n0,bl"ue,1,2\n',  # stray quote
+        "only\n1\n \n2\n",  # one column: pandas skips the blank line
+        "a,a\n1,2\n",  # a repeated name
+        "a,b\n",  # no rows
+    ],
+    ids=["table", "short row", "stray quote", "one column", "repeated name", "no rows"],
+)
+def test_the_streamed_string_frame_on_whole_files(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(text, encoding="utf-8")
+    _same_string_frames(path)
 
 
 @pytest.mark.parametrize(

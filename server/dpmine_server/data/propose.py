@@ -44,7 +44,7 @@ from dpmine.wire.datasets import (
 )
 from dpmine_server.data.loaders import (
     ValueSummary,
-    read_csv_strings,
+    read_csv_strings_streamed,
     read_fimi_lines,
     read_sql_strings,
     resolve_path,
@@ -344,12 +344,12 @@ def _frames(
         for side, path in (("left", source.left), ("right", source.right)):
             resolved = resolve_path(path, base_dir)
             notes += _delimiter_notes(resolved, f"the {side} file")
-            sides.append((read_csv_strings(resolved), side))
+            sides.append((read_csv_strings_streamed(resolved), side))
         return sides, notes
     if isinstance(source, CsvSource):
         resolved = resolve_path(source.path, base_dir)
         notes += _delimiter_notes(resolved, "the file")
-        return [(read_csv_strings(resolved), None)], notes
+        return [(read_csv_strings_streamed(resolved), None)], notes
     if isinstance(source, FimiSource):
         raise ValueError("a FIMI file holds transactions, not attribute columns")
     return [(read_sql_strings(source), None)], notes
