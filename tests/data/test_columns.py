@@ -105,7 +105,7 @@ def test_numeric_column_keeps_sorted_order(store: ColumnStore) -> None:
 def _reference_order(values: npt.NDArray[np.float64]) -> list[int]:
     """The rows of the present values in numpy's stable comparison sort (NaN sorts last)."""
     present = int(np.count_nonzero(~np.isnan(values)))
-    return np.argsort(values, kind="stable")[:present].tolist()
+    return [int(row) for row in np.argsort(values, kind="stable")[:present]]
 
 
 _VALUES = st.sampled_from([0.0, -0.0, 1.5, -1.5, 2.0, np.nan, -np.nan, 1e300, -1e-300, 5e-324])

@@ -7,6 +7,8 @@ import io
 import json
 import shutil
 import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, cast, get_args
 
@@ -191,6 +193,28 @@ _PROPOSE_TEXT: Final = {
 }
 
 
+@asynccontextmanager
+async def _received(
+    request: Request, services: Services, text_fields: dict[str, str]
+) -> AsyncIterator[tuple[UploadForm, Path]]:
+    """The request's upload form and the fresh folder of ``uploads/`` holding its files; the
+    folder goes afterwards (registration has moved its files out of it by then)."""
+    folder = Path(tempfile.mkdtemp(dir=_uploads_dir(services.settings.data_dir)))
+    try:
+        yield (
+            await receive_upload_form(
+                request,
+                folder,
+                text_fields=text_fields,
+                file_fields=_FILE_FIELDS,
+                limit=services.settings.max_upload_bytes,
+            ),
+            folder,
+        )
+    finally:
+        await run_in_threadpool(shutil.rmtree, folder, ignore_errors=True)
+
+
 def _text_field(form: UploadForm, name: str) -> str:
     """A required text field of the form."""
     value = form.fields.get(name)
@@ -241,20 +265,10 @@ async def upload_dataset(
     ``left`` and ``right``). A proposal from propose-metadata is refused until its
     ``review.reviewed`` is true (or ``force``). Each file is written once, as it arrives, into
     the data folder's ``uploads/``, and moved into the dataset's folder."""
-    folder = Path(tempfile.mkdtemp(dir=_uploads_dir(services.settings.data_dir)))
-    try:
-        form = await receive_upload_form(
-            request,
-            folder,
-            text_fields=_UPLOAD_TEXT,
-            file_fields=_FILE_FIELDS,
-            limit=services.settings.max_upload_bytes,
-        )
+    async with _received(request, services, _UPLOAD_TEXT) as (form, _folder):
         return await run_in_threadpool(
             _register_upload, form, owner, services, session, force=force
         )
-    finally:
-        await run_in_threadpool(shutil.rmtree, folder, ignore_errors=True)
 
 
 def _propose_upload(form: UploadForm, folder: Path) -> DatasetMetadata:
@@ -304,18 +318,8 @@ async def propose(request: Request, _owner: OwnerDep, services: ServicesDep) -> 
     Identifier-like and high-cardinality columns are left out and ranges rounded outward; the
     reasons are in ``review.notes``. Registration refuses the proposal until the owner sets
     ``review.reviewed`` to true (or forces it)."""
-    folder = Path(tempfile.mkdtemp(dir=_uploads_dir(services.settings.data_dir)))
-    try:
-        form = await receive_upload_form(
-            request,
-            folder,
-            text_fields=_PROPOSE_TEXT,
-            file_fields=_FILE_FIELDS,
-            limit=services.settings.max_upload_bytes,
-        )
+    async with _received(request, services, _PROPOSE_TEXT) as (form, folder):
         return await run_in_threadpool(_propose_upload, form, folder)
-    finally:
-        await run_in_threadpool(shutil.rmtree, folder, ignore_errors=True)
 
 
 @router.post("/datasets/{dataset_id}/refresh", response_model=RegisteredDataset)
