@@ -25,7 +25,7 @@ from dpmine.wire.datasets import (
     DatasetMetadata,
     NumericAttribute,
 )
-from dpmine_server.data import csv_chunks
+from dpmine_server.data import csv_chunks, loaders
 from dpmine_server.data.columns import (
     BooleanColumn,
     CategoricalColumn,
@@ -33,8 +33,10 @@ from dpmine_server.data.columns import (
     NumericColumn,
 )
 from dpmine_server.data.loaders import (
+    CellCounts,
     DataValidationError,
     LoadReport,
+    csv_cell_counts,
     load_csv_frame,
     load_csv_streaming,
     load_store,
@@ -251,6 +253,30 @@ def test_the_reader_splits_cells_as_pandas_does(
     assert streamed == read_csv_strings(path).to_numpy(dtype=object).tolist()
 
 
+def _same_cell_counts(path: Path) -> None:
+    """The streamed cell counts (tiny batches, summed every two) are those of pandas' frame,
+    or both refuse the file with one message."""
+
+    def read(reader: Callable[[], CellCounts]) -> CellCounts | str:
+        try:
+            return reader()
+        except DataValidationError as error:
+            return str(error)
+
+    expected = read(lambda: CellCounts.of_frame(read_csv_strings(path)))
+    streamed = read(lambda: csv_cell_counts(path, block_bytes=TINY_BLOCK))
+    if isinstance(expected, str) or isinstance(streamed, str):
+        assert streamed == expected
+        return
+    assert (streamed.names, streamed.n_rows) == (expected.names, expected.n_rows)
+    for name in expected.names:
+        got, want = streamed.counts[name], expected.counts[name]
+        assert dict(zip(got.index, got.tolist(), strict=True)) == dict(
+            zip(want.index, want.tolist(), strict=True)
+        )
+        assert got.index.dtype == want.index.dtype
+
+
 def _same_string_frames(path: Path) -> None:
     """The streamed string frame is pandas' frame, or both refuse the file with one message."""
 
@@ -280,6 +306,7 @@ def test_the_streamed_string_frame_is_pandas_frame(
     path = tmp_path_factory.mktemp("frames") / "f.csv"
     path.write_text("h1,h2,h3" + ends + ends.join(rows) + ends, encoding="utf-8")
     _same_string_frames(path)
+    _same_cell_counts(path)
 
 
 @pytest.mark.parametrize(
@@ -294,10 +321,16 @@ def test_the_streamed_string_frame_is_pandas_frame(
     ],
     ids=["table", "short row", "stray quote", "one column", "repeated name", "no rows"],
 )
-def test_the_streamed_string_frame_on_whole_files(tmp_path: Path, text: str) -> None:
+def test_the_streamed_string_frame_on_whole_files(
+    tmp_path: Path, text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Frames and cell counts (what the metadata proposal reads) equal pandas' on whole files;
+    the counts are summed every two batches, so the sums of sums are checked too."""
+    monkeypatch.setattr(loaders, "_COUNT_PARTS", 2)
     path = tmp_path / "t.csv"
     path.write_text(text, encoding="utf-8")
     _same_string_frames(path)
+    _same_cell_counts(path)
 
 
 @pytest.mark.parametrize(

@@ -61,8 +61,10 @@ from dpmine_server.data.fimi_stream import fill_item_rows, scan_fimi
 __all__ = [
     "MAX_PROBLEMS",
     "SNAPSHOT_FILE",
+    "CellCounts",
     "DataValidationError",
     "LoadReport",
+    "csv_cell_counts",
     "load_csv_frame",
     "load_csv_streaming",
     "load_store",
@@ -304,6 +306,83 @@ def _arrow_strings(path: Path) -> pd.DataFrame:
             for name, column in zip(names, parts, strict=True)
         }
     )
+
+
+@dataclass(frozen=True)
+class CellCounts:
+    """What a metadata proposal reads of a table: its column names, its row count and each
+    column's value counts (stripped cells, missing-value tokens included; order unspecified).
+    PRIVATE: owner only."""
+
+    names: list[str]
+    n_rows: int
+    counts: dict[str, pd.Series]
+
+    @classmethod
+    def of_frame(cls, frame: pd.DataFrame) -> CellCounts:
+        """The counts of a frame of string cells (:func:`read_csv_strings`, an SQL source)."""
+        names = [str(name) for name in frame.columns]
+        return cls(
+            names,
+            len(frame),
+            {name: frame[name].value_counts(sort=False) for name in names},
+        )
+
+
+def csv_cell_counts(path: Path, *, block_bytes: int = csv_chunks.DEFAULT_BLOCK_BYTES) -> CellCounts:
+    """:class:`CellCounts` of a CSV as :func:`read_csv_strings` reads it. Where Arrow's
+    streaming reader reads the file as pandas does, each batch is counted and dropped, so that
+    memory holds each column's distinct cells, not its cells; other files go to pandas."""
+    try:
+        return _streamed_cell_counts(path, block_bytes)
+    except csv_chunks.UseFramePath:
+        return CellCounts.of_frame(read_csv_strings(path))
+
+
+#: Per-batch value counts of a column kept before they are summed into one.
+_COUNT_PARTS: Final = 64
+
+
+def _summed(parts: list[pa.StructArray]) -> pa.StructArray:
+    """Value counts (``values``, ``counts``) of several parts, summed by value."""
+    table = pa.Table.from_struct_array(pa.concat_arrays(parts))
+    summed = table.group_by("values").aggregate([("counts", "sum")])
+    return pa.StructArray.from_arrays(
+        [summed["values"].combine_chunks(), summed["counts_sum"].combine_chunks()],
+        names=["values", "counts"],
+    )
+
+
+def _streamed_cell_counts(path: Path, block_bytes: int) -> CellCounts:
+    names: list[str] | None = None
+    n_rows = 0
+    parts: list[list[pa.StructArray]] = []
+    delimiter = sniff_delimiter(path)
+    for batch in csv_chunks.read_string_batches(path, delimiter, block_bytes=block_bytes):
+        data = batch
+        if names is None:
+            names = _header(batch, path)
+            parts = [[] for _ in names]
+            data = batch.slice(1)
+        n_rows += data.num_rows
+        for index, column in enumerate(parts):
+            cells = csv_chunks.stripped(csv_chunks.string_column(data, index))
+            column.append(pc.value_counts(cells))
+            if len(column) >= _COUNT_PARTS:
+                column[:] = [_summed(column)]
+    if names is None:
+        raise csv_chunks.UseFramePath("no header row")  # pandas words the error
+    if n_rows == 0:
+        raise DataValidationError(f"file '{path}' has a header but no rows; add the data rows")
+    counts = {}
+    for name, column in zip(names, parts, strict=True):
+        total = _summed(column)
+        counts[name] = pd.Series(
+            total.field("counts").to_numpy(zero_copy_only=False),
+            index=pd.Index(total.field("values").to_pandas()),
+            name="count",
+        )
+    return CellCounts(names, n_rows, counts)
 
 
 def _sql_strings(column: pd.Series) -> pd.Series:

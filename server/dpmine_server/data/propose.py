@@ -43,8 +43,9 @@ from dpmine.wire.datasets import (
     View,
 )
 from dpmine_server.data.loaders import (
+    CellCounts,
     ValueSummary,
-    read_csv_strings_streamed,
+    csv_cell_counts,
     read_fimi_lines,
     read_sql_strings,
     resolve_path,
@@ -240,12 +241,20 @@ def _numeric(
     )
 
 
-def _propose_column(name: str, raw: pd.Series, *, missing: list[str], view: View | None) -> _Column:
-    """Type one column of string cells, or exclude it with the reason (ALGORITHMS.md §0.2)."""
-    present = raw[~raw.isin(missing)]
-    if present.empty:
+def _present(cells: pd.Series, missing: list[str]) -> pd.Series:
+    """The value counts of a column's cells without the missing-value tokens."""
+    return cells[~cells.index.isin(missing)]
+
+
+def _propose_column(
+    name: str, cells: pd.Series, *, missing: list[str], view: View | None
+) -> _Column:
+    """Type one column from the value counts of its string cells, or exclude it with the
+    reason (ALGORITHMS.md §0.2)."""
+    counts = _present(cells, missing)
+    if counts.empty:
         raise ValueError(f"column {name!r} has only missing values; drop it or declare it by hand")
-    counts = present.value_counts(sort=False)
+    n_present = int(counts.sum())
     distinct = [str(v) for v in counts.index]
     if {v.lower() for v in distinct} <= BOOLEAN_TRUE | BOOLEAN_FALSE:
         return _Column(BooleanAttribute(name=name, view=view))
@@ -255,8 +264,8 @@ def _propose_column(name: str, raw: pd.Series, *, missing: list[str], view: View
     number = np.isfinite(parsed)
     weights = counts.to_numpy(dtype=np.int64)
     text_cells = int(weights[~number].sum())
-    identifier = _identifier_like(len(present), len(distinct))
-    if text_cells <= MAX_TEXT_SHARE * len(present) and number.any():
+    identifier = _identifier_like(n_present, len(distinct))
+    if text_cells <= MAX_TEXT_SHARE * n_present and number.any():
         values = np.repeat(parsed[number], weights[number])
         return _number_column(
             name, view, counts, values, spoiled=text_cells > 0, identifier=identifier
@@ -301,14 +310,14 @@ def _excluded(name: str, why: str) -> _Column:
 
 
 def _label_column(
-    name: str, raw: pd.Series, proposed: _Column, *, missing: list[str], view: View | None
+    name: str, cells: pd.Series, proposed: _Column, *, missing: list[str], view: View | None
 ) -> _Column:
     """A label is Boolean or categorical: a numeric proposal becomes its category list."""
     if proposed.attribute is None:
         raise ValueError(f"the label column {name!r} cannot be proposed: {proposed.notes[0]}")
     if proposed.attribute.type != "numeric":
         return proposed
-    counts = raw[~raw.isin(missing)].value_counts(sort=False)
+    counts = _present(cells, missing)
     if len(counts) > MAX_PUBLIC_CATEGORIES:
         raise ValueError(
             f"the label column {name!r} has more than {MAX_PUBLIC_CATEGORIES} distinct values; "
@@ -333,26 +342,26 @@ N_MAX_NOTE = (
 )
 
 
-def _frames(
+def _tables(
     source: DatasetSource, base_dir: Path
-) -> tuple[list[tuple[pd.DataFrame, str | None]], list[str]]:
-    """(frame, side) of each file of the source (side None for one table), and notes on how the
-    files were read (their delimiters)."""
+) -> tuple[list[tuple[CellCounts, str | None]], list[str]]:
+    """(cell counts, side) of each file of the source (side None for one table), and notes on
+    how the files were read (their delimiters)."""
     notes: list[str] = []
     if isinstance(source, CsvPairSource):
-        sides: list[tuple[pd.DataFrame, str | None]] = []
+        sides: list[tuple[CellCounts, str | None]] = []
         for side, path in (("left", source.left), ("right", source.right)):
             resolved = resolve_path(path, base_dir)
             notes += _delimiter_notes(resolved, f"the {side} file")
-            sides.append((read_csv_strings_streamed(resolved), side))
+            sides.append((csv_cell_counts(resolved), side))
         return sides, notes
     if isinstance(source, CsvSource):
         resolved = resolve_path(source.path, base_dir)
         notes += _delimiter_notes(resolved, "the file")
-        return [(read_csv_strings_streamed(resolved), None)], notes
+        return [(csv_cell_counts(resolved), None)], notes
     if isinstance(source, FimiSource):
         raise ValueError("a FIMI file holds transactions, not attribute columns")
-    return [(read_sql_strings(source), None)], notes
+    return [(CellCounts.of_frame(read_sql_strings(source)), None)], notes
 
 
 def _delimiter_notes(path: Path, what: str) -> list[str]:
@@ -365,22 +374,22 @@ def _delimiter_notes(path: Path, what: str) -> list[str]:
 
 def _columns_with_views(
     source: DatasetSource,
-    frames: list[tuple[pd.DataFrame, str | None]],
+    tables: list[tuple[CellCounts, str | None]],
     kind: DatasetKind,
     views: dict[str, str] | None,
 ) -> list[tuple[str, pd.Series, View | None]]:
-    """(name, cells, view) for every column to describe."""
+    """(name, cell counts, view) for every column to describe."""
     if isinstance(source, CsvPairSource):
         if kind != "views":
             raise ValueError(f"a CSV pair holds a two-view dataset (kind 'views'), not {kind!r}")
         return [
-            (str(name), frame[name], _as_view(str(name), (views or {}).get(str(name), str(side))))
-            for frame, side in frames
-            for name in frame.columns
+            (name, table.counts[name], _as_view(name, (views or {}).get(name, str(side))))
+            for table, side in tables
+            for name in table.names
             if name != source.id_column
         ]
-    frame = frames[0][0]
-    names = [str(name) for name in frame.columns]
+    table = tables[0][0]
+    names = table.names
     unknown = sorted(set(views or {}) - set(names))
     if unknown:
         raise ValueError(f"'views' names columns that the source does not have: {unknown}")
@@ -392,7 +401,11 @@ def _columns_with_views(
                 f"(as 'left' or 'right'): {unassigned}"
             )
     return [
-        (name, frame[name], _as_view(name, (views or {})[name]) if kind == "views" else None)
+        (
+            name,
+            table.counts[name],
+            _as_view(name, (views or {})[name]) if kind == "views" else None,
+        )
         for name in names
     ]
 
@@ -405,12 +418,12 @@ def _as_view(name: str, view: str) -> View:
     raise ValueError(f"view of column {name!r} must be 'left' or 'right', got {view!r}")
 
 
-def _found_missing_tokens(frames: list[tuple[pd.DataFrame, str | None]]) -> list[str]:
+def _found_missing_tokens(tables: list[tuple[CellCounts, str | None]]) -> list[str]:
     """The extra missing-value tokens that occur as whole cells somewhere in the data."""
     return [
         token
         for token in EXTRA_MISSING_TOKENS
-        if any(bool((frame == token).to_numpy().any()) for frame, _ in frames)
+        if any(token in counts.index for table, _ in tables for counts in table.counts.values())
     ]
 
 
@@ -480,8 +493,8 @@ def propose_metadata(
             max_row_width=width,
             review=ProposalReview(reviewed=False, notes=notes),
         )
-    frames, notes = _frames(source, base_dir)
-    extra_tokens = _found_missing_tokens(frames)
+    tables, notes = _tables(source, base_dir)
+    extra_tokens = _found_missing_tokens(tables)
     missing = [*DEFAULT_MISSING_VALUES, *extra_tokens]
     if extra_tokens:
         notes.append(
@@ -489,10 +502,10 @@ def propose_metadata(
             "(added to missing_values); remove any that is a real value"
         )
     attributes: list[AnyAttribute] = []
-    for name, raw, view in _columns_with_views(source, frames, kind, views):
-        column = _propose_column(name, raw, missing=missing, view=view)
+    for name, cells, view in _columns_with_views(source, tables, kind, views):
+        column = _propose_column(name, cells, missing=missing, view=view)
         if label is not None and name == label.attribute:
-            column = _label_column(name, raw, column, missing=missing, view=view)
+            column = _label_column(name, cells, column, missing=missing, view=view)
         notes += column.notes
         if column.attribute is not None:
             attributes.append(column.attribute)
@@ -500,7 +513,7 @@ def propose_metadata(
     try:
         return DatasetMetadata(
             kind=kind,
-            n_max=_n_max(len(frames[0][0]), headroom),
+            n_max=_n_max(tables[0][0].n_rows, headroom),
             attributes=attributes,
             label=label,
             missing_values=missing,
