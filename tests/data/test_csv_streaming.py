@@ -254,7 +254,7 @@ def test_the_reader_splits_cells_as_pandas_does(
 
 
 def _same_cell_counts(path: Path) -> None:
-    """The streamed cell counts (tiny batches, summed every two) are those of pandas' frame,
+    """The streamed cell counts (tiny batches, summed often) are those of pandas' frame,
     or both refuse the file with one message."""
 
     def read(reader: Callable[[], CellCounts]) -> CellCounts | str:
@@ -325,8 +325,8 @@ def test_the_streamed_string_frame_on_whole_files(
     tmp_path: Path, text: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Frames and cell counts (what the metadata proposal reads) equal pandas' on whole files;
-    the counts are summed every two batches, so the sums of sums are checked too."""
-    monkeypatch.setattr(loaders, "_COUNT_PARTS", 2)
+    the counts are summed every few batches, so the sums of sums are checked too."""
+    monkeypatch.setattr(loaders, "_COUNT_ENTRIES", 2)
     path = tmp_path / "t.csv"
     path.write_text(text, encoding="utf-8")
     _same_string_frames(path)

@@ -339,8 +339,10 @@ def csv_cell_counts(path: Path, *, block_bytes: int = csv_chunks.DEFAULT_BLOCK_B
         return CellCounts.of_frame(read_csv_strings(path))
 
 
-#: Per-batch value counts of a column kept before they are summed into one.
-_COUNT_PARTS: Final = 64
+#: Per-batch value counts of a column are summed into one once they hold this many entries and
+#: at least as many as the sum so far: a column of few values is summed every few batches, one
+#: of distinct values by doubling (each entry is summed O(log n) times).
+_COUNT_ENTRIES: Final = 1 << 16
 
 
 def _summed(parts: list[pa.StructArray]) -> pa.StructArray:
@@ -368,7 +370,8 @@ def _streamed_cell_counts(path: Path, block_bytes: int) -> CellCounts:
         for index, column in enumerate(parts):
             cells = csv_chunks.stripped(csv_chunks.string_column(data, index))
             column.append(pc.value_counts(cells))
-            if len(column) >= _COUNT_PARTS:
+            recent = sum(len(part) for part in column[1:])
+            if recent >= max(_COUNT_ENTRIES, len(column[0])):
                 column[:] = [_summed(column)]
     if names is None:
         raise csv_chunks.UseFramePath("no header row")  # pandas words the error

@@ -17,6 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -176,6 +177,10 @@ def _looks_like_id_name(name: str) -> bool:
     return bool(words & _ID_WORDS) or re.search(r"[a-z]I[dD]$", name) is not None
 
 
+#: Every Boolean token, lower-case.
+BOOLEAN_TOKENS: Final = BOOLEAN_TRUE | BOOLEAN_FALSE
+
+
 def _identifier_like(n_present: int, n_distinct: int) -> bool:
     return n_present >= MIN_IDENTIFIER_CELLS and n_distinct >= IDENTIFIER_SHARE * n_present
 
@@ -255,8 +260,8 @@ def _propose_column(
     if counts.empty:
         raise ValueError(f"column {name!r} has only missing values; drop it or declare it by hand")
     n_present = int(counts.sum())
-    distinct = [str(v) for v in counts.index]
-    if {v.lower() for v in distinct} <= BOOLEAN_TRUE | BOOLEAN_FALSE:
+    distinct = counts.index.to_numpy(dtype=object)  # the distinct cells, as Python strings
+    if all(str(value).lower() in BOOLEAN_TOKENS for value in distinct):  # stops at a non-token
         return _Column(BooleanAttribute(name=name, view=view))
     parsed = pd.to_numeric(pd.Series(distinct, dtype=object), errors="coerce").to_numpy(
         dtype=np.float64
@@ -420,11 +425,12 @@ def _as_view(name: str, view: str) -> View:
 
 def _found_missing_tokens(tables: list[tuple[CellCounts, str | None]]) -> list[str]:
     """The extra missing-value tokens that occur as whole cells somewhere in the data."""
-    return [
-        token
-        for token in EXTRA_MISSING_TOKENS
-        if any(token in counts.index for table, _ in tables for counts in table.counts.values())
-    ]
+    found: set[str] = set()
+    for table, _ in tables:
+        for counts in table.counts.values():
+            cells = counts.index
+            found.update(str(cell) for cell in cells[cells.isin(EXTRA_MISSING_TOKENS)])
+    return [token for token in EXTRA_MISSING_TOKENS if token in found]
 
 
 def _propose_items(source: FimiSource, base_dir: Path) -> tuple[list[str], int, int]:
