@@ -16,10 +16,12 @@ with 0–4 decimals, or with ``--continuous`` nearly every number is distinct) a
 * ``mapped``: the packed columns mapped as every API process and job worker maps them at
   start-up (``map_packed``: checksums verified, arrays mapped), then a first count
   (list it after ``streaming``, which writes the files);
+* ``propose``: the owner's first step, :func:`propose_metadata` on the CSV (the digest and
+  packed size are not reported: it builds no columns; it must propose the 50 attributes);
 * ``registration``: the whole registration as an owner runs it, over HTTP: a real uvicorn
   server on SQLite, the CSV uploaded with the client's ``upload_dataset`` (multipart), timed
-  from the request to the answer (the upload, the server's copy, the load, the packed files
-  written and mapped, the ledger row); the peak memory is the server process's (``VmHWM``).
+  from the request to the answer (the upload, the load, the packed files written and mapped,
+  the ledger row); the peak memory is the server process's (``VmHWM``).
 
 Each load runs in a fresh Python process, which reports its wall time, its peak resident set
 (``ru_maxrss``) before and after the load, the packed size of the columns
@@ -78,8 +80,9 @@ from dpmine.wire.queries import BoolLiteral
 from dpmine_server.data.columns import BooleanColumn, CategoricalColumn, ColumnStore
 from dpmine_server.data.loaders import load_csv_frame, load_csv_streaming
 from dpmine_server.data.packed import map_packed, write_packed
+from dpmine_server.data.propose import propose_metadata
 
-PATHS = ("frame-python", "frame-arrow", "streaming", "mapped", "registration")
+PATHS = ("frame-python", "frame-arrow", "streaming", "mapped", "propose", "registration")
 ROWS = (1_000_000, 10_000_000)
 SMOKE_ROWS = 2_000
 FRAME_MAX_ROWS = 1_000_000
@@ -176,6 +179,28 @@ def _mapped(declared: DatasetMetadata, folder: Path) -> ColumnStore:
     return store
 
 
+def _proposed(csv_path: Path, before: int, start: float) -> dict[str, Any]:
+    """The ``propose`` path: the metadata proposal's time and peak; exit 1 unless it proposes
+    every attribute of the table with the declared types."""
+    proposed = propose_metadata(
+        CsvSource(path=csv_path.name), kind="table", base_dir=csv_path.parent
+    )
+    seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    types = [(attribute.name, attribute.type) for attribute in proposed.attributes]
+    declared = [(attribute.name, attribute.type) for attribute in metadata(1).attributes]
+    if types != declared:
+        raise SystemExit(f"the proposal's attributes {types} are not the table's {declared}")
+    return {
+        "path": "propose",
+        "proposed_n_max": proposed.n_max,
+        "seconds": round(seconds, 3),
+        "peak_rss_mib": round(peak / 1024, 1),
+        "rss_before_load_mib": round(before / 1024, 1),
+        "packed_mib": None,
+    }
+
+
 def child(path_name: str, csv_path: Path, n_max: int) -> dict[str, Any]:
     """One load in this (fresh) process: what the parent reports. ``streaming`` also writes
     the packed columns beside the CSV (as registration does, timed apart); ``mapped`` maps
@@ -187,6 +212,8 @@ def child(path_name: str, csv_path: Path, n_max: int) -> dict[str, Any]:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
     n_rows: int
+    if path_name == "propose":
+        return _proposed(csv_path, before, start)
     if path_name == "mapped":
         store = _mapped(declared, folder)
         n_rows = store.n_rows
