@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -47,6 +48,7 @@ from dpmine_server.data.loaders import (
 
 #: Small enough that every test file spans several chunks.
 TINY_BLOCK = 64
+T = TypeVar("T")
 
 ODD_NUMBERS = [
     "1e3", "+5", " 5 ", "inf", "-inf", "Infinity", "nan", "0x10", "1_000", "1.", ".5", "-0.0",
@@ -230,18 +232,24 @@ def _stream_frame(path: Path) -> list[list[str]]:
 FIELD = st.sampled_from(
     ["a", "1", " ", '"', '""', '"a,b"', '"a\nb"', "\ufeff", "\x1c", "\xa0", 'x"y', "", "é"]
 )
+#: Up to five rows of three fuzzed cells, and the line end between them.
+FUZZ_ROWS = st.lists(st.lists(FIELD, min_size=3, max_size=3).map(",".join), max_size=5)
+FUZZ_ENDS = st.sampled_from(["\n", "\r\n", "\r", "\n\n"])
+
+
+def _fuzzed_file(folder: Path, rows: list[str], ends: str) -> Path:
+    """A CSV of header ``h1,h2,h3`` and ``rows``, every line ended by ``ends``."""
+    path = folder / "f.csv"
+    path.write_text("h1,h2,h3" + ends + ends.join(rows) + ends, encoding="utf-8")
+    return path
 
 
 @settings(max_examples=150, deadline=None)
-@given(
-    rows=st.lists(st.lists(FIELD, min_size=3, max_size=3).map(",".join), max_size=5),
-    ends=st.sampled_from(["\n", "\r\n", "\r", "\n\n"]),
-)
+@given(rows=FUZZ_ROWS, ends=FUZZ_ENDS)
 def test_the_reader_splits_cells_as_pandas_does(
     tmp_path_factory: pytest.TempPathFactory, rows: list[str], ends: str
 ) -> None:
-    path = tmp_path_factory.mktemp("fuzz") / "f.csv"
-    path.write_text("h1,h2,h3" + ends + ends.join(rows) + ends, encoding="utf-8")
+    path = _fuzzed_file(tmp_path_factory.mktemp("fuzz"), rows, ends)
     try:
         streamed = _stream_frame(path)
     except csv_chunks.UseFramePath:
@@ -253,18 +261,19 @@ def test_the_reader_splits_cells_as_pandas_does(
     assert streamed == read_csv_strings(path).to_numpy(dtype=object).tolist()
 
 
+def _or_message(read: Callable[[], T]) -> T | str:
+    """What ``read`` returns, or the message of the DataValidationError it raises."""
+    try:
+        return read()
+    except DataValidationError as error:
+        return str(error)
+
+
 def _same_cell_counts(path: Path) -> None:
     """The streamed cell counts (tiny batches, summed often) are those of pandas' frame,
     or both refuse the file with one message."""
-
-    def read(reader: Callable[[], CellCounts]) -> CellCounts | str:
-        try:
-            return reader()
-        except DataValidationError as error:
-            return str(error)
-
-    expected = read(lambda: CellCounts.of_frame(read_csv_strings(path)))
-    streamed = read(lambda: csv_cell_counts(path, block_bytes=TINY_BLOCK))
+    expected = _or_message(lambda: CellCounts.of_frame(read_csv_strings(path)))
+    streamed = _or_message(lambda: csv_cell_counts(path, block_bytes=TINY_BLOCK))
     if isinstance(expected, str) or isinstance(streamed, str):
         assert streamed == expected
         return
@@ -279,14 +288,8 @@ def _same_cell_counts(path: Path) -> None:
 
 def _same_string_frames(path: Path) -> None:
     """The streamed string frame is pandas' frame, or both refuse the file with one message."""
-
-    def read(reader: Callable[[Path], pd.DataFrame]) -> pd.DataFrame | str:
-        try:
-            return reader(path)
-        except DataValidationError as error:
-            return str(error)
-
-    expected, streamed = read(read_csv_strings), read(read_csv_strings_streamed)
+    expected = _or_message(lambda: read_csv_strings(path))
+    streamed = _or_message(lambda: read_csv_strings_streamed(path))
     if isinstance(expected, str) or isinstance(streamed, str):
         assert streamed == expected
     else:
@@ -294,17 +297,14 @@ def _same_string_frames(path: Path) -> None:
 
 
 @settings(max_examples=150, deadline=None)
-@given(
-    rows=st.lists(st.lists(FIELD, min_size=3, max_size=3).map(",".join), max_size=5),
-    ends=st.sampled_from(["\n", "\r\n", "\r", "\n\n"]),
-)
+@given(rows=FUZZ_ROWS, ends=FUZZ_ENDS)
 def test_the_streamed_string_frame_is_pandas_frame(
     tmp_path_factory: pytest.TempPathFactory, rows: list[str], ends: str
 ) -> None:
-    """What the metadata proposal reads (Arrow strings) equals the whole-frame reading, cell
-    by cell and in dtype, on the reader's fuzzed cells; files Arrow refuses go to pandas."""
-    path = tmp_path_factory.mktemp("frames") / "f.csv"
-    path.write_text("h1,h2,h3" + ends + ends.join(rows) + ends, encoding="utf-8")
+    """The streamed frame (CSV pairs) and cell counts (metadata proposals) equal the
+    whole-frame reading's, cell by cell and in dtype, on the reader's fuzzed cells; files
+    Arrow refuses go to pandas."""
+    path = _fuzzed_file(tmp_path_factory.mktemp("frames"), rows, ends)
     _same_string_frames(path)
     _same_cell_counts(path)
 
