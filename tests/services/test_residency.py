@@ -3,8 +3,9 @@ committed dataset resident (a rolled-back one leaves nothing), a starting server
 active datasets, and a request on a dataset that is not resident adds the public load budget
 to its deadline (api/common.py ``cold_load_budget``).
 
-One server keeps a single dataset cached (``max_cached_datasets=1``), so that each
-registration evicts the one before it; the tests run in order on it.
+A server keeps a single dataset cached (``max_cached_datasets=1``), so that each
+registration evicts the one before it. Each test registers its datasets on a server and folder
+of its own: the tests may run in any order, on any worker.
 """
 
 from __future__ import annotations
@@ -39,12 +40,12 @@ def _services(folder: Path) -> Services:
     return build_services(settings.model_copy(update={"max_cached_datasets": 1}))
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("residency")
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    return tmp_path
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def services(folder: Path) -> Iterator[Services]:
     built = _services(folder)
     try:
@@ -81,6 +82,7 @@ def test_a_committed_registration_leaves_the_dataset_resident(
 
 
 def test_a_rolled_back_registration_leaves_nothing_cached(services: Services, folder: Path) -> None:
+    _register(services, folder, "first")
     _register(services, folder, "dropped", commit=False)
     assert not services.datasets.is_resident("dropped", 1)
     assert services.datasets.is_resident("first", 1), "nothing was evicted for it"
@@ -89,6 +91,7 @@ def test_a_rolled_back_registration_leaves_nothing_cached(services: Services, fo
 def test_a_request_on_a_dataset_not_resident_adds_the_public_load_budget(
     services: Services, folder: Path
 ) -> None:
+    _register(services, folder, "first")
     _register(services, folder, "second")  # evicts "first" (one dataset cached)
     assert not services.datasets.is_resident("first", 1)
     budget = cold_load_budget(services, PADDED, dataset_id="first")
@@ -100,8 +103,11 @@ def test_a_request_on_a_dataset_not_resident_adds_the_public_load_budget(
     assert cold_load_budget(services, PADDED, dataset_id="no-such-dataset") == 0.0
 
 
-@pytest.mark.usefixtures("services")  # after the registrations above
-def test_a_starting_server_preloads_the_most_recent_active_datasets(folder: Path) -> None:
+def test_a_starting_server_preloads_the_most_recent_active_datasets(
+    services: Services, folder: Path
+) -> None:
+    _register(services, folder, "first")
+    _register(services, folder, "second")
     restarted = _services(folder)  # same database and data folder, one dataset cached
     try:
         assert restarted.datasets.is_resident("second", 1)
