@@ -22,6 +22,7 @@ from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect, Request
 
+from dpmine_server.api.limits import UPLOAD_FORM_ALLOWANCE
 from dpmine_server.errors import InvalidRequest, PayloadTooLarge
 from dpmine_server.services.datasets import StoredFile
 
@@ -32,8 +33,6 @@ __all__ = ["WRITE_BLOCK_BYTES", "UploadForm", "form_schema", "receive_upload_for
 
 #: File bytes gathered before one write on a worker thread.
 WRITE_BLOCK_BYTES: Final = 4 * 1024**2
-#: Bytes of all text fields together (the registration's JSON is far smaller).
-TEXT_LIMIT_BYTES: Final = 16 * 1024**2
 
 
 @dataclass
@@ -54,6 +53,26 @@ class _Part:
     name: str = ""
     text: bytearray = field(default_factory=bytearray)
     handle: BinaryIO | None = None
+
+
+def _check_field(
+    name: str,
+    form: UploadForm,
+    text_fields: Collection[str],
+    file_fields: Collection[str],
+    *,
+    is_file: bool,
+) -> None:
+    """Refuse an unknown or repeated field, a file where text is due, or text where a file is."""
+    known = [*text_fields, *file_fields]
+    if name not in known:
+        raise InvalidRequest(f"unknown form field {name!r}; this route takes {known}")
+    if name in form.fields or name in form.files:
+        raise InvalidRequest(f"form field {name!r} is sent twice; send it once")
+    if name in file_fields and not is_file:
+        raise InvalidRequest(f"form field {name!r} must be a file upload (multipart/form-data)")
+    if name in text_fields and is_file:
+        raise InvalidRequest(f"form field {name!r} must be text, not a file")
 
 
 @dataclass
@@ -106,14 +125,9 @@ class _FormReader:
         if b"name" not in options:
             raise InvalidRequest("a form part has no name (Content-Disposition: form-data; name=…)")
         part.name = options[b"name"].decode("utf-8", "replace")
-        known = [*self.text_fields, *self.file_fields]
-        if part.name not in known:
-            raise InvalidRequest(f"unknown form field {part.name!r}; this route takes {known}")
-        if part.name in self.form.fields or part.name in self.form.files:
-            raise InvalidRequest(f"form field {part.name!r} is sent twice; send it once")
-        if part.name in self.file_fields:
-            if b"filename" not in options:
-                raise InvalidRequest(f"form field {part.name!r} must be a file upload")
+        is_file = b"filename" in options
+        _check_field(part.name, self.form, self.text_fields, self.file_fields, is_file=is_file)
+        if is_file:
             target = self.folder / part.name  # a fixed field name: nothing else names the file
             part.handle = target.open("xb")
             self.handles.append(part.handle)
@@ -121,17 +135,15 @@ class _FormReader:
             self.form.files[part.name] = StoredFile(
                 path=target, name=Path(filename).name or part.name, movable=True
             )
-        elif b"filename" in options:
-            raise InvalidRequest(f"form field {part.name!r} must be text, not a file")
 
     def _data(self, data: bytes, start: int, end: int) -> None:
         part, size = self.part, end - start
         if part.handle is None:
             self.text_bytes += size
-            if self.text_bytes > TEXT_LIMIT_BYTES:
+            if self.text_bytes > UPLOAD_FORM_ALLOWANCE:
                 raise PayloadTooLarge(
-                    f"the form's text fields exceed {TEXT_LIMIT_BYTES} bytes; send the files as "
-                    "file parts"
+                    f"the form's text fields exceed {UPLOAD_FORM_ALLOWANCE} bytes; "
+                    "send the files as file parts"
                 )
             part.text += data[start:end]
             return
@@ -174,13 +186,7 @@ def _text_form(
     multipart form's text fields are."""
     form = UploadForm()
     for name, value in parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True):
-        if name in file_fields:
-            raise InvalidRequest(f"form field {name!r} must be a file upload (multipart/form-data)")
-        if name not in text_fields:
-            known = [*text_fields, *file_fields]
-            raise InvalidRequest(f"unknown form field {name!r}; this route takes {known}")
-        if name in form.fields:
-            raise InvalidRequest(f"form field {name!r} is sent twice; send it once")
+        _check_field(name, form, text_fields, file_fields, is_file=False)
         form.fields[name] = value
     return form
 
