@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
+import anyio.to_thread
 from fastapi import FastAPI
 
 from dpmine_server import __version__
@@ -17,6 +19,7 @@ from dpmine_server.api.errors import add_exception_handlers
 from dpmine_server.api.limits import UPLOAD_FORM_ALLOWANCE, UPLOAD_PATHS, BodySizeLimit, LoginGuard
 from dpmine_server.api.router import api_router
 from dpmine_server.api.routes.jobs import submit_job_router
+from dpmine_server.api.upload_folders import sweep_uploads, uploads_dir
 from dpmine_server.operations import CATALOG
 from dpmine_server.operations.testing import TEST_OPERATIONS
 from dpmine_server.services.container import Services, build_services
@@ -39,6 +42,16 @@ privacy contract in `docs/privacy.md` (both in the dpmine repository and source 
 """
 
 
+def _sweep_uploads(data_dir: Path) -> None:
+    """Remove the upload folders of processes that died mid-upload (api/upload_folders.py: a
+    folder whose owner lives is locked, so other live processes' uploads stay). A failure is
+    logged and start-up goes on: the next upload sweeps again."""
+    try:
+        sweep_uploads(uploads_dir(data_dir, create=False))
+    except OSError as error:
+        logger.warning("could not sweep the upload folders of %s: %s", data_dir, error)
+
+
 def create_app(settings: Settings | None = None, *, services: Services | None = None) -> FastAPI:
     """Build the app; services are created at start-up (migrations, recovery) unless given."""
     resolved = settings or get_settings()
@@ -53,6 +66,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         app.state.services = built
         app.state.login_guard = LoginGuard.from_settings(built.settings)
         try:
+            await anyio.to_thread.run_sync(_sweep_uploads, built.settings.data_dir)
             yield
         finally:
             flush_failed_logins(app)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import shutil
-import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -39,6 +37,7 @@ from dpmine.wire import (
 )
 from dpmine_server.api.common import ERRORS
 from dpmine_server.api.deps import OwnerDep, ServicesDep, SessionDep, WriteSessionDep
+from dpmine_server.api.upload_folders import make_upload_folder, uploads_dir
 from dpmine_server.api.uploads import UploadForm, form_schema, receive_upload_form
 from dpmine_server.data.propose import (
     UnreviewedProposal,
@@ -170,14 +169,6 @@ def _parse_json_field(raw: str, adapter: TypeAdapter[Any], field: str) -> Any:
         raise InvalidRequest(f"form field {field!r}: {problems}") from error
 
 
-def _uploads_dir(data_dir: Path) -> Path:
-    """Where registration uploads wait (owner-only, inside the data folder, so that the
-    dataset's folder takes them by a rename)."""
-    folder = data_dir / "uploads"
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return folder
-
-
 #: The file fields of the upload forms: the source's path fields.
 _FILE_FIELDS: Final = {
     "path": "CSV or FIMI file",
@@ -198,21 +189,23 @@ async def _received(
     request: Request, services: Services, text_fields: dict[str, str]
 ) -> AsyncIterator[tuple[UploadForm, Path]]:
     """The request's upload form and the fresh folder of ``uploads/`` holding its files; the
-    folder goes afterwards (registration has moved its files out of it by then)."""
-    folder = Path(tempfile.mkdtemp(dir=_uploads_dir(services.settings.data_dir)))
+    folder goes afterwards (registration has moved its files out of it by then). The folder is
+    locked as this process's while it exists, so that if the process dies mid-upload, the next
+    sweep (at a start-up, or before another upload) removes it (api/upload_folders.py)."""
+    held = await run_in_threadpool(make_upload_folder, uploads_dir(services.settings.data_dir))
     try:
         yield (
             await receive_upload_form(
                 request,
-                folder,
+                held.path,
                 text_fields=text_fields,
                 file_fields=_FILE_FIELDS,
                 limit=services.settings.max_upload_bytes,
             ),
-            folder,
+            held.path,
         )
     finally:
-        await run_in_threadpool(shutil.rmtree, folder, ignore_errors=True)
+        await run_in_threadpool(held.remove)
 
 
 def _text_field(form: UploadForm, name: str) -> str:
