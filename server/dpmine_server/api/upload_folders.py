@@ -229,8 +229,8 @@ def sweep_uploads(uploads: Path, *, max_age_s: float = UNLOCKED_MAX_AGE_S) -> li
             continue  # removed meanwhile (by its owner or another sweep)
         except OSError as error:
             logger.warning("could not sweep the upload folder %s: %s", entry, error)
-    if removed:
-        logger.info(
+    if removed:  # a warning: it means that a process died mid-upload
+        logger.warning(
             "removed %d upload folder(s) left by processes that ended mid-upload: %s",
             len(removed),
             ", ".join(path.name for path in removed),
