@@ -168,6 +168,19 @@ class TestSweep:
         finally:
             held.remove()
 
+    def test_a_filesystem_without_locks_still_takes_uploads(
+        self, *, uploads: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Where locks are refused, the folder is made without a lock file (swept by age, as
+        an older version's) and a warning says so; the upload is not refused."""
+        monkeypatch.setattr(upload_folders, "_try_lock", lambda _descriptor: False)
+        held = make_upload_folder(uploads)
+        assert (held.descriptor, list(held.path.iterdir())) == (-1, [])
+        assert "refuses file locks" in caplog.text
+        assert sweep_uploads(uploads) == []
+        held.remove()
+        assert list(uploads.iterdir()) == []
+
     def test_a_missing_uploads_folder_is_nothing_to_sweep(self, *, tmp_path: Path) -> None:
         assert sweep_uploads(tmp_path / "none") == []
 

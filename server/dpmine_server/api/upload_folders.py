@@ -95,22 +95,21 @@ def _lock_new_folder(folder: Path) -> int:
     staging = folder / (LOCK_NAME + ".new")
     descriptor = os.open(staging, _OPEN_FLAGS | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        if not _try_lock(descriptor):
-            logger.warning(
-                "the filesystem of %s refuses file locks: an upload left by a crash is swept "
-                "only after %.0f s",
-                folder.parent,
-                UNLOCKED_MAX_AGE_S,
-            )
-            os.close(descriptor)
-            staging.unlink()
-            return -1
-        staging.rename(folder / LOCK_NAME)
+        if _try_lock(descriptor):
+            staging.rename(folder / LOCK_NAME)
+            return descriptor
+        staging.unlink()
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.close(descriptor)
+        os.close(descriptor)
         raise
-    return descriptor
+    os.close(descriptor)
+    logger.warning(
+        "the filesystem of %s refuses file locks: an upload left by a crash is swept only "
+        "after %.0f s",
+        folder.parent,
+        UNLOCKED_MAX_AGE_S,
+    )
+    return -1
 
 
 def make_upload_folder(uploads: Path, *, sweep: bool = True) -> HeldUploadFolder:
