@@ -18,18 +18,17 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Final, Generic, TypeVar, cast
+from typing import Generic, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from dpmine.wire.datasets import DatasetMetadata, View
 from dpmine.wire.queries import And, BoolLiteral, CatLiteral, Expr, Not, NumLiteral, Or
 from dpmine_server.data.bitsets import Bitset
 from dpmine_server.data.derived import DerivedCache
 from dpmine_server.data.validation import QueryError
+from dpmine_server.data.value_order import stable_value_order
 
 __all__ = [
     "BooleanColumn",
@@ -171,46 +170,6 @@ class CategoricalColumn:
 
     def bitsets(self) -> list[Bitset]:
         return [self.present, *list(self._bitsets.values())]
-
-
-#: Columns with at most this many distinct present values are ordered by a radix sort of their
-#: values' ranks (one 16-bit key is left for the missing rows).
-RADIX_MAX_DISTINCT: Final = (1 << 16) - 1
-
-
-def _distinct_present(values: FloatArray) -> FloatArray:
-    """The distinct non-NaN ``values``, increasing (``values`` has no -0.0)."""
-    ordered = np.sort(values)  # NaN last
-    present = ordered[: int(np.count_nonzero(~np.isnan(ordered)))]
-    if present.size == 0:
-        return present
-    return present[np.concatenate(([True], present[1:] != present[:-1]))]
-
-
-def stable_value_order(values: FloatArray) -> IntArray:
-    """The rows of the non-NaN ``values`` by increasing value, ties in row order: equal to
-    ``np.argsort(values, kind="stable")`` cut to the present rows (NaN sorts last there).
-
-    With at most :data:`RADIX_MAX_DISTINCT` distinct values (-0.0 is 0.0, as ``<`` sees them),
-    each row's key is its value's rank among them and a missing row's key the largest: the rank
-    is strictly increasing in the value, so a stable sort of the keys is the stable sort of the
-    values, and numpy sorts 16-bit keys stably by radix, in O(n) where the comparison sort takes
-    O(n log n) (measurements at a fixed precision repeat their values). The first rows alone
-    having too many distinct values, the whole column does: it goes to the comparison sort
-    without sorting it twice.
-    """
-    n_present = int(np.count_nonzero(~np.isnan(values)))
-    if _distinct_present(values[: 2 * RADIX_MAX_DISTINCT] + 0.0).size <= RADIX_MAX_DISTINCT:
-        normalized = values + 0.0  # -0.0 + 0.0 is 0.0; NaN stays NaN
-        distinct = _distinct_present(normalized)
-        if distinct.size <= RADIX_MAX_DISTINCT:
-            # As pandas data, every NaN (of either sign) is a null; Arrow's hash lookup matches
-            # the nulls to the null appended last: the missing rows' key.
-            value_set = pa.array(np.append(distinct, np.nan), from_pandas=True)
-            cells = pa.array(normalized, from_pandas=True)
-            ranks = pc.index_in(cells, value_set=value_set).to_numpy(zero_copy_only=False)
-            return np.argsort(np.asarray(ranks, dtype=np.uint16), kind="stable")[:n_present]
-    return np.argsort(values, kind="stable")[:n_present]
 
 
 @dataclass(frozen=True, eq=False)
