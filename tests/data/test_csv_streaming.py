@@ -115,7 +115,18 @@ def _both(path: Path, metadata: DatasetMetadata = METADATA) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("name", ["t.csv", "t.csv.gz"])
-def test_chunks_give_the_same_columns_and_report(tmp_path: Path, name: str) -> None:
+@pytest.mark.parametrize(
+    "each_cell_share",
+    [loaders.EACH_CELL_SHARE, 0.0, 1.0],
+    ids=["default", "cell by cell after the first chunk", "per distinct value always"],
+)
+def test_chunks_give_the_same_columns_and_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, each_cell_share: float
+) -> None:
+    """Both conversions of a chunk (per distinct value, per cell) give the frame path's
+    columns and report: a share of 0 sends every column's later chunks cell by cell, a share
+    of 1 none (a chunk is at most all distinct)."""
+    monkeypatch.setattr(loaders, "EACH_CELL_SHARE", each_cell_share)
     text = _table(300, seed=1)
     path = tmp_path / name
     if name.endswith(".gz"):

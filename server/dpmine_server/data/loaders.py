@@ -614,6 +614,10 @@ def load_csv_frame(
     return _load_single(metadata, read_csv_strings(path), what, _csv_line)
 
 
+#: Share of distinct cells in a chunk above which the column's later chunks convert cell by cell.
+EACH_CELL_SHARE: Final = 0.5
+
+
 @dataclass
 class _StreamedColumn:
     """A declared attribute's converted chunks and its counts over the chunks read so far."""
@@ -631,6 +635,8 @@ class _StreamedColumn:
     first_bad: tuple[int, str] | None = None
     #: The copied-values summary of this column (extremes before clipping, category counts).
     values: ValueSummary = field(default_factory=ValueSummary)
+    #: Convert each cell, not each distinct value: an earlier chunk was nearly all distinct.
+    cell_by_cell: bool = False
 
     def __post_init__(self) -> None:
         attribute = self.attribute
@@ -644,8 +650,15 @@ class _StreamedColumn:
 
     def add(self, raw: pa.StringArray, offset: int, missing_tokens: list[str]) -> None:
         """Convert the chunk of cells whose first row is data row ``offset``, once per distinct
-        value of the chunk (:class:`csv_chunks.DistinctCells`)."""
-        self._add_distinct(csv_chunks.DistinctCells.of(raw), offset, missing_tokens)
+        value of the chunk (:class:`csv_chunks.DistinctCells`); once a chunk of the column was
+        more than :data:`EACH_CELL_SHARE` distinct, once per cell (the same result: the
+        hashing would save nothing on nearly distinct cells)."""
+        if self.cell_by_cell:
+            distinct = csv_chunks.DistinctCells.each(raw)
+        else:
+            distinct = csv_chunks.DistinctCells.of(raw)
+            self.cell_by_cell = len(distinct.values) > EACH_CELL_SHARE * len(raw)
+        self._add_distinct(distinct, offset, missing_tokens)
 
     def _add_distinct(
         self, distinct: csv_chunks.DistinctCells, offset: int, missing_tokens: list[str]
