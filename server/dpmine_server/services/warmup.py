@@ -80,7 +80,8 @@ def _warm_itemset_miner(store: ColumnStore) -> None:
 def warm_compiled_kernels() -> None:
     """Run the compiled kernels once on a synthetic table (no dataset, no ledger: nothing is
     released): ``tree.mcmc`` (its chain and its exact sampler), ``tree.pair_mcmc`` and the
-    itemset miner, so that numba's compiled code is loaded before a request or job needs it
+    itemset miner, and the numeric columns' sort (the synthetic table's load), so that numba's
+    compiled code is loaded before a request, a job or a dataset's load needs it
     (a first call would otherwise pay seconds inside its padded budget and overrun). A
     failure is logged and left to the first real call."""
     try:
@@ -108,8 +109,10 @@ def warm_compiled_kernels() -> None:
 
 
 def warm_process(datasets: DatasetService) -> None:
-    """Everything a serving process does before its first request or job: load the active
-    datasets (each load padded to its public budget) and the compiled kernels."""
-    loaded = datasets.preload()
+    """Everything a serving process does before its first request or job: load the compiled
+    kernels, then the active datasets (each load padded to its public budget). Kernels first:
+    a dataset parsed from its source sorts its numeric columns with a compiled kernel
+    (data/value_order.py), whose first load must not fall inside a padded load."""
     warm_compiled_kernels()
+    loaded = datasets.preload()
     logger.info("process warmed: %d datasets resident", loaded)
