@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
 from dpmine.wire.datasets import BOOLEAN_FALSE, BOOLEAN_TRUE
+from dpmine_server.data.decimal_scan import plain_decimals
 
 __all__ = [
     "DEFAULT_BLOCK_BYTES",
@@ -57,10 +58,6 @@ BoolArray = npt.NDArray[np.bool_]
 DEFAULT_BLOCK_BYTES: Final = 1 << 22
 #: The characters Python's ``str.strip()`` removes: the whole-frame path strips with it.
 PY_WHITESPACE: Final = "".join(chr(code) for code in range(0x110000) if chr(code).isspace())
-#: Cells that Arrow's cast and ``pd.to_numeric`` both parse to the correctly rounded double
-#: (checked on random decimals of up to 19 digits and exponents of up to 3 digits).
-_PLAIN_DECIMAL: Final = r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]{1,3})?$"
-_PLAIN_MAX_CHARS: Final = 20
 #: What ``pd.to_numeric`` reads as an integer; a column of nothing else, in the range of int64
 #: or uint64, comes out as integers, where ``-0`` is 0.0 (and -0.0 in any other column).
 _INTEGER: Final = r"^[+-]?[0-9]+$"
@@ -385,15 +382,15 @@ def numeric_chunk(
 ) -> NumericChunk:
     """Numbers as ``pd.to_numeric(errors="coerce")`` reads them (ALGORITHMS.md §0.2).
 
-    Plain decimals of at most 20 characters go through Arrow's cast; both parsers return the
-    correctly rounded double for them. The other non-empty cells are parsed one by one
-    (:func:`_parse_one_by_one`). A ``-0`` is -0.0 here, and 0.0 (:func:`positive_zeros`) once
-    the column's :class:`IntegerFlags` say that pandas reads it as integers; ``integral=False``
-    (an earlier chunk was not) skips computing them.
+    Plain decimals (:func:`~dpmine_server.data.decimal_scan.plain_decimals`) go through Arrow's
+    cast; both parsers return the correctly rounded double for them. The other non-empty cells
+    are parsed one by one (:func:`_parse_one_by_one`). A ``-0`` is -0.0 here, and 0.0
+    (:func:`positive_zeros`) once the column's :class:`IntegerFlags` say that pandas reads it
+    as integers; ``integral=False`` (an earlier chunk was not) skips computing them.
     """
-    lengths = np.asarray(pc.utf8_length(cells).to_numpy(zero_copy_only=False))
-    plain = _matches(cells, _PLAIN_DECIMAL) & (lengths <= _PLAIN_MAX_CHARS) & ~missing
-    other = ~plain & ~missing & (lengths > 0)
+    plain, empty = plain_decimals(cells)
+    plain &= ~missing
+    other = ~plain & ~missing & ~empty
     values = np.full(len(cells), np.nan)
     if plain.any():
         parsed = pc.cast(cells.filter(pa.array(plain)), pa.float64())

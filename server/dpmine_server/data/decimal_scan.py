@@ -1,0 +1,117 @@
+"""Which cells of a chunk are plain decimals (ALGORITHMS.md §0.2: the cells that Arrow's cast
+and ``pd.to_numeric`` both parse to the correctly rounded double), by one compiled scan of the
+Arrow string buffers. PRIVATE: the masks are functions of the cells.
+
+A cell is a **plain decimal** when it has at most :data:`PLAIN_MAX_CHARS` characters and
+matches ``^[+-]?([0-9]+\\.?[0-9]*|\\.[0-9]+)([eE][+-]?[0-9]{1,3})?$`` (:data:`PLAIN_DECIMAL`).
+The scan is that expression's automaton read left to right over the cell's bytes: an optional
+sign; the integer digits; an optional point and the fraction digits, with at least one digit
+in all (the two alternatives: digits before the point, or a point and digits after it); then an
+optional exponent (a letter e or E, an optional sign, one to three digits); and nothing after.
+Every byte it accepts is ASCII, so a cell it accepts has as many characters as bytes, and a
+byte of a multi-byte character fails it as the expression does. The tests compare it with the
+expression on every string of a small alphabet and on random cells.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
+
+import numba
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+__all__ = ["PLAIN_DECIMAL", "PLAIN_MAX_CHARS", "plain_decimals"]
+
+BoolArray = npt.NDArray[np.bool_]
+Function = TypeVar("Function", bound=Callable[..., Any])
+
+#: The expression the scan reads (for the docs and the tests).
+PLAIN_DECIMAL: Final = r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]{1,3})?$"
+#: Longest plain decimal (checked on random decimals of up to 19 digits and exponents of up
+#: to 3 digits: both parsers agree there).
+PLAIN_MAX_CHARS: Final = 20
+_MAX_EXPONENT_DIGITS: Final = 3
+
+
+def _compiled(function: Function) -> Function:
+    """``numba.njit`` with the on-disk cache, releasing the GIL (columns convert side by side)."""
+    jit: Callable[..., Callable[[Function], Function]] = numba.njit
+    compiled: Function = jit(cache=True, nogil=True)(function)
+    return compiled
+
+
+@_compiled
+def _digits(data: npt.NDArray[np.uint8], position: int, end: int) -> int:
+    """The position after the run of ASCII digits starting at ``position``."""
+    while position < end and 48 <= data[position] <= 57:  # '0'..'9'
+        position += 1
+    return position
+
+
+@_compiled
+def _is_plain(data: npt.NDArray[np.uint8], start: int, end: int) -> bool:
+    """Whether ``data[start:end]`` is a plain decimal (the module docstring's automaton)."""
+    if end - start > PLAIN_MAX_CHARS:
+        return False
+    position = start
+    if position < end and (data[position] == 43 or data[position] == 45):  # '+', '-'
+        position += 1
+    after_integer = _digits(data, position, end)
+    n_digits = after_integer - position
+    position = after_integer
+    if position < end and data[position] == 46:  # '.'
+        after_fraction = _digits(data, position + 1, end)
+        n_digits += after_fraction - position - 1
+        position = after_fraction
+    if n_digits == 0:
+        return False
+    if position < end and (data[position] == 69 or data[position] == 101):  # 'E', 'e'
+        position += 1
+        if position < end and (data[position] == 43 or data[position] == 45):
+            position += 1
+        after_exponent = _digits(data, position, end)
+        if not 1 <= after_exponent - position <= _MAX_EXPONENT_DIGITS:
+            return False
+        position = after_exponent
+    return position == end
+
+
+@_compiled
+def _scan(
+    offsets: npt.NDArray[np.int64], data: npt.NDArray[np.uint8], plain: BoolArray, empty: BoolArray
+) -> None:
+    """Cell i spans ``data[offsets[i]:offsets[i+1]]``: its flags into ``plain`` and ``empty``."""
+    for cell in range(plain.size):
+        start, end = offsets[cell], offsets[cell + 1]
+        empty[cell] = start == end
+        plain[cell] = _is_plain(data, start, end)
+
+
+def plain_decimals(cells: pa.StringArray | pa.LargeStringArray) -> tuple[BoolArray, BoolArray]:
+    """(plain, empty): which cells are plain decimals of at most :data:`PLAIN_MAX_CHARS`
+    characters, and which are empty. A null cell is neither (the chunks have none: they are
+    read with ``strings_can_be_null=False``)."""
+    n = len(cells)
+    plain, empty = np.zeros(n, np.bool_), np.zeros(n, np.bool_)
+    if n == 0:
+        return plain, empty
+    _validity, offset_buffer, data_buffer = cells.buffers()
+    if offset_buffer is None:
+        raise ValueError("a string array without offsets")
+    width = np.int64 if pa.types.is_large_string(cells.type) else np.int32
+    all_offsets = np.frombuffer(memoryview(offset_buffer), dtype=width)
+    offsets = all_offsets[cells.offset : cells.offset + n + 1]
+    data = (
+        np.frombuffer(memoryview(data_buffer), dtype=np.uint8)
+        if data_buffer is not None
+        else np.zeros(0, np.uint8)
+    )
+    _scan(offsets.astype(np.int64), data, plain, empty)
+    if cells.null_count:
+        valid = np.asarray(cells.is_valid().to_numpy(zero_copy_only=False), dtype=np.bool_)
+        plain &= valid
+        empty &= valid
+    return plain, empty
