@@ -43,39 +43,44 @@ def _compiled(function: Function) -> Function:
     return compiled
 
 
-@_compiled
-def _digits(data: npt.NDArray[np.uint8], position: int, end: int) -> int:
-    """The position after the run of ASCII digits starting at ``position``."""
-    while position < end and 48 <= data[position] <= 57:  # '0'..'9'
-        position += 1
-    return position
+def _inlined(function: Function) -> Function:
+    """``numba.njit`` inlined into its callers (a call per cell would cost more than the
+    cell's scan)."""
+    jit: Callable[..., Callable[[Function], Function]] = numba.njit
+    compiled: Function = jit(inline="always", nogil=True)(function)
+    return compiled
 
 
-@_compiled
+@_inlined
 def _is_plain(data: npt.NDArray[np.uint8], start: int, end: int) -> bool:
-    """Whether ``data[start:end]`` is a plain decimal (the module docstring's automaton)."""
+    """Whether ``data[start:end]`` is a plain decimal (the module docstring's automaton; the
+    byte values are ``+`` 43, ``-`` 45, ``.`` 46, ``0``–``9`` 48–57, ``E`` 69, ``e`` 101)."""
     if end - start > PLAIN_MAX_CHARS:
         return False
     position = start
-    if position < end and (data[position] == 43 or data[position] == 45):  # '+', '-'
+    if position < end and (data[position] == 43 or data[position] == 45):
         position += 1
-    after_integer = _digits(data, position, end)
-    n_digits = after_integer - position
-    position = after_integer
-    if position < end and data[position] == 46:  # '.'
-        after_fraction = _digits(data, position + 1, end)
-        n_digits += after_fraction - position - 1
-        position = after_fraction
-    if n_digits == 0:
+    first = position
+    while position < end and data[position] >= 48 and data[position] <= 57:
+        position += 1
+    digits = position - first
+    if position < end and data[position] == 46:
+        position += 1
+        first = position
+        while position < end and data[position] >= 48 and data[position] <= 57:
+            position += 1
+        digits += position - first
+    if digits == 0:
         return False
-    if position < end and (data[position] == 69 or data[position] == 101):  # 'E', 'e'
+    if position < end and (data[position] == 69 or data[position] == 101):
         position += 1
         if position < end and (data[position] == 43 or data[position] == 45):
             position += 1
-        after_exponent = _digits(data, position, end)
-        if not 1 <= after_exponent - position <= _MAX_EXPONENT_DIGITS:
+        first = position
+        while position < end and data[position] >= 48 and data[position] <= 57:
+            position += 1
+        if position == first or position - first > _MAX_EXPONENT_DIGITS:
             return False
-        position = after_exponent
     return position == end
 
 
