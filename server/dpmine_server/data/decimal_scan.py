@@ -15,18 +15,17 @@ expression on every string of a small alphabet and on random cells.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Final, TypeVar
+from typing import Final
 
-import numba
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from dpmine_server.compiled import compiled, inlined
+
 __all__ = ["PLAIN_DECIMAL", "PLAIN_MAX_CHARS", "plain_decimals"]
 
 BoolArray = npt.NDArray[np.bool_]
-Function = TypeVar("Function", bound=Callable[..., Any])
 
 #: The expression the scan reads (for the docs and the tests).
 PLAIN_DECIMAL: Final = r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]{1,3})?$"
@@ -36,22 +35,7 @@ PLAIN_MAX_CHARS: Final = 20
 _MAX_EXPONENT_DIGITS: Final = 3
 
 
-def _compiled(function: Function) -> Function:
-    """``numba.njit`` with the on-disk cache, releasing the GIL (columns convert side by side)."""
-    jit: Callable[..., Callable[[Function], Function]] = numba.njit
-    compiled: Function = jit(cache=True, nogil=True)(function)
-    return compiled
-
-
-def _inlined(function: Function) -> Function:
-    """``numba.njit`` inlined into its callers (a call per cell would cost more than the
-    cell's scan)."""
-    jit: Callable[..., Callable[[Function], Function]] = numba.njit
-    compiled: Function = jit(inline="always", nogil=True)(function)
-    return compiled
-
-
-@_inlined
+@inlined
 def _is_plain(data: npt.NDArray[np.uint8], start: int, end: int) -> bool:
     """Whether ``data[start:end]`` is a plain decimal (the module docstring's automaton; the
     byte values are ``+`` 43, ``-`` 45, ``.`` 46, ``0``–``9`` 48–57, ``E`` 69, ``e`` 101)."""
@@ -84,7 +68,7 @@ def _is_plain(data: npt.NDArray[np.uint8], start: int, end: int) -> bool:
     return position == end
 
 
-@_compiled
+@compiled
 def _scan(
     offsets: npt.NDArray[np.int64], data: npt.NDArray[np.uint8], plain: BoolArray, empty: BoolArray
 ) -> None:

@@ -20,33 +20,25 @@ buffers of n entries.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Final, TypeVar
+from typing import Final
 
-import numba
 import numpy as np
 import numpy.typing as npt
+
+from dpmine_server.compiled import compiled
 
 __all__ = ["stable_value_order"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 KeyArray = npt.NDArray[np.uint64]
-Function = TypeVar("Function", bound=Callable[..., Any])
 
 _DIGIT_BITS: Final = 16
 _PASSES: Final = 64 // _DIGIT_BITS
 _BUCKETS: Final = 1 << _DIGIT_BITS
 
 
-def _compiled(function: Function) -> Function:
-    """``numba.njit`` with the on-disk cache, releasing the GIL (columns sort side by side)."""
-    jit: Callable[..., Callable[[Function], Function]] = numba.njit
-    compiled: Function = jit(cache=True, nogil=True)(function)
-    return compiled
-
-
-@_compiled
+@compiled
 def _sortable_keys(values: FloatArray) -> KeyArray:
     """The module docstring's keys: increasing in the value, -0.0 as 0.0, NaN largest."""
     keys = np.empty(values.size, np.uint64)
@@ -65,7 +57,7 @@ def _sortable_keys(values: FloatArray) -> KeyArray:
     return keys
 
 
-@_compiled
+@compiled
 def _radix_order(keys: KeyArray) -> IntArray:
     """Row numbers sorted by ``keys``, ties in row order (LSD radix, module docstring);
     ``keys`` is overwritten."""

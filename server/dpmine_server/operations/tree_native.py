@@ -31,12 +31,12 @@ process after an install pays the compilation.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, NamedTuple, TypeVar
+from typing import NamedTuple
 
-import numba
 import numpy as np
 import numpy.typing as npt
+
+from dpmine_server.compiled import compiled
 
 __all__ = [
     "Chain",
@@ -55,16 +55,6 @@ IntArray = npt.NDArray[np.int64]
 CodeArray = npt.NDArray[np.int32]
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
-
-Function = TypeVar("Function", bound=Callable[..., Any])
-
-
-def _compiled(function: Function) -> Function:
-    """``numba.njit`` with the on-disk cache, typed for mypy."""
-    jit: Callable[..., Callable[[Function], Function]] = numba.njit
-    compiled: Function = jit(cache=True, nogil=True)(function)
-    return compiled
-
 
 _ONE = np.uint64(1)
 _M1 = np.uint64(0x5555555555555555)
@@ -136,7 +126,7 @@ class Draws(NamedTuple):
 Pool = tuple[IntArray, IntArray, int]
 
 
-@_compiled
+@compiled
 def _popcount(word: np.uint64) -> np.int64:
     """Set bits of one word (SWAR; LLVM emits the popcount instruction for it)."""
     word = word - ((word >> _ONE) & _M1)
@@ -145,7 +135,7 @@ def _popcount(word: np.uint64) -> np.int64:
     return np.int64((word * _H01) >> _S56)
 
 
-@_compiled
+@compiled
 def fill_masks(
     codes: CodeArray, ordered: bool, value: int, left: WordArray, right: WordArray
 ) -> None:
@@ -165,7 +155,7 @@ def fill_masks(
         right[word] = present & ~hit
 
 
-@_compiled
+@compiled
 def _level(node: int) -> int:
     """Depth of a heap index (root 0)."""
     level = 0
@@ -175,7 +165,7 @@ def _level(node: int) -> int:
     return level
 
 
-@_compiled
+@compiled
 def _next_allowed(
     chain: Chain, node: int, families: IntArray, values: IntArray, cursor: int
 ) -> int:
@@ -194,13 +184,13 @@ def _next_allowed(
     return cursor
 
 
-@_compiled
+@compiled
 def _depth(chain: Chain) -> int:
     """Split levels of the chain's trees (the first leaf's level)."""
     return _level(chain.keys.shape[0])
 
 
-@_compiled
+@compiled
 def _propose(chain: Chain, node: int, family: int, value: int) -> None:
     """Scratch rows of ``node``'s subtree with its split replaced (subtrees kept)."""
     fill_masks(chain.codes[family], chain.ordered[family], value, chain.new_left, chain.new_right)
@@ -217,7 +207,7 @@ def _propose(chain: Chain, node: int, family: int, value: int) -> None:
         first, width = 2 * first + 1, 2 * width
 
 
-@_compiled
+@compiled
 def _commit(chain: Chain, node: int, family: int, value: int) -> None:
     """Make the proposal at ``node`` the current state."""
     chain.keys[node, 0] = family
@@ -230,7 +220,7 @@ def _commit(chain: Chain, node: int, family: int, value: int) -> None:
         first, width = 2 * first + 1, 2 * width
 
 
-@_compiled
+@compiled
 def _proposed_leaves(chain: Chain, node: int) -> tuple[WordArray, int, int]:
     """(the proposal's rows of the leaves below ``node``, first leaf, number of leaves)."""
     depth = _depth(chain)
@@ -239,7 +229,7 @@ def _proposed_leaves(chain: Chain, node: int) -> tuple[WordArray, int, int]:
     return chain.scratch[first : first + width], first - chain.keys.shape[0], width
 
 
-@_compiled
+@compiled
 def _count(rows: WordArray, classes: WordArray, out: IntArray) -> None:
     """``out[i, k]`` = |rows[i] ∩ classes[k]| by popcount."""
     for i in range(rows.shape[0]):
@@ -250,7 +240,7 @@ def _count(rows: WordArray, classes: WordArray, out: IntArray) -> None:
             out[i, k] = total
 
 
-@_compiled
+@compiled
 def _weighted_gini(counts: IntArray) -> float:
     """|c|·Gini(c) = |c| − Σ_k c_k²/|c| of one leaf; 0 when empty (§3.3)."""
     size = 0.0
@@ -261,7 +251,7 @@ def _weighted_gini(counts: IntArray) -> float:
     return size - squares / size if size > 0 else 0.0
 
 
-@_compiled
+@compiled
 def last_level_weights(
     rows: WordArray,
     masks: tuple[WordArray, WordArray],
@@ -300,7 +290,7 @@ def last_level_weights(
             weights[b, s] -= coefficient * cells
 
 
-@_compiled
+@compiled
 def _cell_gini(table: IntArray, node: int, inner: int) -> float:
     """|c|·Gini(c) of ``node``'s cell: a leaf's rows, or an inner node's rows that reach
     neither child (its row minus its children's rows)."""
@@ -315,7 +305,7 @@ def _cell_gini(table: IntArray, node: int, inner: int) -> float:
     return size - squares / size if size > 0 else 0.0
 
 
-@_compiled
+@compiled
 def _subtree_gini(table: IntArray, node: int, inner: int) -> float:
     """Σ |c|·Gini(c) over the cells of ``node``'s subtree (``node`` and every node below)."""
     depth = _level(inner)
@@ -328,7 +318,7 @@ def _subtree_gini(table: IntArray, node: int, inner: int) -> float:
     return total
 
 
-@_compiled
+@compiled
 def _recount_below(
     rows: WordArray, node: int, inner: int, classes: WordArray, out: IntArray
 ) -> None:
@@ -340,7 +330,7 @@ def _recount_below(
         first, width = 2 * first + 1, 2 * width
 
 
-@_compiled
+@compiled
 def _adopt_below(table: IntArray, proposal: IntArray, node: int, inner: int) -> None:
     """Copy the proposal's rows of the nodes strictly below ``node`` into ``table``."""
     depth = _level(inner)
@@ -350,7 +340,7 @@ def _adopt_below(table: IntArray, proposal: IntArray, node: int, inner: int) -> 
         first, width = 2 * first + 1, 2 * width
 
 
-@_compiled
+@compiled
 def _purity(table: IntArray, total_rows: int) -> float:
     """g(T) = Σ_leaves (τ_n/τ)·Σ_c (τ_{n,c}/τ_n)² (§3.5, eq. 5), τ = ``total_rows``."""
     total = 0.0
@@ -364,13 +354,13 @@ def _purity(table: IntArray, total_rows: int) -> float:
     return total / max(total_rows, 1)
 
 
-@_compiled
+@compiled
 def _accepted(log_ratio: float, uniform: float) -> bool:
     """Metropolis acceptance with probability min(1, exp(log_ratio)), in log space (§0.3)."""
     return log_ratio >= 0.0 or np.log(1.0 - uniform) < log_ratio
 
 
-@_compiled
+@compiled
 def mcmc_steps(
     chain: Chain, target: Target, draws: Draws, span: tuple[int, int], pool: Pool
 ) -> tuple[int, int]:
@@ -400,7 +390,7 @@ def mcmc_steps(
     return stop, cursor
 
 
-@_compiled
+@compiled
 def _gain_score(first: IntArray, second: IntArray) -> float:
     """The Gini gain pair score (ALGORITHMS.md §6 item 19): −WGini(T_1; a) + [WGini(T_1's
     leaves over the rows in a leaf of T_1) − WGini(T_2; T_1's leaves)], every WGini summed over
@@ -415,7 +405,7 @@ def _gain_score(first: IntArray, second: IntArray) -> float:
     )
 
 
-@_compiled
+@compiled
 def _pair_score(target: PairTarget, first: IntArray, second: IntArray) -> float:
     """The pair score from the two node tables: the gain score (``target.gain``) or the
     paper's g(T_1)·(1 + g(T_2))/2 (§3.5, eq. 6) of the leaf rows."""
@@ -426,7 +416,7 @@ def _pair_score(target: PairTarget, first: IntArray, second: IntArray) -> float:
     return _purity(first[inner:], rows) * (1.0 + _purity(second[inner:], rows)) / 2.0
 
 
-@_compiled
+@compiled
 def pair_steps(
     chains: tuple[Chain, Chain],
     target: PairTarget,

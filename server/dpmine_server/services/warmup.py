@@ -80,10 +80,10 @@ def _warm_itemset_miner(store: ColumnStore) -> None:
 def warm_compiled_kernels() -> None:
     """Run the compiled kernels once on a synthetic table (no dataset, no ledger: nothing is
     released): ``tree.mcmc`` (its chain and its exact sampler), ``tree.pair_mcmc`` and the
-    itemset miner, and the numeric columns' sort (the synthetic table's load), so that numba's
-    compiled code is loaded before a request, a job or a dataset's load needs it
-    (a first call would otherwise pay seconds inside its padded budget and overrun). A
-    failure is logged and left to the first real call."""
+    itemset miner, and the CSV load's decimal scan and numeric sort (the synthetic table's
+    load), so that numba's compiled code is loaded before a request, a job or a dataset's load
+    needs it (a first call would otherwise pay seconds inside its padded budget and overrun).
+    A failure is logged and left to the first real call."""
     try:
         with tempfile.TemporaryDirectory() as folder:
             path = _write_table(Path(folder))
