@@ -77,7 +77,7 @@ from _support import (
     write_bundled_fimi,
 )
 from dpmine.miners._rho import ZCDP
-from dpmine.miners.itemsets import TopKItemsets
+from dpmine.miners.itemsets import TopKItemsets, confirmation_margin
 from dpmine.wire import FimiSource, TopKItemsetsRequest, TopKItemsetsResponse
 from dpmine_server.data.itemsets import TransactionIndex, item_catalog
 from dpmine_server.data.loaders import load_store
@@ -461,6 +461,11 @@ class UtilityCell:
     abs_error_mean: float
     zero_count_share: float
     kernel_median_s: float
+    #: Picks that the client's default output shows (count floor ≥ 1 row, α = 0.01, all K
+    #: together; ``TopKItemsets.itemsets_``), as a share of all picks.
+    confirmed_share: float = math.nan
+    #: Shown picks whose true count is 0 (the test allows this in ≤ 1 % of the runs).
+    confirmed_zero: int = 0
 
 
 def false_negative_rate(truth: Ranked, output: Sequence[Itemset], k: int) -> float:
@@ -483,6 +488,9 @@ def utility_cell(
     rel_errors: list[float] = []
     abs_errors: list[float] = []
     zero = 0
+    confirmed = confirmed_zero = 0
+    # the server's count scale K/ε_p; the miner's floor at the defaults (min_count 1, α 0.01)
+    margin = confirmation_margin(setting.k, scale=setting.k / setting.eps_half)
     seconds: list[float] = []
     for run in range(runs):
         rng = seeded_generator(seed + run)
@@ -495,6 +503,9 @@ def utility_cell(
             if noisy is None:
                 continue
             abs_errors.append(abs(noisy - true_count))
+            if noisy - margin >= 1:
+                confirmed += 1
+                confirmed_zero += true_count == 0
             if true_count > 0:
                 rel_errors.append(abs(noisy - true_count) / true_count)
             else:
@@ -515,6 +526,8 @@ def utility_cell(
         abs_error_mean=float(np.mean(abs_errors)) if abs_errors else math.nan,
         zero_count_share=zero / released_total,
         kernel_median_s=median(seconds),
+        confirmed_share=confirmed / released_total,
+        confirmed_zero=confirmed_zero,
     )
 
 
@@ -533,6 +546,7 @@ def run_utility(
                 f"  {data.spec.name:10} {method:7} ε/2={setting.eps_half:<4} K={setting.k:<3} "
                 f"ℓ={setting.length}  FNR {cell.fnr_mean:5.3f} ± {cell.fnr_sd:5.3f}  "
                 f"median rel.err {rel}  zero-count picks {cell.zero_count_share:5.1%}  "
+                f"shown {cell.confirmed_share:5.1%} ({cell.confirmed_zero} of count 0)  "
                 f"kernel {cell.kernel_median_s * 1e3:7.1f} ms",
                 flush=True,
             )
@@ -1298,6 +1312,7 @@ def _rel(cells: list[UtilityCell], dataset: str, method: str, setting: Setting) 
             setting.length,
         ):
             share = f" ({c.zero_count_share:.0%} zero)" if c.zero_count_share > 0 else ""
+            share += f"; {c.confirmed_share:.0%} shown, {c.confirmed_zero} of them zero"
             if c.rel_error_mean is None or c.rel_error_median is None:
                 return "n/a" + share
             return f"{c.rel_error_mean:.2%} / {c.rel_error_median:.2%}{share}"

@@ -59,6 +59,7 @@ from dpmine.miners import (
     AltMCMC,
     DPLayeredTrees,
     MCMCTreePair,
+    MinedItemset,
     Plan,
     Preset,
     SerenadeCS,
@@ -724,12 +725,25 @@ def mine_itemsets(
     ] = DEFAULT_NUMERIC_BINS,
     columns: ColumnsOption = None,
     exclude: ExcludeOption = None,
+    min_count: Annotated[
+        int,
+        typer.Option(
+            help="Show the picks whose count is confirmed to reach this many rows (all shown "
+            "together at 99 %)",
+            min=1,
+        ),
+    ] = 1,
+    show_all: Annotated[
+        bool,
+        typer.Option("--all", help="Show every pick, not only those whose count is confirmed"),
+    ] = False,
     output: Annotated[Path | None, typer.Option(help="Write results to .json or .csv")] = None,
     plan_only: Annotated[bool, typer.Option(help="Only price the run (free)")] = False,
 ) -> None:
     """Private top-K frequent itemsets (Bhaskar et al.); costs --epsilon, or --rho on a zCDP
-    dataset (+ --frequency-epsilon). Each noisy count comes with an interval holding the true
-    count (all K together, 90 %)."""
+    dataset (+ --frequency-epsilon). Shows the picks whose noisy count confirms them (--all:
+    every pick); each count comes with an interval holding the true count (all K together,
+    90 %)."""
     options = _options(ctx)
     if method not in {"em", "laplace"}:
         raise _fail("--method must be 'em' or 'laplace'")
@@ -745,6 +759,7 @@ def mine_itemsets(
         count_share=count_share,
         frequency_epsilon=frequency_epsilon,
         numeric_bins=numeric_bins or None,
+        min_count=min_count,
     )
 
     def action(connection: Connection) -> Any:
@@ -762,9 +777,11 @@ def mine_itemsets(
         return
     if output is not None:
         (miner.to_csv if output.suffix == ".csv" else miner.to_json)(output)
-    table = _itemsets_table(miner, f"top-{k} itemsets")
+    shown = miner.all_itemsets_ if show_all else miner.itemsets_
+    title = f"top-{k} itemsets" + ("" if show_all else " confirmed by their counts")
+    table = _itemsets_table(miner, shown, title, show_all=show_all)
     payload: dict[str, Any] = {
-        "itemsets": [asdict(itemset) for itemset in miner.itemsets_],
+        "itemsets": [asdict(itemset) for itemset in shown],
         **miner.summary(),
         "receipts": [receipt.model_dump(mode="json") for receipt in miner.receipts_],
     }
@@ -790,13 +807,26 @@ def mine_itemsets(
         _emit(options, [asdict(rule) for rule in found], rule_table)
 
 
-def _itemsets_table(miner: TopKItemsets, title: str) -> Table:
-    """The released itemsets: rank, the rows counted, the noisy count and the interval of the
-    true count, the noisy frequency; the caption says what the rank and the intervals mean,
-    then the receipts."""
+def _itemsets_table(
+    miner: TopKItemsets, shown: Sequence[MinedItemset], title: str, *, show_all: bool
+) -> Table:
+    """The shown itemsets: rank, the rows counted, the noisy count, the interval of the true
+    count and its confirmed floor, the noisy frequency (``show_all``: every pick, with whether
+    it is confirmed); the caption says what the rank, the test and the intervals mean, what
+    to do when nothing is confirmed, then the receipts."""
     level = f"true count ({miner.interval_level:.0%}, all together)"
-    table = Table("rank", "itemset", "noisy count", level, "noisy frequency", title=title)
-    for itemset in miner.itemsets_:
+    floor = f"true count ≥ ({1 - miner.alpha:.0%}, all together)"
+    table = Table(
+        "rank",
+        "itemset",
+        "noisy count",
+        level,
+        floor,
+        "noisy frequency",
+        *(["confirmed"] if show_all else []),
+        title=title,
+    )
+    for itemset in shown:
         interval = (
             "-"
             if itemset.count_low is None or itemset.count_high is None
@@ -807,11 +837,19 @@ def _itemsets_table(miner: TopKItemsets, title: str) -> Table:
             escape(itemset.query or " & ".join(itemset.items)),
             "-" if itemset.noisy_count is None else str(itemset.noisy_count),
             interval,
+            "-" if itemset.count_floor is None else str(max(itemset.count_floor, 0)),
             "-" if itemset.noisy_frequency is None else f"{itemset.noisy_frequency:.4f}",
+            *([_yes_no(itemset.confirmed)] if show_all else []),
         )
     receipts = " | ".join(_receipt_line(receipt) for receipt in miner.receipts_)
-    table.caption = "\n".join([*(escape(note) for note in miner.notes()), receipts])
+    message = miner.nothing_confirmed()
+    notes = [*miner.notes(), *([] if message is None else [message])]
+    table.caption = "\n".join([*(escape(note) for note in notes), receipts])
     return table
+
+
+def _yes_no(flag: bool | None) -> str:
+    return "-" if flag is None else ("yes" if flag else "no")
 
 
 def _serenade_options(

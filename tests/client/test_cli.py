@@ -552,6 +552,37 @@ def test_itemsets_show_intervals_explain_the_rank_and_take_columns(
     assert _budget(server, account, mushroom.id).grant_spent == pytest.approx(spent)
 
 
+def test_itemsets_show_only_the_picks_their_counts_confirm(
+    server: LiveServer, account: Account, mushroom: DatasetInfo
+) -> None:
+    """The default table holds the picks whose count floor reaches ``--min-count`` and says
+    so; a floor no count can reach (more rows than the table has) leaves nothing shown, with
+    what was spent and what to change; ``--all`` lists every pick with its verdict."""
+    command = f"mine itemsets {mushroom.id} --k 3 --length 1 --epsilon 0.5"
+    shown = _flat(_ok(dpmine_cli(server, account.api_key, command)))
+    assert "top-3 itemsets confirmed by their counts" in shown
+    assert "shown: the 3 of 3 picks confirmed to have ≥ 1 rows" in shown
+    assert "true count ≥ (99%, all together)" in shown
+    payload = _json(
+        dpmine_cli(
+            server,
+            account.api_key,
+            f"--json mine itemsets {mushroom.id} --k 2 --length 1 --epsilon 0.3 "
+            f"--min-count {MUSHROOM_ROWS + 1} --all",
+        )
+    )
+    assert [itemset["confirmed"] for itemset in payload["itemsets"]] == [False, False]
+    for itemset in payload["itemsets"]:
+        assert itemset["count_floor"] == itemset["noisy_count"] - payload["confirmation"]["margin"]
+    confirmation = payload["confirmation"]
+    assert (confirmation["shown"], confirmation["picks"]) == (0, 2)
+    assert confirmation["message"].startswith(
+        f"No pick is confirmed to have ≥ {MUSHROOM_ROWS + 1} rows. ε spent: 0.3."
+    )
+    assert "a smaller k" in confirmation["message"]
+    assert _budget(server, account, mushroom.id).grant_spent == pytest.approx(0.8)
+
+
 def test_unknown_dataset_and_bad_mode_exit_2(server: LiveServer, account: Account) -> None:
     assert "NotFound" in _error(dpmine_cli(server, account.api_key, "schema no-such-dataset"))
     malformed = _error(dpmine_cli(server, account.api_key, "schema Mushroom"))

@@ -32,7 +32,13 @@ from dpmine.miners import (
     TopKItemsets,
     association_rules,
 )
-from dpmine.miners.itemsets import count_intervals, intervals_note, order_note
+from dpmine.miners.itemsets import (
+    confirmation_margin,
+    confirmation_note,
+    count_intervals,
+    intervals_note,
+    order_note,
+)
 from dpmine.wire import CreateDatasetRequest, DatasetMetadata, FimiSource, TopKItemsetsRequest
 from dpmine_server.app import create_app
 from support.datasets import Row, register_table, table_rows
@@ -287,6 +293,8 @@ def test_exports(baskets: dpmine.DatasetHandle, tmp_path: Path) -> None:
         "query",
         "count_low",
         "count_high",
+        "count_floor",
+        "confirmed",
     ]
     assert rows[1][:2] == ["1", "bread & milk"]
     assert rows[1][4] == "[bread] & [milk]"
@@ -297,6 +305,7 @@ def test_exports(baskets: dpmine.DatasetHandle, tmp_path: Path) -> None:
         assert itemset.noisy_frequency is not None
         assert float(row[3]) == pytest.approx(itemset.noisy_frequency, rel=1e-5)
         assert [int(row[5]), int(row[6])] == [itemset.count_low, itemset.count_high]
+        assert [int(row[7]), row[8]] == [itemset.count_floor, "True"]
     assert payload["count_intervals"]["level"] == 0.9
     assert payload["order"].startswith("rank = order of the private selection")
 
@@ -304,7 +313,7 @@ def test_exports(baskets: dpmine.DatasetHandle, tmp_path: Path) -> None:
     bare.mine(baskets)
     bare.to_csv(csv_path)
     rows = list(csv.reader(io.StringIO(csv_path.read_text())))
-    assert [row[2:4] + row[5:] for row in rows[1:]] == [["", "", "", ""], ["", "", "", ""]]
+    assert [row[2:4] + row[5:] for row in rows[1:]] == [[""] * 6, [""] * 6]
 
 
 def test_exports_before_mining_are_refused(tmp_path: Path) -> None:
@@ -522,7 +531,7 @@ def test_the_interval_width_is_the_public_quantile_of_the_released_scale(
             max(itemset.noisy_count + half, 0),
         )
         assert itemset.items[0] == "smoker" or itemset.items[0].startswith("region=")
-    assert miner.notes()[1].startswith("count interval: the 3 true counts all lie")
+    assert miner.notes()[2].startswith("count interval: the 3 true counts all lie")
 
 
 def test_columns_and_exclude_are_sent_and_checked_before_anything_is_spent(
@@ -615,3 +624,172 @@ def test_auto_length_raises_the_shortest_lengths_error_when_nothing_is_served(
 def test_bad_lengths_are_refused_at_construction(length: object) -> None:
     with pytest.raises(dpmine.ParameterError, match="length must be 'auto', a whole number"):
         TopKItemsets(length=length)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------------------------
+# The confirmation test: what the default output shows holds after the noise (issue #21)
+
+
+def _gaussian_upper_tail(t: int, sigma: float) -> float:
+    """P(Z > t) for Z discrete Gaussian of σ, by summing its pmf (normalised over ±60σ)."""
+    support = np.arange(-math.ceil(60 * sigma), math.ceil(60 * sigma) + 1)
+    weights = np.exp(-(support.astype(float) ** 2) / (2 * sigma**2))
+    return float(weights[support > t].sum() / weights.sum())
+
+
+@pytest.mark.parametrize(
+    ("scale", "k", "alpha", "kind"),
+    [
+        (3.0, 3, 0.01, "laplace"),
+        (20.0, 100, 0.01, "laplace"),
+        (0.5, 1, 0.05, "laplace"),
+        (4.0, 10, 0.01, "discrete_gaussian"),
+        (30.0, 50, 0.01, "discrete_gaussian"),
+    ],
+)
+def test_the_confirmation_margin_is_the_one_sided_joint_quantile(
+    scale: float, k: int, alpha: float, kind: Literal["laplace", "discrete_gaussian"]
+) -> None:
+    """t keeps P(some of K noises > t) = 1 − (1 − P(Z > t))^K at or below α. For Laplace t is
+    the smallest such integer (P(Z > t) = q^(t+1)/(1+q) exactly); for the Gaussian t is the
+    two-sided half-width at twice the miss, an upper bound on the tail, so within one of the
+    pmf's own quantile."""
+    t = confirmation_margin(k, scale=scale, alpha=alpha, kind=kind)
+
+    def upper(value: int) -> float:
+        if kind == "laplace":
+            return _tail(value, scale) / 2
+        return _gaussian_upper_tail(value, scale)
+
+    assert 1 - (1 - upper(t)) ** k <= alpha
+    if kind == "laplace":
+        assert t == 0 or 1 - (1 - upper(t - 1)) ** k > alpha
+    else:
+        assert t <= 1 or 1 - (1 - upper(t - 2)) ** k > alpha
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.5, 1.2])
+def test_the_confirmation_margin_refuses_a_level_it_cannot_state(alpha: float) -> None:
+    with pytest.raises(ValueError, match="alpha must be in"):
+        confirmation_margin(5, scale=2.0, alpha=alpha)
+
+
+def test_confirmed_picks_hold_at_the_stated_rate_and_the_two_sided_floor_does_not() -> None:
+    """Simulated releases of K = 8 picks, most with true count 0 (tail picks) and the rest
+    large: a run errs when a pick with a true count below ``min_count`` = 1 is confirmed. The
+    test keeps the rate at or below α = 0.01 (exact bound 1 − (1 − P(Z > t))^8; 20,000 runs,
+    +0.003 at 3σ). Two broken floors must exceed it: the noisy count itself confirms a tail
+    pick in nearly every run, and the 90 % interval's lower end in about 4 % of them (7 tail
+    picks, each past the two-sided t with probability ≤ 0.0066)."""
+    scale, alpha, runs = 6.0, 0.01, 20_000
+    truth = np.array([0, 0, 0, 0, 0, 120, 300, 0])
+    k = truth.size
+    rng = np.random.default_rng(7213)
+    success = -math.expm1(-1.0 / scale)
+    noise = rng.geometric(success, (runs, k)) - rng.geometric(success, (runs, k))
+    released = truth + noise
+    tail = truth < 1
+    margin = confirmation_margin(k, scale=scale, alpha=alpha)
+    wrong = ((released - margin >= 1) & tail).any(axis=1).mean()
+    assert wrong <= alpha + 0.003
+    assert (released[:, ~tail] - margin >= 1).all()  # the large counts are always confirmed
+    half, _ = count_intervals([0] * k, scale=scale, level=0.9)
+    two_sided = ((released - half >= 1) & tail).any(axis=1).mean()
+    assert two_sided > alpha + 0.015
+    assert ((released >= 1) & tail).any(axis=1).mean() > 0.9
+
+
+def test_the_confirmation_note_says_what_is_shown() -> None:
+    assert confirmation_note(shown=3, total=10, min_count=1, alpha=0.01, margin=42) == (
+        "shown: the 3 of 10 picks confirmed to have ≥ 1 rows (noisy count − 42 ≥ 1; all shown "
+        "hold together with probability ≥ 99%); the other 7 may be tail itemsets that won a "
+        "pick by noise: all_itemsets_ (CLI: --all) lists them"
+    )
+    assert confirmation_note(shown=2, total=2, min_count=5, alpha=0.05, margin=3).endswith("≥ 95%)")
+    assert confirmation_note(shown=4, total=4, min_count=1, alpha=0.01, margin=None) == (
+        "no counts were released, so none of the 4 picks is confirmed: they are the "
+        "selection's output only (release counts to confirm them)"
+    )
+
+
+#: The basket file's 15 pairs: 5 occur (bread&milk 100, bread&eggs 40, milk&eggs 40,
+#: beer&nappies 30, eggs&jam 10), 10 never do.
+TRUE_PAIRS = {
+    ("bread", "milk"): 100,
+    ("bread", "eggs"): 40,
+    ("eggs", "milk"): 40,
+    ("beer", "nappies"): 30,
+    ("eggs", "jam"): 10,
+}
+
+
+def test_the_default_output_holds_only_picks_the_counts_confirm(
+    baskets: dpmine.DatasetHandle, tmp_path: Path
+) -> None:
+    """K = 12 pairs of a table where only 5 pairs occur: at least 7 picks are tail itemsets of
+    true count 0. ``itemsets_`` keeps the confirmed picks, all of which occur (this seeded run;
+    the rate is bounded by α above), ``all_itemsets_`` all 12 in selection order; the files
+    hold every pick with its floor and verdict; rules use the confirmed picks only."""
+    miner = TopKItemsets(k=12, length=2, epsilon=8.0, threshold_quantile=TINY_RHO)
+    miner.mine(baskets)
+    picks = miner.all_itemsets_
+    assert [itemset.rank for itemset in picks] == list(range(1, 13))
+    margin = miner.confirmation_margin_
+    assert margin == confirmation_margin(12, scale=12 / 4.0, alpha=0.01)
+    for itemset in picks:
+        assert itemset.noisy_count is not None
+        assert itemset.count_floor == itemset.noisy_count - margin
+        assert itemset.confirmed is (itemset.count_floor >= 1)
+    shown = miner.itemsets_
+    assert shown == [itemset for itemset in picks if itemset.confirmed]
+    assert all(tuple(sorted(itemset.items)) in TRUE_PAIRS for itemset in shown)
+    assert len(shown) >= 3  # the three pairs of 40 rows or more clear any floor at this scale
+    assert sum(tuple(sorted(i.items)) not in TRUE_PAIRS for i in picks) >= 7
+    assert miner.notes()[1].startswith(f"shown: the {len(shown)} of 12 picks confirmed")
+    assert miner.nothing_confirmed() is None
+    assert miner.rules(min_confidence=0.0) == association_rules(shown, min_confidence=0.0)
+    miner.to_csv(tmp_path / "picks.csv")
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "picks.csv").read_text())))
+    assert [row["confirmed"] for row in rows] == [str(i.confirmed) for i in picks]
+    miner.to_json(tmp_path / "picks.json")
+    payload = json.loads((tmp_path / "picks.json").read_text())
+    assert [entry["confirmed"] for entry in payload["itemsets"]] == [i.confirmed for i in picks]
+    assert payload["confirmation"]["shown"] == len(shown)
+    assert payload["confirmation"]["picks"] == 12
+
+
+def test_when_no_pick_is_confirmed_the_miner_says_what_was_spent_and_what_to_change(
+    baskets: dpmine.DatasetHandle,
+) -> None:
+    miner = TopKItemsets(
+        k=2, length=1, epsilon=50.0, threshold_quantile=TINY_RHO, min_count=N_ROWS + 1
+    )
+    miner.mine(baskets)
+    assert miner.itemsets_ == []
+    assert [itemset.confirmed for itemset in miner.all_itemsets_] == [False, False]
+    assert miner.nothing_confirmed() == (
+        f"No pick is confirmed to have ≥ {N_ROWS + 1} rows. ε spent: 50. For more signal: a "
+        "smaller k (the selection's noise grows with K), a larger budget or count_share, a "
+        "shorter length, or fewer columns. all_itemsets_ (CLI: --all) lists the 2 picks."
+    )
+    without_counts = TopKItemsets(k=2, length=1, epsilon=50.0, with_counts=False)
+    without_counts.mine(baskets)
+    assert len(without_counts.itemsets_) == 2
+    assert without_counts.confirmation_margin_ is None
+    assert without_counts.notes()[1].startswith("no counts were released")
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        ({"min_count": 0}, "min_count must be a whole number of rows, at least 1, got 0"),
+        ({"min_count": 2.5}, "min_count must be a whole number of rows, at least 1, got 2.5"),
+        ({"alpha": 0.5}, r"alpha must be in \(0, 0.5\), got 0.5"),
+    ],
+)
+def test_bad_confirmation_parameters_are_refused_before_anything_is_spent(
+    baskets: dpmine.DatasetHandle, parameters: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(dpmine.ParameterError, match=message):
+        TopKItemsets(k=2, length=1, epsilon=1.0, **parameters).mine(baskets)
+    assert baskets.budget().grant_spent == 0

@@ -10,6 +10,13 @@ Displays (issue #21) say what they show: the rank is the order of the private se
 the noisy counts (:func:`order_note`), and each released count comes with an interval that
 holds the true count, all K together, with a stated probability (:func:`count_intervals`).
 
+A claim shown holds after the noise (issue #21). When K is large for ε, the selection's
+noise lets itemsets from the universe's tail win picks (at K = 100 on T10I4D100K, ε = 1.4,
+nearly every pick has a true count of 0). So the default output, ``itemsets_``, holds only the
+picks *confirmed* by their count: the floor y − t of :func:`confirmation_margin` reaches
+``min_count``, which all shown picks' true counts do together with probability ≥ 1 − α.
+``all_itemsets_`` (CLI ``--all``) keeps every pick; files hold every pick with its verdict.
+
 ``length="auto"`` (the default, issue #21): the longest length of :data:`AUTO_LENGTHS` whose
 plan the server accepts for this K, ε and catalog. Whether the server can serve a length is
 decided from public values only (the item groups, ``n_max``, the row width, K and the noise
@@ -41,7 +48,9 @@ from dpmine.miners._rho import (
     Composition,
     check_budget,
     composition_for,
+    spent_text,
 )
+from dpmine.significance import ALPHA
 from dpmine.wire import (
     COUNT_NOISY,
     DEFAULT_NUMERIC_BINS,
@@ -72,6 +81,8 @@ __all__ = [
     "TopKItemsets",
     "association_rules",
     "auto_length_note",
+    "confirmation_margin",
+    "confirmation_note",
     "count_intervals",
     "intervals_note",
     "item_literals",
@@ -91,6 +102,8 @@ _CSV_HEADER = (
     "query",
     "count_low",
     "count_high",
+    "count_floor",
+    "confirmed",
 )
 
 
@@ -100,7 +113,9 @@ class MinedItemset:
     the interval [count_low, count_high] that holds the true count (all K together with the
     miner's ``interval_level``; :func:`count_intervals`), noisy frequency (if asked), and the
     query text whose rows the count counts (:func:`itemset_display`; None when an item name
-    is ambiguous in the schema)."""
+    is ambiguous in the schema). ``count_floor`` is the one-sided lower bound of the
+    confirmation test (:func:`confirmation_margin`, all K together at 1 − α) and
+    ``confirmed`` whether it reaches the miner's ``min_count``; both None without counts."""
 
     rank: int
     items: tuple[str, ...]
@@ -109,6 +124,8 @@ class MinedItemset:
     query: str | None = None
     count_low: int | None = None
     count_high: int | None = None
+    count_floor: int | None = None
+    confirmed: bool | None = None
 
 
 def item_literals(
@@ -186,6 +203,52 @@ def count_intervals(
     return t, [cell_interval(count, t) for count in noisy_counts]
 
 
+def confirmation_margin(
+    k: int, *, scale: float, alpha: float = ALPHA, kind: CountNoiseKind = "laplace"
+) -> int:
+    """The smallest integer t ≥ 0 with P(Z > t) ≤ 1 − (1 − α)^(1/K) for the noise Z of one of
+    K released counts (discrete Laplace of ``scale``, or discrete Gaussian of σ = ``scale``).
+    An itemset is confirmed at ``min_count`` when its floor y − t ≥ ``min_count``.
+
+    Proof: Z is symmetric, so P(Z > t) = P(|Z| > t)/2, and t is :func:`half_width` at twice
+    the one-sided miss. Given the data, the selection fixes the K itemsets and their true
+    counts c_i; the count noises Z_i are i.i.d. and independent of the selection (§4.2 step
+    3). An itemset with c_i < ``min_count`` is confirmed only if y_i − t ≥ ``min_count`` > c_i,
+    i.e. Z_i > t; so P(some confirmed itemset has c_i < ``min_count``) ≤
+    P(some Z_i > t) = 1 − (1 − P(Z > t))^K ≤ α, for every table and every ``min_count``.
+    Post-processing of public values: no data, no budget.
+    """
+    if not 0 < alpha < 0.5:
+        raise ValueError(f"alpha must be in (0, 0.5), got {alpha!r}")
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k!r}")
+    one_sided = -math.expm1(math.log1p(-alpha) / k)  # 1 − (1 − α)^(1/K), without rounding
+    return half_width(scale, 2 * one_sided, kind)
+
+
+def confirmation_note(
+    *, shown: int, total: int, min_count: int, alpha: float, margin: int | None
+) -> str:
+    """What the default output holds: the confirmed picks, and where the others are."""
+    if margin is None:
+        return (
+            f"no counts were released, so none of the {total} picks is confirmed: they are the "
+            "selection's output only (release counts to confirm them)"
+        )
+    rest = total - shown
+    others = (
+        f"; the other {rest} may be tail itemsets that won a pick by noise: all_itemsets_ "
+        "(CLI: --all) lists them"
+        if rest
+        else ""
+    )
+    return (
+        f"shown: the {shown} of {total} picks confirmed to have ≥ {min_count} rows (noisy "
+        f"count − {margin} ≥ {min_count}; all shown hold together with probability "
+        f"≥ {1 - alpha:.0%}){others}"
+    )
+
+
 def _count_noise_kind(released: TopKItemsetsResponse) -> CountNoiseKind:
     """The counts' noise law as the release reports it (Laplace when it reports none)."""
     return "laplace" if released.count_noise is None else released.count_noise.kind
@@ -260,6 +323,10 @@ class TopKItemsets(BaseMiner):
     ``columns`` / ``exclude``: the attributes whose items may be used, checked against the
     public schema before anything is sent. ``interval_level``: the probability with which the
     K count intervals hold their true counts together.
+
+    ``min_count`` and ``alpha``: the confirmation test of the default output (module
+    docstring): ``itemsets_`` holds the picks whose count floor reaches ``min_count`` rows,
+    all of them truly so with probability ≥ 1 − α; ``all_itemsets_`` every pick.
     """
 
     def __init__(
@@ -278,6 +345,8 @@ class TopKItemsets(BaseMiner):
         columns: Sequence[str] | None = None,
         exclude: Sequence[str] = (),
         interval_level: float = LEVEL,
+        min_count: int = 1,
+        alpha: float = ALPHA,
     ) -> None:
         self.k = k
         self.length = length
@@ -292,9 +361,11 @@ class TopKItemsets(BaseMiner):
         self.columns = columns
         self.exclude = exclude
         self.interval_level = interval_level
+        self.min_count = min_count
+        self.alpha = alpha
 
     def _found(self) -> str:
-        return f"{len(self._mined())} itemsets"
+        return f"{len(self._mined())} of {len(self._picked())} itemsets confirmed"
 
     def _check_params(self) -> None:
         """Refuse what no dataset could accept, naming the parameter and its valid values."""
@@ -318,6 +389,14 @@ class TopKItemsets(BaseMiner):
                 f"frequency_epsilon must be 0 (no row count) or positive, got "
                 f"{self.frequency_epsilon!r}"
             )
+        if not (isinstance(self.min_count, int) and not isinstance(self.min_count, bool)) or (
+            self.min_count < 1
+        ):
+            raise ParameterError(
+                f"min_count must be a whole number of rows, at least 1, got {self.min_count!r}"
+            )
+        if not 0 < self.alpha < 0.5:
+            raise ParameterError(f"alpha must be in (0, 0.5), got {self.alpha!r}")
         if self.numeric_bins is not None and self.numeric_bins < 2:
             raise ParameterError(
                 f"numeric_bins must be at least 2, or None for no numeric items, got "
@@ -455,9 +534,15 @@ class TopKItemsets(BaseMiner):
             spent.receipts.append(count.receipt)
             n_hat = max(count.count, 1)
         self.count_half_width_, bounds = self._count_bounds(released)
-        self.itemsets_ = self._itemsets(
+        self.confirmation_margin_ = self._confirmation_margin(released)
+        #: Every pick of the selection, in its order, with its confirmation verdict.
+        self.all_itemsets_ = self._itemsets(
             released, dataset.schema, request.numeric_bins, n_hat, bounds
         )
+        #: The default output: the confirmed picks (every pick when no counts were released).
+        self.itemsets_ = [
+            itemset for itemset in self.all_itemsets_ if itemset.confirmed is not False
+        ]
         self.noisy_row_count_ = n_hat
         self.epsilon_selection_ = released.epsilon_selection
         self.count_noise_scale_ = released.count_noise_scale
@@ -480,6 +565,20 @@ class TopKItemsets(BaseMiner):
         )
         return half, list(found)
 
+    def _confirmation_margin(self, released: TopKItemsetsResponse) -> int | None:
+        """t of :func:`confirmation_margin` for this release; None without counts or scale."""
+        scale = released.count_noise_scale
+        if scale is None or any(entry.noisy_count is None for entry in released.itemsets):
+            return None
+        if not released.itemsets:
+            return None
+        return confirmation_margin(
+            len(released.itemsets),
+            scale=scale,
+            alpha=self.alpha,
+            kind=_count_noise_kind(released),
+        )
+
     def _itemsets(
         self,
         released: TopKItemsetsResponse,
@@ -488,7 +587,12 @@ class TopKItemsets(BaseMiner):
         n_hat: int | None,
         bounds: Sequence[tuple[int, int] | None],
     ) -> list[MinedItemset]:
-        """The released itemsets with their display text and count intervals."""
+        """The released itemsets with their display text, count intervals and verdicts."""
+        margin = self.confirmation_margin_
+        floors = [
+            None if margin is None or entry.noisy_count is None else entry.noisy_count - margin
+            for entry in released.itemsets
+        ]
         return [
             MinedItemset(
                 rank=rank,
@@ -500,19 +604,24 @@ class TopKItemsets(BaseMiner):
                 query=itemset_display(entry.items, schema, numeric_bins),
                 count_low=None if bound is None else bound[0],
                 count_high=None if bound is None else bound[1],
+                count_floor=floor,
+                confirmed=None if floor is None else floor >= self.min_count,
             )
-            for rank, (entry, bound) in enumerate(zip(released.itemsets, bounds, strict=True), 1)
+            for rank, (entry, bound, floor) in enumerate(
+                zip(released.itemsets, bounds, floors, strict=True), 1
+            )
         ]
 
     def notes(self) -> list[str]:
-        """What the results show: the rank order and, with counts, the intervals' meaning."""
-        itemsets = self._mined()
-        lines = [order_note(self.method, self.epsilon_selection_)]
+        """What the results show: the rank order, which picks are shown and, with counts, the
+        intervals' meaning."""
+        picked = self._picked()
+        lines = [order_note(self.method, self.epsilon_selection_), self.confirmation_note()]
         if self.count_noise_scale_ is not None and self.count_half_width_ is not None:
             lines.append(
                 intervals_note(
                     self.interval_level,
-                    len(itemsets),
+                    len(picked),
                     self.count_noise_scale_,
                     self.count_half_width_,
                     self.count_noise_kind_,
@@ -522,12 +631,45 @@ class TopKItemsets(BaseMiner):
             lines.append(self.length_note_)
         return lines
 
+    def confirmation_note(self) -> str:
+        """Which picks the default output shows (:func:`confirmation_note`)."""
+        return confirmation_note(
+            shown=len(self._mined()),
+            total=len(self._picked()),
+            min_count=self.min_count,
+            alpha=self.alpha,
+            margin=self.confirmation_margin_,
+        )
+
+    def nothing_confirmed(self) -> str | None:
+        """None when a pick is shown; otherwise that none was confirmed, what was spent and how
+        to get more signal."""
+        if self._mined() or not self._picked():
+            return None
+        unit, spent = spent_text(self.receipts_)
+        return (
+            f"No pick is confirmed to have ≥ {self.min_count} rows. {unit} spent: {spent}. "
+            "For more signal: a smaller k (the selection's noise grows with K), a larger "
+            "budget or count_share, a shorter length, or fewer columns. all_itemsets_ (CLI: "
+            f"--all) lists the {len(self._picked())} picks."
+        )
+
     def summary(self) -> dict[str, Any]:
-        """The notes and the public figures behind the intervals, for JSON."""
+        """The notes and the public figures behind the intervals and the test, for JSON."""
+        notes = self.notes()
         return {
             "length": list(self.length_),
             "length_note": self.length_note_,
-            "order": self.notes()[0],
+            "order": notes[0],
+            "confirmation": {
+                "min_count": self.min_count,
+                "alpha": self.alpha,
+                "margin": self.confirmation_margin_,
+                "shown": len(self._mined()),
+                "picks": len(self._picked()),
+                "note": notes[1],
+                "message": self.nothing_confirmed(),
+            },
             "count_intervals": None
             if self.count_half_width_ is None
             else {
@@ -536,7 +678,7 @@ class TopKItemsets(BaseMiner):
                 "noise": self.count_noise_kind_,
                 "noise_scale": self.count_noise_scale_,
                 "half_width": self.count_half_width_,
-                "note": self.notes()[1],
+                "note": notes[2],
             },
         }
 
@@ -546,24 +688,28 @@ class TopKItemsets(BaseMiner):
             raise NotMinedError("TopKItemsets has not mined yet; call mine() first")
         return itemsets
 
+    def _picked(self) -> list[MinedItemset]:
+        self._mined()
+        return self.all_itemsets_
+
     def rules(self, *, min_confidence: float = 0.5) -> list[AssociationRule]:
-        """Association rules among the released itemsets (post-processing of noisy counts)."""
+        """Association rules among the confirmed itemsets (post-processing of noisy counts)."""
         return association_rules(
             self._mined(), min_confidence=min_confidence, n_rows=self.noisy_row_count_
         )
 
     def to_json(self, path: PathLike) -> None:
-        """Write the itemsets and the receipts as JSON."""
+        """Write every pick (with ``confirmed``), the notes and the receipts as JSON."""
         payload = {
-            "itemsets": [asdict(itemset) for itemset in self._mined()],
+            "itemsets": [asdict(itemset) for itemset in self._picked()],
             **self.summary(),
             "receipts": [receipt.model_dump(mode="json") for receipt in self.receipts_],
         }
         as_path(path).write_text(json.dumps(payload, indent=2) + "\n")
 
     def to_csv(self, path: PathLike) -> None:
-        """Write the itemsets as CSV (items joined with ' & ', the query text, and the count
-        interval, whose level :meth:`notes` states)."""
+        """Write every pick as CSV (items joined with ' & ', the query text, the count interval,
+        whose level :meth:`notes` states, the confirmation floor and verdict)."""
         rows = [["" if value is None else value for value in row] for row in self._table_rows()]
         for row in rows:  # the file keeps six significant digits of the frequency
             row[3] = "" if row[3] == "" else f"{row[3]:.6g}"
@@ -585,8 +731,10 @@ class TopKItemsets(BaseMiner):
                 itemset.query or "",
                 itemset.count_low,
                 itemset.count_high,
+                itemset.count_floor,
+                itemset.confirmed,
             ]
-            for itemset in self._mined()
+            for itemset in self._picked()
         ]
 
 
