@@ -67,7 +67,7 @@ def test_itemsets_frame_is_the_csv(
         + ") · not mined"
     )
     miner.mine(handle)
-    assert repr(miner).endswith("· mined: 4 itemsets")
+    assert repr(miner).endswith("· mined: 4 of 4 itemsets confirmed")
     target = str(tmp_path / "itemsets.csv")  # a str, as a notebook writes it
     miner.to_csv(target)
     miner.to_json(str(tmp_path / "itemsets.json"))

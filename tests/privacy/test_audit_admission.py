@@ -106,6 +106,13 @@ def test_the_client_retries_a_refusal_with_its_key(limited: ChannelServer) -> No
                 json=spin_body(SPIN_S),
                 idempotency_key=str(uuid.uuid4()),
             )
-        assert all(holder.result().status_code == 200 for holder in holders)
+        # Both holders were admitted: each released or, on a loaded machine, overran and failed
+        # closed at its deadline (the overrun audits' subject), keeping its charge either way.
+        for holder in holders:
+            answer_of_holder = holder.result()
+            assert answer_of_holder.status_code == 200 or (
+                answer_of_holder.status_code == 500
+                and "padded time budget" in answer_of_holder.json()["detail"]
+            ), answer_of_holder.text
     assert isinstance(answer.json()["count"], int)
     assert _spent(limited, dataset_id) - before == pytest.approx(3 * spin_body()["epsilon"])
