@@ -126,11 +126,13 @@ from dpmine_server.data.propose import propose_metadata
 from dpmine_server.dp.zcdp import rho_cap_for
 from dpmine_server.operations.itemsets import request_catalog
 from dpmine_server.operations.tree_kernels import tree_leaves
-from trust_views import WEAK_TABLES, write_pair
+from trust_views import HELD_OUT_TABLES, WEAK_TABLES, write_pair
 
 BoolArray = npt.NDArray[np.bool_]
 
 TABLES = ("mammals", "asia", *WEAK_TABLES)
+#: Run only when named in ``--tables`` (trust_views.HELD_OUT_TABLES).
+HELD_OUT = tuple(HELD_OUT_TABLES)
 QUICK_TABLES = ("pima", "mimic")
 MINERS = ("SerenadeCS", "SerenadeES", "AltExpM", "AltMCMC", "MCMCTreePair", "TopKItemsets")
 EPSILONS = (1.0, 0.5)
@@ -186,7 +188,7 @@ def prepare_table(key: str, scratch: Path) -> PreparedData:
 def weak_table_choice(key: str, scratch: Path) -> ViewChoice:
     """The declared views of the weak-structure table ``key`` (trust_views.WEAK_TABLES),
     written as two CSV files under ``scratch``."""
-    spec = WEAK_TABLES[key]
+    spec = {**WEAK_TABLES, **HELD_OUT_TABLES}[key]
     raw = scratch / f"{key}-raw"
     write_pair(spec, DATA_ROOT, raw)
     return ViewChoice(
@@ -1568,7 +1570,11 @@ def parse_args(argv: list[str] | None = None) -> Config:
         "every miner on the bundled Mushroom table; no baseline",
     )
     parser.add_argument("--runs", type=int, default=None, help=f"runs per cell (default {RUNS})")
-    parser.add_argument("--tables", default=None, help=f"comma list of {','.join(TABLES)}")
+    parser.add_argument(
+        "--tables",
+        default=None,
+        help=f"comma list of {','.join(TABLES)} (default), or the held-out {','.join(HELD_OUT)}",
+    )
     parser.add_argument("--miners", default=",".join(MINERS))
     parser.add_argument("--epsilons", default=None, help="comma list (default 1,0.5)")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "out")
@@ -1606,7 +1612,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
     epsilons = args.epsilons or ("1" if args.quick else ",".join(f"{e:g}" for e in EPSILONS))
     return Config(
         out=args.out.resolve(),
-        tables=comma_names(tables, TABLES, "table"),
+        tables=comma_names(tables, (*TABLES, *HELD_OUT), "table"),
         miners=comma_names(args.miners, MINERS, "miner"),
         epsilons=tuple(float(e) for e in epsilons.split(",")),
         runs=args.runs if args.runs is not None else (1 if args.quick else RUNS),

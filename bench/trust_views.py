@@ -11,6 +11,10 @@ and what was *measured or happened* (measurements, course, outcome) on the right
 redescription reads as "this kind of person ⇔ this clinical picture". No split was tuned: none
 was changed after seeing a result.
 
+``HELD_OUT_TABLES`` (titanic, adult) were added on 2026-11-27, their splits committed before
+any miner ran on them, as tables the defaults were never looked at on; they are not health
+tables and are run only when named (``--tables titanic,adult``).
+
 Every builder returns a frame of strings with an ``id`` column (row number from 1) and the
 columns of both views; :func:`write_pair` writes the two CSVs that ``bench_serenade``'s
 ``prepare_dataset`` trims and proposes metadata for.
@@ -26,7 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["WEAK_TABLES", "TableSpec", "write_pair"]
+__all__ = ["HELD_OUT_TABLES", "WEAK_TABLES", "TableSpec", "write_pair"]
 
 MISSING = ""
 
@@ -241,6 +245,53 @@ def build_rwas(root: Path) -> pd.DataFrame:
     return _strings(frame)
 
 
+# -- kaggle_titanic (891 passengers; held out) -----------------------------------------------------
+
+
+def build_titanic(root: Path) -> pd.DataFrame:
+    """Kaggle's Titanic training file; ``deck`` is the cabin's first letter (missing when the
+    cabin is empty), and an empty age or port is missing."""
+    raw = pd.read_csv(root / "kaggle_titanic" / "train.csv", dtype=str, na_filter=False)
+    frame = raw[["Sex", "Age", "SibSp", "Parch", "Pclass", "Fare", "Embarked", "Survived"]].copy()
+    frame = frame.where(frame != "")
+    frame["deck"] = [cabin[0] if cabin else None for cabin in raw["Cabin"]]
+    return _strings(frame)
+
+
+# -- uci_adult (32,561 people; held out) ---------------------------------------------------------
+
+_ADULT_COLUMNS = (
+    "age",
+    "workclass",
+    "fnlwgt",
+    "education",
+    "education-num",
+    "marital-status",
+    "occupation",
+    "relationship",
+    "race",
+    "sex",
+    "capital-gain",
+    "capital-loss",
+    "hours-per-week",
+    "native-country",
+    "income",
+)
+
+
+def build_adult(root: Path) -> pd.DataFrame:
+    """UCI Adult's training file; ``?`` is missing. The sampling weight ``fnlwgt`` and
+    ``education-num`` (a code of ``education``) are left out."""
+    raw = pd.read_csv(
+        root / "uci_adult" / "adult_train.csv.gz", dtype=str, na_filter=False, skipinitialspace=True
+    )
+    if tuple(raw.columns) != _ADULT_COLUMNS:
+        raise RuntimeError(f"uci_adult: unexpected columns {list(raw.columns)}")
+    frame = raw.drop(columns=["fnlwgt", "education-num"])
+    frame = frame.where(frame != "?")
+    return _strings(frame)
+
+
 # -- the declared splits -------------------------------------------------------------------------
 
 WEAK_TABLES: dict[str, TableSpec] = {
@@ -326,6 +377,45 @@ WEAK_TABLES: dict[str, TableSpec] = {
         rationale="left = the 22 authoritarianism-scale answers; right = the respondents' "
         "background (education, upbringing area, gender, language, religion, orientation, race, "
         "voting, marital status, age, family size), as README §4 suggests",
+    ),
+}
+
+
+#: Tables the defaults were never judged on (declared 2026-11-27 before any run; not health data).
+HELD_OUT_TABLES: dict[str, TableSpec] = {
+    "titanic": TableSpec(
+        key="titanic",
+        title="Kaggle Titanic, training file (891 passengers)",
+        build=build_titanic,
+        left=("Sex", "Age", "SibSp", "Parch", "Pclass"),
+        right=("Fare", "Embarked", "deck", "Survived"),
+        rationale="left = who the passenger is (sex, age, relatives aboard, class of travel); "
+        "right = the ticket (fare, port of embarkation, deck) and survival",
+    ),
+    "adult": TableSpec(
+        key="adult",
+        title="UCI Adult, training file (32,561 people)",
+        build=build_adult,
+        left=(
+            "age",
+            "sex",
+            "race",
+            "native-country",
+            "marital-status",
+            "relationship",
+            "education",
+        ),
+        right=(
+            "workclass",
+            "occupation",
+            "hours-per-week",
+            "capital-gain",
+            "capital-loss",
+            "income",
+        ),
+        rationale="left = who the person is (age, sex, race, country of birth, family, "
+        "education); right = their work (class of worker, occupation, hours), capital income "
+        "and the income class",
     ),
 }
 
