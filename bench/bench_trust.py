@@ -806,7 +806,10 @@ def _progress_line(r: RunRecord) -> str:
         return f"{head}, FAILED {r.error.splitlines()[0]}"
     if r.miner == "TopKItemsets":
         good = sum(bool(i["printed_is_measured"]) for i in r.itemsets)
-        return f"{head}, {r.shown} itemsets, printed≡measured {good}/{r.shown}"
+        return (
+            f"{head}, {r.shown} of {r.all_results} picks shown, printed≡measured "
+            f"{good}/{len(r.itemsets)} (all picks)"
+        )
     shown = [c for c in r.results if c.shown]
     sig = sum(c.exact["p"] <= P_GOOD for c in shown)
     same = sum(c.printed_is_measured for c in r.results)
