@@ -1,7 +1,7 @@
 """Group commit of the ledger's release writes (services/group_commit.py), on SQLite and
 PostgreSQL: concurrent writes share one durable transaction, each caller returns only after
-it, an error of one write stays that caller's, and a failed transaction fails every write of
-its group and keeps none of them."""
+it, an error of one write stays that caller's, and when the group's transaction fails each
+write is applied alone, so that only a write that fails alone fails."""
 
 from __future__ import annotations
 
@@ -125,13 +125,48 @@ def test_an_error_of_one_write_stays_its_own(engine: Engine) -> None:
     assert _keys(engine) == [key for key in range(WRITERS) if key != 3]
 
 
-def test_a_failed_transaction_fails_its_whole_group_and_keeps_nothing(engine: Engine) -> None:
+def test_a_failed_group_is_applied_write_by_write_and_only_the_failing_write_fails(
+    engine: Engine,
+) -> None:
+    """The same key twice in one group makes its transaction fail. Each write is then applied
+    alone: whichever duplicate comes second fails, every other write commits (its own
+    transaction: 1 + 4 commits). Before, the whole group failed and lost five releases."""
     writes = [_insert(key) for key in range(WRITERS)]
-    writes[2] = _insert(4)  # the same key twice in one group: the transaction fails
+    writes[2] = _insert(4)
     committer = GroupCommitter(engine)
-    errors, _commits = _grouped(engine, writes, committer)
+    errors, commits = _grouped(engine, writes, committer)
     assert errors[0] is None  # the leader's own group of one committed
-    assert all(error is not None for error in errors[1:])
+    failed = [index for index, error in enumerate(errors) if error is not None]
+    assert failed in ([2], [4])
+    assert _keys(engine) == [0, 1, 3, 4, 5]
+    assert commits == 1 + 4
+    committer.commit(_insert(7))  # usable again
+    assert _keys(engine) == [0, 1, 3, 4, 5, 7]
+
+
+def test_writes_that_fail_alone_each_get_their_own_error(engine: Engine) -> None:
+    """Every write of the group raises (as against a database that refuses them): each
+    caller gets its own write's error and nothing is kept; a group of one is tried once."""
+    calls: list[int] = []
+
+    def broken(key: int) -> Callable[[Connection], Exception | None]:
+        def write(_connection: Connection) -> Exception | None:
+            calls.append(key)
+            raise RuntimeError(f"write {key} refused")
+
+        return write
+
+    writes = [_insert(0), *(broken(key) for key in range(1, WRITERS))]
+    errors, _commits = _grouped(engine, writes)
+    assert errors[0] is None
+    for key, error in enumerate(errors[1:], start=1):
+        assert isinstance(error, RuntimeError)
+        assert str(error) == f"write {key} refused"
     assert _keys(engine) == [0]
-    committer.commit(_insert(7))  # usable again after a failed group
-    assert _keys(engine) == [0, 7]
+    # the group stopped at its first write, then each write ran alone
+    assert len(calls) == WRITERS
+    assert sorted(calls[1:]) == list(range(1, WRITERS))
+    calls.clear()
+    with pytest.raises(RuntimeError, match="write 9 refused"):
+        GroupCommitter(engine).commit(broken(9))
+    assert calls == [9]

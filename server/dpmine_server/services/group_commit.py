@@ -22,8 +22,16 @@ Why this keeps the ledger's guarantees (DESIGN.md "The budget ledger"):
   conditional statement as before (``WHERE status = 'reserved'``); an entry that is no longer
   reserved (an overrun failed it at its deadline) changes nothing and only its own caller gets
   the error. The charges were committed by their reservations, each in its own transaction.
-* **Failures stay per request.** When the transaction itself fails (a database error), every
-  writer of the group gets that error and answers none of its releases, as each would alone.
+* **Failures stay per request.** When the group's transaction fails (a database error raised
+  by one write, such as a constraint, or by the commit), nothing of it was kept, so each write
+  of the group is applied again alone, in a transaction of its own: a write that fails alone
+  gets its own error and answers none of its release, as it would have without grouping, and
+  the others commit durably before their callers return. Re-applying is safe because a write
+  is only statements inside its transaction (the ledger's is the conditional
+  ``reserved → released`` update): a rolled-back group left no trace of it. A group of one
+  write is not tried twice. A commit whose outcome is unknown (the connection lost during
+  COMMIT) may have kept the group; the conditional update tried again then changes nothing and
+  its caller gets an error while the release is stored, as without grouping.
 
 Time: the leader's transaction does at most as many writes as there are requests waiting, each
 one indexed update, so no request waits longer than it would behind the same requests
@@ -86,25 +94,49 @@ class GroupCommitter:
             raise item.error
 
     def _lead(self) -> None:
-        """Commit every waiting write (this thread's included) in one transaction."""
+        """Commit every waiting write (this thread's included) in one transaction; if that
+        transaction fails, each of its writes alone (module docstring)."""
         group: list[GroupWrite] = []
+        settled: set[int] = set()  # ids of the writes whose outcome is final
         try:
-            with self._engine.begin() as connection:
-                # Taken once the transaction holds the write lock: the writes that queued while
-                # this thread waited for it join the group.
-                group = self._take()
-                for item in group:
-                    item.error = item.write(connection)
-        except BaseException as error:  # the whole group failed: each writer gets the error
-            group = group or self._take()  # (the transaction may not even have begun)
+            try:
+                with self._engine.begin() as connection:
+                    # Taken once the transaction holds the write lock: the writes that queued
+                    # while this thread waited for it join the group.
+                    group = self._take()
+                    for item in group:
+                        item.error = item.write(connection)
+                settled.update(id(item) for item in group)
+            except Exception as error:  # nothing of the group was kept
+                group = group or self._take()  # (the transaction may not even have begun)
+                if len(group) == 1:
+                    group[0].error = error
+                    settled.add(id(group[0]))
+                else:
+                    for item in group:
+                        self._alone(item)
+                        settled.add(id(item))
+        except BaseException as error:  # interrupted: no writer may wait forever
+            group = group or self._take()
             for item in group:
-                item.error = error
+                if id(item) not in settled:
+                    item.error = error
+            raise
         finally:
             with self._condition:
                 for item in group:
                     item.done = True
                 self._leading = False
                 self._condition.notify_all()
+
+    def _alone(self, item: GroupWrite) -> None:
+        """Apply one write in its own transaction, recording its error (its own or the
+        transaction's)."""
+        try:
+            with self._engine.begin() as connection:
+                item.error = item.write(connection)
+        except Exception as error:
+            item.error = error
 
     def _take(self) -> list[GroupWrite]:
         with self._condition:
