@@ -58,6 +58,7 @@ from dpmine.miners import (
     AltExpM,
     AltMCMC,
     DPLayeredTrees,
+    ItemsetPlan,
     MCMCTreePair,
     MinedItemset,
     Plan,
@@ -1000,7 +1001,7 @@ def _emit_plan(options: _Options, dataset_id: str, plan: Plan) -> None:
             f"total ε={epsilon_text(plan.estimate.total_epsilon_exact)}; remaining "
             f"ε={epsilon_text(plan.estimate.remaining_epsilon)}; fits: {plan.fits}"
         )
-    if isinstance(plan, SerenadePlan | TreePlan):  # each draw kind's signal, and its warnings
+    if isinstance(plan, SerenadePlan | TreePlan | ItemsetPlan):  # signal, floor and warnings
         table.caption += "\n" + plan.report()
     elif zcdp:  # each call's ρ and the (ε, δ) the run implies
         table.caption += "\n" + "\n".join(plan.rho_lines())

@@ -359,6 +359,7 @@ def test_budgets_print_as_exact_decimals(
     command = f"mine itemsets {mushroom.id} --k 3 --epsilon 0.2 --frequency-epsilon 0.1 --plan-only"
     plan = _flat(_ok(dpmine_cli(server, account.api_key, command)))
     assert "total ε=0.3; remaining ε=0.7; fits: True" in plan, plan
+    assert "confirmation: a pick is shown when its noisy count reaches" in plan, plan
     miner = TopKItemsets(k=3, epsilon=0.5, frequency_epsilon=0.25)
     priced = miner.plan(account.connection.dataset(mushroom.id))
     assert str(priced) == f"{len(priced.calls)} calls, total ε=0.75, remaining ε=0.7, fits: False"

@@ -17,7 +17,7 @@ import pytest
 import dpmine
 from dpmine import DPBayesianRuleList
 from dpmine.errors import ParameterError
-from dpmine.miners import TopKItemsets
+from dpmine.miners import ItemsetPlan, TopKItemsets
 from dpmine.miners._rho import EM_RHO, GENERIC_RHO, PURE, RHO_MARGIN, ZCDP
 from dpmine.wire import CreateDatasetRequest, CsvSource, DatasetInfo, DatasetMetadata, LabelSpec
 from support.accounts import rho_spent
@@ -140,6 +140,12 @@ def test_a_run_spends_its_planned_rho_on_the_ledger(
     assert "the run implies (ε = " in report
 
     miner.mine(zcdp_table)
+    if isinstance(plan, ItemsetPlan):  # the planned floor is the one the release gets
+        assert isinstance(miner, TopKItemsets)
+        assert plan.confirmation is not None
+        assert plan.confirmation.kind == miner.count_noise_kind_ == "discrete_gaussian"
+        assert miner.count_noise_scale_ == pytest.approx(plan.confirmation.scale, rel=1e-9)
+        assert miner.confirmation_margin_ == plan.confirmation.margin
     charged = sum(Decimal(r.zcdp.rho_exact) for r in miner.receipts_ if r.zcdp is not None)
     assert len(miner.receipts_) == len(plan.calls)
     assert rho_spent(zcdp_table) == charged == planned

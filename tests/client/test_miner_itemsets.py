@@ -27,6 +27,7 @@ import pytest
 import dpmine
 from dpmine.miners import (
     AssociationRule,
+    ItemsetPlan,
     MinedItemset,
     NotMinedError,
     TopKItemsets,
@@ -793,3 +794,38 @@ def test_bad_confirmation_parameters_are_refused_before_anything_is_spent(
     with pytest.raises(dpmine.ParameterError, match=message):
         TopKItemsets(k=2, length=1, epsilon=1.0, **parameters).mine(baskets)
     assert baskets.budget().grant_spent == 0
+
+
+def test_the_plan_says_which_noisy_count_a_shown_pick_needs(
+    baskets: dpmine.DatasetHandle,
+) -> None:
+    """From public values only (K, ε_p, the unit, n_max = 10,000): the margin of the planned
+    release's count noise (the one a run then gets), the smallest noisy count shown, no
+    warning while that fits the table; a warning when it cannot (tiny ε) or when no counts are
+    bought. Plans are free."""
+    plan = TopKItemsets(k=4, length=2, epsilon=2.0).plan(baskets)
+    assert isinstance(plan, ItemsetPlan)
+    found = plan.confirmation
+    assert found is not None
+    assert (found.kind, found.scale, found.n_max) == ("laplace", 4.0, 10_000)  # K/ε_p, ε_p = 1
+    assert found.margin == confirmation_margin(4, scale=4.0)
+    assert found.smallest_shown == found.margin + 1
+    assert plan.warnings == []
+    assert f"a pick is shown when its noisy count reaches {found.smallest_shown}" in plan.report()
+    mined = TopKItemsets(k=4, length=2, epsilon=2.0, threshold_quantile=TINY_RHO).mine(baskets)
+    assert mined.count_noise_scale_ == pytest.approx(found.scale, rel=1e-9)
+    assert mined.confirmation_margin_ == found.margin
+    spent = baskets.budget().grant_spent
+    hopeless = TopKItemsets(k=10, length=2, epsilon=0.002).plan(baskets)
+    assert hopeless.confirmation is not None
+    assert hopeless.confirmation.smallest_shown > 10_000
+    (warning,) = hopeless.warnings
+    assert warning.startswith(
+        f"no pick can be shown: a pick needs a noisy count of at least "
+        f"{hopeless.confirmation.smallest_shown}, above the table's n_max of 10000 rows"
+    )
+    assert f"warning: {warning}" in hopeless.report()
+    bare = TopKItemsets(k=4, length=2, epsilon=2.0, with_counts=False).plan(baskets)
+    assert bare.confirmation is None
+    assert bare.warnings[0].startswith("no counts are released, so no pick can be confirmed")
+    assert baskets.budget().grant_spent == spent == 2.0  # only the run was charged

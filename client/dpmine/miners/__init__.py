@@ -11,7 +11,13 @@ from dpmine.miners.greedy import (
     SerenadePlan,
     SerenadeSettings,
 )
-from dpmine.miners.itemsets import AssociationRule, MinedItemset, TopKItemsets, association_rules
+from dpmine.miners.itemsets import (
+    AssociationRule,
+    ItemsetPlan,
+    MinedItemset,
+    TopKItemsets,
+    association_rules,
+)
 from dpmine.miners.layered import DPLayeredTrees
 from dpmine.miners.trees import (
     AltExpM,
@@ -27,6 +33,7 @@ __all__ = [
     "AssociationRule",
     "BaseMiner",
     "DPLayeredTrees",
+    "ItemsetPlan",
     "MCMCTreePair",
     "MinedItemset",
     "MinedRedescription",

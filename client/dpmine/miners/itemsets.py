@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from itertools import combinations
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -38,7 +38,7 @@ from dpmine.errors import InvalidRequestError, ParameterError
 from dpmine.frames import PathLike, as_path, data_frame, write_csv
 from dpmine.intervals import LEVEL, cell_interval, half_width
 from dpmine.items import items_display
-from dpmine.miners._base import BaseMiner, NotMinedError, _Spent
+from dpmine.miners._base import BaseMiner, NotMinedError, Plan, _Spent
 from dpmine.miners._rho import (
     EM_RHO,
     GENERIC_RHO,
@@ -77,6 +77,8 @@ if TYPE_CHECKING:
 __all__ = [
     "AUTO_LENGTHS",
     "AssociationRule",
+    "Confirmation",
+    "ItemsetPlan",
     "MinedItemset",
     "TopKItemsets",
     "association_rules",
@@ -291,6 +293,69 @@ def intervals_note(
         f"probability ≥ {level:.0%} (noisy count ± {half}, clamped at 0; each count has "
         f"{law} {scale:.3g})"
     )
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """What the planned release lets the default output show, from public values only: the
+    counts' noise (``kind``, ``scale``), the margin t of :func:`confirmation_margin` and the
+    smallest noisy count shown, t + ``min_count``, against the table's public ``n_max``."""
+
+    kind: CountNoiseKind
+    scale: float
+    margin: int
+    min_count: int
+    alpha: float
+    n_max: int
+
+    @property
+    def smallest_shown(self) -> int:
+        """The least noisy count a shown pick has."""
+        return self.margin + self.min_count
+
+
+@dataclass(frozen=True)
+class ItemsetPlan(Plan):
+    """A top-K plan: the priced calls and, with counts, what the confirmation test can show
+    (:class:`Confirmation`; None without counts)."""
+
+    confirmation: Confirmation | None = None
+    k: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def warnings(self) -> list[str]:
+        """When no pick can be shown: no counts, or a floor above every possible count."""
+        found = self.confirmation
+        if found is None:
+            return [
+                "no counts are released, so no pick can be confirmed: the output is the "
+                "selection's alone"
+            ]
+        if found.smallest_shown > found.n_max:
+            return [
+                f"no pick can be shown: a pick needs a noisy count of at least "
+                f"{found.smallest_shown}, above the table's n_max of {found.n_max} rows; raise "
+                "the budget or count_share, or lower k (the count noise grows with K)"
+            ]
+        return []
+
+    def report(self) -> str:
+        """The confirmation floor, then on a zCDP dataset each call's ρ, then the warnings."""
+        lines = list(self.notes)
+        found = self.confirmation
+        if found is not None:
+            law = "discrete Gaussian σ" if found.kind == "discrete_gaussian" else "Laplace scale"
+            lines.append(
+                f"confirmation: a pick is shown when its noisy count reaches "
+                f"{found.smallest_shown} (count noise: {law} {found.scale:.3g} for each of the "
+                f"{self.k} counts; t = {found.margin} keeps all shown picks at ≥ {found.min_count}"
+                f" rows with probability ≥ {1 - found.alpha:.0%}); itemsets with far fewer rows "
+                f"are left in all_itemsets_"
+            )
+        lines += self.rho_lines()
+        lines += [f"warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -518,6 +583,42 @@ class TopKItemsets(BaseMiner):
             count = NoisyCountRequest(epsilon=self.frequency_epsilon)
             calls.append(COUNT_NOISY.plan(count))
         return calls
+
+    def plan(self, dataset: DatasetHandle) -> ItemsetPlan:
+        """Price the run (free) and say what the confirmation test can show: the smallest
+        noisy count a shown pick has, from the planned count noise (public: K, ε_p and the
+        dataset's unit), with a warning when that exceeds the table's ``n_max``."""
+        base = super().plan(dataset)
+        return ItemsetPlan(
+            calls=base.calls,
+            estimate=base.estimate,
+            budget_rho=base.budget_rho,
+            delta=base.delta,
+            confirmation=self._planned_confirmation(dataset.schema.n_max),
+            k=self.k,
+            notes=[] if self.length_note_ is None else [self.length_note_],
+        )
+
+    def _planned_confirmation(self, n_max: int) -> Confirmation | None:
+        """The :class:`Confirmation` of the planned request (the server's count noise law:
+        Laplace of scale K/ε_p on a pure dataset, discrete Gaussian σ = √K/ε_p on a zCDP one;
+        ε_p = count_share · ε of the request)."""
+        if not self.with_counts:
+            return None
+        epsilon, share = self.request_epsilon(self._unit)
+        counts_epsilon = epsilon * share
+        gaussian = self._unit is not PURE
+        scale = (math.sqrt(self.k) if gaussian else self.k) / counts_epsilon
+        kind: CountNoiseKind = "discrete_gaussian" if gaussian else "laplace"
+        margin = confirmation_margin(self.k, scale=scale, alpha=self.alpha, kind=kind)
+        return Confirmation(
+            kind=kind,
+            scale=scale,
+            margin=margin,
+            min_count=self.min_count,
+            alpha=self.alpha,
+            n_max=n_max,
+        )
 
     def mine(self, dataset: DatasetHandle) -> TopKItemsets:
         """Run the plan (refused up front if the budget cannot cover it)."""
