@@ -61,7 +61,10 @@ CHARGE = Epsilon.charge(EPSILON)
 ALPHA = 1e-5
 PASS_SAMPLES = 5_000
 FLAG_SAMPLES = 10_000
-FLAG_SAMPLES_K2 = 30_000
+#: The top-2 power check: at 10,000 samples a side its bound was 1.6–2.0 over three seeds
+#: (ε = 1 claimed), so the default run takes 12,000; the slow run 30,000.
+FLAG_SAMPLES_K2 = 12_000
+SLOW_FLAG_SAMPLES_K2 = 30_000
 COUNT_SAMPLES = 4_000
 #: Offsets of a released count from D's true count are clipped to ±WINDOW.
 WINDOW = 10
@@ -270,7 +273,14 @@ def test_top_1_selection_with_a_quarter_of_the_noise_is_flagged(method: Method) 
     assert_audit_flags(result, EPSILON)
 
 
-def test_top_2_selection_with_a_quarter_of_the_noise_is_flagged() -> None:
+@pytest.mark.parametrize(
+    "samples",
+    [
+        pytest.param(FLAG_SAMPLES_K2, id="short"),
+        pytest.param(SLOW_FLAG_SAMPLES_K2, id="long", marks=pytest.mark.slow),
+    ],
+)
+def test_top_2_selection_with_a_quarter_of_the_noise_is_flagged(samples: int) -> None:
     with reduced_selection_noise(0.25):
         result = audit_selection(
             "em",
@@ -278,7 +288,7 @@ def test_top_2_selection_with_a_quarter_of_the_noise_is_flagged() -> None:
             length=1,
             counts=ITEM_COUNTS,
             added=ITEM_ADDED,
-            samples=FLAG_SAMPLES_K2,
+            samples=samples,
             seed=40,
             scale_factor=0.25,
         )
