@@ -562,7 +562,7 @@ def test_itemsets_show_only_the_picks_their_counts_confirm(
     command = f"mine itemsets {mushroom.id} --k 3 --length 1 --epsilon 0.5"
     shown = _flat(_ok(dpmine_cli(server, account.api_key, command)))
     assert "top-3 itemsets confirmed by their counts" in shown
-    assert "shown: the 3 of 3 picks confirmed to have ≥ 1 rows" in shown
+    assert "shown: the 3 of 3 picks confirmed to have ≥ 1 row (noisy count − " in shown
     assert "true count ≥ (99%, all together)" in shown
     payload = _json(
         dpmine_cli(

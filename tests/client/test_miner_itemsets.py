@@ -702,11 +702,20 @@ def test_confirmed_picks_hold_at_the_stated_rate_and_the_two_sided_floor_does_no
 
 def test_the_confirmation_note_says_what_is_shown() -> None:
     assert confirmation_note(shown=3, total=10, min_count=1, alpha=0.01, margin=42) == (
-        "shown: the 3 of 10 picks confirmed to have ≥ 1 rows (noisy count − 42 ≥ 1; all shown "
+        "shown: the 3 of 10 picks confirmed to have ≥ 1 row (noisy count − 42 ≥ 1; all shown "
         "hold together with probability ≥ 99%); the other 7 may be tail itemsets that won a "
         "pick by noise: all_itemsets_ (CLI: --all) lists them"
     )
-    assert confirmation_note(shown=2, total=2, min_count=5, alpha=0.05, margin=3).endswith("≥ 95%)")
+    five = confirmation_note(shown=2, total=2, min_count=5, alpha=0.05, margin=3)
+    assert five == (
+        "shown: the 2 of 2 picks confirmed to have ≥ 5 rows (noisy count − 3 ≥ 5; all shown hold "
+        "together with probability ≥ 95%)"
+    )
+    assert confirmation_note(shown=0, total=10, min_count=1, alpha=0.01, margin=124) == (
+        "shown: none of the 10 picks is confirmed to have ≥ 1 row (noisy count − 124 ≥ 1 "
+        "needed); they may be tail itemsets that won a pick by noise: all_itemsets_ (CLI: "
+        "--all) lists them"
+    )
     assert confirmation_note(shown=4, total=4, min_count=1, alpha=0.01, margin=None) == (
         "no counts were released, so none of the 4 picks is confirmed: they are the "
         "selection's output only (release counts to confirm them)"

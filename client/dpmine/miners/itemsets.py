@@ -237,6 +237,12 @@ def confirmation_note(
             f"no counts were released, so none of the {total} picks is confirmed: they are the "
             "selection's output only (release counts to confirm them)"
         )
+    floor = f"≥ {_rows(min_count)} (noisy count − {margin} ≥ {min_count}"
+    if shown == 0:
+        return (
+            f"shown: none of the {total} picks is confirmed to have {floor} needed); they may be "
+            "tail itemsets that won a pick by noise: all_itemsets_ (CLI: --all) lists them"
+        )
     rest = total - shown
     others = (
         f"; the other {rest} may be tail itemsets that won a pick by noise: all_itemsets_ "
@@ -245,10 +251,14 @@ def confirmation_note(
         else ""
     )
     return (
-        f"shown: the {shown} of {total} picks confirmed to have ≥ {min_count} rows (noisy "
-        f"count − {margin} ≥ {min_count}; all shown hold together with probability "
-        f"≥ {1 - alpha:.0%}){others}"
+        f"shown: the {shown} of {total} picks confirmed to have {floor}; all shown hold "
+        f"together with probability ≥ {1 - alpha:.0%}){others}"
     )
+
+
+def _rows(count: int) -> str:
+    """``count`` rows, in words that agree in number."""
+    return f"{count} row" if count == 1 else f"{count} rows"
 
 
 def _count_noise_kind(released: TopKItemsetsResponse) -> CountNoiseKind:
@@ -349,8 +359,9 @@ class ItemsetPlan(Plan):
             lines.append(
                 f"confirmation: a pick is shown when its noisy count reaches "
                 f"{found.smallest_shown} (count noise: {law} {found.scale:.3g} for each of the "
-                f"{self.k} counts; t = {found.margin} keeps all shown picks at ≥ {found.min_count}"
-                f" rows with probability ≥ {1 - found.alpha:.0%}); itemsets with far fewer rows "
+                f"{self.k} counts; t = {found.margin} keeps all shown picks at "
+                f"≥ {_rows(found.min_count)} with probability ≥ {1 - found.alpha:.0%}); itemsets "
+                "with far fewer rows "
                 f"are left in all_itemsets_"
             )
         lines += self.rho_lines()
@@ -749,7 +760,7 @@ class TopKItemsets(BaseMiner):
             return None
         unit, spent = spent_text(self.receipts_)
         return (
-            f"No pick is confirmed to have ≥ {self.min_count} rows. {unit} spent: {spent}. "
+            f"No pick is confirmed to have ≥ {_rows(self.min_count)}. {unit} spent: {spent}. "
             "For more signal: a smaller k (the selection's noise grows with K), a larger "
             "budget or count_share, a shorter length, or fewer columns. all_itemsets_ (CLI: "
             f"--all) lists the {len(self._picked())} picks."
