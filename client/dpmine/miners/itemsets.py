@@ -361,8 +361,7 @@ class ItemsetPlan(Plan):
                 f"{found.smallest_shown} (count noise: {law} {found.scale:.3g} for each of the "
                 f"{self.k} counts; t = {found.margin} keeps all shown picks at "
                 f"≥ {_rows(found.min_count)} with probability ≥ {1 - found.alpha:.0%}); itemsets "
-                "with far fewer rows "
-                f"are left in all_itemsets_"
+                "with far fewer rows are left in all_itemsets_"
             )
         lines += self.rho_lines()
         lines += [f"warning: {w}" for w in self.warnings]
