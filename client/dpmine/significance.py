@@ -175,7 +175,8 @@ def nothing_passed(
     draws first, then the general remedies)."""
     remedies = "; ".join(hints) if hints else "a larger ε"
     listed = (
-        f" all_results_ (CLI: --all) lists the {summary.total} results that did not pass."
+        f" all_results_ (CLI: --all) lists the {summary.total} "
+        f"{'result' if summary.total == 1 else 'results'} that did not pass."
         if summary.total
         else ""
     )

@@ -896,7 +896,7 @@ def test_paper_quality_mode_cannot_pass_and_says_why(people: dpmine.DatasetHandl
     assert f"ε spent: {spent}. For more signal: quality_mode='cells'" in message
     assert "a larger ε" in message
     assert "fewer attributes" in message
-    assert f"all_results_ (CLI: --all) lists the {len(miner.redescriptions_)} results" in message
+    assert f"all_results_ (CLI: --all) lists the {len(miner.redescriptions_)} result" in message
 
 
 # --------------------------------------------------------------------------------------------

@@ -104,6 +104,10 @@ def test_when_nothing_passes_the_message_says_what_was_spent_and_what_to_change(
     assert text.startswith("No result passes the noise-aware test (p ≤ α/m = 0.01/40 = 0.00025")
     assert "ε spent: 0.5. For more signal: draws are uniform-like; a larger ε." in text
     assert text.endswith("all_results_ (CLI: --all) lists the 7 results that did not pass.")
+    one = Significance(alpha=0.01, examined=1, min_jaccard=0.3, total=1, passed=0)
+    assert nothing_passed(one, spent="1", hints=[]).endswith(
+        "all_results_ (CLI: --all) lists the 1 result that did not pass."
+    )
     empty = Significance(alpha=0.01, examined=0, min_jaccard=0.3, total=0, passed=0)
     assert "lists" not in nothing_passed(empty, spent="1", hints=[])
 
