@@ -716,6 +716,9 @@ def test_the_confirmation_note_says_what_is_shown() -> None:
         "needed); they may be tail itemsets that won a pick by noise: all_itemsets_ (CLI: "
         "--all) lists them"
     )
+    assert confirmation_note(shown=0, total=1, min_count=1, alpha=0.01, margin=7).startswith(
+        "shown: none of the 1 pick is confirmed to have ≥ 1 row"
+    )
     assert confirmation_note(shown=4, total=4, min_count=1, alpha=0.01, margin=None) == (
         "no counts were released, so none of the 4 picks is confirmed: they are the "
         "selection's output only (release counts to confirm them)"

@@ -234,13 +234,13 @@ def confirmation_note(
     """What the default output holds: the confirmed picks, and where the others are."""
     if margin is None:
         return (
-            f"no counts were released, so none of the {total} picks is confirmed: they are the "
+            f"no counts were released, so none of the {_picks(total)} is confirmed: they are the "
             "selection's output only (release counts to confirm them)"
         )
     floor = f"≥ {_rows(min_count)} (noisy count − {margin} ≥ {min_count}"
     if shown == 0:
         return (
-            f"shown: none of the {total} picks is confirmed to have {floor} needed); they may be "
+            f"shown: none of the {_picks(total)} is confirmed to have {floor} needed); they may be "
             "tail itemsets that won a pick by noise: all_itemsets_ (CLI: --all) lists them"
         )
     rest = total - shown
@@ -259,6 +259,11 @@ def confirmation_note(
 def _rows(count: int) -> str:
     """``count`` rows, in words that agree in number."""
     return f"{count} row" if count == 1 else f"{count} rows"
+
+
+def _picks(count: int) -> str:
+    """``count`` picks, in words that agree in number."""
+    return f"{count} pick" if count == 1 else f"{count} picks"
 
 
 def _count_noise_kind(released: TopKItemsetsResponse) -> CountNoiseKind:
@@ -762,7 +767,7 @@ class TopKItemsets(BaseMiner):
             f"No pick is confirmed to have ≥ {_rows(self.min_count)}. {unit} spent: {spent}. "
             "For more signal: a smaller k (the selection's noise grows with K), a larger "
             "budget or count_share, a shorter length, or fewer columns. all_itemsets_ (CLI: "
-            f"--all) lists the {len(self._picked())} picks."
+            f"--all) lists the {_picks(len(self._picked()))}."
         )
 
     def summary(self) -> dict[str, Any]:
