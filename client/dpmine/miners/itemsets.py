@@ -684,9 +684,8 @@ class TopKItemsets(BaseMiner):
     def _confirmation_margin(self, released: TopKItemsetsResponse) -> int | None:
         """t of :func:`confirmation_margin` for this release; None without counts or scale."""
         scale = released.count_noise_scale
-        if scale is None or any(entry.noisy_count is None for entry in released.itemsets):
-            return None
-        if not released.itemsets:
+        counted = all(entry.noisy_count is not None for entry in released.itemsets)
+        if scale is None or not released.itemsets or not counted:
             return None
         return confirmation_margin(
             len(released.itemsets),
