@@ -108,6 +108,35 @@ def _job_observer(channel: ChannelServer) -> Callable[[int], Observation]:
     return observe
 
 
+def _queue_observer(channel: ChannelServer) -> Callable[[int], Observation]:
+    """Two jobs whose kernels overrun on D' only, each in a single progress step (so an expired
+    kernel runs on to its very end before its next progress call), fill both workers; a job on
+    the unrelated dataset U is queued behind them: when U's job is shown done."""
+
+    def observe(side: int) -> Observation:
+        with channel.client() as client:
+            for _job in range(2):
+                client.post(
+                    f"/v1/datasets/{channel.neighbours[side]}/jobs",
+                    json={"operation": "test.spin", "request": {**_overrun_body(), "steps": 1}},
+                )
+            submitted = time.perf_counter()
+            job = client.post(
+                f"/v1/datasets/{channel.unrelated}/jobs",
+                json={"operation": "test.spin", "request": _quick_body()},
+            ).json()
+            final = settled(client, job["id"])
+            shown_after = time.perf_counter() - submitted
+        time.sleep(UNPRICED_S * side)  # let the abandoned kernels end before the next trial
+        return (final["status"], bucket(shown_after))
+
+    return observe
+
+
+def _quick_body() -> dict[str, Any]:
+    return {"predicate": PREDICATE, "epsilon": EPSILON, "seconds": 0.0}
+
+
 def test_an_overrunning_inline_kernel_is_answered_at_its_deadline(
     fail_closed: ChannelServer,
 ) -> None:
@@ -120,6 +149,22 @@ def test_an_overrunning_job_is_shown_settled_at_its_deadline(fail_closed: Channe
 
 def test_the_audit_flags_overruns_released_late(release_late: ChannelServer) -> None:
     assert_audit_flags(audit(_inline_observer(release_late), TRIALS), EPSILON)
+
+
+def test_an_overrunning_job_does_not_delay_the_jobs_queued_behind_it(
+    fail_closed: ChannelServer,
+) -> None:
+    """The worker of an overrun job takes its next job at the slot's end, not when the
+    abandoned kernel reaches its next progress step (services/workers.py, ``run_job``)."""
+    assert_audit_passes(audit(_queue_observer(fail_closed), TRIALS), EPSILON)
+
+
+def test_the_queue_audit_flags_a_worker_that_waits_for_an_overrun_kernel(
+    release_late: ChannelServer,
+) -> None:
+    """Broken variant: with overruns released late (test mode's setting) a worker stays with
+    its overrun kernel to the end, so U's job starts later on D'; the same audit flags it."""
+    assert_audit_flags(audit(_queue_observer(release_late), TRIALS), EPSILON)
 
 
 def test_an_overrun_releases_nothing_and_keeps_its_charge(fail_closed: ChannelServer) -> None:
@@ -153,3 +198,4 @@ def test_an_overrun_releases_nothing_and_keeps_its_charge(fail_closed: ChannelSe
 def test_slow_overrun_audits(fail_closed: ChannelServer) -> None:
     assert_audit_passes(audit(_inline_observer(fail_closed), SLOW_TRIALS), EPSILON)
     assert_audit_passes(audit(_job_observer(fail_closed), SLOW_TRIALS), EPSILON)
+    assert_audit_passes(audit(_queue_observer(fail_closed), SLOW_TRIALS), EPSILON)

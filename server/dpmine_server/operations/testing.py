@@ -61,6 +61,13 @@ class SpinCountRequest(OperationRequest[NoisyCountResponse]):
         le=60.0,
         description="More loop than the padding budget prices (tests a kernel's overrun).",
     )
+    steps: int = Field(
+        default=SPIN_STEPS,
+        ge=1,
+        le=1_000,
+        description="Public steps of the loop, progress reported after each (few steps: a "
+        "kernel that reaches its next progress call long after its deadline).",
+    )
     fail: bool = Field(default=False, description="Raise after the loop (tests the failure path).")
     spin_if_any: bool = Field(
         default=False,
@@ -122,9 +129,10 @@ def _run(
     data-dependent on purpose, within the public ``seconds``)."""
     rows = columns.all_rows() if request.predicate is None else columns.evaluate(request.predicate)
     spin = not request.spin_if_any or rows.count() > 0
-    for step in range(SPIN_STEPS if spin else 0):
-        _busy((request.seconds + request.unpriced_seconds) / SPIN_STEPS)
-        progress((step + 1) / SPIN_STEPS)
+    steps = request.steps
+    for step in range(steps if spin else 0):
+        _busy((request.seconds + request.unpriced_seconds) / steps)
+        progress((step + 1) / steps)
     if request.fail:
         raise RuntimeError("test.spin was asked to fail")
     release = count_release(columns, predicate=request.predicate, epsilon=epsilon.for_mechanism())

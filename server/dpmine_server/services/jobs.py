@@ -9,10 +9,12 @@ cancelled job stops at its next public progress step, with its charge.
 
 Time is an output (DESIGN.md contract item 7): the analyst never sees when the kernel started or
 ended. A job is shown ``running`` until its padded deadline (services/timing.py: submission time
-plus a budget from public parameters, on the public grid), or the first grid tick after the
-kernel finished when it overran; its progress is the elapsed share of that public schedule;
-``created_at`` is the submission truncated to the second and ``updated_at`` the shown state
-change, truncated likewise. The precise times stay in the database for the owner's logs.
+plus a budget from public parameters, on the public grid), or, when it waited for a worker, the
+first grid tick at least half the timing base after its public settle time (the worker's
+public schedule, services/workers.py ``PublicSchedule``, recorded as the job's ``updated_at``);
+its progress is the elapsed share of that public schedule; ``created_at`` is the submission
+truncated to the second and ``updated_at`` the shown state change, truncated likewise. The
+ledger entry keeps the precise times for the owner's logs.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -137,6 +139,8 @@ class JobRunner:
         # A fresh job is settled by its worker on the public schedule; a retry reads only the
         # state the original job shows (never whether its kernel is still running).
         status = self._wait(job_id) if fresh else self._wait_visible(job_id)
+        if fresh:
+            self._sleep_until_shown(job_id)
         with self._sessions() as session:
             job = session.get_one(Job, job_id)
             if status in {"queued", "running"}:
@@ -177,6 +181,15 @@ class JobRunner:
             if status in FINAL_STATES or left <= 0:
                 return status
             self._queue.wait(job_id, min(left, _RECHECK_S))
+
+    def _sleep_until_shown(self, job_id: str) -> None:
+        """Sleep until a settled job is shown settled (:meth:`_shown_at`), so that the
+        synchronous route answers at the job's public time, not when its worker's write
+        landed."""
+        with self._sessions() as session:
+            shown_at = self._shown_at(session, session.get_one(Job, job_id))
+        if shown_at is not None:
+            time.sleep(max((shown_at - utcnow()).total_seconds(), 0.0))
 
     def _wait_visible(self, job_id: str) -> str:
         """Wait (at most ``job_wait_s``) until the job is *shown* settled; its shown status.
@@ -350,22 +363,34 @@ class JobRunner:
             return self._timing.base
         return self._timing.budget(job.operation, job.request, metadata)
 
+    def _shown_at(self, session: Session, job: Job) -> datetime | None:
+        """When a settled job is shown settled (None while it is not settled): with padding
+        on, the first grid tick after its padded deadline and after its recorded settle time
+        plus half the timing base, counted from its submission; else its settle time.
+
+        The margin: a worker writes the final state just after the job's public settle time,
+        and the write must land before the state is shown, or the write's own (load-dependent)
+        delay would show. The base is the budget's allowance for such bookkeeping; the worker
+        spends its other half on the handover (services/workers.py, ``PublicSchedule``)."""
+        if job.status not in FINAL_STATES:
+            return None
+        settled = _aware(job.updated_at)
+        if not self._timing.enabled:
+            return settled
+        budget = self._budget(session, job)
+        margin = timedelta(seconds=self._timing.base / 2)
+        return self._timing.visible_at(_aware(job.created_at), budget, settled + margin)
+
     def _info(self, session: Session, job: Job) -> JobInfo:
         """What the analyst may see: state changes on the padded public schedule only."""
         created = _aware(job.created_at)
         submitted = _to_second(created)
-        finished = job.status in FINAL_STATES
-        if not self._timing.enabled:
-            shown_at = _aware(job.updated_at) if finished else None
-            deadline = 0.0
-        else:
-            budget = self._budget(session, job)
-            deadline = self._timing.deadline_offset(budget)
-            shown_at = (
-                self._timing.visible_at(created, budget, _aware(job.updated_at))
-                if finished
-                else None
-            )
+        deadline = (
+            self._timing.deadline_offset(self._budget(session, job))
+            if self._timing.enabled
+            else 0.0
+        )
+        shown_at = self._shown_at(session, job)
         if shown_at is None or utcnow() < shown_at:
             elapsed = (utcnow() - created).total_seconds()
             progress = min(elapsed / deadline, 0.99) if deadline > 0 else 0.0

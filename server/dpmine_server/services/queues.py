@@ -46,6 +46,7 @@ from sqlalchemy import make_url
 from dpmine_server.services.warmup import warm_process
 from dpmine_server.services.workers import (
     JOB_DONE_CHANNEL,
+    SCHEDULE,
     WORKER_DIED,
     WorkerRuntime,
     build_runtime,
@@ -71,6 +72,15 @@ _EARLY_KEPT = 4096
 #: Worker processes run at a lower CPU priority than the API (``nice``): a job is batch work,
 #: and on a host shared with API processes the interactive requests keep their latency.
 WORKER_NICENESS = 10
+
+#: The GIL switch interval of worker processes (Python's default is 5 ms). A kernel abandoned
+#: by an overrun keeps running in its thread until its next progress step, holding the GIL for
+#: whole intervals while the worker settles the job and takes the next one; each blocking call
+#: of that bookkeeping (a database write) waits up to one interval for the GIL again, so the
+#: handover would stretch by tens of milliseconds on the data that overran
+#: (services/workers.py, ``PublicSchedule``). A short interval keeps it within the public
+#: allowance.
+WORKER_SWITCH_INTERVAL_S = 0.0005
 
 #: The procrastinate queue and task that carry dpmine jobs.
 JOB_QUEUE = "dpmine"
@@ -114,6 +124,7 @@ def _init_pool_process(settings: Settings, server_pid: int) -> None:
         os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.nice(WORKER_NICENESS)
+    sys.setswitchinterval(WORKER_SWITCH_INTERVAL_S)
     threading.Thread(
         target=_exit_when_orphaned, args=(server_pid,), name="dpmine-orphan", daemon=True
     ).start()
@@ -406,6 +417,8 @@ def run_worker(settings: Settings, *, concurrency: int = 1) -> None:
     """``dpmine-server worker``: run jobs from the shared PostgreSQL database until SIGTERM or
     SIGINT (the current job finishes first)."""
     os.nice(WORKER_NICENESS)
+    sys.setswitchinterval(WORKER_SWITCH_INTERVAL_S)
+    SCHEDULE.configure(concurrency)
     runtime = build_runtime(settings)
     warm_process(runtime.datasets)
     conninfo = psycopg_conninfo(settings.database_url)

@@ -17,11 +17,14 @@ next progress call then raises :class:`~dpmine_server.errors.JobCancelled` (the 
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 import numpy as np
@@ -45,8 +48,11 @@ __all__ = [
     "JOB_DONE_CHANNEL",
     "NOT_QUEUED",
     "PROGRESS_INTERVAL_S",
+    "SCHEDULE",
     "SERVER_RESTARTED",
     "WORKER_DIED",
+    "HeldSlot",
+    "PublicSchedule",
     "WorkerRuntime",
     "build_runtime",
     "interrupt_jobs",
@@ -207,9 +213,17 @@ def _claim(sessions: sessionmaker[Session], job_id: str) -> bool:
 
 
 def _finish(
-    engine: Engine, sessions: sessionmaker[Session], job_id: str, status: str, message: str
+    engine: Engine,
+    sessions: sessionmaker[Session],
+    job_id: str,
+    status: str,
+    message: str,
+    *,
+    settled_at: datetime | None = None,
 ) -> None:
-    """Record the final state (only from ``running``) and notify waiting API processes."""
+    """Record the final state (only from ``running``) and notify waiting API processes.
+    ``updated_at`` is ``settled_at``, the job's public settle time, when it has one (a padded
+    job: the API shows the state from it, services/jobs.py), else now."""
     with sessions() as session, session.begin():
         session.execute(
             update(Job)
@@ -218,7 +232,7 @@ def _finish(
                 status=status,
                 progress=1.0 if status == "done" else 0.0,
                 message=message,
-                updated_at=utcnow(),
+                updated_at=settled_at or utcnow(),
             )
         )
         if not is_sqlite(engine):
@@ -242,6 +256,92 @@ def slot_seconds(runtime: WorkerRuntime, job: Job) -> float:
     return policy.deadline_offset(budget) + (policy.load_budget(metadata) if cold else 0.0)
 
 
+@dataclass(slots=True)
+class HeldSlot:
+    """A job slot taken from :data:`SCHEDULE`: its public start, and when it comes free
+    again (set by the job once it knows; now, if the job ends without setting it)."""
+
+    start: datetime
+    free_at: datetime | None = None
+
+
+class PublicSchedule:
+    """The public times at which this process's job slots come free (DESIGN.md contract item
+    7; issue #20, "queue contention").
+
+    A padded job's slot starts at its *public start* s = max(its submission time, the public
+    time the slot it takes came free) and lasts :func:`slot_seconds`; the job settles at
+    s + slot, is recorded as settled then, and is shown from that time on
+    (services/jobs.py). Proof that these times are public: the submission time is the
+    analyst's request's arrival; a slot comes free at the public settle time of the job that
+    held it, public by induction; the slot's length is a function of public values. So when
+    a queued job starts and when it is shown settled never depend on how long the worker
+    really took to hand over: a kernel still running on other data (an overrun's, in another
+    thread of this process, or another process's on the same cores) can stretch that handover
+    by milliseconds, which a job settled at its *real* end would show whenever they cross a
+    grid step. The real claim trails the public start by the handover; the kernel's deadline
+    is the public settle time, so the handover comes out of the budget's base margin. A claim
+    that trails it by more than ``allowance`` (half the timing base: the base is the budget's
+    allowance for bookkeeping, and the API keeps the other half for the final write,
+    services/jobs.py) starts the slot at the real claim instead, as before this schedule: a
+    worker late for its own reasons (a restarted pool, a PostgreSQL worker's poll).
+
+    One slot per concurrent job of the process (``slots``: 1 for the embedded pool's
+    processes, a PostgreSQL worker's ``--concurrency``); a job takes the slot that came free
+    first."""
+
+    def __init__(self, slots: int = 1) -> None:
+        self._slots = slots
+        self._free: list[float] = []  # POSIX times at which used slots came free (a heap)
+        self._lock = threading.Lock()
+
+    def configure(self, slots: int) -> None:
+        """Use ``slots`` concurrent slots (before the process takes any job)."""
+        if slots < 1:
+            raise ValueError(f"a worker has at least one job slot, got {slots}")
+        with self._lock:
+            self._slots = slots
+
+    @contextmanager
+    def slot(
+        self, submitted: datetime, claimed: datetime, *, padded: bool, allowance: float
+    ) -> Iterator[HeldSlot]:
+        """Take a slot for a job submitted at ``submitted`` and claimed at ``claimed``; give
+        it back when the ``with`` block ends, at the job's ``free_at``. An unpadded job's slot
+        starts at its claim."""
+        start = self._take(submitted, claimed, allowance) if padded else claimed
+        held = HeldSlot(start)
+        try:
+            yield held
+        finally:
+            self._give_back(held.free_at or utcnow())
+
+    def _take(self, submitted: datetime, claimed: datetime, allowance: float) -> datetime:
+        with self._lock:
+            came_free = heapq.heappop(self._free) if len(self._free) >= self._slots else None
+        start = submitted if came_free is None else max(submitted, _posix(came_free))
+        if (claimed - start).total_seconds() > allowance or start > claimed:
+            return claimed
+        return start
+
+    def _give_back(self, free_at: datetime) -> None:
+        with self._lock:
+            heapq.heappush(self._free, free_at.timestamp())
+
+
+#: The job slots of this process (one per process: each worker process runs its own jobs).
+SCHEDULE = PublicSchedule()
+
+
+def _posix(moment: float) -> datetime:
+    return datetime.fromtimestamp(moment, tz=UTC)
+
+
+def _aware(moment: datetime) -> datetime:
+    """``moment`` as an aware UTC time (SQLite hands back naive ones)."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
 def _cancel_requested(sessions: sessionmaker[Session], job_id: str) -> bool:
     with sessions() as session:
         return bool(session.scalar(select(Job.cancel_requested).where(Job.id == job_id)))
@@ -259,80 +359,153 @@ def run_job(runtime: WorkerRuntime, job_id: str) -> Outcome:
     kernel took, and settles the job only then (done, failed or cancelled alike). The next
     job this worker takes therefore starts at a time set by the public budgets of the jobs
     ahead of it, and a job's visible state changes at public times. A cancel that arrives
-    while the slot is held withholds the release even when the kernel had finished."""
+    while the slot is held withholds the release even when the kernel had finished.
+
+    An overrun frees the worker at the slot's end too. The kernel runs in a thread of its own
+    (:class:`_KernelRun`); when overruns fail closed and it has not claimed its release by the
+    end of the slot, this thread settles the job as failed there (:func:`_settle_overrun`) and
+    returns at once, leaving the kernel to stop at its next public progress step. Waiting for
+    that step instead would start the next job at a time that depends on how far the overrun
+    kernel had got: a data-dependent delay of the jobs queued behind it
+    (tests/privacy/test_audit_overruns.py audits it). The abandoned kernel's CPU until that
+    step is the residual cost of the overrun event, as for an inline request
+    (services/admission.py)."""
     if not _claim(runtime.write_sessions, job_id):
         return "skipped"
-    claimed = time.monotonic()
+    claimed, claimed_wall = time.monotonic(), utcnow()
     with runtime.sessions() as session:
         job = session.get_one(Job, job_id)
         entry = session.get_one(LedgerEntry, job.ledger_entry_id)
         principal = session.get_one(Principal, job.principal_id)
         session.expunge_all()
     try:
-        release_at = claimed + slot_seconds(runtime, job)
+        slot = slot_seconds(runtime, job)
     except Exception:  # the dataset vanished: hold nothing, the kernel fails the same way
         logger.exception("no padding budget for job %s", job_id)
-        release_at = claimed
-
-    def settle() -> bool:
-        _sleep_until(release_at)
-        return not _cancel_requested(runtime.write_sessions, job_id)
-
-    reporter = _Reporter(runtime.write_sessions, job_id, PROGRESS_INTERVAL_S)
-    guard = _arm_deadline(runtime, job_id, entry.id, release_at if release_at > claimed else None)
-
-    def progress(fraction: float, message: str = "") -> None:
-        guard.progress(fraction, message)
-        reporter.report(fraction, message)
-
-    status: Outcome
-    try:
-        pending = runtime.executor.resume(job, entry, principal)
-        runtime.executor.finish(pending, progress, settle=settle, guard=guard)
-        status, message = "done", ""
-    except JobCancelled as cancelled:
-        status, message = "cancelled", cancelled.message
-    except ServerError as error:
-        status, message = "failed", error.message
-    except Exception:
-        logger.exception("job %s failed", job_id)
-        runtime.ledger.interrupt([entry.id], status="failed")
-        status, message = "failed", "internal error; the charge stands, nothing was released"
-    finally:
-        reporter.close()
-    guard.claim()  # a kernel that ended in time (failed or cancelled too) settles the job itself
-    if release_at > claimed and time.monotonic() > release_at:
-        # The owner's signal to raise DPMINE_TIMING_SCALE (never shown to the analyst).
-        logger.warning("job %s (%s) overran its padded slot", job_id, job.operation)
-    _sleep_until(release_at)  # failures and cancels hold the slot like releases
-    if not guard.expired:  # else the deadline settled it already
-        _finish(runtime.engine, runtime.write_sessions, job_id, status, message)
-    return "failed" if guard.expired else status
+        slot = 0.0
+    padded = slot > 0
+    allowance = TimingPolicy.from_settings(runtime.settings).base / 2
+    with SCHEDULE.slot(
+        _aware(job.created_at), claimed_wall, padded=padded, allowance=allowance
+    ) as held:
+        settled_at = held.start + timedelta(seconds=slot)
+        release_at = claimed + (settled_at - claimed_wall).total_seconds()
+        guard = ReleaseGuard()
+        guard.bind(entry.id)
+        kernel = _KernelRun(runtime, job, entry, principal, guard=guard, release_at=release_at)
+        fails_closed = padded and TimingPolicy.from_settings(runtime.settings).fails_closed
+        if fails_closed and not kernel.wait(release_at - time.monotonic()) and guard.expire():
+            _settle_overrun(runtime, job_id, entry.id, kernel, settled_at=settled_at)
+            held.free_at = settled_at
+            return "failed"
+        status, message = kernel.result()  # claimed in time (or not padded): ends by the slot
+        if padded and time.monotonic() > release_at:
+            # The owner's signal to raise DPMINE_TIMING_SCALE (never shown to the analyst).
+            logger.warning("job %s (%s) overran its padded slot", job_id, job.operation)
+        _sleep_until(release_at)  # failures and cancels hold the slot like releases
+        _finish(
+            runtime.engine,
+            runtime.write_sessions,
+            job_id,
+            status,
+            message,
+            settled_at=settled_at if padded else None,
+        )
+        held.free_at = settled_at if padded else None
+    return status
 
 
-def _arm_deadline(
-    runtime: WorkerRuntime, job_id: str, entry_id: int, release_at: float | None
-) -> ReleaseGuard:
-    """A release guard that, when overruns fail closed, settles the job as failed at the end
-    of its slot (``release_at``, monotonic) unless its kernel claimed its release first
-    (services/release_guard.py): the job is then shown failed at the public time it would have
-    been shown done, its ledger entry failed with its charge, and the kernel stops at its next
-    progress call. The timer thread is a daemon; it fires at most once."""
-    guard = ReleaseGuard()
-    guard.bind(entry_id)
-    if release_at is None or not TimingPolicy.from_settings(runtime.settings).fails_closed:
-        return guard
+class _KernelRun:
+    """One job's kernel, run in a daemon thread of the worker process with its progress
+    reporter: the release guard's progress check first (an expired kernel stops at its next
+    public step), then the reporter's (cancels). ``settle`` holds a claimed release until the
+    slot's end and withholds it if a cancel came meanwhile (:meth:`Executor.finish`)."""
 
-    def expire() -> None:
-        if guard.expire():
-            logger.warning("job %s overran its padded slot: settled as failed", job_id)
-            runtime.ledger.interrupt([entry_id], status="failed")
-            _finish(runtime.engine, runtime.write_sessions, job_id, "failed", OVERRAN)
+    def __init__(
+        self,
+        runtime: WorkerRuntime,
+        job: Job,
+        entry: LedgerEntry,
+        principal: Principal,
+        *,
+        guard: ReleaseGuard,
+        release_at: float,
+    ) -> None:
+        self._runtime = runtime
+        self._job = job
+        self._entry = entry
+        self._principal = principal
+        self._guard = guard
+        self._release_at = release_at
+        self._reporter = _Reporter(runtime.write_sessions, job.id, PROGRESS_INTERVAL_S)
+        self._outcome: tuple[Outcome, str] | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dpmine-job-kernel", daemon=True)
+        self._thread.start()
 
-    timer = threading.Timer(max(release_at - time.monotonic(), 0.0), expire)
-    timer.daemon = True
-    timer.start()
-    return guard
+    def wait(self, timeout: float) -> bool:
+        """Whether the kernel ended within ``timeout`` seconds."""
+        return self._done.wait(max(timeout, 0.0))
+
+    def result(self) -> tuple[Outcome, str]:
+        """Wait for the kernel's end; its status and the analyst's message."""
+        self._done.wait()
+        if self._outcome is None:  # set before _done, always
+            raise RuntimeError("a job kernel ended without an outcome")
+        return self._outcome
+
+    def stop_reporting(self) -> None:
+        """No more progress writes (the job was settled without its kernel)."""
+        self._reporter.close()
+
+    def _progress(self, fraction: float, message: str = "") -> None:
+        self._guard.progress(fraction, message)
+        self._reporter.report(fraction, message)
+
+    def _settle(self) -> bool:
+        _sleep_until(self._release_at)
+        return not _cancel_requested(self._runtime.write_sessions, self._job.id)
+
+    def _run(self) -> None:
+        runtime, job_id = self._runtime, self._job.id
+        outcome: tuple[Outcome, str]
+        try:
+            pending = runtime.executor.resume(self._job, self._entry, self._principal)
+            runtime.executor.finish(pending, self._progress, settle=self._settle, guard=self._guard)
+            outcome = ("done", "")
+        except JobCancelled as cancelled:
+            outcome = ("cancelled", cancelled.message)
+        except ServerError as error:
+            outcome = ("failed", error.message)
+        except Exception:
+            logger.exception("job %s failed", job_id)
+            runtime.ledger.interrupt([self._entry.id], status="failed")
+            outcome = ("failed", "internal error; the charge stands, nothing was released")
+        finally:
+            self._reporter.close()
+        self._guard.claim()  # a kernel that ended in time (failed or cancelled too) settles
+        self._outcome = outcome
+        self._done.set()
+
+
+def _settle_overrun(
+    runtime: WorkerRuntime,
+    job_id: str,
+    entry_id: int,
+    kernel: _KernelRun,
+    *,
+    settled_at: datetime,
+) -> None:
+    """A job whose kernel had not claimed its release at the end of its slot (the guard is
+    expired): settled failed now, shown at the public time it would have been shown done, its
+    ledger entry failed with its charge; the kernel's release is withheld whatever it
+    computes."""
+    logger.warning("job %s overran its padded slot: settled as failed", job_id)
+    kernel.stop_reporting()
+    runtime.ledger.interrupt([entry_id], status="failed")
+    _finish(
+        runtime.engine, runtime.write_sessions, job_id, "failed", OVERRAN, settled_at=settled_at
+    )
 
 
 def interrupt_jobs(runtime: WorkerRuntime, job_ids: list[str], *, reason: str) -> int:
