@@ -66,6 +66,7 @@ LONG_FIRST_MODULES = (
     "test_packaging.py",
     "test_benchmarks.py",
     "test_audit_channels.py",
+    "test_audit_overruns.py",
     "test_audit_timing.py",
 )
 
