@@ -35,6 +35,7 @@ __all__ = [
     "LedgerEntry",
     "Principal",
     "ServerState",
+    "as_utc",
     "utcnow",
 ]
 
@@ -42,6 +43,11 @@ __all__ = [
 def utcnow() -> datetime:
     """Timezone-aware now."""
     return datetime.now(UTC)
+
+
+def as_utc(moment: datetime) -> datetime:
+    """``moment`` as an aware UTC time (SQLite hands back naive ones)."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 class Principal(Base):

@@ -23,7 +23,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 
 from dpmine.wire import JobInfo, JobStatus
 from dpmine_server.db.base import rows_affected
-from dpmine_server.db.models import Job, LedgerEntry, Principal, utcnow
+from dpmine_server.db.models import Job, LedgerEntry, Principal, as_utc, utcnow
 from dpmine_server.errors import (
     ChargeKeptNoResult,
     IdempotencyConflict,
@@ -374,16 +374,16 @@ class JobRunner:
         spends its other half on the handover (services/workers.py, ``PublicSchedule``)."""
         if job.status not in FINAL_STATES:
             return None
-        settled = _aware(job.updated_at)
+        settled = as_utc(job.updated_at)
         if not self._timing.enabled:
             return settled
         budget = self._budget(session, job)
         margin = timedelta(seconds=self._timing.base / 2)
-        return self._timing.visible_at(_aware(job.created_at), budget, settled + margin)
+        return self._timing.visible_at(as_utc(job.created_at), budget, settled + margin)
 
     def _info(self, session: Session, job: Job) -> JobInfo:
         """What the analyst may see: state changes on the padded public schedule only."""
-        created = _aware(job.created_at)
+        created = as_utc(job.created_at)
         submitted = _to_second(created)
         deadline = (
             self._timing.deadline_offset(self._budget(session, job))
@@ -439,11 +439,6 @@ class JobRunner:
     def shutdown(self) -> None:
         """Stop the queue (running jobs finish first)."""
         self._queue.close()
-
-
-def _aware(moment: datetime) -> datetime:
-    """``moment`` as an aware UTC time (SQLite hands back naive ones)."""
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _to_second(moment: datetime) -> datetime:

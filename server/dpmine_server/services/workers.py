@@ -32,7 +32,7 @@ from sqlalchemy import Engine, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from dpmine_server.db.base import is_sqlite, make_engine, make_session_factory, rows_affected
-from dpmine_server.db.models import Job, LedgerEntry, Principal, utcnow
+from dpmine_server.db.models import Job, LedgerEntry, Principal, as_utc, utcnow
 from dpmine_server.dp.rng import secure_generator, seeded_generator
 from dpmine_server.errors import JobCancelled, ServerError
 from dpmine_server.operations.testing import TEST_OPERATIONS
@@ -337,11 +337,6 @@ def _posix(moment: float) -> datetime:
     return datetime.fromtimestamp(moment, tz=UTC)
 
 
-def _aware(moment: datetime) -> datetime:
-    """``moment`` as an aware UTC time (SQLite hands back naive ones)."""
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
 def _cancel_requested(sessions: sessionmaker[Session], job_id: str) -> bool:
     with sessions() as session:
         return bool(session.scalar(select(Job.cancel_requested).where(Job.id == job_id)))
@@ -386,7 +381,7 @@ def run_job(runtime: WorkerRuntime, job_id: str) -> Outcome:
     padded = slot > 0
     allowance = TimingPolicy.from_settings(runtime.settings).base / 2
     with SCHEDULE.slot(
-        _aware(job.created_at), claimed_wall, padded=padded, allowance=allowance
+        as_utc(job.created_at), claimed_wall, padded=padded, allowance=allowance
     ) as held:
         settled_at = held.start + timedelta(seconds=slot)
         release_at = claimed + (settled_at - claimed_wall).total_seconds()
