@@ -127,7 +127,9 @@ def _queue_observer(channel: ChannelServer) -> Callable[[int], Observation]:
             ).json()
             final = settled(client, job["id"])
             shown_after = time.perf_counter() - submitted
-        time.sleep(UNPRICED_S * side)  # let the abandoned kernels end before the next trial
+        # The abandoned kernels end UNPRICED_S + PRICED_S after their claim, before U's job is
+        # shown; a short pause lets their threads finish their last progress step.
+        time.sleep(SETTLE_S * side)
         return (final["status"], bucket(shown_after))
 
     return observe
