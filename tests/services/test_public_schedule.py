@@ -44,10 +44,17 @@ def test_a_worker_later_than_the_allowance_starts_the_slot_at_its_claim() -> Non
         assert held.start == at(0.2)
 
 
-def test_an_unpadded_job_starts_at_its_claim() -> None:
+def test_an_unpadded_job_starts_at_its_claim_and_takes_no_slot() -> None:
     schedule = PublicSchedule()
-    with schedule.slot(at(0.0), at(0.01), padded=False, allowance=ALLOWANCE) as held:
-        assert held.start == at(0.01)
+    with schedule.slot(at(0.0), at(0.01), padded=True, allowance=ALLOWANCE) as first:
+        first.free_at = at(0.3)
+    for _job in range(3):
+        with schedule.slot(at(0.1), at(0.31), padded=False, allowance=ALLOWANCE) as held:
+            assert held.start == at(0.31)
+    # The padded job's slot is still the one that came free at 0.3, and nothing else was added.
+    with schedule.slot(at(0.1), at(0.33), padded=True, allowance=ALLOWANCE) as second:
+        assert second.start == at(0.3)
+    assert schedule.used_slots() == 1
 
 
 def test_a_job_takes_the_slot_that_came_free_first() -> None:

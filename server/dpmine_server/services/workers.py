@@ -307,14 +307,21 @@ class PublicSchedule:
         self, submitted: datetime, claimed: datetime, *, padded: bool, allowance: float
     ) -> Iterator[HeldSlot]:
         """Take a slot for a job submitted at ``submitted`` and claimed at ``claimed``; give
-        it back when the ``with`` block ends, at the job's ``free_at``. An unpadded job's slot
-        starts at its claim."""
-        start = self._take(submitted, claimed, allowance) if padded else claimed
-        held = HeldSlot(start)
+        it back when the ``with`` block ends, at the job's ``free_at``. An unpadded job takes
+        no slot: it starts at its claim and leaves the schedule as it was."""
+        if not padded:
+            yield HeldSlot(claimed)
+            return
+        held = HeldSlot(self._take(submitted, claimed, allowance))
         try:
             yield held
         finally:
             self._give_back(held.free_at or utcnow())
+
+    def used_slots(self) -> int:
+        """How many slots have been used and given back (at most ``slots``)."""
+        with self._lock:
+            return len(self._free)
 
     def _take(self, submitted: datetime, claimed: datetime, allowance: float) -> datetime:
         with self._lock:
