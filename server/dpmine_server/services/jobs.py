@@ -8,13 +8,13 @@ disconnects loses nothing. A job whose worker dies is left ``interrupted`` with 
 cancelled job stops at its next public progress step, with its charge.
 
 Time is an output (DESIGN.md contract item 7): the analyst never sees when the kernel started or
-ended. A job is shown ``running`` until its padded deadline (services/timing.py: submission time
-plus a budget from public parameters, on the public grid), or, when it waited for a worker, the
-first grid tick at least half the timing base after its public settle time (the worker's
-public schedule, services/workers.py ``PublicSchedule``, recorded as the job's ``updated_at``);
-its progress is the elapsed share of that public schedule; ``created_at`` is the submission
-truncated to the second and ``updated_at`` the shown state change, truncated likewise. The
-ledger entry keeps the precise times for the owner's logs.
+ended. A job is shown ``running`` until the first tick of the public grid, counted from its
+submission, that is past both its padded deadline (services/timing.py: a budget from public
+parameters) and its public settle time plus half the timing base (the worker's public schedule,
+services/workers.py ``PublicSchedule``, recorded as the job's ``updated_at``; later than the
+deadline when the job waited for a worker); its progress is the elapsed share of that public
+schedule; ``created_at`` is the submission truncated to the second and ``updated_at`` the shown
+state change, truncated likewise. The ledger entry keeps the precise times for the owner's logs.
 """
 
 from __future__ import annotations
