@@ -47,6 +47,7 @@ __all__ = [
     "ResultT",
     "Significance",
     "Verdict",
+    "counted",
     "nothing_passed",
     "passes",
     "rank",
@@ -175,8 +176,8 @@ def nothing_passed(
     draws first, then the general remedies)."""
     remedies = "; ".join(hints) if hints else "a larger ε"
     listed = (
-        f" all_results_ (CLI: --all) lists the {summary.total} "
-        f"{'result' if summary.total == 1 else 'results'} that did not pass."
+        f" all_results_ (CLI: --all) lists the {counted(summary.total, 'result')} that did "
+        "not pass."
         if summary.total
         else ""
     )
@@ -184,3 +185,8 @@ def nothing_passed(
         f"No result passes the noise-aware test ({summary.rule()}). {unit} spent: {spent}. "
         f"For more signal: {remedies}.{listed}"
     )
+
+
+def counted(count: int, noun: str) -> str:
+    """``count`` and ``noun`` in words that agree in number: "1 result", "3 results"."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

@@ -50,7 +50,7 @@ from dpmine.miners._rho import (
     composition_for,
     spent_text,
 )
-from dpmine.significance import ALPHA
+from dpmine.significance import ALPHA, counted
 from dpmine.wire import (
     COUNT_NOISY,
     DEFAULT_NUMERIC_BINS,
@@ -234,14 +234,15 @@ def confirmation_note(
     """What the default output holds: the confirmed picks, and where the others are."""
     if margin is None:
         return (
-            f"no counts were released, so none of the {_picks(total)} is confirmed: they are the "
-            "selection's output only (release counts to confirm them)"
+            f"no counts were released, so none of the {counted(total, 'pick')} is confirmed: "
+            "they are the selection's output only (release counts to confirm them)"
         )
-    floor = f"≥ {_rows(min_count)} (noisy count − {margin} ≥ {min_count}"
+    floor = f"≥ {counted(min_count, 'row')} (noisy count − {margin} ≥ {min_count}"
     if shown == 0:
         return (
-            f"shown: none of the {_picks(total)} is confirmed to have {floor} needed); they may be "
-            "tail itemsets that won a pick by noise: all_itemsets_ (CLI: --all) lists them"
+            f"shown: none of the {counted(total, 'pick')} is confirmed to have {floor} "
+            "needed); they may be tail itemsets that won a pick by noise: all_itemsets_ (CLI: "
+            "--all) lists them"
         )
     rest = total - shown
     others = (
@@ -254,16 +255,6 @@ def confirmation_note(
         f"shown: the {shown} of {total} picks confirmed to have {floor}; all shown hold "
         f"together with probability ≥ {1 - alpha:.0%}){others}"
     )
-
-
-def _rows(count: int) -> str:
-    """``count`` rows, in words that agree in number."""
-    return f"{count} row" if count == 1 else f"{count} rows"
-
-
-def _picks(count: int) -> str:
-    """``count`` picks, in words that agree in number."""
-    return f"{count} pick" if count == 1 else f"{count} picks"
 
 
 def _count_noise_kind(released: TopKItemsetsResponse) -> CountNoiseKind:
@@ -365,8 +356,8 @@ class ItemsetPlan(Plan):
                 f"confirmation: a pick is shown when its noisy count reaches "
                 f"{found.smallest_shown} (count noise: {law} {found.scale:.3g} for each of the "
                 f"{self.k} counts; t = {found.margin} keeps all shown picks at "
-                f"≥ {_rows(found.min_count)} with probability ≥ {1 - found.alpha:.0%}); itemsets "
-                "with far fewer rows are left in all_itemsets_"
+                f"≥ {counted(found.min_count, 'row')} with probability ≥ {1 - found.alpha:.0%}); "
+                "itemsets with far fewer rows are left in all_itemsets_"
             )
         lines += self.rho_lines()
         lines += [f"warning: {w}" for w in self.warnings]
@@ -763,10 +754,10 @@ class TopKItemsets(BaseMiner):
             return None
         unit, spent = spent_text(self.receipts_)
         return (
-            f"No pick is confirmed to have ≥ {_rows(self.min_count)}. {unit} spent: {spent}. "
-            "For more signal: a smaller k (the selection's noise grows with K), a larger "
+            f"No pick is confirmed to have ≥ {counted(self.min_count, 'row')}. {unit} spent: "
+            f"{spent}. For more signal: a smaller k (the selection's noise grows with K), a larger "
             "budget or count_share, a shorter length, or fewer columns. all_itemsets_ (CLI: "
-            f"--all) lists the {_picks(len(self._picked()))}."
+            f"--all) lists the {counted(len(self._picked()), 'pick')}."
         )
 
     def summary(self) -> dict[str, Any]:
