@@ -187,7 +187,9 @@ class JobRunner:
         synchronous route answers at the job's public time, not when its worker's write
         landed."""
         with self._sessions() as session:
-            shown_at = self._shown_at(session, session.get_one(Job, job_id))
+            job = session.get_one(Job, job_id)
+            budget = self._budget(session, job) if self._timing.enabled else 0.0
+            shown_at = self._shown_at(job, budget)
         if shown_at is not None:
             time.sleep(max((shown_at - utcnow()).total_seconds(), 0.0))
 
@@ -363,7 +365,7 @@ class JobRunner:
             return self._timing.base
         return self._timing.budget(job.operation, job.request, metadata)
 
-    def _shown_at(self, session: Session, job: Job) -> datetime | None:
+    def _shown_at(self, job: Job, budget: float) -> datetime | None:
         """When a settled job is shown settled (None while it is not settled): with padding
         on, the first grid tick after its padded deadline and after its recorded settle time
         plus half the timing base, counted from its submission; else its settle time.
@@ -377,7 +379,6 @@ class JobRunner:
         settled = as_utc(job.updated_at)
         if not self._timing.enabled:
             return settled
-        budget = self._budget(session, job)
         margin = timedelta(seconds=self._timing.base / 2)
         return self._timing.visible_at(as_utc(job.created_at), budget, settled + margin)
 
@@ -385,12 +386,9 @@ class JobRunner:
         """What the analyst may see: state changes on the padded public schedule only."""
         created = as_utc(job.created_at)
         submitted = _to_second(created)
-        deadline = (
-            self._timing.deadline_offset(self._budget(session, job))
-            if self._timing.enabled
-            else 0.0
-        )
-        shown_at = self._shown_at(session, job)
+        budget = self._budget(session, job) if self._timing.enabled else 0.0
+        deadline = self._timing.deadline_offset(budget) if self._timing.enabled else 0.0
+        shown_at = self._shown_at(job, budget)
         if shown_at is None or utcnow() < shown_at:
             elapsed = (utcnow() - created).total_seconds()
             progress = min(elapsed / deadline, 0.99) if deadline > 0 else 0.0

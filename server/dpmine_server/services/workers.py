@@ -22,6 +22,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_futures
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -386,17 +388,17 @@ def run_job(runtime: WorkerRuntime, job_id: str) -> Outcome:
         logger.exception("no padding budget for job %s", job_id)
         slot = 0.0
     padded = slot > 0
-    allowance = TimingPolicy.from_settings(runtime.settings).base / 2
+    policy = TimingPolicy.from_settings(runtime.settings)
     with SCHEDULE.slot(
-        as_utc(job.created_at), claimed_wall, padded=padded, allowance=allowance
+        as_utc(job.created_at), claimed_wall, padded=padded, allowance=policy.base / 2
     ) as held:
         settled_at = held.start + timedelta(seconds=slot)
         release_at = claimed + (settled_at - claimed_wall).total_seconds()
         guard = ReleaseGuard()
         guard.bind(entry.id)
         kernel = _KernelRun(runtime, job, entry, principal, guard=guard, release_at=release_at)
-        fails_closed = padded and TimingPolicy.from_settings(runtime.settings).fails_closed
-        if fails_closed and not kernel.wait(release_at - time.monotonic()) and guard.expire():
+        in_time = not (padded and policy.fails_closed) or kernel.wait(release_at - time.monotonic())
+        if not in_time and guard.expire():
             _settle_overrun(runtime, job_id, entry.id, kernel, settled_at=settled_at)
             held.free_at = settled_at
             return "failed"
@@ -440,21 +442,17 @@ class _KernelRun:
         self._guard = guard
         self._release_at = release_at
         self._reporter = _Reporter(runtime.write_sessions, job.id, PROGRESS_INTERVAL_S)
-        self._outcome: tuple[Outcome, str] | None = None
-        self._done = threading.Event()
+        self._outcome: Future[tuple[Outcome, str]] = Future()
         self._thread = threading.Thread(target=self._run, name="dpmine-job-kernel", daemon=True)
         self._thread.start()
 
     def wait(self, timeout: float) -> bool:
         """Whether the kernel ended within ``timeout`` seconds."""
-        return self._done.wait(max(timeout, 0.0))
+        return bool(wait_futures([self._outcome], timeout=max(timeout, 0.0)).done)
 
     def result(self) -> tuple[Outcome, str]:
         """Wait for the kernel's end; its status and the analyst's message."""
-        self._done.wait()
-        if self._outcome is None:  # set before _done, always
-            raise RuntimeError("a job kernel ended without an outcome")
-        return self._outcome
+        return self._outcome.result()
 
     def stop_reporting(self) -> None:
         """No more progress writes (the job was settled without its kernel)."""
@@ -486,8 +484,7 @@ class _KernelRun:
         finally:
             self._reporter.close()
         self._guard.claim()  # a kernel that ended in time (failed or cancelled too) settles
-        self._outcome = outcome
-        self._done.set()
+        self._outcome.set_result(outcome)
 
 
 def _settle_overrun(
