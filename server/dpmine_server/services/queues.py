@@ -109,6 +109,14 @@ class JobQueue(Protocol):
 _POOL_RUNTIME: WorkerRuntime | None = None
 
 
+def _tune_worker_process() -> None:
+    """A worker process's scheduling: a lower CPU priority than the API
+    (:data:`WORKER_NICENESS`) and a short GIL switch interval
+    (:data:`WORKER_SWITCH_INTERVAL_S`)."""
+    os.nice(WORKER_NICENESS)
+    sys.setswitchinterval(WORKER_SWITCH_INTERVAL_S)
+
+
 def _exit_when_orphaned(server_pid: int) -> None:
     """A pool process whose server died (even by SIGKILL) exits: it checks once a second
     whether it was re-parented. (The job it held is interrupted by the next start.)"""
@@ -123,8 +131,7 @@ def _init_pool_process(settings: Settings, server_pid: int) -> None:
     if os.getppid() != server_pid:  # the server died while this process was starting
         os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.nice(WORKER_NICENESS)
-    sys.setswitchinterval(WORKER_SWITCH_INTERVAL_S)
+    _tune_worker_process()
     threading.Thread(
         target=_exit_when_orphaned, args=(server_pid,), name="dpmine-orphan", daemon=True
     ).start()
@@ -416,8 +423,7 @@ async def _reap_stalled(app: procrastinate.App, runtime: WorkerRuntime) -> None:
 def run_worker(settings: Settings, *, concurrency: int = 1) -> None:
     """``dpmine-server worker``: run jobs from the shared PostgreSQL database until SIGTERM or
     SIGINT (the current job finishes first)."""
-    os.nice(WORKER_NICENESS)
-    sys.setswitchinterval(WORKER_SWITCH_INTERVAL_S)
+    _tune_worker_process()
     SCHEDULE.configure(concurrency)
     runtime = build_runtime(settings)
     warm_process(runtime.datasets)
