@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -54,3 +55,56 @@ def test_exactly_one_side_wins_a_race() -> None:
         for thread in threads:
             thread.join()
         assert sorted(wins) == [False, False, False, True]
+
+
+def _spin_inside(guard: ReleaseGuard, entered: threading.Event, outcome: list[str]) -> None:
+    """A kernel proper that would run for a minute: an interpreted busy loop, no progress calls."""
+    try:
+        with guard.stoppable():
+            entered.set()
+            end = time.monotonic() + 60.0
+            while time.monotonic() < end:
+                pass
+        outcome.append("ran to its end")
+    except OperationFailed as stopped:
+        outcome.append(stopped.message)
+
+
+def test_an_expired_kernel_is_stopped_inside_its_kernel_not_at_its_next_progress_call() -> None:
+    """The deadline raises the overrun failure in the kernel's thread at once: its minute of
+    spinning (a kernel that never reaches a progress call) ends when the guard expires."""
+    guard = ReleaseGuard()
+    entered, outcome = threading.Event(), list[str]()
+    kernel = threading.Thread(target=_spin_inside, args=(guard, entered, outcome), daemon=True)
+    kernel.start()
+    assert entered.wait(10.0)
+    assert guard.expire()
+    kernel.join(10.0)  # far below the kernel's 60 s: joined only if it was stopped
+    assert not kernel.is_alive()
+    assert outcome == [OVERRAN]
+
+
+def test_a_kernel_that_claimed_is_never_interrupted_and_nothing_lands_after_the_kernel() -> None:
+    """Claimed first: the deadline's expire fails and nothing is raised in the thread. Expired
+    after the kernel left ``stoppable``: nothing is raised in the code that follows it."""
+    guard = ReleaseGuard()
+    with guard.stoppable():
+        total = sum(range(1000))
+    assert guard.claim()
+    assert not guard.expire()
+    after = ReleaseGuard()
+    with after.stoppable():
+        total += 1
+    assert after.expire()
+    for _step in range(100_000):  # interpreted steps where a stray exception would land
+        total += 1
+    assert total == sum(range(1000)) + 100_001
+
+
+def test_a_kernel_that_starts_after_its_deadline_does_not_run() -> None:
+    guard = ReleaseGuard()
+    assert guard.expire()
+    ran: list[bool] = []
+    with pytest.raises(OperationFailed, match="padded time budget"), guard.stoppable():
+        ran.append(True)
+    assert ran == []

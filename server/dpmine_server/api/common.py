@@ -375,9 +375,9 @@ async def _before_deadline(
 ) -> dict[str, Any]:
     """Run ``call`` in a worker thread; at the monotonic ``deadline``, settle it as an overrun
     unless its kernel has claimed its release (services/release_guard.py). The overrun answer
-    is given at the deadline; the abandoned thread's kernel stops at its next progress call and
-    its release is withheld. A call that claimed in time is waited for (only its ledger write
-    is left)."""
+    is given at the deadline; the abandoned thread's kernel is stopped by the guard's expiry
+    (``stoppable``) and its release is withheld. A call that claimed in time is waited for
+    (only its ledger write is left)."""
     outcome: Future[dict[str, Any]] = Future()
 
     def work() -> None:

@@ -29,9 +29,10 @@ would tell the neighbours apart). The limit is public configuration, shown in ``
 This holds when overruns fail closed (production's only setting); in test mode's
 ``DPMINE_TIMING_OVERRUN=release`` an overrun leaves at its late, data-dependent release.
 
-What the limit does not count: the kernel of an overrun keeps running (in its abandoned thread)
-until its next progress call after its deadline; its CPU is the residual cost of the overrun
-event, whose probability the budgets keep small.
+What the limit does not count: the kernel of an overrun is stopped in its abandoned thread at
+its deadline, but a compiled call it is inside then runs to its return (services/release_guard.py,
+``stoppable``); that CPU is the residual cost of the overrun event, whose probability the
+budgets keep small.
 """
 
 from __future__ import annotations

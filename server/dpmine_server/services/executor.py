@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -288,7 +289,7 @@ class Executor:
         try:
             if guard is not None and guard.expired:
                 raise OperationFailed(OVERRAN)  # the deadline passed before the kernel began
-            body = self._compute(pending, progress)
+            body = self._compute(pending, progress, guard)
             if guard is not None and not guard.claim():
                 raise OperationFailed(OVERRAN)
             if settle is not None and not settle():
@@ -492,7 +493,7 @@ class Executor:
         try:
             if guard is not None and guard.expired:
                 raise OperationFailed(OVERRAN)
-            bodies = self._compute_parts(pending, progress)
+            bodies = self._compute_parts(pending, progress, guard)
             if guard is not None and not guard.claim():
                 raise OperationFailed(OVERRAN)
             self._ledger.complete_many(list(zip(entry_ids, bodies, strict=True)))
@@ -527,7 +528,9 @@ class Executor:
             guard.bind_many([part.reservation.entry_id for part in started.parts])
         return self.finish_batch(started, guard)
 
-    def _compute_parts(self, pending: PendingBatch, progress: Progress) -> list[dict[str, Any]]:
+    def _compute_parts(
+        self, pending: PendingBatch, progress: Progress, guard: ReleaseGuard | None
+    ) -> list[dict[str, Any]]:
         """Every part in order; the jointly capped ones (``pending.shared``) in one shared pool
         of the joint cap's proposals, as the batch's timing budget prices them
         (services/timing.py ``batch_budget``)."""
@@ -537,12 +540,16 @@ class Executor:
         for position, part in enumerate(pending.parts):
             if pool is not None and shared is not None and position in shared.parts:
                 with drawing_from(pool):
-                    bodies.append(self._compute(part, progress))
+                    bodies.append(self._compute(part, progress, guard))
             else:
-                bodies.append(self._compute(part, progress))
+                bodies.append(self._compute(part, progress, guard))
         return bodies
 
-    def _compute(self, pending: Pending, progress: Progress) -> dict[str, Any]:
+    def _compute(
+        self, pending: Pending, progress: Progress, guard: ReleaseGuard | None = None
+    ) -> dict[str, Any]:
+        """The kernel's fields and receipt; an expired ``guard`` stops the kernel at once
+        (services/release_guard.py, ``stoppable``)."""
         priced, dataset_id, reservation = pending.priced, pending.dataset_id, pending.reservation
         columns = self._datasets.columns(dataset_id, reservation.dataset_version)
         # Count-like releases draw the discrete Gaussian of the same ρ on a zCDP ledger only
@@ -550,7 +557,7 @@ class Executor:
         kind: CountNoiseKind = (
             "discrete_gaussian" if _unit_of(reservation.cost) == "zcdp" else "laplace"
         )
-        with count_noise(kind):
+        with count_noise(kind), guard.stoppable() if guard is not None else nullcontext():
             fields = priced.spec.run(
                 columns,
                 priced.request,

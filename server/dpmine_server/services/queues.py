@@ -74,7 +74,8 @@ _EARLY_KEPT = 4096
 WORKER_NICENESS = 10
 
 #: The GIL switch interval of worker processes (Python's default is 5 ms). A kernel abandoned
-#: by an overrun keeps running in its thread until its next progress step, holding the GIL for
+#: by an overrun runs on in its thread until the overrun failure raised there is delivered (or,
+#: inside a compiled call, until it returns: services/release_guard.py), holding the GIL for
 #: whole intervals while the worker settles the job and takes the next one; each blocking call
 #: of that bookkeeping (a database write) waits up to one interval for the GIL again, so the
 #: handover would stretch by tens of milliseconds on the data that overran

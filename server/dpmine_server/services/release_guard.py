@@ -11,8 +11,20 @@ the kernel does afterwards.
 Who settles first is decided once, under a lock: the kernel by :meth:`ReleaseGuard.claim` when
 its release is computed (before it is stored), or the deadline by :meth:`ReleaseGuard.expire`.
 Exactly one of the two succeeds. A kernel that loses has its release withheld (the ledger entry
-is failed, the charge stands); its next public progress call stops it early
+is failed, the charge stands); it is stopped early: at once, if it is inside its kernel proper
+(:meth:`ReleaseGuard.stoppable`), else at its next public progress call
 (:meth:`ReleaseGuard.progress`).
+
+Why stop it at once. An abandoned kernel keeps a core (and, between its compiled calls, the
+interpreter lock of its process) until it stops, and what it does then depends on the data: the
+request's own answer is already settled at T, but a job queued behind it on the same worker, or
+another request on the same machine, would be slowed by a data-dependent amount
+(tests/privacy/test_audit_overruns.py). :meth:`ReleaseGuard.expire` therefore raises an
+exception in the kernel's thread (``PyThreadState_SetAsyncExc``), delivered at its next
+interpreted instruction: a compiled call (numba, numpy) runs to its return first. The exception
+is raised only inside :meth:`ReleaseGuard.stoppable`, which wraps the pure kernel call alone
+(no database, no shared state to leave half-written), and any undelivered one is cleared when
+the thread leaves it, so it never lands in the ledger's bookkeeping.
 
 Proof sketch of what an analyst sees. Let T be the public deadline. If the kernel claims before
 T, the release is shown at T, as without this module. Otherwise the answer at T is the overrun
@@ -23,7 +35,10 @@ which is the δ the timing channel adds.
 
 from __future__ import annotations
 
+import ctypes
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Literal
 
 from dpmine_server.errors import OperationFailed
@@ -41,12 +56,29 @@ OVERRAN = (
 _State = Literal["running", "claimed", "expired"]
 
 
+class _Abandoned(OperationFailed):
+    """Raised in an expired kernel's thread: the overrun failure, handled as one wherever it is
+    delivered (inside :meth:`ReleaseGuard.stoppable`, or on the way out of it). No kernel
+    catches ``Exception`` broadly, so none swallows it."""
+
+    def __init__(self) -> None:
+        super().__init__(OVERRAN)
+
+
+def _raise_in_thread(thread_id: int, exception: type[BaseException] | None) -> None:
+    """Schedule ``exception`` in the thread ``thread_id`` (``None``: clear a scheduled one)."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_id), None if exception is None else ctypes.py_object(exception)
+    )
+
+
 class ReleaseGuard:
     """Decides, once, whether a charged request settles by its kernel or by its deadline."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._state: _State = "running"
+        self._kernel_thread: int | None = None
         self.entry_ids: list[int] = []
 
     def bind(self, entry_id: int) -> None:
@@ -72,6 +104,24 @@ class ReleaseGuard:
         """Whether the deadline settled the request."""
         return self._state == "expired"
 
+    @contextmanager
+    def stoppable(self) -> Iterator[None]:
+        """Run the kernel proper (a pure function of the columns and the request) so that an
+        :meth:`expire` while it runs stops it at its next interpreted instruction, with the
+        overrun failure (as :meth:`progress` would at its next step)."""
+        thread_id = threading.get_ident()
+        try:
+            with self._lock:
+                if self._state == "expired":
+                    raise OperationFailed(OVERRAN)
+                self._kernel_thread = thread_id
+            yield
+        finally:
+            with self._lock:
+                self._kernel_thread = None
+                if self.expired:
+                    _raise_in_thread(thread_id, None)  # not delivered yet: never after this
+
     def progress(self, fraction: float, message: str = "") -> None:
         """A kernel progress callback that stops an expired kernel at its next public step."""
         del fraction, message
@@ -83,4 +133,6 @@ class ReleaseGuard:
             if self._state != "running":
                 return False
             self._state = state
+            if state == "expired" and self._kernel_thread is not None:
+                _raise_in_thread(self._kernel_thread, _Abandoned)
             return True

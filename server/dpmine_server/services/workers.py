@@ -368,11 +368,12 @@ def run_job(runtime: WorkerRuntime, job_id: str) -> Outcome:
     An overrun frees the worker at the slot's end too. The kernel runs in a thread of its own
     (:class:`_KernelRun`); when overruns fail closed and it has not claimed its release by the
     end of the slot, this thread settles the job as failed there (:func:`_settle_overrun`) and
-    returns at once, leaving the kernel to stop at its next public progress step. Waiting for
-    that step instead would start the next job at a time that depends on how far the overrun
-    kernel had got: a data-dependent delay of the jobs queued behind it
-    (tests/privacy/test_audit_overruns.py audits it). The abandoned kernel's CPU until that
-    step is the residual cost of the overrun event, as for an inline request
+    returns at once; the guard's expiry stops the kernel in its thread
+    (services/release_guard.py, ``stoppable``). Waiting for the kernel instead would start the
+    next job at a time that depends on how far the overrun kernel had got: a data-dependent
+    delay of the jobs queued behind it (tests/privacy/test_audit_overruns.py audits it, on an
+    idle and on a loaded machine). A compiled call the kernel is inside when it expires runs to
+    its return: that CPU is the residual cost of the overrun event, as for an inline request
     (services/admission.py)."""
     if not _claim(runtime.write_sessions, job_id):
         return "skipped"
