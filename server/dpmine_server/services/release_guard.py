@@ -56,13 +56,12 @@ OVERRAN = (
 _State = Literal["running", "claimed", "expired"]
 
 
-class _Abandoned(OperationFailed):
-    """Raised in an expired kernel's thread: the overrun failure, handled as one wherever it is
-    delivered (inside :meth:`ReleaseGuard.stoppable`, or on the way out of it). No kernel
-    catches ``Exception`` broadly, so none swallows it."""
-
-    def __init__(self) -> None:
-        super().__init__(OVERRAN)
+class _Abandoned(Exception):
+    """Raised in an expired kernel's thread; :meth:`ReleaseGuard.stoppable` turns it into the
+    overrun failure, and the executor treats one delivered on the way out of it as any error of
+    an expired request: the overrun failure (services/executor.py, ``finish``). Not a
+    ``ServerError``: it never reaches the wire. No kernel catches ``Exception`` broadly, so none
+    swallows it."""
 
 
 def _raise_in_thread(thread_id: int, exception: type[BaseException] | None) -> None:
@@ -116,6 +115,8 @@ class ReleaseGuard:
                     raise OperationFailed(OVERRAN)
                 self._kernel_thread = thread_id
             yield
+        except _Abandoned:
+            raise OperationFailed(OVERRAN) from None
         finally:
             with self._lock:
                 self._kernel_thread = None
