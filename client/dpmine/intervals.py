@@ -74,6 +74,7 @@ __all__ = [
     "quality_intervals",
     "sum_box",
     "sum_half_width",
+    "sum_interval",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -290,6 +291,18 @@ def cell_interval(observed: int, t: int) -> tuple[int, int]:
     return max(observed - t, 0), max(observed + t, 0)
 
 
+def sum_interval(cells: tuple[int, ...], t: int) -> tuple[int, int]:
+    """Where a true sum of cells lies when the noise of their noisy sum y is at most t:
+    [y − t, y' + t] ∩ [0, ∞), with y' the sum of the cells clamped at 0 (§1.6 [REC]).
+
+    Proof: the truth is in [y − t, y + t] and y' ≥ y, so the wider range holds it too; and the
+    point statistic, which adds the clamped cells, is y' ∈ [y − t, y' + t]: the interval always
+    holds the value printed beside it (with y alone, a negative noisy cell put the point above
+    the interval's upper end, and J̃ below its lower end)."""
+    observed, clamped = sum(cells), sum(max(cell, 0) for cell in cells)
+    return max(observed - t, 0), max(clamped + t, 0)
+
+
 def _miss(level: float, cells: int) -> float:
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level!r}")
@@ -315,10 +328,10 @@ def intervals_from_cells(
     _miss(level, 1)  # validates the level before anything else
     i_lo, i_hi = cell_interval(e11, sum_half_width(scale, 1, 1.0 - level, kind))
     two = sum_half_width(scale, 2, 1.0 - level, kind)
-    u_lo, u_hi = cell_interval(e11 + e10 + e01, sum_half_width(scale, 3, 1.0 - level, kind))
+    u_lo, u_hi = sum_interval((e11, e10, e01), sum_half_width(scale, 3, 1.0 - level, kind))
     # J = E11 / (E11 + D) with D = E10 + E01: increasing in E11, decreasing in D.
     j11, k11 = cell_interval(e11, sum_half_width(scale, 1, _miss(level, 2), kind))
-    jd, kd = cell_interval(e10 + e01, sum_half_width(scale, 2, _miss(level, 2), kind))
+    jd, kd = sum_interval((e10, e01), sum_half_width(scale, 2, _miss(level, 2), kind))
     box = cell_box((e11, e10, e01, e00), scale=scale, miss=1.0 - level, kind=kind)
     return StatisticIntervals(
         level=level,
@@ -327,8 +340,8 @@ def intervals_from_cells(
         support=Interval(i_lo, i_hi),
         union=Interval(u_lo, u_hi),
         jaccard=Interval(jaccard(j11, j11 + kd), jaccard(k11, k11 + jd)),
-        support_left=Interval(*cell_interval(e11 + e10, two)),
-        support_right=Interval(*cell_interval(e11 + e01, two)),
+        support_left=Interval(*sum_interval((e11, e10), two)),
+        support_right=Interval(*sum_interval((e11, e01), two)),
         p_value=p_value_range(box),
         excess=excess_range(box),
     )

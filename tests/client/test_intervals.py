@@ -40,10 +40,11 @@ from dpmine.intervals import (
     noise_scale,
     sum_box,
     sum_half_width,
+    sum_interval,
 )
 from dpmine.treereds import table_sums
 from dpmine.wire import NoisyCells
-from dpmine.wire.statistics import jaccard, p_value
+from dpmine.wire.statistics import jaccard, p_value, statistics_from_cells
 from dpmine_server.dp.mechanisms import discrete_laplace
 
 #: (E11, E10, E01, E00) of the calibration regimes.
@@ -329,3 +330,29 @@ def test_sum_boxes_cover_a_partition_query_together() -> None:
                 and truth_p <= got.p_value.high * (1 + 1e-9)
             )
         assert held / DRAWS >= 0.85, (scale, held / DRAWS)
+
+
+def test_every_interval_holds_the_statistic_printed_beside_it() -> None:
+    """The printed statistics add the noisy cells clamped at 0 (§1.6); each interval holds
+    its statistic on every noisy table of small cells, negative ones included (a cell sum's
+    interval around the unclamped sum put J̃ 0.9496 under a printed [0.9498, …] in a CLI run).
+    """
+    for cells in itertools.product(range(-6, 7), range(-6, 7), range(-6, 7), (-3, 0, 40)):
+        e11, e10, e01, e00 = cells
+        shown = statistics_from_cells(*cells)
+        got = intervals_from_cells(e11, e10, e01, e00, scale=2.0)
+        assert got.support_left is not None
+        assert got.support_right is not None
+        assert got.p_value is not None
+        assert got.jaccard.contains(shown.jaccard), (cells, got.jaccard, shown.jaccard)
+        assert got.support.contains(shown.support), cells
+        assert got.union.contains(shown.union), cells
+        assert got.support_left.contains(shown.support_left), cells
+        assert got.support_right.contains(shown.support_right), cells
+        assert got.p_value.contains(shown.p_value), cells
+
+
+def test_a_sum_interval_is_the_noisy_sum_widened_up_to_the_clamped_cells() -> None:
+    assert sum_interval((5, 3), 2) == (6, 10)
+    assert sum_interval((5, -3), 2) == (0, 7)  # holds the truth of y = 2 and the shown 5
+    assert sum_interval((-4, -3), 2) == (0, 2)
