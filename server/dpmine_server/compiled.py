@@ -1,18 +1,38 @@
-"""The numba decorators of the compiled kernels, typed for mypy (``numba.njit`` is untyped).
+"""The numba decorators of the compiled kernels, typed for mypy (``numba.njit`` is untyped),
+and the stop flag that a long compiled loop reads.
 
-Both release the GIL, so kernels on different columns or requests run side by side on threads.
+Both decorators release the GIL, so kernels on different columns or requests run side by side
+on threads. A compiled call cannot be interrupted from outside: a kernel whose single call can
+run long (the itemset miner's traversal) reads :func:`stop_flag` between its steps and returns
+early once it is set. The flag is set by the request's release guard when its padded deadline
+expires (services/release_guard.py), after which the kernel's result is discarded anyway.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 import numba
+import numpy as np
+import numpy.typing as npt
 
-__all__ = ["compiled", "inlined"]
+__all__ = ["STOP_FLAG", "StopFlag", "compiled", "inlined", "stop_flag"]
 
 Function = TypeVar("Function", bound=Callable[..., Any])
+#: One cell: non-zero asks a compiled loop to return early (its result is discarded).
+StopFlag = npt.NDArray[np.uint8]
+#: The stop flag of the kernel running in this context (set by the release guard around the
+#: kernel proper; unset outside a padded request).
+STOP_FLAG: ContextVar[StopFlag | None] = ContextVar("dpmine_stop_flag", default=None)
+
+
+def stop_flag() -> StopFlag:
+    """The stop flag of the kernel running in this context, or a fresh one that is never set
+    (a kernel outside a padded request, a test)."""
+    flag = STOP_FLAG.get()
+    return flag if flag is not None else np.zeros(1, dtype=np.uint8)
 
 
 def compiled(function: Function) -> Function:

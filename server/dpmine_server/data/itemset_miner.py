@@ -51,6 +51,8 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from dpmine_server.compiled import StopFlag, stop_flag
+
 __all__ = [
     "ENTRY_BYTES",
     "MinedSelection",
@@ -234,6 +236,7 @@ class _Scratch(NamedTuple):
     touched: Int32Array
     fill: IntArray
     tally: IntArray  # expanded nodes, reported itemsets
+    stop: StopFlag  # non-zero: return at the next node (an expired request; compiled.py)
 
 
 @_inlined
@@ -387,12 +390,15 @@ def _scratch(rows: RowItems, max_length: int) -> _Scratch:
         touched=np.empty(n_items, np.int32),
         fill=np.empty(n_items, np.int64),
         tally=np.zeros(2, np.int64),
+        stop=stop_flag(),
     )
 
 
 @_compiled
 def _mine(rows: RowItems, sink: _Sink, scratch: _Scratch, limits: tuple[int, int, int]) -> int:
-    """The traversal of the module docstring; returns the number of scan steps."""
+    """The traversal of the module docstring; returns the number of scan steps. Stops after
+    the node it is at when ``scratch.stop`` is set (the request's deadline expired: whatever
+    it returns then is discarded, services/release_guard.py)."""
     n_rows = rows.indptr.size - 1
     occ_row, occ_pos, indptr = scratch.occ_row, scratch.occ_pos, rows.indptr
     for row in range(n_rows):  # the root's occurrences: every row, before its first item
@@ -406,8 +412,9 @@ def _mine(rows: RowItems, sink: _Sink, scratch: _Scratch, limits: tuple[int, int
         scratch.child_start,
     )
     path, path_rank, rank_of, dense = scratch.path, scratch.path_rank, sink.rank_of, sink.mode
+    stop = scratch.stop
     length = 1  # the node visited: child current[length − 1] of list length − 1
-    while length >= 1:
+    while length >= 1 and stop[0] == 0:
         level = length - 1
         child = current[level]
         if child >= n_children[level]:

@@ -21,7 +21,9 @@ request's own answer is already settled at T, but a job queued behind it on the 
 another request on the same machine, would be slowed by a data-dependent amount
 (tests/privacy/test_audit_overruns.py). :meth:`ReleaseGuard.expire` therefore raises an
 exception in the kernel's thread (``PyThreadState_SetAsyncExc``), delivered at its next
-interpreted instruction: a compiled call (numba, numpy) runs to its return first. The exception
+interpreted instruction; a compiled call runs to its return first, and the one compiled kernel
+whose single call can run long (the itemset miner) reads the guard's stop flag between its
+steps (``dpmine_server.compiled.stop_flag``), which the expiry sets. The exception
 is raised only inside :meth:`ReleaseGuard.stoppable`, which wraps the pure kernel call alone
 (no database, no shared state to leave half-written), and any undelivered one is cleared when
 the thread leaves it, so it never lands in the ledger's bookkeeping.
@@ -41,6 +43,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Literal
 
+import numpy as np
+
+from dpmine_server.compiled import STOP_FLAG
 from dpmine_server.errors import OperationFailed
 
 __all__ = ["OVERRAN", "ReleaseGuard"]
@@ -78,6 +83,7 @@ class ReleaseGuard:
         self._lock = threading.Lock()
         self._state: _State = "running"
         self._kernel_thread: int | None = None
+        self._stop = np.zeros(1, dtype=np.uint8)  # read by compiled loops (compiled.py)
         self.entry_ids: list[int] = []
 
     def bind(self, entry_id: int) -> None:
@@ -107,8 +113,10 @@ class ReleaseGuard:
     def stoppable(self) -> Iterator[None]:
         """Run the kernel proper (a pure function of the columns and the request) so that an
         :meth:`expire` while it runs stops it at its next interpreted instruction, with the
-        overrun failure (as :meth:`progress` would at its next step)."""
+        overrun failure (as :meth:`progress` would at its next step); a compiled loop that
+        reads :func:`~dpmine_server.compiled.stop_flag` returns at its next step."""
         thread_id = threading.get_ident()
+        token = STOP_FLAG.set(self._stop)
         try:
             with self._lock:
                 if self._state == "expired":
@@ -122,6 +130,7 @@ class ReleaseGuard:
                 self._kernel_thread = None
                 if self.expired:
                     _raise_in_thread(thread_id, None)  # not delivered yet: never after this
+            STOP_FLAG.reset(token)
 
     def progress(self, fraction: float, message: str = "") -> None:
         """A kernel progress callback that stops an expired kernel at its next public step."""
@@ -134,6 +143,8 @@ class ReleaseGuard:
             if self._state != "running":
                 return False
             self._state = state
-            if state == "expired" and self._kernel_thread is not None:
-                _raise_in_thread(self._kernel_thread, _Abandoned)
+            if state == "expired":
+                self._stop[0] = 1
+                if self._kernel_thread is not None:
+                    _raise_in_thread(self._kernel_thread, _Abandoned)
             return True
