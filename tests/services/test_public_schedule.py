@@ -4,6 +4,7 @@ measured handover, unless the worker is later than the allowance."""
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -38,10 +39,20 @@ def test_a_queued_job_starts_when_the_slot_ahead_came_free_not_at_its_claim() ->
         assert third.start == at(0.7)
 
 
-def test_a_worker_later_than_the_allowance_starts_the_slot_at_its_claim() -> None:
+def test_a_worker_later_than_the_allowance_starts_the_slot_at_its_claim(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """And the owner's log says so, with what to do (the analyst sees nothing of it)."""
     schedule = PublicSchedule()
-    with schedule.slot(at(0.0), at(0.2), padded=True, allowance=ALLOWANCE) as held:
-        assert held.start == at(0.2)
+    with caplog.at_level(logging.WARNING, logger="dpmine_server.services.workers"):
+        with schedule.slot(at(0.0), at(0.02), padded=True, allowance=ALLOWANCE) as in_time:
+            assert in_time.start == at(0.0)
+            in_time.free_at = at(0.5)
+        assert not caplog.records
+        with schedule.slot(at(1.0), at(1.2), padded=True, allowance=ALLOWANCE) as held:
+            assert held.start == at(1.2)
+    assert "claimed 200 ms after its public start" in caplog.text
+    assert "raise DPMINE_TIMING_BASE_MS" in caplog.text
 
 
 def test_an_unpadded_job_starts_at_its_claim_and_takes_no_slot() -> None:
