@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from dpmine_server.compiled import STOP_FLAG, stop_flag
 from dpmine_server.errors import OperationFailed
 from dpmine_server.services.release_guard import OVERRAN, ReleaseGuard
 
@@ -108,3 +109,19 @@ def test_a_kernel_that_starts_after_its_deadline_does_not_run() -> None:
     with pytest.raises(OperationFailed, match="padded time budget"), guard.stoppable():
         ran.append(True)
     assert ran == []
+
+
+def test_the_stop_flag_is_the_guards_inside_the_kernel_only() -> None:
+    """Inside ``stoppable`` compiled loops read the guard's flag, set by its expiry; after it,
+    whatever happened, a later kernel in the same thread reads an unset flag of its own."""
+    guard = ReleaseGuard()
+    with guard.stoppable():
+        inside = stop_flag()
+        assert inside[0] == 0
+    assert guard.expire()
+    assert inside[0] == 1
+    assert STOP_FLAG.get() is None
+    assert stop_flag()[0] == 0
+    with pytest.raises(OperationFailed), guard.stoppable():
+        pass
+    assert STOP_FLAG.get() is None

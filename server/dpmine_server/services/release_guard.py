@@ -126,11 +126,13 @@ class ReleaseGuard:
         except _Abandoned:
             raise OperationFailed(OVERRAN) from None
         finally:
-            with self._lock:
-                self._kernel_thread = None
-                if self.expired:
-                    _raise_in_thread(thread_id, None)  # not delivered yet: never after this
-            STOP_FLAG.reset(token)
+            try:
+                with self._lock:
+                    self._kernel_thread = None
+                    if self.expired:
+                        _raise_in_thread(thread_id, None)  # not delivered yet: never after this
+            finally:  # even if it was delivered just above: no later kernel sees this flag
+                STOP_FLAG.reset(token)
 
     def progress(self, fraction: float, message: str = "") -> None:
         """A kernel progress callback that stops an expired kernel at its next public step."""
