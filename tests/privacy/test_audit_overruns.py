@@ -48,7 +48,8 @@ SLOW_TRIALS = 100
 PRICED_S = 0.05
 #: Far past the budget (150 ms base + the priced spin), so that D' always overruns.
 UNPRICED_S = 0.4
-#: Pause after a D' trial: an abandoned kernel stops at its next progress step (4.5 ms).
+#: Pause after a D' trial: the deadline stops an abandoned kernel (services/release_guard.py,
+#: ``stoppable``); the pause lets its thread unwind before the next trial.
 SETTLE_S = 0.05
 #: Busy processes beside the server in the loaded audit: with the machine's cores taken, an
 #: abandoned kernel's CPU slows the worker's handover by more than the schedule's allowance.
@@ -138,8 +139,8 @@ def _queue_observer(channel: ChannelServer) -> Callable[[int], Observation]:
             ).json()
             final = settled(client, job["id"])
             shown_after = time.perf_counter() - submitted
-        # The abandoned kernels end UNPRICED_S + PRICED_S after their claim, before U's job is
-        # shown; a short pause lets their threads finish their last progress step.
+        # The deadline stopped the abandoned kernels before U's job started; a short pause lets
+        # their threads unwind.
         time.sleep(SETTLE_S * side)
         return (final["status"], bucket(shown_after))
 
