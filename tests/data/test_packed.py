@@ -34,6 +34,7 @@ from dpmine_server.data.packed import (
     packed_bytes_bound,
     write_packed,
 )
+from dpmine_server.services.datasets import DatasetService
 
 TABLE = DatasetMetadata(
     kind="table",
@@ -151,6 +152,31 @@ def test_a_flipped_byte_is_refused_with_what_to_do(tmp_path: Path) -> None:
         map_packed(TABLE, tmp_path)
     assert "delete it and restart the server to rebuild it" in str(caught.value)
     assert "register" in str(caught.value)
+
+
+def test_the_crc_pass_is_skipped_only_where_asked(tmp_path: Path) -> None:
+    folder = _damaged(tmp_path)
+    path = folder / "a2.values.npy"
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0x10
+    path.write_bytes(bytes(data))
+    assert map_packed(TABLE, tmp_path, check_crc=False) is not None  # the flag is honoured
+    with pytest.raises(PackedFormatError, match="corrupt"):
+        map_packed(TABLE, tmp_path)
+
+
+def test_registration_verifies_a_folder_it_did_not_write(tmp_path: Path) -> None:
+    """The registration's store is mapped unverified only from the files it has just written
+    (and read back for their checksums); a folder found in place is checked as at start-up."""
+    parsed = _table_store(tmp_path)
+    mapped = DatasetService._pack(parsed, TABLE, tmp_path)  # written here: maps unverified
+    assert mapped.n_rows == parsed.n_rows
+    path = tmp_path / PACKED_DIR / "a2.values.npy"
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0x10
+    path.write_bytes(bytes(data))
+    with pytest.raises(PackedFormatError, match="corrupt"):
+        DatasetService._pack(parsed, TABLE, tmp_path)  # not written again: verified
 
 
 def test_a_missing_file_is_refused(tmp_path: Path) -> None:

@@ -389,8 +389,10 @@ class DatasetService:
     def _pack(store: ColumnStore, metadata: DatasetMetadata, version_dir: Path) -> ColumnStore:
         """Write a freshly parsed store's packed columns (once) and map them back: the store a
         process keeps is the mapped one, whose pages the other processes share."""
-        write_packed(store, version_dir)
-        mapped = map_packed(metadata, version_dir)
+        wrote = write_packed(store, version_dir)
+        # Files this call wrote were read back for their checksums already; a folder another
+        # process wrote meanwhile is verified as any other.
+        mapped = map_packed(metadata, version_dir, check_crc=not wrote)
         if mapped is None:  # written just above, or by another process meanwhile
             raise PackedFormatError(f"the packed columns in {version_dir} vanished")
         return mapped
