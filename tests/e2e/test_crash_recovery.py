@@ -12,10 +12,8 @@ server is killed.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal
@@ -31,7 +29,7 @@ from dpmine_server.db.base import make_engine
 from dpmine_server.db.models import Job
 from dpmine_server.operations.testing import SpinCountRequest
 from support.datasets import TABLE_ROWS, register_table
-from support.servers import Account, LiveServer, http_client
+from support.servers import Account, LiveServer, http_client, wait_for
 
 BURST_THREADS = 8
 REQUESTS_PER_THREAD = 40
@@ -52,14 +50,6 @@ class Sent:
     key: str
     response: NoisyCountResponse | None
     error: dpmine.DPMineError | None
-
-
-def wait_for(condition: str, check: Callable[[], bool], *, timeout: float = 60.0) -> None:
-    """Poll ``check()`` until it is true (a state, not a timing, is awaited)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {condition}"
-        time.sleep(0.05)
 
 
 def job_state(server: LiveServer, job_id: str) -> str:

@@ -22,9 +22,8 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal
@@ -46,7 +45,7 @@ from dpmine.wire import (
 )
 from dpmine_server.operations.testing import SpinCountRequest
 from support.datasets import TABLE_ROWS, register_table, unique_id
-from support.servers import LiveServer, PostgresDatabases, add_analyst
+from support.servers import LiveServer, PostgresDatabases, add_analyst, wait_for
 
 EPSILON = 0.5
 HEARTBEAT_S = 0.5
@@ -58,14 +57,6 @@ ANALYSTS = 3
 JOBS_PER_ANALYST = 2  # one through each API process
 WAIT_SECONDS = 90.0
 _STARTED = re.compile(r"Starting job dpmine\.run_job\[\d+\]\(job_id='([0-9a-f-]+)'\)")
-
-
-def wait_for(condition: str, check: Callable[[], bool], *, timeout: float = 60.0) -> None:
-    """Poll ``check()`` until it is true (a state, not a timing, is awaited)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {condition}"
-        time.sleep(0.05)
 
 
 # -- PostgreSQL: two API processes, two workers -------------------------------------------------

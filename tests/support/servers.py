@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -259,6 +259,31 @@ class LiveServer:
 
 
 @functools.cache
+def wait_for(condition: str, check: Callable[[], bool], *, timeout: float = 60.0) -> None:
+    """Poll ``check()`` until it is true (a state, not a timing, is awaited)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {condition}"
+        time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def sqlite_server(folder: Path, name: str) -> Iterator[LiveServer]:
+    """A server of a test's own on SQLite in ``folder`` (one job worker), stopped afterwards:
+    for tests that kill or restart it, or read its data folder."""
+    live = LiveServer(
+        database_url=f"sqlite:///{folder / 'dpmine.sqlite3'}",
+        workdir=folder / "work",
+        name=name,
+        extra_env={"DPMINE_JOB_WORKERS": "1"},
+    )
+    live.start()
+    try:
+        yield live
+    finally:
+        live.stop()
+
+
 def _ssl_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
