@@ -21,7 +21,10 @@ with 0–4 decimals, or with ``--continuous`` nearly every number is distinct) a
 * ``registration``: the whole registration as an owner runs it, over HTTP: a real uvicorn
   server on SQLite, the CSV uploaded with the client's ``upload_dataset`` (multipart), timed
   from the request to the answer (the upload, the load, the packed files written and mapped,
-  the ledger row); the peak memory is the server process's (``VmHWM``).
+  the ledger row); the peak memory is the server process's (``VmHWM``). With
+  ``--upload-mbps R`` the form is posted with httpx as the client posts it (``request`` first)
+  and the file is read at R MB/s, the link of an owner who is not on the server's machine (the
+  server parses the CSV as it arrives, so the load overlaps the upload).
 
 Each load runs in a fresh Python process, which reports its wall time, its peak resident set
 (``ru_maxrss``) before and after the load, the packed size of the columns
@@ -33,7 +36,7 @@ Usage::
 
     PYTHONPATH=client:server .venv/bin/python bench/bench_loading.py [--rows 1000000,10000000]
         [--paths frame-python,frame-arrow,streaming] [--frame-max-rows 1000000]
-        [--continuous] [--work-dir /tmp] [--out bench/out]
+        [--continuous] [--upload-mbps 100] [--work-dir /tmp] [--out bench/out]
 
 ``--smoke``: 2,000 rows, every path (seconds). ``--frame-max-rows`` (default 10^6) skips the
 whole-frame paths above that many rows: at 10^7 rows they need more than 14 GiB. Writes
@@ -44,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import resource
 import subprocess
@@ -54,6 +58,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
@@ -62,6 +67,7 @@ import pyarrow.csv as pa_csv
 
 from _support import (
     REPO_ROOT,
+    ServerHandle,
     comma_names,
     load_average,
     machine_info,
@@ -72,6 +78,7 @@ from dpmine.wire import (
     AnyAttribute,
     BooleanAttribute,
     CategoricalAttribute,
+    CreateDatasetRequest,
     CsvSource,
     DatasetMetadata,
     NumericAttribute,
@@ -277,29 +284,88 @@ def _peak_rss_mib(pid: int) -> float:
     raise RuntimeError(f"no VmHWM for process {pid}")
 
 
-def run_registration(csv_path: Path, n_max: int, work: Path) -> dict[str, Any]:
-    """The whole registration of ``csv_path`` over HTTP on a fresh server (SQLite)."""
+class PacedFile(io.RawIOBase):
+    """A file read at most ``rate`` bytes a second from its first read: the upload of an owner
+    whose link to the server carries that much (the server's side is unchanged)."""
+
+    def __init__(self, path: Path, rate: float) -> None:
+        super().__init__()
+        self._handle = path.open("rb")
+        self._rate = rate
+        self._start: float | None = None
+        self.sent = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any, /) -> int:
+        if self._start is None:
+            self._start = time.perf_counter()
+        count = self._handle.readinto(buffer)
+        self.sent += count
+        ahead = self.sent / self._rate - (time.perf_counter() - self._start)
+        if ahead > 0:
+            time.sleep(ahead)
+        return count
+
+    def close(self) -> None:
+        self._handle.close()
+        super().close()
+
+
+def _paced_upload(server: ServerHandle, csv_path: Path, n_max: int, rate: float) -> dict[str, Any]:
+    """The client's upload form (``request`` first, then the file), the file sent at ``rate``
+    bytes a second."""
+    request = CreateDatasetRequest(
+        id="loading-bench",
+        name="loading-bench",
+        epsilon_cap=1_000_000.0,
+        metadata=metadata(n_max),
+        source=CsvSource(path=csv_path.name),
+    )
+    with io.BufferedReader(PacedFile(csv_path, rate), buffer_size=1 << 16) as paced:
+        response = httpx.post(
+            f"{server.url}/v1/admin/datasets/upload",
+            headers={"Authorization": f"Bearer {server.owner_key}"},
+            data={"request": request.model_dump_json()},
+            files={"path": (csv_path.name, paced)},
+            timeout=3600.0,
+        )
+    response.raise_for_status()
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+def run_registration(
+    csv_path: Path, n_max: int, work: Path, *, upload_mbps: float | None = None
+) -> dict[str, Any]:
+    """The whole registration of ``csv_path`` over HTTP on a fresh server (SQLite); with
+    ``upload_mbps``, the client sends the file at that many MB/s (a remote owner's link)."""
     server_dir = work / f"server-{n_max}"
     # The 10^7-row CSV (2.3 GB) is above the default upload limit (2 GiB): the owner raises it.
     limit = {"DPMINE_MAX_UPLOAD_BYTES": str(max(2 * csv_path.stat().st_size, 2**31))}
     database = f"sqlite:///{server_dir / 'dpmine.sqlite3'}"
     with running_server(database, server_dir, extra_env=limit) as server:
         before = _peak_rss_mib(server.process.pid)
-        with server.connect(timeout=3600.0) as owner:
-            start = time.perf_counter()
-            answer = register_files(
-                owner,
-                dataset_id="loading-bench",
-                metadata=metadata(n_max),
-                source=CsvSource(path=csv_path.name),
-                files={"path": csv_path},
-            )
-            seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        if upload_mbps is not None:
+            answer = _paced_upload(server, csv_path, n_max, upload_mbps * 1e6)
+        else:
+            with server.connect(timeout=3600.0) as owner:
+                answer = register_files(
+                    owner,
+                    dataset_id="loading-bench",
+                    metadata=metadata(n_max),
+                    source=CsvSource(path=csv_path.name),
+                    files={"path": csv_path},
+                )
+        seconds = time.perf_counter() - start
         peak = _peak_rss_mib(server.process.pid)
     return {
         "path": "registration",
         "n_rows": int(answer["report"]["n_rows"]),
         "seconds": round(seconds, 3),
+        "upload_mbps": upload_mbps,
         "peak_rss_mib": peak,
         "rss_before_load_mib": before,
         "packed_mib": None,
@@ -316,8 +382,11 @@ def table(results: list[dict[str, Any]]) -> str:
         if "failed" in result:
             lines.append(f"| {result['rows']:,} | {result['path']} | failed | | | | | |")
             continue
+        path = result["path"]
+        if result.get("upload_mbps") is not None:
+            path += f" (upload at {result['upload_mbps']:g} MB/s)"
         lines.append(
-            f"| {result['rows']:,} | {result['path']} | {result['seconds']:.2f} | "
+            f"| {result['rows']:,} | {path} | {result['seconds']:.2f} | "
             f"{result['peak_rss_mib']:,.0f} | {result['rss_before_load_mib']:,.0f} | "
             f"{_packed(result)} | {result.get('write_packed_s', '')} | "
             f"{result.get('first_count_s', '')} |"
@@ -351,6 +420,12 @@ def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="numeric cells almost all distinct (default: 5,000 values a column)",
     )
     parser.add_argument("--work-dir", type=Path, default=None, help="where the CSV is written")
+    parser.add_argument(
+        "--upload-mbps",
+        type=float,
+        default=None,
+        help="registration: send the file at this many MB/s (a remote owner's link)",
+    )
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "out")
     parser.add_argument("--child", choices=PATHS[:-1], help=argparse.SUPPRESS)
     parser.add_argument("--csv", type=Path, help=argparse.SUPPRESS)
@@ -397,7 +472,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"  {path_name}: skipped above {arguments.frame_max_rows:,} rows")
                     continue
                 if path_name == "registration":
-                    result = run_registration(csv_path, n_rows, Path(work))
+                    result = run_registration(
+                        csv_path, n_rows, Path(work), upload_mbps=arguments.upload_mbps
+                    )
                 else:
                     result = run_child(path_name, csv_path, n_max=n_rows)
                 result |= {"rows": n_rows, "csv_mib": round(size / 2**20, 1)}

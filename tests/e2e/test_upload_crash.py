@@ -15,8 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,7 @@ import dpmine
 from dpmine.wire import CreateDatasetRequest, CsvSource
 from dpmine_server.api.uploads import WRITE_BLOCK_BYTES
 from support.datasets import register_table, table_metadata, unique_id
-from support.servers import LiveServer
+from support.servers import LiveServer, sqlite_server, wait_for
 
 BOUNDARY = "dpmine-never-ends"
 #: Body sent before the client stalls: more than one write block, so file bytes reach the disk.
@@ -34,14 +33,6 @@ SENT_FILE_BYTES = WRITE_BLOCK_BYTES + 64 * 1024
 ANNOUNCED_BYTES = 4 * SENT_FILE_BYTES
 
 Snapshot = dict[str, tuple[int, int]]
-
-
-def wait_for(condition: str, check: Callable[[], bool], *, timeout: float = 30.0) -> None:
-    """Poll ``check()`` until it is true (a state, not a timing, is awaited)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {condition}"
-        time.sleep(0.02)
 
 
 def form_head(fields: dict[str, str]) -> bytes:
@@ -76,8 +67,14 @@ def stalled_upload(server: LiveServer, route: str, fields: dict[str, str]) -> so
 
 
 def partial_files(uploads: Path) -> dict[Path, int]:
-    """The file parts being received: path → bytes on disk."""
-    return {path: path.stat().st_size for path in uploads.glob("upload-*/path")}
+    """The file parts being received: path → bytes on disk. A registration that parses its
+    CSV as it arrives has renamed the part to its stored name (``path-<file name>``) inside the
+    upload folder, where it stays until it has loaded."""
+    return {
+        path: path.stat().st_size
+        for pattern in ("upload-*/path", "upload-*/path-*")
+        for path in uploads.glob(pattern)
+    }
 
 
 def blocks_written(uploads: Path) -> int:
@@ -102,17 +99,8 @@ def snapshot(data_dir: Path, *, leaving_out: set[Path]) -> Snapshot:
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[LiveServer]:
     """A server of its own on SQLite (this test kills it)."""
-    live = LiveServer(
-        database_url=f"sqlite:///{tmp_path / 'dpmine.sqlite3'}",
-        workdir=tmp_path / "work",
-        name="uploads",
-        extra_env={"DPMINE_JOB_WORKERS": "1"},
-    )
-    live.start()
-    try:
+    with sqlite_server(tmp_path, "uploads") as live:
         yield live
-    finally:
-        live.stop()
 
 
 def test_a_restart_sweeps_the_uploads_of_a_killed_server(
@@ -150,6 +138,8 @@ def test_a_restart_sweeps_the_uploads_of_a_killed_server(
     assert not any(folder.exists() for folder in crashed)
     assert sorted(path.name for path in uploads.iterdir()) == [legacy.name]
     assert snapshot(server.data_dir, leaving_out=crashed) == before
+    # The registration that was parsing its upload as it arrived left no folder of its own.
+    assert not (server.data_dir / "datasets" / request.id).exists()
     assert "removed 2 upload folder(s)" in server.log_text()
     with dpmine.connect(server.url, server.owner_key, retries=0) as owner:
         assert kept.id in [info.id for info in owner.datasets()]

@@ -11,7 +11,7 @@ from by a rename.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Final
@@ -23,7 +23,8 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect, Request
 
 from dpmine_server.api.limits import UPLOAD_FORM_ALLOWANCE
-from dpmine_server.errors import InvalidRequest, PayloadTooLarge
+from dpmine_server.data.arriving import ArrivingFile, track
+from dpmine_server.errors import InvalidRequest, PayloadTooLarge, ServerError
 from dpmine_server.services.datasets import StoredFile
 
 if TYPE_CHECKING:  # a TypedDict that python-multipart defines for type checkers only
@@ -41,6 +42,10 @@ class UploadForm:
 
     fields: dict[str, str] = field(default_factory=dict)
     files: dict[str, StoredFile] = field(default_factory=dict)
+    #: Each file part's arrival (``data/arriving.py``): readable while it is written, whole once
+    #: the form is accepted. The caller :func:`~dpmine_server.data.arriving.release`\ s them
+    #: when nothing reads the files as arriving any more.
+    arrivals: dict[str, ArrivingFile] = field(default_factory=dict)
 
 
 @dataclass
@@ -86,6 +91,8 @@ class _FormReader:
     form: UploadForm = field(default_factory=UploadForm)
     part: _Part = field(default_factory=_Part)
     handles: list[BinaryIO] = field(default_factory=list)
+    #: The arrival of each open file part, told after each write how much is on disk.
+    arrival_of: dict[BinaryIO, ArrivingFile] = field(default_factory=dict)
     pending: list[tuple[BinaryIO, bytes]] = field(default_factory=list)
     pending_bytes: int = 0
     file_bytes: int = 0
@@ -131,6 +138,7 @@ class _FormReader:
             target = self.folder / part.name  # a fixed field name: nothing else names the file
             part.handle = target.open("xb")
             self.handles.append(part.handle)
+            self.arrival_of[part.handle] = self.form.arrivals[part.name] = track(part.handle)
             filename = options[b"filename"].decode("utf-8", "replace")
             self.form.files[part.name] = StoredFile(
                 path=target, name=Path(filename).name or part.name, movable=True
@@ -169,9 +177,15 @@ class _FormReader:
         return pending
 
 
-def _write(pending: list[tuple[BinaryIO, bytes]]) -> None:
+def _write(pending: list[tuple[BinaryIO, bytes]], arrival_of: dict[BinaryIO, ArrivingFile]) -> None:
+    """Write the gathered bytes, then flush each file and tell its readers how much is on disk."""
+    written: dict[BinaryIO, None] = {}
     for handle, data in pending:
         handle.write(data)
+        written[handle] = None
+    for handle in written:
+        handle.flush()
+        arrival_of[handle].grew(handle.tell())
 
 
 def _close(handles: list[BinaryIO]) -> None:
@@ -215,38 +229,64 @@ async def receive_upload_form(
     text_fields: Collection[str],
     file_fields: Collection[str],
     limit: int,
+    form: UploadForm | None = None,
+    on_first_file: Callable[[UploadForm], None] | None = None,
 ) -> UploadForm:
     """Read a ``multipart/form-data`` body into ``folder`` (file part ``f`` becomes
     ``folder / f``) and memory. Refuses, with a message that says what to fix: another content
     type, an unknown or repeated field, a file where text is due or the reverse, file parts
     above ``limit`` bytes in all, malformed multipart. The files are closed on return or error;
-    the caller removes ``folder``."""
+    the caller removes ``folder``.
+
+    ``form``: the form to fill (the caller's, so that it holds the arrivals even when this
+    raises); ``on_first_file``: called once, when the first file part has begun, with the form
+    so far (the text fields sent before it), so that the caller may start reading the file as it
+    arrives. The arrivals are done only when this returns, and failed when it raises.
+    """
+    form = form if form is not None else UploadForm()
     content_type, options = parse_options_header(request.headers.get("content-type", ""))
     if content_type == b"application/x-www-form-urlencoded":  # text fields only
-        return _text_form(await request.body(), text_fields, file_fields)
+        text = _text_form(await request.body(), text_fields, file_fields)
+        form.fields.update(text.fields)
+        return form
     if content_type != b"multipart/form-data" or b"boundary" not in options:
         raise InvalidRequest(
             "send the form as multipart/form-data (with a boundary), "
             f"got {request.headers.get('content-type', 'no content type')!r}"
         )
-    reader = _FormReader(folder, text_fields, file_fields, limit)
+    reader = _FormReader(folder, text_fields, file_fields, limit, form)
     parser = MultipartParser(options[b"boundary"], reader.callbacks())
+    notify = on_first_file
     try:
         async for chunk in _body_chunks(request):
             parser.write(chunk)
+            if notify is not None and form.files:
+                notify(form)
+                notify = None
             if reader.pending_bytes >= WRITE_BLOCK_BYTES:
-                await anyio.to_thread.run_sync(_write, reader.take_pending())
+                await anyio.to_thread.run_sync(_write, reader.take_pending(), reader.arrival_of)
         parser.finalize()
-        await anyio.to_thread.run_sync(_write, reader.take_pending())
+        await anyio.to_thread.run_sync(_write, reader.take_pending(), reader.arrival_of)
         if not reader.ended:
             raise InvalidRequest(
                 "the body ends before the form's closing boundary; send the whole form again"
             )
-    except FormParserError as error:
-        raise InvalidRequest(f"the body is not valid multipart/form-data: {error}") from None
+    except BaseException as error:
+        why = (
+            f"the upload failed: {error}"
+            if isinstance(error, ServerError)
+            else "the upload did not complete"
+        )
+        for arrival in form.arrivals.values():
+            arrival.failed(why)
+        if isinstance(error, FormParserError):
+            raise InvalidRequest(f"the body is not valid multipart/form-data: {error}") from None
+        raise
     finally:
         await anyio.to_thread.run_sync(_close, reader.handles)
-    return reader.form
+    for arrival in form.arrivals.values():
+        arrival.done()
+    return form
 
 
 def form_schema(

@@ -19,7 +19,7 @@ import io
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import BinaryIO, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
 from dpmine.wire.datasets import BOOLEAN_FALSE, BOOLEAN_TRUE
+from dpmine_server.data.arriving import open_source, wait_arrived
 from dpmine_server.data.decimal_scan import plain_decimals
 
 __all__ = [
@@ -101,19 +102,22 @@ class UseFramePath(Exception):
     """The streaming path would not reproduce the whole-frame conversion exactly for this file."""
 
 
-def _open_bytes(path: Path) -> io.BufferedReader:
+def _open_bytes(path: Path) -> BinaryIO:
     """The file's bytes, gunzipped by extension as the delimiter sniffer reads it; raises
-    :class:`UseFramePath` for the other archives that pandas infers from the name."""
+    :class:`UseFramePath` for the other archives that pandas infers from the name. A plain file
+    still arriving as an upload is read as its bytes arrive (:mod:`~dpmine_server.data.arriving`);
+    a compressed one once it is whole."""
     name = path.name.lower()
     if path.suffix == ".gz" and not name.endswith(".tar.gz"):
+        wait_arrived(path)
         return io.BufferedReader(gzip.open(path, "rb"))
     if name.endswith(_PANDAS_COMPRESSED):
         raise UseFramePath(f"compressed as pandas infers from {path.name!r}")
-    return path.open("rb")
+    return open_source(path)
 
 
 def _reader(
-    handle: io.BufferedReader, delimiter: str, block_bytes: int, n_columns: int | None
+    handle: BinaryIO, delimiter: str, block_bytes: int, n_columns: int | None
 ) -> pa_csv.CSVStreamingReader:
     """Arrow's streaming reader; with ``n_columns``, every column is read as strings."""
     types = {f"f{i}": pa.string() for i in range(n_columns or 0)}
@@ -188,7 +192,11 @@ def check_quotes(path: Path, delimiter: str, *, block_bytes: int = DEFAULT_BLOCK
 
 
 def read_string_batches(
-    path: Path, delimiter: str, *, block_bytes: int = DEFAULT_BLOCK_BYTES
+    path: Path,
+    delimiter: str,
+    *,
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
+    check_quotes_first: bool = True,
 ) -> Iterator[pa.RecordBatch]:
     """The rows of a CSV (the header row first) as batches of unstripped string columns, each
     parsed from about ``block_bytes`` of text. The column count is the header's, as pandas
@@ -196,9 +204,12 @@ def read_string_batches(
 
     Raises :class:`UseFramePath` wherever Arrow refuses the file (a short or long row, bytes that
     are not UTF-8, an empty file...): the whole-frame path then pads the row or words the error.
+    ``check_quotes_first=False``: the caller runs :func:`check_quotes` itself (beside the parse)
+    and takes no result of this reader as final before it has passed.
     """
     try:
-        check_quotes(path, delimiter, block_bytes=block_bytes)
+        if check_quotes_first:
+            check_quotes(path, delimiter, block_bytes=block_bytes)
         probe_bytes = min(block_bytes, _PROBE_BYTES)
         with _open_bytes(path) as handle, _reader(handle, delimiter, probe_bytes, None) as probe:
             n_columns = len(probe.schema.names)  # the first block's first row: the header

@@ -47,6 +47,7 @@ from dpmine.wire.datasets import (
     SqlSource,
 )
 from dpmine_server.data import csv_chunks
+from dpmine_server.data.arriving import open_source, wait_arrived
 from dpmine_server.data.columns import (
     BooleanColumn,
     CategoricalColumn,
@@ -179,10 +180,13 @@ _SNIFF_ROWS = 50
 
 
 def _open_text(path: Path) -> io.TextIOBase:
-    """``path`` as UTF-8 text (gzip by extension)."""
+    """``path`` as UTF-8 text (gzip by extension); an upload still arriving is read as its
+    bytes arrive (:func:`~dpmine_server.data.arriving.open_source`), a compressed one once it
+    is whole."""
     if path.suffix == ".gz":
+        wait_arrived(path)
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
-    return path.open(encoding="utf-8", newline="")
+    return io.TextIOWrapper(open_source(path), encoding="utf-8", newline="")
 
 
 def _field_counts(lines: list[str], delimiter: str) -> list[int]:
@@ -223,6 +227,7 @@ def sniff_delimiter(path: Path) -> str:
 def _not_utf8(path: Path) -> str:
     """Owner-only message naming the line of the first byte that is not UTF-8."""
     try:
+        wait_arrived(path)
         raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
         raw.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -804,25 +809,74 @@ def load_csv_streaming(
     convert on :data:`CONVERSION_THREADS` threads while the next chunk is read, so memory holds
     two chunks.
 
+    The quote check (:func:`csv_chunks.check_quotes`, a pass over the whole file) runs on its own
+    thread beside the parse, and its verdict comes before any result or error of the parse: a
+    file it refuses goes to the whole-frame path whatever the parse found, exactly as when the
+    check ran first. (An upload being received is parsed as it arrives: ``data/arriving.py``.)
+
     Raises :class:`csv_chunks.UseFramePath` for a file it would not read exactly as that path.
     """
-    with ThreadPoolExecutor(CONVERSION_THREADS, thread_name_prefix="dpmine-load") as pool:
-        return _stream_csv(pool, metadata, path, what, block_bytes)
+    delimiter = sniff_delimiter(path)
+    with (
+        ThreadPoolExecutor(1, thread_name_prefix="dpmine-quotes") as checker,
+        ThreadPoolExecutor(CONVERSION_THREADS, thread_name_prefix="dpmine-load") as pool,
+    ):
+        quotes = checker.submit(_check_quotes, path, delimiter, block_bytes)
+        try:
+            loaded = _stream_csv(
+                pool,
+                metadata,
+                path,
+                what,
+                delimiter=delimiter,
+                block_bytes=block_bytes,
+                quotes=quotes,
+            )
+        except DataValidationError:
+            quotes.result()  # UseFramePath first: the frame path words that file's errors
+            raise
+        quotes.result()
+        return loaded
+
+
+def _check_quotes(path: Path, delimiter: str, block_bytes: int) -> None:
+    """:func:`csv_chunks.check_quotes`, a read error sending the file to the whole-frame path
+    (as :func:`csv_chunks.read_string_batches` does with the check it runs first)."""
+    try:
+        csv_chunks.check_quotes(path, delimiter, block_bytes=block_bytes)
+    except OSError as error:
+        raise csv_chunks.UseFramePath(str(error)) from None
+
+
+def _refused_quotes(quotes: Future[None]) -> None:
+    """Raise the quote check's refusal as soon as it is known (the parse then stops early)."""
+    if quotes.done():
+        quotes.result()
 
 
 def _stream_csv(
-    pool: ThreadPoolExecutor, metadata: DatasetMetadata, path: Path, what: str, block_bytes: int
+    pool: ThreadPoolExecutor,
+    metadata: DatasetMetadata,
+    path: Path,
+    what: str,
+    *,
+    delimiter: str,
+    block_bytes: int,
+    quotes: Future[None],
 ) -> tuple[ColumnStore, LoadReport]:
-    """:func:`load_csv_streaming` on ``pool``."""
-    delimiter = sniff_delimiter(path)
+    """:func:`load_csv_streaming` on ``pool``, the quote check running as ``quotes``."""
     report = LoadReport(source=what)
     problems = _Problems()
     columns: list[_StreamedColumn] | None = None
     n_rows = 0
     pending: list[Future[None]] = []
-    for batch in csv_chunks.read_string_batches(path, delimiter, block_bytes=block_bytes):
+    batches = csv_chunks.read_string_batches(
+        path, delimiter, block_bytes=block_bytes, check_quotes_first=False
+    )
+    for batch in batches:
         # The previous chunk converted while this one was read; its columns append in order.
         _finish(pending)
+        _refused_quotes(quotes)
         data = batch
         if columns is None:
             names = _header(batch, path)
@@ -1011,10 +1065,14 @@ def load_store(
             return load_csv_streaming(metadata, path, what)
         except csv_chunks.UseFramePath:
             pass  # out of the except block, so that the traceback frees the partial columns
+        wait_arrived(path)  # pandas reads the file by name: an upload must be whole first
         return load_csv_frame(metadata, path, what)
     if isinstance(source, CsvPairSource):
+        for part in (source.left, source.right):
+            wait_arrived(resolve_path(part, base_dir))
         return _load_pair(metadata, source, base_dir)
     if isinstance(source, FimiSource):
+        wait_arrived(resolve_path(source.path, base_dir))
         return _load_fimi(metadata, source, base_dir)
     frame = read_sql_strings(source)
     what = f"SQL table {source.table!r}" if source.table is not None else "SQL query"

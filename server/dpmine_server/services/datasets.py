@@ -15,6 +15,7 @@ refreshed one is read under its new version.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import threading
 import time
@@ -269,13 +270,16 @@ class DatasetService:
         if isinstance(request.source, SqlSource) and not self._allow_sql:
             raise Forbidden("this server does not accept SQL sources (DPMINE_ALLOW_SQL_SOURCES)")
         version_dir = self._version_dir(request.id, 1)
-        source = self._store_files(request.source, files or {}, version_dir)
+        source, load_dir, moves = self._store_files(request.source, files or {}, version_dir)
         try:
-            self._check_fits(request.metadata, source, version_dir)
+            self._check_fits(request.metadata, source, load_dir)
             if isinstance(source, SqlSource):
                 parsed, report = snapshot_sql(request.metadata, source, version_dir)
             else:
-                parsed, report = load_store(request.metadata, source, base_dir=version_dir)
+                parsed, report = load_store(request.metadata, source, base_dir=load_dir)
+            for received, target in moves:  # loaded: the uploads join the dataset's folder
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(received, target)
             # No committed dataset has this id: packed columns left here by a registration
             # that was rolled back are another table's, never to be mapped.
             shutil.rmtree(version_dir / PACKED_DIR, ignore_errors=True)
@@ -402,17 +406,27 @@ class DatasetService:
 
     def _store_files(
         self, source: DatasetSource, files: dict[str, StoredFile], version_dir: Path
-    ) -> DatasetSource:
+    ) -> tuple[DatasetSource, Path, list[tuple[Path, Path]]]:
+        """The source as stored (its path fields renamed to the dataset folder's files), the
+        folder to load it from, and the moves (from, to) to make once it has loaded.
+
+        When every file of the source is an upload (``movable``) received in one folder, the
+        files are renamed to their stored names inside that folder and loaded from there; they
+        move into ``version_dir`` only once loaded, so a crash meanwhile leaves them in
+        ``uploads/``, whose sweep removes them (and an upload still arriving is read where it is
+        written). Otherwise each file is moved (an upload) or copied into ``version_dir`` first.
+        """
         if isinstance(source, SqlSource):
             if files:
                 raise InvalidRequest("an SQL source takes no uploaded files")
-            return source
+            return source, version_dir, []
         fields = {
             CsvSource: ("path",),
             FimiSource: ("path",),
             CsvPairSource: ("left", "right"),
         }[type(source)]
         updates: dict[str, str] = {}
+        received: list[tuple[StoredFile, str]] = []
         for field in fields:
             stored = files.get(field)
             if stored is None:
@@ -426,14 +440,29 @@ class DatasetService:
             name = Path(stored.name).name
             if not name or name.startswith("."):
                 raise InvalidRequest(f"file for {field!r} needs a plain file name")
+            updates[field] = f"{field}-{name}"
+            received.append((stored, updates[field]))
+        stored_source = source.model_copy(update=updates)
+        folders = {stored.path.parent for stored, _name in received}
+        if (
+            len(received) == len(fields)
+            and len(folders) == 1
+            and all(stored.movable for stored, _name in received)
+        ):
+            (upload_dir,) = folders
+            moves = []
+            for stored, name in received:
+                os.replace(stored.path, upload_dir / name)  # a rename inside the upload folder
+                moves.append((upload_dir / name, version_dir / name))
+            return stored_source, upload_dir, moves
+        if received:
             version_dir.mkdir(parents=True, exist_ok=True)
-            target = version_dir / f"{field}-{name}"
+        for stored, name in received:
             if stored.movable:
-                shutil.move(stored.path, target)  # a rename on the same file system
+                shutil.move(stored.path, version_dir / name)  # a rename on the same file system
             else:
-                shutil.copyfile(stored.path, target)
-            updates[field] = target.name
-        return source.model_copy(update=updates)
+                shutil.copyfile(stored.path, version_dir / name)
+        return stored_source, version_dir, []
 
     # -- lookup --------------------------------------------------------------------------------
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, cast, get_args
 
+import anyio.to_thread
 from fastapi import APIRouter, Query, Request, status
 from fastapi.responses import PlainTextResponse
 from pydantic import Field, TypeAdapter, ValidationError
@@ -21,6 +24,7 @@ from dpmine.wire import (
     AuditEventInfo,
     CapRequest,
     CreateDatasetRequest,
+    CsvSource,
     DatasetCap,
     DatasetInfo,
     DatasetKind,
@@ -39,6 +43,7 @@ from dpmine_server.api.common import ERRORS
 from dpmine_server.api.deps import OwnerDep, ServicesDep, SessionDep, WriteSessionDep
 from dpmine_server.api.upload_folders import make_upload_folder, uploads_dir
 from dpmine_server.api.uploads import UploadForm, form_schema, receive_upload_form
+from dpmine_server.data.arriving import release
 from dpmine_server.data.propose import (
     UnreviewedProposal,
     accept_reviewed,
@@ -193,6 +198,7 @@ async def _received(
     locked as this process's while it exists, so that if the process dies mid-upload, the next
     sweep (at a start-up, or before another upload) removes it (api/upload_folders.py)."""
     held = await run_in_threadpool(make_upload_folder, uploads_dir(services.settings.data_dir))
+    form = UploadForm()
     try:
         yield (
             await receive_upload_form(
@@ -201,11 +207,18 @@ async def _received(
                 text_fields=text_fields,
                 file_fields=_FILE_FIELDS,
                 limit=services.settings.max_upload_bytes,
+                form=form,
             ),
             held.path,
         )
     finally:
+        _release_arrivals(form)
         await run_in_threadpool(held.remove)
+
+
+def _release_arrivals(form: UploadForm) -> None:
+    for arrival in form.arrivals.values():
+        release(arrival)
 
 
 def _text_field(form: UploadForm, name: str) -> str:
@@ -257,11 +270,69 @@ async def upload_dataset(
     CreateDatasetRequest as JSON, and one file part per path field of its source: ``path``, or
     ``left`` and ``right``). A proposal from propose-metadata is refused until its
     ``review.reviewed`` is true (or ``force``). Each file is written once, as it arrives, into
-    the data folder's ``uploads/``, and moved into the dataset's folder."""
-    async with _received(request, services, _UPLOAD_TEXT) as (form, _folder):
+    the data folder's ``uploads/``, and moved into the dataset's folder.
+
+    When ``request`` comes before the file of a CSV source (as the client sends it), the
+    registration starts with the file's first bytes and parses it as it arrives
+    (``data/arriving.py``); it can only finish once the whole form has been received and
+    checked, and fails if the upload does, so the outcome is the one of parsing after the
+    upload. Otherwise it starts once the form is in."""
+    held = await run_in_threadpool(make_upload_folder, uploads_dir(services.settings.data_dir))
+    form = UploadForm()
+    early: asyncio.Future[RegisteredDataset] | None = None
+
+    def start_early(received: UploadForm) -> None:
+        nonlocal early
+        if _parses_as_it_arrives(received, force=force):
+            snapshot = UploadForm(fields=dict(received.fields), files=dict(received.files))
+            register = partial(_register_upload, snapshot, owner, services, session, force=force)
+            # Its own limiter: while it waits for bytes it holds no token of the worker threads
+            # that the upload's writes need (40 early registrations could otherwise starve them).
+            early = asyncio.ensure_future(
+                anyio.to_thread.run_sync(register, limiter=anyio.CapacityLimiter(1))
+            )
+
+    try:
+        try:
+            await receive_upload_form(
+                request,
+                held.path,
+                text_fields=_UPLOAD_TEXT,
+                file_fields=_FILE_FIELDS,
+                limit=services.settings.max_upload_bytes,
+                form=form,
+                on_first_file=start_early,
+            )
+        except BaseException:
+            if early is not None:  # its reads fail with the upload: wait for it to clean up
+                await asyncio.wait([early])
+                if not early.cancelled():
+                    early.exception()  # retrieved: the upload's error is the answer
+            raise
+        if early is not None:
+            return await early
         return await run_in_threadpool(
             _register_upload, form, owner, services, session, force=force
         )
+    finally:
+        _release_arrivals(form)
+        await run_in_threadpool(held.remove)
+
+
+def _parses_as_it_arrives(form: UploadForm, *, force: bool) -> bool:
+    """Whether a registration may start on a form whose first file part has just begun: its
+    ``request`` came first and is valid, names a CSV source, and that file is its ``path``.
+    (Anything else waits for the whole form, whose errors then come in the usual order.)"""
+    raw = form.fields.get("request")
+    if raw is None or set(form.files) != {"path"}:
+        return False
+    try:
+        body = _reviewed(
+            _parse_json_field(raw, TypeAdapter(CreateDatasetRequest), "request"), force=force
+        )
+    except InvalidRequest:
+        return False
+    return isinstance(body.source, CsvSource)
 
 
 def _propose_upload(form: UploadForm, folder: Path) -> DatasetMetadata:
