@@ -142,12 +142,17 @@ def _damaged(tmp_path: Path) -> Path:
     return tmp_path / PACKED_DIR
 
 
-def test_a_flipped_byte_is_refused_with_what_to_do(tmp_path: Path) -> None:
-    folder = _damaged(tmp_path)
-    path = folder / "a2.values.npy"
+def _flip_a_byte(path: Path) -> None:
+    """Corrupt one byte of ``path``'s data (near its end)."""
     data = bytearray(path.read_bytes())
     data[-5] ^= 0x10
     path.write_bytes(bytes(data))
+
+
+def test_a_flipped_byte_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    folder = _damaged(tmp_path)
+    path = folder / "a2.values.npy"
+    _flip_a_byte(path)
     with pytest.raises(PackedFormatError, match=r"corrupt a2\.values\.npy .*CRC-32") as caught:
         map_packed(TABLE, tmp_path)
     assert "delete it and restart the server to rebuild it" in str(caught.value)
@@ -157,9 +162,7 @@ def test_a_flipped_byte_is_refused_with_what_to_do(tmp_path: Path) -> None:
 def test_the_crc_pass_is_skipped_only_where_asked(tmp_path: Path) -> None:
     folder = _damaged(tmp_path)
     path = folder / "a2.values.npy"
-    data = bytearray(path.read_bytes())
-    data[-5] ^= 0x10
-    path.write_bytes(bytes(data))
+    _flip_a_byte(path)
     assert map_packed(TABLE, tmp_path, check_crc=False) is not None  # the flag is honoured
     with pytest.raises(PackedFormatError, match="corrupt"):
         map_packed(TABLE, tmp_path)
@@ -172,9 +175,7 @@ def test_registration_verifies_a_folder_it_did_not_write(tmp_path: Path) -> None
     mapped = DatasetService._pack(parsed, TABLE, tmp_path)  # written here: maps unverified
     assert mapped.n_rows == parsed.n_rows
     path = tmp_path / PACKED_DIR / "a2.values.npy"
-    data = bytearray(path.read_bytes())
-    data[-5] ^= 0x10
-    path.write_bytes(bytes(data))
+    _flip_a_byte(path)
     with pytest.raises(PackedFormatError, match="corrupt"):
         DatasetService._pack(parsed, TABLE, tmp_path)  # not written again: verified
 

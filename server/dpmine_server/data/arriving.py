@@ -74,12 +74,6 @@ class ArrivingFile:
                 self._error = why
             self._changed.notify_all()
 
-    @property
-    def finished(self) -> bool:
-        """Done or failed (nothing more will change)."""
-        with self._changed:
-            return self._done or self._error is not None
-
     def available(self, position: int) -> int:
         """Bytes readable from ``position`` without waiting past the upload: waits until some
         are on disk; 0 once the file is done and ``position`` is its end. Raises

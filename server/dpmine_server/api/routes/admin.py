@@ -6,7 +6,7 @@ import asyncio
 import csv
 import io
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -190,30 +190,49 @@ _PROPOSE_TEXT: Final = {
 
 
 @asynccontextmanager
-async def _received(
-    request: Request, services: Services, text_fields: dict[str, str]
-) -> AsyncIterator[tuple[UploadForm, Path]]:
-    """The request's upload form and the fresh folder of ``uploads/`` holding its files; the
-    folder goes afterwards (registration has moved its files out of it by then). The folder is
-    locked as this process's while it exists, so that if the process dies mid-upload, the next
-    sweep (at a start-up, or before another upload) removes it (api/upload_folders.py)."""
+async def _upload_folder(services: Services) -> AsyncIterator[tuple[UploadForm, Path]]:
+    """A fresh folder of ``uploads/`` and the form to receive into it; on the way out the
+    form's arrivals are released and the folder goes (registration has moved its files out of
+    it by then). The folder is locked as this process's while it exists, so that if the process
+    dies mid-upload, the next sweep (at a start-up, or before another upload) removes it
+    (api/upload_folders.py)."""
     held = await run_in_threadpool(make_upload_folder, uploads_dir(services.settings.data_dir))
     form = UploadForm()
     try:
-        yield (
-            await receive_upload_form(
-                request,
-                held.path,
-                text_fields=text_fields,
-                file_fields=_FILE_FIELDS,
-                limit=services.settings.max_upload_bytes,
-                form=form,
-            ),
-            held.path,
-        )
+        yield form, held.path
     finally:
         _release_arrivals(form)
         await run_in_threadpool(held.remove)
+
+
+async def _receive(
+    request: Request,
+    services: Services,
+    received: tuple[UploadForm, Path],
+    text_fields: dict[str, str],
+    on_first_file: Callable[[UploadForm], None] | None = None,
+) -> None:
+    """Receive the request's upload form into ``received`` (from :func:`_upload_folder`)."""
+    form, folder = received
+    await receive_upload_form(
+        request,
+        folder,
+        text_fields=text_fields,
+        file_fields=_FILE_FIELDS,
+        limit=services.settings.max_upload_bytes,
+        form=form,
+        on_first_file=on_first_file,
+    )
+
+
+@asynccontextmanager
+async def _received(
+    request: Request, services: Services, text_fields: dict[str, str]
+) -> AsyncIterator[tuple[UploadForm, Path]]:
+    """The request's upload form, received whole, and the folder holding its files."""
+    async with _upload_folder(services) as received:
+        await _receive(request, services, received, text_fields)
+        yield received
 
 
 def _release_arrivals(form: UploadForm) -> None:
@@ -277,8 +296,6 @@ async def upload_dataset(
     (``data/arriving.py``); it can only finish once the whole form has been received and
     checked, and fails if the upload does, so the outcome is the one of parsing after the
     upload. Otherwise it starts once the form is in."""
-    held = await run_in_threadpool(make_upload_folder, uploads_dir(services.settings.data_dir))
-    form = UploadForm()
     early: asyncio.Future[RegisteredDataset] | None = None
 
     def start_early(received: UploadForm) -> None:
@@ -292,17 +309,9 @@ async def upload_dataset(
                 anyio.to_thread.run_sync(register, limiter=anyio.CapacityLimiter(1))
             )
 
-    try:
+    async with _upload_folder(services) as received:
         try:
-            await receive_upload_form(
-                request,
-                held.path,
-                text_fields=_UPLOAD_TEXT,
-                file_fields=_FILE_FIELDS,
-                limit=services.settings.max_upload_bytes,
-                form=form,
-                on_first_file=start_early,
-            )
+            await _receive(request, services, received, _UPLOAD_TEXT, start_early)
         except BaseException:
             if early is not None:  # its reads fail with the upload: wait for it to clean up
                 await asyncio.wait([early])
@@ -311,12 +320,10 @@ async def upload_dataset(
             raise
         if early is not None:
             return await early
+        form, _folder = received
         return await run_in_threadpool(
             _register_upload, form, owner, services, session, force=force
         )
-    finally:
-        _release_arrivals(form)
-        await run_in_threadpool(held.remove)
 
 
 def _parses_as_it_arrives(form: UploadForm, *, force: bool) -> bool:
