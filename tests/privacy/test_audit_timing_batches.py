@@ -9,10 +9,15 @@ latency bucket, audited with the split Clopper–Pearson audit of the channel au
 
 * Honest: every part's spin is priced, so the budget covers both spins and both sides are
   answered at the same deadline: the audit passes.
-* Broken (the audit's power): the same two spins with only the first one priced (the second
-  spins as ``unpriced_seconds``). The server then pads the batch to one part's spin, which is
-  what a server padding a batch to a single part's budget would do; D' overruns and fails
-  closed at that deadline while D succeeds, and the audit must flag it.
+* Broken (the audit's power): the same parts with only the first one's spin priced (the
+  others spin ``UNPRICED_S`` unpriced). The server then pads the batch to one part's spin,
+  which is what a server padding a batch to a single part's budget would do; D' overruns and
+  fails closed at that deadline while D succeeds, and the audit must flag it.
+
+The base margin is wider than the other channel audits' (``BASE_MS``) and the unpriced spin
+long, so that on a loaded machine D's bookkeeping stays well inside the deadline and D'
+overruns it by far: the broken variant is then told apart every time, not just usually (at
+a 150 ms base and 0.25 s of overrun it was missed once under CI load).
 """
 
 from __future__ import annotations
@@ -39,12 +44,16 @@ TRIALS = 20
 SLOW_TRIALS = 100
 PARTS = 2
 SPIN_S = 0.25
+#: Spin of each unpriced part in the broken variant: D' overruns its deadline by about this.
+UNPRICED_S = 1.0
+#: The padding's base margin (ms): room for a loaded machine's bookkeeping on either side.
+BASE_MS = 400
 #: Pause after a D' trial of the broken batch: its abandoned kernel stops at its next step.
 SETTLE_S = 0.1
 
 
 def _part(*, priced: bool) -> dict[str, Any]:
-    spin = {"seconds": SPIN_S} if priced else {"seconds": 0.0, "unpriced_seconds": SPIN_S}
+    spin = {"seconds": SPIN_S} if priced else {"seconds": 0.0, "unpriced_seconds": UNPRICED_S}
     request = {"predicate": PREDICATE, "epsilon": EPSILON, "spin_if_any": True, **spin}
     return {"operation": "test.spin_inline", "request": request}
 
@@ -55,7 +64,8 @@ ONE_PART_PRICED = {"parts": [_part(priced=True)] + [_part(priced=False)] * (PART
 
 @pytest.fixture(scope="module")
 def channel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChannelServer]:
-    server = start_channel_server(tmp_path_factory.mktemp("batches"), PADDED_ENV, (40, 41))
+    env = {**PADDED_ENV, "DPMINE_TIMING_BASE_MS": str(BASE_MS)}
+    server = start_channel_server(tmp_path_factory.mktemp("batches"), env, (40, 41))
     try:
         yield server
     finally:
