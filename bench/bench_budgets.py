@@ -92,7 +92,7 @@ from dpmine_server.services.calibration import (
 )
 from dpmine_server.services.extension_model import ExtensionCacheModel, Ticket, running
 from dpmine_server.services.timing import PRICED_OPERATIONS, TimingPolicy
-from dpmine_server.services.warmup import warm_compiled_kernels
+from dpmine_server.services.warmup import freeze_heap, warm_compiled_kernels
 from dpmine_server.settings import Settings
 from support.datasets import table_metadata, write_table_csv
 
@@ -414,6 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
     warm_compiled_kernels()
+    freeze_heap()  # as a serving process does after its warm-up (services/warmup.py)
     results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="dpmine-bench-budgets-") as work:
         for dataset in load_datasets(arguments.datasets.split(","), rows, Path(work)):

@@ -472,7 +472,7 @@ def calibrate(
     Run it on the deployment's machine, with the load it usually has; no registered data is
     read."""
     from dpmine_server.services import calibration
-    from dpmine_server.services.warmup import warm_compiled_kernels
+    from dpmine_server.services.warmup import freeze_heap, warm_compiled_kernels
 
     try:
         sizes = tuple(int(part) for part in rows.split(",")) if rows else None
@@ -492,6 +492,7 @@ def calibrate(
     default_sizes = calibration.QUICK_SIZES if quick else calibration.SIZES
     default_repeats = calibration.QUICK_REPEATS if quick else calibration.REPEATS
     warm_compiled_kernels()
+    freeze_heap()  # as a serving process does after its warm-up, so the kernels time alike
     result = calibration.calibrate(
         sizes or default_sizes,
         repeats or default_repeats,

@@ -1,8 +1,11 @@
-"""A process's warm-up loads the compiled kernels before the padded dataset loads."""
+"""A process's warm-up loads the compiled kernels before the padded dataset loads, and
+freezes the heap in between (services/warmup.py)."""
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,4 +43,55 @@ def test_kernels_load_before_the_padded_dataset_loads(
         warmup.warm_process(services.datasets)
     finally:
         services.close()
+        gc.unfreeze()
     assert calls == ["kernels", "preload"]
+
+
+def _cycle() -> dict[str, Any]:
+    """A container the collector tracks (it refers to itself)."""
+    node: dict[str, Any] = {}
+    node["self"] = node
+    return node
+
+
+def _tracked(node: object) -> bool:
+    """Whether a collection of any generation would traverse ``node`` (frozen objects are in
+    none of them)."""
+    return any(candidate is node for candidate in gc.get_objects())
+
+
+def test_the_warmed_heap_is_frozen_and_the_datasets_are_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What lives before the datasets load (the process's code and framework state) is moved
+    out of every generation, so that no later full collection walks it inside a padded kernel;
+    what the preload makes stays collectable, so that a dataset replaced by a new version is
+    freed even if it holds a reference cycle. Real services, the real preload."""
+    settings = settings_for(
+        tmp_path,
+        database_file="dpmine.sqlite3",
+        owner_key="owner-key-0123456789-abcdefgh",
+        secret_key="warmup-secret-0123456789-abcdefgh",
+        test_seed=1,
+        job_workers=1,
+    )
+    services = build_services(settings)
+    early = _cycle()
+    made_by_preload: list[dict[str, Any]] = []
+    preload = DatasetService.preload
+
+    def preload_and_allocate(datasets: DatasetService) -> int:
+        made_by_preload.append(_cycle())
+        return preload(datasets)
+
+    monkeypatch.setattr(warmup, "warm_compiled_kernels", lambda: None)
+    monkeypatch.setattr(DatasetService, "preload", preload_and_allocate)
+    assert _tracked(early)
+    try:
+        warmup.warm_process(services.datasets)
+        assert gc.get_freeze_count() > 0
+        assert not _tracked(early)
+        assert _tracked(made_by_preload[0])
+    finally:
+        services.close()
+        gc.unfreeze()
