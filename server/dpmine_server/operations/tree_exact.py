@@ -64,7 +64,6 @@ G the public bound on the groups.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -245,12 +244,21 @@ def exact_tree_fits(*, depth: int, n_splits: int, n_max: int, n_classes: int) ->
 
 
 def exact_tree_seconds(*, depth: int, n_splits: int, n_max: int, n_classes: int) -> float:
-    """Public time budget of one exact draw (services/timing.py): a fixed part, Python
-    bookkeeping per state (its path multiset, its rows and its children's look-ups, ≈ 6 µs
-    measured) and the compiled popcounts (1.6·10⁻¹⁰ s a word measured), each at about 3×."""
+    """Public time budget of one exact draw (services/timing.py), each term about 3× its
+    measured worst on an idle 2-core Xeon (2026-11-28, 120 Boolean splits at depth 3 on 200 to
+    5,000 rows, bench/bench_budgets.py's ``wide`` table):
+
+    * a fixed part;
+    * Python bookkeeping per state (its path multiset, its rows and its children's look-ups):
+      10–30 µs measured, priced 40 µs;
+    * the compiled last level per (state, group, class) triple, whatever the rows: its loop
+      and the Gini of three cells, 8–10 ns measured at 1–4 words, priced 25 ns (the word
+      price alone had under-priced narrow tables: 200 rows took 1.2–1.6 s against 0.94 s);
+    * the popcounts per word (1.3–1.6·10⁻¹⁰ s measured at 80–160 words), priced 5·10⁻¹⁰."""
     states = exact_tree_states(depth=depth, n_splits=n_splits)
     work = exact_tree_work(depth=depth, n_splits=n_splits, n_max=n_max, n_classes=n_classes)
-    return 0.1 + 2e-5 * states + 5e-10 * work
+    loops = states * n_splits * (n_classes + 1)
+    return 0.1 + 4e-5 * states + 2.5e-8 * loops + 5e-10 * work
 
 
 def _extend(path: Path, index: int, side: int) -> Path:
@@ -278,6 +286,9 @@ class ExactTreeTarget:
         self._groups = groups
         self._log_mass = np.array([space.log_mass(g.key) for g in groups], dtype=np.float64)
         self._sizes = np.array([g.size for g in groups], dtype=np.int64)
+        #: log(m_g·μ) with no threshold used: the root's weights, copied and patched per path
+        #: (a path uses at most depth of the groups).
+        self._log_mass_all = self._log_mass + np.log(self._sizes)
         self._left, self._right = masks.stacked([g.key for g in groups])
         self._missing = root[np.newaxis, :] & ~(self._left | self._right)
         self._classes = classes
@@ -309,11 +320,14 @@ class ExactTreeTarget:
     def _log_mass_below(self, path: Path) -> FloatArray:
         """log(m_g·μ) of every group: its unused thresholds m_g = |g| minus those ``path``
         uses (no split twice on a path), −∞ when none is left."""
-        left = self._sizes.copy()
-        for index, count in Counter(index for index, _ in path).items():
-            left[index] -= count
-        with np.errstate(divide="ignore"):
-            return np.asarray(self._log_mass + np.log(left), dtype=np.float64)
+        weights = self._log_mass_all.copy()
+        used: dict[int, int] = {}
+        for index, _side in path:
+            used[index] = used.get(index, 0) + 1
+        for index, count in used.items():
+            unused = int(self._sizes[index]) - count
+            weights[index] = self._log_mass[index] + math.log(unused) if unused > 0 else -np.inf
+        return weights
 
     def _last_level(self, paths: list[Path]) -> FloatArray:
         """The (len(paths), G) log-weights of every group at nodes with one level below, whose
