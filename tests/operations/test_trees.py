@@ -54,6 +54,7 @@ from dpmine_server.operations.tree_kernels import (
     exact_partition_counts,
     grow_tree_expmech,
     make_target,
+    split_codes,
     tree_leaves,
 )
 
@@ -812,3 +813,59 @@ def test_the_scored_missing_child_is_the_rows_outside_every_leaf(kind: str) -> N
     right = DecisionTree(view="right", depth=1, splits=[TreeSplit(attribute="t")])
     partition = exact_partition_counts(store, tree, right)
     assert partition[-1, :-1].tolist() == [50, 50]  # outside row: the missing child's classes
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_split_codes_follow_their_definition_with_missing_values_and_ties(seed: int) -> None:
+    """``split_codes`` searches a numeric column's present values in their stored order (for
+    speed); every code must still be the number of lattice points below the row's value, −1
+    where it is missing, whatever the order of the rows (ties, values on lattice points,
+    values clipped at the bounds)."""
+    generator = np.random.default_rng(seed)
+    rows = 500
+    metadata = DatasetMetadata.model_validate(
+        {
+            "kind": "views",
+            "n_max": rows,
+            "attributes": [
+                {"type": "numeric", "name": "u", "view": "left", "lo": 0.0, "hi": 1.0},
+                {
+                    "type": "numeric",
+                    "name": "v",
+                    "view": "left",
+                    "lo": -5.0,
+                    "hi": 5.0,
+                    "lattice_bits": 3,
+                },
+                {"type": "boolean", "name": "w", "view": "left"},
+                {"type": "boolean", "name": "r", "view": "right"},
+            ],
+        }
+    )
+    space = SplitSpace.of(metadata, "left")
+    lattices = {family.name: family.lattice for family in space.families}
+    u = generator.choice([0.0, 0.25, 0.5, 0.5, 1.0, generator.random()], size=rows)
+    v = generator.normal(0.0, 4.0, size=rows)  # beyond the bounds too: clipped
+    for values in (u, v):
+        values[generator.random(rows) < 0.2] = np.nan
+    columns: dict[str, Column] = {
+        "u": NumericColumn.from_values("u", u, lo=0.0, hi=1.0),
+        "v": NumericColumn.from_values("v", v, lo=-5.0, hi=5.0),
+        "w": _boolean("w", list(generator.integers(-1, 2, size=rows))),
+        "r": _boolean("r", [1] * rows),
+    }
+    codes, ordered = split_codes(ColumnStore(metadata, n_rows=rows, columns=columns), space)
+    for index, family in enumerate(space.families):
+        if family.name == "w":
+            assert not ordered[index]
+            continue
+        lattice = lattices[family.name]
+        assert lattice is not None
+        assert ordered[index]
+        stored = columns[family.name]
+        assert isinstance(stored, NumericColumn)
+        expected = [
+            -1 if math.isnan(value) else int(np.sum(lattice.points < value))
+            for value in stored.values
+        ]
+        assert codes[index].tolist() == expected

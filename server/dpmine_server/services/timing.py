@@ -316,13 +316,25 @@ def _tree_step_work(depth: int, classes: int, metadata: DatasetMetadata) -> floa
     # the moved one recounted against every class by popcount (the scores count the inner
     # nodes' missing rows too): on average about 1.5·``depth`` nodes (34/7 at depth 3, against
     # 24/7 leaves when only the leaves were counted, measured ≈ 15 µs at depth 3 with 10
-    # classes on 28,886 rows; the popcount term is scaled by that ratio).
-    return 2e-6 + metadata.n_max * (4e-10 + 2.2e-11 * depth * (classes + 2))
+    # classes on 28,886 rows; the popcount term is scaled by that ratio). Per row and per step
+    # a chain on 48 all-distinct numeric columns measured up to 1.2 ns at 2 classes (24 µs a
+    # step on 20,000 rows, bench_budgets.py's ``wide`` table; 2026-11-28), and 1.5–2 µs a step
+    # on 200 rows: priced 1.2 ns a row beside the popcounts, and 4 µs a step.
+    return 4e-6 + metadata.n_max * (1.2e-9 + 2.2e-11 * depth * (classes + 2))
 
 
-def _tree_setup_work(metadata: DatasetMetadata) -> float:
-    # The per-row split codes of a view and the random initial tree.
-    return 2e-8 * metadata.n_max * max(len(metadata.attributes), 1)
+def _tree_setup_work(metadata: DatasetMetadata, view: str | None = None) -> float:
+    # The per-row split codes of ``view`` (every attribute when None) and the random initial
+    # tree (operations/tree_kernels.py ``split_codes``): a numeric attribute's codes are binary
+    # searches of its present values, in their stored order, in the 2^16-point lattice, measured
+    # 36–53 ns a row (all-distinct values, 10³–10⁵ rows; 170–190 ns before they were searched
+    # in order), budgeted 150 ns; a Boolean or categorical attribute's a copy or two passes,
+    # 7–15 ns measured, budgeted 50 ns.
+    per_row = 0.0
+    for attribute in metadata.attributes:
+        if view is None or attribute.view == view:
+            per_row += 1.5e-7 if isinstance(attribute, NumericAttribute) else 5e-8
+    return 1e-3 + metadata.n_max * per_row
 
 
 def _tree_mcmc_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
@@ -335,7 +347,9 @@ def _tree_mcmc_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> fl
     depth = _tree_depth(request)
     classes = _tree_classes(request.get("target") or {}, metadata)
     iterations = int(request.get("iterations") or 10_000)
-    return _tree_setup_work(metadata) + iterations * _tree_step_work(depth, classes, metadata)
+    view = request.get("view")
+    setup = _tree_setup_work(metadata, view if isinstance(view, str) else None)
+    return setup + iterations * _tree_step_work(depth, classes, metadata)
 
 
 def _tree_pair_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
