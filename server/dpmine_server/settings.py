@@ -37,6 +37,9 @@ DEFAULT_CONFIG_FILE = "dpmine.toml"
 #: Padding defaults of test mode (explicit values win): releases wait at most 1 ms. Without
 #: padding a request holds its in-flight place only while it runs, and the suite's ledger races
 #: send 64 requests at once, so test mode admits up to 1000 (the admission tests set their own).
+#: Where ``DPMINE_TIMING_CALIBRATION=auto`` keeps the budgets measured at the first start,
+#: in the data folder (services/first_start.py).
+AUTO_CALIBRATION_FILE = "timing-calibration.json"
 _TEST_TIMING = {
     "timing_grid_ms": 1.0,
     "timing_base_ms": 0.0,
@@ -190,11 +193,14 @@ class Settings(BaseSettings):
         allow_inf_nan=False,
         description="Multiplier of the per-operation budget from public parameters.",
     )
-    timing_calibration: Path | None = Field(
+    timing_calibration: Literal["auto"] | Path | None = Field(
         default=None,
         description="Public calibration file written by `dpmine-server calibrate` on this "
         "machine: budgets become base + scale × max(margin × factor × work, margin × floor) "
-        "per measured operation (services/calibration_file.py). Unset: the hand-set estimates.",
+        "per measured operation (services/calibration_file.py). 'auto' (production's "
+        "default): the first start measures them (the quick calibration) into "
+        f"DPMINE_DATA_DIR/{AUTO_CALIBRATION_FILE} and later starts read it "
+        "(services/first_start.py). Unset: the hand-set estimates.",
     )
     timing_warm_extensions: bool = Field(
         default=False,
@@ -215,9 +221,21 @@ class Settings(BaseSettings):
     @model_validator(mode="before")
     @classmethod
     def _timing_defaults(cls, data: object) -> object:
-        if not isinstance(data, dict) or data.get("environment") != "test":
+        if not isinstance(data, dict):
+            return data
+        if data.get("environment") == "production":
+            return {"timing_calibration": "auto", **data}
+        if data.get("environment") != "test":
             return data
         return {**_TEST_TIMING, **data}
+
+    @property
+    def calibration_file(self) -> Path | None:
+        """The calibration file in force: ``DPMINE_TIMING_CALIBRATION``'s, or for ``auto``
+        the data folder's :data:`AUTO_CALIBRATION_FILE` (which may not be written yet)."""
+        if self.timing_calibration == "auto":
+            return self.data_dir / AUTO_CALIBRATION_FILE
+        return self.timing_calibration
 
     @field_validator("bootstrap_owner_key", "timing_calibration", mode="before")
     @classmethod

@@ -15,6 +15,7 @@ from dpmine_server.services import audit
 from dpmine_server.services.admission import AdmissionGate
 from dpmine_server.services.datasets import DatasetService
 from dpmine_server.services.executor import Executor
+from dpmine_server.services.first_start import ensure_first_start_calibration
 from dpmine_server.services.instances import Liveness, liveness_for
 from dpmine_server.services.jobs import JobRunner
 from dpmine_server.services.ledger import Ledger
@@ -96,7 +97,11 @@ def build_services(
     settings: Settings, *, migrate: bool = True, recover: bool = True, start_workers: bool = True
 ) -> Services:
     """Connect, migrate, bootstrap the first owner, recover from a crash, and set up the job
-    queue (``start_workers=False`` for the administration commands: no local workers)."""
+    queue (``start_workers=False`` for the administration commands: no local workers). A
+    serving start with ``DPMINE_TIMING_CALIBRATION=auto`` first measures the time budgets if
+    no process has yet (services/first_start.py)."""
+    if start_workers:
+        ensure_first_start_calibration(settings)
     runtime = build_runtime(settings)
     if migrate:
         upgrade_to_head(runtime.engine)

@@ -43,6 +43,7 @@ import procrastinate
 import psycopg
 from sqlalchemy import make_url
 
+from dpmine_server.services.first_start import ensure_first_start_calibration
 from dpmine_server.services.warmup import warm_process
 from dpmine_server.services.workers import (
     JOB_DONE_CHANNEL,
@@ -426,6 +427,7 @@ def run_worker(settings: Settings, *, concurrency: int = 1) -> None:
     SIGINT (the current job finishes first)."""
     _tune_worker_process()
     SCHEDULE.configure(concurrency)
+    ensure_first_start_calibration(settings)  # the API's file, or measured here first
     runtime = build_runtime(settings)
     warm_process(runtime.datasets)
     conninfo = psycopg_conninfo(settings.database_url)

@@ -521,8 +521,12 @@ class TimingPolicy:
         container builds the policy before serving)."""
         calibration, label = None, None
         base = settings.timing_base_ms / 1000.0
-        if settings.timing_calibration is not None:
-            path = settings.timing_calibration
+        path = settings.calibration_file
+        if path is not None and settings.timing_calibration == "auto" and not path.exists():
+            # Not measured yet: a serving process measures it before it builds this policy
+            # (services/first_start.py); the administration commands price nothing.
+            label = f"auto: not measured yet ({path}); hand-set estimates"
+        elif path is not None:
             calibration = cached_calibration(str(path), PRICED_OPERATIONS)
             label = calibration.label(path)
             if calibration.request_path is not None:
