@@ -33,6 +33,6 @@ USER dpmine
 # The migrations run from the installed package; relative default paths land in dpmine's home.
 WORKDIR /var/lib/dpmine
 EXPOSE 8000
-HEALTHCHECK --interval=10s --timeout=3s --retries=5 \
+HEALTHCHECK --interval=10s --timeout=3s --retries=5 --start-period=180s \
     CMD python -c "import httpx,sys; sys.exit(httpx.get('http://127.0.0.1:8000/v1/health').status_code != 200)"
 CMD ["dpmine-server", "serve"]
