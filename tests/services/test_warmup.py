@@ -10,9 +10,23 @@ from typing import Any
 import pytest
 
 from dpmine_server.services import warmup
-from dpmine_server.services.container import build_services
+from dpmine_server.services.container import Services, build_services
 from dpmine_server.services.datasets import DatasetService
 from support.inprocess import settings_for
+
+
+def _services(folder: Path) -> Services:
+    """The real services of a test-mode server on ``folder``."""
+    return build_services(
+        settings_for(
+            folder,
+            database_file="dpmine.sqlite3",
+            owner_key="owner-key-0123456789-abcdefgh",
+            secret_key="warmup-secret-0123456789-abcdefgh",
+            test_seed=1,
+            job_workers=1,
+        )
+    )
 
 
 def test_kernels_load_before_the_padded_dataset_loads(
@@ -21,15 +35,7 @@ def test_kernels_load_before_the_padded_dataset_loads(
     """A dataset parsed from its source sorts its numeric columns with a compiled kernel; its
     first load (numba's cache, seconds after an install) must not fall inside a padded load.
     The real dataset service's preload runs; both steps are recorded in the order they ran."""
-    settings = settings_for(
-        tmp_path,
-        database_file="dpmine.sqlite3",
-        owner_key="owner-key-0123456789-abcdefgh",
-        secret_key="warmup-secret-0123456789-abcdefgh",
-        test_seed=1,
-        job_workers=1,
-    )
-    services = build_services(settings)
+    services = _services(tmp_path)
     calls: list[str] = []
     preload = DatasetService.preload
 
@@ -67,15 +73,7 @@ def test_the_warmed_heap_is_frozen_and_the_datasets_are_not(
     out of every generation, so that no later full collection walks it inside a padded kernel;
     what the preload makes stays collectable, so that a dataset replaced by a new version is
     freed even if it holds a reference cycle. Real services, the real preload."""
-    settings = settings_for(
-        tmp_path,
-        database_file="dpmine.sqlite3",
-        owner_key="owner-key-0123456789-abcdefgh",
-        secret_key="warmup-secret-0123456789-abcdefgh",
-        test_seed=1,
-        job_workers=1,
-    )
-    services = build_services(settings)
+    services = _services(tmp_path)
     early = _cycle()
     made_by_preload: list[dict[str, Any]] = []
     preload = DatasetService.preload
