@@ -60,10 +60,11 @@ def _cycle() -> dict[str, Any]:
     return node
 
 
-def _tracked(node: object) -> bool:
-    """Whether a collection of any generation would traverse ``node`` (frozen objects are in
-    none of them)."""
-    return any(candidate is node for candidate in gc.get_objects())
+def _in_a_generation(*nodes: object) -> list[bool]:
+    """Whether a collection of any generation would traverse each of ``nodes`` (frozen
+    objects are in none of them): one pass over the collector's objects."""
+    traversed = {id(candidate) for candidate in gc.get_objects()}
+    return [id(node) in traversed for node in nodes]
 
 
 def test_the_warmed_heap_is_frozen_and_the_datasets_are_not(
@@ -84,12 +85,11 @@ def test_the_warmed_heap_is_frozen_and_the_datasets_are_not(
 
     monkeypatch.setattr(warmup, "warm_compiled_kernels", lambda: None)
     monkeypatch.setattr(DatasetService, "preload", preload_and_allocate)
-    assert _tracked(early)
+    assert gc.is_tracked(early)
     try:
         warmup.warm_process(services.datasets)
         assert gc.get_freeze_count() > 0
-        assert not _tracked(early)
-        assert _tracked(made_by_preload[0])
+        assert _in_a_generation(early, made_by_preload[0]) == [False, True]
     finally:
         services.close()
         gc.unfreeze()
