@@ -472,6 +472,7 @@ def calibrate(
     Run it on the deployment's machine, with the load it usually has; no registered data is
     read."""
     from dpmine_server.services import calibration
+    from dpmine_server.services.calibration_file import write_calibration
     from dpmine_server.services.warmup import freeze_heap, warm_compiled_kernels
 
     try:
@@ -509,7 +510,7 @@ def calibrate(
         measured = measure_request_path(limit, repeats or default_repeats)
         result = result.model_copy(update={"request_path": measured})
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    write_calibration(result, out)
     if as_json:
         _print_json(
             {

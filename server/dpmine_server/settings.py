@@ -34,12 +34,12 @@ _CONFIG_FILE_ENV = "DPMINE_CONFIG_FILE"
 #: ``dpmine-server init`` writes), so that every command and every new shell started in that
 #: folder uses the same secret and database.
 DEFAULT_CONFIG_FILE = "dpmine.toml"
-#: Padding defaults of test mode (explicit values win): releases wait at most 1 ms. Without
-#: padding a request holds its in-flight place only while it runs, and the suite's ledger races
-#: send 64 requests at once, so test mode admits up to 1000 (the admission tests set their own).
 #: Where ``DPMINE_TIMING_CALIBRATION=auto`` keeps the budgets measured at the first start,
 #: in the data folder (services/first_start.py).
 AUTO_CALIBRATION_FILE = "timing-calibration.json"
+#: Padding defaults of test mode (explicit values win): releases wait at most 1 ms. Without
+#: padding a request holds its in-flight place only while it runs, and the suite's ledger races
+#: send 64 requests at once, so test mode admits up to 1000 (the admission tests set their own).
 _TEST_TIMING = {
     "timing_grid_ms": 1.0,
     "timing_base_ms": 0.0,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 from collections.abc import Collection
 from functools import lru_cache
 from pathlib import Path
@@ -36,6 +37,7 @@ __all__ = [
     "TimingCalibration",
     "cached_calibration",
     "read_calibration",
+    "write_calibration",
 ]
 
 #: Format version of the file (a server refuses any other).
@@ -146,6 +148,14 @@ class TimingCalibration(BaseModel):
         digest = hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:12]
         cpu = self.machine.get("cpu_model") or "unknown CPU"
         return f"{path.name} sha256:{digest} ({self.created}, {cpu}, margin {self.margin:g})"
+
+
+def write_calibration(calibration: TimingCalibration, path: Path) -> None:
+    """Write ``calibration`` to ``path`` whole or not at all (a sibling file renamed over it),
+    so that a process reading the file never sees half of it."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(calibration.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    os.replace(partial, path)
 
 
 def read_calibration(path: Path, known: Collection[str]) -> TimingCalibration:

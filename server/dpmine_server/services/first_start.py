@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import fcntl
 import logging
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
 from dpmine_server.services.calibration import QUICK_REPEATS, QUICK_SIZES, calibrate
-from dpmine_server.services.calibration_file import cached_calibration
+from dpmine_server.services.calibration_file import cached_calibration, write_calibration
 from dpmine_server.services.timing import PRICED_OPERATIONS
 from dpmine_server.services.warmup import freeze_heap, warm_compiled_kernels
 from dpmine_server.settings import Settings
@@ -61,9 +60,7 @@ def ensure_first_start_calibration(
         warm_compiled_kernels()
         freeze_heap()  # as a serving process times its kernels
         result = calibrate(sizes, repeats, quick=True, operations=operations)
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")
-        os.replace(partial, path)
+        write_calibration(result, path)
         cached_calibration.cache_clear()
         logger.warning("first start: time budgets measured and written to %s", path)
         return path
