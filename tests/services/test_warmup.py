@@ -4,6 +4,9 @@ freezes the heap in between (services/warmup.py)."""
 from __future__ import annotations
 
 import gc
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -93,3 +96,28 @@ def test_the_warmed_heap_is_frozen_and_the_datasets_are_not(
     finally:
         services.close()
         gc.unfreeze()
+
+
+#: Imported on first use (data/loaders.py and services/queues.py, "Imports").
+DEFERRED_MODULES = ("pandas", "procrastinate", "psycopg")
+
+_PROBE = """
+import json, sys
+import dpmine_server.app, dpmine_server.cli
+from dpmine_server.services import warmup
+before = [name for name in {deferred!r} if name in sys.modules]
+warmup.import_load_modules()
+print(json.dumps({{"before": before, "after": sorted(sys.modules)}}))
+"""
+
+
+def test_the_server_defers_the_load_and_queue_modules_and_the_warm_up_imports_them() -> None:
+    """A fresh interpreter that imports the server (API and CLI) has none of the deferred
+    modules, and the warm-up's first step imports the ones a padded load needs."""
+    probe = _PROBE.format(deferred=DEFERRED_MODULES)
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["before"] == []
+    assert set(warmup.LOAD_MODULES) <= set(report["after"])

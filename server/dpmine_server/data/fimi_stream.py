@@ -13,6 +13,11 @@ A block of ASCII text without the separators ``\\x1c``–``\\x1f`` (which ``str.
 whitespace and Arrow does not) is split by Arrow's ASCII whitespace, the same set there; any
 other block is split in Python.
 Everything here is private data: it goes to the owner's load report or into a column store.
+
+Imports. pandas (0.3 s) is imported by the functions that use it, not with this module, so
+that a process that never reads a table (the owner's administration commands, most test
+servers) does not pay for it; a serving process imports it in its warm-up, before any
+padded load (services/warmup.py).
 """
 
 from __future__ import annotations
@@ -27,7 +32,6 @@ from typing import Final, cast
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -129,6 +133,8 @@ def fimi_blocks(
 ) -> Iterator[FimiBlock]:
     """The blocks of a FIMI file (gzip by extension) with their tokens' items. Raises
     ``FileNotFoundError``, ``OSError`` or ``UnicodeDecodeError`` as reading the text would."""
+    import pandas as pd  # noqa: PLC0415 (module docstring, "Imports")
+
     universe = pa.array(list(items), pa.string())
     index = pd.Index(list(items), dtype=object)
     first = 0

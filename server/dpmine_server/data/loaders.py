@@ -10,6 +10,11 @@ files it hands back, are read whole as a frame of strings (:func:`load_csv_frame
 The owner is trusted: :class:`DataValidationError` messages and the :class:`LoadReport` may
 mention data values, file lines and the row count. They are for the owner only and must never be
 sent to an analyst.
+
+Imports. pandas (0.3 s) is imported by the functions that use it, not with this module, so
+that a process that never reads a table (the owner's administration commands, most test
+servers) does not pay for it; a serving process imports it in its warm-up, before any
+padded load (services/warmup.py).
 """
 
 from __future__ import annotations
@@ -23,11 +28,10 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import sqlalchemy
@@ -58,6 +62,9 @@ from dpmine_server.data.columns import (
 )
 from dpmine_server.data.csv_chunks import PY_WHITESPACE
 from dpmine_server.data.fimi_stream import fill_item_rows, scan_fimi
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "MAX_PROBLEMS",
@@ -246,6 +253,8 @@ def read_csv_strings(path: Path) -> pd.DataFrame:
 
     The delimiter is sniffed (:func:`sniff_delimiter`). A file without a data row is refused.
     """
+    import pandas as pd  # noqa: PLC0415 (module docstring, "Imports")
+
     delimiter = sniff_delimiter(path)
     try:
         frame = pd.read_csv(
@@ -309,6 +318,8 @@ def read_csv_strings_streamed(path: Path) -> pd.DataFrame:
     peaks at 1.44 GiB with pandas' parser, 1.04 GiB with this one. CSV pairs are read so. Each
     batch is kept in pandas' string layout (64-bit offsets) as it is read, so that no column is
     ever held twice."""
+    import pandas as pd  # noqa: PLC0415 (module docstring, "Imports")
+
     try:
         parts: dict[str, list[pa.Array[Any]]] = {}
         for names, columns in _stripped_batches(path):
@@ -372,6 +383,8 @@ def _summed(parts: list[pa.StructArray]) -> pa.StructArray:
 
 
 def _streamed_cell_counts(path: Path, block_bytes: int) -> CellCounts:
+    import pandas as pd  # noqa: PLC0415 (module docstring, "Imports")
+
     parts: dict[str, list[pa.StructArray]] = {}
     n_rows = 0
     for names, columns in _stripped_batches(path, block_bytes):
@@ -393,6 +406,8 @@ def _streamed_cell_counts(path: Path, block_bytes: int) -> CellCounts:
 
 
 def _sql_strings(column: pd.Series) -> pd.Series:
+    import pandas as pd  # noqa: PLC0415 (module docstring, "Imports")
+
     null = column.isna().to_numpy()
     if pd.api.types.is_bool_dtype(column.dtype):
         text = column.map({True: "true", False: "false"}).astype(str)
@@ -406,6 +421,8 @@ def _sql_strings(column: pd.Series) -> pd.Series:
 
 
 def _read_sql_frame(source: SqlSource, connection: sqlalchemy.Connection) -> pd.DataFrame:
+    import pandas as pd  # noqa: PLC0415 (module docstring, "Imports")
+
     if source.table is None:
         return pd.read_sql(sqlalchemy.text(source.query or ""), connection)
     schema, _, name = source.table.rpartition(".")
@@ -422,6 +439,8 @@ def _read_sql_frame(source: SqlSource, connection: sqlalchemy.Connection) -> pd.
 
 def read_sql_strings(source: SqlSource) -> pd.DataFrame:
     """An SQL table or query's rows as stripped strings (NULL gives ''); never echoes the URL."""
+    import pandas as pd  # noqa: PLC0415 (module docstring, "Imports")
+
     what = f"SQL table {source.table!r}" if source.table is not None else "SQL query"
     try:
         engine = sqlalchemy.create_engine(source.url)
@@ -501,6 +520,8 @@ def _convert(
     report: LoadReport,
 ) -> Column | None:
     """One typed column from string cells, or None after recording the problems."""
+    import pandas as pd  # noqa: PLC0415 (module docstring, "Imports")
+
     missing = raw.isin(missing_tokens).to_numpy()
     name = attribute.name
     if isinstance(attribute, BooleanAttribute):
@@ -932,6 +953,8 @@ def _match_ids(
 ) -> npt.NDArray[np.int64] | None:
     """For each left row, the position of the right row with the same id (a join on the id);
     None after recording why the ids do not match one to one. Both sides have equal lengths."""
+    import pandas as pd  # noqa: PLC0415 (module docstring, "Imports")
+
     for side, ids in (("left", left), ("right", right)):
         repeat = _first_repeat(ids)
         if repeat is not None:

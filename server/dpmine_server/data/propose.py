@@ -8,6 +8,11 @@ and cut to the bulk of the data when there are outliers, a numeric column spoile
 cells reads them as missing. Every such decision is written, without data values or counts, into
 ``review.notes``; ``review.reviewed`` stays false until the owner has checked the proposal, and
 registration refuses an unreviewed proposal unless forced (:func:`accept_reviewed`).
+
+Imports. pandas (0.3 s) is imported by the functions that use it, not with this module, so
+that a process that never reads a table (the owner's administration commands, most test
+servers) does not pay for it; a serving process imports it in its warm-up, before any
+padded load (services/warmup.py).
 """
 
 from __future__ import annotations
@@ -17,11 +22,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 from pydantic import ValidationError
 
 from dpmine.wire.datasets import (
@@ -52,6 +56,9 @@ from dpmine_server.data.loaders import (
     resolve_path,
     sniff_delimiter,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "EXTRA_MISSING_TOKENS",
@@ -165,6 +172,8 @@ class _Column:
 
 def _sorted_categories(values: Sequence[str]) -> list[str]:
     """Numerically when every value is a number, else lexicographically."""
+    import pandas as pd  # noqa: PLC0415 (module docstring, "Imports")
+
     numbers = pd.to_numeric(pd.Series(list(values), dtype=object), errors="coerce")
     if len(values) and not numbers.isna().any():
         return [v for _, v in sorted(zip(numbers.tolist(), values, strict=True))]
@@ -256,6 +265,8 @@ def _propose_column(
 ) -> _Column:
     """Type one column from the value counts of its string cells, or exclude it with the
     reason (ALGORITHMS.md §0.2)."""
+    import pandas as pd  # noqa: PLC0415 (module docstring, "Imports")
+
     counts = _present(cells, missing)
     if counts.empty:
         raise ValueError(f"column {name!r} has only missing values; drop it or declare it by hand")

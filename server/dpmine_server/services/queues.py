@@ -18,6 +18,10 @@ job ids and tells waiting requests when a job is settled.
   API processes are stateless. Each worker also reaps the jobs of workers whose heartbeat
   stopped: they are marked ``interrupted`` (charge kept) and never run again. A waiting API
   process is woken by ``NOTIFY dpmine_job_done``.
+
+Imports. procrastinate and psycopg (0.25 s together) are imported by the PostgreSQL queue's
+functions, not with this module: a SQLite server, a test server and the owner's administration
+commands never load them.
 """
 
 from __future__ import annotations
@@ -37,10 +41,8 @@ from collections import OrderedDict
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import wait as wait_futures
 from concurrent.futures.process import BrokenProcessPool
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import procrastinate
-import psycopg
 from sqlalchemy import make_url
 
 from dpmine_server.services.first_start import ensure_first_start_calibration
@@ -55,6 +57,9 @@ from dpmine_server.services.workers import (
     run_job,
 )
 from dpmine_server.settings import Settings
+
+if TYPE_CHECKING:
+    import procrastinate
 
 __all__ = [
     "JOB_TASK",
@@ -290,6 +295,8 @@ class _DoneListener:
         self._ready.wait(timeout=10.0)
 
     def _loop(self) -> None:
+        import psycopg  # noqa: PLC0415 (module docstring, "Imports")
+
         while not self._stop.is_set():
             try:
                 with psycopg.connect(self._conninfo, autocommit=True) as connection:
@@ -342,6 +349,8 @@ class PostgresQueue:
     processes started with the server (0: the workers run elsewhere)."""
 
     def __init__(self, runtime: WorkerRuntime, *, workers: int) -> None:
+        import procrastinate  # noqa: PLC0415 (module docstring, "Imports")
+
         self._settings = runtime.settings
         conninfo = psycopg_conninfo(runtime.settings.database_url)
         self._app = procrastinate.App(
@@ -394,6 +403,8 @@ async def _reap_stalled(app: procrastinate.App, runtime: WorkerRuntime) -> None:
     ``interrupted`` here (charge kept, never run again), then failed in the queue. Each job on
     its own, interrupted first: both steps are idempotent, so workers sweeping at the same time
     or a sweep cut short leave nothing half done."""
+    import procrastinate  # noqa: PLC0415 (module docstring, "Imports")
+
     settings = runtime.settings
     while True:
         await asyncio.sleep(settings.worker_heartbeat_s)
@@ -425,6 +436,8 @@ async def _reap_stalled(app: procrastinate.App, runtime: WorkerRuntime) -> None:
 def run_worker(settings: Settings, *, concurrency: int = 1) -> None:
     """``dpmine-server worker``: run jobs from the shared PostgreSQL database until SIGTERM or
     SIGINT (the current job finishes first)."""
+    import procrastinate  # noqa: PLC0415 (module docstring, "Imports")
+
     _tune_worker_process()
     SCHEDULE.configure(concurrency)
     ensure_first_start_calibration(settings)  # the API's file, or measured here first

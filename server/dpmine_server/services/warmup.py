@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import gc
+import importlib
 import logging
 import tempfile
 from pathlib import Path
@@ -48,7 +49,13 @@ from dpmine_server.operations import CATALOG
 from dpmine_server.operations.base import no_progress
 from dpmine_server.services.datasets import DatasetService
 
-__all__ = ["freeze_heap", "warm_compiled_kernels", "warm_process"]
+__all__ = [
+    "LOAD_MODULES",
+    "freeze_heap",
+    "import_load_modules",
+    "warm_compiled_kernels",
+    "warm_process",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +102,9 @@ def warm_compiled_kernels() -> None:
     itemset miner, and the CSV load's decimal scan and numeric sort (the synthetic table's
     load), so that numba's compiled code is loaded before a request, a job or a dataset's load
     needs it (a first call would otherwise pay seconds inside its padded budget and overrun).
-    A failure is logged and left to the first real call."""
+    A failure is logged and left to the first real call. The modules that data/ imports on
+    first use are imported first (:func:`import_load_modules`)."""
+    import_load_modules()
     try:
         with tempfile.TemporaryDirectory() as folder:
             path = _write_table(Path(folder))
@@ -122,13 +131,24 @@ def warm_compiled_kernels() -> None:
 
 def warm_process(datasets: DatasetService) -> None:
     """Everything a serving process does before its first request or job: load the compiled
-    kernels, then the active datasets (each load padded to its public budget). Kernels first:
-    a dataset parsed from its source sorts its numeric columns with a compiled kernel
-    (data/value_order.py), whose first load must not fall inside a padded load."""
+    kernels (and the modules a load imports on first use), then the active datasets (each load
+    padded to its public budget). Kernels first: a dataset parsed from its source sorts its
+    numeric columns with a compiled kernel (data/value_order.py), whose first load must not
+    fall inside a padded load; nor may the import of pandas, which the loaders defer."""
     warm_compiled_kernels()
     frozen = freeze_heap()
     loaded = datasets.preload()
     logger.info("process warmed: %d objects frozen, %d datasets resident", frozen, loaded)
+
+
+#: Modules that data/ imports inside the functions that use them (data/loaders.py, "Imports").
+LOAD_MODULES = ("pandas",)
+
+
+def import_load_modules() -> None:
+    """Import :data:`LOAD_MODULES` now, so that no padded load pays for their first import."""
+    for name in LOAD_MODULES:
+        importlib.import_module(name)
 
 
 def freeze_heap() -> int:

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
-from procrastinate.schema import SchemaManager
 
 revision: str = "0005"
 down_revision: str | None = "0004"
@@ -68,6 +67,10 @@ def upgrade() -> None:
         batch.add_column(sa.Column("remaining_units", sa.BigInteger(), nullable=True))
     bind = op.get_bind()
     if bind.dialect.name == "postgresql":
+        # Imported here: alembic loads every revision at each start, and a SQLite server
+        # never needs the queue engine or its PostgreSQL driver.
+        from procrastinate.schema import SchemaManager  # noqa: PLC0415
+
         _run_script(bind, SchemaManager.get_schema())
 
 
