@@ -103,10 +103,10 @@ DEMO_METADATA = REPO_ROOT / "config" / "demo" / "mushroom.metadata.json"
 SHARED_DATA = Path("/work/shared/data")
 REPEATS, QUICK_REPEATS = 20, 5
 ROWS, QUICK_ROWS = 100_000, 20_000
-#: ``--smoke`` (the test suite's check that the script runs): one call per case, 2,000-row
+#: ``--smoke`` (the test suite's check that the script runs): one call per case, 500-row
 #: adversarial data, the repository's own tables only; overruns are reported, not an error
 #: (the test suite's machine is loaded, and the suite asserts nothing about time).
-SMOKE_REPEATS, SMOKE_ROWS = 1, 2_000
+SMOKE_REPEATS, SMOKE_ROWS = 1, 500
 SMOKE_DATASETS = ("mushroom", "table", *ADVERSARIAL)
 CONFIDENCE = 0.95
 
@@ -368,7 +368,7 @@ def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--smoke",
         action="store_true",
-        help="seconds-long check that the script runs: 1 call per case, 2,000-row adversarial "
+        help="seconds-long check that the script runs: 1 call per case, 500-row adversarial "
         "data, no shared data; overruns reported, exit status 0",
     )
     parser.add_argument("--repeats", type=int, default=None, help="timed calls per case")

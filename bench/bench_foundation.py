@@ -168,6 +168,8 @@ class Config:
     topk_specs: tuple[bench_itemsets.FimiDataset, ...] | None = None
     #: ``--smoke``: tiny synthetic and bundled data, SQLite only, no baseline (the test suite's).
     smoke: bool = False
+    #: Benchmark 4's worker counts (``--smoke``: 2 only, one server fewer; the same code path).
+    job_worker_counts: tuple[int, ...] = JOB_WORKER_COUNTS
 
 
 @dataclass(frozen=True)
@@ -794,7 +796,7 @@ def bench_jobs(
     results: list[JobsResult] = []
     for backend in config.backends:
         if backend == "sqlite":
-            for workers in JOB_WORKER_COUNTS:
+            for workers in config.job_worker_counts:
                 print(f"[jobs] sqlite: embedded pool of {workers} ...", flush=True)
                 with job_server(
                     backend,
@@ -826,7 +828,7 @@ def bench_jobs(
             contextlib.ExitStack() as stack,
         ):
             started: list[WorkerHandle] = []
-            for workers in JOB_WORKER_COUNTS:
+            for workers in config.job_worker_counts:
                 try:
                     while len(started) < workers:
                         started.append(
@@ -1600,6 +1602,7 @@ def smoke_config(args: argparse.Namespace) -> Config:
         bits_rows=10_000,
         topk_specs=(bench_itemsets.smoke_dataset(data),),
         smoke=True,
+        job_worker_counts=(LONG_JOB_WORKERS,),
     )
 
 
