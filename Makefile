@@ -22,12 +22,14 @@ demo: $(STAMP)
 ## `serial` on $(TEST_WORKERS) pytest-xdist workers, then the `serial` ones (wall-time audits,
 ## kills mid-job, the browser; tests/conftest.py: SERIAL_MODULES) apart from the CPU-bound
 ## tests, a module at a time on each of $(SERIAL_WORKERS) workers: they mostly wait on padded
-## deadlines (load about 1 on 2 cores), and each module keeps its own server.
+## deadlines (load about 1 on 2 cores), and each module keeps its own server. Modules are handed
+## out in collection order, longest first (tests/conftest.py: LONG_FIRST_MODULES), not by their
+## number of tests (pytest-xdist's default), so that the phase does not end on one long module.
 TEST_WORKERS ?= 2
 SERIAL_WORKERS ?= 2
 test: $(STAMP) lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m 'not slow and not serial'
-	$(PY) -m pytest -n $(SERIAL_WORKERS) --dist loadfile -m 'serial and not slow'
+	$(PY) -m pytest -n $(SERIAL_WORKERS) --dist loadfile --no-loadscope-reorder -m 'serial and not slow'
 
 ## The long runs (marker `slow`): the privacy, timing and channel audits at their full sample
 ## sizes and the heavy property tests; tens of minutes. `make test` plus `make audit` is the

@@ -60,21 +60,24 @@ SERIAL_MODULES = frozenset(
 
 
 #: Modules that take a minute or more (building and installing the wheel, the benchmarks'
-#: smoke runs; in the serial phase the channel and timing audits): collected first, so that
-#: neither phase ends on one worker running them while the other waits.
+#: smoke runs; in the serial phase the channel and timing audits), longest first: collected
+#: first in this order, so that neither phase ends on one worker running them while the other
+#: waits (the serial phase hands out whole modules in collection order: the Makefile's
+#: ``--no-loadscope-reorder``).
 LONG_FIRST_MODULES = (
     "test_packaging.py",
     "test_benchmarks.py",
     "test_audit_channels.py",
     "test_audit_overruns.py",
+    "test_audit_timing_batches.py",
     "test_audit_timing.py",
 )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every test that runs against PostgreSQL with ``postgres``, and the tests of
-    :data:`SERIAL_MODULES` with ``serial``; move :data:`LONG_FIRST_MODULES` to the front (a
-    stable sort: every other test keeps its order)."""
+    :data:`SERIAL_MODULES` with ``serial``; move :data:`LONG_FIRST_MODULES` to the front in
+    their order (a stable sort: every other test keeps its order)."""
     tests_dir = config.rootpath / "tests"
     for item in items:
         if _POSTGRES_FIXTURES & set(getattr(item, "fixturenames", ())):
@@ -82,7 +85,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         module = item.path.relative_to(tests_dir) if item.path.is_relative_to(tests_dir) else None
         if module is not None and module.as_posix() in SERIAL_MODULES:
             item.add_marker(pytest.mark.serial)
-    items.sort(key=lambda item: item.path.name not in LONG_FIRST_MODULES)
+    rank = {name: position for position, name in enumerate(LONG_FIRST_MODULES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
 @pytest.fixture(scope="session")
