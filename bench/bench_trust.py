@@ -67,7 +67,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -102,7 +102,15 @@ from bench_serenade import (
     register_all,
     view_choice,
 )
-from dpmine.intervals import Interval, StatisticIntervals, independence_jaccard
+from dpmine.intervals import (
+    Interval,
+    StatisticIntervals,
+    cell_box,
+    excess_range,
+    independence_jaccard,
+    noise_law,
+    sum_box,
+)
 from dpmine.miners import (
     AltExpM,
     AltMCMC,
@@ -115,6 +123,7 @@ from dpmine.miners import (
 )
 from dpmine.miners.greedy import MinedRedescription
 from dpmine.queries import parse_query
+from dpmine.significance import passes
 from dpmine.stats import p_value
 from dpmine.treereds import TreeRedescription, active_cells
 from dpmine.wire import And, CreateDatasetRequest, DecisionTree, Not, Or, Redescription
@@ -320,6 +329,9 @@ class Checked:
     differing_rows: tuple[int, int] = (0, 0)
     #: :func:`rows_key` of the printed rows.
     rows_key: str = ""
+    #: Whether it passes the test with the excess's ends of the whole box (the rule before
+    #: 2026-11-28, :func:`whole_box_excess`), on the same release.
+    shown_whole_box: bool = False
 
     @property
     def covered(self) -> bool:
@@ -336,6 +348,7 @@ def check_pair(
     intervals: StatisticIntervals,
     noisy_jaccard: float,
     shown: bool,
+    shown_whole_box: bool = False,
 ) -> Checked:
     """Evaluate the printed text, compare with the measured rows, score on the exact data."""
     left, right = truth.printed_rows(left_text), truth.printed_rows(right_text)
@@ -357,7 +370,33 @@ def check_pair(
         coverage=coverage_of(intervals, exact),
         differing_rows=differ,
         rows_key=rows_key(left, right),
+        shown_whole_box=shown_whole_box,
     )
+
+
+def whole_box_excess(result: MinedRedescription | MinedTreeRedescription) -> Interval | None:
+    """The excess interval as the test read it before 2026-11-28: J's and J_ind's ends taken
+    apart over the result's whole box (``excess_range(box, splits=1)``), from the same release;
+    None where the result has no box of four cells ("paper" quality mode)."""
+    if isinstance(result, MinedTreeRedescription):
+        box = sum_box(
+            result.noisy_cells,
+            result.cell_terms,
+            scale=result.noise_scale,
+            miss=result.sum_miss,
+            kind=result.noise,
+        )
+        return excess_range(box, splits=1)
+    if result.mode != "cells":
+        return None
+    kind, scale = noise_law(result.epsilon, result.mode, result.noise)
+    cells = result.cells
+    values = (cells.e11, cells.e10, cells.e01, cells.e00)
+    noisy = tuple(int(v) if v is not None else 0 for v in values)
+    box = cell_box(
+        (noisy[0], noisy[1], noisy[2], noisy[3]), scale=scale, miss=result.joint_miss, kind=kind
+    )
+    return excess_range(box, splits=1)
 
 
 # -- redescription miners ------------------------------------------------------------------------
@@ -508,8 +547,15 @@ def run_redescriptions(
     wall = time.perf_counter() - start
     shown = {id(r) for r in miner.results_}
     everything: Sequence[MinedRedescription | MinedTreeRedescription] = miner.all_results_
+    summary = miner.significance_
     checked: list[Checked] = []
     for result in everything:
+        whole = whole_box_excess(result)
+        shown_whole_box = whole is not None and passes(
+            replace(result.joint_intervals, excess=whole),
+            threshold=summary.threshold,
+            min_jaccard=summary.min_jaccard,
+        )
         if isinstance(result, MinedTreeRedescription):
             assert captured is not None
             assert isinstance(miner, AltExpM | AltMCMC | MCMCTreePair)
@@ -528,9 +574,9 @@ def run_redescriptions(
                 intervals=result.joint_intervals,
                 noisy_jaccard=noisy_j,
                 shown=id(result) in shown,
+                shown_whole_box=shown_whole_box,
             )
         )
-    summary = miner.significance_
     return RunRecord(
         table=truth.data.key,
         miner=name,
@@ -1167,6 +1213,10 @@ class CellSummary:
     true_j_median: float | None = None
     #: Distinct row-set pairs among the truly significant shown results, per run.
     distinct_significant_per_run: float | None = None
+    #: The same release tested with the whole box's excess ends (:func:`whole_box_excess`):
+    #: results shown per run, and truly significant among them per run.
+    shown_whole_box_per_run: float | None = None
+    significant_whole_box_per_run: float | None = None
 
 
 def summarise(records: Sequence[RunRecord]) -> list[CellSummary]:
@@ -1196,7 +1246,7 @@ def _summary(key: tuple[str, str, float, str], runs: list[RunRecord]) -> CellSum
         # the default output's claim: every shown pick has at least one row (min_count = 1)
         significant = _share([i["true_count"] >= 1 for i in shown_items])
         excess = None
-        significant_run = distinct_run = None
+        significant_run = distinct_run = whole_run = whole_significant_run = None
     else:
         coverage = _share([c.covered for c in shown])
         printed_shown = _share([c.printed_is_measured for c in shown])
@@ -1210,6 +1260,9 @@ def _summary(key: tuple[str, str, float, str], runs: list[RunRecord]) -> CellSum
             if ok
             else None
         )
+        whole = [c for c in every if c.shown_whole_box]
+        whole_run = len(whole) / len(ok) if ok else None
+        whole_significant_run = sum(c.exact["p"] <= P_GOOD for c in whole) / len(ok) if ok else None
     return CellSummary(
         table=key[0],
         miner=key[1],
@@ -1234,6 +1287,8 @@ def _summary(key: tuple[str, str, float, str], runs: list[RunRecord]) -> CellSum
         rho=runs[0].rho,
         true_j_median=median([c.exact["jaccard"] for c in shown]) if shown else None,
         distinct_significant_per_run=distinct_run,
+        shown_whole_box_per_run=whole_run,
+        significant_whole_box_per_run=whole_significant_run,
     )
 
 
@@ -1445,6 +1500,30 @@ def _zcdp_lines(summaries: Sequence[CellSummary], delta: float) -> list[str]:
     return lines
 
 
+def _whole_box_lines(summaries: Sequence[CellSummary]) -> list[str]:
+    """Shown and truly significant shown results per run with the excess's ends as the test
+    reads them now (the least and largest excess over the box) and over the whole box's
+    corners (the rule before 2026-11-28), on the same releases."""
+    cells = [s for s in summaries if s.shown_whole_box_per_run is not None]
+    if not cells:
+        return []
+    lines = [
+        "",
+        "### The excess's ends: over the box vs the whole box's corners (same releases)",
+        "",
+        "| table | miner | ε | shown/run: now | corners | truly significant/run: now | corners |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for s in cells:
+        now = sum(s.shown_per_run) / len(s.shown_per_run) if s.shown_per_run else 0.0
+        lines.append(
+            f"| {s.table} | {s.miner} | {_budget(s)} | {now:.1f} | "
+            f"{s.shown_whole_box_per_run:.1f} | {_per_run(s.significant_per_run)} | "
+            f"{_per_run(s.significant_whole_box_per_run)} |"
+        )
+    return lines
+
+
 def _fmt_j(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
@@ -1531,6 +1610,7 @@ def markdown(
                 f"{_mark(s.printed_shown_share, TARGET_PRINTED)} | "
                 f"{_pct(s.significant_share)} | {_pct(s.in_top_k_prime_share)} |"
             )
+    lines += _whole_box_lines(summaries)
     lines += _versus_baseline(summaries, baseline)
     if zcdp_delta is not None:
         lines += _zcdp_lines(summaries, zcdp_delta)

@@ -49,6 +49,7 @@ from dpmine.wire import (
 from dpmine.wire.statistics import binomial_upper_tail, jaccard
 
 __all__ = [
+    "EXCESS_SPLITS",
     "LEVEL",
     "UNINFORMATIVE_WIDTH",
     "CellBox",
@@ -456,19 +457,67 @@ def excess_of(
     return jaccard_value - independence_jaccard(x, y)
 
 
-def excess_range(box: CellBox) -> Interval:
-    """An interval holding J − J_ind for every table of the box.
+#: Parts each of E11's, E10's and E01's ranges is cut into by :func:`excess_range`.
+EXCESS_SPLITS = 24
 
-    Proof: over the box J ∈ :func:`jaccard_range` = [J_lo, J_hi] and x ∈ [x_lo, x_hi],
+
+def excess_range(box: CellBox, *, splits: int = EXCESS_SPLITS) -> Interval:
+    """An interval holding J − J_ind for every table of the box (issue #21).
+
+    Proof, on one box: over it J ∈ :func:`jaccard_range` = [J_lo, J_hi] and x ∈ [x_lo, x_hi],
     y ∈ [y_lo, y_hi] (:func:`margin_ranges`); J_ind is nondecreasing in x and y
     (:func:`independence_jaccard`), so J_ind(x_lo, y_lo) ≤ J_ind ≤ J_ind(x_hi, y_hi) and
-    J − J_ind ∈ [J_lo − J_ind(x_hi, y_hi), J_hi − J_ind(x_lo, y_lo)]. Conservative: the ends
-    bound J and J_ind separately, at corners that need not coincide."""
-    j = jaccard_range(box)
-    x, y = margin_ranges(box)
-    return Interval(
-        j.low - independence_jaccard(x.high, y.high), j.high - independence_jaccard(x.low, y.low)
-    )
+    J − J_ind ∈ [J_lo − J_ind(x_hi, y_hi), J_hi − J_ind(x_lo, y_lo)]. These "corner" ends bound
+    J and J_ind at corners that need not coincide (J_lo has E11 low, J_ind's upper end E11
+    high), so they are loose on a wide box. Refinement: the ranges of E11, E10 and E01 are each
+    cut into ``splits`` equal parts and the corner ends are taken on each of the ``splits``³
+    sub-boxes, E00's range kept whole (J does not depend on E00; the corners above already put
+    it at the end that is worst for each side). The sub-boxes cover the box, so the least lower
+    end and the largest upper end over them bound J − J_ind on the whole box; and each
+    sub-box's ends lie inside the box's (its J range and margin ranges do), so the result is
+    never wider than the corner ends of the whole box (``splits=1``). The ranges are real
+    intervals that hold the integer cells: bounding the relaxation bounds the integers."""
+    if splits < 1:
+        raise ValueError(f"splits must be at least 1, got {splits}")
+    a0, a1 = _parts(box.e11, splits, axis=0)
+    b0, b1 = _parts(box.e10, splits, axis=1)
+    c0, c1 = _parts(box.e01, splits, axis=2)
+    d0, d1 = box.e00.low, box.e00.high
+    # Lower end: J at (E11 low, E10 high, E01 high) minus J_ind at the margins' upper ends.
+    j_low = _ratios(a0, a0 + b1 + c1)
+    x_high = _ratios(a1 + b1, a1 + b1 + c0 + d0)
+    y_high = _ratios(a1 + c1, a1 + c1 + b0 + d0)
+    low = float(np.min(j_low - _independence(x_high, y_high)))
+    # Upper end: J at (E11 high, E10 low, E01 low) minus J_ind at the margins' lower ends.
+    j_high = _ratios(a1, a1 + b0 + c0)
+    x_low = _ratios(a0 + b0, a0 + b0 + c1 + d1)
+    y_low = _ratios(a0 + c0, a0 + c0 + b1 + d1)
+    high = float(np.max(j_high - _independence(x_low, y_low)))
+    return Interval(low, high)
+
+
+def _parts(cell: Interval, splits: int, *, axis: int) -> tuple[FloatArray, FloatArray]:
+    """The low and high ends of ``splits`` equal parts of ``cell``, shaped to broadcast along
+    ``axis`` of three (the first part starts at cell.low, the last ends at cell.high)."""
+    edges = np.linspace(cell.low, cell.high, splits + 1)
+    shape = [1, 1, 1]
+    shape[axis] = splits
+    return edges[:-1].reshape(shape), edges[1:].reshape(shape)
+
+
+def _ratios(numerator: FloatArray, denominator: FloatArray) -> FloatArray:
+    """numerator/denominator elementwise, clamped to [0, 1], and 0 where the denominator is not
+    positive (as :func:`_ratio` and :func:`~dpmine.wire.statistics.jaccard`)."""
+    numerator, denominator = np.broadcast_arrays(numerator, denominator)
+    ratio = np.divide(numerator, denominator, out=np.zeros(numerator.shape), where=denominator > 0)
+    return np.clip(ratio, 0.0, 1.0)
+
+
+def _independence(x: FloatArray, y: FloatArray) -> FloatArray:
+    """:func:`independence_jaccard` elementwise."""
+    x, y = np.broadcast_arrays(x, y)
+    denominator = x + y - x * y
+    return np.divide(x * y, denominator, out=np.zeros(x.shape), where=denominator > 0)
 
 
 def p_value_range(box: CellBox) -> Interval:
