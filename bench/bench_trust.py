@@ -105,6 +105,7 @@ from bench_serenade import (
 from dpmine.intervals import (
     Interval,
     StatisticIntervals,
+    box_intervals,
     cell_box,
     excess_range,
     independence_jaccard,
@@ -329,8 +330,8 @@ class Checked:
     differing_rows: tuple[int, int] = (0, 0)
     #: :func:`rows_key` of the printed rows.
     rows_key: str = ""
-    #: Whether it passes the test with the excess's ends of the whole box (the rule before
-    #: 2026-11-28, :func:`whole_box_excess`), on the same release.
+    #: Whether it passes the test as it read the same release before 2026-11-28
+    #: (:func:`intervals_before`).
     shown_whole_box: bool = False
 
     @property
@@ -374,10 +375,13 @@ def check_pair(
     )
 
 
-def whole_box_excess(result: MinedRedescription | MinedTreeRedescription) -> Interval | None:
-    """The excess interval as the test read it before 2026-11-28: J's and J_ind's ends taken
-    apart over the result's whole box (``excess_range(box, splits=1)``), from the same release;
-    None where the result has no box of four cells ("paper" quality mode)."""
+def intervals_before(
+    result: MinedRedescription | MinedTreeRedescription,
+) -> StatisticIntervals | None:
+    """The joint intervals as the test read them before 2026-11-28, from the same release: the
+    box without the range of E10 + E01 (tree results) and the excess's ends over the whole box
+    (``excess_range(box, splits=1)``); None where the result has no box of four cells ("paper"
+    quality mode)."""
     if isinstance(result, MinedTreeRedescription):
         box = sum_box(
             result.noisy_cells,
@@ -386,17 +390,23 @@ def whole_box_excess(result: MinedRedescription | MinedTreeRedescription) -> Int
             miss=result.sum_miss,
             kind=result.noise,
         )
-        return excess_range(box, splits=1)
-    if result.mode != "cells":
-        return None
-    kind, scale = noise_law(result.epsilon, result.mode, result.noise)
-    cells = result.cells
-    values = (cells.e11, cells.e10, cells.e01, cells.e00)
-    noisy = tuple(int(v) if v is not None else 0 for v in values)
-    box = cell_box(
-        (noisy[0], noisy[1], noisy[2], noisy[3]), scale=scale, miss=result.joint_miss, kind=kind
-    )
-    return excess_range(box, splits=1)
+        now = result.joint_intervals
+    else:
+        if result.mode != "cells":
+            return None
+        kind, scale = noise_law(result.epsilon, result.mode, result.noise)
+        cells = result.cells
+        values = (cells.e11, cells.e10, cells.e01, cells.e00)
+        noisy = tuple(int(v) if v is not None else 0 for v in values)
+        box = cell_box(
+            (noisy[0], noisy[1], noisy[2], noisy[3]),
+            scale=scale,
+            miss=result.joint_miss,
+            kind=kind,
+        )
+        now = result.joint_intervals
+    plain = box_intervals(box, level=now.level, scale=now.scale, kind=now.noise)
+    return replace(plain, excess=excess_range(box, splits=1))
 
 
 # -- redescription miners ------------------------------------------------------------------------
@@ -550,11 +560,9 @@ def run_redescriptions(
     summary = miner.significance_
     checked: list[Checked] = []
     for result in everything:
-        whole = whole_box_excess(result)
-        shown_whole_box = whole is not None and passes(
-            replace(result.joint_intervals, excess=whole),
-            threshold=summary.threshold,
-            min_jaccard=summary.min_jaccard,
+        before = intervals_before(result)
+        shown_whole_box = before is not None and passes(
+            before, threshold=summary.threshold, min_jaccard=summary.min_jaccard
         )
         if isinstance(result, MinedTreeRedescription):
             assert captured is not None
@@ -1213,8 +1221,8 @@ class CellSummary:
     true_j_median: float | None = None
     #: Distinct row-set pairs among the truly significant shown results, per run.
     distinct_significant_per_run: float | None = None
-    #: The same release tested with the whole box's excess ends (:func:`whole_box_excess`):
-    #: results shown per run, and truly significant among them per run.
+    #: The same releases tested as before 2026-11-28 (:func:`intervals_before`): results shown
+    #: per run, and truly significant among them per run.
     shown_whole_box_per_run: float | None = None
     significant_whole_box_per_run: float | None = None
 
@@ -1501,17 +1509,18 @@ def _zcdp_lines(summaries: Sequence[CellSummary], delta: float) -> list[str]:
 
 
 def _whole_box_lines(summaries: Sequence[CellSummary]) -> list[str]:
-    """Shown and truly significant shown results per run with the excess's ends as the test
-    reads them now (the least and largest excess over the box) and over the whole box's
-    corners (the rule before 2026-11-28), on the same releases."""
+    """Shown and truly significant shown results per run with the test as it reads a release
+    now (the excess's extremes over the box; tree boxes with a range of E10 + E01) and as it
+    read the same release before 2026-11-28 (J's and J_ind's ends at the whole box's corners,
+    no range of E10 + E01)."""
     cells = [s for s in summaries if s.shown_whole_box_per_run is not None]
     if not cells:
         return []
     lines = [
         "",
-        "### The excess's ends: over the box vs the whole box's corners (same releases)",
+        "### The test's intervals, now vs before 2026-11-28 (same releases)",
         "",
-        "| table | miner | ε | shown/run: now | corners | truly significant/run: now | corners |",
+        "| table | miner | ε | shown/run: now | before | truly significant/run: now | before |",
         "|---|---|---|---|---|---|---|",
     ]
     for s in cells:

@@ -355,12 +355,29 @@ def intervals_from_cells(
 class CellBox:
     """A range for each true cell E11, E10, E01, E00 of §1.2 (integers ≥ 0). Whatever holds
     for every table of the box holds for the true table whenever the four true cells are in
-    their ranges together: the functions below bound statistics over the box."""
+    their ranges together: the functions below bound statistics over the box.
+
+    ``difference``, when given, is a range of D = E10 + E01 that holds on the same event (a
+    sum of released cells with its own, narrower noise range than the two cells' ranges added:
+    the noises of a sum partly cancel). J and |U| then use the tighter of the two."""
 
     e11: Interval
     e10: Interval
     e01: Interval
     e00: Interval
+    difference: Interval | None = None
+
+    @property
+    def difference_high(self) -> float:
+        """The largest E10 + E01 of the box (its ``difference`` range, when tighter)."""
+        high = self.e10.high + self.e01.high
+        return high if self.difference is None else min(high, self.difference.high)
+
+    @property
+    def difference_low(self) -> float:
+        """The least E10 + E01 of the box (its ``difference`` range, when tighter)."""
+        low = self.e10.low + self.e01.low
+        return low if self.difference is None else max(low, self.difference.low)
 
 
 def cell_box(
@@ -388,19 +405,25 @@ def sum_box(
     scale: float,
     miss: float,
     kind: CountNoiseKind = "laplace",
+    difference: bool = False,
 ) -> CellBox:
     """The box of four true cells that are each a sum of ``terms`` released cells (noisy sums
     ``sums``, discrete Laplace noise of ``scale`` per released cell): a cell of k ≥ 1 terms
     gets [y − t, y + t] ∩ [0, ∞) with P(|noise of the sum| > t) ≤ ``miss``
-    (:func:`sum_half_width`), a cell of no term is 0 exactly. Each range misses with
-    probability ≤ ``miss``; the caller's union bound says what holds together."""
-    ranges = []
-    for value, count in zip(sums, terms, strict=True):
+    (:func:`sum_half_width`), a cell of no term is 0 exactly. With ``difference``, the range of
+    D = E10 + E01 too, the sum of their disjoint released cells, the same way. Each range misses
+    with probability ≤ ``miss``; the caller's union bound says what holds together (four or
+    five ranges)."""
+
+    def ranged(value: int, count: int) -> Interval:
         if count < 0:
             raise ValueError(f"a cell is a sum of at least 0 released cells, got {count}")
         t = sum_half_width(scale, count, miss, kind) if count else 0
-        ranges.append(Interval(*cell_interval(value, t)))
-    return CellBox(*ranges)
+        return Interval(*cell_interval(value, t))
+
+    e11, e10, e01, e00 = (ranged(v, c) for v, c in zip(sums, terms, strict=True))
+    both = ranged(sums[1] + sums[2], terms[1] + terms[2]) if difference else None
+    return CellBox(e11, e10, e01, e00, difference=both)
 
 
 def _ratio(numerator: float, denominator: float) -> float:
@@ -413,10 +436,11 @@ def jaccard_range(box: CellBox) -> Interval:
     Proof: with U = E11 + E10 + E01 > 0, ∂J/∂E11 = (E10 + E01)/U² ≥ 0 and
     ∂J/∂E10 = ∂J/∂E01 = −E11/U² ≤ 0; an empty union has E11 = 0 and J = 0, which no ratio
     undercuts. So the least J is at (E11 low, E10 high, E01 high) and the largest at the other
-    corner."""
-    a, b, c = box.e11, box.e10, box.e01
-    low = jaccard(a.low, a.low + b.high + c.high)
-    return Interval(low, jaccard(a.high, a.high + b.low + c.low))
+    corner; J depends on E10 and E01 through D = E10 + E01 only, so D's ends
+    (:attr:`CellBox.difference_high`, ``difference_low``) give them."""
+    a = box.e11
+    low = jaccard(a.low, a.low + box.difference_high)
+    return Interval(low, jaccard(a.high, a.high + box.difference_low))
 
 
 def margin_ranges(box: CellBox) -> tuple[Interval, Interval]:
@@ -476,20 +500,23 @@ def excess_range(box: CellBox, *, splits: int = EXCESS_SPLITS) -> Interval:
     end and the largest upper end over them bound J − J_ind on the whole box; and each
     sub-box's ends lie inside the box's (its J range and margin ranges do), so the result is
     never wider than the corner ends of the whole box (``splits=1``). The ranges are real
-    intervals that hold the integer cells: bounding the relaxation bounds the integers."""
+    intervals that hold the integer cells: bounding the relaxation bounds the integers. When
+    the box has a range of D = E10 + E01, each sub-box's J ends take D's ends too, since the
+    true D is in that range on the same event."""
     if splits < 1:
         raise ValueError(f"splits must be at least 1, got {splits}")
     a0, a1 = _parts(box.e11, splits, axis=0)
     b0, b1 = _parts(box.e10, splits, axis=1)
     c0, c1 = _parts(box.e01, splits, axis=2)
     d0, d1 = box.e00.low, box.e00.high
-    # Lower end: J at (E11 low, E10 high, E01 high) minus J_ind at the margins' upper ends.
-    j_low = _ratios(a0, a0 + b1 + c1)
+    # Lower end: J at (E11 low, E10 high, E01 high) minus J_ind at the margins' upper ends;
+    # D = E10 + E01 at most its range's upper end when the box has one (it holds with them).
+    j_low = _ratios(a0, a0 + np.minimum(b1 + c1, box.difference_high))
     x_high = _ratios(a1 + b1, a1 + b1 + c0 + d0)
     y_high = _ratios(a1 + c1, a1 + c1 + b0 + d0)
     low = float(np.min(j_low - _independence(x_high, y_high)))
     # Upper end: J at (E11 high, E10 low, E01 low) minus J_ind at the margins' lower ends.
-    j_high = _ratios(a1, a1 + b0 + c0)
+    j_high = _ratios(a1, a1 + np.maximum(b0 + c0, box.difference_low))
     x_low = _ratios(a0 + b0, a0 + b0 + c1 + d1)
     y_low = _ratios(a0 + c0, a0 + c0 + b1 + d1)
     high = float(np.max(j_high - _independence(x_low, y_low)))
@@ -585,7 +612,7 @@ def box_intervals(
         level=level,
         scale=scale,
         support=a,
-        union=Interval(a.low + b.low + c.low, a.high + b.high + c.high),
+        union=Interval(a.low + box.difference_low, a.high + box.difference_high),
         jaccard=jaccard_range(box),
         support_left=Interval(a.low + b.low, a.high + b.high),
         support_right=Interval(a.low + c.low, a.high + c.high),

@@ -242,6 +242,45 @@ def test_box_intervals_hold_every_table_of_the_box() -> None:
             assert got.union.contains(a + b + c)
 
 
+def test_a_box_with_a_range_of_e10_plus_e01_holds_every_table_it_allows() -> None:
+    """With a range of D = E10 + E01 (``sum_box(..., difference=True)``), J, |U| and the excess
+    hold every integer table of the box whose E10 + E01 is in that range (brute force over 300
+    random small boxes), and J's interval is never wider than without it."""
+    rng = np.random.default_rng(2611)
+    for _ in range(300):
+        lows = [int(rng.choice([0, 1, 5, 30, 100])) + int(rng.integers(0, 6)) for _ in "abcd"]
+        widths = [int(rng.integers(0, 7)) for _ in "abcd"]
+        cells = [Interval(low, low + width) for low, width in zip(lows, widths, strict=True)]
+        d_low = lows[1] + lows[2] + int(rng.integers(0, widths[1] + widths[2] + 1))
+        d_high = d_low + int(rng.integers(0, 4))
+        e11, e10, e01, e00 = cells
+        box = CellBox(e11, e10, e01, e00, difference=Interval(d_low, d_high))
+        got = box_intervals(box, level=0.9, scale=1.0)
+        plain = box_intervals(CellBox(e11, e10, e01, e00), level=0.9, scale=1.0)
+        assert got.excess is not None
+        assert plain.jaccard.low <= got.jaccard.low <= got.jaccard.high <= plain.jaccard.high
+        ranges = [range(low, low + width + 1) for low, width in zip(lows, widths, strict=True)]
+        for a, b, c, d in itertools.product(*ranges):
+            if not d_low <= b + c <= d_high:
+                continue
+            true_j = jaccard(a, a + b + c)
+            assert got.jaccard.contains(true_j), (box, a, b, c, d)
+            assert got.union.contains(a + b + c), (box, a, b, c, d)
+            excess = excess_of(true_j, a + b, a + c, a + b + c + d)
+            assert got.excess.contains(excess), (box, a, b, c, d)
+
+
+def test_sum_box_ranges_e10_plus_e01_as_one_sum() -> None:
+    """D's range is that of one sum of the two cells' released cells, narrower than the two
+    ranges added."""
+    box = sum_box((400, 300, 200, 5000), (1, 4, 4, 16), scale=5.0, miss=1e-4, difference=True)
+    assert box.difference is not None
+    t = sum_half_width(5.0, 8, 1e-4)
+    assert box.difference == Interval(500 - t, 500 + t)
+    assert box.difference.width < box.e10.width + box.e01.width
+    assert sum_box((400, 300, 200, 5000), (1, 4, 4, 16), scale=5.0, miss=1e-4).difference is None
+
+
 def test_the_excess_range_is_close_to_the_least_excess_of_a_wide_box() -> None:
     """On a wide box (the joint boxes of a noisy tree release on mammals are this wide) the
     corner ends of the whole box put the excess's lower end at 0.02 while no table of the box

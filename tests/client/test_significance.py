@@ -222,7 +222,9 @@ def test_tree_extractions_make_no_false_claims() -> None:
             truth, same_terms = result_table(red, true.tolist(), (leaves, leaves), partition=True)
             assert same_terms == terms
             joint = box_intervals(
-                sum_box(sums, terms, scale=scale, miss=sum_miss), level=level, scale=scale
+                sum_box(sums, terms, scale=scale, miss=sum_miss, difference=True),
+                level=level,
+                scale=scale,
             )
             is_false = _false(truth, threshold, min_jaccard)
             if passes(joint, threshold=threshold, min_jaccard=min_jaccard):

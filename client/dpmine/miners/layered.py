@@ -103,6 +103,7 @@ from dpmine.miners.tree_auto import (
     auto_layered,
 )
 from dpmine.miners.trees import (
+    SUMS_PER_QUERY_PAIR,
     MinedTreeRedescription,
     TreeMinerParameters,
     TreeSettings,
@@ -603,11 +604,11 @@ class DPLayeredTrees(_Alternation):
         cells are the partition [[E11, E10], [E01, E00]] of the two queries, so the statistics,
         the table and the standard error are those of a partition release of two one-leaf
         trees; the final filters of §3.6 on the clamped statistics (no tautology: each query
-        was printed). Its box: each cell one noise term at the miss α/(4·R), R = the seeds, so
-        the four cells of all R pair releases hold together with probability ≥ 1 − α (union
-        bound over 4·R cells). ``round_``: the index in ``trees_`` of the seed's last
-        steering release (seed i's layers are releases i·L … i·L + L − 1). Post-processing of
-        the release."""
+        was printed). Its box: each cell one noise term, and D = E10 + E01 two, at the miss
+        α/(5·R), R = the seeds, so the five ranges of all R pair releases hold together with
+        probability ≥ 1 − α (union bound over 5·R sums). ``round_``: the index in ``trees_`` of
+        the seed's last steering release (seed i's layers are releases i·L … i·L + L − 1).
+        Post-processing of the release."""
         cells = response.cells
         values = (cells.e11, cells.e10, cells.e01, cells.e00)
         assert all(v is not None for v in values), "the cells mode was asked for"
@@ -638,7 +639,7 @@ class DPLayeredTrees(_Alternation):
             jaccard_error=jaccard_standard_error(red, 1, 1, scale, partition=True, noise=kind),
             noisy_cells=table[0],
             cell_terms=table[1],
-            sum_miss=ALPHA / releases / 4,
+            sum_miss=ALPHA / releases / SUMS_PER_QUERY_PAIR,
             joint_level=1.0 - ALPHA / releases,
             noise=kind,
         )

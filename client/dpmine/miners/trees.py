@@ -29,7 +29,8 @@ Noise-aware significance (issue #21, :mod:`dpmine.significance`). The four cells
 are sums of released cells over a rectangle of (left cells) × (right cells)
 (:func:`dpmine.treereds.table_sums`). Each of the run's R leaf-count releases gets the miss
 α/R, split by a union bound over every rectangle the cells of a query can sum, at most
-4·L_left·L_right with L the active cell sets a query can have
+4·L_left·L_right with L the active cell sets a query can have, and over the L_left·L_right sums
+D = E10 + E01 that tighten J
 (:func:`dpmine.treereds.query_cell_sets`): all those sums are in their ranges together with
 probability ≥ 1 − α/R, so the boxes of every query the extraction could pick from that release
 hold, and those of the whole run with probability ≥ 1 − α. m counts the candidates whose
@@ -147,6 +148,7 @@ from dpmine.wire.operations import (
 )
 
 __all__ = [
+    "SUMS_PER_QUERY_PAIR",
     "AltExpM",
     "AltMCMC",
     "LeafNoise",
@@ -258,6 +260,7 @@ class MinedTreeRedescription:
             scale=self.noise_scale,
             miss=self.sum_miss,
             kind=self.noise,
+            difference=True,
         )
         return box_intervals(box, level=self.joint_level, scale=self.noise_scale, kind=self.noise)
 
@@ -594,6 +597,11 @@ def released_noise(response: LeafCountsResponse, epsilon: float) -> tuple[CountN
     return noise.kind, noise.scale
 
 
+#: Ranges a pair of queries' box takes from one release: its four cells' rectangles and
+#: D = E10 + E01 (:func:`release_miss`).
+SUMS_PER_QUERY_PAIR = 5
+
+
 def release_miss(
     shape: tuple[int, int], max_clauses: int, releases: int, alpha: float = ALPHA
 ) -> tuple[float, float]:
@@ -603,12 +611,14 @@ def release_miss(
     Proof: the release gets the miss α/R. A query's four cells sum the released cells of a
     rectangle (side of the left query or its complement) × (the same on the right); a side is
     one of at most 2·L sets, L = :func:`~dpmine.treereds.query_cell_sets`, so at most
-    4·L_left·L_right rectangles exist. Giving each the miss α/(R·4·L_left·L_right), all are in
-    their ranges together with probability ≥ 1 − α/R (union bound), and the R releases' with
-    probability ≥ 1 − α."""
-    rectangles = 4 * query_cell_sets(shape[0], max_clauses) * query_cell_sets(shape[1], max_clauses)
+    4·L_left·L_right rectangles exist. Each pair of queries also has D = E10 + E01, the sum of
+    two of its rectangles (:func:`~dpmine.intervals.sum_box` with ``difference``): at most
+    L_left·L_right more sums. Giving each of the 5·L_left·L_right sums the miss
+    α/(R·5·L_left·L_right), all are in their ranges together with probability ≥ 1 − α/R (union
+    bound), and the R releases' with probability ≥ 1 − α."""
+    pairs = query_cell_sets(shape[0], max_clauses) * query_cell_sets(shape[1], max_clauses)
     share = alpha / releases
-    return share / rectangles, 1.0 - share
+    return share / (SUMS_PER_QUERY_PAIR * pairs), 1.0 - share
 
 
 def result_table(
