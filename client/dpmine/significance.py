@@ -12,9 +12,9 @@ sets its boxes so that **all of them hold the truth together with probability �
   before it, so the union bound gives P(some box misses) ≤ M·α/M = α
   (:mod:`dpmine.miners.greedy`).
 * The tree miners give each of their R leaf-count releases the miss α/R, split by a union
-  bound over every rectangle of released cells that a query's four cells can sum, so the boxes
-  hold for every query the extraction could pick from that release
-  (:mod:`dpmine.miners.trees`).
+  bound over every rectangle of released cells that a query's four cells can sum and every
+  sum E10 + E01 of a pair of queries, so the boxes hold for every query the extraction could
+  pick from that release (:mod:`dpmine.miners.trees`).
 
 A result **passes** when, at its intervals' unfavourable ends (:func:`passes`):
 
