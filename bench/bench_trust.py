@@ -106,11 +106,8 @@ from dpmine.intervals import (
     Interval,
     StatisticIntervals,
     box_intervals,
-    cell_box,
     excess_range,
     independence_jaccard,
-    noise_law,
-    sum_box,
 )
 from dpmine.miners import (
     AltExpM,
@@ -379,32 +376,14 @@ def intervals_before(
     result: MinedRedescription | MinedTreeRedescription,
 ) -> StatisticIntervals | None:
     """The joint intervals as the test read them before 2026-11-28, from the same release: the
-    box without the range of E10 + E01 (tree results) and the excess's ends over the whole box
-    (``excess_range(box, splits=1)``); None where the result has no box of four cells ("paper"
-    quality mode)."""
-    if isinstance(result, MinedTreeRedescription):
-        box = sum_box(
-            result.noisy_cells,
-            result.cell_terms,
-            scale=result.noise_scale,
-            miss=result.sum_miss,
-            kind=result.noise,
-        )
-        now = result.joint_intervals
-    else:
-        if result.mode != "cells":
-            return None
-        kind, scale = noise_law(result.epsilon, result.mode, result.noise)
-        cells = result.cells
-        values = (cells.e11, cells.e10, cells.e01, cells.e00)
-        noisy = tuple(int(v) if v is not None else 0 for v in values)
-        box = cell_box(
-            (noisy[0], noisy[1], noisy[2], noisy[3]),
-            scale=scale,
-            miss=result.joint_miss,
-            kind=kind,
-        )
-        now = result.joint_intervals
+    result's box without the range of E10 + E01 (tree results) and the excess's ends over the
+    whole box (``excess_range(box, splits=1)``); None where the result has no box of four cells
+    ("paper" quality mode)."""
+    box = result.joint_box
+    if box is None:
+        return None
+    box = replace(box, difference=None)
+    now = result.joint_intervals
     plain = box_intervals(box, level=now.level, scale=now.scale, kind=now.noise)
     return replace(plain, excess=excess_range(box, splits=1))
 

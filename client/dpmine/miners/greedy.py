@@ -74,6 +74,7 @@ from dpmine.connection import DatasetHandle
 from dpmine.errors import ParameterError
 from dpmine.frames import PathLike, as_path, write_csv
 from dpmine.intervals import (
+    CellBox,
     Interval,
     StatisticIntervals,
     box_intervals,
@@ -232,19 +233,27 @@ class MinedRedescription:
         p-value or excess interval (and its results cannot pass the test)."""
         kind, scale = noise_law(self.epsilon, self.mode, self.noise)
         level = 1.0 - self.joint_miss
-        cells = self.cells
-        if self.mode == "cells":
-            values = (cells.e11, cells.e10, cells.e01, cells.e00)
-            noisy = tuple(int(v) if v is not None else 0 for v in values)
-            box = cell_box(
-                (noisy[0], noisy[1], noisy[2], noisy[3]),
-                scale=scale,
-                miss=self.joint_miss,
-                kind=kind,
-            )
+        box = self.joint_box
+        if box is not None:
             return box_intervals(box, level=level, scale=scale, kind=kind)
+        cells = self.cells
         intersection, union = cells.intersection or 0, cells.union or 0
         return intervals_from_paper(intersection, union, scale=scale, level=level, kind=kind)
+
+    @cached_property
+    def joint_box(self) -> CellBox | None:
+        """The box of the four true cells behind ``joint_intervals`` (each cell's range at the
+        miss 1 − (1 − ``joint_miss``)^(1/4), :func:`dpmine.intervals.cell_box`); None in "paper"
+        mode, which releases no cells."""
+        if self.mode != "cells":
+            return None
+        kind, scale = noise_law(self.epsilon, self.mode, self.noise)
+        cells = self.cells
+        values = (cells.e11, cells.e10, cells.e01, cells.e00)
+        noisy = tuple(int(v) if v is not None else 0 for v in values)
+        return cell_box(
+            (noisy[0], noisy[1], noisy[2], noisy[3]), scale=scale, miss=self.joint_miss, kind=kind
+        )
 
     @property
     def noisy_excess(self) -> float | None:

@@ -61,7 +61,7 @@ from dpmine.canonical import redescription_key, simplify_conjunction
 from dpmine.connection import DatasetHandle
 from dpmine.errors import ParameterError
 from dpmine.frames import PathLike, as_path, write_csv
-from dpmine.intervals import StatisticIntervals, box_intervals, excess_of, sum_box
+from dpmine.intervals import CellBox, StatisticIntervals, box_intervals, excess_of, sum_box
 from dpmine.miners._base import GENERAL_HINTS, NotMinedError, Plan, SignificantMiner, _Spent
 from dpmine.miners._rho import (
     GENERIC_RHO,
@@ -254,7 +254,15 @@ class MinedTreeRedescription:
         """Intervals of |I|, |U|, J, the supports, the excess J − J_ind and the p-value that
         hold, with those of every query of the same release, with probability ≥
         ``joint_level`` (:func:`dpmine.intervals.sum_box`): those of the significance test."""
-        box = sum_box(
+        return box_intervals(
+            self.joint_box, level=self.joint_level, scale=self.noise_scale, kind=self.noise
+        )
+
+    @cached_property
+    def joint_box(self) -> CellBox:
+        """The box of the four true cells and of E10 + E01 behind ``joint_intervals``: each a
+        sum of released cells at the miss ``sum_miss`` (:func:`dpmine.intervals.sum_box`)."""
+        return sum_box(
             self.noisy_cells,
             self.cell_terms,
             scale=self.noise_scale,
@@ -262,7 +270,6 @@ class MinedTreeRedescription:
             kind=self.noise,
             difference=True,
         )
-        return box_intervals(box, level=self.joint_level, scale=self.noise_scale, kind=self.noise)
 
     @property
     def noisy_excess(self) -> float:
