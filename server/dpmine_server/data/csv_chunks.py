@@ -11,10 +11,7 @@ Every kernel here reproduces, cell for cell, the conversion of
 with the whole-frame path. Everything here is private data: it goes to the owner's load report
 or into a column store, never to an analyst.
 
-Imports. pandas (0.3 s) is imported by the functions that use it, not with this module, so
-that a process that never reads a table (the owner's administration commands, most test
-servers) does not pay for it; a serving process imports it in its warm-up, before any
-padded load (services/warmup.py).
+Imports. pandas is imported by the functions that use it, as in data/loaders.py ("Imports").
 """
 
 from __future__ import annotations
@@ -388,7 +385,7 @@ def _integer_flags(cells: pa.StringArray, missing: BoolArray) -> IntegerFlags:
 def _parse_one_by_one(cells: pa.StringArray) -> npt.NDArray[np.float64]:
     """``pd.to_numeric`` on each cell alone; equal to its value inside the whole column, since
     every cell but ``-0`` parses to the correctly rounded double alone and in any column."""
-    import pandas as pd  # noqa: PLC0415 (module docstring, "Imports")
+    import pandas as pd  # noqa: PLC0415 (data/loaders.py, "Imports")
 
     series = pd.Series(cells.to_pylist(), dtype=object)
     return np.asarray(pd.to_numeric(series, errors="coerce"), dtype=np.float64)

@@ -14,10 +14,7 @@ whitespace and Arrow does not) is split by Arrow's ASCII whitespace, the same se
 other block is split in Python.
 Everything here is private data: it goes to the owner's load report or into a column store.
 
-Imports. pandas (0.3 s) is imported by the functions that use it, not with this module, so
-that a process that never reads a table (the owner's administration commands, most test
-servers) does not pay for it; a serving process imports it in its warm-up, before any
-padded load (services/warmup.py).
+Imports. pandas is imported by the functions that use it, as in data/loaders.py ("Imports").
 """
 
 from __future__ import annotations
@@ -133,7 +130,7 @@ def fimi_blocks(
 ) -> Iterator[FimiBlock]:
     """The blocks of a FIMI file (gzip by extension) with their tokens' items. Raises
     ``FileNotFoundError``, ``OSError`` or ``UnicodeDecodeError`` as reading the text would."""
-    import pandas as pd  # noqa: PLC0415 (module docstring, "Imports")
+    import pandas as pd  # noqa: PLC0415 (data/loaders.py, "Imports")
 
     universe = pa.array(list(items), pa.string())
     index = pd.Index(list(items), dtype=object)

@@ -9,10 +9,7 @@ cells reads them as missing. Every such decision is written, without data values
 ``review.notes``; ``review.reviewed`` stays false until the owner has checked the proposal, and
 registration refuses an unreviewed proposal unless forced (:func:`accept_reviewed`).
 
-Imports. pandas (0.3 s) is imported by the functions that use it, not with this module, so
-that a process that never reads a table (the owner's administration commands, most test
-servers) does not pay for it; a serving process imports it in its warm-up, before any
-padded load (services/warmup.py).
+Imports. pandas is imported by the functions that use it, as in data/loaders.py ("Imports").
 """
 
 from __future__ import annotations
@@ -172,7 +169,7 @@ class _Column:
 
 def _sorted_categories(values: Sequence[str]) -> list[str]:
     """Numerically when every value is a number, else lexicographically."""
-    import pandas as pd  # noqa: PLC0415 (module docstring, "Imports")
+    import pandas as pd  # noqa: PLC0415 (data/loaders.py, "Imports")
 
     numbers = pd.to_numeric(pd.Series(list(values), dtype=object), errors="coerce")
     if len(values) and not numbers.isna().any():
@@ -265,7 +262,7 @@ def _propose_column(
 ) -> _Column:
     """Type one column from the value counts of its string cells, or exclude it with the
     reason (ALGORITHMS.md §0.2)."""
-    import pandas as pd  # noqa: PLC0415 (module docstring, "Imports")
+    import pandas as pd  # noqa: PLC0415 (data/loaders.py, "Imports")
 
     counts = _present(cells, missing)
     if counts.empty:
