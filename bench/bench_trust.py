@@ -108,6 +108,7 @@ from dpmine.intervals import (
     box_intervals,
     excess_range,
     independence_jaccard,
+    p_value_range,
 )
 from dpmine.miners import (
     AltExpM,
@@ -376,16 +377,19 @@ def intervals_before(
     result: MinedRedescription | MinedTreeRedescription,
 ) -> StatisticIntervals | None:
     """The joint intervals as the test read them before 2026-11-28, from the same release: the
-    result's box without the range of E10 + E01 (tree results) and the excess's ends over the
-    whole box (``excess_range(box, splits=1)``); None where the result has no box of four cells
-    ("paper" quality mode)."""
+    result's box without the range of E10 + E01 (tree results), the excess's ends over the
+    whole box (``excess_range(box, splits=1)``) and the p-value's upper end from the whole
+    box's corners (``p_value_range(box, refine=False)``); None where the result has no box of
+    four cells ("paper" quality mode)."""
     box = result.joint_box
     if box is None:
         return None
     box = replace(box, difference=None)
     now = result.joint_intervals
     plain = box_intervals(box, level=now.level, scale=now.scale, kind=now.noise)
-    return replace(plain, excess=excess_range(box, splits=1))
+    return replace(
+        plain, excess=excess_range(box, splits=1), p_value=p_value_range(box, refine=False)
+    )
 
 
 # -- redescription miners ------------------------------------------------------------------------

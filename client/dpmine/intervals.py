@@ -39,6 +39,7 @@ from functools import lru_cache
 import numpy as np
 import numpy.typing as npt
 
+from dpmine.box_p_value import p_value_upper
 from dpmine.wire import (
     ComputeQualityResponse,
     CountNoise,
@@ -547,7 +548,7 @@ def _independence(x: FloatArray, y: FloatArray) -> FloatArray:
     return np.divide(x * y, denominator, out=np.zeros(x.shape), where=denominator > 0)
 
 
-def p_value_range(box: CellBox) -> Interval:
+def p_value_range(box: CellBox, *, refine: bool = True) -> Interval:
     """An interval holding the §1.3 p-value for every table of the box.
 
     Proof: for consistent cells the p-value is T(N, μ/N, k) = P[Bin(N, μ/N) ≥ k] with k = E11
@@ -557,19 +558,21 @@ def p_value_range(box: CellBox) -> Interval:
     x = s_L/N, y = s_R/N, over the box N ∈ [Σ lows, Σ highs], xy ∈ [x_lo·y_lo, x_hi·y_hi]
     (:func:`margin_ranges`) and k ∈ [E11 low, E11 high], which gives the lower end
     T(N_lo, x_lo·y_lo, k_hi) and one upper end T(N_hi, x_hi·y_hi, k_lo). That upper end lets E11
-    be high in the success probability and low in k at once; :func:`_poisson_p_upper` keeps
-    them together and is usually far tighter. The upper end is the smaller of the two. (The
-    p-value is not monotone in every cell: one more row in E10 can lower it, so no single
-    corner bounds it.)"""
+    be high in the success probability and low in k at once, and E00 high in N and low in xy;
+    :func:`_poisson_p_upper` keeps E11 together, and with ``refine``
+    :func:`dpmine.box_p_value.p_value_upper` takes the corner on sub-boxes, split until it is
+    within a factor 2 of a p-value that a table of the box has. The upper end is the least of
+    the three, each an upper end of every table's p-value. (The p-value is not monotone in
+    every cell: one more row in E10 can lower it, so no single corner bounds it.)"""
     cells = (box.e11, box.e10, box.e01, box.e00)
     x, y = margin_ranges(box)
     n_low = round(sum(cell.low for cell in cells))
     n_high = round(sum(cell.high for cell in cells))
     separate = binomial_upper_tail(n_high, min(1.0, x.high * y.high), round(box.e11.low))
-    return Interval(
-        binomial_upper_tail(n_low, x.low * y.low, round(box.e11.high)),
-        min(separate, _poisson_p_upper(box)),
-    )
+    upper = min(separate, _poisson_p_upper(box))
+    if refine and upper > 0.0:
+        upper = p_value_upper(box, known=upper)
+    return Interval(binomial_upper_tail(n_low, x.low * y.low, round(box.e11.high)), upper)
 
 
 def _poisson_p_upper(box: CellBox) -> float:
