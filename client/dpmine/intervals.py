@@ -387,16 +387,30 @@ def cell_box(
     scale: float,
     miss: float,
     kind: CountNoiseKind = "laplace",
+    difference: bool = False,
 ) -> CellBox:
     """The box of four independently noised cells (one ``red.compute_quality`` release) that
     holds the true cells together with probability ≥ 1 − ``miss``: each cell gets
     [y − t, y + t] ∩ [0, ∞) with P(|Z| > t) ≤ 1 − (1 − miss)^(1/4), and the four noises are
-    independent, so all four are inside with probability ≥ ((1 − miss)^(1/4))⁴ = 1 − miss."""
+    independent, so all four are inside with probability ≥ ((1 − miss)^(1/4))⁴ = 1 − miss.
+
+    With ``difference``, also a range of D = E10 + E01: the noisy E10 + E01 is the true D plus
+    the sum of two independent noises, so [y − t₂, y' + t₂] (:func:`sum_interval`, t₂ from the
+    law of the sum, :func:`sum_half_width`) holds D but for probability ≤ ``miss``/5. The five
+    ranges are not independent (D shares E10's and E01's noise), so each gets the miss
+    ``miss``/5 and a union bound gives P(some range misses) ≤ ``miss``. D's range is about 40 %
+    narrower than E10's and E01's added (the two noises rarely both reach their ends), and J,
+    |U|, the excess and the p-value read it (:class:`CellBox`)."""
     if not 0 < miss < 1:
         raise ValueError(f"miss must be in (0, 1), got {miss!r}")
-    t = half_width(scale, -math.expm1(math.log1p(-miss) / 4.0), kind)
+    if not difference:
+        t = half_width(scale, -math.expm1(math.log1p(-miss) / 4.0), kind)
+        e11, e10, e01, e00 = (Interval(*cell_interval(y, t)) for y in noisy)
+        return CellBox(e11, e10, e01, e00)
+    t = half_width(scale, miss / 5.0, kind)
     e11, e10, e01, e00 = (Interval(*cell_interval(y, t)) for y in noisy)
-    return CellBox(e11, e10, e01, e00)
+    both = Interval(*sum_interval((noisy[1], noisy[2]), sum_half_width(scale, 2, miss / 5.0, kind)))
+    return CellBox(e11, e10, e01, e00, difference=both)
 
 
 def sum_box(

@@ -454,14 +454,14 @@ def test_default_output_is_what_passes_and_all_shows_every_result(
 def test_when_nothing_passes_the_run_says_so_and_how_to_get_more_signal(
     server: LiveServer, account: Account, mushroom: DatasetInfo
 ) -> None:
-    """At ε = 0.03 (a noise scale of 300 per released cell) no interval excludes J = 0: the
+    """At ε = 0.015 (a noise scale of 600 per released cell) no interval excludes J = 0: the
     output says that nothing passed, what was spent and what to change, and --all still has
     the results."""
-    command = f"mine alt-mcmc {mushroom.id} --epsilon 0.03 --setting standard --k 1 {SMALL}"
+    command = f"mine alt-mcmc {mushroom.id} --epsilon 0.015 --setting standard --k 1 {SMALL}"
     text = _flat(_ok(dpmine_cli(server, account.api_key, command)))
     assert "AltMCMC redescriptions that pass the noise-aware test: none" in text
     assert "No result passes the noise-aware test (p ≤ α/m = 0.01/" in text
-    assert "ε spent: 0.03. For more signal: preset='auto' (CLI --preset auto" in text
+    assert "ε spent: 0.015. For more signal: preset='auto' (CLI --preset auto" in text
     assert "shallower trees (depth, CLI --depth" in text
     assert "a larger ε" in text
     assert "fewer attributes or columns" in text

@@ -38,6 +38,7 @@ from dpmine.intervals import (
     intervals_for,
     intervals_from_cells,
     intervals_from_paper,
+    jaccard_range,
     noise_scale,
     sum_box,
     sum_half_width,
@@ -281,6 +282,20 @@ def test_sum_box_ranges_e10_plus_e01_as_one_sum() -> None:
     assert sum_box((400, 300, 200, 5000), (1, 4, 4, 16), scale=5.0, miss=1e-4).difference is None
 
 
+def test_a_cell_box_ranges_e10_plus_e01_as_one_sum_under_a_union_bound() -> None:
+    """With ``difference`` each of the five ranges misses with probability ≤ miss/5: the cells'
+    half-width is the single-cell quantile at miss/5, D's that of a sum of two noises at
+    miss/5, and D's range is narrower than E10's and E01's added."""
+    box = cell_box((300, 120, 80, 2000), scale=10.0, miss=1e-3, difference=True)
+    t, t_sum = half_width(10.0, 2e-4), sum_half_width(10.0, 2, 2e-4)
+    assert box.e10 == Interval(120 - t, 120 + t)
+    assert box.difference == Interval(200 - t_sum, 200 + t_sum)
+    assert box.difference.width < 0.7 * (box.e10.width + box.e01.width)
+    plain = cell_box((300, 120, 80, 2000), scale=10.0, miss=1e-3)
+    assert plain.difference is None
+    assert jaccard_range(plain).low < jaccard_range(box).low
+
+
 def test_the_excess_range_is_close_to_the_least_excess_of_a_wide_box() -> None:
     """On a wide box (the joint boxes of a noisy tree release on mammals are this wide) the
     corner ends of the whole box put the excess's lower end at 0.02 while no table of the box
@@ -330,15 +345,17 @@ JOINT_TABLES = [
 ]
 
 
-@pytest.mark.parametrize("scale", [1.0, 5.0, 20.0])
+@pytest.mark.parametrize(
+    ("scale", "difference"), [(1.0, False), (5.0, False), (20.0, False), (5.0, True), (20.0, True)]
+)
 @pytest.mark.parametrize("table", JOINT_TABLES, ids=[str(t) for t in JOINT_TABLES])
 def test_joint_intervals_cover_the_truth_together(
-    scale: float, table: tuple[int, int, int, int]
+    scale: float, difference: bool, table: tuple[int, int, int, int]
 ) -> None:
-    """A box at miss 0.1 (:func:`cell_box`) holds |I|, J, the excess and the p-value of the
-    true table all at once in ≥ 90 % of 1000 noise draws (checked ≥ 85 %: a count below that has
-    probability < 1e-7 at 90 %)."""
-    rng = np.random.default_rng(int(scale * 1000) + sum(table))
+    """A box at miss 0.1 (:func:`cell_box`, with and without a range of E10 + E01) holds |I|,
+    J, the excess and the p-value of the true table all at once in ≥ 90 % of 1000 noise draws
+    (checked ≥ 85 %: a count below that has probability < 1e-7 at 90 %)."""
+    rng = np.random.default_rng(int(scale * 1000) + sum(table) + difference)
     e11, e10, e01, _e00 = table
     n = sum(table)
     truth_j = jaccard(e11, e11 + e10 + e01)
@@ -348,7 +365,8 @@ def test_joint_intervals_cover_the_truth_together(
     held = 0
     for row in noise:
         a, b, c, d = (int(v) + t for v, t in zip(row, table, strict=True))
-        got = box_intervals(cell_box((a, b, c, d), scale=scale, miss=0.1), level=0.9, scale=scale)
+        box = cell_box((a, b, c, d), scale=scale, miss=0.1, difference=difference)
+        got = box_intervals(box, level=0.9, scale=scale)
         assert got.p_value is not None
         assert got.excess is not None
         held += (

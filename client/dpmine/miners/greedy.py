@@ -242,9 +242,9 @@ class MinedRedescription:
 
     @cached_property
     def joint_box(self) -> CellBox | None:
-        """The box of the four true cells behind ``joint_intervals`` (each cell's range at the
-        miss 1 − (1 − ``joint_miss``)^(1/4), :func:`dpmine.intervals.cell_box`); None in "paper"
-        mode, which releases no cells."""
+        """The box of the four true cells and of E10 + E01 behind ``joint_intervals`` (five
+        ranges, each at the miss ``joint_miss``/5, :func:`dpmine.intervals.cell_box` with
+        ``difference``); None in "paper" mode, which releases no cells."""
         if self.mode != "cells":
             return None
         kind, scale = noise_law(self.epsilon, self.mode, self.noise)
@@ -252,7 +252,11 @@ class MinedRedescription:
         values = (cells.e11, cells.e10, cells.e01, cells.e00)
         noisy = tuple(int(v) if v is not None else 0 for v in values)
         return cell_box(
-            (noisy[0], noisy[1], noisy[2], noisy[3]), scale=scale, miss=self.joint_miss, kind=kind
+            (noisy[0], noisy[1], noisy[2], noisy[3]),
+            scale=scale,
+            miss=self.joint_miss,
+            kind=kind,
+            difference=True,
         )
 
     @property
