@@ -30,6 +30,7 @@ sub-boxes' bounds, is therefore at least every table's p-value, whenever the sea
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -70,6 +71,7 @@ P_VALUE_FLOOR = 1e-12
 TAIL_SLACK = 1e-9
 
 
+@lru_cache(maxsize=4096)
 def p_value_upper(
     box: CellBox,
     *,
@@ -81,7 +83,8 @@ def p_value_upper(
     """An upper end of the p-value of every integer table of ``box`` (module docstring: the
     bound and its proof), at most ``known`` (an upper end already proved: the search stops as
     soon as it is within ``tolerance`` of a table's p-value); ``known`` when the box holds no
-    integer table."""
+    integer table. Cached: a box's answer depends on the box alone (boxes repeat, e.g. a
+    result's intervals read again, or draws of little noise)."""
     if known <= P_VALUE_FLOOR:
         return known
     cells = (box.e11, box.e10, box.e01, box.e00)
