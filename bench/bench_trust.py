@@ -1493,9 +1493,9 @@ def _zcdp_lines(summaries: Sequence[CellSummary], delta: float) -> list[str]:
 
 def _whole_box_lines(summaries: Sequence[CellSummary]) -> list[str]:
     """Shown and truly significant shown results per run with the test as it reads a release
-    now (the excess's extremes over the box; tree boxes with a range of E10 + E01) and as it
-    read the same release before 2026-11-28 (J's and J_ind's ends at the whole box's corners,
-    no range of E10 + E01)."""
+    now (the excess's extremes and the p-value's upper end refined over the box; boxes with a
+    range of E10 + E01) and as it read the same release before 2026-11-28
+    (:func:`intervals_before`)."""
     cells = [s for s in summaries if s.shown_whole_box_per_run is not None]
     if not cells:
         return []

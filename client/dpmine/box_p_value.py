@@ -72,17 +72,10 @@ TAIL_SLACK = 1e-9
 
 
 @lru_cache(maxsize=4096)
-def p_value_upper(
-    box: CellBox,
-    *,
-    rounds: int = P_VALUE_ROUNDS,
-    split: int = P_VALUE_SPLIT,
-    tolerance: float = P_VALUE_TOLERANCE,
-    known: float = 1.0,
-) -> float:
+def p_value_upper(box: CellBox, *, known: float = 1.0) -> float:
     """An upper end of the p-value of every integer table of ``box`` (module docstring: the
     bound and its proof), at most ``known`` (an upper end already proved: the search stops as
-    soon as it is within ``tolerance`` of a table's p-value); ``known`` when the box holds no
+    soon as it is close to a table's p-value, :func:`_close_to`); ``known`` when the box holds no
     integer table. Cached: a box's answer depends on the box alone (boxes repeat, e.g. a
     result's intervals read again, or draws of little noise)."""
     if known <= P_VALUE_FLOOR:
@@ -95,16 +88,16 @@ def p_value_upper(
     if len(lows) == 0:
         return known  # no integer table in the box: nothing to add
     best = _best_table(lows, highs, d_low, d_high)
-    if known <= _close_to(best, tolerance):
+    if known <= _close_to(best):
         return known
     bounds = corner_bounds(lows, highs, d_low, d_high)
-    for _ in range(rounds):
+    for _ in range(P_VALUE_ROUNDS):
         alive = bounds > best
         lows, highs, bounds = lows[alive], highs[alive], bounds[alive]
-        if len(bounds) == 0 or min(known, float(bounds.max())) <= _close_to(best, tolerance):
+        if len(bounds) == 0 or min(known, float(bounds.max())) <= _close_to(best):
             break
         order = np.argsort(-bounds)
-        chosen, rest = order[:split], order[split:]
+        chosen, rest = order[:P_VALUE_SPLIT], order[P_VALUE_SPLIT:]
         if bool(np.all(lows[chosen] == highs[chosen])):
             break  # the largest bounds are single tables: nothing left to split
         children_low, children_high = _feasible(
@@ -119,10 +112,10 @@ def p_value_upper(
     return min(known, max(best, float(bounds.max(initial=0.0))) * (1.0 + TAIL_SLACK))
 
 
-def _close_to(best: float, tolerance: float) -> float:
-    """The bound at which the search stops: ``tolerance``·best^``P_VALUE_DIGITS``, or
+def _close_to(best: float) -> float:
+    """The bound at which the search stops: ``P_VALUE_TOLERANCE``·best^``P_VALUE_DIGITS``, or
     ``P_VALUE_FLOOR``."""
-    return max(tolerance * best**P_VALUE_DIGITS if best > 0 else 0.0, P_VALUE_FLOOR)
+    return max(P_VALUE_TOLERANCE * best**P_VALUE_DIGITS if best > 0 else 0.0, P_VALUE_FLOOR)
 
 
 def _feasible(

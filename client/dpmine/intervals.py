@@ -403,14 +403,13 @@ def cell_box(
     |U|, the excess and the p-value read it (:class:`CellBox`)."""
     if not 0 < miss < 1:
         raise ValueError(f"miss must be in (0, 1), got {miss!r}")
-    if not difference:
-        t = half_width(scale, -math.expm1(math.log1p(-miss) / 4.0), kind)
-        e11, e10, e01, e00 = (Interval(*cell_interval(y, t)) for y in noisy)
-        return CellBox(e11, e10, e01, e00)
-    t = half_width(scale, miss / 5.0, kind)
+    each_miss = miss / 5.0 if difference else -math.expm1(math.log1p(-miss) / 4.0)
+    t = half_width(scale, each_miss, kind)
     e11, e10, e01, e00 = (Interval(*cell_interval(y, t)) for y in noisy)
-    both = Interval(*sum_interval((noisy[1], noisy[2]), sum_half_width(scale, 2, miss / 5.0, kind)))
-    return CellBox(e11, e10, e01, e00, difference=both)
+    if not difference:
+        return CellBox(e11, e10, e01, e00)
+    t_sum = sum_half_width(scale, 2, each_miss, kind)
+    return CellBox(e11, e10, e01, e00, difference=Interval(*sum_interval(noisy[1:3], t_sum)))
 
 
 def sum_box(

@@ -249,10 +249,11 @@ class MinedRedescription:
             return None
         kind, scale = noise_law(self.epsilon, self.mode, self.noise)
         cells = self.cells
-        values = (cells.e11, cells.e10, cells.e01, cells.e00)
-        noisy = tuple(int(v) if v is not None else 0 for v in values)
+        e11, e10, e01, e00 = (
+            int(v) if v is not None else 0 for v in (cells.e11, cells.e10, cells.e01, cells.e00)
+        )
         return cell_box(
-            (noisy[0], noisy[1], noisy[2], noisy[3]),
+            (e11, e10, e01, e00),
             scale=scale,
             miss=self.joint_miss,
             kind=kind,
