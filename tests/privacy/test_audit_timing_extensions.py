@@ -11,6 +11,15 @@ same on both neighbours, round by round, exactly. The model is in use: the first
 position built from the rows) is priced above the later ones (one position built at most).
 No call overran (an overrun fails the call, which would stop the sequence). The default run is
 short; the ``slow`` one replays a whole ES run's 80 rounds.
+
+An answer is never early (it is held to its deadline) but can be late: a loaded machine can
+deliver it a tick or two after the deadline. So when the two sequences of ticks differ, the
+audit replays the whole sequence on a freshly registered pair of neighbours (fresh stores,
+fresh models) and compares, round by round, the earliest tick each side reached over the two
+replays. A data-dependent price is deterministic and recurs in the replay; lateness, which
+only ever adds ticks, has to strike the same round on the same side twice to survive the
+minimum. The broken models (a cache bounded by actual bytes, or filled when kernels finish)
+are flagged in tests/services/test_extension_model.py.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import gzip
 import math
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -33,7 +43,7 @@ from dpmine.wire import (
     Redescription,
 )
 from support.datasets import MUSHROOM_PATH, mushroom_metadata, unique_id
-from support.servers import LiveServer, add_analyst
+from support.servers import Account, LiveServer, add_analyst
 
 GRID_MS = 100
 PADDED_ENV = {
@@ -99,10 +109,35 @@ def es_rounds(rounds: int) -> list[list[Redescription]]:
     return out
 
 
+@dataclass
+class Neighbours:
+    """A padded live server and an analyst with budget on every pair it registers."""
+
+    server: LiveServer
+    owner: dpmine.Connection
+    analyst: Account
+
+    def fresh_pair(self) -> tuple[str, str]:
+        """Register the Mushroom data and the same rows minus one anew (their stores, and so
+        their cache models, are untouched) and grant the analyst budget on both."""
+        ids = []
+        for drop in (False, True):
+            path = _write(self.server.workdir, drop_first=drop)
+            request = CreateDatasetRequest(
+                id=unique_id("extensions"),
+                name="extension timing audit",
+                epsilon_cap=10_000.0,
+                metadata=mushroom_metadata(),
+                source=CsvSource(path=path.name),
+            )
+            dataset_id = self.owner.admin.upload_dataset(request, {"path": path})["dataset"]["id"]
+            self.owner.admin.grant(dataset_id, self.analyst.name, 5_000.0)
+            ids.append(dataset_id)
+        return ids[0], ids[1]
+
+
 @pytest.fixture(scope="module")
-def neighbours(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[dpmine.Connection, tuple[str, str]]]:
+def neighbours(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Neighbours]:
     workdir = tmp_path_factory.mktemp("timing-extensions")
     server = LiveServer(
         database_url=f"sqlite:///{workdir / 'timing.sqlite3'}",
@@ -113,22 +148,9 @@ def neighbours(
     server.start()
     try:
         with dpmine.connect(server.url, server.owner_key, retries=0) as owner:
-            ids = []
-            for drop in (False, True):
-                path = _write(server.workdir, drop_first=drop)
-                request = CreateDatasetRequest(
-                    id=unique_id("extensions"),
-                    name="extension timing audit",
-                    epsilon_cap=10_000.0,
-                    metadata=mushroom_metadata(),
-                    source=CsvSource(path=path.name),
-                )
-                ids.append(owner.admin.upload_dataset(request, {"path": path})["dataset"]["id"])
-            account = add_analyst(server, owner)
-            for dataset_id in ids:
-                owner.admin.grant(dataset_id, account.name, 5_000.0)
-        with account.connection:
-            yield account.connection, (ids[0], ids[1])
+            analyst = add_analyst(server, owner)
+            with analyst.connection:
+                yield Neighbours(server=server, owner=owner, analyst=analyst)
     finally:
         server.stop()
 
@@ -151,24 +173,26 @@ def _ticks(
     return ticks
 
 
-def _audit(
-    neighbours: tuple[dpmine.Connection, tuple[str, str]], rounds: int
-) -> tuple[list[int], list[int]]:
-    connection, dataset_ids = neighbours
-    full, minus = _ticks(connection, dataset_ids, rounds)
+def _audit(neighbours: Neighbours, rounds: int) -> list[int]:
+    """The ticks of every round, the same on both neighbours (see the module docstring for
+    the replay that separates a late answer from a price that depends on the rows)."""
+    connection = neighbours.analyst.connection
+    full, minus = _ticks(connection, neighbours.fresh_pair(), rounds)
+    if full != minus:
+        again_full, again_minus = _ticks(connection, neighbours.fresh_pair(), rounds)
+        full = [min(a, b) for a, b in zip(full, again_full, strict=True)]
+        minus = [min(a, b) for a, b in zip(minus, again_minus, strict=True)]
     assert full == minus, f"padded ticks differ between neighbours: {full} against {minus}"
-    return full, minus
+    return full
 
 
-def test_es_rounds_are_answered_at_the_same_ticks_on_neighbours(
-    neighbours: tuple[dpmine.Connection, tuple[str, str]],
-) -> None:
-    full, _minus = _audit(neighbours, SHORT_ROUNDS)
-    assert max(full[1:]) < full[0]  # priced warm after the first round
+def test_es_rounds_are_answered_at_the_same_ticks_on_neighbours(neighbours: Neighbours) -> None:
+    ticks = _audit(neighbours, SHORT_ROUNDS)
+    assert max(ticks[1:]) < ticks[0]  # priced warm after the first round
 
 
 @pytest.mark.slow
 def test_slow_es_rounds_are_answered_at_the_same_ticks_on_neighbours(
-    neighbours: tuple[dpmine.Connection, tuple[str, str]],
+    neighbours: Neighbours,
 ) -> None:
     _audit(neighbours, LONG_ROUNDS)
