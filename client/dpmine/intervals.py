@@ -203,14 +203,15 @@ def sum_half_width(scale: float, terms: int, miss: float, kind: CountNoiseKind =
     if kind == "discrete_gaussian":
         return _gaussian_half_width(scale, terms, miss)
     target = math.log(miss / 2.0)  # P(|S| > t) = 2·P(S > t) for t ≥ 0 (S is symmetric)
-    if _log_sum_tail(scale, terms, 0) <= target:
+    tails = _SumTails(scale, terms)
+    if tails.log_tail(0) <= target:
         return 0
     low, high = 0, max(1, math.ceil(scale))
-    while _log_sum_tail(scale, terms, high) > target:
+    while tails.log_tail(high) > target:
         low, high = high, 2 * high
     while high - low > 1:  # P(S > low) > miss/2 ≥ P(S > high)
         middle = (low + high) // 2
-        if _log_sum_tail(scale, terms, middle) > target:
+        if tails.log_tail(middle) > target:
             low = middle
         else:
             high = middle
@@ -218,26 +219,70 @@ def sum_half_width(scale: float, terms: int, miss: float, kind: CountNoiseKind =
 
 
 def _log_sum_tail(scale: float, terms: int, t: int) -> float:
-    """log P(S > t) for S the sum of ``terms`` independent discrete Laplace noises of ``scale``.
+    """log P(S > t) for S the sum of ``terms`` independent discrete Laplace noises of
+    ``scale`` (:class:`_SumTails`)."""
+    return _SumTails(scale, terms).log_tail(t)
+
+
+class _SumTails:
+    """log P(S > t) for S the sum of ``terms`` independent discrete Laplace noises of
+    ``scale``, for any t ≥ 0, from one table of the negative binomial's log-pmf.
 
     A discrete Laplace variable is the difference of two independent geometrics, so S = X − Y
     with X, Y independent negative binomials NB(terms, 1 − q), q = exp(−1/scale), and
     P(S > t) = Σ_y P(Y = y)·P(X > t + y). The sum runs over y ≤ y_max (the mean plus
     ``_TAIL_SPAN`` standard deviations); the rest is at most P(Y > y_max)·P(X > t + y_max),
-    which is added, so the value is an upper bound that is exact to that rest. In log space
-    (scipy's log-pmf and log-survival functions), so tails far below 1e-300 keep their
-    precision."""
-    from scipy import special, stats  # noqa: PLC0415 (0.5 s to import: `dpmine --help` waits)
+    which is added, so the value is an upper bound that is exact to that rest. The survival
+    function on 0…G is the pmf summed from the top, log P(X > k) = log(P(X = k + 1) +
+    P(X > k + 1)), started from scipy's log-survival at G (one value) and accumulated with
+    logaddexp; all in log space (scipy's log-pmf), so tails far below 1e-300 keep their
+    precision. The table grows (doubling) as larger t are asked for."""
 
-    success = -math.expm1(-1.0 / scale)
-    q = 1.0 - success
-    mean = terms * q / success
-    spread = math.sqrt(terms * q) / success
-    y_max = math.ceil(mean + _TAIL_SPAN * spread) + 50
-    ys = np.arange(y_max + 1)
-    terms_log = stats.nbinom.logpmf(ys, terms, success) + stats.nbinom.logsf(t + ys, terms, success)
-    rest = stats.nbinom.logsf(y_max, terms, success) + stats.nbinom.logsf(t + y_max, terms, success)
-    return float(special.logsumexp(np.append(terms_log, rest)))
+    def __init__(self, scale: float, terms: int) -> None:
+        self.terms = terms
+        self.success = -math.expm1(-1.0 / scale)
+        q = 1.0 - self.success
+        mean = terms * q / self.success
+        spread = math.sqrt(terms * q) / self.success
+        self.y_max = math.ceil(mean + _TAIL_SPAN * spread) + 50
+        self.log_pmf = np.empty(0)
+        self.log_sf = np.empty(0)
+
+    def _extend(self, last: int) -> None:
+        """Tables of log P(X = k) and log P(X > k) for k = 0 … at least ``last``."""
+        from scipy import stats  # noqa: PLC0415 (0.5 s to import: `dpmine --help` waits)
+
+        if last < len(self.log_sf):
+            return
+        size = max(last + 1, 2 * len(self.log_sf))
+        self.log_pmf = stats.nbinom.logpmf(np.arange(size + 2), self.terms, self.success)
+        top = float(stats.nbinom.logsf(size, self.terms, self.success))
+        if not math.isfinite(top):  # scipy's value underflowed: bound it (_log_sf_bound)
+            top = _log_sf_bound(float(self.log_pmf[size + 1]), size, self.terms, self.success)
+        # log P(X > k) for k = size, size − 1, …, 0: add P(X = k + 1) at each step down.
+        from_top = np.logaddexp.accumulate(np.concatenate(([top], self.log_pmf[size:0:-1])))
+        self.log_sf = from_top[::-1]
+
+    def log_tail(self, t: int) -> float:
+        """log P(S > t), an upper bound exact to the rest beyond y_max (class docstring)."""
+        from scipy import special  # noqa: PLC0415
+
+        y_max = self.y_max
+        self._extend(t + y_max)
+        terms_log = self.log_pmf[: y_max + 1] + self.log_sf[t : t + y_max + 1]
+        rest = self.log_sf[y_max] + self.log_sf[t + y_max]
+        return float(special.logsumexp(np.append(terms_log, rest)))
+
+
+def _log_sf_bound(log_pmf_next: float, k: int, terms: int, success: float) -> float:
+    """An upper bound on log P(X > k) for X ~ NB(``terms``, ``success``) past its mean, from
+    ``log_pmf_next`` = log P(X = k + 1): the ratios P(X = j + 1)/P(X = j) = q·(j + terms)/(j + 1)
+    fall with j, so past k + 1 the pmf is below a geometric series of ratio
+    ρ = q·(k + 1 + terms)/(k + 2) < 1, and P(X > k) ≤ P(X = k + 1)/(1 − ρ)."""
+    ratio = (1.0 - success) * (k + 1 + terms) / (k + 2)
+    if ratio >= 1.0:
+        return 0.0  # not past the mean: the trivial bound
+    return log_pmf_next - math.log1p(-ratio)
 
 
 #: Largest truncated support (2K + 1 points) convolved exactly (a thousand times more for one

@@ -28,6 +28,7 @@ import pytest
 from dpmine.intervals import (
     CellBox,
     Interval,
+    _SumTails,
     box_intervals,
     cell_box,
     excess_of,
@@ -436,3 +437,14 @@ def test_a_sum_interval_is_the_noisy_sum_widened_up_to_the_clamped_cells() -> No
     assert sum_interval((5, 3), 2) == (6, 10)
     assert sum_interval((5, -3), 2) == (0, 7)  # holds the truth of y = 2 and the shown 5
     assert sum_interval((-4, -3), 2) == (0, 2)
+
+
+@pytest.mark.parametrize(("scale", "t"), [(0.5, 2000), (0.2, 900), (3.0, 5000), (1.0, 40)])
+def test_a_sum_tail_far_below_the_smallest_float_keeps_its_value(scale: float, t: int) -> None:
+    """The tail of one discrete Laplace, S = X − Y of two geometrics, has the closed form
+    P(S > t) = q^(t+1)/(1 + q); in log space the table-based tail matches it far below
+    1e-308, where scipy's log-survival underflows to −inf (a tail read as 0 would make a
+    width too narrow)."""
+    log_q = -1.0 / scale
+    exact = (t + 1) * log_q - math.log1p(math.exp(log_q))
+    assert _SumTails(scale, 1).log_tail(t) == pytest.approx(exact, rel=1e-9, abs=1e-9)
