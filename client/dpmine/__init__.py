@@ -28,6 +28,7 @@ from dpmine.errors import (
     RateLimitedError,
     RequestInProgressError,
     ServerError,
+    TooManyJobsError,
     TransportError,
 )
 from dpmine.queries import format_query, format_redescription, parse_query, parse_redescription
@@ -75,6 +76,7 @@ __all__ = [
     "RequestInProgressError",
     "RuleList",
     "ServerError",
+    "TooManyJobsError",
     "TransportError",
     "connect",
     "format_query",

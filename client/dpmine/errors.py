@@ -13,7 +13,8 @@
         ├── NotFoundError         404: unknown or not granted
         ├── PayloadTooLargeError  413: a body over the server's limit (nothing was read)
         ├── RateLimitedError      429: too many failed logins; wait ``retry_after`` seconds
-        │   └── OverloadedError   429: server at its in-flight limit (nothing charged; retried)
+        │   ├── OverloadedError   429: server at its in-flight limit (nothing charged; retried)
+        │   └── TooManyJobsError  429: your jobs not yet settled are at the limit (nothing charged)
         ├── ConflictError         409
         │   ├── BudgetExhaustedError      nothing was charged
         │   ├── IdempotencyConflictError  the key was used for a different request
@@ -53,6 +54,7 @@ __all__ = [
     "RateLimitedError",
     "RequestInProgressError",
     "ServerError",
+    "TooManyJobsError",
     "TransportError",
     "checked_parameters",
     "error_from_response",
@@ -291,6 +293,11 @@ class OverloadedError(RateLimitedError):
     seconds, up to the connection's ``retries``; this is raised when they run out."""
 
 
+class TooManyJobsError(RateLimitedError):
+    """You already have the server's limit of jobs not yet shown settled; nothing was charged.
+    Not retried: submit again once one of your jobs is shown settled, or cancel one."""
+
+
 class OperationFailedError(ServerError):
     """The operation failed after its charge; nothing was released."""
 
@@ -308,6 +315,7 @@ _BY_NAME: dict[str, type[ServerError]] = {
     "JobCancelled": JobCancelledError,
     "RateLimited": RateLimitedError,
     "Overloaded": OverloadedError,
+    "TooManyJobs": TooManyJobsError,
     "OperationFailed": OperationFailedError,
     "PayloadTooLarge": PayloadTooLargeError,
 }

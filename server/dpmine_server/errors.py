@@ -25,6 +25,7 @@ __all__ = [
     "RateLimited",
     "RequestInProgress",
     "ServerError",
+    "TooManyJobs",
     "Unauthorized",
 ]
 
@@ -117,6 +118,18 @@ class Overloaded(ServerError):
     """The API process holds its public limit of requests at once (DPMINE_MAX_IN_FLIGHT);
     refused before anything was read or charged: send it again after ``Retry-After`` seconds
     with the same Idempotency-Key."""
+
+    status_code = 429
+
+    def __init__(self, message: str, *, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.headers = {"Retry-After": str(retry_after)}
+
+
+class TooManyJobs(ServerError):
+    """The analyst already has its public limit of jobs not yet shown settled
+    (DPMINE_MAX_OPEN_JOBS); refused before anything was charged: submit again once one of
+    them is shown settled (or cancel one)."""
 
     status_code = 429
 

@@ -46,6 +46,7 @@ _TEST_TIMING = {
     "timing_scale": 0.0,
     "timing_overrun": "release",
     "max_in_flight": 1000,
+    "max_open_jobs": 1000,
 }
 #: Least fixed budget when overruns fail closed: the request's own bookkeeping (ledger writes,
 #: metadata reads) must fit before the deadline, or every answer would be a failure. Also the
@@ -165,6 +166,14 @@ class Settings(BaseSettings):
         "at once with 429 Overloaded and Retry-After, before anything is charged. Public (shown "
         "in /v1/health); a calibrated base (dpmine-server calibrate) covers this many requests "
         "at once.",
+    )
+    max_open_jobs: int = Field(
+        default=32,
+        ge=1,
+        le=100_000,
+        description="Jobs one analyst may have that are not yet shown settled, counted on the "
+        "public schedule (services/jobs.py; test mode's default: 1000). One more is refused "
+        "with 429 TooManyJobs before anything is charged.",
     )
     # Release padding (DESIGN.md contract item 7, services/timing.py). Unset values take the
     # defaults of the environment: a 50 ms grid, 100 ms base and scale 1 everywhere but in

@@ -34,6 +34,7 @@ from dpmine_server.errors import (
     RateLimited,
     RequestInProgress,
     ServerError,
+    TooManyJobs,
     Unauthorized,
 )
 from dpmine_server.services.container import Services
@@ -71,6 +72,7 @@ CLASSES: list[tuple[type[ServerError], int, dict[str, str]]] = [
     (PayloadTooLarge, 413, {}),
     (RateLimited, 429, {"retry-after": "1"}),
     (Overloaded, 429, {"retry-after": "1"}),
+    (TooManyJobs, 429, {"retry-after": "1"}),
 ]
 
 

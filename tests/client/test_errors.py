@@ -30,6 +30,7 @@ from dpmine.errors import (
     RateLimitedError,
     RequestInProgressError,
     ServerError,
+    TooManyJobsError,
     TransportError,
     checked_parameters,
     error_from_response,
@@ -64,6 +65,7 @@ TREE: dict[type[DPMineError], type[Exception] | tuple[type[Exception], ...]] = {
     PayloadTooLargeError: ServerError,
     RateLimitedError: ServerError,
     OverloadedError: RateLimitedError,
+    TooManyJobsError: RateLimitedError,
 }
 
 #: Every error the server sends (dpmine_server.errors class names) with its status.
@@ -82,6 +84,7 @@ SERVER_ERRORS: list[tuple[str, int, type[ServerError]]] = [
     ("JobCancelled", 409, JobCancelledError),
     ("RateLimited", 429, RateLimitedError),
     ("Overloaded", 429, OverloadedError),
+    ("TooManyJobs", 429, TooManyJobsError),
 ]
 
 

@@ -63,9 +63,11 @@ _ERROR_MEANINGS: dict[int, str] = {
     "Idempotency-Key), IdempotencyConflict, or ChargeKeptNoResult (charged, nothing released).",
     413: "The body is over the server's size limit; nothing was read or charged.",
     422: "InvalidRequest: nothing was charged; the detail says what to fix.",
-    429: "RateLimited (too many failed logins from this client or for this key) or Overloaded "
-    "(the server holds its public limit of requests at once; nothing charged); wait "
-    "Retry-After seconds and send it again with the same Idempotency-Key.",
+    429: "RateLimited (too many failed logins from this client or for this key), Overloaded "
+    "(the server holds its public limit of requests at once; nothing charged; wait "
+    "Retry-After seconds and send it again with the same Idempotency-Key) or TooManyJobs (your "
+    "jobs not yet shown settled are at the server's limit; nothing charged; submit again once "
+    "one is shown settled).",
 }
 #: Error responses documented on every route (all share the ErrorBody shape).
 ERRORS: dict[int | str, dict[str, Any]] = {

@@ -115,6 +115,7 @@ def build_services(
             instance_id=instance.instance_id,
             timing=TimingPolicy.from_settings(settings),
             wait_s=settings.job_wait_s,
+            max_open_jobs=settings.max_open_jobs,
         )
     except BaseException:
         instance.close()

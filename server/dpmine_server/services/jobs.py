@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import TypeAdapter
-from sqlalchemy import case, literal, select, update
+from sqlalchemy import case, literal, or_, select, update
 from sqlalchemy.orm import Session
 
 from dpmine.wire import JobInfo, JobStatus
@@ -40,6 +40,7 @@ from dpmine_server.errors import (
     NotFound,
     OperationFailed,
     RequestInProgress,
+    TooManyJobs,
 )
 from dpmine_server.services.executor import Release
 from dpmine_server.services.instances import dead_owners
@@ -81,6 +82,7 @@ class JobRunner:
         instance_id: str | None = None,
         timing: TimingPolicy | None = None,
         wait_s: float = 3600.0,
+        max_open_jobs: int | None = None,
     ) -> None:
         self._runtime = runtime
         self._sessions = runtime.write_sessions
@@ -89,6 +91,7 @@ class JobRunner:
         self._timing = timing or TimingPolicy(enabled=False, grid=0.0, base=0.0, scale=0.0)
         self._instance_id = instance_id
         self._wait_s = wait_s
+        self._max_open_jobs = max_open_jobs
 
     @property
     def queue(self) -> JobQueue:
@@ -242,6 +245,7 @@ class JobRunner:
                         "use a new key for a new request"
                     )
                 return existing.id, None, False
+            self._check_open_jobs(session, principal.id, arrival)
         spec = self._executor.spec(operation)
         started = self._executor.begin(
             principal=principal,
@@ -357,6 +361,40 @@ class JobRunner:
             if job is None or job.principal_id != principal.id:
                 raise NotFound(f"no job {job_id!r} of yours")
             return self._info(session, job)
+
+    def _check_open_jobs(self, session: Session, principal_id: int, now: datetime) -> None:
+        """Refuse a new job (429 TooManyJobs, before any charge) when the principal already has
+        ``max_open_jobs`` jobs not yet shown settled at ``now``.
+
+        Proof that the refusal is public: a job counts exactly when :meth:`_info` would show
+        it ``running`` at ``now`` (its shown state, which its analyst can poll), and that
+        state changes only on the padded public schedule (:meth:`_shown_at`); the count is of
+        the principal's own jobs, so it reveals nothing beyond states that principal sees."""
+        limit = self._max_open_jobs
+        if limit is None:
+            return
+        # A settled job is shown settled at most half the base plus two grid steps after its
+        # recorded settle time (:meth:`_shown_at`); a minute more covers any clock slack.
+        slack = 60.0 + self._timing.base + 2 * self._timing.grid
+        recent = now - timedelta(seconds=slack)
+        candidates = session.scalars(
+            select(Job).where(
+                Job.principal_id == principal_id,
+                or_(Job.status.not_in(FINAL_STATES), Job.updated_at >= recent),
+            )
+        )
+        shown_open = 0
+        for job in candidates:
+            budget = self._budget(session, job) if self._timing.enabled else 0.0
+            shown_at = self._shown_at(job, budget)
+            if shown_at is None or now < shown_at:
+                shown_open += 1
+        if shown_open >= limit:
+            raise TooManyJobs(
+                f"you have {shown_open} jobs that are not finished yet, the server's limit per "
+                f"analyst (DPMINE_MAX_OPEN_JOBS = {limit}); nothing was charged. Submit again "
+                "once one of them is shown settled (GET /v1/jobs/{id}), or cancel one."
+            )
 
     def _budget(self, session: Session, job: Job) -> float:
         try:
