@@ -123,6 +123,18 @@ def spin_body(seconds: float = SPIN_S) -> dict[str, Any]:
     }
 
 
+def overrun_body(priced_seconds: float, unpriced_seconds: float) -> dict[str, Any]:
+    """A spin priced for ``priced_seconds`` that spins ``unpriced_seconds`` more, on D' only:
+    it overruns its padding budget there (``test.spin`` / ``test.spin_inline``)."""
+    return {
+        "predicate": PREDICATE,
+        "epsilon": EPSILON,
+        "seconds": priced_seconds,
+        "unpriced_seconds": unpriced_seconds,
+        "spin_if_any": True,
+    }
+
+
 def _loss(hits_0: int, hits_1: int, trials_0: int, trials_1: int) -> float:
     """Clopper–Pearson lower bound on the privacy loss of one event, both directions (four
     one-sided bounds at ALPHA/4 each)."""

@@ -33,11 +33,11 @@ from privacy.audit import assert_audit_flags, assert_audit_passes
 from privacy.channels import (
     EPSILON,
     PADDED_ENV,
-    PREDICATE,
     SPIN_S,
     ChannelServer,
     Observation,
     audit,
+    overrun_body,
     settled,
     spin_body,
     start_channel_server,
@@ -71,16 +71,6 @@ def limited_release_late(tmp_path_factory: pytest.TempPathFactory) -> Iterator[C
         yield channel
     finally:
         channel.server.stop()
-
-
-def _overrun_body() -> dict[str, Any]:
-    return {
-        "predicate": PREDICATE,
-        "epsilon": EPSILON,
-        "seconds": PRICED_S,
-        "unpriced_seconds": UNPRICED_S,
-        "spin_if_any": True,
-    }
 
 
 def _limit_observer(
@@ -124,5 +114,7 @@ def test_the_open_job_limit_does_not_depend_on_the_kernel(limited: ChannelServer
 def test_the_audit_flags_a_limit_on_a_schedule_that_releases_overruns_late(
     limited_release_late: ChannelServer,
 ) -> None:
-    observe = _limit_observer(limited_release_late, _overrun_body(), AFTER_SCHEDULE_S)
+    observe = _limit_observer(
+        limited_release_late, overrun_body(PRICED_S, UNPRICED_S), AFTER_SCHEDULE_S
+    )
     assert_audit_flags(audit(observe), EPSILON)

@@ -33,6 +33,7 @@ from privacy.channels import (
     Observation,
     audit,
     bucket,
+    overrun_body,
     settled,
     start_channel_server,
 )
@@ -55,16 +56,6 @@ SETTLE_S = 0.05
 #: abandoned kernel's CPU slows the worker's handover by more than the schedule's allowance.
 BURNERS = 2
 RELEASE_LATE_ENV = {**PADDED_ENV, "DPMINE_TIMING_OVERRUN": "release"}
-
-
-def _overrun_body() -> dict[str, Any]:
-    return {
-        "predicate": PREDICATE,
-        "epsilon": EPSILON,
-        "seconds": PRICED_S,
-        "unpriced_seconds": UNPRICED_S,
-        "spin_if_any": True,
-    }
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +84,7 @@ def _inline_observer(channel: ChannelServer) -> Callable[[int], Observation]:
             sent = time.perf_counter()
             client.post(
                 f"/v1/datasets/{channel.neighbours[side]}/test/spin-inline",
-                json=_overrun_body(),
+                json=overrun_body(PRICED_S, UNPRICED_S),
             )
             latency = time.perf_counter() - sent
         time.sleep(SETTLE_S * side)  # let an abandoned kernel stop before the next trial
@@ -110,7 +101,7 @@ def _job_observer(channel: ChannelServer) -> Callable[[int], Observation]:
             submitted = time.perf_counter()
             job = client.post(
                 f"/v1/datasets/{channel.neighbours[side]}/jobs",
-                json={"operation": "test.spin", "request": _overrun_body()},
+                json={"operation": "test.spin", "request": overrun_body(PRICED_S, UNPRICED_S)},
             ).json()
             settled(client, job["id"])
             shown_after = time.perf_counter() - submitted
@@ -130,7 +121,10 @@ def _queue_observer(channel: ChannelServer) -> Callable[[int], Observation]:
             for _job in range(2):
                 client.post(
                     f"/v1/datasets/{channel.neighbours[side]}/jobs",
-                    json={"operation": "test.spin", "request": {**_overrun_body(), "steps": 1}},
+                    json={
+                        "operation": "test.spin",
+                        "request": {**overrun_body(PRICED_S, UNPRICED_S), "steps": 1},
+                    },
                 )
             submitted = time.perf_counter()
             job = client.post(
@@ -187,22 +181,27 @@ def test_an_overrun_releases_nothing_and_keeps_its_charge(fail_closed: ChannelSe
     key = str(uuid.uuid4())
     path = f"/v1/datasets/{fail_closed.neighbours[1]}/test/spin-inline"
     with fail_closed.client() as client:
-        answer = client.post(path, json=_overrun_body(), headers={"Idempotency-Key": key})
+        answer = client.post(
+            path, json=overrun_body(PRICED_S, UNPRICED_S), headers={"Idempotency-Key": key}
+        )
         assert answer.status_code == 500, answer.text
         assert answer.json()["error"] == "OperationFailed"
         assert "padded time budget" in answer.json()["detail"]
-        retry = client.post(path, json=_overrun_body(), headers={"Idempotency-Key": key})
+        retry = client.post(
+            path, json=overrun_body(PRICED_S, UNPRICED_S), headers={"Idempotency-Key": key}
+        )
         assert retry.status_code == 409, retry.text
         assert retry.json()["error"] == "ChargeKeptNoResult"
         job = client.post(
             f"/v1/datasets/{fail_closed.neighbours[1]}/jobs",
-            json={"operation": "test.spin", "request": _overrun_body()},
+            json={"operation": "test.spin", "request": overrun_body(PRICED_S, UNPRICED_S)},
         ).json()
         shown = settled(client, job["id"])
         assert (shown["status"], shown["result"]) == ("failed", None)
         assert "padded time budget" in shown["message"]
         quiet = client.post(
-            f"/v1/datasets/{fail_closed.neighbours[0]}/test/spin-inline", json=_overrun_body()
+            f"/v1/datasets/{fail_closed.neighbours[0]}/test/spin-inline",
+            json=overrun_body(PRICED_S, UNPRICED_S),
         )
         assert quiet.status_code == 200, quiet.text
     time.sleep(SETTLE_S)
