@@ -170,6 +170,11 @@ class Config:
     smoke: bool = False
     #: Benchmark 4's worker counts (``--smoke``: 2 only, one server fewer; the same code path).
     job_worker_counts: tuple[int, ...] = JOB_WORKER_COUNTS
+    #: Seconds of each warm-up job (``--smoke``: shorter; the pool still starts every worker).
+    warm_spin_seconds: float = WARM_SPIN_SECONDS
+    #: ``--smoke``: benchmark 4 runs on benchmark 3's server where their settings agree (the
+    #: pool of 2; one server start fewer) instead of a fresh one (:class:`JobServers`).
+    share_job_servers: bool = False
 
 
 @dataclass(frozen=True)
@@ -533,13 +538,51 @@ def job_server(
                 raise
 
 
-def warm_workers(connection: dpmine.Connection, workers: int) -> None:
+class JobServers:
+    """The job servers of benchmarks 3 and 4 (:func:`job_server`): a fresh one per use, or, with
+    ``keep`` (``--smoke``), each left running in ``keep`` after its first use and used again by
+    any later one with the same backend and ``DPMINE_JOB_WORKERS``."""
+
+    def __init__(self, keep: contextlib.ExitStack | None = None) -> None:
+        self._keep = keep
+        self._kept: dict[tuple[Backend, int], tuple[ServerHandle, str, Path]] = {}
+
+    @contextlib.contextmanager
+    def open(
+        self,
+        backend: Backend,
+        cluster: PostgresCluster | None,
+        mammals: DatasetMetadata,
+        config: Config,
+        *,
+        name: str,
+        workers: int,
+    ) -> Iterator[tuple[ServerHandle, str, Path]]:
+        """A job server with ``workers`` job workers: yields the server, the analyst's key and
+        the work folder."""
+        start = functools.partial(
+            job_server,
+            backend,
+            cluster,
+            mammals,
+            config,
+            name=name,
+            extra_env={"DPMINE_JOB_WORKERS": str(workers)},
+        )
+        if self._keep is None:
+            with start() as fresh:
+                yield fresh
+            return
+        if (backend, workers) not in self._kept:
+            self._kept[backend, workers] = self._keep.enter_context(start())
+        yield self._kept[backend, workers]
+
+
+def warm_workers(connection: dpmine.Connection, workers: int, seconds: float) -> None:
     """One short job per worker, submitted together: each worker (process spawned, dataset
     loaded) has run a job before anything is measured."""
     handle = connection.dataset(MAMMALS_ID)
-    submitted = [
-        handle.submit(SPIN_OPERATION, spin_request(WARM_SPIN_SECONDS)) for _ in range(workers)
-    ]
+    submitted = [handle.submit(SPIN_OPERATION, spin_request(seconds)) for _ in range(workers)]
     for info in submitted:
         final = connection.wait_for_job(info.id, poll_seconds=0.05, timeout=300.0)
         if final.status != "done":
@@ -589,7 +632,7 @@ def run_long_job(
         handle = connection.dataset(MAMMALS_ID)
         for left, right in chosen[:5]:  # warm-up: dataset loaded, keep-alive connection open
             handle.quality(left, right, epsilon=EPSILON)
-        warm_workers(connection, LONG_JOB_WORKERS)
+        warm_workers(connection, LONG_JOB_WORKERS, config.warm_spin_seconds)
         idle = quality_latencies(handle, chosen, errors)
         job = handle.submit(SPIN_OPERATION, spin_request(config.long_job_seconds))
         before = wait_until_claimed(connection, job.id, timeout=120.0)
@@ -628,6 +671,7 @@ def bench_long_jobs(
     cluster: PostgresCluster | None,
     mammals: DatasetMetadata,
     queries: list[tuple[Expr, Expr]],
+    servers: JobServers,
 ) -> list[LongJobResult]:
     """Benchmark 3 on every backend: the embedded pool on SQLite, local workers on PostgreSQL
     (both the default ``DPMINE_JOB_WORKERS`` = 2)."""
@@ -639,13 +683,8 @@ def bench_long_jobs(
             else f"{LONG_JOB_WORKERS} local worker processes"
         )
         print(f"[long job] {backend}: {workers} ...", flush=True)
-        with job_server(
-            backend,
-            cluster,
-            mammals,
-            config,
-            name=f"longjob-{backend}",
-            extra_env={"DPMINE_JOB_WORKERS": str(LONG_JOB_WORKERS)},
+        with servers.open(
+            backend, cluster, mammals, config, name=f"longjob-{backend}", workers=LONG_JOB_WORKERS
         ) as (server, key, _work):
             result = run_long_job(
                 server, key, backend=backend, workers=workers, queries=queries, config=config
@@ -765,7 +804,7 @@ def _measure_jobs(
 ) -> list[JobsResult]:
     """Warm the workers, then every job length of ``JOB_SPIN_SECONDS``."""
     with server.connect(key) as connection:
-        warm_workers(connection, workers)
+        warm_workers(connection, workers, config.warm_spin_seconds)
     results: list[JobsResult] = []
     for spin_seconds in JOB_SPIN_SECONDS:
         result = run_jobs(
@@ -788,23 +827,24 @@ def _measure_jobs(
 
 
 def bench_jobs(
-    config: Config, cluster: PostgresCluster | None, mammals: DatasetMetadata
+    config: Config, cluster: PostgresCluster | None, mammals: DatasetMetadata, servers: JobServers
 ) -> list[JobsResult]:
-    """Benchmark 4: SQLite's embedded pool of 1 and 2 processes (a fresh server each);
-    PostgreSQL: one API process without workers (``DPMINE_JOB_WORKERS=0``) and 1, then 2
-    separate ``python -m dpmine_server worker`` processes."""
+    """Benchmark 4: SQLite's embedded pool of 1 and 2 processes (a fresh server each, from
+    ``servers``: under ``--smoke``, benchmark 3's for the pool of 2); PostgreSQL: one API
+    process without workers (``DPMINE_JOB_WORKERS=0``) and 1, then 2 separate ``python -m
+    dpmine_server worker`` processes."""
     results: list[JobsResult] = []
     for backend in config.backends:
         if backend == "sqlite":
             for workers in config.job_worker_counts:
                 print(f"[jobs] sqlite: embedded pool of {workers} ...", flush=True)
-                with job_server(
+                with servers.open(
                     backend,
                     cluster,
                     mammals,
                     config,
                     name=f"jobs-sqlite-{workers}",
-                    extra_env={"DPMINE_JOB_WORKERS": str(workers)},
+                    workers=workers,
                 ) as (server, key, _work):
                     results += _measure_jobs(
                         server,
@@ -1459,7 +1499,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         action="store_true",
         help="seconds-long check that the script runs (the test suite's): every benchmark on "
         "SQLite with tiny data (a synthetic two-view table, 10,000 rows, the bundled Mushroom "
-        "table as FIMI), no baseline commit",
+        "table as FIMI), benchmarks 3 and 4 on one server, no baseline commit",
     )
     parser.add_argument(
         "--backends",
@@ -1595,7 +1635,7 @@ def smoke_config(args: argparse.Namespace) -> Config:
         processes=(1,),
         sections=SECTIONS,
         long_job_calls=5,
-        long_job_seconds=1.0,
+        long_job_seconds=0.5,
         jobs_per_setting={0.2: 4, 0.0: 8},
         topk_runs=1,
         topk_rounds=1,
@@ -1603,6 +1643,8 @@ def smoke_config(args: argparse.Namespace) -> Config:
         topk_specs=(bench_itemsets.smoke_dataset(data),),
         smoke=True,
         job_worker_counts=(LONG_JOB_WORKERS,),
+        warm_spin_seconds=0.1,
+        share_job_servers=True,
     )
 
 
@@ -1652,10 +1694,11 @@ def main(argv: list[str] | None = None) -> int:
                 results.kernel = run_kernel_count(
                     bits_csv, columns, config.kernel_repeats, config.numpy_repeats
                 )
+        servers = JobServers(stack if config.share_job_servers else None)
         if "long-job" in sections:
-            results.long_jobs = bench_long_jobs(config, cluster, mammals, queries)
+            results.long_jobs = bench_long_jobs(config, cluster, mammals, queries, servers)
         if "jobs" in sections:
-            results.jobs = bench_jobs(config, cluster, mammals)
+            results.jobs = bench_jobs(config, cluster, mammals, servers)
     if "topk" in sections:
         results.topk, results.topk_skipped = bench_topk(config)
     total = time.perf_counter() - started

@@ -38,9 +38,9 @@ Usage::
         [--paths frame-python,frame-arrow,streaming] [--frame-max-rows 1000000]
         [--continuous] [--upload-mbps 100] [--work-dir /tmp] [--out bench/out]
 
-``--smoke``: 2,000 rows, every path (seconds). ``--frame-max-rows`` (default 10^6) skips the
-whole-frame paths above that many rows: at 10^7 rows they need more than 14 GiB. Writes
-``<out>/loading.json``.
+``--smoke``: 500 rows, every path, the registration's server with release padding off
+(seconds). ``--frame-max-rows`` (default 10^6) skips the whole-frame paths above that many
+rows: at 10^7 rows they need more than 14 GiB. Writes ``<out>/loading.json``.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ from dpmine_server.data.propose import propose_metadata
 
 PATHS = ("frame-python", "frame-arrow", "streaming", "mapped", "propose", "registration")
 ROWS = (1_000_000, 10_000_000)
-SMOKE_ROWS = 2_000
+SMOKE_ROWS = 500
 FRAME_MAX_ROWS = 1_000_000
 N_BOOLEAN, N_CATEGORICAL, N_NUMERIC = 20, 15, 15
 #: Rows generated per write: bounds the generator's memory.
@@ -337,15 +337,24 @@ def _paced_upload(server: ServerHandle, csv_path: Path, n_max: int, rate: float)
 
 
 def run_registration(
-    csv_path: Path, n_max: int, work: Path, *, upload_mbps: float | None = None
+    csv_path: Path,
+    n_max: int,
+    work: Path,
+    *,
+    upload_mbps: float | None = None,
+    padding: bool = True,
 ) -> dict[str, Any]:
     """The whole registration of ``csv_path`` over HTTP on a fresh server (SQLite); with
-    ``upload_mbps``, the client sends the file at that many MB/s (a remote owner's link)."""
+    ``upload_mbps``, the client sends the file at that many MB/s (a remote owner's link).
+    ``padding=False`` (``--smoke``, as every smoke server): release padding off, so the server
+    starts without warming its job pool."""
     server_dir = work / f"server-{n_max}"
     # The 10^7-row CSV (2.3 GB) is above the default upload limit (2 GiB): the owner raises it.
-    limit = {"DPMINE_MAX_UPLOAD_BYTES": str(max(2 * csv_path.stat().st_size, 2**31))}
+    settings = {"DPMINE_MAX_UPLOAD_BYTES": str(max(2 * csv_path.stat().st_size, 2**31))}
+    if not padding:
+        settings["DPMINE_TIMING_PADDING"] = "false"
     database = f"sqlite:///{server_dir / 'dpmine.sqlite3'}"
-    with running_server(database, server_dir, extra_env=limit) as server:
+    with running_server(database, server_dir, extra_env=settings) as server:
         before = _peak_rss_mib(server.process.pid)
         start = time.perf_counter()
         if upload_mbps is not None:
@@ -401,7 +410,9 @@ def _packed(result: dict[str, Any]) -> str:
 
 def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--smoke", action="store_true", help=f"{SMOKE_ROWS:,} rows, every path")
+    parser.add_argument(
+        "--smoke", action="store_true", help=f"{SMOKE_ROWS:,} rows, every path, padding off"
+    )
     parser.add_argument("--rows", default=",".join(str(rows) for rows in ROWS))
     parser.add_argument("--paths", default=",".join(PATHS))
     parser.add_argument(
@@ -473,7 +484,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     continue
                 if path_name == "registration":
                     result = run_registration(
-                        csv_path, n_rows, Path(work), upload_mbps=arguments.upload_mbps
+                        csv_path,
+                        n_rows,
+                        Path(work),
+                        upload_mbps=arguments.upload_mbps,
+                        padding=not arguments.smoke,
                     )
                 else:
                     result = run_child(path_name, csv_path, n_max=n_rows)

@@ -167,6 +167,8 @@ FALSE_TOKENS = frozenset({"0", "0.0", "false", "f", "no"})
 BoolArray = npt.NDArray[np.bool_]
 FloatArray = npt.NDArray[np.float64]
 ObjectArray = npt.NDArray[np.object_]
+#: A live server's analyst connection and a handle per dataset (:func:`registered_server`).
+Served = tuple[dpmine.Connection, dict[str, dpmine.DatasetHandle]]
 
 
 @dataclass(frozen=True)
@@ -670,7 +672,7 @@ def register_all(
 @contextmanager
 def registered_server(
     prepared: Sequence[PreparedData], config: Config, prefix: str
-) -> Iterator[tuple[dpmine.Connection, dict[str, dpmine.DatasetHandle]]]:
+) -> Iterator[Served]:
     """A live SQLite server with the datasets registered: the analyst's connection and a handle
     per dataset (the server's log tail is printed if anything fails)."""
     with (
@@ -691,14 +693,42 @@ def registered_server(
             raise
 
 
+class StageServers:
+    """The servers of the stages (:func:`registered_server`): a fresh one per stage, or, with
+    ``keep`` (``--smoke``), each left running in ``keep`` after its first stage and used again
+    by every later stage with the same datasets and padding (datasets registered once)."""
+
+    def __init__(self, keep: contextlib.ExitStack | None = None) -> None:
+        self._keep = keep
+        self._kept: dict[tuple[tuple[str, ...], bool], Served] = {}
+
+    @contextmanager
+    def open(
+        self, prepared: Sequence[PreparedData], config: Config, prefix: str
+    ) -> Iterator[Served]:
+        """The analyst's connection and a handle per dataset (:func:`registered_server`)."""
+        if self._keep is None:
+            with registered_server(prepared, config, prefix) as fresh:
+                yield fresh
+            return
+        key = (tuple(data.key for data in prepared), config.padding)
+        if key not in self._kept:
+            self._kept[key] = self._keep.enter_context(registered_server(prepared, config, prefix))
+        yield self._kept[key]
+
+
 def run_serenade_stage(
-    prepared: Sequence[PreparedData], truths: Mapping[str, HarnessData], config: Config
+    prepared: Sequence[PreparedData],
+    truths: Mapping[str, HarnessData],
+    config: Config,
+    servers: StageServers,
 ) -> SerenadeStage:
-    """Start a server, register the datasets, and run every (dataset, ε, method) ``runs`` times,
-    interleaved (repetition outermost) so that load changes hit every setting alike."""
+    """Start a server (``servers``), register the datasets, and run every (dataset, ε, method)
+    ``runs`` times, interleaved (repetition outermost) so that load changes hit every setting
+    alike."""
     stage = SerenadeStage()
     started = time.perf_counter()
-    with registered_server(prepared, config, "dpmine-bench-serenade-") as (connection, handles):
+    with servers.open(prepared, config, "dpmine-bench-serenade-") as (connection, handles):
         for data in prepared:
             stage.calibrations[data.key] = calibrate(connection, data)
             start = time.perf_counter()  # the first data access loads the files
@@ -1555,14 +1585,17 @@ def utility_once(
 
 
 def run_utility_stage(
-    prepared: Sequence[PreparedData], truths: Mapping[str, HarnessData], config: Config
+    prepared: Sequence[PreparedData],
+    truths: Mapping[str, HarnessData],
+    config: Config,
+    servers: StageServers,
 ) -> list[UtilityRun]:
     """Every (dataset, ε, method, preset) ``runs`` times on one real server, repetition
     outermost."""
     runs: list[UtilityRun] = []
     total = config.runs * len(prepared) * len(config.epsilons) * len(METHODS) * len(PRESETS)
     prefix = "dpmine-bench-serenade-utility-"
-    with registered_server(prepared, config, prefix) as (_connection, handles):
+    with servers.open(prepared, config, prefix) as (_connection, handles):
         for repetition in range(config.runs):
             for data in prepared:
                 for epsilon in config.epsilons:
@@ -1722,8 +1755,9 @@ def utility_markdown(summaries: Sequence[UtilitySummary], config: Config) -> str
     return "\n".join(lines)
 
 
-def main_utility(config: Config) -> int:
-    """``--utility``: the issue #12 table; writes ``<out>/serenade_utility.json``."""
+def main_utility(config: Config, servers: StageServers | None = None) -> int:
+    """``--utility``: the issue #12 table; writes ``<out>/serenade_utility.json``. On a fresh
+    server unless ``servers`` has one (``--smoke``)."""
     started = time.perf_counter()
     info = machine_info()
     print(
@@ -1737,7 +1771,7 @@ def main_utility(config: Config) -> int:
         print("[data] trimming the views and proposing metadata ...", flush=True)
         prepared = _prepare(config, Path(scratch))
         truths = {data.key: load_harness_data(data) for data in prepared}
-        runs = run_utility_stage(prepared, truths, config)
+        runs = run_utility_stage(prepared, truths, config, servers or StageServers())
     summaries = summarise_utility(runs)
     report = utility_markdown(summaries, config)
     payload = {
@@ -1832,7 +1866,7 @@ def _any_literal(attribute: Any) -> dict[str, Any]:
 
 
 def run_batching_stage(
-    prepared: Sequence[PreparedData], config: Config
+    prepared: Sequence[PreparedData], config: Config, servers: StageServers
 ) -> tuple[list[BatchingRun], dict[str, float]]:
     """Every (dataset, miner, per-call/batched) ``runs`` times on a server with padding off,
     then on one with the production padding defaults (``--smoke``: padding off only); and a
@@ -1840,9 +1874,8 @@ def run_batching_stage(
     runs: list[BatchingRun] = []
     parts: dict[str, float] = {}
     for padding in (False,) if config.smoke else (False, True):
-        with registered_server(
-            prepared, replace(config, padding=padding), "dpmine-bench-batching-"
-        ) as (_connection, handles):
+        padded = replace(config, padding=padding)
+        with servers.open(prepared, padded, "dpmine-bench-batching-") as (_connection, handles):
             for data in prepared:
                 handles[data.key].count(epsilon=WARMUP_EPSILON)  # load the files once
                 if not padding:
@@ -1940,8 +1973,9 @@ def batching_markdown(runs: Sequence[BatchingRun], parts: Mapping[str, float]) -
     return "\n".join(lines)
 
 
-def main_batching(config: Config) -> int:
-    """``--batching``: the padding table; writes ``<out>/serenade_batching.json``."""
+def main_batching(config: Config, servers: StageServers | None = None) -> int:
+    """``--batching``: the padding table; writes ``<out>/serenade_batching.json``. On fresh
+    servers unless ``servers`` has one (``--smoke``)."""
     started = time.perf_counter()
     info = machine_info()
     print(
@@ -1953,7 +1987,7 @@ def main_batching(config: Config) -> int:
     config.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="dpmine-bench-serenade-data-") as scratch:
         prepared = _prepare(config, Path(scratch))
-        runs, parts = run_batching_stage(prepared, config)
+        runs, parts = run_batching_stage(prepared, config, servers or StageServers())
     report = batching_markdown(runs, parts)
     info["load_average_end"] = load_average()
     payload = {
@@ -1994,7 +2028,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
         "--smoke",
         action="store_true",
         help="seconds-long check that the script runs (the test suite's): the bundled Mushroom "
-        "table, ε = 1, 1 run, padding off, ReReMi not run; then the --utility stage on it",
+        "table, ε = 1, 1 run, padding off, ReReMi not run; then the --utility and --batching "
+        "stages on it, all on one server",
     )
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "out")
     parser.add_argument(
@@ -2143,6 +2178,20 @@ def main(argv: list[str] | None = None) -> int:
         return main_utility(config)
     if config.batching:
         return main_batching(config)
+    if not config.smoke:
+        return main_serenade(config, StageServers())
+    # --smoke: the --utility and --batching stages too, so that the smoke run covers them, all
+    # on one server (the same datasets and settings: padding off)
+    with contextlib.ExitStack() as keep:
+        servers = StageServers(keep)
+        failed = main_serenade(config, servers) != 0
+        failed = main_utility(config, servers) != 0 or failed
+        failed = main_batching(config, servers) != 0 or failed
+    return 1 if failed else 0
+
+
+def main_serenade(config: Config, servers: StageServers) -> int:
+    """The Serenade stage and ReReMi (the default mode): tables, JSON and figures."""
     started = time.perf_counter()
     info = machine_info()
     print(
@@ -2167,7 +2216,7 @@ def main(argv: list[str] | None = None) -> int:
                 "HTTP ...",
                 flush=True,
             )
-            stage = run_serenade_stage(prepared, truths, config)
+            stage = run_serenade_stage(prepared, truths, config, servers)
             summaries = summarise(stage.runs)
             agreement = exact_agreement(prepared, stage.runs)
             loads = [run.load_average[0] for run in stage.runs]
@@ -2235,9 +2284,6 @@ def main(argv: list[str] | None = None) -> int:
     print(report)
     print(f"\nwrote {out_file}" + "".join(f"\nwrote {path}" for path in figures))
     failed = agreement[0] != agreement[1] or any(c.status == "failed" for c in clired)
-    if config.smoke:  # the --utility and --batching stages too, so that the smoke run covers them
-        failed = main_utility(config) != 0 or failed
-        failed = main_batching(config) != 0 or failed
     return 1 if failed else 0
 
 

@@ -31,7 +31,8 @@ Usage::
         [--fimi /path/to/data] [--out DIR] [--smoke]
 
 ``--out DIR`` also writes ``DIR/calibrate_itemsets.json``; ``--smoke`` (the test suite's check
-that the script runs) measures once and runs the FIMI part on the bundled Mushroom table.
+that the script runs) measures once, every shape and cost on a tenth of its rows, and runs the
+FIMI part on the bundled Mushroom table.
 
 Prints the measured medians and the model's constants side by side (the model must be above).
 """
@@ -73,6 +74,14 @@ from dpmine_server.dp.topk import noisy_top_k_blocks
 from dpmine_server.operations.itemset_plan import COSTS
 from dpmine_server.operations.itemsets import _Tail, request_plan, top_k_itemsets
 
+#: ``--smoke``: the share of the rows of the shapes and cost sections (the same shapes, smaller).
+SMOKE_SCALE = 0.1
+
+
+def _scaled(n_rows: int, scale: float) -> int:
+    """``n_rows`` at ``scale`` (at least one row)."""
+    return max(round(n_rows * scale), 1)
+
 
 def _median_seconds(run: Callable[[], object], repeats: int) -> float:
     times = []
@@ -96,30 +105,40 @@ def _random_rows(n_rows: int, n_items: int, width: int, seed: int) -> list[list[
     return [sorted(rng.choice(n_items, size=width, replace=False).tolist()) for _ in range(n_rows)]
 
 
-def _shapes() -> dict[str, tuple[RowItems, int, tuple[int, int]]]:
-    repeated = [row for row in _random_rows(1500, 2000, 20, 9) for _ in range(4)]
+def _shapes(scale: float = 1.0) -> dict[str, tuple[RowItems, int, tuple[int, int]]]:
+    def rows(n_rows: int) -> int:
+        return _scaled(n_rows, scale)
+
+    repeated = [row for row in _random_rows(rows(1500), 2000, 20, 9) for _ in range(4)]
     return {
-        "identical rows, w 30, l 1-3": (_rows([list(range(30))] * 3000, 30), 1, (1, 3)),
-        "random rows, m 2000, w 30, B 1": (_rows(_random_rows(4000, 2000, 30, 1), 2000), 1, (1, 3)),
+        "identical rows, w 30, l 1-3": (_rows([list(range(30))] * rows(3000), 30), 1, (1, 3)),
+        "random rows, m 2000, w 30, B 1": (
+            _rows(_random_rows(rows(4000), 2000, 30, 1), 2000),
+            1,
+            (1, 3),
+        ),
         "random rows x4, m 2000, w 20, B 4": (_rows(repeated, 2000), 4, (1, 3)),
         "random rows, m 200000, w 12, B 1": (
-            _rows(_random_rows(20_000, 200_000, 12, 10), 200_000),
+            _rows(_random_rows(rows(20_000), 200_000, 12, 10), 200_000),
             1,
             (1, 3),
         ),
         "one item of each of 40 groups, B 1": (
-            _rows([[3 * g + int(c) for g, c in enumerate(row)] for row in _groups(3000)], 120),
+            _rows(
+                [[3 * g + int(c) for g, c in enumerate(row)] for row in _groups(rows(3000))], 120
+            ),
             1,
             (1, 3),
         ),
     }
 
 
-def scan_shapes(repeats: int) -> dict[str, float]:
-    """Fit seconds = step·steps + node·nodes + report·reports over the shapes; then the dense
-    report's cost. Returns the fitted constants and each shape's measured/fitted ratio."""
+def scan_shapes(repeats: int, scale: float = 1.0) -> dict[str, float]:
+    """Fit seconds = step·steps + node·nodes + report·reports over the shapes (their rows at
+    ``scale``); then the dense report's cost. Returns the fitted constants and each shape's
+    measured/fitted ratio."""
     observed: list[tuple[str, float, MinerWork]] = []
-    for name, (rows, threshold, lengths) in _shapes().items():
+    for name, (rows, threshold, lengths) in _shapes(scale).items():
         _spectrum, work = mine_spectrum(rows, min_count=threshold, lengths=lengths)  # warm
         seconds = _median_seconds(
             functools.partial(mine_spectrum, rows, min_count=threshold, lengths=lengths), repeats
@@ -140,7 +159,7 @@ def scan_shapes(repeats: int) -> dict[str, float]:
     catalog = item_catalog(metadata)
     terms = catalog.ranks(3).terms()
     offsets = np.array([0, 0, 0, 0, catalog.universe_size([3])], dtype=np.int64)
-    dense_rows = _rows(_random_rows(2000, n_items, 30, 2), n_items)
+    dense_rows = _rows(_random_rows(_scaled(2000, scale), n_items, 30, 2), n_items)
     _counts, work = mine_dense(dense_rows, lengths=(3, 3), rank_of=terms, block_offset=offsets)
     seconds = _median_seconds(
         lambda: mine_dense(dense_rows, lengths=(3, 3), rank_of=terms, block_offset=offsets),
@@ -156,21 +175,23 @@ def _groups(n_rows: int) -> list[list[int]]:
     return [[int(c) for c in row] for row in rng.integers(0, 3, size=(n_rows, 40))]
 
 
-def build_costs(repeats: int) -> dict[str, float]:
-    """Seconds per (row, item) entry of transaction lists and per item × row of bitsets."""
-    n_rows, n_items, width = 100_000, 5_000, 30
+def build_costs(repeats: int, scale: float = 1.0) -> dict[str, float]:
+    """Seconds per (row, item) entry of transaction lists and per item × row of bitsets (the
+    data's rows at ``scale``)."""
+    n_rows, n_items, width = _scaled(100_000, scale), 5_000, 30
     rows = _random_rows(n_rows, n_items, width, 4)
     row_ids = np.repeat(np.arange(n_rows), width)
     items = np.concatenate([np.asarray(row) for row in rows])
     columns = ItemColumns.from_pairs([f"i{i}" for i in range(n_items)], row_ids, items, n_rows)
     lists = [columns.tidlist(item) for item in range(n_items)]
     entry = _median_seconds(lambda: rows_from_columns(lists, n_rows), repeats)
-    table = _table_store(20_000, 200)
+    table_rows = _scaled(20_000, scale)
+    table = _table_store(table_rows, 200)
     index = TransactionIndex(table, item_catalog(table.metadata))
     item_row = _median_seconds(index._build_rows, repeats)
     return {
         "entry": entry / (n_rows * width + n_rows + n_items),
-        "item_row": item_row / (20_000 * len(index.catalog.names)),
+        "item_row": item_row / (table_rows * len(index.catalog.names)),
     }
 
 
@@ -210,10 +231,11 @@ def cell_and_block_costs(repeats: int) -> dict[str, float]:
     return {"cell": cell, "block": block}
 
 
-def draw_costs(repeats: int) -> dict[str, float]:
-    """One tail draw on a transaction dataset whose items each fill half the rows, every item's
-    bitset built from its long row list (a fresh store per draw: nothing cached)."""
-    n_rows, n_items = 100_000, 40
+def draw_costs(repeats: int, scale: float = 1.0) -> dict[str, float]:
+    """One tail draw on a transaction dataset whose items each fill half the rows (their
+    number at ``scale``), every item's bitset built from its long row list (a fresh store per
+    draw: nothing cached)."""
+    n_rows, n_items = _scaled(100_000, scale), 40
     rng = seeded_generator(7)
     row_ids, item_ids = np.nonzero(rng.random((n_rows, n_items)) < 0.5)
     names = [f"i{i}" for i in range(n_items)]
@@ -314,11 +336,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--smoke",
         action="store_true",
-        help="seconds-long check that the script runs (the test suite's): 1 repeat; the FIMI "
-        "part on the bundled Mushroom table written as FIMI (1 row in 32) instead of --fimi",
+        help="seconds-long check that the script runs (the test suite's): 1 repeat, a tenth of "
+        "the rows; the FIMI part on the bundled Mushroom table written as FIMI (1 row in 32) "
+        "instead of --fimi",
     )
     args = parser.parse_args(argv)
     repeats = 1 if args.smoke else args.repeats
+    scale = SMOKE_SCALE if args.smoke else 1.0
     files: dict[str, Path] = {}
     with tempfile.TemporaryDirectory(prefix="dpmine-calibrate-itemsets-") as scratch:
         if args.smoke:
@@ -327,10 +351,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.fimi is not None:
             files = {name: args.fimi / relative for name, relative in FIMI_FILES.items()}
         fimi = fimi_budgets(files, repeats)
-    measured = scan_shapes(repeats)
+    measured = scan_shapes(repeats, scale)
     print(json.dumps(measured, indent=2), flush=True)
-    for section in (build_costs, cell_and_block_costs, draw_costs):
-        part = section(repeats)
+    sections: tuple[Callable[[], dict[str, float]], ...] = (
+        functools.partial(build_costs, repeats, scale),
+        functools.partial(cell_and_block_costs, repeats),  # no rows to scale
+        functools.partial(draw_costs, repeats, scale),
+    )
+    for section in sections:
+        part = section()
         print(json.dumps(part, indent=2), flush=True)
         measured.update(part)
     model = {
