@@ -191,7 +191,7 @@ def _tail(t: int, log_q: float) -> float:
 @lru_cache(maxsize=1024)
 def sum_half_width(scale: float, terms: int, miss: float, kind: CountNoiseKind = "laplace") -> int:
     """The smallest integer t ≥ 0 with P(|Z_1 + … + Z_terms| > t) ≤ ``miss`` for independent
-    discrete Laplace Z_i of ``scale``, from the exact law of the sum (:func:`_log_sum_tail`);
+    discrete Laplace Z_i of ``scale``, from the exact law of the sum (:class:`_SumTails`);
     any ``miss`` in (0, 1), however small. With ``kind`` "discrete_gaussian", Z_i discrete
     Gaussian of σ = ``scale`` (:func:`gaussian_sum_tail`: an upper bound on the tail, so t
     may exceed the smallest by the bound's slack, never fall below it)."""
@@ -216,12 +216,6 @@ def sum_half_width(scale: float, terms: int, miss: float, kind: CountNoiseKind =
         else:
             high = middle
     return high
-
-
-def _log_sum_tail(scale: float, terms: int, t: int) -> float:
-    """log P(S > t) for S the sum of ``terms`` independent discrete Laplace noises of
-    ``scale`` (:class:`_SumTails`)."""
-    return _SumTails(scale, terms).log_tail(t)
 
 
 class _SumTails:
@@ -250,10 +244,10 @@ class _SumTails:
 
     def _extend(self, last: int) -> None:
         """Tables of log P(X = k) and log P(X > k) for k = 0 … at least ``last``."""
-        from scipy import stats  # noqa: PLC0415 (0.5 s to import: `dpmine --help` waits)
-
         if last < len(self.log_sf):
             return
+        from scipy import stats  # noqa: PLC0415 (0.5 s to import: `dpmine --help` waits)
+
         size = max(last + 1, 2 * len(self.log_sf))
         self.log_pmf = stats.nbinom.logpmf(np.arange(size + 2), self.terms, self.success)
         top = float(stats.nbinom.logsf(size, self.terms, self.success))

@@ -132,10 +132,7 @@ class TooManyJobs(ServerError):
     them is shown settled (or cancel one)."""
 
     status_code = 429
-
-    def __init__(self, message: str, *, retry_after: int = 1) -> None:
-        super().__init__(message)
-        self.headers = {"Retry-After": str(retry_after)}
+    headers = {"Retry-After": "1"}  # noqa: RUF012  (class constant, never mutated)
 
 
 class OperationFailed(ServerError):

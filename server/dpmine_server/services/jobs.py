@@ -190,9 +190,7 @@ class JobRunner:
         synchronous route answers at the job's public time, not when its worker's write
         landed."""
         with self._sessions() as session:
-            job = session.get_one(Job, job_id)
-            budget = self._budget(session, job) if self._timing.enabled else 0.0
-            shown_at = self._shown_at(job, budget)
+            _budget, shown_at = self._shown_times(session, session.get_one(Job, job_id))
         if shown_at is not None:
             time.sleep(max((shown_at - utcnow()).total_seconds(), 0.0))
 
@@ -385,8 +383,7 @@ class JobRunner:
         )
         shown_open = 0
         for job in candidates:
-            budget = self._budget(session, job) if self._timing.enabled else 0.0
-            shown_at = self._shown_at(job, budget)
+            _budget, shown_at = self._shown_times(session, job)
             if shown_at is None or now < shown_at:
                 shown_open += 1
         if shown_open >= limit:
@@ -395,6 +392,12 @@ class JobRunner:
                 f"analyst (DPMINE_MAX_OPEN_JOBS = {limit}); nothing was charged. Submit again "
                 "once one of them is shown settled (GET /v1/jobs/{id}), or cancel one."
             )
+
+    def _shown_times(self, session: Session, job: Job) -> tuple[float, datetime | None]:
+        """The job's padding budget (0 with padding off) and when it is shown settled
+        (:meth:`_shown_at`)."""
+        budget = self._budget(session, job) if self._timing.enabled else 0.0
+        return budget, self._shown_at(job, budget)
 
     def _budget(self, session: Session, job: Job) -> float:
         try:
@@ -424,9 +427,8 @@ class JobRunner:
         """What the analyst may see: state changes on the padded public schedule only."""
         created = as_utc(job.created_at)
         submitted = _to_second(created)
-        budget = self._budget(session, job) if self._timing.enabled else 0.0
+        budget, shown_at = self._shown_times(session, job)
         deadline = self._timing.deadline_offset(budget) if self._timing.enabled else 0.0
-        shown_at = self._shown_at(job, budget)
         if shown_at is None or utcnow() < shown_at:
             elapsed = (utcnow() - created).total_seconds()
             progress = min(elapsed / deadline, 0.99) if deadline > 0 else 0.0
