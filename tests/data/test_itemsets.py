@@ -323,8 +323,10 @@ def test_counts_mining_and_spectrum_match_brute_force(tmp_path: Path, seed: int)
         # min_count ≤ 0 is read as 1: itemsets that occur at all
         assert mine_all(index, 0, lengths) == {s: c for s, c in truth.items() if c > 0}
         span = (min(lengths), max(lengths))
-        dense, _work = index.dense(span)
+        dense, work = index.dense(span)
         assert dense.size == catalog.universe_size(lengths)
+        # the dense sink's own last level does the traversal's work, step for step
+        assert work == index.spectrum(1, span)[1]
         assert {index.dense_itemset(i, span): int(c) for i, c in enumerate(dense)} == truth
 
 

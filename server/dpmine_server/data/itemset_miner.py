@@ -288,13 +288,48 @@ def _count_scan(
         row = occ_row[length, entry]
         first, end = occ_pos[length, entry] + 1, indptr[row + 1]
         for position in range(first, end):
-            item = items[position]
+            item = np.uint64(items[position])  # unsigned: no wraparound test per step
             if counts[item] == 0:
                 touched[seen] = item
                 seen += 1
             counts[item] += 1
         work += end - first
     return seen, work
+
+
+@_inlined
+def _count_last_dense(
+    rows: RowItems, sink: _Sink, scratch: _Scratch, node: tuple[int, int, int]
+) -> int:
+    """The dense sink's last level: count the items after the node's last item in each row of
+    its occurrence list and write every child's count straight into the dense array, then
+    clear the counters over the items after the last one (the dense plan's catalogs are small).
+    The same scan steps and reports as :func:`_count_scan` then :func:`_report`, without
+    tracking which items were seen: the branch per step was a third of the dense plan's time.
+    Returns the scan steps."""
+    length, low, high = node
+    indptr, items = rows.indptr, rows.items
+    counts = scratch.counts
+    occ_row, occ_pos = scratch.occ_row[length], scratch.occ_pos[length]
+    work = 0
+    for entry in range(low, high):
+        row = occ_row[entry]
+        first, end = occ_pos[entry] + 1, indptr[row + 1]
+        for position in range(first, end):
+            counts[np.uint64(items[position])] += 1
+        work += end - first
+    dense, rank_of = sink.dense, sink.rank_of
+    base = sink.block_offset[length + 1] + (scratch.path_rank[length - 1] if length else 0)
+    after = scratch.path[length - 1] + 1 if length else 0
+    reported = 0
+    for item in range(after, counts.size):
+        count = counts[item]
+        if count > 0:
+            dense[base + rank_of[item, length]] = count
+            counts[item] = 0
+            reported += 1
+    scratch.tally[1] += reported
+    return work
 
 
 @_inlined
@@ -316,7 +351,7 @@ def _deliver(rows: RowItems, scratch: _Scratch, node: tuple[int, int, int], kept
         row = occ_row[entry]
         first, end = occ_pos[entry] + 1, indptr[row + 1]
         for position in range(first, end):
-            slot = counts[items[position]]
+            slot = counts[np.uint64(items[position])]
             if slot < 0:
                 to_row[fill[-1 - slot]] = row
                 to_pos[fill[-1 - slot]] = position
@@ -342,6 +377,9 @@ def _expand(
     length, low, high = node
     min_count, min_length, max_length = limits
     scratch.tally[0] += 1
+    if sink.mode == _DENSE and length + 1 == max_length:
+        scratch.n_children[length] = 0
+        return _count_last_dense(rows, sink, scratch, node)
     seen, work = _count_scan(rows, scratch, length, low, high)
     touched, counts = scratch.touched, scratch.counts
     child_item, child_count, child_start = (

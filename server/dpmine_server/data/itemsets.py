@@ -243,6 +243,9 @@ class TransactionIndex:
         self._rows = rows
         self._lock = threading.Lock()
         self._row_items: RowItems | None = None
+        #: Rank tables and dense offsets, built once per public length (catalog only).
+        self._ranks: dict[int, ItemsetRanks] = {}
+        self._offsets: dict[tuple[int, int], npt.NDArray[np.int64]] = {}
 
     @property
     def catalog(self) -> ItemCatalog:
@@ -333,23 +336,35 @@ class TransactionIndex:
         """(counts, work): the count of every valid itemset of lengths ``lengths``, indexed by
         :meth:`dense_itemset` (:func:`~dpmine_server.data.itemset_miner.mine_dense`)."""
         offsets = self.dense_offsets(lengths)
-        terms = self._catalog.ranks(lengths[1]).terms()
+        terms = self.ranks(lengths[1]).terms()
         return mine_dense(self.rows(), lengths=lengths, rank_of=terms, block_offset=offsets)
+
+    def ranks(self, max_length: int) -> ItemsetRanks:
+        """The catalog's ranking of itemsets of up to ``max_length`` items (:meth:`ItemCatalog.
+        ranks`), built on first use and kept: a function of the public catalog only."""
+        ranks = self._ranks.get(max_length)
+        if ranks is None:
+            ranks = self._ranks.setdefault(max_length, self._catalog.ranks(max_length))
+        return ranks
 
     def dense_offsets(self, lengths: tuple[int, int]) -> npt.NDArray[np.int64]:
         """``offsets[ℓ]``: where the itemsets of length ℓ start in :meth:`dense`'s array;
-        ``offsets[max + 1]`` its size."""
-        low, high = lengths
-        offsets = np.zeros(high + 2, dtype=np.int64)
-        for length in range(low, high + 1):
-            offsets[length + 1] = offsets[length] + self._catalog.universe_size([length])
+        ``offsets[max + 1]`` its size (kept per ``lengths``, read-only)."""
+        offsets = self._offsets.get(lengths)
+        if offsets is None:
+            low, high = lengths
+            offsets = np.zeros(high + 2, dtype=np.int64)
+            for length in range(low, high + 1):
+                offsets[length + 1] = offsets[length] + self._catalog.universe_size([length])
+            offsets.flags.writeable = False
+            offsets = self._offsets.setdefault(lengths, offsets)
         return offsets
 
     def dense_itemset(self, index: int, lengths: tuple[int, int]) -> Itemset:
         """The itemset at ``index`` of :meth:`dense`'s array."""
         offsets = self.dense_offsets(lengths)
         length = int(np.searchsorted(offsets, index, side="right")) - 1
-        return self._catalog.ranks(length).unrank(index - int(offsets[length]), length)
+        return self.ranks(length).unrank(index - int(offsets[length]), length)
 
 
 def transaction_index(

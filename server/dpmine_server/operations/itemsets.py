@@ -193,7 +193,7 @@ class _Tail:
 
     def __init__(self, index: TransactionIndex, lengths: tuple[int, int], threshold: int):
         self._index = index
-        self._ranks: ItemsetRanks = index.catalog.ranks(lengths[1])
+        self._ranks: ItemsetRanks = index.ranks(lengths[1])
         self._sizes = [
             (length, index.catalog.universe_size([length]))
             for length in range(lengths[0], lengths[1] + 1)
