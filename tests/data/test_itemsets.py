@@ -432,7 +432,8 @@ def test_attribute_items_never_share_an_attribute(tmp_path: Path) -> None:
         assert len(truth) == catalog.universe_size([length])
         assert mine_all(index, 1, [length]) == {s: c for s, c in truth.items() if c > 0}
         assert spectrum_of(index, 1, [length]) == brute_spectrum(truth, 1)
-        dense, _work = index.dense((length, length))
+        dense, work = index.dense((length, length))
+        assert work == index.spectrum(1, (length, length))[1]
         ranks = catalog.ranks(length)
         assert {ranks.unrank(i, length): int(c) for i, c in enumerate(dense)} == truth
     # Two values of one attribute never co-occur.

@@ -38,7 +38,10 @@ the same order (what :func:`mine_selected` relies on).
 Three modes share the traversal: the count spectrum of the reported itemsets
 (:func:`mine_spectrum`), the itemsets at given (count, position-among-that-count) places
 (:func:`mine_selected`), and a dense array of counts indexed by the itemsets' colexicographic
-ranks (:func:`mine_dense`, for small universes).
+ranks (:func:`mine_dense`, for small universes). The dense mode's last level writes its counts
+straight into the array and clears them over the items of later groups: besides its scans, at
+most one visit per itemset of the last length's universe (proof in :func:`_count_last_dense`),
+which the plan prices per universe itemset.
 """
 
 from __future__ import annotations
@@ -216,6 +219,7 @@ class _Sink(NamedTuple):
     rank_of: IntArray  # _DENSE: rank contribution of item i at position p (0-based)
     dense: Int32Array
     block_offset: IntArray  # first index of the itemsets of each length
+    group_end: IntArray  # _DENSE: the first item after item i's group
 
 
 class _Scratch(NamedTuple):
@@ -303,10 +307,15 @@ def _count_last_dense(
 ) -> int:
     """The dense sink's last level: count the items after the node's last item in each row of
     its occurrence list and write every child's count straight into the dense array, then
-    clear the counters over the items after the last one (the dense plan's catalogs are small).
-    The same scan steps and reports as :func:`_count_scan` then :func:`_report`, without
-    tracking which items were seen: the branch per step was a third of the dense plan's time.
-    Returns the scan steps."""
+    clear the counters over the items of the groups after the last item's. The same scan steps
+    and reports as :func:`_count_scan` then :func:`_report`, without tracking which items were
+    seen: the branch per step was a third of the dense plan's time. Returns the scan steps.
+
+    Work besides the scans (proof): a row holds at most one item per group, in ascending order,
+    so the items after the last one in a row all lie in later groups, and the loop visits only
+    those. Each item j it visits for the node P makes the valid itemset P + {j} of length
+    ``length + 1``, distinct over (P, j) since P is its prefix: over the whole pass the loop
+    visits at most the universe size of the last length, which the plan prices per itemset."""
     length, low, high = node
     indptr, items = rows.indptr, rows.items
     counts = scratch.counts
@@ -320,7 +329,7 @@ def _count_last_dense(
         work += end - first
     dense, rank_of = sink.dense, sink.rank_of
     base = sink.block_offset[length + 1] + (scratch.path_rank[length - 1] if length else 0)
-    after = scratch.path[length - 1] + 1 if length else 0
+    after = sink.group_end[scratch.path[length - 1]] if length else 0
     reported = 0
     for item in range(after, counts.size):
         count = counts[item]
@@ -495,7 +504,12 @@ def _sink(
     spectrum: IntArray = _NO_INT,
     want: tuple[IntArray, IntArray] = (_NO_INT, _NO_INT),
     out: tuple[Int32Array, IntArray] = (_NO_ITEMS, _NO_INT),
-    dense: tuple[IntArray, Int32Array, IntArray] = (_NO_RANKS, _NO_INT32, _NO_INT),
+    dense: tuple[IntArray, Int32Array, IntArray, IntArray] = (
+        _NO_RANKS,
+        _NO_INT32,
+        _NO_INT,
+        _NO_INT,
+    ),
 ) -> _Sink:
     want_start, want_pos = want
     return _Sink(
@@ -510,6 +524,7 @@ def _sink(
         rank_of=dense[0],
         dense=dense[1],
         block_offset=dense[2],
+        group_end=dense[3],
     )
 
 
@@ -556,13 +571,20 @@ def mine_selected(
 
 
 def mine_dense(
-    rows: RowItems, *, lengths: tuple[int, int], rank_of: IntArray, block_offset: IntArray
+    rows: RowItems,
+    *,
+    lengths: tuple[int, int],
+    rank_of: IntArray,
+    block_offset: IntArray,
+    group_end: IntArray,
 ) -> tuple[Int32Array, MinerWork]:
     """(counts, work): the exact count of every itemset of the asked lengths that some row
     holds, at index ``block_offset[len] + Σ_i rank_of[item_i, i]`` (items ascending); 0 for the
-    others. The caller's ranks must be a bijection onto 0 … ``block_offset[-1]`` − 1."""
+    others. The caller's ranks must be a bijection onto 0 … ``block_offset[-1]`` − 1;
+    ``group_end[i]`` is the first item after item i's group (groups are ranges of items, a row
+    holds at most one item of each)."""
     dense = np.zeros(int(block_offset[-1]), dtype=np.int32)
-    sink = _sink(_DENSE, dense=(rank_of, dense, block_offset))
+    sink = _sink(_DENSE, dense=(rank_of, dense, block_offset, group_end))
     work = _run(rows, min_count=1, lengths=lengths, sink=sink)
     return dense, work
 

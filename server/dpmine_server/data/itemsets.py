@@ -102,6 +102,13 @@ class ItemCatalog:
         polynomial = elementary_symmetric([len(group) for group in self.groups], max(lengths))
         return sum(polynomial[length] for length in set(lengths))
 
+    def group_ends(self) -> npt.NDArray[np.int64]:
+        """``ends[i]``: the first item after item i's group (groups are ranges of items)."""
+        ends = np.zeros(max(len(self.names), 1), dtype=np.int64)
+        for group in self.groups:
+            ends[list(group)] = group[-1] + 1
+        return ends
+
     def position(self, name: str) -> int:
         """Position of the item called ``name``."""
         return self.names.index(name)
@@ -337,7 +344,13 @@ class TransactionIndex:
         :meth:`dense_itemset` (:func:`~dpmine_server.data.itemset_miner.mine_dense`)."""
         offsets = self.dense_offsets(lengths)
         terms = self.ranks(lengths[1]).terms()
-        return mine_dense(self.rows(), lengths=lengths, rank_of=terms, block_offset=offsets)
+        return mine_dense(
+            self.rows(),
+            lengths=lengths,
+            rank_of=terms,
+            block_offset=offsets,
+            group_end=self._catalog.group_ends(),
+        )
 
     def ranks(self, max_length: int) -> ItemsetRanks:
         """The catalog's ranking of itemsets of up to ``max_length`` items (:meth:`ItemCatalog.

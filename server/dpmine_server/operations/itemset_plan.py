@@ -93,7 +93,8 @@ class CostModel:
     entry: float = 3e-8
     #: One entry of the rank table (groups × lengths, exact integers).
     rank_entry: float = 2e-6
-    #: One itemset of a dense universe (allocation, spectrum, selection).
+    #: One itemset of a dense universe (allocation, the last level's clearing loop, spectrum,
+    #: selection).
     cell: float = 3e-8
     #: One possible count (0 … n_max): the blocks of the spectrum.
     block: float = 1.5e-7
