@@ -22,7 +22,10 @@ base, scale and grid (development mode: 100 ms + 1 × work, 50 ms grid; with ``-
 FILE``, the calibrated budgets of services/calibration_file.py); an overrun is a kernel
 time above the budget (the padded deadline is the budget rounded up to the grid, so this is
 the stricter test). The table gives the max and p99 kernel time, the largest kernel/budget
-ratio, overruns/R and a one-sided 95 % Clopper–Pearson upper bound on the overrun probability.
+ratio, overruns/R, a one-sided 95 % Clopper–Pearson upper bound on the overrun probability,
+and "unstoppable": the longest stretch of one more call without a Python-level event
+(:func:`unstoppable`), how long an overrun kernel can keep its core past the deadline before
+the stop lands (the itemset miner reads its stop flag inside its compiled traversal instead).
 A second table gives Serenade's rejection proposals per call against their public cap, and an
 upper bound on the seconds per proposal (the whole kernel time over the proposals) against the
 budgeted 1e-4 s + 2.5e-9 s per n_max row.
@@ -50,6 +53,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any
 from unittest import mock
 
@@ -126,6 +130,9 @@ class Result:
     proposals: list[int] = field(default_factory=list)
     cap: int = 0
     n_max: int = 0
+    #: Longest stretch of one call without a Python-level event, and where (:func:`unstoppable`).
+    unstoppable: float = 0.0
+    unstoppable_at: str = ""
 
     @property
     def overruns(self) -> int:
@@ -189,8 +196,39 @@ def counting_proposals() -> Iterator[list[int]]:
         yield made
 
 
+def unstoppable(call: Callable[[], object]) -> tuple[float, str]:
+    """(seconds, where): the longest stretch of ``call`` without a Python-level event (a call
+    or return, of a Python function or a builtin), under a profile hook.
+
+    An overrun kernel is stopped by an exception raised in its thread at the deadline
+    (services/release_guard.py), delivered at its next interpreted instruction: a compiled or
+    builtin call runs to its return first. So this is how long an abandoned kernel can keep
+    its core past the deadline, except in the itemset miner (``_mine``), whose compiled
+    traversal reads the guard's stop flag at every node instead. The hook slows interpreted
+    code, never a compiled call, so the stretches of compiled calls are read at full speed."""
+    last = time.perf_counter()
+    longest, where, previous = 0.0, "", ""
+
+    def hook(frame: FrameType, event: str, argument: object) -> None:
+        nonlocal last, longest, where, previous
+        now = time.perf_counter()
+        name = getattr(argument, "__name__", "") if event.startswith("c_") else ""
+        here = f"{event} {frame.f_code.co_name}" + (f" ({name})" if name else "")
+        if now - last > longest:
+            longest, where = now - last, f"{previous} → {here}"
+        previous, last = here, now
+
+    sys.setprofile(hook)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return longest, where
+
+
 def measure(case: Case, store: ColumnStore, policy: TimingPolicy, repeats: int) -> Result:
-    """The first call, then ``repeats`` timed calls of the case's kernel."""
+    """The first call, then ``repeats`` timed calls of the case's kernel, then one call under
+    :func:`unstoppable` (untimed)."""
     spec = CATALOG[case.operation]
     request = spec.request_model.model_validate(case.request)
     spec.validate(request, store.metadata)
@@ -217,6 +255,9 @@ def measure(case: Case, store: ColumnStore, policy: TimingPolicy, repeats: int) 
         else:
             result.times.append(elapsed)
             result.proposals.append(made[0])
+    result.unstoppable, result.unstoppable_at = unstoppable(
+        lambda: spec.run(store, request, cost, secure_generator(), no_progress)
+    )
     return result
 
 
@@ -311,8 +352,8 @@ def budget_table(results: Sequence[Result], repeats: int) -> str:
     """The Markdown table of kernel times against budgets."""
     lines = [
         "| operation | dataset | budget s | first s | max s | p99 s | max ratio | "
-        f"overruns/{repeats} | 95 % CP upper |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        f"overruns/{repeats} | 95 % CP upper | unstoppable ms |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for result in results:
         dataset = result.dataset + (f" ({result.note})" if result.note else "")
@@ -320,7 +361,8 @@ def budget_table(results: Sequence[Result], repeats: int) -> str:
         lines.append(
             f"| {result.operation} | {dataset} | {result.budget:.3f} | {result.first:.3f} | "
             f"{worst:.3f} | {percentile(result.times, 99):.3f} | {worst / result.budget:.2f} | "
-            f"{result.overruns}/{len(result.times)} | {result.upper_bound():.3f} |"
+            f"{result.overruns}/{len(result.times)} | {result.upper_bound():.3f} | "
+            f"{1000 * result.unstoppable:.1f} |"
         )
     return "\n".join(lines)
 
