@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 import httpx
 import numpy as np
@@ -103,9 +103,34 @@ OWNER_KEY = "bench-owner-key-" + "0123456789abcdef"
 _STARTUP_TIMEOUT_S = 60.0
 _STOP_TIMEOUT_S = 20.0
 _LOG_TAIL_CHARS = 4000
+KeyT = TypeVar("KeyT")
+ValueT = TypeVar("ValueT")
 
 
 # -- processes -----------------------------------------------------------------------------------
+
+
+class KeptOpen(Generic[KeyT, ValueT]):
+    """Context managers (servers) opened fresh for every use, or, with ``keep`` (``--smoke``:
+    fewer server starts), each left open in ``keep`` after its first use and reused by every
+    later use with the same key."""
+
+    def __init__(self, keep: contextlib.ExitStack | None = None) -> None:
+        self._keep = keep
+        self._kept: dict[KeyT, ValueT] = {}
+
+    @contextlib.contextmanager
+    def open(
+        self, key: KeyT, start: Callable[[], contextlib.AbstractContextManager[ValueT]]
+    ) -> Iterator[ValueT]:
+        """What ``start()`` yields: fresh, or the one kept under ``key``."""
+        if self._keep is None:
+            with start() as fresh:
+                yield fresh
+            return
+        if key not in self._kept:
+            self._kept[key] = self._keep.enter_context(start())
+        yield self._kept[key]
 
 
 def free_port() -> int:

@@ -60,6 +60,7 @@ import dpmine
 from _support import (
     REPO_ROOT,
     Backend,
+    KeptOpen,
     PostgresCluster,
     ServerHandle,
     WorkerHandle,
@@ -538,17 +539,12 @@ def job_server(
                 raise
 
 
-class JobServers:
+class JobServers(KeptOpen[tuple[Backend, int], tuple[ServerHandle, str, Path]]):
     """The job servers of benchmarks 3 and 4 (:func:`job_server`): a fresh one per use, or, with
     ``keep`` (``--smoke``), each left running in ``keep`` after its first use and used again by
     any later one with the same backend and ``DPMINE_JOB_WORKERS``."""
 
-    def __init__(self, keep: contextlib.ExitStack | None = None) -> None:
-        self._keep = keep
-        self._kept: dict[tuple[Backend, int], tuple[ServerHandle, str, Path]] = {}
-
-    @contextlib.contextmanager
-    def open(
+    def server(
         self,
         backend: Backend,
         cluster: PostgresCluster | None,
@@ -557,9 +553,9 @@ class JobServers:
         *,
         name: str,
         workers: int,
-    ) -> Iterator[tuple[ServerHandle, str, Path]]:
-        """A job server with ``workers`` job workers: yields the server, the analyst's key and
-        the work folder."""
+    ) -> contextlib.AbstractContextManager[tuple[ServerHandle, str, Path]]:
+        """A job server with ``workers`` job workers: the server, the analyst's key and the
+        work folder."""
         start = functools.partial(
             job_server,
             backend,
@@ -569,13 +565,7 @@ class JobServers:
             name=name,
             extra_env={"DPMINE_JOB_WORKERS": str(workers)},
         )
-        if self._keep is None:
-            with start() as fresh:
-                yield fresh
-            return
-        if (backend, workers) not in self._kept:
-            self._kept[backend, workers] = self._keep.enter_context(start())
-        yield self._kept[backend, workers]
+        return self.open((backend, workers), start)
 
 
 def warm_workers(connection: dpmine.Connection, workers: int, seconds: float) -> None:
@@ -683,7 +673,7 @@ def bench_long_jobs(
             else f"{LONG_JOB_WORKERS} local worker processes"
         )
         print(f"[long job] {backend}: {workers} ...", flush=True)
-        with servers.open(
+        with servers.server(
             backend, cluster, mammals, config, name=f"longjob-{backend}", workers=LONG_JOB_WORKERS
         ) as (server, key, _work):
             result = run_long_job(
@@ -838,7 +828,7 @@ def bench_jobs(
         if backend == "sqlite":
             for workers in config.job_worker_counts:
                 print(f"[jobs] sqlite: embedded pool of {workers} ...", flush=True)
-                with servers.open(
+                with servers.server(
                     backend,
                     cluster,
                     mammals,

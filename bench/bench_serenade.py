@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -69,6 +70,7 @@ from scipy import stats
 import dpmine
 from _support import (
     REPO_ROOT,
+    KeptOpen,
     ServerHandle,
     load_average,
     machine_info,
@@ -693,28 +695,17 @@ def registered_server(
             raise
 
 
-class StageServers:
+class StageServers(KeptOpen[tuple[tuple[str, ...], bool], Served]):
     """The servers of the stages (:func:`registered_server`): a fresh one per stage, or, with
     ``keep`` (``--smoke``), each left running in ``keep`` after its first stage and used again
     by every later stage with the same datasets and padding (datasets registered once)."""
 
-    def __init__(self, keep: contextlib.ExitStack | None = None) -> None:
-        self._keep = keep
-        self._kept: dict[tuple[tuple[str, ...], bool], Served] = {}
-
-    @contextmanager
-    def open(
+    def stage(
         self, prepared: Sequence[PreparedData], config: Config, prefix: str
-    ) -> Iterator[Served]:
+    ) -> contextlib.AbstractContextManager[Served]:
         """The analyst's connection and a handle per dataset (:func:`registered_server`)."""
-        if self._keep is None:
-            with registered_server(prepared, config, prefix) as fresh:
-                yield fresh
-            return
         key = (tuple(data.key for data in prepared), config.padding)
-        if key not in self._kept:
-            self._kept[key] = self._keep.enter_context(registered_server(prepared, config, prefix))
-        yield self._kept[key]
+        return self.open(key, functools.partial(registered_server, prepared, config, prefix))
 
 
 def run_serenade_stage(
@@ -728,7 +719,7 @@ def run_serenade_stage(
     alike."""
     stage = SerenadeStage()
     started = time.perf_counter()
-    with servers.open(prepared, config, "dpmine-bench-serenade-") as (connection, handles):
+    with servers.stage(prepared, config, "dpmine-bench-serenade-") as (connection, handles):
         for data in prepared:
             stage.calibrations[data.key] = calibrate(connection, data)
             start = time.perf_counter()  # the first data access loads the files
@@ -1595,7 +1586,7 @@ def run_utility_stage(
     runs: list[UtilityRun] = []
     total = config.runs * len(prepared) * len(config.epsilons) * len(METHODS) * len(PRESETS)
     prefix = "dpmine-bench-serenade-utility-"
-    with servers.open(prepared, config, prefix) as (_connection, handles):
+    with servers.stage(prepared, config, prefix) as (_connection, handles):
         for repetition in range(config.runs):
             for data in prepared:
                 for epsilon in config.epsilons:
@@ -1875,7 +1866,7 @@ def run_batching_stage(
     parts: dict[str, float] = {}
     for padding in (False,) if config.smoke else (False, True):
         padded = replace(config, padding=padding)
-        with servers.open(prepared, padded, "dpmine-bench-batching-") as (_connection, handles):
+        with servers.stage(prepared, padded, "dpmine-bench-batching-") as (_connection, handles):
             for data in prepared:
                 handles[data.key].count(epsilon=WARMUP_EPSILON)  # load the files once
                 if not padding:
