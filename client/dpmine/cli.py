@@ -84,6 +84,7 @@ from dpmine.rule_lists import (
     DPBayesianRuleList,
     RuleList,
 )
+from dpmine.significance import percent_at_least
 from dpmine.tables import print_table
 from dpmine.treereds import DEFAULT_MIN_JACCARD, DEFAULT_P_MAX
 from dpmine.wire import (
@@ -815,8 +816,8 @@ def _itemsets_table(
     count and its confirmed floor, the noisy frequency (``show_all``: every pick, with whether
     it is confirmed); the caption says what the rank, the test and the intervals mean, what
     to do when nothing is confirmed, then the receipts."""
-    level = f"true count ({miner.interval_level:.0%}, all together)"
-    floor = f"true count ≥ ({1 - miner.alpha:.0%}, all together)"
+    level = f"true count ({percent_at_least(miner.interval_level)}, all together)"
+    floor = f"true count ≥ ({percent_at_least(1 - miner.alpha)}, all together)"
     table = Table(
         "rank",
         "itemset",

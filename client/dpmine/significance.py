@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from decimal import ROUND_FLOOR, Decimal
 from typing import Generic, Protocol, TypeVar
 
 from dpmine.intervals import StatisticIntervals
@@ -186,6 +187,21 @@ def nothing_passed(
         f"No result passes the noise-aware test ({summary.rule()}). {unit} spent: {spent}. "
         f"For more signal: {remedies}.{listed}"
     )
+
+
+def percent_at_least(probability: float) -> str:
+    """``probability`` as a percentage that never overstates it: exact when its decimal form is
+    short ("99%", "99.85%", "99.9999999%"), otherwise rounded down; "≥ 100%" is never printed
+    for a probability below 1."""
+    exact = Decimal(repr(probability)) * 100
+    exponent = exact.normalize().as_tuple().exponent
+    if isinstance(exponent, int) and -exponent <= 12:
+        return f"{exact.normalize():f}%"
+    for places in range(2, 16):
+        floored = exact.quantize(Decimal(1).scaleb(-places), rounding=ROUND_FLOOR)
+        if floored < 100:
+            return f"{floored.normalize():f}%"
+    return f"{exact:f}%"
 
 
 def counted(count: int, noun: str) -> str:

@@ -30,7 +30,15 @@ from dpmine.intervals import (
     sum_box,
 )
 from dpmine.miners.trees import release_miss, result_table
-from dpmine.significance import ALPHA, Significance, nothing_passed, passes, rank, significance_test
+from dpmine.significance import (
+    ALPHA,
+    Significance,
+    nothing_passed,
+    passes,
+    percent_at_least,
+    rank,
+    significance_test,
+)
 from dpmine.treereds import examine_partition
 from dpmine.wire.statistics import jaccard, p_value, statistics_from_cells
 
@@ -96,6 +104,20 @@ def test_results_are_ranked_by_the_lower_end_of_j_and_counted() -> None:
         significance_test(results, examined=10, min_jaccard=0.3, alpha=1.0)
     with pytest.raises(ValueError, match="min_jaccard"):
         significance_test(results, examined=10, min_jaccard=1.5)
+
+
+def test_a_printed_probability_never_rounds_up() -> None:
+    """Short decimals print exactly; long ones round down, so "≥ 100%" never appears for a
+    probability below 1 (a small α printed with ``:.0%`` used to read "≥ 100%")."""
+    assert percent_at_least(0.99) == "99%"
+    assert percent_at_least(0.9) == "90%"
+    assert percent_at_least(1 - 0.0015) == "99.85%"
+    assert percent_at_least(1 - 1e-9) == "99.9999999%"
+    assert percent_at_least(1 - 1e-12) == "99.9999999999%"
+    assert percent_at_least(2 / 3) == "66.66%"
+    assert percent_at_least(1 - 1e-14) == "99.999999999999%"
+    assert percent_at_least(1 - 1e-15) == "99.99%"
+    assert percent_at_least(1.0) == "100%"
 
 
 def test_when_nothing_passes_the_message_says_what_was_spent_and_what_to_change() -> None:

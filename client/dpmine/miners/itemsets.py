@@ -50,7 +50,7 @@ from dpmine.miners._rho import (
     composition_for,
     spent_text,
 )
-from dpmine.significance import ALPHA, counted
+from dpmine.significance import ALPHA, counted, percent_at_least
 from dpmine.wire import (
     COUNT_NOISY,
     DEFAULT_NUMERIC_BINS,
@@ -253,7 +253,7 @@ def confirmation_note(
     )
     return (
         f"shown: the {shown} of {total} picks confirmed to have {floor}; all shown hold "
-        f"together with probability ≥ {1 - alpha:.0%}){others}"
+        f"together with probability ≥ {percent_at_least(1 - alpha)}){others}"
     )
 
 
@@ -296,8 +296,8 @@ def intervals_note(
     )
     return (
         f"count interval: the {k} true counts all lie in their intervals together with "
-        f"probability ≥ {level:.0%} (noisy count ± {half}, clamped at 0; each count has "
-        f"{law} {scale:.3g})"
+        f"probability ≥ {percent_at_least(level)} (noisy count ± {half}, clamped at 0; each "
+        f"count has {law} {scale:.3g})"
     )
 
 
@@ -356,7 +356,8 @@ class ItemsetPlan(Plan):
                 f"confirmation: a pick is shown when its noisy count reaches "
                 f"{found.smallest_shown} (count noise: {law} {found.scale:.3g} for each of the "
                 f"{self.k} counts; t = {found.margin} keeps all shown picks at "
-                f"≥ {counted(found.min_count, 'row')} with probability ≥ {1 - found.alpha:.0%}); "
+                f"≥ {counted(found.min_count, 'row')} with probability ≥ "
+                f"{percent_at_least(1 - found.alpha)}); "
                 "itemsets with far fewer rows are left in all_itemsets_"
             )
         lines += self.rho_lines()
