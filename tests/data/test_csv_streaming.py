@@ -161,6 +161,21 @@ def test_bad_cells_name_the_line_and_count_over_every_chunk(tmp_path: Path) -> N
     assert "column 'weight', line 152: value '1_000' is not a finite number" in streamed
 
 
+def test_a_bad_cell_found_by_the_numeric_scan_is_shown_stripped(tmp_path: Path) -> None:
+    """A column that is not integral converts its later chunks by the compiled scan
+    (data/cell_scan.py); its first bad cell, past many chunks, is named and shown stripped, as
+    the frame path shows it."""
+    rows = [f"1,red,{i}.5,{i % 40}.25" for i in range(200)]
+    rows[120] = "1,red,120.5, oops\t"
+    rows[170] = "1,red,170.5,\u00a0nope"
+    path = tmp_path / "t.csv"
+    path.write_text("flag,colour,size,weight\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    streamed, framed = _both(path)
+    assert streamed == framed
+    assert "column 'weight', line 122: value 'oops' is not a finite number" in streamed
+    assert "(1 more such cells in this column)" in streamed
+
+
 def test_structural_problems_and_n_max_match(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     path.write_text(_table(120, seed=2).replace("colour", "color", 1), encoding="utf-8")

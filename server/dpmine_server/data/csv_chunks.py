@@ -31,6 +31,7 @@ import pyarrow.csv as pa_csv
 
 from dpmine.wire.datasets import BOOLEAN_FALSE, BOOLEAN_TRUE
 from dpmine_server.data.arriving import open_source, wait_arrived
+from dpmine_server.data.cell_scan import TokenBytes, scan_numbers
 from dpmine_server.data.decimal_scan import plain_decimals
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "categorical_chunk",
     "check_quotes",
     "missing_mask",
+    "numeric_cells",
     "numeric_chunk",
     "positive_zeros",
     "read_string_batches",
@@ -417,3 +419,24 @@ def numeric_chunk(
     bad = ~np.isfinite(values) & ~missing
     flags = _integer_flags(cells, missing) if integral else IntegerFlags(integral=False)
     return NumericChunk(values, missing, bad, flags)
+
+
+def numeric_cells(
+    raw: pa.StringArray, missing_tokens: list[str], *, text_as_missing: bool
+) -> NumericChunk:
+    """:func:`numeric_chunk` with ``integral=False`` on unstripped cells: equal, cell for cell,
+    to ``numeric_chunk(stripped(raw), missing_mask(stripped(raw), missing_tokens), ...)``. The
+    compiled scan (data/cell_scan.py, proof there) resolves the missing cells and the plain
+    decimals of exact mantissa and power in one pass; the cells it leaves go through that
+    definition. (The integer flags read every cell, so a column still integral takes
+    :func:`numeric_chunk`.)"""
+    scanned = scan_numbers(raw, TokenBytes.of(missing_tokens))
+    values, missing = scanned.values, scanned.missing
+    bad = np.zeros(len(raw), np.bool_)
+    left = ~scanned.resolved
+    if left.any():
+        cells = stripped(raw.filter(pa.array(left)))
+        left_missing = missing_mask(cells, missing_tokens)
+        chunk = numeric_chunk(cells, left_missing, text_as_missing=text_as_missing, integral=False)
+        values[left], missing[left], bad[left] = chunk.values, chunk.missing, chunk.bad
+    return NumericChunk(values, missing, bad, IntegerFlags(integral=False))

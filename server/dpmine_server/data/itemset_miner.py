@@ -47,14 +47,18 @@ which the plan prices per universe itemset.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
-import numba
 import numpy as np
 import numpy.typing as npt
 
-from dpmine_server.compiled import StopFlag, stop_flag
+from dpmine_server.compiled import (
+    StopFlag,
+    compiled_counted_free,
+    inlined_counted_free,
+    stop_flag,
+)
 
 __all__ = [
     "ENTRY_BYTES",
@@ -72,28 +76,12 @@ __all__ = [
 
 IntArray = npt.NDArray[np.int64]
 Int32Array = npt.NDArray[np.int32]
-Function = TypeVar("Function", bound=Callable[..., Any])
 
 _SPECTRUM = 0
 _SELECT = 1
 _DENSE = 2
 #: Bytes of one occurrence entry (row int32, position int64).
 ENTRY_BYTES = 12
-
-
-def _compiled(function: Function) -> Function:
-    """``numba.njit`` with the on-disk cache, typed for mypy."""
-    jit: Callable[..., Callable[[Function], Function]] = numba.njit
-    compiled: Function = jit(cache=True, nogil=True, _nrt=False)(function)
-    return compiled
-
-
-def _inlined(function: Function) -> Function:
-    """``numba.njit`` inlined into its callers (the traversal's steps: a call per node or per
-    reported itemset would otherwise cost more than the step)."""
-    jit: Callable[..., Callable[[Function], Function]] = numba.njit
-    compiled: Function = jit(inline="always", nogil=True, _nrt=False)(function)
-    return compiled
 
 
 class RowItems(NamedTuple):
@@ -164,7 +152,7 @@ def work_bound(
 # -- building the rows ---------------------------------------------------------------------------
 
 
-@_compiled
+@compiled_counted_free
 def _transpose(indptr: IntArray, indices: Int32Array, row_ptr: IntArray, items: Int32Array) -> None:
     """Item-major lists (item i's rows: ``indices[indptr[i]:indptr[i+1]]``) to row-major ones
     in ``row_ptr`` (zeros on entry) and ``items``, items ascending within a row: a counting
@@ -243,7 +231,7 @@ class _Scratch(NamedTuple):
     stop: StopFlag  # non-zero: return at the next node (an expired request; compiled.py)
 
 
-@_inlined
+@inlined_counted_free
 def _report(sink: _Sink, scratch: _Scratch, length: int, kept: int) -> None:
     """Report the ``kept`` children (of length ``length + 1``) of the node of length
     ``length``: the itemsets ``path[:length]`` + child, with their exact counts."""
@@ -278,7 +266,7 @@ def _report(sink: _Sink, scratch: _Scratch, length: int, kept: int) -> None:
             dense[base + rank_of[children[length, child], length]] = counts[length, child]
 
 
-@_inlined
+@inlined_counted_free
 def _count_scan(
     rows: RowItems, scratch: _Scratch, length: int, low: int, high: int
 ) -> tuple[int, int]:
@@ -301,7 +289,7 @@ def _count_scan(
     return seen, work
 
 
-@_inlined
+@inlined_counted_free
 def _count_last_dense(
     rows: RowItems, sink: _Sink, scratch: _Scratch, node: tuple[int, int, int]
 ) -> int:
@@ -341,7 +329,7 @@ def _count_last_dense(
     return work
 
 
-@_inlined
+@inlined_counted_free
 def _deliver(rows: RowItems, scratch: _Scratch, node: tuple[int, int, int], kept: int) -> int:
     """Write the occurrence lists of the node's ``kept`` children into area ``length + 1``
     (the same rows and positions as :func:`_count_scan`); returns the scan steps."""
@@ -371,7 +359,7 @@ def _deliver(rows: RowItems, scratch: _Scratch, node: tuple[int, int, int], kept
     return work
 
 
-@_inlined
+@inlined_counted_free
 def _expand(
     rows: RowItems,
     sink: _Sink,
@@ -441,7 +429,7 @@ def _scratch(rows: RowItems, max_length: int) -> _Scratch:
     )
 
 
-@_compiled
+@compiled_counted_free
 def _mine(rows: RowItems, sink: _Sink, scratch: _Scratch, limits: tuple[int, int, int]) -> int:
     """The traversal of the module docstring; returns the number of scan steps. Stops after
     the node it is at when ``scratch.stop`` is set (the request's deadline expired: whatever
@@ -589,7 +577,7 @@ def mine_dense(
     return dense, work
 
 
-@_compiled
+@compiled_counted_free
 def _select_dense(
     counts: Int32Array, want: tuple[IntArray, IntArray, IntArray], found: IntArray
 ) -> None:
