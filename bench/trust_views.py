@@ -258,6 +258,33 @@ def build_titanic(root: Path) -> pd.DataFrame:
     return _strings(frame)
 
 
+# -- uci_breast_cancer_wdbc (569 patients; held out) ---------------------------------------------
+
+_WDBC_MEASURES = (
+    "radius",
+    "texture",
+    "perimeter",
+    "area",
+    "smoothness",
+    "compactness",
+    "concavity",
+    "concave_points",
+    "symmetry",
+    "fractal_dimension",
+)
+
+
+def build_wdbc(root: Path) -> pd.DataFrame:
+    """Breast Cancer Wisconsin (Diagnostic): the mean and the standard error of the ten nucleus
+    measures of each sample, and the diagnosis as ``malignant`` (1 for M, 0 for B); no cell is
+    missing."""
+    raw = pd.read_csv(root / "uci_breast_cancer_wdbc" / "wdbc.csv", dtype=str, na_filter=False)
+    columns = [f"{m}_mean" for m in _WDBC_MEASURES] + [f"{m}_se" for m in _WDBC_MEASURES]
+    frame = raw[columns].copy()
+    frame["malignant"] = (raw["diagnosis"] == "M").astype(int).astype(str)
+    return _strings(frame)
+
+
 # -- uci_adult (32,561 people; held out) ---------------------------------------------------------
 
 _ADULT_COLUMNS = (
@@ -391,6 +418,16 @@ HELD_OUT_TABLES: dict[str, TableSpec] = {
         right=("Fare", "Embarked", "deck", "Survived"),
         rationale="left = who the passenger is (sex, age, relatives aboard, class of travel); "
         "right = the ticket (fare, port of embarkation, deck) and survival",
+    ),
+    "wdbc": TableSpec(
+        key="wdbc",
+        title="UCI Breast Cancer Wisconsin, diagnostic (569 samples)",
+        build=build_wdbc,
+        left=tuple(f"{m}_mean" for m in _WDBC_MEASURES),
+        right=(*(f"{m}_se" for m in _WDBC_MEASURES), "malignant"),
+        rationale="left = the typical cell nucleus of the sample (the means of ten measures); "
+        "right = how much the nuclei vary (the standard errors of the same measures) and the "
+        "diagnosis (declared 2026-11-28 before any run on this table)",
     ),
     "adult": TableSpec(
         key="adult",
