@@ -146,15 +146,21 @@ def test_chunks_give_the_same_columns_and_report(
     assert np.isnan(size.values).any()  # 'abc', 'inf', '1_000' are missing (text_as_missing)
 
 
+def _same_message(tmp_path: Path, rows: list[str]) -> str:
+    """The refusal of a file of ``rows`` (flag, colour, size, weight), equal on both paths."""
+    path = tmp_path / "t.csv"
+    path.write_text("flag,colour,size,weight\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    streamed, framed = _both(path)
+    assert streamed == framed
+    return streamed
+
+
 def test_bad_cells_name_the_line_and_count_over_every_chunk(tmp_path: Path) -> None:
     rows = [f"{i % 2},red,{i},{i}" for i in range(200)]
     rows[3] = " maybe ,red,3,3"  # line 5; shown stripped (its chunk converts per distinct value)
     rows[150] = "perhaps,pink,150,1_000"  # line 152, past many chunks
     rows[190] = "0,pink,190,x"
-    path = tmp_path / "t.csv"
-    path.write_text("flag,colour,size,weight\n" + "\n".join(rows) + "\n", encoding="utf-8")
-    streamed, framed = _both(path)
-    assert streamed == framed
+    streamed = _same_message(tmp_path, rows)
     assert "column 'flag', line 5: value 'maybe' is not a Boolean" in streamed
     assert "(1 more such cells in this column)" in streamed
     assert "column 'colour', line 152: value 'pink'" in streamed
@@ -168,10 +174,7 @@ def test_a_bad_cell_found_by_the_numeric_scan_is_shown_stripped(tmp_path: Path) 
     rows = [f"1,red,{i}.5,{i % 40}.25" for i in range(200)]
     rows[120] = "1,red,120.5, oops\t"
     rows[170] = "1,red,170.5,\u00a0nope"
-    path = tmp_path / "t.csv"
-    path.write_text("flag,colour,size,weight\n" + "\n".join(rows) + "\n", encoding="utf-8")
-    streamed, framed = _both(path)
-    assert streamed == framed
+    streamed = _same_message(tmp_path, rows)
     assert "column 'weight', line 122: value 'oops' is not a finite number" in streamed
     assert "(1 more such cells in this column)" in streamed
 
