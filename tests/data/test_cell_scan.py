@@ -97,7 +97,10 @@ def test_a_generated_continuous_column_is_resolved_whole() -> None:
         st.one_of(
             st.from_regex(r"\A[ \t]?[+-]?[0-9]{0,19}(\.[0-9]{0,19})?([eE][+-]?[0-9]{1,3})?\Z"),
             st.floats(allow_nan=False).map(repr),
-            st.text(alphabet=st.sampled_from([*_ALPHABET, "1", "5", "é", "\u0661"]), max_size=8),
+            st.text(
+                alphabet=st.sampled_from([*_ALPHABET, "1", "5", "é", "\u0661", "\x1c", "\x85"]),
+                max_size=8,
+            ),
         ),
         max_size=40,
     ),

@@ -60,7 +60,7 @@ _EXACT_MANTISSA: Final = 2**53
 _EXACT_POWER: Final = 22
 _POWERS_OF_TEN: Final = np.array([float(10**k) for k in range(_EXACT_POWER + 1)])
 
-#: Cell states of the scans.
+#: Cell states of the scan.
 UNRESOLVED: Final = 0
 RESOLVED: Final = 1
 MISSING: Final = 2
