@@ -348,7 +348,9 @@ def run_registration(
     ``upload_mbps``, the client sends the file at that many MB/s (a remote owner's link).
     ``padding=False`` (``--smoke``, as every smoke server): release padding off, so the server
     starts without warming its job pool."""
-    server_dir = work / f"server-{n_max}"
+    # A folder of its own per run: a second registration in one invocation must not start on
+    # the first one's database (made with another secret key, which the server refuses).
+    server_dir = Path(tempfile.mkdtemp(prefix=f"server-{n_max}-", dir=work))
     # The 10^7-row CSV (2.3 GB) is above the default upload limit (2 GiB): the owner raises it.
     settings = {"DPMINE_MAX_UPLOAD_BYTES": str(max(2 * csv_path.stat().st_size, 2**31))}
     if not padding:
