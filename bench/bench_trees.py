@@ -192,6 +192,10 @@ class Config:
     pair_score: str | None = None
     #: ``--no-padding``: release padding off (utility comparisons on a loaded machine).
     no_padding: bool = False
+    #: ``--calibration``: the server's DPMINE_TIMING_CALIBRATION (measured base and factors).
+    calibration: Path | None = None
+    #: ``--max-in-flight``: the server's DPMINE_MAX_IN_FLIGHT (a calibrated base scales with it).
+    max_in_flight: int | None = None
 
 
 # -- utility of one redescription ----------------------------------------------------------------
@@ -387,9 +391,7 @@ def run_dp_stage(
         server_for_backend(
             "sqlite",
             Path(work),
-            extra_env=(
-                {"DPMINE_TIMING_PADDING": "false"} if config.smoke or config.no_padding else None
-            ),
+            extra_env=_server_settings(config),
         ) as server,
     ):
         try:
@@ -820,6 +822,13 @@ def parse_args(argv: list[str] | None = None) -> Config:
         help="release padding off: utility only (wall times then omit the padding)",
     )
     parser.add_argument(
+        "--calibration",
+        type=Path,
+        help="DPMINE_TIMING_CALIBRATION of the server (dpmine-server calibrate: measured base "
+        "and kernel factors)",
+    )
+    parser.add_argument("--max-in-flight", type=int, help="DPMINE_MAX_IN_FLIGHT of the server")
+    parser.add_argument(
         "--miners", default=None, help=f"comma list (default {','.join(DEFAULT_MINERS)})"
     )
     parser.add_argument("--epsilons", default=None, help="comma list (default 1,0.1)")
@@ -853,7 +862,22 @@ def parse_args(argv: list[str] | None = None) -> Config:
         clired_runs=args.clired_runs,
         pair_score=args.pair_score,
         no_padding=args.no_padding,
+        calibration=args.calibration.resolve() if args.calibration is not None else None,
+        max_in_flight=args.max_in_flight,
     )
+
+
+def _server_settings(config: Config) -> dict[str, str]:
+    """The server's DPMINE_* settings: padding off for ``--smoke`` and ``--no-padding``, the
+    timing calibration of ``--calibration`` and the admission limit of ``--max-in-flight``."""
+    settings: dict[str, str] = {}
+    if config.smoke or config.no_padding:
+        settings["DPMINE_TIMING_PADDING"] = "false"
+    if config.calibration is not None:
+        settings["DPMINE_TIMING_CALIBRATION"] = str(config.calibration)
+    if config.max_in_flight is not None:
+        settings["DPMINE_MAX_IN_FLIGHT"] = str(config.max_in_flight)
+    return settings
 
 
 def main(argv: list[str] | None = None) -> int:
