@@ -9,6 +9,7 @@ manager stops what it started in a ``finally`` block, by process id.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import csv
 import gzip
@@ -56,6 +57,7 @@ __all__ = [
     "ServerHandle",
     "WorkerHandle",
     "add_analysts",
+    "add_server_timing_arguments",
     "comma_names",
     "free_port",
     "import_pyfim",
@@ -69,6 +71,7 @@ __all__ = [
     "running_server",
     "running_worker",
     "server_for_backend",
+    "server_timing_settings",
     "time_calls",
     "unwind_on_sigterm",
     "wait_if_asked",
@@ -728,6 +731,28 @@ def wait_if_asked(seconds: float, *, indent: str = "") -> None:
     """Wait up to ``seconds`` (``--wait-quiet``) for a 1-minute load average below 0.5."""
     if seconds > 0 and not wait_until_quiet(max_load=0.5, timeout=seconds):
         print(f"{indent}load average still {load_average()} after {seconds:.0f} s; going on")
+
+
+def add_server_timing_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--calibration`` and ``--max-in-flight``: the timing calibration and admission limit of
+    the server a benchmark starts (read back by :func:`server_timing_settings`)."""
+    parser.add_argument(
+        "--calibration",
+        type=Path,
+        help="DPMINE_TIMING_CALIBRATION of the server (dpmine-server calibrate: measured base "
+        "and kernel factors)",
+    )
+    parser.add_argument("--max-in-flight", type=int, help="DPMINE_MAX_IN_FLIGHT of the server")
+
+
+def server_timing_settings(args: argparse.Namespace) -> dict[str, str]:
+    """The DPMINE_* settings of :func:`add_server_timing_arguments`' options, as given."""
+    settings = {}
+    if args.calibration is not None:
+        settings["DPMINE_TIMING_CALIBRATION"] = str(args.calibration.resolve())
+    if args.max_in_flight is not None:
+        settings["DPMINE_MAX_IN_FLIGHT"] = str(args.max_in_flight)
+    return settings
 
 
 def comma_names(value: str, allowed: Sequence[str], what: str) -> tuple[str, ...]:

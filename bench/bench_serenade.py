@@ -72,6 +72,7 @@ from _support import (
     REPO_ROOT,
     KeptOpen,
     ServerHandle,
+    add_server_timing_arguments,
     load_average,
     machine_info,
     median,
@@ -79,6 +80,7 @@ from _support import (
     percentile,
     register_files,
     server_for_backend,
+    server_timing_settings,
     unwind_on_sigterm,
     wait_if_asked,
     write_bundled_pair,
@@ -2072,13 +2074,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         help="issue #23: wall time of SerenadeES paper/auto and SerenadeCS auto at ε = 1, padding "
         "off and on (production defaults), per-call and batched (default mammals,asia; 1 run)",
     )
-    parser.add_argument(
-        "--calibration",
-        type=Path,
-        help="DPMINE_TIMING_CALIBRATION of the server (dpmine-server calibrate: measured base "
-        "and kernel factors)",
-    )
-    parser.add_argument("--max-in-flight", type=int, help="DPMINE_MAX_IN_FLIGHT of the server")
+    add_server_timing_arguments(parser)
     parser.add_argument(
         "--wait-quiet",
         type=float,
@@ -2132,18 +2128,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
         padding=not args.no_padding,
         utility=args.utility,
         batching=args.batching,
-        server_env=_server_env(args),
+        server_env=server_timing_settings(args),
     )
-
-
-def _server_env(args: argparse.Namespace) -> dict[str, str]:
-    """The server settings given on the command line."""
-    env = {}
-    if args.calibration is not None:
-        env["DPMINE_TIMING_CALIBRATION"] = str(args.calibration.resolve())
-    if args.max_in_flight is not None:
-        env["DPMINE_MAX_IN_FLIGHT"] = str(args.max_in_flight)
-    return env
 
 
 def _prepare(config: Config, scratch: Path) -> list[PreparedData]:

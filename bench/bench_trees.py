@@ -51,12 +51,14 @@ from matplotlib.figure import Figure
 import dpmine
 from _support import (
     ServerHandle,
+    add_server_timing_arguments,
     comma_names,
     load_average,
     machine_info,
     median,
     percentile,
     server_for_backend,
+    server_timing_settings,
     unwind_on_sigterm,
 )
 from bench_serenade import (
@@ -192,10 +194,8 @@ class Config:
     pair_score: str | None = None
     #: ``--no-padding``: release padding off (utility comparisons on a loaded machine).
     no_padding: bool = False
-    #: ``--calibration``: the server's DPMINE_TIMING_CALIBRATION (measured base and factors).
-    calibration: Path | None = None
-    #: ``--max-in-flight``: the server's DPMINE_MAX_IN_FLIGHT (a calibrated base scales with it).
-    max_in_flight: int | None = None
+    #: ``--calibration``, ``--max-in-flight``: the server's timing settings (DPMINE_* → value).
+    timing_settings: Mapping[str, str] = field(default_factory=dict)
 
 
 # -- utility of one redescription ----------------------------------------------------------------
@@ -821,13 +821,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         action="store_true",
         help="release padding off: utility only (wall times then omit the padding)",
     )
-    parser.add_argument(
-        "--calibration",
-        type=Path,
-        help="DPMINE_TIMING_CALIBRATION of the server (dpmine-server calibrate: measured base "
-        "and kernel factors)",
-    )
-    parser.add_argument("--max-in-flight", type=int, help="DPMINE_MAX_IN_FLIGHT of the server")
+    add_server_timing_arguments(parser)
     parser.add_argument(
         "--miners", default=None, help=f"comma list (default {','.join(DEFAULT_MINERS)})"
     )
@@ -862,21 +856,16 @@ def parse_args(argv: list[str] | None = None) -> Config:
         clired_runs=args.clired_runs,
         pair_score=args.pair_score,
         no_padding=args.no_padding,
-        calibration=args.calibration.resolve() if args.calibration is not None else None,
-        max_in_flight=args.max_in_flight,
+        timing_settings=server_timing_settings(args),
     )
 
 
 def _server_settings(config: Config) -> dict[str, str]:
-    """The server's DPMINE_* settings: padding off for ``--smoke`` and ``--no-padding``, the
-    timing calibration of ``--calibration`` and the admission limit of ``--max-in-flight``."""
-    settings: dict[str, str] = {}
+    """The server's DPMINE_* settings: padding off for ``--smoke`` and ``--no-padding``, and the
+    timing settings given (``--calibration``, ``--max-in-flight``)."""
+    settings = dict(config.timing_settings)
     if config.smoke or config.no_padding:
         settings["DPMINE_TIMING_PADDING"] = "false"
-    if config.calibration is not None:
-        settings["DPMINE_TIMING_CALIBRATION"] = str(config.calibration)
-    if config.max_in_flight is not None:
-        settings["DPMINE_MAX_IN_FLIGHT"] = str(config.max_in_flight)
     return settings
 
 

@@ -250,9 +250,10 @@ class TransactionIndex:
         self._rows = rows
         self._lock = threading.Lock()
         self._row_items: RowItems | None = None
-        #: Rank tables and dense offsets, built once per public length (catalog only).
+        #: Rank tables, dense offsets and group ends, built once (catalog only).
         self._ranks: dict[int, ItemsetRanks] = {}
         self._offsets: dict[tuple[int, int], npt.NDArray[np.int64]] = {}
+        self._group_ends: npt.NDArray[np.int64] | None = None
 
     @property
     def catalog(self) -> ItemCatalog:
@@ -349,8 +350,16 @@ class TransactionIndex:
             lengths=lengths,
             rank_of=terms,
             block_offset=offsets,
-            group_end=self._catalog.group_ends(),
+            group_end=self._ends(),
         )
+
+    def _ends(self) -> npt.NDArray[np.int64]:
+        """The catalog's :meth:`ItemCatalog.group_ends`, built on first use (read-only)."""
+        if self._group_ends is None:
+            ends = self._catalog.group_ends()
+            ends.flags.writeable = False
+            self._group_ends = ends
+        return self._group_ends
 
     def ranks(self, max_length: int) -> ItemsetRanks:
         """The catalog's ranking of itemsets of up to ``max_length`` items (:meth:`ItemCatalog.
