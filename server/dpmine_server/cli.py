@@ -433,6 +433,13 @@ def _calibrated_base_ms(result: TimingCalibration, limit: int) -> float:
     return 1000.0 * result.request_path.base_seconds(limit=limit, margin=result.margin, floor=floor)
 
 
+def _calibrated_job_base_ms(result: TimingCalibration, limit: int) -> float:
+    """The jobs' base (ms) at that limit (``RequestPathCalibration.job_base_seconds``)."""
+    assert result.request_path is not None
+    base = _calibrated_base_ms(result, limit) / 1000.0
+    return 1000.0 * result.request_path.job_base_seconds(base=base, margin=result.margin)
+
+
 @app.command()
 def calibrate(
     out: Annotated[Path, typer.Option(help="Calibration file to write.")] = Path(
@@ -466,11 +473,11 @@ def calibrate(
     ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Time every priced operation's kernel on synthetic adversarial data on this machine, and
-    the request path at the in-flight limit (the base), and write the public calibration file
-    that DPMINE_TIMING_CALIBRATION names (docs/operators.md, "Calibrating the time budgets").
-    Run it on the deployment's machine, with the load it usually has; no registered data is
-    read."""
+    """Time every priced operation's kernel on synthetic adversarial data on this machine, the
+    request path at the in-flight limit (the base) and the job path (the jobs' base), and
+    write the public calibration file that DPMINE_TIMING_CALIBRATION names (docs/operators.md,
+    "Calibrating the time budgets"). Run it on the deployment's machine, with the load it
+    usually has; no registered data is read."""
     from dpmine_server.services import calibration
     from dpmine_server.services.calibration_file import write_calibration
     from dpmine_server.services.warmup import freeze_heap, warm_compiled_kernels
@@ -506,7 +513,10 @@ def calibrate(
 
         limit = in_flight or _settings().max_in_flight
         if not as_json:
-            typer.echo(f"request path: {limit} count.noisy calls at once to a server process")
+            typer.echo(
+                f"request path: {limit} count.noisy calls at once to a server process, then "
+                "count.noisy jobs one at a time (the job path)"
+            )
         measured = measure_request_path(limit, repeats or default_repeats)
         result = result.model_copy(update={"request_path": measured})
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -523,6 +533,9 @@ def calibrate(
                 "base_ms": None
                 if result.request_path is None
                 else _calibrated_base_ms(result, result.request_path.limit),
+                "job_base_ms": None
+                if result.request_path is None
+                else _calibrated_job_base_ms(result, result.request_path.limit),
             }
         )
         return
@@ -545,6 +558,12 @@ def calibrate(
             f"max({MIN_FAIL_CLOSED_BASE_MS:g} ms, {result.margin:g} × DPMINE_MAX_IN_FLIGHT × "
             f"that) = {_calibrated_base_ms(result, path.limit):.0f} ms at {path.limit}"
         )
+        if path.job_seconds is not None:
+            typer.echo(
+                f"job path: the worst of {path.jobs} jobs took {path.job_seconds * 1e3:.1f} ms "
+                f"from submission to its settled state stored; jobs' base = max(base, 2 × "
+                f"{result.margin:g} × that) = {_calibrated_job_base_ms(result, path.limit):.0f} ms"
+            )
     typer.echo(f"wrote {out}; set DPMINE_TIMING_CALIBRATION={out} and restart the server to use it")
 
 

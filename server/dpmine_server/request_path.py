@@ -19,6 +19,18 @@ for the kernels) covers a machine up to three times slower than during the measu
 the floor (``MIN_FAIL_CLOSED_BASE_MS``, 20 ms) keeps a base above one scheduler time slice of
 a busy Linux machine and the event loop's timer granularity, whatever the measurement says.
 
+The job path (``TimingPolicy.for_jobs``, services/timing.py). A background job's budget is
+counted from its submission; before its kernel starts the job is handed to a worker process
+(the queue, the claim transaction, its rows read again), and after the kernel the worker writes
+the settled state, which must be stored before the state is shown (services/workers.py
+``PublicSchedule``, services/jobs.py ``_shown_at``). The same server therefore runs ``jobs``
+``count.noisy`` jobs one at a time after an untimed one (with padding off the pool starts at
+the first job), and the worst time from a job's submission to its settled state, read from the
+server's own database, is stored as ``job_seconds``; jobs take the base
+``max(base, 2 · margin · job_seconds)`` (each half of it covers the whole measured path
+``margin`` times). One at a time is the case to measure: a job queued behind another starts on
+the public schedule when the slot comes free, and its hand-over from then is the same.
+
 The clients run in this process, beside the server as an analyst's would on another machine:
 on a machine with few cores their work competes with the server's, which errs on the long
 side.
@@ -61,8 +73,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+from sqlalchemy import create_engine, select
+from sqlalchemy.orm import Session
 
 from dpmine.wire import BooleanAttribute, CreateDatasetRequest, CsvSource, DatasetMetadata
+from dpmine_server.db.models import Job, as_utc
 from dpmine_server.services.calibration_file import RequestPathCalibration
 
 __all__ = ["PATH_ROWS", "measure_request_path"]
@@ -174,16 +189,71 @@ def _register(http: httpx.Client, folder: Path, owner_key: str) -> dict[str, str
     return {"Authorization": f"Bearer {created.json()['api_key']}"}
 
 
-def measure_request_path(limit: int, bursts: int) -> RequestPathCalibration:
+_COUNT = {"predicate": {"kind": "bool", "attribute": "flag"}, "epsilon": 0.01}
+_JOB_POLL_S = 0.005
+_FINAL = frozenset({"done", "failed", "cancelled", "interrupted"})
+
+
+def _run_jobs(url: str, headers: dict[str, str], jobs: int) -> list[str]:
+    """Submit ``jobs`` ``count.noisy`` jobs one after another, each once the previous one is
+    settled (padding is off: a job is shown settled when it is); their ids."""
+    ids: list[str] = []
+    with httpx.Client(base_url=url, timeout=60.0) as client:
+        for _ in range(jobs):
+            key = {"Idempotency-Key": str(uuid.uuid4())}
+            body = {"operation": "count.noisy", "request": _COUNT}
+            submitted = _checked(
+                client.post(f"/v1/datasets/{_DATASET}/jobs", json=body, headers=headers | key)
+            )
+            job_id = str(submitted.json()["id"])
+            deadline = time.monotonic() + 60.0
+            while True:
+                shown = _checked(client.get(f"/v1/jobs/{job_id}", headers=headers)).json()
+                if shown["status"] in _FINAL:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"calibration job {job_id} did not settle in 60 s")
+                time.sleep(_JOB_POLL_S)
+            if shown["status"] != "done":
+                raise RuntimeError(f"calibration job {job_id} ended {shown['status']}: {shown}")
+            ids.append(job_id)
+    return ids
+
+
+def _job_seconds(database: Path, ids: list[str]) -> float:
+    """The worst time from submission to the settled state stored over these jobs, read from
+    the calibration server's own database (the analyst's view truncates them to the second)."""
+    engine = create_engine(f"sqlite:///{database}")
+    try:
+        with Session(engine) as session:
+            rows = session.execute(
+                select(Job.created_at, Job.updated_at).where(Job.id.in_(ids))
+            ).all()
+    finally:
+        engine.dispose()
+    if len(rows) != len(ids):
+        raise RuntimeError(f"the calibration server stored {len(rows)} of {len(ids)} jobs")
+    return max((as_utc(done) - as_utc(made)).total_seconds() for made, done in rows)
+
+
+def measure_request_path(
+    limit: int, bursts: int, jobs: int | None = None
+) -> RequestPathCalibration:
     """Send ``limit`` ``count.noisy`` calls at once to a fresh server process, ``bursts``
-    times after one untimed burst; the worst burst's time (see the module docstring)."""
+    times after one untimed burst; the worst burst's time (see the module docstring). Then
+    the job path: ``jobs`` (default ``4 · bursts``) ``count.noisy`` jobs one at a time after
+    one untimed job, the worst time from a job's submission to its settled state stored (the
+    hand-over to a worker process, a kernel of well under a millisecond, the final write:
+    what a job's base pays for besides its kernel, services/timing.py
+    ``TimingPolicy.for_jobs``)."""
+    timed_jobs = jobs if jobs is not None else 4 * bursts
     with tempfile.TemporaryDirectory(prefix="dpmine-calibrate-path-") as work:
         folder = Path(work)
         owner_key = "dpm_" + secrets.token_urlsafe(32)
         with _server(folder, owner_key, limit) as url:
             with httpx.Client(base_url=url, timeout=60.0) as admin:
                 headers = _register(admin, folder, owner_key)
-            body = {"predicate": {"kind": "bool", "attribute": "flag"}, "epsilon": 0.01}
+            body = _COUNT
             path = f"/v1/datasets/{_DATASET}/counts"
             clients = [httpx.Client(base_url=url, timeout=60.0) for _ in range(limit)]
 
@@ -207,6 +277,13 @@ def measure_request_path(limit: int, bursts: int) -> RequestPathCalibration:
             finally:
                 for client in clients:
                     client.close()
+            job_ids = _run_jobs(url, headers, timed_jobs + 1)[1:]  # the first one untimed
+        job_worst = _job_seconds(folder / "path.sqlite3", job_ids)
     return RequestPathCalibration(
-        limit=limit, bursts=bursts, burst_seconds=worst, seconds_per_request=worst / limit
+        limit=limit,
+        bursts=bursts,
+        burst_seconds=worst,
+        seconds_per_request=worst / limit,
+        jobs=timed_jobs,
+        job_seconds=job_worst,
     )

@@ -101,11 +101,29 @@ class RequestPathCalibration(BaseModel):
     seconds_per_request: float = Field(
         gt=0, allow_inf_nan=False, description="burst_seconds / limit"
     )
+    jobs: int | None = Field(default=None, ge=1, description="timed jobs (job path)")
+    job_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="worst time from a job's submission to its settled state stored (a "
+        "count.noisy job, padding off): the hand-over to a worker and the final write",
+    )
 
     def base_seconds(self, *, limit: int, margin: float, floor: float) -> float:
         """The base for a process admitting ``limit`` requests at once:
         ``max(floor, margin · limit · seconds_per_request)``."""
         return max(floor, margin * limit * self.seconds_per_request)
+
+    def job_base_seconds(self, *, base: float, margin: float) -> float:
+        """The base of a job's budget: ``max(base, 2 · margin · job_seconds)`` (``base``
+        when the job path was not measured). A job's base pays for its hand-over to a worker
+        (half of it, services/workers.py ``PublicSchedule``) and for its final write (the
+        other half, services/jobs.py ``_shown_at``); ``job_seconds`` is measured as both
+        together, so each half covers the whole measured path ``margin`` times."""
+        if self.job_seconds is None:
+            return base
+        return max(base, 2.0 * margin * self.job_seconds)
 
 
 class TimingCalibration(BaseModel):

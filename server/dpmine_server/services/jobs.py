@@ -10,7 +10,7 @@ cancelled job stops at its next public progress step, with its charge.
 Time is an output (DESIGN.md contract item 7): the analyst never sees when the kernel started or
 ended. A job is shown ``running`` until the first tick of the public grid, counted from its
 submission, that is past both its padded deadline (services/timing.py: a budget from public
-parameters) and its public settle time plus half the timing base (the worker's public schedule,
+parameters) and its public settle time plus half the jobs' base (the worker's public schedule,
 services/workers.py ``PublicSchedule``, recorded as the job's ``updated_at``; later than the
 deadline when the job waited for a worker); its progress is the elapsed share of that public
 schedule; ``created_at`` is the submission truncated to the second and ``updated_at`` the shown
@@ -88,10 +88,16 @@ class JobRunner:
         self._sessions = runtime.write_sessions
         self._executor = runtime.executor
         self._queue = queue
-        self._timing = timing or TimingPolicy(enabled=False, grid=0.0, base=0.0, scale=0.0)
+        unpadded = TimingPolicy(enabled=False, grid=0.0, base=0.0, scale=0.0)
+        self._timing = (timing or unpadded).for_jobs()  # the job path's base
         self._instance_id = instance_id
         self._wait_s = wait_s
         self._max_open_jobs = max_open_jobs
+
+    @property
+    def timing(self) -> TimingPolicy:
+        """The policy that pads jobs (``TimingPolicy.for_jobs``: the jobs' base)."""
+        return self._timing
 
     @property
     def queue(self) -> JobQueue:
@@ -409,7 +415,8 @@ class JobRunner:
     def _shown_at(self, job: Job, budget: float) -> datetime | None:
         """When a settled job is shown settled (None while it is not settled): with padding
         on, the first grid tick after its padded deadline and after its recorded settle time
-        plus half the timing base, counted from its submission; else its settle time.
+        plus half the jobs' base (``TimingPolicy.for_jobs``), counted from its submission; else
+        its settle time.
 
         The margin: a worker writes the final state just after the job's public settle time,
         and the write must land before the state is shown, or the write's own (load-dependent)

@@ -246,7 +246,7 @@ def slot_seconds(runtime: WorkerRuntime, job: Job) -> float:
     (services/timing.py), plus the public load budget when this process has not loaded the
     job's dataset yet (the load is padded to it). Public values only: the operation, its
     parameters, the public metadata and what this process has loaded (its history of jobs)."""
-    policy = TimingPolicy.from_settings(runtime.settings)
+    policy = TimingPolicy.from_settings(runtime.settings).for_jobs()
     if not policy.enabled:
         return 0.0
     datasets = runtime.datasets
@@ -283,10 +283,10 @@ class PublicSchedule:
     by milliseconds, which a job settled at its *real* end would show whenever they cross a
     grid step. The real claim trails the public start by the handover; the kernel's deadline
     is the public settle time, so the handover comes out of the budget's base margin. A claim
-    that trails it by more than ``allowance`` (half the timing base: the base is the budget's
-    allowance for bookkeeping, and the API keeps the other half for the final write,
-    services/jobs.py) starts the slot at the real claim instead, as before this schedule: a
-    worker late for its own reasons (a restarted pool, a PostgreSQL worker's poll).
+    that trails it by more than ``allowance`` (half the jobs' base, ``TimingPolicy.for_jobs``:
+    the base is the budget's allowance for bookkeeping, and the API keeps the other half for the
+    final write, services/jobs.py) starts the slot at the real claim instead, as before this
+    schedule: a worker late for its own reasons (a restarted pool, a PostgreSQL worker's poll).
 
     One slot per concurrent job of the process (``slots``: 1 for the embedded pool's
     processes, a PostgreSQL worker's ``--concurrency``); a job takes the slot that came free
@@ -333,11 +333,12 @@ class PublicSchedule:
             return claimed
         late = (claimed - start).total_seconds()
         if late > allowance:
-            # The owner's signal that the machine is too loaded for DPMINE_TIMING_BASE_MS
-            # (never shown to the analyst): the slot is counted from the real claim.
+            # The owner's signal that the machine is too loaded for its base (never shown to
+            # the analyst): the slot is counted from the real claim.
             logger.warning(
                 "a job slot was claimed %.0f ms after its public start (allowance %.0f ms): "
-                "counted from the claim; raise DPMINE_TIMING_BASE_MS if this recurs",
+                "counted from the claim; raise DPMINE_TIMING_BASE_MS (or re-run dpmine-server "
+                "calibrate on this machine) if this recurs",
                 late * 1000,
                 allowance * 1000,
             )
@@ -400,7 +401,7 @@ def run_job(runtime: WorkerRuntime, job_id: str) -> Outcome:
         logger.exception("no padding budget for job %s", job_id)
         slot = 0.0
     padded = slot > 0
-    policy = TimingPolicy.from_settings(runtime.settings)
+    policy = TimingPolicy.from_settings(runtime.settings).for_jobs()
     with SCHEDULE.slot(
         as_utc(job.created_at), claimed_wall, padded=padded, allowance=policy.base / 2
     ) as held:

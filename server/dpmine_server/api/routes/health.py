@@ -27,6 +27,9 @@ class Health(WireModel):
     #: The fixed part of every padding budget in force, in ms (configured or calibrated;
     #: None when padding is off).
     timing_base_ms: float | None = None
+    #: The fixed part of a background job's padding budget, in ms: the base, or more when the
+    #: calibration measured the job path (hand-over to a worker and the final write).
+    timing_job_base_ms: float | None = None
 
 
 @router.get("/health", response_model=Health)
@@ -42,4 +45,5 @@ def health(services: ServicesDep) -> Health:
         timing_calibration=policy.calibration_label,
         max_in_flight=services.admission.limit,
         timing_base_ms=round(policy.base * 1000.0, 3) if policy.enabled else None,
+        timing_job_base_ms=round(policy.for_jobs().base * 1000.0, 3) if policy.enabled else None,
     )
