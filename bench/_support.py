@@ -322,6 +322,15 @@ def postgres_cluster(
 # -- the dpmine server ---------------------------------------------------------------------------
 
 
+#: Log lines of a padded server that missed its public schedule (server/dpmine_server/services:
+#: executor.py and workers.py "overran its padded ...", a release withheld; workers.py "a job
+#: slot was claimed ... after its public start", a job handed over later than its allowance).
+TIMING_WARNINGS = {
+    "overruns": "overran its padded",
+    "late_job_claims": "after its public start",
+}
+
+
 @dataclass
 class ServerHandle:
     """A running dpmine server: its URL, the bootstrap owner's key, where it keeps files."""
@@ -342,6 +351,17 @@ class ServerHandle:
     def log_tail(self) -> str:
         """The end of the server's log (for error reports)."""
         return _log_tail(self.log)
+
+    def timing_warnings(self) -> dict[str, int]:
+        """How many times the server's log says a padded deadline was missed, by kind
+        (:data:`TIMING_WARNINGS`): the owner's signal that the budgets are too short for this
+        machine. Overruns fail closed, so they cost results, not privacy; a benchmark of
+        padded runs reports them beside its times."""
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return dict.fromkeys(TIMING_WARNINGS, 0)
+        return {kind: text.count(marker) for kind, marker in TIMING_WARNINGS.items()}
 
 
 def _wait_for_server(process: subprocess.Popen[bytes], url: str, log: Path) -> None:

@@ -382,8 +382,9 @@ def run_dp_once(
 
 def run_dp_stage(
     prepared: Sequence[PreparedData], truths: Mapping[str, HarnessData], config: Config
-) -> list[RunRecord]:
-    """One server; every (dataset, ε, miner) ``runs`` times, repetition outermost."""
+) -> tuple[list[RunRecord], dict[str, int]]:
+    """One server; every (dataset, ε, miner) ``runs`` times, repetition outermost. Also the
+    server log's missed deadlines (``ServerHandle.timing_warnings``)."""
     records: list[RunRecord] = []
     total = config.runs * len(prepared) * len(config.epsilons) * len(config.miners)
     with (
@@ -406,7 +407,9 @@ def run_dp_stage(
         except BaseException:
             print(f"server log tail:\n{server.log_tail()}", file=sys.stderr)
             raise
-    return records
+        warnings = server.timing_warnings()
+        shutil.copyfile(server.log, config.out / "server.log")  # the owner's view of the runs
+    return records, warnings
 
 
 def _grid(
@@ -885,7 +888,8 @@ def main(argv: list[str] | None = None) -> int:
             for algo in config.clired:
                 for repetition in range(config.clired_runs):
                     records.append(run_clired(data, algo, config, repetition))
-        records += run_dp_stage(prepared, truths, config)
+        dp_records, warnings = run_dp_stage(prepared, truths, config)
+        records += dp_records
         n_rows = {data.key: data.n_rows for data in prepared}
     summaries = summarise(records)
     report = markdown(summaries, n_rows)
@@ -896,6 +900,10 @@ def main(argv: list[str] | None = None) -> int:
         "|I| and |U|.\n"
     )
     report += guarantee_table(records)
+    report += (
+        f"\nServer log: {warnings['overruns']} padded deadlines overrun (release withheld), "
+        f"{warnings['late_job_claims']} jobs claimed later than their allowance.\n"
+    )
     print(report)
     figures = [
         str(plot_scatter(records, key, config.miners, config.out))
@@ -923,6 +931,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": [asdict(r) for r in records],
         "figures": figures,
         "harness_agreement": [agreeing, len(checked)],
+        "timing_warnings": warnings,
         "report": report,
     }
     path = config.out / "trees.json"

@@ -207,6 +207,34 @@ def test_an_overrun_releases_nothing_and_keeps_its_charge(fail_closed: ChannelSe
     time.sleep(SETTLE_S)
 
 
+def test_the_owner_log_names_the_real_overruns_only(fail_closed: ChannelServer) -> None:
+    """The owner's signal to raise the budgets is an "overran" line in the server's log. A
+    job-mode call answered in time writes none (its synchronous route waits for the job's
+    public schedule, always past the request's own deadline, and the worker stores every
+    release after the slot's end: both once logged an overrun for every job); a job whose
+    kernel runs past its slot is named by its worker."""
+    quiet = overrun_body(PRICED_S, UNPRICED_S)  # spins only on D' (neighbours[1])
+    before = fail_closed.server.log_text().count("overran")
+    with fail_closed.client() as client:
+        for _call in range(3):
+            answer = client.post(f"/v1/datasets/{fail_closed.neighbours[0]}/test/spin", json=quiet)
+            assert answer.status_code == 200, answer.text
+        job = client.post(
+            f"/v1/datasets/{fail_closed.neighbours[0]}/jobs",
+            json={"operation": "test.spin", "request": quiet},
+        ).json()
+        assert settled(client, job["id"])["status"] == "done"
+        assert fail_closed.server.log_text().count("overran") == before
+        late = client.post(
+            f"/v1/datasets/{fail_closed.neighbours[1]}/jobs",
+            json={"operation": "test.spin", "request": quiet},
+        ).json()
+        assert settled(client, late["id"])["status"] == "failed"
+    time.sleep(SETTLE_S)
+    log = fail_closed.server.log_text()
+    assert f"job {late['id']} overran its padded slot: settled as failed" in log, log[-2000:]
+
+
 @pytest.mark.slow
 def test_slow_overrun_audits(fail_closed: ChannelServer) -> None:
     assert_audit_passes(audit(_inline_observer(fail_closed), SLOW_TRIALS), EPSILON)

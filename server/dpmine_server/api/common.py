@@ -255,7 +255,9 @@ async def _padded_operation(
     )
     if ticket is not None:
         call = functools.partial(_with_ticket, ticket, call)
-    return await _padded(services, policy, operation, call, guard, arrival, budget, cold)
+    return await _padded(
+        services, policy, operation, call, guard, arrival, budget, cold, job=not inline
+    )
 
 
 def _with_ticket(ticket: Ticket, call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -341,11 +343,14 @@ async def _padded(
     arrival: float,
     budget: float,
     cold: float,
+    *,
+    job: bool = False,
 ) -> dict[str, Any]:
     """Run ``call`` and hold its answer (release, replay or failure after the charge) until the
     padded deadline of ``budget + cold`` after ``arrival``; with a ``guard``, an overrun fails
-    closed at that deadline."""
-    hold = functools.partial(_hold, policy, arrival, label, budget + cold)
+    closed at that deadline. ``job``: ``call`` waits for a job shown settled on the jobs'
+    public schedule (:func:`_hold`)."""
+    hold = functools.partial(_hold, policy, arrival, label, budget + cold, job=job)
     try:
         if guard is None:
             body = await anyio.to_thread.run_sync(call)
@@ -439,14 +444,22 @@ async def _answer_retry(
         await anyio.sleep(step)
 
 
-async def _hold(policy: TimingPolicy, arrival: float, operation: str, budget: float) -> None:
+async def _hold(
+    policy: TimingPolicy, arrival: float, operation: str, budget: float, *, job: bool = False
+) -> None:
     """Sleep until the padded deadline of a request that arrived at ``arrival`` (monotonic)
     with this budget; past it, return at once when overruns fail closed (the answer is the
-    deadline's), else sleep to the first grid tick after now (test mode's late release)."""
+    deadline's), else sleep to the first grid tick after now (test mode's late release).
+
+    ``job``: the synchronous route of a job-mode operation, answered once its job is shown
+    settled (services/jobs.py ``execute``). That time is on the jobs' public schedule, which
+    counts the jobs' base and any wait for a worker slot, so it is always past this request's
+    own deadline; an overrun of the job is the worker's to report (services/workers.py), and
+    logging one here for every job call would bury the real ones."""
     if not policy.enabled:
         return
     elapsed = time.monotonic() - arrival
-    if elapsed > policy.deadline_offset(budget):
+    if elapsed > policy.deadline_offset(budget) and not job:
         # The owner's signal to raise DPMINE_TIMING_SCALE (never shown to the analyst).
         logger.warning(
             "%s overran its padding budget: %.3f s against %.3f s", operation, elapsed, budget
