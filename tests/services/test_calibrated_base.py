@@ -168,6 +168,13 @@ def test_the_worker_and_the_job_runner_pad_jobs_with_the_jobs_base(tmp_path: Pat
         assert expected >= 1.2
         runner = JobRunner(runtime=runtime, queue=LocalPoolQueue(runtime, workers=1), timing=policy)
         assert runner.timing.base == pytest.approx(1.2)
+        # The runner's budget of a job (kept per job while its metadata is in force) is the
+        # jobs' policy's, the one the worker's slot counts.
+        job.id = "a-job"
+        with runtime.sessions() as session:
+            first = runner._budget(session, job)
+            assert first == pytest.approx(jobs.budget("count.noisy", COUNT, metadata))
+            assert runner._budget(session, job) == first
     finally:
         runtime.close()
     cached_calibration.cache_clear()
