@@ -544,8 +544,20 @@ def calibrate(
         f"measured factors (margin {result.margin:g})",
         ["operation", "factor", "floor s", "cases"],
         [
-            [name, f"{op.factor:.3g}", f"{op.floor_seconds:.3g}", str(len(op.cases))]
+            row
             for name, op in result.operations.items()
+            for row in [
+                [name, f"{op.factor:.3g}", f"{op.floor_seconds:.3g}", str(len(op.cases))],
+                *(
+                    [
+                        f"  {name} ({variant})",
+                        f"{own.factor:.3g}",
+                        f"{own.floor_seconds:.3g}",
+                        str(sum(case.variant == variant for case in op.cases)),
+                    ]
+                    for variant, own in op.variants.items()
+                ),
+            ]
         ],
     )
     if result.request_path is not None:

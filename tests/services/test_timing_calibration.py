@@ -18,6 +18,10 @@ from dpmine_server.operations import CATALOG
 from dpmine_server.operations.base import no_progress
 from dpmine_server.services.calibration import (
     ADVERSARIAL,
+    Case,
+    _exact_tree_cases,
+    _timed,
+    _variants,
     adversarial,
     calibrate,
     cases_for,
@@ -25,11 +29,18 @@ from dpmine_server.services.calibration import (
 )
 from dpmine_server.services.calibration_file import (
     CALIBRATION_VERSION,
+    CalibrationCase,
     CalibrationError,
     TimingCalibration,
+    cached_calibration,
     read_calibration,
 )
-from dpmine_server.services.timing import PRICED_OPERATIONS, TimingPolicy, operation_work
+from dpmine_server.services.timing import (
+    PRICED_OPERATIONS,
+    TimingPolicy,
+    operation_work,
+    pricing_variant,
+)
 from dpmine_server.settings import Settings
 from support.servers import LiveServer, ServerStartError, http_client
 
@@ -153,6 +164,67 @@ def test_calibrated_budget_is_base_plus_margin_factor_work(tmp_path: Path) -> No
     request = CATALOG["count.noisy"].request_model.model_validate({"epsilon": 0.1})
     assert 3.0 * 4.0 * operation_work("count.noisy", request, tiny) < 3.0 * 0.002
     assert calibrated.budget("count.noisy", request, tiny) == pytest.approx(0.1 + 0.006)
+
+
+def test_each_tree_sampler_is_priced_by_its_own_measured_factor(tmp_path: Path) -> None:
+    """``tree.mcmc`` runs a chain or an exact sampler, chosen from public values; a file that
+    measured both prices each by its own factor, and one that did not by the operation's."""
+    variants = {
+        "exact": {"factor": 0.1, "floor_seconds": 0.001},
+        "mcmc": {"factor": 0.4, "floor_seconds": 0.002},
+    }
+    measured = {"tree.mcmc": {"factor": 0.4, "floor_seconds": 0.001, "variants": variants}}
+    policy = TimingPolicy.from_settings(
+        Settings(environment="development", timing_calibration=_write(tmp_path, _file(measured)))
+    )
+    single = _write(
+        tmp_path, _file({"tree.mcmc": {"factor": 0.4, "floor_seconds": 0.001}}), "one.json"
+    )
+    pooled = TimingPolicy.from_settings(
+        Settings(environment="development", timing_calibration=single)
+    )
+    metadata = distinct(500).store.metadata
+    exact_body = _exact_tree_cases(metadata, "distinct")[0].request
+    for sampler, factor in (("exact", 0.1), ("mcmc", 0.4)):
+        request = CATALOG["tree.mcmc"].request_model.model_validate(
+            exact_body | {"sampler": sampler}
+        )
+        assert pricing_variant("tree.mcmc", request, metadata) == sampler
+        work = operation_work("tree.mcmc", request, metadata)
+        expected = 0.1 + 3.0 * max(factor * work, variants[sampler]["floor_seconds"])
+        assert policy.budget("tree.mcmc", request, metadata) == pytest.approx(expected)
+        unsplit = 0.1 + 3.0 * max(0.4 * work, 0.001)
+        assert pooled.budget("tree.mcmc", request, metadata) == pytest.approx(unsplit)
+    assert pricing_variant("tree.expmech", {"epsilon": 1.0}, metadata) is None
+    cached_calibration.cache_clear()
+
+
+def test_each_timed_case_records_the_sampler_it_ran() -> None:
+    dataset = distinct(300)
+    exact = _exact_tree_cases(dataset.store.metadata, "distinct")[0]
+    chain = Case("tree.mcmc", "distinct", exact.request | {"sampler": "mcmc", "iterations": 1000})
+    assert [_timed(case, dataset.store, 1)[2] for case in (exact, chain)] == ["exact", "mcmc"]
+    measured = [
+        CalibrationCase(dataset="distinct", n_max=300, work=work, max_seconds=seconds, variant=v)
+        for work, seconds, v in ((1.0, 0.2, "mcmc"), (2.0, 0.2, "mcmc"), (1.0, 0.05, "exact"))
+    ]
+    variants = _variants(measured)
+    assert variants["mcmc"].factor == pytest.approx(0.2)
+    assert variants["mcmc"].floor_seconds == pytest.approx(0.2)
+    assert variants["exact"].factor == pytest.approx(0.05)
+
+
+@pytest.mark.slow
+def test_a_calibration_measures_each_tree_sampler_apart() -> None:
+    measured = calibrate((300,), 1, operations=("tree.mcmc",)).operations["tree.mcmc"]
+    assert set(measured.variants) == {"exact", "mcmc"}
+    assert {case.variant for case in measured.cases} == {"exact", "mcmc"}
+    for name, variant in measured.variants.items():
+        own = [case for case in measured.cases if case.variant == name]
+        assert variant.factor == pytest.approx(max(c.max_seconds / c.work for c in own))
+        assert variant.floor_seconds == min(c.max_seconds for c in own)
+    # The operation's own factor stays the largest, for requests of an unmeasured variant.
+    assert measured.factor == max(variant.factor for variant in measured.variants.values())
 
 
 def test_test_mode_budgets_stay_zero(tmp_path: Path) -> None:

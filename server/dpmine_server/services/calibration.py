@@ -73,8 +73,9 @@ from dpmine_server.services.calibration_file import (
     CalibrationCase,
     OperationCalibration,
     TimingCalibration,
+    VariantCalibration,
 )
-from dpmine_server.services.timing import PRICED_OPERATIONS, operation_work
+from dpmine_server.services.timing import PRICED_OPERATIONS, operation_work, pricing_variant
 
 __all__ = [
     "ADVERSARIAL",
@@ -443,14 +444,16 @@ def run_kernel(
     return spec.run(store, request, spec.cost(request), secure_generator(), no_progress)
 
 
-def _timed(case: Case, store: ColumnStore, repeats: int) -> tuple[float, float]:
-    """The hand-set work of ``case`` and its worst kernel time over ``repeats`` calls after
-    one untimed first call (which builds the store's caches, as the server's warm-up does)."""
+def _timed(case: Case, store: ColumnStore, repeats: int) -> tuple[float, float, str | None]:
+    """The hand-set work of ``case``, its worst kernel time over ``repeats`` calls after one
+    untimed first call (which builds the store's caches, as the server's warm-up does), and
+    the kernel variant it ran (services/timing.py ``pricing_variant``)."""
     spec = CATALOG[case.operation]
     request = spec.request_model.model_validate(case.request)
     spec.validate(request, store.metadata)
     cost = spec.cost(request)
     work = operation_work(case.operation, request, store.metadata)
+    variant = pricing_variant(case.operation, request, store.metadata)
     worst = 0.0
     for repetition in range(repeats + 1):
         start = time.perf_counter()
@@ -458,7 +461,7 @@ def _timed(case: Case, store: ColumnStore, repeats: int) -> tuple[float, float]:
         elapsed = time.perf_counter() - start
         if repetition:
             worst = max(worst, elapsed)
-    return work, worst
+    return work, worst, variant
 
 
 def machine() -> dict[str, Any]:
@@ -479,6 +482,20 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "numpy": np.__version__,
     }
+
+
+def _variants(measured: Sequence[CalibrationCase]) -> dict[str, VariantCalibration]:
+    """Per kernel variant among ``measured``: the factor and floor over its cases alone (the
+    operation's own factor stays the largest over all of them)."""
+    names = sorted({case.variant for case in measured if case.variant is not None})
+    variants = {}
+    for name in names:
+        own = [case for case in measured if case.variant == name]
+        variants[name] = VariantCalibration(
+            factor=max([case.max_seconds / case.work for case in own] + [1e-9]),
+            floor_seconds=min(case.max_seconds for case in own),
+        )
+    return variants
 
 
 def calibrate(
@@ -505,7 +522,7 @@ def calibrate(
                 if case.operation not in cases:
                     continue
                 try:
-                    work, worst = _timed(case, dataset.store, repeats)
+                    work, worst, variant = _timed(case, dataset.store, repeats)
                 except ValueError as error:
                     say(f"  {case.operation:24} skipped: {error}")
                     continue
@@ -514,7 +531,12 @@ def calibrate(
                 n_max = dataset.store.metadata.n_max
                 cases[case.operation].append(
                     CalibrationCase(
-                        dataset=key, note=case.note, n_max=n_max, work=work, max_seconds=worst
+                        dataset=key,
+                        note=case.note,
+                        n_max=n_max,
+                        work=work,
+                        max_seconds=worst,
+                        variant=variant,
                     )
                 )
                 factors[case.operation] = max(factors.get(case.operation, 0.0), worst / work)
@@ -524,6 +546,7 @@ def calibrate(
             factor=max(factors[name], 1e-9),  # a kernel faster than the clock: still positive
             floor_seconds=min(case.max_seconds for case in measured),
             cases=measured,
+            variants=_variants(measured),
         )
         for name, measured in cases.items()
         if measured

@@ -35,6 +35,7 @@ __all__ = [
     "OperationCalibration",
     "RequestPathCalibration",
     "TimingCalibration",
+    "VariantCalibration",
     "cached_calibration",
     "read_calibration",
     "write_calibration",
@@ -69,6 +70,22 @@ class CalibrationCase(BaseModel):
     n_max: int = Field(ge=1)
     work: float = Field(gt=0, allow_inf_nan=False)
     max_seconds: float = Field(ge=0, allow_inf_nan=False)
+    #: The kernel variant measured (``OperationCalibration.variants``), if the operation has any.
+    variant: str | None = None
+
+
+class VariantCalibration(BaseModel):
+    """The factor and floor of one kernel variant of an operation, over its cases only."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    factor: float = Field(description="max over the variant's cases of seconds / work")
+    floor_seconds: float = Field(ge=0, allow_inf_nan=False)
+
+    @field_validator("factor")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        return _finite_positive(value, "factor")
 
 
 class OperationCalibration(BaseModel):
@@ -81,6 +98,11 @@ class OperationCalibration(BaseModel):
         ge=0, allow_inf_nan=False, description="the smallest case's worst time (fixed cost)"
     )
     cases: list[CalibrationCase] = Field(default_factory=list)
+    #: Per kernel variant that a request selects from public values (``tree.mcmc``: "exact"
+    #: or "mcmc", services/timing.py ``pricing_variant``): its own factor and floor, over its
+    #: own cases. A request of a variant measured here is priced by it; otherwise by the
+    #: operation's factor, the largest over all cases.
+    variants: dict[str, VariantCalibration] = Field(default_factory=dict)
 
     @field_validator("factor")
     @classmethod

@@ -76,6 +76,7 @@ __all__ = [
     "TimingPolicy",
     "load_work",
     "operation_work",
+    "pricing_variant",
 ]
 
 #: Public work estimate (abstract units ≈ seconds at scale 1) of one operation.
@@ -495,6 +496,23 @@ def operation_work(
         return 0.0
 
 
+def pricing_variant(
+    operation: str, request: BaseModel | Mapping[str, Any], metadata: DatasetMetadata
+) -> str | None:
+    """The kernel variant a request runs, where one operation has kernels of different cost
+    per work unit: ``tree.mcmc``'s sampler ("exact" or "mcmc", ``mcmc_sampler``, a public
+    function of the request and the metadata); None for every other operation (or a request
+    that does not validate: priced by the operation's factor)."""
+    if operation != "tree.mcmc":
+        return None
+    body = request.model_dump(mode="json") if isinstance(request, BaseModel) else request
+    try:
+        model = TreeMCMCRequest.model_validate(body)
+    except ValueError:
+        return None
+    return mcmc_sampler(model, metadata)
+
+
 @dataclass(frozen=True, slots=True)
 class TimingPolicy:
     """When a data-touching release may be shown (all times in seconds)."""
@@ -580,9 +598,9 @@ class TimingPolicy:
         """Seconds granted to ``operation`` on this request (public values only)."""
         if not self.enabled:
             return 0.0
-        return self.base + self.scale * self.calibrated_work(
-            operation, operation_work(operation, request, metadata)
-        )
+        work = operation_work(operation, request, metadata)
+        variant = pricing_variant(operation, request, metadata)
+        return self.base + self.scale * self.calibrated_work(operation, work, variant)
 
     def batch_budget(
         self,
@@ -642,21 +660,28 @@ class TimingPolicy:
         work = max(float(_extend_work(body, metadata, warm)), 0.0)
         return self.base + self.scale * self.calibrated_work(operation, work)
 
-    def calibrated_work(self, operation: str, work: float) -> float:
+    def calibrated_work(self, operation: str, work: float, variant: str | None = None) -> float:
         """Seconds (at scale 1) for hand-set ``work`` of ``operation``: ``work`` itself
         without a calibration or for an operation it did not measure (factor 1), else
         ``max(margin · factor · work, margin · floor)`` (and at least ``work`` for the
         :data:`TAIL_CAPPED` operations). The factor is the largest measured seconds per work
         unit, so on every calibrated case the budget is at least ``margin`` times the measured
         worst time; the floor keeps requests smaller than every measured case above
-        ``margin`` times the kernel's measured fixed cost. All these numbers are public
-        (measured on synthetic data of public sizes), so the budget stays a public function
+        ``margin`` times the kernel's measured fixed cost. ``variant`` (:func:`pricing_variant`)
+        picks the factor and floor measured on that kernel variant's cases when the file has
+        them: every case of the variant still gets ``margin`` times its worst time. All these
+        numbers are public (measured on synthetic data of public sizes), and the variant is a
+        public function of the request and the metadata, so the budget stays a public function
         of public values."""
         measured = self.calibration.operations.get(operation) if self.calibration else None
         if self.calibration is None or measured is None:
             return work
         margin = self.calibration.margin
-        calibrated = max(margin * measured.factor * work, margin * measured.floor_seconds)
+        own = measured.variants.get(variant) if variant is not None else None
+        factor, floor = (
+            (own.factor, own.floor_seconds) if own else (measured.factor, measured.floor_seconds)
+        )
+        calibrated = max(margin * factor * work, margin * floor)
         return max(calibrated, work) if operation in TAIL_CAPPED else calibrated
 
     def load_budget(self, metadata: DatasetMetadata) -> float:
