@@ -82,6 +82,7 @@ class TestHealth:
             "timing_calibration": None,  # no DPMINE_TIMING_CALIBRATION file in force
             "max_in_flight": 1000,  # test mode's default DPMINE_MAX_IN_FLIGHT
             "timing_base_ms": 0.0,  # test mode's padding: no base
+            "timing_job_base_ms": 0.0,  # nor for jobs (no calibration measured the job path)
         }
 
 
