@@ -17,7 +17,10 @@ nothing is released) with public default parameters on synthetic data built to b
 :func:`calibrate` times each case and derives, per operation, the factor
 ``max over cases and repetitions of (kernel seconds / hand-set work units)`` and the floor
 (the smallest case's worst time), the content of the public calibration file
-(services/calibration_file.py).
+(services/calibration_file.py). ``tree.mcmc`` runs a chain or an exact sampler, whose seconds
+per work unit differ: each case records which one it ran (services/timing.py
+``pricing_variant``), and each sampler also gets a factor and a floor over its own cases, by
+which its calls are priced. Every case of a sampler still gets ``margin`` times its worst time.
 
 Privacy: the data are generated from a fixed seed and public sizes only; no registered
 dataset is read, so the factors (and the budgets derived from them) are public values.
@@ -507,10 +510,10 @@ def calibrate(
     report: Callable[[str], None] | None = None,
 ) -> TimingCalibration:
     """Time every priced operation on the adversarial data at each of ``sizes`` rows and
-    return the calibration (factor, floor and cases per operation of ``operations``;
-    :data:`MARGIN`). A case
-    refused before its charge (not applicable to that dataset) is skipped, as is a case whose
-    hand-set work is zero."""
+    return the calibration (factor, floor and cases per operation of ``operations``, and per
+    kernel variant where the operation has several, :func:`_variants`; :data:`MARGIN`). A
+    case refused before its charge (not applicable to that dataset) is skipped, as is a case
+    whose hand-set work is zero."""
     say = report or (lambda _line: None)
     cases: dict[str, list[CalibrationCase]] = {name: [] for name in operations}
     factors: dict[str, float] = {}
