@@ -579,8 +579,9 @@ class TimingPolicy:
         state, which must land before it is shown (services/workers.py ``PublicSchedule``,
         services/jobs.py ``_shown_at``). The synchronous request path measured for ``base``
         includes neither, and a base measured at a small in-flight limit (20 ms at one) is
-        shorter than the hand-over alone, so calibrated jobs overran their slots
-        (bench/README.md, "Padding on against off"). A calibration file that measured the
+        shorter than the hand-over alone, so calibrated jobs were claimed later than half the
+        base and their slots started at the hand-over, a load-dependent time (bench/README.md,
+        "Jobs on a calibrated server"). A calibration file that measured the
         job path gives ``job_base`` (``RequestPathCalibration.job_base_seconds``); a public
         value, measured on synthetic data."""
         if self.job_base is None or self.job_base == self.base:
@@ -599,7 +600,13 @@ class TimingPolicy:
         if not self.enabled:
             return 0.0
         work = operation_work(operation, request, metadata)
-        variant = pricing_variant(operation, request, metadata)
+        measured = self.calibration.operations.get(operation) if self.calibration else None
+        # Only a file that measured the operation's variants needs to know which one runs.
+        variant = (
+            pricing_variant(operation, request, metadata)
+            if measured and measured.variants
+            else None
+        )
         return self.base + self.scale * self.calibrated_work(operation, work, variant)
 
     def batch_budget(
