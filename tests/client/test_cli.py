@@ -557,9 +557,15 @@ def test_itemsets_show_only_the_picks_their_counts_confirm(
     server: LiveServer, account: Account, mushroom: DatasetInfo
 ) -> None:
     """The default table holds the picks whose count floor reaches ``--min-count`` and says
-    so; a floor no count can reach (more rows than the table has) leaves nothing shown, with
-    what was spent and what to change; ``--all`` lists every pick with its verdict."""
+    so; a floor no count can reach leaves nothing shown, with what was spent and what to
+    change; ``--all`` lists every pick with its verdict.
+
+    The unreachable floor is twice the table's rows, not one more than them: a pick counted in
+    every row (``veil-type = p``) is confirmed at ``rows + 1`` whenever its noise exceeds the
+    99% margin plus one, about one run in a hundred; at ``2 · rows`` the noise would have to
+    exceed 8,000 rows, over a hundred times its scale at ε = 0.3."""
     command = f"mine itemsets {mushroom.id} --k 3 --length 1 --epsilon 0.5"
+    unreachable = 2 * MUSHROOM_ROWS
     shown = _flat(_ok(dpmine_cli(server, account.api_key, command)))
     assert "top-3 itemsets confirmed by their counts" in shown
     assert "shown: the 3 of 3 picks confirmed to have ≥ 1 row (noisy count − " in shown
@@ -569,7 +575,7 @@ def test_itemsets_show_only_the_picks_their_counts_confirm(
             server,
             account.api_key,
             f"--json mine itemsets {mushroom.id} --k 2 --length 1 --epsilon 0.3 "
-            f"--min-count {MUSHROOM_ROWS + 1} --all",
+            f"--min-count {unreachable} --all",
         )
     )
     assert [itemset["confirmed"] for itemset in payload["itemsets"]] == [False, False]
@@ -578,7 +584,7 @@ def test_itemsets_show_only_the_picks_their_counts_confirm(
     confirmation = payload["confirmation"]
     assert (confirmation["shown"], confirmation["picks"]) == (0, 2)
     assert confirmation["message"].startswith(
-        f"No pick is confirmed to have ≥ {MUSHROOM_ROWS + 1} rows. ε spent: 0.3."
+        f"No pick is confirmed to have ≥ {unreachable} rows. ε spent: 0.3."
     )
     assert "a smaller k" in confirmation["message"]
     assert _budget(server, account, mushroom.id).grant_spent == pytest.approx(0.8)
