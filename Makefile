@@ -25,17 +25,24 @@ demo: $(STAMP)
 ## deadlines (load about 1 on 2 cores), and each module keeps its own server. Modules are handed
 ## out in collection order, longest first (tests/conftest.py: LONG_FIRST_MODULES), not by their
 ## number of tests (pytest-xdist's default), so that the phase does not end on one long module.
+##
+## The suite starts hundreds of Python processes (live servers, their job workers, pytest
+## workers, the benchmarks' smoke runs). Where PYTHONDONTWRITEBYTECODE is set, as on some CI
+## images, each of them would compile the project and pytest's rewritten test modules from
+## source again; the test targets run without it, after compiling the project once.
 TEST_WORKERS ?= 2
 SERIAL_WORKERS ?= 2
+WITH_BYTECODE := env -u PYTHONDONTWRITEBYTECODE
 test: $(STAMP) lint
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m 'not slow and not serial'
-	$(PY) -m pytest -n $(SERIAL_WORKERS) --dist loadfile --no-loadscope-reorder -m 'serial and not slow'
+	$(WITH_BYTECODE) $(PY) -m compileall -q client server
+	$(WITH_BYTECODE) $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m 'not slow and not serial'
+	$(WITH_BYTECODE) $(PY) -m pytest -n $(SERIAL_WORKERS) --dist loadfile --no-loadscope-reorder -m 'serial and not slow'
 
 ## The long runs (marker `slow`): the privacy, timing and channel audits at their full sample
 ## sizes and the heavy property tests; tens of minutes. `make test` plus `make audit` is the
 ## whole suite.
 audit: $(STAMP)
-	$(PY) -m pytest -m slow
+	$(WITH_BYTECODE) $(PY) -m pytest -m slow
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
