@@ -140,8 +140,9 @@ def new_venv(path: Path, work: Path, requirement: str, *, compile_bytecode: bool
 
     ``compile_bytecode=False`` (pip's ``--no-compile``) saves ~20 s of byte-compiling numpy,
     scipy and pandas where little runs. The server's venv is compiled, as pip does for users:
-    its job workers start with ``-B`` and would otherwise compile every module from source at
-    every start, and the start-up warms them (74 s instead of 18 s on this project's machines).
+    where ``PYTHONDONTWRITEBYTECODE`` is set (multiprocessing then starts the job workers with
+    ``-B``), nothing would write the bytecode, so every start would compile every module from
+    source again, and the start-up warms them (74 s instead of 18 s on this project's machines).
     """
     step(f"fresh venv {path.name}: pip install --only-binary=:all: {requirement}")
     run([sys.executable, "-m", "venv", path], cwd=work, env=clean_env())
