@@ -41,7 +41,7 @@ if TYPE_CHECKING:
         NumericAttribute,
     )
     from dpmine_server.data.loaders import LoadReport
-    from dpmine_server.services.calibration_file import TimingCalibration
+    from dpmine_server.services.calibration_file import OperationCalibration, TimingCalibration
     from dpmine_server.services.container import Services
     from dpmine_server.services.datasets import StoredFile
     from dpmine_server.settings import Settings
@@ -433,6 +433,18 @@ def _calibrated_base_ms(result: TimingCalibration, limit: int) -> float:
     return 1000.0 * result.request_path.base_seconds(limit=limit, margin=result.margin, floor=floor)
 
 
+def _factor_rows(name: str, op: OperationCalibration) -> list[list[str]]:
+    """The calibrate table's rows of one operation: its factor, floor and cases, then one
+    indented row per kernel variant measured (``OperationCalibration.variants``)."""
+    rows = [[name, f"{op.factor:.3g}", f"{op.floor_seconds:.3g}", str(len(op.cases))]]
+    for variant, own in op.variants.items():
+        cases = sum(case.variant == variant for case in op.cases)
+        rows.append(
+            [f"  {name} ({variant})", f"{own.factor:.3g}", f"{own.floor_seconds:.3g}", str(cases)]
+        )
+    return rows
+
+
 def _calibrated_job_base_ms(result: TimingCalibration, limit: int) -> float:
     """The jobs' base (ms) at that limit (``RequestPathCalibration.job_base_seconds``)."""
     assert result.request_path is not None
@@ -543,22 +555,7 @@ def calibrate(
     _print_rows(
         f"measured factors (margin {result.margin:g})",
         ["operation", "factor", "floor s", "cases"],
-        [
-            row
-            for name, op in result.operations.items()
-            for row in [
-                [name, f"{op.factor:.3g}", f"{op.floor_seconds:.3g}", str(len(op.cases))],
-                *(
-                    [
-                        f"  {name} ({variant})",
-                        f"{own.factor:.3g}",
-                        f"{own.floor_seconds:.3g}",
-                        str(sum(case.variant == variant for case in op.cases)),
-                    ]
-                    for variant, own in op.variants.items()
-                ),
-            ]
-        ],
+        [row for name, op in result.operations.items() for row in _factor_rows(name, op)],
     )
     if result.request_path is not None:
         from dpmine_server.settings import MIN_FAIL_CLOSED_BASE_MS

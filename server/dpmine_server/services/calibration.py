@@ -487,18 +487,30 @@ def machine() -> dict[str, Any]:
     }
 
 
+def _factor_and_floor(measured: Sequence[CalibrationCase]) -> tuple[float, float]:
+    """The largest seconds per work unit over ``measured`` (at least 1e-9: a kernel faster
+    than the clock still gets a positive factor) and the smallest case's worst time."""
+    factor = max([case.max_seconds / case.work for case in measured] + [1e-9])
+    return factor, min(case.max_seconds for case in measured)
+
+
 def _variants(measured: Sequence[CalibrationCase]) -> dict[str, VariantCalibration]:
     """Per kernel variant among ``measured``: the factor and floor over its cases alone (the
     operation's own factor stays the largest over all of them)."""
     names = sorted({case.variant for case in measured if case.variant is not None})
     variants = {}
     for name in names:
-        own = [case for case in measured if case.variant == name]
-        variants[name] = VariantCalibration(
-            factor=max([case.max_seconds / case.work for case in own] + [1e-9]),
-            floor_seconds=min(case.max_seconds for case in own),
-        )
+        factor, floor = _factor_and_floor([case for case in measured if case.variant == name])
+        variants[name] = VariantCalibration(factor=factor, floor_seconds=floor)
     return variants
+
+
+def _operation(measured: list[CalibrationCase]) -> OperationCalibration:
+    """One operation's calibration: factor and floor over every case, and per variant."""
+    factor, floor = _factor_and_floor(measured)
+    return OperationCalibration(
+        factor=factor, floor_seconds=floor, cases=measured, variants=_variants(measured)
+    )
 
 
 def calibrate(
@@ -516,7 +528,6 @@ def calibrate(
     whose hand-set work is zero."""
     say = report or (lambda _line: None)
     cases: dict[str, list[CalibrationCase]] = {name: [] for name in operations}
-    factors: dict[str, float] = {}
     for rows in sizes:
         for key in ADVERSARIAL:
             dataset = adversarial(key, rows)
@@ -542,18 +553,8 @@ def calibrate(
                         variant=variant,
                     )
                 )
-                factors[case.operation] = max(factors.get(case.operation, 0.0), worst / work)
                 say(f"  {case.operation:24} work {work:10.4f}, max {worst:8.4f} s")
-    calibrated = {
-        name: OperationCalibration(
-            factor=max(factors[name], 1e-9),  # a kernel faster than the clock: still positive
-            floor_seconds=min(case.max_seconds for case in measured),
-            cases=measured,
-            variants=_variants(measured),
-        )
-        for name, measured in cases.items()
-        if measured
-    }
+    calibrated = {name: _operation(measured) for name, measured in cases.items() if measured}
     return TimingCalibration(
         version=CALIBRATION_VERSION,
         margin=MARGIN,
