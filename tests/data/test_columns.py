@@ -170,6 +170,56 @@ def test_literal_bitsets_are_cached_by_value(store: ColumnStore) -> None:
     assert store.memory_bytes() > before > 0
 
 
+def test_a_fresh_copy_has_the_rows_and_none_of_the_cached_values(store: ColumnStore) -> None:
+    """What calibration times a kernel on (services/calibration.py ``_timed``): the same
+    answers, arrays shared, and every lazily built value gone (literal and category bitsets,
+    derived values of the store and of its numeric columns, sorted values, attachments)."""
+    queries: list[Expr] = [
+        NumLiteral(attribute="size", lower=1.0, upper=6.0),
+        CatLiteral(attribute="colour", category="red", negated=True),
+        And(terms=[BoolLiteral(attribute="flag"), CatLiteral(attribute="colour", category="red")]),
+    ]
+    answers = [_rows(store.evaluate(query)) for query in queries]
+    size = store.column("size")
+    assert isinstance(size, NumericColumn)
+    size.derived.get_or_build(("grid",), lambda: np.zeros(4), nbytes=lambda a: int(a.nbytes))
+    _ = size.sorted_values
+    store.derived.get_or_build(("bank",), lambda: np.zeros(8), nbytes=lambda a: int(a.nbytes))
+    store.attachment("model", dict)
+    warm = store.memory_bytes()
+
+    fresh = store.fresh_copy()
+
+    assert len(fresh.derived) == 0
+    assert len(store.derived) == 1
+    fresh_size = fresh.column("size")
+    assert isinstance(fresh_size, NumericColumn)
+    assert len(fresh_size.derived) == 0
+    assert "sorted_values" not in vars(fresh_size)
+    assert fresh_size.values is size.values
+    assert fresh_size.sorted_order is size.sorted_order
+    fresh_colour = fresh.column("colour")
+    assert isinstance(fresh_colour, CategoricalColumn)
+    assert "present" not in vars(fresh_colour)
+    assert fresh.memory_bytes() < warm
+    assert len(fresh_colour.bitsets()) == 1  # its presence bitset, built by memory_bytes
+    assert fresh.attachment("model", list) == []  # a new attachment, not the store's dict
+    assert fresh.column("flag") is store.column("flag")  # nothing in it is built lazily
+    assert [_rows(fresh.evaluate(query)) for query in queries] == answers
+    assert fresh.memory_bytes() == warm - 12 * 8  # built again: all but the two derived arrays
+
+
+def test_a_fresh_copy_of_transactions_builds_its_item_bitsets_again() -> None:
+    store = ColumnStore(ITEMS_METADATA, n_rows=5, items=_item_columns(cache_size=2))
+    store.evaluate(BoolLiteral(attribute="a"))
+    fresh = store.fresh_copy()
+    assert fresh.items.bitsets() == []
+    assert len(store.items.bitsets()) == 1
+    assert fresh.items.indices is store.items.indices
+    assert _rows(fresh.evaluate(BoolLiteral(attribute="a"))) == {0, 3, 4}
+    assert fresh.memory_bytes() == store.memory_bytes()
+
+
 @pytest.mark.parametrize(
     ("lit", "message"),
     [

@@ -8,6 +8,8 @@ real server's first start is the slow test at the end."""
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import threading
 from collections.abc import Sequence
@@ -18,7 +20,11 @@ import pytest
 
 from dpmine_server.services import first_start
 from dpmine_server.services.calibration import calibrate
-from dpmine_server.services.calibration_file import TimingCalibration, read_calibration
+from dpmine_server.services.calibration_file import (
+    CALIBRATION_VERSION,
+    TimingCalibration,
+    read_calibration,
+)
 from dpmine_server.services.container import build_services
 from dpmine_server.services.timing import PRICED_OPERATIONS, TimingPolicy
 from dpmine_server.settings import AUTO_CALIBRATION_FILE, Settings
@@ -102,6 +108,30 @@ def test_a_later_start_reads_the_file_and_measures_nothing(
     assert _small(settings) == path
     assert counted.calls == 0
     assert path.read_bytes() == content
+
+
+def test_a_file_of_an_older_method_is_measured_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A version-1 file timed calls on filled caches (under-priced first calls): the next
+    start measures again and writes this version; a file it cannot parse is left as it is,
+    for the start to report."""
+    settings = _settings(tmp_path)
+    path = _small(settings)
+    assert path is not None
+    current = json.loads(path.read_text(encoding="utf-8"))
+    path.write_text(json.dumps(current | {"version": CALIBRATION_VERSION - 1}), encoding="utf-8")
+    counted = _Counted()
+    monkeypatch.setattr(first_start, "calibrate", counted)
+    with caplog.at_level(logging.WARNING, logger=first_start.__name__):
+        assert _small(settings) == path
+    assert counted.calls == 1
+    assert read_calibration(path, PRICED_OPERATIONS).version == CALIBRATION_VERSION
+    assert "was measured by an older calibration method: measuring it again" in caplog.text
+    path.write_text("{not json", encoding="utf-8")
+    assert _small(settings) == path
+    assert counted.calls == 1
+    assert path.read_text(encoding="utf-8") == "{not json"
 
 
 def test_processes_starting_together_measure_once(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Generic, TypeVar, cast
 
@@ -75,6 +75,10 @@ class _LruCache(Generic[K, V]):
             while len(self._entries) > self._capacity:
                 self._entries.popitem(last=False)
         return value
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
 
     def values(self) -> list[V]:
         with self._lock:
@@ -251,6 +255,12 @@ class NumericColumn:
 Column = BooleanColumn | CategoricalColumn | NumericColumn
 
 
+def _fresh_column(column: Column) -> Column:
+    """``column`` with its arrays shared and nothing computed from them since the load (a
+    Boolean column computes nothing)."""
+    return column if isinstance(column, BooleanColumn) else replace(column)
+
+
 class ItemColumns:
     """Transaction data as per-item row lists in CSR form; item bitsets built lazily (LRU)."""
 
@@ -280,6 +290,16 @@ class ItemColumns:
         _read_only(self._indices)
         self._n_rows = n_rows
         self._bitsets: _LruCache[int, Bitset] = _LruCache(bitset_cache_size)
+
+    def fresh_copy(self) -> ItemColumns:
+        """The same row lists (shared, read-only) with no item bitset built yet."""
+        return ItemColumns(
+            self._items,
+            self._indptr,
+            self._indices,
+            self._n_rows,
+            bitset_cache_size=self._bitsets.capacity,
+        )
 
     @classmethod
     def from_pairs(
@@ -431,6 +451,20 @@ class ColumnStore:
     def derived(self) -> DerivedCache:
         """Values derived from this store (evicted and counted with it)."""
         return self._derived
+
+    def fresh_copy(self) -> ColumnStore:
+        """The same rows (the read-only arrays shared) as the store is right after its load:
+        no derived value, literal or item bitset, lazily sorted array or attachment. A request's
+        padding budget does not know which of these earlier requests built (only the public
+        cache model of ``serenade.extend_one`` does), so services/calibration.py times every
+        call on one of these."""
+        return ColumnStore(
+            self._metadata,
+            n_rows=self._n_rows,
+            columns={name: _fresh_column(column) for name, column in self._columns.items()},
+            items=None if self._items is None else self._items.fresh_copy(),
+            literal_cache_size=self._literals.capacity,
+        )
 
     def attachment(self, name: str, factory: Callable[[], V]) -> V:
         """A per-store object named ``name``, made by ``factory()`` on first use: it lives

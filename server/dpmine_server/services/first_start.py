@@ -11,18 +11,24 @@ request path is measured only by ``dpmine-server calibrate``, which starts a sec
 Privacy: the calibration reads no registered dataset (fixed seeds, public sizes), so the file
 and the budgets derived from it are public values, as for ``dpmine-server calibrate``. A file
 lock makes processes starting together on one folder measure once: the others wait for it and
-read the same file, so that every process prices a request alike.
+read the same file, so that every process prices a request alike. A file in the folder that an
+older calibration method measured (a lower ``version``) is measured again at the next start.
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
 
 from dpmine_server.services.calibration import QUICK_REPEATS, QUICK_SIZES, calibrate
-from dpmine_server.services.calibration_file import cached_calibration, write_calibration
+from dpmine_server.services.calibration_file import (
+    CALIBRATION_VERSION,
+    cached_calibration,
+    write_calibration,
+)
 from dpmine_server.services.timing import PRICED_OPERATIONS
 from dpmine_server.services.warmup import freeze_heap, warm_compiled_kernels
 from dpmine_server.settings import Settings
@@ -50,8 +56,12 @@ def ensure_first_start_calibration(
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.with_name(path.name + ".lock").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        if path.exists():
+        if path.exists() and not _older_method(path):
             return path
+        if path.exists():
+            logger.warning(
+                "%s was measured by an older calibration method: measuring it again", path
+            )
         logger.warning(
             "first start: measuring this machine's time budgets (the quick calibration of "
             "dpmine-server calibrate, about a minute; later starts read %s)",
@@ -64,3 +74,15 @@ def ensure_first_start_calibration(
         cached_calibration.cache_clear()
         logger.warning("first start: time budgets measured and written to %s", path)
         return path
+
+
+def _older_method(path: Path) -> bool:
+    """Whether the file at ``path`` declares a calibration version older than this server's
+    (:data:`~dpmine_server.services.calibration_file.CALIBRATION_VERSION`): the folder's own
+    file, measured by an older method, is measured again. A file that cannot be read is kept,
+    for the server's start to report what is wrong with it."""
+    try:
+        version = json.loads(path.read_text(encoding="utf-8")).get("version")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(version, int) and version < CALIBRATION_VERSION
