@@ -13,7 +13,9 @@ literal supports of threshold pairs.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 import numpy.typing as npt
@@ -25,6 +27,7 @@ from dpmine_server.data.columns import NumericColumn
 __all__ = [
     "DEFAULT_GRID_POINTS",
     "Grid",
+    "GridLiterals",
     "grid_intervals",
     "grid_points",
     "interval_counts",
@@ -63,12 +66,47 @@ def numeric_rows(
     return column.present - rows if negated else rows
 
 
+class GridLiterals(Sequence[NumLiteral]):
+    """The literals of one attribute's grid intervals at one polarity, each built when it is
+    read. A draw over a grid reads the count and then one literal, the drawn one; building all
+    of them up front (2 × 230 pydantic objects per attribute) took 0.19 s of the 0.22 s that the
+    first ``serenade.extend_one`` call on a 48-numeric-attribute table took (public values
+    only: the attribute's name and the grid's intervals)."""
+
+    __slots__ = ("_attribute", "_intervals", "_negated")
+
+    def __init__(
+        self, attribute: str, intervals: Sequence[tuple[float | None, float | None]], negated: bool
+    ) -> None:
+        self._attribute = attribute
+        self._intervals = intervals
+        self._negated = negated
+
+    def __len__(self) -> int:
+        return len(self._intervals)
+
+    @overload
+    def __getitem__(self, index: int) -> NumLiteral: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[NumLiteral]: ...
+    def __getitem__(self, index: int | slice) -> NumLiteral | list[NumLiteral]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        lower, upper = self._intervals[index]
+        return NumLiteral(
+            attribute=self._attribute, lower=lower, upper=upper, negated=self._negated
+        )
+
+    def __iter__(self) -> Iterator[NumLiteral]:
+        return (self[i] for i in range(len(self)))
+
+
 @dataclass(frozen=True, slots=True)
 class Grid:
     """Public grid intervals of one numeric attribute, their literals, each row's cell."""
 
     intervals: list[tuple[float | None, float | None]]
-    literals: dict[bool, list[NumLiteral]]  # by polarity (negated?)
+    literals: dict[bool, GridLiterals]  # by polarity (negated?)
     low_cells: npt.NDArray[np.int64]
     high_cells: npt.NDArray[np.int64]
     cells: npt.NDArray[np.int64]
@@ -103,13 +141,7 @@ def grid_for(
     present = column.present.to_bool_array()
     values = np.where(present, column.values, 0.0)
     cells = np.searchsorted(points, values, "left") + np.searchsorted(points, values, "right")
-    literals = {
-        negated: [
-            NumLiteral(attribute=name, lower=low, upper=high, negated=negated)
-            for low, high in intervals
-        ]
-        for negated in (False, True)
-    }
+    literals = {negated: GridLiterals(name, intervals, negated) for negated in (False, True)}
     return Grid(
         intervals=intervals,
         literals=literals,
