@@ -120,10 +120,14 @@ def test_gaussian_intervals_cover_the_truth_on_a_zcdp_table() -> None:
             getattr(box, name).contains(value)
             for name, value in zip(("e11", "e10", "e01", "e00"), TRUE, strict=True)
         )
-    floor = 0.9 - 4 * math.sqrt(0.9 * 0.1 / REPEATS)  # 4 standard errors below the level
+    # The draws are OpenDP's, never seeded, so the bounds are set for false alarms below 10⁻⁶
+    # a run: coverage measured over 60,000 tables is 0.905–0.910, 5 standard errors of 1,500
+    # draws below 0.9 is crossed with probability < 4·10⁻⁹; the box misses 4.2·10⁻⁴ of the
+    # time (≤ 10⁻³ by design), so more than 9 misses in 1,500 has probability 1.5·10⁻⁹.
+    floor = 0.9 - 5 * math.sqrt(0.9 * 0.1 / REPEATS)
     for name, count in hits.items():
         assert count / REPEATS >= floor, (name, count / REPEATS)
-    assert box_hits >= REPEATS - 6  # misses ≤ 10⁻³ each: P(more than 6 of 1,500) < 10⁻⁵
+    assert box_hits >= REPEATS - 9
 
 
 def test_gaussian_intervals_are_narrower_than_laplace_ones_at_the_same_epsilon() -> None:

@@ -172,7 +172,11 @@ def test_serenade_es_on_mushroom(owner: dpmine.Connection, analyst: Account, mus
     total = assert_ledger_matches(owner, dataset, analyst, miner)
     assert total == Decimal(plan.estimate.total_epsilon_exact) == Decimal(1)
     assert [r.operation for r in miner.receipts_] == [c.operation for c in plan.calls]
-    assert len(miner.redescriptions_) == 4
+    # One result per distinct final position: 4 unless two positions ended equal (initial
+    # pairs are drawn with replacement; about 1 run in 190 here), never a duplicate.
+    shown = [found.redescription.model_dump_json() for found in miner.redescriptions_]
+    assert 1 <= len(shown) <= 4
+    assert len(set(shown)) == len(shown)
     metadata = mushroom_metadata()
     for found in miner.redescriptions_:
         assert_views(found.redescription, metadata)
