@@ -10,6 +10,7 @@ API layer (:mod:`dpmine_server.api.errors`) turns them into HTTP responses.
 from __future__ import annotations
 
 __all__ = [
+    "CANCELLED",
     "BudgetExhausted",
     "ChargeKeptNoResult",
     "Conflict",
@@ -146,6 +147,13 @@ class JobCancelled(ServerError):
     and nothing was released."""
 
     status_code = 409
+
+
+#: What a cancelled job says, however its kernel ended (services/workers.py: stopped at a
+#: progress step, withheld at its slot's end, or still running there).
+CANCELLED = (
+    "the job was cancelled (by you or the data owner); the charge stands and nothing was released"
+)
 
 
 class InternalError(AssertionError):

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from dpmine_server.errors import CANCELLED
 from privacy.audit import assert_audit_flags, assert_audit_passes
 from privacy.channels import (
     EPSILON,
@@ -205,6 +206,29 @@ def test_an_overrun_releases_nothing_and_keeps_its_charge(fail_closed: ChannelSe
         )
         assert quiet.status_code == 200, quiet.text
     time.sleep(SETTLE_S)
+
+
+def test_a_job_cancelled_in_its_slot_is_shown_cancelled_whatever_its_kernel_did(
+    fail_closed: ChannelServer,
+) -> None:
+    """A job cancelled while its slot runs: on D' its kernel (one progress step, at the end)
+    still spins at the slot's end, on D it has already ended; both are shown ``cancelled``
+    with a cancel's message and nothing to read. The overrun path used to settle D' as
+    ``failed``, which told the two tables apart (the slow cancel audit of
+    test_audit_channels.py saw it on a loaded machine; here it is every time)."""
+    body = overrun_body(PRICED_S, UNPRICED_S) | {"steps": 1}
+    shown = []
+    with fail_closed.client() as client:
+        for dataset in fail_closed.neighbours:
+            job = client.post(
+                f"/v1/datasets/{dataset}/jobs", json={"operation": "test.spin", "request": body}
+            ).json()
+            time.sleep(0.1)  # claimed by a worker: D''s kernel is spinning
+            assert client.post(f"/v1/jobs/{job['id']}/cancel").status_code == 200
+            final = settled(client, job["id"])
+            shown.append((final["status"], final["result"], final["message"]))
+            time.sleep(SETTLE_S)
+    assert shown == [("cancelled", None, CANCELLED)] * 2
 
 
 def test_the_owner_log_names_the_real_overruns_only(fail_closed: ChannelServer) -> None:

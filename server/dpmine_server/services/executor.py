@@ -42,6 +42,7 @@ from dpmine_server.dp.candidates import ProposalPool, drawing_from
 from dpmine_server.dp.mechanisms import CountNoiseKind, count_noise
 from dpmine_server.dp.zcdp import DEFAULT_DELTA
 from dpmine_server.errors import (
+    CANCELLED,
     Forbidden,
     InvalidRequest,
     JobCancelled,
@@ -293,10 +294,7 @@ class Executor:
             if guard is not None and not guard.claim():
                 raise OperationFailed(OVERRAN)
             if settle is not None and not settle():
-                raise JobCancelled(
-                    "the job was cancelled (by you or the data owner); the charge stands and "
-                    "nothing was released"
-                )
+                raise JobCancelled(CANCELLED)
         except Exception as error:
             overran = guard is not None and guard.expired
             if overran:  # the deadline may have failed the entry already
