@@ -56,9 +56,9 @@ def ensure_first_start_calibration(
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.with_name(path.name + ".lock").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        if path.exists() and not _older_method(path):
-            return path
         if path.exists():
+            if not _older_method(path):
+                return path
             logger.warning(
                 "%s was measured by an older calibration method: measuring it again", path
             )

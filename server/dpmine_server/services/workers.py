@@ -410,11 +410,11 @@ def run_job(runtime: WorkerRuntime, job_id: str) -> Outcome:
         in_time = not (padded and policy.fails_closed) or kernel.wait(release_at - time.monotonic())
         if not in_time and guard.expire():
             cancelled = _cancel_requested(runtime.write_sessions, job_id)
-            _settle_overrun(
+            outcome = _settle_overrun(
                 runtime, job_id, entry.id, kernel, settled_at=settled_at, cancelled=cancelled
             )
             held.free_at = settled_at
-            return "cancelled" if cancelled else "failed"
+            return outcome
         status, message = kernel.result()  # claimed in time (or not padded): ends by the slot
         computed = kernel.computed_at
         if padded and computed is not None and computed > release_at:
@@ -520,11 +520,11 @@ def _settle_overrun(
     *,
     settled_at: datetime,
     cancelled: bool = False,
-) -> None:
+) -> Outcome:
     """A job whose kernel had not claimed its release at the end of its slot (the guard is
     expired): settled failed now, shown at the public time it would have been shown done, its
     ledger entry failed with its charge; the kernel's release is withheld whatever it
-    computes.
+    computes. Returns the status it settled.
 
     A job cancelled before then is settled ``cancelled``, with a cancel's message, as it is
     when its kernel ends in time (the reporter stops it, or the settle step withholds its
@@ -533,15 +533,13 @@ def _settle_overrun(
     whose kernel spins only on one of two neighbouring tables showed ``failed`` in 76 of 150
     runs on a loaded machine, against ``cancelled`` always on the other
     (tests/privacy/test_audit_channels.py, the slow cancel audit)."""
-    logger.warning(
-        "job %s overran its padded slot: settled as %s",
-        job_id,
-        "cancelled" if cancelled else "failed",
-    )
+    status: Outcome = "cancelled" if cancelled else "failed"
+    logger.warning("job %s overran its padded slot: settled as %s", job_id, status)
     kernel.stop_reporting()
     runtime.ledger.interrupt([entry_id], status="failed")
-    status, message = ("cancelled", CANCELLED) if cancelled else ("failed", OVERRAN)
+    message = CANCELLED if cancelled else OVERRAN
     _finish(runtime.engine, runtime.write_sessions, job_id, status, message, settled_at=settled_at)
+    return status
 
 
 def interrupt_jobs(runtime: WorkerRuntime, job_ids: list[str], *, reason: str) -> int:
