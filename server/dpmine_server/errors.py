@@ -9,8 +9,9 @@ API layer (:mod:`dpmine_server.api.errors`) turns them into HTTP responses.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 __all__ = [
-    "CANCELLED",
     "BudgetExhausted",
     "ChargeKeptNoResult",
     "Conflict",
@@ -148,12 +149,12 @@ class JobCancelled(ServerError):
 
     status_code = 409
 
-
-#: What a cancelled job says, however its kernel ended (services/workers.py: stopped at a
-#: progress step, withheld at its slot's end, or still running there).
-CANCELLED = (
-    "the job was cancelled (by you or the data owner); the charge stands and nothing was released"
-)
+    #: What a cancelled job says, however its kernel ended (services/workers.py: stopped at a
+    #: progress step, withheld at its slot's end, or still running there).
+    MESSAGE: ClassVar[str] = (
+        "the job was cancelled (by you or the data owner); the charge stands and nothing was"
+        " released"
+    )
 
 
 class InternalError(AssertionError):

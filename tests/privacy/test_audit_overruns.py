@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from dpmine_server.errors import CANCELLED
+from dpmine_server.errors import JobCancelled
 from privacy.audit import assert_audit_flags, assert_audit_passes
 from privacy.channels import (
     EPSILON,
@@ -228,7 +228,7 @@ def test_a_job_cancelled_in_its_slot_is_shown_cancelled_whatever_its_kernel_did(
             final = settled(client, job["id"])
             shown.append((final["status"], final["result"], final["message"]))
             time.sleep(SETTLE_S)
-    assert shown == [("cancelled", None, CANCELLED)] * 2
+    assert shown == [("cancelled", None, JobCancelled.MESSAGE)] * 2
 
 
 def test_the_owner_log_names_the_real_overruns_only(fail_closed: ChannelServer) -> None:

@@ -42,7 +42,6 @@ from dpmine_server.dp.candidates import ProposalPool, drawing_from
 from dpmine_server.dp.mechanisms import CountNoiseKind, count_noise
 from dpmine_server.dp.zcdp import DEFAULT_DELTA
 from dpmine_server.errors import (
-    CANCELLED,
     Forbidden,
     InvalidRequest,
     JobCancelled,
@@ -294,7 +293,7 @@ class Executor:
             if guard is not None and not guard.claim():
                 raise OperationFailed(OVERRAN)
             if settle is not None and not settle():
-                raise JobCancelled(CANCELLED)
+                raise JobCancelled(JobCancelled.MESSAGE)
         except Exception as error:
             overran = guard is not None and guard.expired
             if overran:  # the deadline may have failed the entry already

@@ -36,7 +36,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from dpmine_server.db.base import is_sqlite, make_engine, make_session_factory, rows_affected
 from dpmine_server.db.models import Job, LedgerEntry, Principal, as_utc, utcnow
 from dpmine_server.dp.rng import secure_generator, seeded_generator
-from dpmine_server.errors import CANCELLED, JobCancelled, ServerError
+from dpmine_server.errors import JobCancelled, ServerError
 from dpmine_server.operations.testing import TEST_OPERATIONS
 from dpmine_server.services.datasets import DatasetService
 from dpmine_server.services.executor import Executor
@@ -166,7 +166,7 @@ class _Reporter:
         del message
         self._fraction = min(max(fraction, 0.0), 1.0)
         if self._cancelled.is_set():
-            raise JobCancelled(CANCELLED)
+            raise JobCancelled(JobCancelled.MESSAGE)
 
     def _loop(self) -> None:
         while not self._stop.wait(self._interval):
@@ -537,7 +537,7 @@ def _settle_overrun(
     logger.warning("job %s overran its padded slot: settled as %s", job_id, status)
     kernel.stop_reporting()
     runtime.ledger.interrupt([entry_id], status="failed")
-    message = CANCELLED if cancelled else OVERRAN
+    message = JobCancelled.MESSAGE if cancelled else OVERRAN
     _finish(runtime.engine, runtime.write_sessions, job_id, status, message, settled_at=settled_at)
     return status
 
