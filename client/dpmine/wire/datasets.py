@@ -286,11 +286,25 @@ class DatasetMetadata(WireModel):
             )
 
     def attribute(self, name: str) -> BooleanAttribute | CategoricalAttribute | NumericAttribute:
-        """The declared attribute called ``name`` (KeyError if there is none)."""
-        for attribute in self.attributes:
-            if attribute.name == name:
-                return attribute
-        raise KeyError(name)
+        """The declared attribute called ``name`` (KeyError if there is none).
+
+        By a name index built on first use: the kernels look attributes up thousands of times
+        a call (a linear scan took 0.12 s of a 0.18 s Serenade extension over 172 attributes).
+        The index sits in the instance's ``__dict__`` beside the fields, as a
+        ``functools.cached_property`` would (pydantic's equality, dumps and schema read the
+        fields only), and remembers the list it was built from, so a copy whose
+        ``attributes`` were replaced (``model_copy(update=...)`` copies the ``__dict__``)
+        builds its own."""
+        cached: tuple[list[AnyAttribute], dict[str, AnyAttribute]] | None
+        cached = self.__dict__.get(_ATTRIBUTE_INDEX)
+        if cached is None or cached[0] is not self.attributes:
+            cached = (self.attributes, {a.name: a for a in self.attributes})
+            self.__dict__[_ATTRIBUTE_INDEX] = cached
+        return cached[1][name]
+
+
+#: Where :meth:`DatasetMetadata.attribute` keeps its name index (not a field).
+_ATTRIBUTE_INDEX = "_attribute_index"
 
 
 class CsvSource(WireModel):
