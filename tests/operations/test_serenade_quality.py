@@ -13,6 +13,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 import pytest
+from scipy.special import expit
 
 from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.operations import serenade_quality
@@ -367,3 +368,74 @@ def test_line_search_minimises_the_calibrated_denominator() -> None:
         sensitivities(0.1, 10.0, 100, y0=3.0, s2=-1.0)
     with pytest.raises(ValueError, match="y0"):
         sensitivities(0.1, 10.0, 100, y0=math.nan)
+
+
+# --------------------------------------------------------------------------------------------
+# The scans stop K/s from the sigmoid's centre: the work is bounded whatever N_max
+
+
+def _full_scan_one_sided(s: float, x0: float, n_max: int) -> tuple[float, float]:
+    """The scan over every i ≤ min(N_max − 1, 10⁶) that :func:`one_sided` made before its
+    window (the same closed forms over u, the same ``expit``, so equal to the last bit), with
+    the same tail bound beyond 10⁶ rows."""
+    up, down = float(expit(s * (1.0 - x0))), 0.0
+    top = min(n_max - 1, 1_000_000)
+    if top >= 1:
+        i = np.arange(1, top + 1, dtype=np.float64)
+        sigma, sigma_next = expit(s * (i - x0)), expit(s * (i + 1.0 - x0))
+        down = float(np.max(sigma / (i + 1.0)))
+        a, b = sigma_next * (i + 1.0), sigma * i
+        with np.errstate(divide="ignore", invalid="ignore"):
+            peak = np.where(a > b, 1.0 / (np.sqrt(a / b) - 1.0), np.inf)
+        for guess in (np.floor(peak), np.ceil(peak), i):
+            u = np.clip(np.nan_to_num(guess, posinf=n_max - 1.0), i, n_max - 1.0)
+            up = max(up, float(np.max(a / (u + 1.0) - b / u)))
+    if top < n_max - 1:
+        tail = 1.0 / (top + 1.0) + s * math.exp(-s * (top - x0))
+        up, down = max(up, tail), max(down, tail)
+    return up, down
+
+
+def _full_scan_coverage(s: float, x0: float, s2: float, y0: float, n_max: int) -> float:
+    d = np.arange(0, n_max, dtype=np.float64)
+    best_q = np.where(n_max - 1.0 - d >= 1, expit(s * (n_max - 1.0 - d - x0)), 0.0)
+    step = expit(s2 * (d + 1.0 - y0)) - expit(s2 * (d - y0))
+    return float(np.max(step * best_q))
+
+
+@pytest.mark.parametrize("n_max", [2, 10, 2221, 28_886, 120_000])
+def test_the_windowed_scans_give_the_full_scans_sensitivities(n_max: int) -> None:
+    """The parameters a request can carry (x0 < N_max, any y0, the line-search grid and a few
+    steep s): the released sensitivities are exactly those of the full O(N_max) scans."""
+    for s in (*DEFAULT_STEEPNESS_GRID[::8], 0.1, 3.0):
+        for x0 in (0.5, 1.0, 0.1 * n_max, 0.5 * n_max, n_max - 0.5):
+            got = one_sided(s, x0, n_max)
+            assert (got.up, got.down) == _full_scan_one_sided(s, x0, n_max), (s, x0, n_max)
+            for y0 in (0.1 * n_max, 0.9 * n_max, 1.5 * n_max):
+                for s2 in (s, 0.01):
+                    full = _full_scan_coverage(s, x0, s2, y0, n_max)
+                    windowed = coverage_increase(s, x0, s2, y0, n_max)
+                    # Equal, or both negligible: the bound for the unscanned d stands in.
+                    bound = max(1.0, s2) * math.exp(-40.0)
+                    assert windowed == full or windowed == bound > full, (s, x0, y0, s2)
+                    combined = sensitivities.__wrapped__(s, x0, n_max, y0=y0, s2=s2)
+                    assert combined.up == max(got.up, full), (s, x0, y0, s2)
+
+
+@pytest.mark.parametrize("saturation", [0.25, 1.0, 3.0])
+def test_a_narrow_window_still_bounds_every_row_it_skips(
+    monkeypatch: pytest.MonkeyPatch, saturation: float
+) -> None:
+    """With K cut far below 40 the windows skip rows where the sigmoid is far from saturated:
+    the bounds for the skipped rows must still make both results upper bounds."""
+    monkeypatch.setattr(serenade_quality, "_SATURATION", saturation)
+    rng = seeded_generator(2611)
+    for _ in range(40):
+        s, x0, n_max = _random_case(rng, 40)
+        up, down, e00_up = brute_force_one_sided(s, x0, n_max, None, 0.0)
+        got = one_sided(s, x0, n_max)
+        assert got.up >= up - 1e-15, (s, x0, n_max)
+        assert got.down >= down - 1e-15, (s, x0, n_max)
+        s2, y0 = float(rng.uniform(0.05, 3.0)), float(rng.uniform(-3.0, n_max + 3.0))
+        _up, _down, e00_up = brute_force_one_sided(s, x0, n_max, s2, y0)
+        assert coverage_increase(s, x0, s2, y0, n_max) >= e00_up - 1e-15, (s, x0, s2, y0)

@@ -46,6 +46,10 @@ DEFAULT_STEEPNESS_GRID: tuple[float, ...] = tuple(round(0.0025 * k, 4) for k in 
 
 #: Rows i scanned exactly; beyond, a closed-form bound covers the rest (see sensitivity()).
 _EXACT_SCAN = 1_000_000
+#: K: a sigmoid of slope s is within e^−K of 0 (or its steps of size s·e^−K) farther than K/s
+#: from its centre, so the sensitivity scans stop there (:func:`one_sided`,
+#: :func:`coverage_increase`); e^−40 ≈ 4·10⁻¹⁸, far below every sensitivity of §2.1's grid.
+_SATURATION = 40.0
 
 
 def jaccard(intersection: npt.ArrayLike, union: npt.ArrayLike) -> FloatArray:
@@ -123,18 +127,29 @@ def one_sided(s: float, x0: float, n_max: int) -> Sensitivity:
     and max(Δ_up, Δ_down) is the paper's Δ. For fixed i both have closed-form maxima over u —
     D1 = σ_i·i/(u(u+1)) peaks at u = i, and D2 = A/(u+1) − B/u (A = (i+1)σ_{i+1}, B = iσ_i)
     peaks at u* = 1/(√(A/B) − 1) — so the scan is O(N_max) instead of O(N_max²); i = 0 gives
-    D2 = σ_1/(u+1) ≤ σ_1, the jump (0,0) → (1,1). Rows beyond 10^6 are covered, on both sides,
-    by D ≤ 1/(i+1) + s·e^{−s(i − x0)}, so both results are always valid upper bounds.
+    D2 = σ_1/(u+1) ≤ σ_1, the jump (0,0) → (1,1).
+
+    Only i within K/s of x0 is scanned (K = :data:`_SATURATION`), so the work is bounded by
+    public values whatever N_max. Below, i + 1 ≤ x0 − K/s: σ_{i+1} ≤ e^{−K}, D1 ≤ σ_{i+1}, and
+    D2 ≤ (A − B)/(i+1) ≤ σ_{i+1}(1 + i·s)/(i+1) ≤ max(1, s)·e^{−K} (σ' = σ(1 − σ) ≤ σ).
+    Above the scan (i > top, top ≥ the last scanned i; also beyond 10^6 rows): D ≤ 1/(i+1) +
+    s·e^{−s(i − x0)}, decreasing in i. Both bounds enter the maxima, so the results are always
+    valid upper bounds; they are far below the scanned peak near x0 (it lies within ln(s·N)/s
+    of x0), so the maxima are the full scan's.
     """
     _check(s, x0, n_max)
     up = float(expit(s * (1.0 - x0)))  # the jump (0,0) → (1,1)
     down = 0.0
-    top = min(n_max - 1, _EXACT_SCAN)
-    if top >= 1:
-        i = np.arange(1, top + 1, dtype=np.float64)
+    low, top = _window(x0, s, 1, min(n_max - 1, _EXACT_SCAN))
+    top = max(top, 0)  # the tail bound below holds from i = top + 1 ≥ 1
+    if low > 1:
+        below = max(1.0, s) * math.exp(-_SATURATION)
+        up, down = max(up, below), max(down, below)
+    if low <= top:
+        i = np.arange(low, top + 1, dtype=np.float64)
         sigma = expit(s * (i - x0))
         sigma_next = expit(s * (i + 1.0 - x0))
-        down = float(np.max(sigma / (i + 1.0)))
+        down = max(down, float(np.max(sigma / (i + 1.0))))
         a = sigma_next * (i + 1.0)
         b = sigma * i
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -166,19 +181,37 @@ def coverage_increase(s: float, x0: float, s2: float, y0: float, n_max: int) -> 
     Only E00 moves, d → d + 1, so the change is Q(i,u)·(G(d+1) − G(d)) ≥ 0 with G the coverage
     factor. After the addition u + d + 1 ≤ N_max rows, so Q(i,u) ≤ max over i ≤ u ≤ m of
     J·σ(s(i − x0)) = σ(s(m − x0)), m = N_max − 1 − d (J = 1 at i = u = m; 0 when m = 0). The
-    exact maximum is therefore max over 0 ≤ d < N_max of (G(d+1) − G(d))·σ(s(m − x0)), an
-    O(N_max) scan, and it is at most max_d (G(d+1) − G(d)) ≤ tanh(s₂/4) < s₂/4.
+    exact maximum is therefore max over 0 ≤ d < N_max of (G(d+1) − G(d))·σ(s(m − x0)), and it
+    is at most max_d (G(d+1) − G(d)) ≤ tanh(s₂/4) < s₂/4. Only d within K/s₂ of y0 is scanned
+    (K = :data:`_SATURATION`): below, d + 1 ≤ y0 − K/s₂ − 1 and G(d+1) − G(d) ≤ G(d+1) ≤
+    e^{−K}; above, d > y0 + K/s₂ and G(d+1) − G(d) ≤ s₂·max σ' ≤ s₂·e^{−K}; the factor
+    σ(·) ≤ 1. So max(1, s₂)·e^{−K} bounds every unscanned d, and it enters the maximum.
     """
     _check(s, x0, n_max)
     if not (math.isfinite(s2) and s2 > 0):
         raise ValueError(f"coverage steepness s2 must be positive, got {s2}")
     if not math.isfinite(y0):
         raise ValueError(f"y0 must be finite, got {y0}")
-    d = np.arange(0, n_max, dtype=np.float64)
+    low = _window(y0 - 1.0, s2, 0, n_max - 1)[0]  # every d < low has d + 1 ≤ y0 − K/s₂ − 1
+    top = _window(y0, s2, 0, n_max - 1)[1]  # every d > top has d > y0 + K/s₂
+    outside = max(1.0, s2) * math.exp(-_SATURATION) if low > 0 or top < n_max - 1 else 0.0
+    if low > top:
+        return outside
+    d = np.arange(low, top + 1, dtype=np.float64)
     m = n_max - 1.0 - d
     best_q = np.where(m >= 1, expit(s * (m - x0)), 0.0)
     step = coverage(d + 1.0, s2=s2, y0=y0) - coverage(d, s2=s2, y0=y0)
-    return float(np.max(step * best_q))
+    return max(float(np.max(step * best_q)), outside)
+
+
+def _window(centre: float, steepness: float, first: int, last: int) -> tuple[int, int]:
+    """The integers of [first, last] within K/steepness of ``centre`` (K =
+    :data:`_SATURATION`), as (low, top) with low > top when none is; clamped in floats first,
+    so a vanishing steepness gives the whole range."""
+    reach = _SATURATION / steepness
+    low = math.floor(max(float(first), centre - reach))
+    top = math.ceil(min(float(last), centre + reach))
+    return low, top
 
 
 @lru_cache(maxsize=4096)
