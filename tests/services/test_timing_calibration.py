@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -13,11 +14,14 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+import dpmine_server
 from dpmine_server.cli import app
 from dpmine_server.data.columns import ColumnStore, NumericColumn
 from dpmine_server.dp.rng import secure_generator
 from dpmine_server.operations import CATALOG
 from dpmine_server.operations.base import no_progress
+from dpmine_server.operations.serenade_quality import sensitivities
+from dpmine_server.public_cache import clear_public_caches
 from dpmine_server.services.calibration import (
     ADVERSARIAL,
     Case,
@@ -241,6 +245,45 @@ def test_every_timed_call_finds_the_table_as_loaded(monkeypatch: pytest.MonkeyPa
     assert seen[0][0]  # the untimed call: on the table itself, whatever it holds
     assert seen[1:] == [(False, 0, 0)] * 3
     assert len(dataset.store.derived) > 0  # which the first call did fill
+
+
+def test_every_timed_call_finds_the_public_caches_empty(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request whose public parameters this process has not seen computes them inside its
+    padded window (the steepness line search, the lattices), so each timed call starts with
+    the caches of public values empty; the untimed first call fills them."""
+    dataset = wide(200)
+    case = next(c for c in cases_for(dataset) if c.operation == "serenade.extend_one")
+    spec = CATALOG[case.operation]
+    run = spec.run
+    held: list[int] = []
+
+    def recorded(store: ColumnStore, *args: Any) -> Any:
+        held.append(sensitivities.cache_info().currsize)
+        return run(store, *args)
+
+    monkeypatch.setitem(CATALOG, case.operation, replace(spec, run=recorded))
+    _timed(case, dataset.store, 3)
+    assert held[1:] == [0, 0, 0]
+    assert sensitivities.cache_info().currsize > 0  # each call computed its parameters again
+
+
+#: How a module would declare a cache that :func:`clear_public_caches` does not know.
+PLAIN_CACHE = re.compile(r"lru_cache\(|@(functools\.)?cache$", re.MULTILINE)
+
+
+def test_every_module_level_cache_of_the_server_is_a_public_one() -> None:
+    """``public_cache`` registers a cache for the calibration to empty; a plain
+    ``functools.lru_cache`` in a kernel or mechanism module would stay filled and be timed warm."""
+    package = Path(dpmine_server.__file__).parent
+    plain = [
+        str(path.relative_to(package))
+        for folder in ("operations", "dp", "data", "services")
+        for path in sorted((package / folder).rglob("*.py"))
+        if PLAIN_CACHE.search(path.read_text(encoding="utf-8"))
+    ]
+    # The calibration file's own reader is not a kernel: it is read when a policy is built.
+    assert plain == ["services/calibration_file.py"]
+    assert clear_public_caches() >= 10
 
 
 @pytest.mark.slow

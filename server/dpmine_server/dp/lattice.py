@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
 
 from dpmine.wire import NumericAttribute
+from dpmine_server.public_cache import public_cache
 
 __all__ = [
     "DEFAULT_LATTICE_BITS",
@@ -74,7 +74,7 @@ class PublicLattice:
         return float(self.points[index])
 
 
-@lru_cache(maxsize=64)
+@public_cache(maxsize=64)
 def public_lattice(lo: float, hi: float, bits: int) -> PublicLattice:
     """lo + (hi − lo)·k/2^bits for k = 0 … 2^bits, rounded monotonically, deduplicated.
 

@@ -31,12 +31,13 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import lru_cache
 from typing import Any, Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 import opendp.prelude as dp
+
+from dpmine_server.public_cache import public_cache
 
 __all__ = [
     "CountNoiseKind",
@@ -77,7 +78,7 @@ def _check_epsilon(epsilon: float) -> None:
 
 
 # Keyed by public values only (ε, sensitivity, scale): these caches hold no private data.
-@lru_cache(maxsize=1024)
+@public_cache(maxsize=1024)
 def laplace_scale(*, epsilon: float, sensitivity: int) -> float:
     """The smallest float scale b ≥ sensitivity/epsilon whose OpenDP privacy map is ≤ epsilon."""
     _check_epsilon(epsilon)
@@ -89,7 +90,7 @@ def laplace_scale(*, epsilon: float, sensitivity: int) -> float:
     return scale
 
 
-@lru_cache(maxsize=256)
+@public_cache(maxsize=256)
 def _vector_laplace(scale: float) -> Any:
     return dp.m.make_laplace(
         dp.vector_domain(dp.atom_domain(T=dp.i64)),
@@ -115,7 +116,7 @@ def discrete_laplace(values: npt.ArrayLike, *, epsilon: float, sensitivity: int 
 
 # Keyed by public values only (ε, squared L2 sensitivity): no private data in the cache;
 # typed, so that True is refused rather than served the cached σ of 1.
-@lru_cache(maxsize=1024, typed=True)
+@public_cache(maxsize=1024, typed=True)
 def gaussian_sigma(*, epsilon: float, l2_squared: int) -> float:
     """The smallest float σ ≥ Δ₂/ε (Δ₂ = √``l2_squared``) with Δ₂²/(2σ²) ≤ ε²/2 exactly.
 
@@ -133,7 +134,7 @@ def gaussian_sigma(*, epsilon: float, l2_squared: int) -> float:
     return sigma
 
 
-@lru_cache(maxsize=256)
+@public_cache(maxsize=256)
 def _vector_gaussian(scale: float) -> Any:
     return dp.m.make_gaussian(
         dp.vector_domain(dp.atom_domain(T=dp.i64)),

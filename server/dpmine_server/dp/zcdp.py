@@ -26,12 +26,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation, localcontext
 from fractions import Fraction
-from functools import lru_cache
 from typing import Any, Literal
 
 import opendp.prelude as dp
 
 from dpmine_server.dp.budget import EPSILON_UNITS_PER_ONE, BudgetError, Epsilon, Rho
+from dpmine_server.public_cache import public_cache
 
 __all__ = [
     "DEFAULT_DELTA",
@@ -149,7 +149,7 @@ def rho_cap_for(epsilon: float | str | Decimal, delta: Decimal) -> Rho:
     return Rho(units)
 
 
-@lru_cache(maxsize=4096)
+@public_cache(maxsize=4096)
 def epsilon_of_rho(rho: Rho, delta: Decimal) -> float:
     """The ε at δ that ρ-zCDP implies, by OpenDP's zCDP → (ε, δ) conversion (for display: the
     owner's and the analyst's view of what was spent).
@@ -174,7 +174,7 @@ def epsilon_of_rho(rho: Rho, delta: Decimal) -> float:
         return value if Decimal(value) >= bound else math.nextafter(value, math.inf)
 
 
-@lru_cache(maxsize=1)
+@public_cache(maxsize=1)
 def _unit_gaussian_as_approx_dp() -> Any:
     """OpenDP's Gaussian mechanism of scale 1 (never run: only its privacy map is used), cast
     from zCDP to (ε, δ) by ``make_zCDP_to_approxDP``."""

@@ -42,11 +42,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 
 from dpmine.wire import elementary_symmetric
 from dpmine_server.data.itemset_miner import MinerWork, memory_bound, work_bound
 from dpmine_server.dp.topk import draw_bound, reveal_bound
+from dpmine_server.public_cache import public_cache
 
 __all__ = [
     "DENSE_UNIVERSE",
@@ -243,7 +243,7 @@ def _sparse(public: _Public, *, scale: float, gamma: float) -> TopKPlan | None:
         threshold = min(top, max(threshold + 1, math.ceil(threshold * _THRESHOLD_STEP)))
 
 
-@lru_cache(maxsize=256)
+@public_cache(maxsize=256)
 def plan_top_k(
     *,
     group_sizes: tuple[int, ...],

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Literal
 
 import numpy as np
@@ -62,6 +61,7 @@ from dpmine_server.operations.serenade_quality import (
     line_search,
     sensitivities,
 )
+from dpmine_server.public_cache import public_cache
 from dpmine_server.services.extension_model import PricedKey
 
 __all__ = [
@@ -215,7 +215,7 @@ def quality_parameters(quality: QualityParameters, n_max: int) -> QualityParams:
 
 
 # Keyed by public values only (the request's quality options and n_max): no private data.
-@lru_cache(maxsize=256)
+@public_cache(maxsize=256)
 def _quality_parameters(
     x0: float,
     s: float | None,

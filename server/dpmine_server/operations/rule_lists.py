@@ -23,7 +23,6 @@ that fit the declared attributes, universe sizes); the cost is the requested ε.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -79,6 +78,7 @@ from dpmine_server.operations.rule_list_mcmc import (
     capture_counts,
     sample_rule_list,
 )
+from dpmine_server.public_cache import public_cache
 
 __all__ = [
     "OPERATIONS",
@@ -368,7 +368,7 @@ def _prior_tables(request: SampleRuleListRequest | SampleRuleListExactRequest) -
     )
 
 
-@functools.lru_cache(maxsize=64)
+@public_cache(maxsize=64)
 def _cached_prior_tables(
     cardinalities: tuple[int, ...], expected_length: float, expected_cardinality: float
 ) -> PriorTables:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Literal
 
 import numpy as np
@@ -20,6 +19,7 @@ import numpy.typing as npt
 from scipy.special import expit
 
 from dpmine_server.dp.mechanisms import OneSided, em_coefficient
+from dpmine_server.public_cache import public_cache
 
 __all__ = [
     "DEFAULT_STEEPNESS_GRID",
@@ -214,7 +214,7 @@ def _window(centre: float, steepness: float, first: int, last: int) -> tuple[int
     return low, top
 
 
-@lru_cache(maxsize=4096)
+@public_cache(maxsize=4096)
 def sensitivities(
     s: float, x0: float, n_max: int, *, y0: float | None = None, s2: float | None = None
 ) -> Sensitivity:

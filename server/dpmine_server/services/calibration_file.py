@@ -44,8 +44,10 @@ __all__ = [
 #: Version of the file's format and of the method that measured it (a server refuses any
 #: other). 2: every timed call runs on a store as freshly loaded (services/calibration.py
 #: ``_timed``); version 1 timed calls on caches that the first call had filled, which
-#: under-priced ``serenade.extend_one`` calls that build their candidate sets.
-CALIBRATION_VERSION = 2
+#: under-priced ``serenade.extend_one`` calls that build their candidate sets. 3: every timed
+#: call also finds the process's caches of public values empty (dpmine_server/public_cache.py);
+#: version 2 timed them filled, 10–16 ms short on small Serenade and tree calls.
+CALIBRATION_VERSION = 3
 
 #: Public safety margin over the measured worst case, written into every new file. Three
 #: covers a machine about three times slower than during the calibration (other processes,
