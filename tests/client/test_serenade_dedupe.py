@@ -19,6 +19,8 @@ from dpmine.connection import DatasetHandle
 from dpmine.miners import SerenadeCS, SerenadeES
 from dpmine.queries import parse_redescription
 from dpmine.wire import (
+    CalibrateRequest,
+    CalibrateResponse,
     ComputeQualityRequest,
     ComputeQualityResponse,
     DatasetInfo,
@@ -31,6 +33,7 @@ from dpmine.wire import (
     NoisyStatistics,
     Receipt,
 )
+from dpmine_server.operations.serenade_quality import line_search
 
 METADATA = DatasetMetadata.model_validate(
     {
@@ -61,11 +64,31 @@ def _receipt(epsilon: float) -> Receipt:
     )
 
 
+class _Calibrator:
+    """The free ``serenade.calibrate`` the miner asks for its steepness: the server's own line
+    search (public arithmetic)."""
+
+    def call(
+        self, path: str, request: CalibrateRequest, response: type[CalibrateResponse]
+    ) -> CalibrateResponse:
+        assert path == "/v1/datasets/d/redescriptions/serenade/calibrate"
+        s, sens = line_search(
+            request.x0,
+            METADATA.n_max,
+            y0=request.y0,
+            s2=request.s2,
+            calibration=request.calibration,
+        )
+        return response(s=s, delta=sens.symmetric, x0=request.x0, n_max=METADATA.n_max)
+
+
 class _Repeats:
     """Initial pairs FIRST, SAME, OTHER; extensions leave the collection as it is; every
     quality check answers J = 0.8."""
 
     schema = METADATA
+    id = "d"
+    connection = _Calibrator()
 
     def __init__(self, accounting: Literal["pure", "zcdp"] = "pure") -> None:
         self.measured: list[ComputeQualityRequest] = []

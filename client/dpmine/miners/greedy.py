@@ -1084,7 +1084,26 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
         else:
             self.weak_draws_ = plan.warnings if isinstance(plan, SerenadePlan) else []
         self._checks = 0
-        return settings, self._quality_request(x0, y0, settings.calibration), spent
+        quality = self._quality_request(x0, y0, settings.calibration)
+        return settings, self._with_steepness(dataset, quality), spent
+
+    def _with_steepness(
+        self, dataset: DatasetHandle, quality: QualityParameters
+    ) -> QualityParameters:
+        """``quality`` with the line search's steepness filled in, from the free
+        ``serenade.calibrate`` (public arithmetic): the same parameters as leaving ``s`` to the
+        server, which otherwise searches again in every process that first sees them, inside
+        the call's padded time (about 10–30 ms, priced in every such call's budget)."""
+        if quality.s is not None or quality.function == "jaccard":
+            return quality
+        response = dataset.connection.call(
+            f"/v1/datasets/{dataset.id}/redescriptions/serenade/calibrate",
+            CalibrateRequest(
+                x0=quality.x0, y0=quality.y0, s2=quality.s2, calibration=quality.calibration
+            ),
+            CalibrateResponse,
+        )
+        return quality.model_copy(update={"s": response.s})
 
     def _initial_pairs(
         self,

@@ -265,15 +265,17 @@ def _basic_cases(dataset: Dataset) -> list[Case]:
         return cases
     pair = _pair(metadata).model_dump(mode="json")
     quality = _quality(metadata)
-    cases += [
-        Case("red.compute_quality", key, {"redescription": pair, "epsilon": 0.1}),
-        Case("serenade.initial_pairs", key, {"epsilon": 1.0, "quality": quality}),
-        Case(
-            "serenade.extend_one",
-            key,
-            {"mode": "cs", "collection": [pair], "epsilon": 1.0, "quality": quality},
-        ),
-    ]
+    # The miners send the steepness they got from the free serenade.calibrate, so their calls
+    # compute one steepness's sensitivities where a call leaving it to the server searches
+    # the grid (services/timing.py prices the two apart): both are measured.
+    searched = quality_parameters(QualityParameters.model_validate(quality), metadata.n_max).s
+    cases.append(Case("red.compute_quality", key, {"redescription": pair, "epsilon": 0.1}))
+    for given, note in ((quality, ""), (quality | {"s": searched}, "s given")):
+        extend = {"mode": "cs", "collection": [pair], "epsilon": 1.0, "quality": given}
+        cases += [
+            Case("serenade.initial_pairs", key, {"epsilon": 1.0, "quality": given}, note),
+            Case("serenade.extend_one", key, extend, note),
+        ]
     return cases
 
 

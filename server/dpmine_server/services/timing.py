@@ -98,18 +98,45 @@ def _literals(metadata: DatasetMetadata) -> int:
 #: sampler, measured at 6–17 µs a cell for scales 0.5–10⁵ (the Gaussian the slower); its time
 #: depends on the public scale and the sampler's own randomness, never on the count.
 NOISE_CELL_SECONDS = 5e-5
+#: Seconds to build the noise mechanism of a scale the process has not built yet (OpenDP's
+#: measurement and the search for the scale its map accepts, kept in a public cache,
+#: dpmine_server/public_cache.py): measured 0.4–2.9 ms. A budget cannot know whether an earlier
+#: request built it, so every noisy release pays it.
+NOISE_BUILD_SECONDS = 3e-3
+
+
+def _noise_work(cells: int) -> float:
+    """Drawing the noise of ``cells`` released counts, the mechanism built first."""
+    return NOISE_BUILD_SECONDS + NOISE_CELL_SECONDS * cells if cells else 0.0
+
+
+#: Seconds for Serenade's quality parameters (§2.1) that the process has not computed yet (a
+#: public cache): the steepness line search over its 40 grid values when the request leaves
+#: ``s`` to the server (measured 10–31 ms cold at n_max 2,000 to 10⁷, with the coverage
+#: factor; its scans stop 40/s rows from x0 and y0, so it does not grow with n_max), else one
+#: steepness's sensitivities (measured 0.2–4 ms, the flattest steepness the slowest).
+_LINE_SEARCH_SECONDS = 0.04
+_SENSITIVITY_SECONDS = 0.01
+
+
+def _quality_setup_work(request: Mapping[str, Any]) -> float:
+    """The quality parameters' share of a Serenade call, from the request alone."""
+    quality = request.get("quality") or {}
+    if quality.get("function") == "jaccard":
+        return 0.0
+    return _LINE_SEARCH_SECONDS if quality.get("s") is None else _SENSITIVITY_SECONDS
 
 
 def _count_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
     # Bitset counting of one predicate: linear in rows, small constant; one noise draw.
     del request
-    return 2e-7 * metadata.n_max + NOISE_CELL_SECONDS
+    return 2e-7 * metadata.n_max + _noise_work(1)
 
 
 def _quality_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
     # Four cells counted and noised (two in "paper" mode).
     del request
-    return 5e-7 * metadata.n_max + 4 * NOISE_CELL_SECONDS
+    return 5e-7 * metadata.n_max + _noise_work(4)
 
 
 def _topk_work(method: Method) -> Work:
@@ -119,7 +146,7 @@ def _topk_work(method: Method) -> Work:
         # then one noise draw per released count.
         body = TopKItemsetsRequest.model_validate(request)
         counts = body.k if body.with_counts else 0
-        return request_plan(body, metadata, method).seconds() + NOISE_CELL_SECONDS * counts
+        return request_plan(body, metadata, method).seconds() + _noise_work(counts)
 
     return work
 
@@ -154,7 +181,8 @@ def _pairs_draw_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> f
     body = InitialPairsRequest.model_validate(request)
     cells = pairs_enumeration(body, metadata)
     return (
-        2e-8 * metadata.n_max * _literals(metadata) * draws
+        _quality_setup_work(request)
+        + 2e-8 * metadata.n_max * _literals(metadata) * draws
         + _CELL_PAIR * cells
         + GRID_PRODUCT_SECONDS * pairs_grid_products(body, metadata)
     )
@@ -229,6 +257,7 @@ def _extend_draw_work(
     grids = _GRID_BUILD_SECONDS * _numeric_attributes(metadata)  # built at most once a call
     positions = len(collection)
     cold = max(positions - warm, 0)
+    grids += _quality_setup_work(request)  # once a call, as the grids
     if cold == positions:
         return grids + built * positions + _CELL_PAIR * cells
     # A held set's draw is part of what building it costs, so never priced above that; and a
@@ -402,9 +431,7 @@ def _leaf_counts_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> 
     # Counting, then one noise draw per released cell: at most (a + 1)(b + 1) of them.
     cells = (leaves[0] + 1) * (leaves[1] + 1)
     return (
-        5e-7 * metadata.n_max
-        + 2e-10 * metadata.n_max * leaves[0] * leaves[1]
-        + NOISE_CELL_SECONDS * cells
+        5e-7 * metadata.n_max + 2e-10 * metadata.n_max * leaves[0] * leaves[1] + _noise_work(cells)
     )
 
 
@@ -438,9 +465,7 @@ def _rule_list_exact_work(request: Mapping[str, Any], metadata: DatasetMetadata)
 def _rule_list_estimates_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
     # One pass over the rows per rule, then one noise draw per count: 2 per rule and default.
     rules = len(request.get("rules") or ())
-    return (
-        5e-7 * metadata.n_max + 1e-9 * metadata.n_max * rules + NOISE_CELL_SECONDS * 2 * (rules + 1)
-    )
+    return 5e-7 * metadata.n_max + 1e-9 * metadata.n_max * rules + _noise_work(2 * (rules + 1))
 
 
 def _row_width(metadata: DatasetMetadata) -> int:
