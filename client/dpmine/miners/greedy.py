@@ -945,14 +945,21 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
         if self.quality_function == "jaccard":
             up, down = _JACCARD_UP_DOWN
             return 1.0 / (up + down if calibration == "range" else 2.0 * max(up, down))
-        response = dataset.connection.call(
+        response = self._calibrated(dataset, x0, y0, calibration)
+        if response.c_per_epsilon is not None:
+            return response.c_per_epsilon
+        return 1.0 / (2.0 * response.delta)
+
+    def _calibrated(
+        self, dataset: DatasetHandle, x0: float, y0: float | None, calibration: Calibration
+    ) -> CalibrateResponse:
+        """The server's free ``serenade.calibrate`` at this x0 and y0 (public arithmetic):
+        the steepness (the miner's, or the line search's) and its sensitivities."""
+        return dataset.connection.call(
             f"/v1/datasets/{dataset.id}/redescriptions/serenade/calibrate",
             CalibrateRequest(x0=x0, s=self.steepness, y0=y0, calibration=calibration),
             CalibrateResponse,
         )
-        if response.c_per_epsilon is not None:
-            return response.c_per_epsilon
-        return 1.0 / (2.0 * response.delta)
 
     def _base_options(self) -> SerenadeOptions:
         return self.options or SerenadeOptions()
@@ -1096,13 +1103,7 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
         the call's padded time (about 10–30 ms, priced in every such call's budget)."""
         if quality.s is not None or quality.function == "jaccard":
             return quality
-        response = dataset.connection.call(
-            f"/v1/datasets/{dataset.id}/redescriptions/serenade/calibrate",
-            CalibrateRequest(
-                x0=quality.x0, y0=quality.y0, s2=quality.s2, calibration=quality.calibration
-            ),
-            CalibrateResponse,
-        )
+        response = self._calibrated(dataset, quality.x0, quality.y0, quality.calibration)
         return quality.model_copy(update={"s": response.s})
 
     def _initial_pairs(

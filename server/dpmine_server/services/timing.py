@@ -254,18 +254,18 @@ def _extend_draw_work(
     body = ExtendOneRequest.model_validate(request)
     cells = extend_enumeration(body, metadata)
     built = _built_position_work(metadata)
-    grids = _GRID_BUILD_SECONDS * _numeric_attributes(metadata)  # built at most once a call
+    # Once a call: the grids (built at most once) and the quality parameters.
+    per_call = _GRID_BUILD_SECONDS * _numeric_attributes(metadata) + _quality_setup_work(request)
     positions = len(collection)
     cold = max(positions - warm, 0)
-    grids += _quality_setup_work(request)  # once a call, as the grids
     if cold == positions:
-        return grids + built * positions + _CELL_PAIR * cells
+        return per_call + built * positions + _CELL_PAIR * cells
     # A held set's draw is part of what building it costs, so never priced above that; and a
     # call with held sets is priced for building at least MIN_BUILT_POSITIONS of them.
     held = min(_warm_position_work(body, metadata), built)
     floor = max(cold, MIN_BUILT_POSITIONS)
     priced = built * positions if floor >= positions else built * floor + held * (positions - cold)
-    return grids + priced + _CELL_PAIR * cells
+    return per_call + priced + _CELL_PAIR * cells
 
 
 def _extend_work(request: Mapping[str, Any], metadata: DatasetMetadata, warm: int = 0) -> float:
