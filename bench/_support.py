@@ -754,8 +754,9 @@ def wait_if_asked(seconds: float, *, indent: str = "") -> None:
 
 
 def add_server_timing_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--calibration`` and ``--max-in-flight``: the timing calibration and admission limit of
-    the server a benchmark starts (read back by :func:`server_timing_settings`)."""
+    """``--calibration``, ``--max-in-flight`` and ``--cold-extensions``: the timing calibration,
+    admission limit and extension pricing of the server a benchmark starts (read back by
+    :func:`server_timing_settings`)."""
     parser.add_argument(
         "--calibration",
         type=Path,
@@ -763,6 +764,12 @@ def add_server_timing_arguments(parser: argparse.ArgumentParser) -> None:
         "and kernel factors)",
     )
     parser.add_argument("--max-in-flight", type=int, help="DPMINE_MAX_IN_FLIGHT of the server")
+    parser.add_argument(
+        "--cold-extensions",
+        action="store_true",
+        help="DPMINE_TIMING_WARM_EXTENSIONS=false: price every Serenade extension position as "
+        "built from the rows (the default before the kernel lane)",
+    )
 
 
 def server_timing_settings(args: argparse.Namespace) -> dict[str, str]:
@@ -772,6 +779,8 @@ def server_timing_settings(args: argparse.Namespace) -> dict[str, str]:
         settings["DPMINE_TIMING_CALIBRATION"] = str(args.calibration.resolve())
     if args.max_in_flight is not None:
         settings["DPMINE_MAX_IN_FLIGHT"] = str(args.max_in_flight)
+    if args.cold_extensions:
+        settings["DPMINE_TIMING_WARM_EXTENSIONS"] = "false"
     return settings
 
 

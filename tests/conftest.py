@@ -51,6 +51,7 @@ SERIAL_MODULES = frozenset(
         "e2e/test_workers.py",
         "privacy/test_audit_channels.py",
         "privacy/test_audit_job_limit.py",
+        "privacy/test_audit_kernel_lane.py",
         "privacy/test_audit_overruns.py",
         "privacy/test_audit_timing.py",
         "privacy/test_audit_timing_batches.py",

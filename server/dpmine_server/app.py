@@ -52,6 +52,20 @@ def _sweep_uploads(data_dir: Path) -> None:
         logger.warning("could not sweep the upload folders of %s: %s", data_dir, error)
 
 
+#: Worker threads kept free for requests that are not waiting in the kernel lane
+#: (authentication, metadata reads, pricing), anyio's default of 40 at least.
+_FREE_THREADS = 24
+
+
+def _size_thread_limiter(max_in_flight: int) -> None:
+    """Give the routes' worker threads room for every admitted request to wait in the kernel
+    lane at once (services/kernel_lane.py) and :data:`_FREE_THREADS` more: an earlier request
+    that has yet to reserve its place needs a thread to do it, so waiting requests must never
+    hold them all."""
+    limiter = anyio.to_thread.current_default_thread_limiter()
+    limiter.total_tokens = max(limiter.total_tokens, max_in_flight + _FREE_THREADS)
+
+
 def create_app(settings: Settings | None = None, *, services: Services | None = None) -> FastAPI:
     """Build the app; services are created at start-up (migrations, recovery) unless given."""
     resolved = settings or get_settings()
@@ -65,6 +79,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
             raise
         app.state.services = built
         app.state.login_guard = LoginGuard.from_settings(built.settings)
+        _size_thread_limiter(built.settings.max_in_flight)
         try:
             await anyio.to_thread.run_sync(_sweep_uploads, built.settings.data_dir)
             yield

@@ -212,12 +212,19 @@ class Settings(BaseSettings):
         "(services/first_start.py). Unset: the hand-set estimates.",
     )
     timing_warm_extensions: bool = Field(
-        default=False,
+        default=True,
         description="Price a synchronous serenade.extend_one with the candidate sets that the "
         "public cache model holds at its arrival as drawn only (services/extension_model.py). "
-        "Measured for one analyst's sequential SerenadeES rounds; several such calls at once "
-        "can overrun the tight warm budget (the concurrent timing audit does), so it is off "
-        "unless the owner turns it on.",
+        "Safe under concurrent calls since kernels run one at a time in the kernel lane; "
+        "false prices every position as built from the rows.",
+    )
+    timing_kernel_lane: bool = Field(
+        default=True,
+        description="Run a padded process's inline kernels one at a time, in arrival order, "
+        "each deadline adding the public wait for the kernels before it "
+        "(services/kernel_lane.py). 'false' lets concurrent kernels share the process, so "
+        "they can overrun by a data-dependent amount; allowed in test mode only (the lane "
+        "audit's broken variant).",
     )
     timing_overrun: Literal["fail", "release"] = Field(
         default="fail",
@@ -286,6 +293,12 @@ class Settings(BaseSettings):
                     "DPMINE_TIMING_OVERRUN=release shows an overrunning kernel's release at a "
                     "data-dependent time; production keeps 'fail'"
                 )
+        if not self.timing_kernel_lane and self.environment != "test":
+            raise UnsafeSettingsError(
+                "DPMINE_TIMING_KERNEL_LANE=false lets concurrent kernels slow each other by a "
+                "data-dependent amount past their padded deadlines; it is allowed only with "
+                "DPMINE_ENVIRONMENT=test"
+            )
         if (
             self.timing_padding
             and self.timing_overrun == "fail"

@@ -59,11 +59,18 @@ ALPHA = 0.05
 #: disk, past a 150 ms base, and failed closed. The audit's question (do padded times tell
 #: neighbours apart?) does not depend on the base, as long as nothing overruns it.
 BASE_MS = 400
+#: The kernels of one server process take turns (services/kernel_lane.py), so the eight
+#: threads' requests are answered one *priced* kernel apart: at scale 1 the hand-set top-K
+#: estimate (about 1.2 s here, for a kernel of tens of milliseconds) made the top-K audit take
+#: over four minutes. A quarter of it still covers every kernel with the base to spare; the
+#: audit's question does not depend on the scale either, as long as nothing overruns (every
+#: answer must be a release).
+SCALE = 0.25
 PADDED_ENV = {
     "DPMINE_TIMING_PADDING": "true",
     "DPMINE_TIMING_GRID_MS": "50",
     "DPMINE_TIMING_BASE_MS": str(BASE_MS),
-    "DPMINE_TIMING_SCALE": "1",
+    "DPMINE_TIMING_SCALE": str(SCALE),
     "DPMINE_TIMING_OVERRUN": "fail",
     "DPMINE_JOB_WORKERS": "2",
 }

@@ -10,6 +10,7 @@ import pytest
 
 from dpmine_server.compiled import STOP_FLAG, stop_flag
 from dpmine_server.errors import OperationFailed
+from dpmine_server.services.kernel_lane import KernelLane
 from dpmine_server.services.release_guard import OVERRAN, ReleaseGuard
 
 
@@ -125,3 +126,49 @@ def test_the_stop_flag_is_the_guards_inside_the_kernel_only() -> None:
     with pytest.raises(OperationFailed), guard.stoppable():
         pass
     assert STOP_FLAG.get() is None
+
+
+def test_a_kernel_waits_for_its_lane_turn_and_gives_it_up_when_it_claims() -> None:
+    lane = KernelLane()
+    first, second = lane.register(1.0), lane.register(1.0)
+    first.reserve(pre=0.0, kernel=0.1)
+    second.reserve(pre=0.0, kernel=0.1)
+    started = threading.Event()
+
+    def second_kernel() -> None:
+        with ReleaseGuard(second).stoppable():
+            started.set()
+
+    thread = threading.Thread(target=second_kernel)
+    thread.start()
+    assert not started.wait(0.1), "the second kernel ran before the first had claimed"
+    guard = ReleaseGuard(first)
+    with guard.stoppable():
+        pass
+    assert guard.claim()
+    assert started.wait(2)
+    thread.join(timeout=2)
+
+
+def test_a_kernel_whose_deadline_passes_in_the_lane_never_runs() -> None:
+    lane = KernelLane()
+    first, second = lane.register(1.0), lane.register(1.0)
+    first.reserve(pre=0.0, kernel=0.1)
+    second.reserve(pre=0.0, kernel=0.1)
+    guard = ReleaseGuard(second)
+    outcome: list[str] = []
+
+    def second_kernel() -> None:
+        try:
+            with guard.stoppable():
+                outcome.append("ran")
+        except OperationFailed as error:
+            outcome.append(error.message)
+
+    thread = threading.Thread(target=second_kernel)
+    thread.start()
+    time.sleep(0.05)
+    assert guard.expire()
+    thread.join(timeout=2)
+    assert outcome == [OVERRAN]
+    assert lane.waiting() == 1, "the expired kernel's place is left once it has stopped"

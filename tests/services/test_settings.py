@@ -88,6 +88,13 @@ class TestProduction:
             Settings(environment="production", secret_key=LONG_SECRET, timing_overrun="release")
         unsafe(raised.value)
 
+    @pytest.mark.parametrize("environment", ["production", "development"])
+    def test_refuses_kernels_outside_the_lane(self, environment: str) -> None:
+        with pytest.raises(ValidationError, match="DPMINE_TIMING_KERNEL_LANE") as raised:
+            Settings(environment=environment, secret_key=LONG_SECRET, timing_kernel_lane=False)
+        unsafe(raised.value)
+        assert not Settings(environment="test", timing_kernel_lane=False).timing_kernel_lane
+
     def test_accepts_a_long_secret(self) -> None:
         settings = Settings(environment="production", secret_key=LONG_SECRET)
         assert (settings.environment, settings.test_seed) == ("production", None)

@@ -3,12 +3,13 @@ a route runs a private operation."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import Annotated, Any
 
@@ -18,7 +19,13 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
 from dpmine.wire import BatchRequest, DatasetMetadata, ErrorBody, ExtendOneRequest
-from dpmine_server.api.deps import AnalystDep, ArrivalDep, IdempotencyKeyDep, ServicesDep
+from dpmine_server.api.deps import (
+    AnalystDep,
+    Arrival,
+    ArrivalDep,
+    IdempotencyKeyDep,
+    ServicesDep,
+)
 from dpmine_server.api.examples import openapi_examples
 from dpmine_server.db.models import Principal
 from dpmine_server.errors import (
@@ -31,6 +38,7 @@ from dpmine_server.operations import OperationSpec
 from dpmine_server.services.container import Services
 from dpmine_server.services.extension_model import ModelGuard, Ticket, running
 from dpmine_server.services.extension_pricing import price_extension
+from dpmine_server.services.kernel_lane import LanePlace
 from dpmine_server.services.release_guard import OVERRAN, ReleaseGuard
 from dpmine_server.services.timing import TimingPolicy
 
@@ -171,7 +179,7 @@ def arrival_budgets(
 async def padded_operation(
     services: Services,
     *,
-    arrival: float,
+    arrival: Arrival,
     principal: Principal,
     dataset_id: str,
     operation: str,
@@ -184,11 +192,14 @@ async def padded_operation(
     before the charge (validation, budget, auth) touch no data and return at once.
 
     An inline kernel still running at the deadline fails closed there (services/
-    release_guard.py); a job's worker settles it at the end of its slot the same way.
+    release_guard.py); a job's worker settles it at the end of its slot the same way. An
+    inline kernel of a padded server runs in its turn in the process's kernel lane, and the
+    deadline adds the lane's public wait (services/kernel_lane.py).
 
     The request holds one of its process's public in-flight places (services/admission.py)
     from arrival to its answer, or is refused 429 at once, before anything is charged."""
-    with services.admission.admitted():
+    arrival.place.own()
+    with _lane_place(arrival.place), services.admission.admitted():
         return await _padded_operation(
             services,
             arrival=arrival,
@@ -201,10 +212,39 @@ async def padded_operation(
         )
 
 
+@contextlib.contextmanager
+def _lane_place(place: LanePlace) -> Iterator[None]:
+    """Leave ``place`` when the request ends, unless a call thread took it over (that thread
+    leaves it when its kernel has really stopped, :func:`_before_deadline`)."""
+    try:
+        yield
+    finally:
+        place.leave_unless_handed_over()
+
+
+async def _lane_guard(
+    services: Services, place: LanePlace, budget: float, cold: float
+) -> ReleaseGuard:
+    """The release guard of a padded inline request, its kernel reserved in the lane (or, on
+    a test server without the lane, leaving it: the lane audit's broken variant)."""
+    if not services.settings.timing_kernel_lane:
+        place.leave()
+        return ReleaseGuard()
+    await anyio.to_thread.run_sync(_reserve, services.timing, place, budget, cold)
+    return ReleaseGuard(place)
+
+
+def _reserve(policy: TimingPolicy, place: LanePlace, budget: float, cold: float) -> float:
+    """Reserve the kernel of a request of this ``budget`` (plus ``cold``, its load) in its
+    process's lane; the public wait (services/kernel_lane.py)."""
+    pre, kernel = policy.lane_reservation(budget, cold)
+    return place.reserve(pre, kernel)
+
+
 async def _padded_operation(
     services: Services,
     *,
-    arrival: float,
+    arrival: Arrival,
     principal: Principal,
     dataset_id: str,
     operation: str,
@@ -214,8 +254,8 @@ async def _padded_operation(
 ) -> dict[str, Any]:
     """:func:`padded_operation` once admitted."""
     policy = services.timing
+    place = arrival.place
     inline = services.executor.spec(operation).mode != "job"
-    guard = ReleaseGuard() if inline and policy.fails_closed else None
     budget, cold = await anyio.to_thread.run_sync(
         functools.partial(
             arrival_budgets,
@@ -225,23 +265,31 @@ async def _padded_operation(
             work=functools.partial(policy.budget, operation, request),
         )
     )
+    guard: ReleaseGuard | None = None
     ticket: Ticket | None = None
-    warm = services.settings.timing_warm_extensions
-    if warm and guard is not None and cold == 0.0 and isinstance(request, ExtendOneRequest):
-        # Priced against the public cache model of its store (services/extension_model.py).
-        priced = await anyio.to_thread.run_sync(
-            functools.partial(
-                price_extension,
-                services,
-                policy,
-                dataset_id=dataset_id,
-                request=request,
-                arrival=arrival,
+    if inline and policy.fails_closed:
+        settings = services.settings
+        warm = settings.timing_warm_extensions and settings.timing_kernel_lane
+        if warm and cold == 0.0 and isinstance(request, ExtendOneRequest):
+            # Priced against the public cache model of its store (services/extension_model.py).
+            priced = await anyio.to_thread.run_sync(
+                functools.partial(
+                    price_extension,
+                    services,
+                    policy,
+                    dataset_id=dataset_id,
+                    request=request,
+                    arrival=arrival.time,
+                    reserve=functools.partial(_reserve, policy, place, cold=0.0),
+                )
             )
-        )
-        if priced is not None:
-            budget, ticket = priced
-            guard = ModelGuard(ticket)
+            if priced is not None:
+                budget, ticket = priced
+                guard = ModelGuard(ticket, place)
+        if guard is None:
+            guard = await _lane_guard(services, place, budget, cold)
+    else:
+        place.leave()  # no inline kernel here (a job's runs on a worker's public schedule)
     call = functools.partial(
         run_operation,
         services,
@@ -256,7 +304,15 @@ async def _padded_operation(
     if ticket is not None:
         call = functools.partial(_with_ticket, ticket, call)
     return await _padded(
-        services, policy, operation, call, guard, arrival, budget, cold, job=not inline
+        services,
+        policy,
+        operation,
+        call,
+        guard,
+        arrival.time,
+        budget + place.wait,
+        cold,
+        job=not inline,
     )
 
 
@@ -270,7 +326,7 @@ def _with_ticket(ticket: Ticket, call: Callable[[], dict[str, Any]]) -> dict[str
 async def padded_batch(
     services: Services,
     *,
-    arrival: float,
+    arrival: Arrival,
     principal: Principal,
     dataset_id: str,
     batch: BatchRequest,
@@ -279,10 +335,11 @@ async def padded_batch(
 ) -> dict[str, Any]:
     """A batch of inline calls (executor.execute_batch) in a worker thread, held like one call
     (:func:`padded_operation`) until the padded deadline of its public batch budget
-    (:meth:`TimingPolicy.batch_budget`, the parts' work added up and one base). Refusals
-    before the charge (a bad part, budget, auth) touch no data and return at once. Admitted
-    like one call (services/admission.py)."""
-    with services.admission.admitted():
+    (:meth:`TimingPolicy.batch_budget`, the parts' work added up and one base, plus the
+    lane's wait). Refusals before the charge (a bad part, budget, auth) touch no data and
+    return at once. Admitted like one call (services/admission.py)."""
+    arrival.place.own()
+    with _lane_place(arrival.place), services.admission.admitted():
         return await _padded_batch(
             services,
             arrival=arrival,
@@ -297,7 +354,7 @@ async def padded_batch(
 async def _padded_batch(
     services: Services,
     *,
-    arrival: float,
+    arrival: Arrival,
     principal: Principal,
     dataset_id: str,
     batch: BatchRequest,
@@ -306,7 +363,23 @@ async def _padded_batch(
 ) -> dict[str, Any]:
     """:func:`padded_batch` once admitted."""
     policy = services.timing
-    guard = ReleaseGuard() if policy.fails_closed else None
+    place = arrival.place
+
+    parts = [(part.operation, part.request) for part in batch.parts]
+    budget, cold = await anyio.to_thread.run_sync(
+        functools.partial(
+            arrival_budgets,
+            services,
+            policy,
+            dataset_id=dataset_id,
+            work=functools.partial(policy.batch_budget, parts),
+        )
+    )
+    guard: ReleaseGuard | None = None
+    if policy.fails_closed:
+        guard = await _lane_guard(services, place, budget, cold)
+    else:
+        place.leave()
 
     def call() -> dict[str, Any]:
         release = services.executor.execute_batch(
@@ -321,17 +394,9 @@ async def _padded_batch(
         response.headers["Cache-Control"] = "no-store"
         return {"parts": release.bodies}
 
-    parts = [(part.operation, part.request) for part in batch.parts]
-    budget, cold = await anyio.to_thread.run_sync(
-        functools.partial(
-            arrival_budgets,
-            services,
-            policy,
-            dataset_id=dataset_id,
-            work=functools.partial(policy.batch_budget, parts),
-        )
+    return await _padded(
+        services, policy, "batch", call, guard, arrival.time, budget + place.wait, cold
     )
-    return await _padded(services, policy, "batch", call, guard, arrival, budget, cold)
 
 
 async def _padded(
@@ -386,12 +451,18 @@ async def _before_deadline(
     (``stoppable``) and its release is withheld. A call that claimed in time is waited for
     (only its ledger write is left)."""
     outcome: Future[dict[str, Any]] = Future()
+    place = guard.place
 
     def work() -> None:
+        if place is not None:
+            place.hand_over()  # this thread leaves it, once its kernel has stopped
         try:
             outcome.set_result(call())
         except BaseException as error:  # handed to the awaiting route below
             outcome.set_exception(error)
+        finally:
+            if place is not None:
+                place.leave()
 
     with anyio.move_on_after(max(deadline - time.monotonic(), 0.0)):
         await anyio.to_thread.run_sync(work, abandon_on_cancel=True)

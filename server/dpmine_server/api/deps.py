@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Request
@@ -16,10 +17,12 @@ from dpmine_server.db.models import Principal
 from dpmine_server.errors import Forbidden, InvalidRequest, RateLimited, Unauthorized
 from dpmine_server.services import audit
 from dpmine_server.services.container import Services
+from dpmine_server.services.kernel_lane import LanePlace
 from dpmine_server.services.principals import KEY_PREFIX, PrincipalCache, authenticate, hash_key
 
 __all__ = [
     "AnalystDep",
+    "Arrival",
     "ArrivalDep",
     "IdempotencyKeyDep",
     "OwnerDep",
@@ -208,10 +211,28 @@ async def get_idempotency_key(
 IdempotencyKeyDep = Annotated[str | None, Depends(get_idempotency_key)]
 
 
-async def request_arrival() -> float:
-    """``time.monotonic()`` when the route starts handling the request (resolved first, on the
-    event loop): the origin of the release-padding deadline (services/timing.py)."""
-    return time.monotonic()
+@dataclass(frozen=True)
+class Arrival:
+    """When a data-touching request arrived and its place in its process's kernel lane."""
+
+    #: ``time.monotonic()`` at arrival: the origin of the padded deadline (services/timing.py).
+    time: float
+    #: Registered in arrival order (services/kernel_lane.py); the route that runs the request
+    #: takes it over (:meth:`LanePlace.own`), else it leaves when the request ends.
+    place: LanePlace
 
 
-ArrivalDep = Annotated[float, Depends(request_arrival)]
+async def request_arrival(request: Request) -> AsyncIterator[Arrival]:
+    """The request's :class:`Arrival` (resolved first, on the event loop, so lane places are
+    numbered in arrival order); a place its route never took over leaves at the end (a request
+    refused by authentication or validation)."""
+    now = time.monotonic()
+    place = _services(request).kernel_lane.register(now)
+    try:
+        yield Arrival(now, place)
+    finally:
+        if not place.owned:
+            place.leave()
+
+
+ArrivalDep = Annotated[Arrival, Depends(request_arrival)]

@@ -21,7 +21,7 @@ at the deadline (services/release_guard.py; tests/privacy/test_audit_overruns.py
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
@@ -73,6 +73,12 @@ class SpinCountRequest(OperationRequest[NoisyCountResponse]):
         default=False,
         description="Spin only if some row satisfies the predicate (a data-dependent time).",
     )
+    clock: Literal["wall", "cpu"] = Field(
+        default="wall",
+        description="What the loop's seconds count: 'wall' time (it ends on time whatever "
+        "shares its process), or its own thread's 'cpu' time (a fixed amount of work, slowed "
+        "by kernels that share the interpreter lock, as an ordinary kernel is).",
+    )
 
 
 TEST_SPIN = Operation(
@@ -93,11 +99,13 @@ TEST_SPIN_INLINE = Operation(
 )
 
 
-def _busy(seconds: float) -> None:
-    """Pure-Python work that holds the GIL for ``seconds`` (a stand-in for an MCMC loop)."""
-    end = time.monotonic() + seconds
+def _busy(seconds: float, clock: Literal["wall", "cpu"] = "wall") -> None:
+    """Pure-Python work that holds the GIL for ``seconds`` (a stand-in for an MCMC loop) of
+    wall time, or of this thread's CPU time (``clock="cpu"``)."""
+    now = time.monotonic if clock == "wall" else time.thread_time
+    end = now() + seconds
     total = 0
-    while time.monotonic() < end:
+    while now() < end:
         for value in range(2_000):
             total += value * value
     del total
@@ -131,7 +139,7 @@ def _run(
     spin = not request.spin_if_any or rows.count() > 0
     steps = request.steps
     for step in range(steps if spin else 0):
-        _busy((request.seconds + request.unpriced_seconds) / steps)
+        _busy((request.seconds + request.unpriced_seconds) / steps, request.clock)
         progress((step + 1) / steps)
     if request.fail:
         raise RuntimeError("test.spin was asked to fail")

@@ -18,6 +18,7 @@ from dpmine_server.services.executor import Executor
 from dpmine_server.services.first_start import ensure_first_start_calibration
 from dpmine_server.services.instances import Liveness, liveness_for
 from dpmine_server.services.jobs import JobRunner
+from dpmine_server.services.kernel_lane import KernelLane
 from dpmine_server.services.ledger import Ledger
 from dpmine_server.services.principals import check_secret_key, create_principal
 from dpmine_server.services.queues import JobQueue, LocalPoolQueue, PostgresQueue
@@ -41,10 +42,13 @@ class Services:
     admission: AdmissionGate = field(init=False)
     #: The padding policy of the settings, built once (services/timing.py).
     timing: TimingPolicy = field(init=False)
+    #: The public order in which this process's inline kernels run (services/kernel_lane.py).
+    kernel_lane: KernelLane = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "admission", AdmissionGate(self.settings.max_in_flight))
         object.__setattr__(self, "timing", TimingPolicy.from_settings(self.settings))
+        object.__setattr__(self, "kernel_lane", KernelLane())
 
     @property
     def engine(self) -> Engine:

@@ -75,6 +75,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from dpmine_server.services.kernel_lane import LanePlace
 from dpmine_server.services.release_guard import ReleaseGuard
 
 __all__ = [
@@ -223,7 +224,14 @@ class ExtensionCacheModel:
     ) -> Ticket:
         """Register a request that arrived at ``arrival`` with ``keys``: the keys present at
         ``arrival`` are warm; ``deadline_of(warm texts)`` gives its public deadline (from the
-        budget priced on them). Returns the ticket whose pins the kernel reads."""
+        budget priced on them). Returns the ticket whose pins the kernel reads.
+
+        ``deadline_of`` runs outside the model's lock: it reserves the call's kernel in its
+        process's lane (services/kernel_lane.py), which waits for requests that arrived
+        earlier, and those may be pricing here. ``present(arrival)`` cannot change meanwhile
+        (every request due by ``arrival`` is settled, and one registered later past its own
+        deadline is recorded as not shown), so the warm set and the pins stay those of
+        ``arrival``."""
         with self._settled:
             self._wait_settled(arrival)
             present = self.present(arrival)
@@ -233,10 +241,12 @@ class ExtensionCacheModel:
                 held = self._values.get(priced.text) if priced.text in warm else None
                 if held is not None:
                     pinned[priced.key] = held[1]
+        deadline = deadline_of(warm)
+        with self._settled:
             ticket = Ticket(
                 model=self,
                 store=store,
-                deadline=deadline_of(warm),
+                deadline=deadline,
                 keys=tuple(keys),
                 warm=warm,
                 pinned=pinned,
@@ -317,8 +327,8 @@ class ModelGuard(ReleaseGuard):
     """A :class:`ReleaseGuard` that settles its ticket with the same decision: shown when the
     kernel claims its release, not shown when the deadline expires it."""
 
-    def __init__(self, ticket: Ticket) -> None:
-        super().__init__()
+    def __init__(self, ticket: Ticket, place: LanePlace | None = None) -> None:
+        super().__init__(place)
         self.ticket = ticket
 
     def claim(self) -> bool:

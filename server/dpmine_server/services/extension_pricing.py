@@ -5,6 +5,7 @@ the padding budget (services/timing.py)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from dpmine.wire import ExtendOneRequest
 from dpmine_server.operations.redescriptions import extension_priced_keys
@@ -27,15 +28,19 @@ def price_extension(
     dataset_id: str,
     request: ExtendOneRequest,
     arrival: float,
+    reserve: Callable[[float], float],
 ) -> tuple[float, Ticket] | None:
     """The padding budget of a ``serenade.extend_one`` call that arrived at ``arrival``
     (monotonic), priced with the positions the model of its resident store holds at
     ``arrival`` warm, and the ticket registered with its deadline; None when there is no
     resident store (the caller then prices it cold, :func:`arrival_budgets`), padding is
     off, or the request cannot be priced (it is refused before its charge anyway).
+    ``reserve(budget)`` reserves the call's kernel in its process's lane and returns the
+    public wait that its deadline adds (services/kernel_lane.py); it is called once, when
+    the budget is known, and only when this returns a ticket.
 
     Public values only: the request, the public metadata, whether the version is resident
-    (public, :meth:`DatasetService.is_resident`) and the model's public state."""
+    (public, :meth:`DatasetService.is_resident`), the model's public state and the lane's."""
     if not policy.fails_closed:
         return None
     datasets = services.datasets
@@ -59,7 +64,7 @@ def price_extension(
         warm_positions = sum(1 for key in keys if key.text in warm)
         budget = policy.extend_budget(request, metadata, warm_positions)
         budgets.append(budget)
-        return arrival + policy.deadline_offset(budget)
+        return arrival + policy.deadline_offset(budget + reserve(budget))
 
     ticket = model.price(store, keys, arrival, deadline_of)
     return budgets[-1], ticket

@@ -47,6 +47,7 @@ import numpy as np
 
 from dpmine_server.compiled import STOP_FLAG
 from dpmine_server.errors import OperationFailed
+from dpmine_server.services.kernel_lane import LanePlace
 
 __all__ = ["OVERRAN", "ReleaseGuard"]
 
@@ -77,14 +78,20 @@ def _raise_in_thread(thread_id: int, exception: type[BaseException] | None) -> N
 
 
 class ReleaseGuard:
-    """Decides, once, whether a charged request settles by its kernel or by its deadline."""
+    """Decides, once, whether a charged request settles by its kernel or by its deadline.
 
-    def __init__(self) -> None:
+    With a reserved ``place`` in its process's kernel lane (services/kernel_lane.py), the
+    kernel waits for its turn when it enters :meth:`stoppable` and gives it up when its release
+    is claimed, or when an expired kernel has really stopped (not at the expiry itself: a
+    kernel still inside a compiled call would otherwise share the lane with the next one)."""
+
+    def __init__(self, place: LanePlace | None = None) -> None:
         self._lock = threading.Lock()
         self._state: _State = "running"
         self._kernel_thread: int | None = None
         self._stop = np.zeros(1, dtype=np.uint8)  # read by compiled loops (compiled.py)
         self.entry_ids: list[int] = []
+        self.place = place
 
     def bind(self, entry_id: int) -> None:
         """Record the ledger entry of the charged request (set when it is charged)."""
@@ -96,13 +103,20 @@ class ReleaseGuard:
 
     def claim(self) -> bool:
         """The kernel's release is ready: True if it may be stored and shown (the deadline has
-        not been taken), after which :meth:`expire` fails."""
-        return self._take("claimed")
+        not been taken), after which :meth:`expire` fails. The lane's turn passes on either way
+        (an expired kernel that gets here has stopped)."""
+        claimed = self._take("claimed")
+        if self.place is not None:
+            self.place.leave()
+        return claimed
 
     def expire(self) -> bool:
         """The deadline passed: True if the kernel had not claimed, after which its release is
-        withheld whatever it computes."""
-        return self._take("expired")
+        withheld whatever it computes (a kernel still waiting for its lane turn gives up)."""
+        expired = self._take("expired")
+        if expired and self.place is not None:
+            self.place.lane.wake()
+        return expired
 
     @property
     def expired(self) -> bool:
@@ -122,6 +136,11 @@ class ReleaseGuard:
                 if self._state == "expired":
                     raise OperationFailed(OVERRAN)
                 self._kernel_thread = thread_id
+            if self.place is not None:
+                # An expiry while waiting raises _Abandoned here, as in the kernel.
+                self.place.take_turn(lambda: self.expired)
+                if self.expired:
+                    raise OperationFailed(OVERRAN)
             yield
         except _Abandoned:
             raise OperationFailed(OVERRAN) from None
@@ -133,6 +152,8 @@ class ReleaseGuard:
                         _raise_in_thread(thread_id, None)  # not delivered yet: never after this
             finally:  # even if it was delivered just above: no later kernel sees this flag
                 STOP_FLAG.reset(token)
+                if self.expired and self.place is not None:
+                    self.place.leave()  # the kernel has stopped: the next one may start
 
     def progress(self, fraction: float, message: str = "") -> None:
         """A kernel progress callback that stops an expired kernel at its next public step."""

@@ -744,6 +744,14 @@ class TimingPolicy:
         calibrated = max(margin * factor * work, margin * floor)
         return max(calibrated, work) if operation in TAIL_CAPPED else calibrated
 
+    def lane_reservation(self, budget: float, cold: float) -> tuple[float, float]:
+        """``(pre, kernel)`` seconds of a padded inline request in its process's kernel lane
+        (services/kernel_lane.py): half the base, plus the load budget ``cold`` when its
+        dataset must be loaded first, for the work before its kernel (the other half is left
+        for the ledger write after it), and the budget less the base for the kernel itself.
+        Public values only."""
+        return self.base / 2 + cold, max(budget - self.base, 0.0)
+
     def load_budget(self, metadata: DatasetMetadata) -> float:
         """Seconds a load of this dataset is padded to when it happens inside a request (a
         cold cache): the load then takes this public time, whatever the private row count,
