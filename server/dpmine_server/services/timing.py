@@ -199,12 +199,13 @@ def _pairs_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
 #: choice, a few vectorised passes), plus a fixed cost per set (its blocks and families).
 _WARM_CANDIDATE_SECONDS = 2e-7
 _WARM_SET_SECONDS = 5e-4
-#: Positions a call with held candidate sets is priced for building, at least. The per-position
-#: term (5e-8 s per row and literal) is priced for a whole collection, where positions average
-#: out (an ES call over 20 cold positions: 0.11–0.16 s measured on mammals against 0.86 s); one
-#: position alone was measured up to 38 ms on mammals under load against its 43 ms, so a call
-#: that builds one is priced for three (about three times the worst single build).
-MIN_BUILT_POSITIONS = 3
+#: Positions a call with held candidate sets is priced for building, at least. It was three
+#: while concurrent kernels shared a process: one position alone was measured up to 38 ms on
+#: mammals under that load against its 43 ms of work. Kernels now run one at a time
+#: (services/kernel_lane.py), and with the quick calibration an ES round that builds one
+#: position measured at most 0.095 s on mammals against a kernel budget of about 1 s at three
+#: (bench/README.md, "The kernel lane"), so one is priced for one.
+MIN_BUILT_POSITIONS = 1
 
 
 #: Seconds per numeric attribute, whatever the rows, of a ``serenade.extend_one`` call that
