@@ -114,7 +114,8 @@ ROWS, QUICK_ROWS = 100_000, 20_000
 #: repository's own tables and 500-row ``distinct`` and ``dense`` data (``reject`` and ``wide``,
 #: built at 1,000 rows at least and slow by design, are left out: those two run each of their
 #: operations through the same code); overruns are reported, not an error (the test suite's
-#: machine is loaded, and the suite asserts nothing about time).
+#: machine is loaded, and the suite asserts nothing about time). The uninterruptible stretches
+#: are profiled on the first case only.
 SMOKE_REPEATS, SMOKE_ROWS = 1, 500
 SMOKE_DATASETS = ("mushroom", "table", "distinct", "dense")
 CONFIDENCE = 0.95
@@ -229,9 +230,11 @@ def unstoppable(call: Callable[[], object]) -> tuple[float, str]:
     return longest, where
 
 
-def measure(case: Case, store: ColumnStore, policy: TimingPolicy, repeats: int) -> Result:
-    """The first call, then ``repeats`` timed calls of the case's kernel, then one call under
-    :func:`unstoppable` (untimed)."""
+def measure(
+    case: Case, store: ColumnStore, policy: TimingPolicy, repeats: int, *, stretches: bool = True
+) -> Result:
+    """The first call, then ``repeats`` timed calls of the case's kernel, then (``stretches``)
+    one call under :func:`unstoppable` (untimed)."""
     spec = CATALOG[case.operation]
     request = spec.request_model.model_validate(case.request)
     spec.validate(request, store.metadata)
@@ -261,9 +264,10 @@ def measure(case: Case, store: ColumnStore, policy: TimingPolicy, repeats: int) 
         else:
             result.times.append(elapsed)
             result.proposals.append(made[0])
-    result.unstoppable, result.unstoppable_at = unstoppable(
-        lambda: spec.run(store, request, cost, secure_generator(), no_progress)
-    )
+    if stretches:
+        result.unstoppable, result.unstoppable_at = unstoppable(
+            lambda: spec.run(store, request, cost, secure_generator(), no_progress)
+        )
     return result
 
 
@@ -474,8 +478,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             for case in cases_for(dataset):
                 if case.operation not in operations:
                     continue
+                # --smoke profiles one case's stretches (the code path), not all: the profile
+                # hook took two thirds of the smoke run.
+                stretches = not arguments.smoke or not results
                 try:
-                    result = measure(case, dataset.store, policy, repeats)
+                    result = measure(case, dataset.store, policy, repeats, stretches=stretches)
                 except ValueError as error:  # refused before the charge: not applicable here
                     print(f"  {case.operation:24} skipped: {error}", flush=True)
                     continue

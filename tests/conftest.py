@@ -71,8 +71,10 @@ LONG_FIRST_MODULES = (
     "test_benchmarks.py",
     "test_audit_channels.py",
     "test_audit_overruns.py",
-    "test_audit_timing_batches.py",
     "test_audit_timing.py",
+    "test_audit_timing_bounded.py",
+    "test_audit_timing_batches.py",
+    "test_audit_kernel_lane.py",
 )
 
 
