@@ -198,7 +198,6 @@ async def padded_operation(
 
     The request holds one of its process's public in-flight places (services/admission.py)
     from arrival to its answer, or is refused 429 at once, before anything is charged."""
-    arrival.place.own()
     with _lane_place(arrival.place), services.admission.admitted():
         return await _padded_operation(
             services,
@@ -220,6 +219,17 @@ def _lane_place(place: LanePlace) -> Iterator[None]:
         yield
     finally:
         place.leave_unless_handed_over()
+
+
+async def _arrival_budgets(
+    services: Services, dataset_id: str, work: Callable[[DatasetMetadata], float]
+) -> tuple[float, float]:
+    """:func:`arrival_budgets` with the process's policy, in a worker thread."""
+    return await anyio.to_thread.run_sync(
+        functools.partial(
+            arrival_budgets, services, services.timing, dataset_id=dataset_id, work=work
+        )
+    )
 
 
 async def _lane_guard(
@@ -256,14 +266,8 @@ async def _padded_operation(
     policy = services.timing
     place = arrival.place
     inline = services.executor.spec(operation).mode != "job"
-    budget, cold = await anyio.to_thread.run_sync(
-        functools.partial(
-            arrival_budgets,
-            services,
-            policy,
-            dataset_id=dataset_id,
-            work=functools.partial(policy.budget, operation, request),
-        )
+    budget, cold = await _arrival_budgets(
+        services, dataset_id, functools.partial(policy.budget, operation, request)
     )
     guard: ReleaseGuard | None = None
     ticket: Ticket | None = None
@@ -338,7 +342,6 @@ async def padded_batch(
     (:meth:`TimingPolicy.batch_budget`, the parts' work added up and one base, plus the
     lane's wait). Refusals before the charge (a bad part, budget, auth) touch no data and
     return at once. Admitted like one call (services/admission.py)."""
-    arrival.place.own()
     with _lane_place(arrival.place), services.admission.admitted():
         return await _padded_batch(
             services,
@@ -364,16 +367,9 @@ async def _padded_batch(
     """:func:`padded_batch` once admitted."""
     policy = services.timing
     place = arrival.place
-
     parts = [(part.operation, part.request) for part in batch.parts]
-    budget, cold = await anyio.to_thread.run_sync(
-        functools.partial(
-            arrival_budgets,
-            services,
-            policy,
-            dataset_id=dataset_id,
-            work=functools.partial(policy.batch_budget, parts),
-        )
+    budget, cold = await _arrival_budgets(
+        services, dataset_id, functools.partial(policy.batch_budget, parts)
     )
     guard: ReleaseGuard | None = None
     if policy.fails_closed:

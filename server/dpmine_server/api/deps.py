@@ -217,22 +217,21 @@ class Arrival:
 
     #: ``time.monotonic()`` at arrival: the origin of the padded deadline (services/timing.py).
     time: float
-    #: Registered in arrival order (services/kernel_lane.py); the route that runs the request
-    #: takes it over (:meth:`LanePlace.own`), else it leaves when the request ends.
+    #: Registered in arrival order (services/kernel_lane.py); left by the route that runs the
+    #: request or the call thread it hands it to, else when the request ends.
     place: LanePlace
 
 
 async def request_arrival(request: Request) -> AsyncIterator[Arrival]:
     """The request's :class:`Arrival` (resolved first, on the event loop, so lane places are
-    numbered in arrival order); a place its route never took over leaves at the end (a request
-    refused by authentication or validation)."""
+    numbered in arrival order); its place is left at the end unless a call thread holds it
+    (a request refused by authentication or validation never reached its route)."""
     now = time.monotonic()
     place = _services(request).kernel_lane.register(now)
     try:
         yield Arrival(now, place)
     finally:
-        if not place.owned:
-            place.leave()
+        place.leave_unless_handed_over()
 
 
 ArrivalDep = Annotated[Arrival, Depends(request_arrival)]

@@ -79,18 +79,9 @@ class LanePlace:
     arrival: float
     #: Public seconds the request waits for earlier kernels (set when it reserves).
     wait: float = 0.0
-    reserved: bool = field(default=False)
-    #: Whether the route running the request has taken the place over (it then leaves it when
-    #: the request's call ends, not when the response is sent).
-    owned: bool = field(default=False)
-
     #: Whether the call's thread took the place over (it leaves it when its kernel has
     #: stopped, which for an overrun can be after the answer).
     handed_over: bool = field(default=False)
-
-    def own(self) -> None:
-        """The route takes the place over (``api/deps.py`` no longer leaves it)."""
-        self.owned = True
 
     def reserve(self, pre: float, kernel: float) -> float:
         """Reserve this place's kernel (:meth:`KernelLane.reserve`); returns the public wait."""
@@ -157,7 +148,6 @@ class KernelLane:
             self._free_at = start + kernel
             del self._unreserved[place.number]
             self._queued[place.number] = place
-            place.reserved = True
             place.wait = start - (place.arrival + pre)
             self._changed.notify_all()
             return place.wait

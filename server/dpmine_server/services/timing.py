@@ -203,8 +203,8 @@ _WARM_SET_SECONDS = 5e-4
 #: while concurrent kernels shared a process: one position alone was measured up to 38 ms on
 #: mammals under that load against its 43 ms of work. Kernels now run one at a time
 #: (services/kernel_lane.py), and with the quick calibration an ES round that builds one
-#: position measured at most 0.095 s on mammals against a kernel budget of about 1 s at three
-#: (bench/README.md, "The kernel lane"), so one is priced for one.
+#: position measured at most 0.107 s (`wide`; 0.083 s on mammals) against budgets of
+#: 0.60–1.29 s at one (bench/README.md, "The kernel lane"), so one is priced for one.
 MIN_BUILT_POSITIONS = 1
 
 
