@@ -29,8 +29,9 @@ upper bound on the overrun probability, and "unstoppable": the longest stretch o
 without a Python-level event (:func:`unstoppable`), how long an overrun kernel can keep its core
 past the deadline before the stop lands (the itemset miner reads its stop flag inside its
 compiled traversal instead). A second table gives Serenade's rejection proposals per call
-against their public cap, and an upper bound on the seconds per proposal (the whole kernel time
-over the proposals) against the budgeted 1e-4 s + 2.5e-9 s per n_max row.
+against their public cap, how the kernel weighs them (``RejectionPlan``: prepared per family or
+scanned one at a time), an upper bound on the seconds per proposal (the whole kernel time over
+the proposals) and the priced seconds of the proposals' work bound at the cap.
 
 Usage::
 
@@ -84,11 +85,8 @@ from dpmine_server.dp import mechanisms
 from dpmine_server.dp.rng import secure_generator
 from dpmine_server.operations import CATALOG
 from dpmine_server.operations.base import no_progress
-from dpmine_server.operations.redescriptions import (
-    extend_proposals,
-    extension_priced_keys,
-    pairs_proposals,
-)
+from dpmine_server.operations.redescriptions import extension_priced_keys, rejection_plan
+from dpmine_server.operations.serenade import RejectionPlan
 from dpmine_server.public_cache import clear_public_caches
 from dpmine_server.services.calibration import (
     ADVERSARIAL,
@@ -134,6 +132,8 @@ class Result:
     proposals: list[int] = field(default_factory=list)
     cap: int = 0
     n_max: int = 0
+    #: How the case's rejection proposals are weighed and priced (None: it makes none).
+    plan: RejectionPlan | None = None
     #: Longest stretch of one call without a Python-level event, and where (:func:`unstoppable`).
     unstoppable: float = 0.0
     unstoppable_at: str = ""
@@ -249,6 +249,7 @@ def measure(
         0.0,
         [],
         cap=cap,
+        plan=_rejection_plan(case.operation, request, store.metadata),
         n_max=store.metadata.n_max,
     )
     for repetition in range(repeats + 1):
@@ -326,6 +327,7 @@ def measure_es_round(case: Case, store: ColumnStore, policy: TimingPolicy, repea
         0.0,
         [],
         cap=_proposal_cap(case.operation, request, store.metadata),
+        plan=_rejection_plan(case.operation, request, store.metadata),
         n_max=store.metadata.n_max,
     )
     model = ExtensionCacheModel()
@@ -349,11 +351,14 @@ def measure_es_round(case: Case, store: ColumnStore, policy: TimingPolicy, repea
 
 
 def _proposal_cap(operation: str, request: Any, metadata: DatasetMetadata) -> int:
-    if operation == "serenade.initial_pairs":
-        return pairs_proposals(request, metadata)
-    if operation == "serenade.extend_one":
-        return extend_proposals(request, metadata)
-    return 0
+    plan = _rejection_plan(operation, request, metadata)
+    return plan.cap if plan else 0
+
+
+def _rejection_plan(
+    operation: str, request: Any, metadata: DatasetMetadata
+) -> RejectionPlan | None:
+    return rejection_plan(operation, request.model_dump(mode="json"), metadata)
 
 
 # -- report ------------------------------------------------------------------------------------
@@ -381,20 +386,20 @@ def budget_table(results: Sequence[Result], repeats: int) -> str:
 def proposal_table(results: Sequence[Result]) -> str:
     """Serenade's rejection proposals against their cap, and the time per proposal."""
     lines = [
-        "| operation | dataset | proposals mean / max | public cap | "
-        "µs / proposal (kernel time / proposals: an upper bound) | budgeted µs / proposal |",
-        "|---|---|---:|---:|---:|---:|",
+        "| operation | dataset | proposals mean / max | public cap | weighed | "
+        "µs / proposal (kernel time / proposals: an upper bound) | priced proposals' s at cap |",
+        "|---|---|---:|---:|---|---:|---:|",
     ]
     for result in results:
-        if not result.cap:
+        if result.plan is None:
             continue
         dataset = result.dataset + (f" ({result.note})" if result.note else "")
         mean = sum(result.proposals) / len(result.proposals)
         per = max(t / max(p, 1) for t, p in zip(result.times, result.proposals, strict=True))
-        budgeted = 1e-4 + 2.5e-9 * result.n_max
+        way = "prepared" if result.plan.prepared else "scanned"
         lines.append(
             f"| {result.operation} | {dataset} | {mean:,.0f} / {max(result.proposals):,} | "
-            f"{result.cap:,} | {per * 1e6:.1f} | {budgeted * 1e6:.1f} |"
+            f"{result.cap:,} | {way} | {per * 1e6:.1f} | {result.plan.seconds():.3f} |"
         )
     return "\n".join(lines)
 

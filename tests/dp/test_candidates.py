@@ -28,7 +28,10 @@ from dpmine_server.dp.candidates import (
     CandidateSampler,
     ContinuousCells,
     ProposalPool,
+    SortedValues,
+    ThresholdWeights,
     continuous_cells,
+    draw_base_indices,
     draw_base_thresholds,
     drawing_from,
     family_log_total,
@@ -69,6 +72,22 @@ class ToyFamily:
 
         def weights(lower: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
             return np.asarray(self.c * cells.selected(prefix, lower) / total, dtype=np.float64)
+
+        return weights
+
+    def threshold_weights(self) -> ThresholdWeights:
+        """The reference quality, one threshold pair at a time (the toy needs no speed)."""
+
+        def weights(
+            lower: npt.NDArray[np.float64], upper: npt.NDArray[np.float64]
+        ) -> npt.NDArray[np.float64]:
+            return np.asarray(
+                [
+                    self.log_weight(None if np.isnan(x) else x, None if np.isnan(y) else y)
+                    for x, y in zip(lower.tolist(), upper.tolist(), strict=True)
+                ],
+                dtype=np.float64,
+            )
 
         return weights
 
@@ -381,3 +400,54 @@ def test_samplers_sharing_a_pool_keep_the_exact_law() -> None:
     assert POOL_BATCHES // 10 < fallbacks < POOL_BATCHES - POOL_BATCHES // 10, fallbacks
     assert_matches(first, law)
     assert_matches(second, law)
+
+
+# -- a proposal's cells count exactly the rows its thresholds select ---------------------------
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_proposal_counts_exactly_the_rows_its_thresholds_select(seed: int) -> None:
+    """What a rejection proposal is weighted by (the prefix counts of its thresholds' ranks in
+    the column's value order) is the number of the mask's rows that ``lower ≤ A ≤ upper``
+    holds on the exact data (``NumericColumn.literal``), missing values (never in a range)
+    and ties included, for lattice points, data values themselves and unbounded sides; and
+    the present rows outside the range for a negated literal."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    values = rng.choice(np.linspace(0.0, 4.0, 9), size=n)  # ties, and values on lattice points
+    values[rng.random(n) < 0.2] = np.nan
+    column = NumericColumn.from_values("x", values, lo=0.0, hi=4.0)
+    lattice = public_lattice(0.0, 4.0, int(rng.integers(1, 5)))
+    ordered = SortedValues.of(column)
+    mask = Bitset.from_bool_array(rng.random(n) < 0.5)
+    prefix = ordered.prefix(mask)
+    thresholds = np.concatenate([[np.nan], lattice.points, values[~np.isnan(values)]])
+    lower = rng.choice(thresholds, size=200)
+    upper = rng.choice(thresholds, size=200)
+    got = SortedValues.counted(prefix, *ordered.ranks(lower, upper))
+    for k in range(lower.size):
+        bounds = (
+            None if np.isnan(lower[k]) else float(lower[k]),
+            None if np.isnan(upper[k]) else float(upper[k]),
+        )
+        assert got[k] == (mask & column.literal(*bounds, negated=False)).count(), bounds
+        outside = (mask & column.literal(*bounds, negated=True)).count()
+        assert prefix[-1] - got[k] == outside, bounds
+
+
+def test_vector_base_draws_follow_the_scalar_law() -> None:
+    """The batch draws of the base measure (what rejection proposes) are lattice indices with
+    the law of the one-at-a-time draws (the brute-force measure of ``base_measure``)."""
+    lattice = public_lattice(0.0, 4.0, 2)
+    for bounds in ("pair", "upper"):
+        law = base_measure(bounds, lattice)
+        low, high = draw_base_indices(bounds, lattice, 60_000, seeded_generator(61))
+        points = lattice.points
+        observed = Counter(
+            (None if lo < 0 else float(points[lo]), None if hi < 0 else float(points[hi]))
+            for lo, hi in zip(low.tolist(), high.tolist(), strict=True)
+        )
+        assert set(observed) <= set(law)
+        keys = list(law)
+        expected = [60_000 * law[key] for key in keys]
+        assert chisquare([observed[key] for key in keys], expected).pvalue > SEEDED_P_VALUE

@@ -427,6 +427,31 @@ def test_extensions_past_their_proposal_cap_match_the_exact_law(
     assert enumerations[0] > 0
 
 
+@pytest.mark.parametrize("prepared", [True, False], ids=["prepared", "scanned"])
+def test_proposals_weighed_either_way_match_the_exact_law(
+    views: tuple[ColumnStore, Data], prepared: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rejection proposals weighed by prefix sums along the value order (prepared) or by a
+    pass over the rows each (scanned) give the same exact law, for extensions and pairs (the
+    public plan picks one by cost only)."""
+    monkeypatch.setattr(serenade.RejectionPlan, "prepared", property(lambda _plan: prepared))
+    store, data = views
+    counts = check_extension(store, data, [red(A, B)], mode="continuous", seed=46 + prepared)
+    assert any(key[0] == "num" for key in counts)
+    c, samples = 1.5, 6_000
+    pairs = initial_pairs(
+        store,
+        count=samples,
+        epsilon=c * 2 * PARAMS.delta * samples,
+        params=PARAMS,
+        rules=ExtensionRules(),
+        mode="continuous",
+        rng=seeded_generator(48 + prepared),
+    )
+    pair_counts = Counter(pair_key(data, "continuous", pair) for pair in pairs)
+    assert_law(pair_counts, pairs_law(data, negations=False, mode="continuous", params=PARAMS, c=c))
+
+
 def test_the_kernels_cap_is_public_and_enumeration_has_none() -> None:
     assert serenade.rejection_proposals(2.5, 20) == rejection_proposal_cap(20, 2.5)
     assert serenade.rejection_proposals(REJECTION_MAX_EXPONENT, 1) == rejection_proposal_cap(

@@ -8,12 +8,15 @@ from typing import Any
 import pytest
 
 from dpmine.wire import ExtendOneRequest
-from dpmine_server.operations.redescriptions import _extend_coefficient, batch_shared_proposals
-from dpmine_server.operations.serenade import rejection_proposals
+from dpmine_server.operations.redescriptions import (
+    _extend_coefficient,
+    batch_shared_proposals,
+    rejection_plan,
+)
+from dpmine_server.operations.serenade import joint_rejection_seconds, rejection_proposals
 from dpmine_server.services.timing import (
     BATCH_PART_SECONDS,
     TimingPolicy,
-    _proposal_seconds,
     operation_work,
 )
 from support.datasets import REGIONS, mushroom_metadata, table_metadata
@@ -77,8 +80,13 @@ def test_rejection_draws_of_several_parts_are_priced_by_one_joint_cap() -> None:
         BATCH_PART_SECONDS + POLICY.scale * operation_work(operation, request, metadata)
         for operation, request in parts
     )
-    # Each extension's own cap is replaced by its share of the joint one.
-    saved = POLICY.scale * (shared.separate - shared.cap) * _proposal_seconds(metadata)
+    # Each extension's own proposals are replaced by the joint cap's, priced once.
+    plans = [rejection_plan(operation, request, metadata) for operation, request in parts[:6]]
+    assert all(plan is not None for plan in plans)
+    own = sum(plan.seconds() for plan in plans if plan is not None)
+    joint = joint_rejection_seconds([plan for plan in plans if plan is not None], shared.cap)
+    saved = POLICY.scale * (own - joint)
+    assert saved > 0
     assert POLICY.batch_budget(parts, metadata) == pytest.approx(POLICY.base + per_part - saved)
     assert POLICY.batch_budget(parts, metadata) < POLICY.base + per_part
 

@@ -29,23 +29,44 @@ from dpmine.wire import (
 )
 from dpmine_server.data.columns import BooleanColumn, ColumnStore, NumericColumn
 from dpmine_server.dp.lattice import public_lattice
+from dpmine_server.dp.mechanisms import MAX_PICK_BATCH, batch_work
 from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.operations import CATALOG, serenade
 from dpmine_server.operations.base import no_progress
 from dpmine_server.operations.redescriptions import (
     extend_proposals,
+    extend_rejection_plan,
     pairs_enumeration,
     pairs_grid_products,
     pairs_proposals,
+    pairs_rejection_plan,
     quality_parameters,
 )
+from dpmine_server.operations.serenade import RejectionPlan
 from dpmine_server.operations.tree_kernels import Labels, SplitFamily, _attribute_candidates
 from dpmine_server.services.timing import GRID_PRODUCT_SECONDS, operation_work
 
 ROWS = 400
-#: One proposal measured at 34–38 µs + 0.73 ns a row (services/timing.py): the budget must
-#: pay at least twice that for each capped proposal.
-MEASURED_PROPOSAL = (38e-6, 0.73e-9)
+#: A scanned proposal measured at 34–38 µs + 0.73 ns a row; a prepared family at ≤ 0.3 ms +
+#: 34 ns a row, a prepared proposal at ≤ 1 µs and a family's share of a batch at ≤ 0.1 ms
+#: (operations/serenade.py, ``RejectionPlan``): the budget must pay at least twice that.
+MEASURED_SCANNED = (38e-6, 0.73e-9)
+MEASURED_PREPARED = (0.3e-3, 34e-9, 1e-6, 1e-4)
+
+
+def measured_seconds(plan: RejectionPlan, *, prepared: bool | None = None) -> float:
+    """The measured cost of the proposals' work bound, weighed the plan's way (or the way
+    ``prepared`` names)."""
+    if not (plan.prepared if prepared is None else prepared):
+        fixed, per_row = MEASURED_SCANNED
+        return plan.cap * (fixed + per_row * plan.n_max)
+    family, per_row, proposal, batch_family = MEASURED_PREPARED
+    work = batch_work(plan.draws, plan.cap)
+    return (
+        plan.families * (family + per_row * plan.n_max)
+        + work.proposals * proposal
+        + work.batches * min(plan.families, MAX_PICK_BATCH) * batch_family
+    )
 
 
 def _store(n_max: int = 1_000) -> ColumnStore:
@@ -107,27 +128,50 @@ def kernel_caps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return caps
 
 
+@pytest.fixture
+def kernel_plans(monkeypatch: pytest.MonkeyPatch) -> list[RejectionPlan]:
+    """The rejection plans the kernels follow (recorded, not changed)."""
+    plans: list[RejectionPlan] = []
+
+    class Recorded(RejectionPlan):
+        __slots__ = ()
+
+        @property
+        def prepared(self) -> bool:
+            plans.append(RejectionPlan(self.families, self.cap, self.draws, self.n_max))
+            return plans[-1].prepared
+
+    monkeypatch.setattr(serenade, "RejectionPlan", Recorded)
+    return plans
+
+
+@pytest.mark.parametrize("n_max", [1_000, 10_000_000])
 @pytest.mark.parametrize("epsilon", [0.05, 1.0, 3.0])
-def test_initial_pairs_price_the_cap_their_kernel_uses(
-    kernel_caps: list[int], epsilon: float
+def test_initial_pairs_price_the_cap_and_plan_their_kernel_uses(
+    kernel_caps: list[int], kernel_plans: list[RejectionPlan], epsilon: float, n_max: int
 ) -> None:
-    store = _store()
+    store = _store(n_max)
     request = _pairs(epsilon)
     spec = CATALOG["serenade.initial_pairs"]
     spec.validate(request, store.metadata)
     spec.run(store, request, spec.cost(request), seeded_generator(1), no_progress)
     assert kernel_caps == [pairs_proposals(request, store.metadata)]
     assert kernel_caps[0] >= request.count
+    assert kernel_plans == [pairs_rejection_plan(request, store.metadata)]
 
 
+@pytest.mark.parametrize("n_max", [1_000, 10_000_000])
 @pytest.mark.parametrize("epsilon", [0.05, 1.0])
-def test_extensions_price_the_cap_their_kernel_uses(kernel_caps: list[int], epsilon: float) -> None:
-    store = _store()
+def test_extensions_price_the_cap_and_plan_their_kernel_uses(
+    kernel_caps: list[int], kernel_plans: list[RejectionPlan], epsilon: float, n_max: int
+) -> None:
+    store = _store(n_max)
     request = _extend(epsilon)
     spec = CATALOG["serenade.extend_one"]
     spec.validate(request, store.metadata)
     spec.run(store, request, spec.cost(request), seeded_generator(2), no_progress)
     assert kernel_caps == [extend_proposals(request, store.metadata)]
+    assert kernel_plans == [extend_rejection_plan(request, store.metadata)]
     assert kernel_caps[0] >= 1
 
 
@@ -139,16 +183,36 @@ def test_the_budget_pays_every_capped_proposal(n_max: int, count: int) -> None:
     its capped proposals."""
     metadata = _store(n_max).metadata
     continuous, grid = _pairs(1.0, count=count), _pairs(1.0, mode="grid", count=count)
-    proposals = pairs_proposals(continuous, metadata)
-    assert proposals > 0
+    plan = pairs_rejection_plan(continuous, metadata)
+    assert plan is not None
+    assert plan.cap == pairs_proposals(continuous, metadata) > 0
     assert pairs_proposals(grid, metadata) == 0
-    fixed, per_row = MEASURED_PROPOSAL
     grid_counting = GRID_PRODUCT_SECONDS * pairs_grid_products(grid, metadata)
     assert grid_counting > 0
     extra = operation_work("serenade.initial_pairs", continuous, metadata) - (
         operation_work("serenade.initial_pairs", grid, metadata) - grid_counting
     )
-    assert extra >= 2 * proposals * (fixed + per_row * n_max)
+    assert extra == pytest.approx(plan.seconds())
+    assert extra >= 2 * measured_seconds(plan)
+
+
+@pytest.mark.parametrize("n_max", [1_000, 100_000, 10_000_000])
+@pytest.mark.parametrize("families", [1, 30, 2_000])
+@pytest.mark.parametrize("cap", [5, 150, 61_700])
+def test_a_plan_weighs_proposals_the_cheaper_public_way(
+    n_max: int, families: int, cap: int
+) -> None:
+    """Many proposals per family are prepared (a pass over the rows per family, then binary
+    searches), few are scanned (a pass per proposal); the price is the smaller bound, and each
+    bound pays at least twice the measured cost of its way."""
+    plan = RejectionPlan(families=families, cap=cap, draws=1, n_max=n_max)
+    assert plan.seconds() == min(plan.prepared_seconds(), plan.scanned_seconds())
+    assert plan.prepared_seconds() >= 2 * measured_seconds(plan, prepared=True)
+    assert plan.scanned_seconds() >= 2 * measured_seconds(plan, prepared=False)
+    if cap >= 150 * families:
+        assert plan.prepared
+    if families >= cap:
+        assert not plan.prepared
 
 
 def test_no_proposals_are_priced_where_none_are_made() -> None:

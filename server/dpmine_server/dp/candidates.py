@@ -44,10 +44,13 @@ import numpy.typing as npt
 from dpmine_server.data.bitsets import Bitset
 from dpmine_server.data.columns import NumericColumn
 from dpmine_server.dp.lattice import (
+    UNBOUNDED,
     LatticeCells,
     PublicLattice,
     draw_threshold,
+    draw_threshold_indices,
     draw_threshold_pair,
+    draw_threshold_pair_indices,
 )
 from dpmine_server.dp.mechanisms import Choice, LogWeightSampler, RejectionSampler, gumbel_scores
 from dpmine_server.dp.topk import draw_bound
@@ -59,9 +62,12 @@ __all__ = [
     "CandidateSampler",
     "ContinuousCells",
     "ProposalPool",
+    "SortedValues",
     "ThresholdFamily",
+    "ThresholdWeights",
     "cell_log_mass",
     "continuous_cells",
+    "draw_base_indices",
     "draw_base_thresholds",
     "drawing_from",
     "family_cell_weights",
@@ -79,6 +85,9 @@ T_co = TypeVar("T_co", covariant=True)
 #: The shape of a family's thresholds: a bound pair (§1.4) or one upper bound ``A ≤ t`` (§3.1).
 Bounds = Literal["pair", "upper"]
 Thresholds = tuple[float | None, float | None]
+#: c·q of the candidates with thresholds [lower ≤ A ≤ upper], two arrays with NaN for an
+#: unbounded side (:meth:`ThresholdFamily.threshold_weights`).
+ThresholdWeights = Callable[[FloatArray, FloatArray], FloatArray]
 
 #: Lower cells per enumeration chunk: memory O(128·V) per family.
 ENUMERATION_ROWS = 128
@@ -152,6 +161,44 @@ def _build_continuous_cells(column: NumericColumn, lattice: PublicLattice) -> Co
     )
 
 
+@dataclass(frozen=True, slots=True)
+class SortedValues:
+    """A numeric column's present values in increasing order (its stable ``sorted_order``):
+    the rows of a mask that ``lower ≤ A ≤ upper`` selects are counted by two binary searches
+    and a prefix sum along that order (§7 rejection proposals), after one O(rows) pass per
+    mask, with no sort and no cells. A missing value is in no range."""
+
+    order: IntArray
+    values: FloatArray
+
+    @classmethod
+    def of(cls, column: NumericColumn) -> SortedValues:
+        """The column's present values in order (one gather)."""
+        return cls(order=column.sorted_order, values=column.values[column.sorted_order])
+
+    def prefix(self, rows: Bitset) -> IntArray:
+        """P[k] = rows of the mask among the first k values in order (k = 0 … present)."""
+        inside = rows.to_bool_array()[self.order]
+        prefix = np.zeros(inside.size + 1, dtype=np.int64)
+        np.cumsum(inside, out=prefix[1:])
+        return prefix
+
+    def ranks(self, lower: FloatArray, upper: FloatArray) -> tuple[IntArray, IntArray]:
+        """[start, end) in order of the values with ``lower ≤ v ≤ upper``, NaN for an unbounded
+        side (exact float comparisons, as :meth:`NumericColumn.range_bitset`)."""
+        start = np.searchsorted(self.values, lower, side="left")
+        end = np.searchsorted(self.values, upper, side="right")
+        return (
+            np.asarray(np.where(np.isnan(lower), 0, start), dtype=np.int64),
+            np.asarray(np.where(np.isnan(upper), self.values.size, end), dtype=np.int64),
+        )
+
+    @staticmethod
+    def counted(prefix: IntArray, start: IntArray, end: IntArray) -> IntArray:
+        """Rows of the mask (given by its prefix) in each range [start, end)."""
+        return np.asarray(np.where(start < end, prefix[end] - prefix[start], 0), dtype=np.int64)
+
+
 class ThresholdFamily(Protocol[T_co]):
     """A continuous candidate family of one numeric attribute (§0.3, §1.4): what a threshold
     means is the family's; how it is sampled is :class:`CandidateSampler`'s."""
@@ -181,7 +228,13 @@ class ThresholdFamily(Protocol[T_co]):
         ...
 
     def log_weight(self, lower: float | None, upper: float | None) -> float:
-        """c·q of the candidate with these thresholds (what a rejection proposal needs)."""
+        """c·q of the candidate with these thresholds, weighed alone (a scanned proposal)."""
+        ...
+
+    def threshold_weights(self) -> ThresholdWeights:
+        """c·q of the candidates with thresholds [lower ≤ A ≤ upper] (two arrays, NaN for an
+        unbounded side): what a batch of rejection proposals needs, prepared once per sampler
+        in O(rows) and then O(log rows) a proposal (:class:`SortedValues`)."""
         ...
 
     def outcome(self, lower: float | None, upper: float | None) -> T_co:
@@ -230,6 +283,16 @@ def draw_base_thresholds(
     if bounds == "pair":
         return draw_threshold_pair(lattice, rng)
     return None, draw_threshold(lattice, rng)
+
+
+def draw_base_indices(
+    bounds: Bounds, lattice: PublicLattice, count: int, rng: np.random.Generator
+) -> tuple[IntArray, IntArray]:
+    """``count`` independent draws of :func:`draw_base_thresholds` as lattice indices (lower,
+    upper), :data:`~dpmine_server.dp.lattice.UNBOUNDED` for an unbounded side."""
+    if bounds == "pair":
+        return draw_threshold_pair_indices(lattice, count, rng)
+    return np.full(count, UNBOUNDED, dtype=np.int64), draw_threshold_indices(lattice, count, rng)
 
 
 def _enumerated_draw(family: ThresholdFamily[T], rng: np.random.Generator) -> T:
@@ -327,6 +390,10 @@ def shared_pool() -> ProposalPool | None:
     return _SHARED_POOL.get()
 
 
+def _bound(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
 class CandidateSampler(Generic[T]):
     """The exact EM over explicit candidates and threshold families (module docstring),
     prepared once for any number of independent draws.
@@ -340,6 +407,11 @@ class CandidateSampler(Generic[T]):
     :data:`OVERRUN_PROBABILITY`, when the enumeration's time is an overrun. A
     :class:`ProposalPool` instead of a number is a cap shared with the samplers run before and
     after this one (:func:`joint_proposal_cap`): the same rule, over all their draws.
+
+    ``prepared`` (a public choice, e.g. Serenade's ``RejectionPlan``) weighs proposals a batch
+    at a time from each family's :meth:`~ThresholdFamily.threshold_weights`, prepared on the
+    family's first proposal; otherwise one at a time by :meth:`~ThresholdFamily.log_weight`.
+    Both give every proposal its exact c·q, so the law is the same.
 
     Exactness. Let π be the EM law and H_j everything drawn before draw j (choices and
     proposal counts, of this sampler and of those that spent a shared pool before it). Draw j
@@ -358,11 +430,14 @@ class CandidateSampler(Generic[T]):
         *,
         log_weight_bound: float,
         proposal_cap: int | ProposalPool,
+        prepared: bool = True,
     ) -> None:
         explicit = np.asarray(explicit_log_weights, dtype=np.float64)
         self._explicit = explicit
         self._families = list(families)
         self._masses = np.asarray([family.log_mass for family in self._families], dtype=np.float64)
+        self._prepared: dict[int, ThresholdWeights] = {}
+        self._prepared_weights = prepared
         self._enumerated: LogWeightSampler | None = None
         self._rejection: RejectionSampler | None = None
         self._pool = (
@@ -370,7 +445,7 @@ class CandidateSampler(Generic[T]):
         )
         if self._families and self._pool.left > 0:
             self._rejection = RejectionSampler(
-                explicit, self._masses, log_weight_bound=log_weight_bound
+                explicit, self._masses, log_weight_bound=log_weight_bound, batches=prepared
             )
         else:
             self._enumerated = self._enumeration()
@@ -386,6 +461,13 @@ class CandidateSampler(Generic[T]):
                     return "family", self._families[index].outcome(lower, upper)
                 return "explicit", choice[1]
         return self._enumerated_draw(rng)
+
+    def _threshold_weights(self, index: int) -> ThresholdWeights:
+        """Family ``index``'s prepared c·q of thresholds (O(rows), once per sampler)."""
+        weights = self._prepared.get(index)
+        if weights is None:
+            weights = self._prepared[index] = self._families[index].threshold_weights()
+        return weights
 
     def _enumeration(self) -> LogWeightSampler:
         """Explicit weights and every family's exact total (O(V²) per pair family)."""
@@ -403,8 +485,38 @@ class CandidateSampler(Generic[T]):
         return "family", _enumerated_draw(self._families[index - explicit_size], rng)
 
     def _propose(
-        self, index: int, rng: np.random.Generator
-    ) -> tuple[tuple[int, float | None, float | None], float]:
-        family = self._families[index]
-        lower, upper = draw_base_thresholds(family.bounds, family.lattice, rng)
-        return (index, lower, upper), family.log_weight(lower, upper)
+        self, families: IntArray, rng: np.random.Generator
+    ) -> tuple[FloatArray, Callable[[int], tuple[int, float | None, float | None]]]:
+        """One proposal from each listed family's base measure, independently: their c·q,
+        from the family's prepared weights (O(log rows) each, no pass over the rows), and a
+        builder of the k-th proposal's (family, lower, upper)."""
+        log_weights = np.empty(families.size, dtype=np.float64)
+        lows = np.empty(families.size, dtype=np.int64)
+        highs = np.empty(families.size, dtype=np.int64)
+        for index in np.unique(families).tolist():
+            at = np.flatnonzero(families == index)
+            family = self._families[index]
+            low, high = draw_base_indices(family.bounds, family.lattice, at.size, rng)
+            points = family.lattice.points
+            lower = np.where(low == UNBOUNDED, np.nan, points[low])
+            upper = np.where(high == UNBOUNDED, np.nan, points[high])
+            if self._prepared_weights:
+                log_weights[at] = self._threshold_weights(index)(lower, upper)
+            else:  # scanned: batches of one
+                log_weights[at] = [
+                    family.log_weight(_bound(x), _bound(y))
+                    for x, y in zip(lower.tolist(), upper.tolist(), strict=True)
+                ]
+            lows[at], highs[at] = low, high
+
+        def build(k: int) -> tuple[int, float | None, float | None]:
+            index = int(families[k])
+            lattice = self._families[index].lattice
+            low, high = int(lows[k]), int(highs[k])
+            return (
+                index,
+                None if low == UNBOUNDED else lattice.point(low),
+                None if high == UNBOUNDED else lattice.point(high),
+            )
+
+        return log_weights, build

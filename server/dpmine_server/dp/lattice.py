@@ -38,10 +38,13 @@ from dpmine_server.public_cache import public_cache
 
 __all__ = [
     "DEFAULT_LATTICE_BITS",
+    "UNBOUNDED",
     "LatticeCells",
     "PublicLattice",
     "draw_threshold",
+    "draw_threshold_indices",
     "draw_threshold_pair",
+    "draw_threshold_pair_indices",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -101,31 +104,73 @@ def _uniform_index(start: int, stop: int, rng: np.random.Generator) -> int:
     return start + int(rng.integers(stop - start))
 
 
+#: The lattice index of an unbounded side in :func:`draw_threshold_pair_indices`.
+UNBOUNDED = -1
+
+
 def draw_threshold(lattice: PublicLattice, rng: np.random.Generator) -> float:
     """A draw from §3.1's base measure of one threshold ``A ≤ t``: a uniform lattice point."""
-    return lattice.point(_uniform_index(0, lattice.size, rng))
+    return lattice.point(int(draw_threshold_indices(lattice, 1, rng)[0]))
+
+
+def draw_threshold_indices(
+    lattice: PublicLattice, count: int, rng: np.random.Generator
+) -> IntArray:
+    """``count`` independent draws of :func:`draw_threshold`, as lattice indices."""
+    return np.asarray(rng.integers(0, lattice.size, size=count), dtype=np.int64)
 
 
 def draw_threshold_pair(
     lattice: PublicLattice, rng: np.random.Generator
 ) -> tuple[float | None, float | None]:
     """A draw from §1.4's base measure on the lattice: each bound unbounded w.p. ½, else a
-    uniform lattice point; conditioned on a ≤ b and not both unbounded.
+    uniform lattice point; conditioned on a ≤ b and not both unbounded
+    (:func:`draw_threshold_pair_indices`)."""
+    low, high = draw_threshold_pair_indices(lattice, 1, rng)
+    return _point_or_none(lattice, int(low[0])), _point_or_none(lattice, int(high[0]))
 
-    One exact integer draw, a bounded amount of work: in units of ¼/L² (L points) the atoms
+
+def draw_threshold_pair_indices(
+    lattice: PublicLattice, count: int, rng: np.random.Generator
+) -> tuple[IntArray, IntArray]:
+    """``count`` independent draws of :func:`draw_threshold_pair` as lattice indices (lower,
+    upper), :data:`UNBOUNDED` for an unbounded side.
+
+    One exact integer draw each, a bounded amount of work: in units of ¼/L² (L points) the atoms
     (unbounded, b) and (a, unbounded) weigh L each and every bounded pair a ≤ b weighs 1, so a
     uniform u < 2L² + L(L+1)/2 picks (unbounded, u // L), then (u // L − L, unbounded), then the
-    (u − 2L²)-th ordered pair by the triangular-number inverse (exact integer arithmetic)."""
+    (u − 2L²)-th ordered pair by the triangular-number inverse. Exact in int64: L ≤ 2²⁴ + 1
+    (NumericAttribute.lattice_bits ≤ 24) keeps u below 7.1·10¹⁴ and 8(u − 2L²) + 1 below 2⁵³, so
+    the float square root is within one of the integer one, which the two corrections settle."""
     size = lattice.size
-    pick = _uniform_index(0, 2 * size * size + size * (size + 1) // 2, rng)
-    if pick < 2 * size * size:
-        index, one_sided = divmod(pick, size * size)
-        point = lattice.point(one_sided // size)
-        return (None, point) if index == 0 else (point, None)
-    pair = pick - 2 * size * size
-    high = (math.isqrt(8 * pair + 1) - 1) // 2
-    low = pair - high * (high + 1) // 2
-    return lattice.point(low), lattice.point(high)
+    square = size * size
+    picks = np.asarray(
+        rng.integers(0, 2 * square + size * (size + 1) // 2, size=count), dtype=np.int64
+    )
+    low = np.full(count, UNBOUNDED, dtype=np.int64)
+    high = np.full(count, UNBOUNDED, dtype=np.int64)
+    one_sided = picks < 2 * square
+    side, within = np.divmod(picks[one_sided], square)
+    point = within // size
+    high[np.flatnonzero(one_sided)[side == 0]] = point[side == 0]
+    low[np.flatnonzero(one_sided)[side == 1]] = point[side == 1]
+    pair = picks[~one_sided] - 2 * square
+    rank = _integer_sqrt(8 * pair + 1)
+    top = (rank - 1) // 2
+    low[~one_sided] = pair - top * (top + 1) // 2
+    high[~one_sided] = top
+    return low, high
+
+
+def _integer_sqrt(values: IntArray) -> IntArray:
+    """⌊√v⌋ exactly, for 0 ≤ v < 2⁵³ (the float root is off by at most one there)."""
+    root = np.floor(np.sqrt(values.astype(np.float64))).astype(np.int64)
+    root = np.where(root * root > values, root - 1, root)
+    return np.where((root + 1) * (root + 1) <= values, root + 1, root)
+
+
+def _point_or_none(lattice: PublicLattice, index: int) -> float | None:
+    return None if index == UNBOUNDED else lattice.point(index)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

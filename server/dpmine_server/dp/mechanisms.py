@@ -40,12 +40,16 @@ import opendp.prelude as dp
 from dpmine_server.public_cache import public_cache
 
 __all__ = [
+    "FIRST_PICK_BATCH",
+    "MAX_PICK_BATCH",
+    "BatchWork",
     "CountNoiseKind",
     "CountRelease",
     "LogWeightSampler",
     "OneSided",
     "RejectionSampler",
     "Sensitivity",
+    "batch_work",
     "count_noise",
     "count_noise_law",
     "discrete_gaussian",
@@ -68,8 +72,39 @@ T = TypeVar("T")
 #: One exact draw over explicit candidates and families: ("explicit", index) or ("family", x).
 Choice = tuple[Literal["explicit"], int] | tuple[Literal["family"], T]
 
-#: Envelope picks drawn at once by :meth:`RejectionSampler.draw` (fewer near its limit).
-_PICK_BATCH = 256
+#: Envelope picks (and proposals) of the first batch of a :meth:`RejectionSampler.draw`; each
+#: further batch doubles, up to :data:`MAX_PICK_BATCH` (never past the draw's limit). A draw
+#: accepted early pays one small batch; one that spends a large cap pays few batches.
+FIRST_PICK_BATCH = 64
+MAX_PICK_BATCH = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class BatchWork:
+    """Public bounds on the batched draws of :meth:`RejectionSampler.draw`: proposals weighed
+    (accepted, rejected or discarded after an acceptance) and batches."""
+
+    proposals: int
+    batches: int
+
+
+def batch_work(draws: int, cap: int) -> BatchWork:
+    """Bounds on the work of ``draws`` batched draws that make at most ``cap`` proposals in all
+    (first batch :data:`FIRST_PICK_BATCH`, doubling up to :data:`MAX_PICK_BATCH`).
+
+    Proof. In one draw every batch but the last is rejected whole, so counted; a batch is at
+    most :data:`FIRST_PICK_BATCH` plus the batches before it in the draw (64·2^j = 64 +
+    64·(2^j − 1), and 8,192 ≤ 64 + 8,128 once capped). A draw that counts p proposals weighs at
+    most 2(p − 1) + 64, so all weigh at most 2·cap + 64·draws. Its batches number b(p) ≤ 1 +
+    log₂(1 + p/64) + p/8,192 (the sizes before the last sum to less than p), concave in p, so
+    over draws whose counts sum to at most ``cap`` they number at most draws·b(cap/draws)."""
+    if draws <= 0 or cap <= 0:
+        return BatchWork(proposals=0, batches=0)
+    share = cap / draws
+    per_draw = 1.0 + math.log2(1.0 + share / FIRST_PICK_BATCH) + share / MAX_PICK_BATCH
+    return BatchWork(
+        proposals=2 * cap + FIRST_PICK_BATCH * draws, batches=math.ceil(draws * per_draw)
+    )
 
 
 def _check_epsilon(epsilon: float) -> None:
@@ -384,11 +419,11 @@ class RejectionSampler:
 
     Explicit candidates carry their exact log-weights log μ + ε·q/(2Δ). A family f (e.g. all
     threshold pairs of one numeric attribute, §1.4) has base mass exp(family_log_masses[f]);
-    ``propose(f, rng)`` draws x from its normalised base measure and returns (x, ε·q(x)/(2Δ)),
-    which must be ≤ ``log_weight_bound``. Envelope: explicit weights and
-    mass_f·exp(log_weight_bound) per family; a family proposal is accepted with probability
-    exp(ε·q(x)/(2Δ) − log_weight_bound). The envelope is prepared once for any number of
-    independent draws (ALGORITHMS.md §7 "exact EM by rejection").
+    a proposal draws x from its normalised base measure with log-weight ε·q(x)/(2Δ), which must
+    be ≤ ``log_weight_bound`` (:meth:`draw` asks for them a batch at a time). Envelope: explicit
+    weights and mass_f·exp(log_weight_bound) per family; a family proposal is accepted with
+    probability exp(ε·q(x)/(2Δ) − log_weight_bound). The envelope is prepared once for any number
+    of independent draws (ALGORITHMS.md §7 "exact EM by rejection").
 
     Every proposal (an envelope pick, then the family's proposal if it picked a family) is
     accepted independently with one probability α ≥ exp(−(log_weight_bound − least c·q)), and
@@ -405,9 +440,14 @@ class RejectionSampler:
         family_log_masses: npt.ArrayLike,
         *,
         log_weight_bound: float,
+        batches: bool = True,
     ) -> None:
         self._explicit_size = int(np.asarray(explicit_log_weights).size)
         self._bound = log_weight_bound
+        # One proposal at a time (batches of one) when each is costly to weigh.
+        self._first_batch, self._max_batch = (
+            (FIRST_PICK_BATCH, MAX_PICK_BATCH) if batches else (1, 1)
+        )
         families = np.asarray(family_log_masses, dtype=np.float64) + log_weight_bound
         self._envelope = LogWeightSampler(
             np.concatenate([np.asarray(explicit_log_weights, dtype=np.float64), families])
@@ -415,24 +455,45 @@ class RejectionSampler:
 
     def draw(
         self,
-        propose: Callable[[int, np.random.Generator], tuple[T, float]],
+        propose: Callable[[IntArray, np.random.Generator], tuple[FloatArray, Callable[[int], T]]],
         rng: np.random.Generator,
         *,
         limit: int,
     ) -> tuple[Choice[T] | None, int]:
         """One draw within at most ``limit`` proposals: (the choice, proposals made), or
         (None, ``limit``) when all ``limit`` were rejected. Given that it returns a choice, the
-        choice has exactly the EM law (class docstring)."""
-        made = 0
+        choice has exactly the EM law (class docstring).
+
+        Proposals are made in batches (:data:`FIRST_PICK_BATCH`, doubling up to
+        :data:`MAX_PICK_BATCH`, never past ``limit``; one at a time without ``batches``):
+        ``propose(families, rng)`` draws one x from each listed family's base measure,
+        independently, and returns their log-weights and a builder of the k-th x. The batch's
+        envelope picks, proposals and acceptance uniforms are independent across positions, so
+        its first accepted position is the sequential sampler's first acceptance, in law and
+        in proposal count; the rest of the batch is discarded unread."""
+        made, batch = 0, self._first_batch
         while made < limit:
-            for pick in self._envelope.draws(min(_PICK_BATCH, limit - made), rng):
-                made += 1
-                index = int(pick)
-                if index < self._explicit_size:
-                    return ("explicit", index), made
-                candidate, log_weight = propose(index - self._explicit_size, rng)
-                if log_weight > self._bound + 1e-9:
+            picks = self._envelope.draws(min(batch, limit - made), rng)
+            batch = min(2 * batch, self._max_batch)
+            family_at = np.flatnonzero(picks >= self._explicit_size)
+            log_weights = np.full(picks.size, self._bound, dtype=np.float64)
+            build: Callable[[int], T] | None = None
+            if family_at.size:
+                proposed, build = propose(picks[family_at] - self._explicit_size, rng)
+                if np.any(proposed > self._bound + 1e-9):
                     raise ValueError("a proposal's log-weight exceeds log_weight_bound")
-                if math.log(1.0 - rng.random()) <= log_weight - self._bound:
-                    return ("family", candidate), made
+                log_weights[family_at] = proposed
+            # An explicit pick is accepted (log(1 − u) ≤ 0); a proposal w.p. exp(ℓ − bound).
+            uniforms = rng.random(picks.size)
+            accepted = np.flatnonzero(np.log1p(-uniforms) <= log_weights - self._bound)
+            if accepted.size == 0:
+                made += int(picks.size)
+                continue
+            first = int(accepted[0])
+            made += first + 1
+            index = int(picks[first])
+            if index < self._explicit_size:
+                return ("explicit", index), made
+            assert build is not None
+            return ("family", build(int(np.searchsorted(family_at, first)))), made
         return None, made

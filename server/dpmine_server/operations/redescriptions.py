@@ -39,6 +39,7 @@ from dpmine_server.operations.serenade import (
     REJECTION_MAX_EXPONENT,
     ExtensionRules,
     QualityParams,
+    RejectionPlan,
     ThresholdMode,
     check_pair_space,
     choose_threshold_mode,
@@ -71,12 +72,15 @@ __all__ = [
     "batch_shared_proposals",
     "extend_enumeration",
     "extend_proposals",
+    "extend_rejection_plan",
     "extension_candidate_count",
     "extension_priced_keys",
     "noisy_quality",
     "pairs_enumeration",
     "pairs_proposals",
+    "pairs_rejection_plan",
     "quality_parameters",
+    "rejection_plan",
     "support_cells",
     "validate_redescription",
 ]
@@ -388,6 +392,40 @@ def extend_proposals(request: ExtendOneRequest, metadata: DatasetMetadata) -> in
     if not extension_families(metadata, request.collection, _rules(request.options)):
         return 0
     return rejection_proposals(_extend_coefficient(request, metadata), 1)
+
+
+def pairs_rejection_plan(
+    request: InitialPairsRequest, metadata: DatasetMetadata
+) -> RejectionPlan | None:
+    """How a ``serenade.initial_pairs`` call weighs its rejection proposals (public), or None
+    when it makes none (:func:`pairs_proposals` is 0)."""
+    cap = pairs_proposals(request, metadata)
+    if cap == 0:
+        return None
+    families = pair_families(metadata, _rules(request.options))
+    return RejectionPlan(families=families, cap=cap, draws=request.count, n_max=metadata.n_max)
+
+
+def extend_rejection_plan(
+    request: ExtendOneRequest, metadata: DatasetMetadata
+) -> RejectionPlan | None:
+    """As :func:`pairs_rejection_plan`, for a ``serenade.extend_one`` call (one draw)."""
+    cap = extend_proposals(request, metadata)
+    if cap == 0:
+        return None
+    families = extension_families(metadata, request.collection, _rules(request.options))
+    return RejectionPlan(families=families, cap=cap, draws=1, n_max=metadata.n_max)
+
+
+def rejection_plan(
+    operation: str, request: Mapping[str, Any], metadata: DatasetMetadata
+) -> RejectionPlan | None:
+    """The rejection plan of a Serenade call by its operation's name (None for others)."""
+    if operation == SERENADE_EXTEND_ONE.name:
+        return extend_rejection_plan(ExtendOneRequest.model_validate(request), metadata)
+    if operation == SERENADE_INITIAL_PAIRS.name:
+        return pairs_rejection_plan(InitialPairsRequest.model_validate(request), metadata)
+    return None
 
 
 def _proposal_demand(

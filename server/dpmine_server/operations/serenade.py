@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
 import numpy as np
@@ -61,12 +61,14 @@ from dpmine_server.dp.candidates import (
     CandidateSampler,
     ContinuousCells,
     ProposalPool,
+    SortedValues,
+    ThresholdWeights,
     continuous_cells,
     rejection_proposal_cap,
     shared_pool,
 )
 from dpmine_server.dp.lattice import PublicLattice
-from dpmine_server.dp.mechanisms import OneSided, em_coefficient
+from dpmine_server.dp.mechanisms import MAX_PICK_BATCH, OneSided, batch_work, em_coefficient
 from dpmine_server.operations.serenade_quality import covered_quality, jaccard, quality
 from dpmine_server.operations.serenade_thresholds import (
     grid_intervals,
@@ -82,6 +84,7 @@ __all__ = [
     "ExtensionRules",
     "Op",
     "QualityParams",
+    "RejectionPlan",
     "SideQuery",
     "ThresholdMode",
     "check_pair_space",
@@ -94,6 +97,7 @@ __all__ = [
     "extension_public_candidates",
     "extension_public_size",
     "initial_pairs",
+    "joint_rejection_seconds",
     "pair_families",
     "parse_side",
     "rejection_proposals",
@@ -478,27 +482,58 @@ class _WeightedFamily:
         self, cells: ContinuousCells
     ) -> Callable[[npt.NDArray[np.int64]], npt.NDArray[np.float64]]:
         """c·Q of every cell pair from prefix sums of the |I| and |U| row masks (§7)."""
-        family, params, c, n_rows = self.family, self.params, self.c, self.n_rows
-        terms = family.make.terms()
+        terms = self.family.make.terms()
         i_prefix, u_prefix = cells.prefix(terms.i_rows), cells.prefix(terms.u_rows)
 
         def weights(lower: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
             i_rows = cells.selected(i_prefix, lower)
             u_rows = cells.selected(u_prefix, lower)
-            if family.negated:  # present rows outside [a, b]
-                i_rows, u_rows = i_prefix[-1] - i_rows, u_prefix[-1] - u_rows
-            q = params.evaluate(terms.i_constant + i_rows, terms.u_constant + u_rows, n_rows)
-            return np.asarray(c * q, dtype=np.float64)
+            return self._weights(terms, (i_rows, int(i_prefix[-1])), (u_rows, int(u_prefix[-1])))
+
+        return weights
+
+    def threshold_weights(self) -> ThresholdWeights:
+        """c·Q of literals [lower ≤ A ≤ upper] from prefix sums of the |I| and |U| row masks
+        along the column's value order (§7): two passes over the rows here, then two binary
+        searches a proposal. The counts are those of :func:`numeric_rows` on the exact data
+        (tests/dp/test_candidates.py)."""
+        terms = self.family.make.terms()
+        ordered = SortedValues.of(self.family.column)
+        i_prefix, u_prefix = ordered.prefix(terms.i_rows), ordered.prefix(terms.u_rows)
+
+        def weights(
+            lower: npt.NDArray[np.float64], upper: npt.NDArray[np.float64]
+        ) -> npt.NDArray[np.float64]:
+            start, end = ordered.ranks(lower, upper)
+            i_rows = SortedValues.counted(i_prefix, start, end)
+            u_rows = SortedValues.counted(u_prefix, start, end)
+            return self._weights(terms, (i_rows, int(i_prefix[-1])), (u_rows, int(u_prefix[-1])))
 
         return weights
 
     def log_weight(self, lower: float | None, upper: float | None) -> float:
         """c·Q of the candidate with the literal [lower ≤ A ≤ upper] (negated if the family
-        is): one comparison pass over the column and two popcounts."""
+        is), weighed alone: one comparison pass over the column and two popcounts."""
         family = self.family
         rows = numeric_rows(family.column, lower, upper, family.negated)
         i, u = family.make.statistics(rows)
         return self.c * float(self.params.evaluate(i, u, self.n_rows))
+
+    def _weights(
+        self,
+        terms: _Terms,
+        i_rows: tuple[npt.NDArray[np.int64], int],
+        u_rows: tuple[npt.NDArray[np.int64], int],
+    ) -> npt.NDArray[np.float64]:
+        """c·Q from the rows of the |I| and |U| masks that the literals' ranges select, each
+        with the mask's present rows: a negated literal holds the present rows outside."""
+        (i_inside, i_present), (u_inside, u_present) = i_rows, u_rows
+        if self.family.negated:
+            i_inside, u_inside = i_present - i_inside, u_present - u_inside
+        q = self.params.evaluate(
+            terms.i_constant + i_inside, terms.u_constant + u_inside, self.n_rows
+        )
+        return np.asarray(self.c * q, dtype=np.float64)
 
     def outcome(self, lower: float | None, upper: float | None) -> Outcome:
         """The redescription with the literal [lower ≤ A ≤ upper] (negated if the family is)
@@ -520,10 +555,92 @@ def rejection_proposals(c: float, draws: int) -> int:
     return rejection_proposal_cap(draws, c)
 
 
-def _proposal_cap(c: float, draws: int) -> int | ProposalPool:
-    """The cap of this call's rejection draws, or the batch's shared pool when the executor
+#: The public work model of rejection proposals (seconds; services/timing.py prices with it,
+#: times a calibration's factor). *Scanned*: each proposal weighed alone, one comparison pass
+#: over the column's rows (≤ n_max) into a bitset, two popcounts and Q: measured 34–38 µs
+#: + 0.73 ns a row (2,221 to 10⁶ rows), budgeted at about three times that. *Prepared*: each
+#: family's two row masks summed along the column's value order once (measured 10–30 ns a row
+#: under load, ≤ 0.3 ms fixed), then proposals weighed a batch at a time by binary searches
+#: (measured 0.5–1 µs a proposal and ≤ 0.1 ms a family per batch, 2,000 to 10⁵ rows and 1 to
+#: 30 families, /tmp-free: bench/bench_budgets.py checks them), each about three times that.
+SCANNED_PROPOSAL_SECONDS = 1e-4
+SCANNED_PROPOSAL_ROW_SECONDS = 2.5e-9
+PREPARED_FAMILY_SECONDS = 1e-3
+PREPARED_FAMILY_ROW_SECONDS = 1e-7
+PREPARED_PROPOSAL_SECONDS = 3e-6
+PREPARED_BATCH_FAMILY_SECONDS = 3e-4
+
+
+@dataclass(frozen=True, slots=True)
+class RejectionPlan:
+    """How one sampler's rejection proposals are weighed, from public values only: its number
+    of continuous families, its proposal cap, its draws and the table's ``n_max`` (§7).
+
+    Both ways weigh a proposal exactly (the same counts on the exact data,
+    tests/dp/test_candidates.py), so the choice changes the time only, and it is made by
+    comparing the two public work bounds: :meth:`scanned_seconds` (at most ``cap`` proposals,
+    one at a time) and :meth:`prepared_seconds` (every family prepared, plus the batches'
+    proposals: :func:`~dpmine_server.dp.mechanisms.batch_work`)."""
+
+    families: int
+    cap: int
+    draws: int
+    n_max: int
+
+    def scanned_seconds(self) -> float:
+        """Public bound on the scanned way: ``cap`` proposals, each a pass over the rows."""
+        return self.cap * (SCANNED_PROPOSAL_SECONDS + SCANNED_PROPOSAL_ROW_SECONDS * self.n_max)
+
+    def prepared_seconds(self) -> float:
+        """Public bound on the prepared way: every family's passes, the proposals weighed in
+        batches (at most 2·cap + 64·draws of them) and each batch's per-family cost."""
+        if self.cap <= 0 or self.families <= 0:
+            return 0.0
+        work = batch_work(self.draws, self.cap)
+        per_family = PREPARED_FAMILY_SECONDS + PREPARED_FAMILY_ROW_SECONDS * self.n_max
+        batch_families = work.batches * min(self.families, MAX_PICK_BATCH)
+        return (
+            self.families * per_family
+            + work.proposals * PREPARED_PROPOSAL_SECONDS
+            + batch_families * PREPARED_BATCH_FAMILY_SECONDS
+        )
+
+    @property
+    def prepared(self) -> bool:
+        """Whether the sampler prepares its families (the smaller public bound)."""
+        return self.prepared_seconds() < self.scanned_seconds()
+
+    def seconds(self) -> float:
+        """Public bound on the proposals' work, the way the sampler weighs them."""
+        return self.prepared_seconds() if self.prepared else self.scanned_seconds()
+
+
+def joint_rejection_seconds(plans: Sequence[RejectionPlan], cap: int) -> float:
+    """Public bound on the proposals' work of samplers that share one pool of ``cap``
+    proposals (a batch's parts, :func:`~dpmine_server.dp.candidates.joint_proposal_cap`),
+    each weighing them the way its own plan says: the prepared ones' family passes, their
+    batches over all their draws, and ``cap`` scanned proposals if any part scans (the
+    proposals counted in all are at most ``cap``, whoever makes them)."""
+    prepared = [plan for plan in plans if plan.prepared]
+    seconds = 0.0
+    if prepared:
+        shared = RejectionPlan(
+            families=max(plan.families for plan in prepared),
+            cap=cap,
+            draws=sum(plan.draws for plan in prepared),
+            n_max=prepared[0].n_max,
+        )
+        extra_families = sum(plan.families for plan in prepared) - shared.families
+        per_family = PREPARED_FAMILY_SECONDS + PREPARED_FAMILY_ROW_SECONDS * shared.n_max
+        seconds += shared.prepared_seconds() + extra_families * per_family
+    if len(prepared) < len(plans):
+        seconds += replace(plans[0], cap=cap).scanned_seconds()
+    return seconds
+
+
+def _proposal_cap(cap: int) -> int | ProposalPool:
+    """This call's own cap on its rejection draws, or the batch's shared pool when the executor
     runs the call in one (only calls that sample by rejection, c ≤ 8, are run in one)."""
-    cap = rejection_proposals(c, draws)
     pool = shared_pool()
     return pool if pool is not None and cap > 0 else cap
 
@@ -539,7 +656,9 @@ class _Draws:
     draws are priced jointly (:func:`~dpmine_server.dp.candidates.joint_proposal_cap`), the
     executor's shared pool replaces the cap (while c ≤ 8: above, nothing is proposed)."""
 
-    def __init__(self, groups: Sequence[tuple[int, _Candidates]], *, c: float, draws: int) -> None:
+    def __init__(
+        self, groups: Sequence[tuple[int, _Candidates]], *, c: float, draws: int, n_max: int
+    ) -> None:
         self._blocks = [(position, block) for position, group in groups for block in group.blocks]
         families = [
             _WeightedFamily(position, family, group.params, group.n_rows, c)
@@ -551,11 +670,16 @@ class _Draws:
             if self._blocks
             else np.zeros(0)
         )
+        cap = rejection_proposals(c, draws)
+        # len(families) is the public extension_families / pair_families count (tests/
+        # operations/test_serenade.py), so the plan is the one the budget prices.
+        plan = RejectionPlan(families=len(families), cap=cap, draws=draws, n_max=n_max)
         self._sampler = CandidateSampler(
             explicit,
             families,
             log_weight_bound=c,
-            proposal_cap=_proposal_cap(c, draws),
+            proposal_cap=_proposal_cap(cap),
+            prepared=plan.prepared,
         )
 
     def draw(self, rng: np.random.Generator) -> Outcome:
@@ -1045,7 +1169,7 @@ def initial_pairs(
     """
     c = params.coefficient(epsilon / count)
     candidates = _pair_candidates(store, rules=rules, mode=mode, params=params)
-    draws = _Draws([(0, candidates)], c=c, draws=count)
+    draws = _Draws([(0, candidates)], c=c, draws=count, n_max=store.metadata.n_max)
     return [draws.draw(rng)[1] for _ in range(count)]
 
 
@@ -1075,4 +1199,4 @@ def extend_one(
         )
         for position, red in enumerate(collection)
     ]
-    return _Draws(groups, c=c, draws=1).draw(rng)
+    return _Draws(groups, c=c, draws=1, n_max=store.metadata.n_max).draw(rng)

@@ -46,8 +46,11 @@ __all__ = [
 #: ``_timed``); version 1 timed calls on caches that the first call had filled, which
 #: under-priced ``serenade.extend_one`` calls that build their candidate sets. 3: every timed
 #: call also finds the process's caches of public values empty (dpmine_server/public_cache.py);
-#: version 2 timed them filled, 10–16 ms short on small Serenade and tree calls.
-CALIBRATION_VERSION = 3
+#: version 2 timed them filled, 10–16 ms short on small Serenade and tree calls. 4: Serenade's
+#: rejection proposals are priced by their public plan (operations/serenade.py
+#: ``RejectionPlan``), up to 50 times lower than the per-proposal scan that version 3's factors
+#: were measured against.
+CALIBRATION_VERSION = 4
 
 #: Public safety margin over the measured worst case, written into every new file. Three
 #: covers a machine about three times slower than during the calibration (other processes,

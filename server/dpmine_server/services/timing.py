@@ -57,13 +57,15 @@ from dpmine_server.operations.itemsets import Method, request_plan
 from dpmine_server.operations.redescriptions import (
     batch_shared_proposals,
     extend_enumeration,
-    extend_proposals,
+    extend_rejection_plan,
     extension_candidate_count,
     pairs_enumeration,
     pairs_grid_products,
-    pairs_proposals,
+    pairs_rejection_plan,
+    rejection_plan,
 )
 from dpmine_server.operations.rule_lists import antecedents_plan
+from dpmine_server.operations.serenade import joint_rejection_seconds
 from dpmine_server.operations.trees import exact_seconds, mcmc_sampler
 from dpmine_server.services.calibration_file import TimingCalibration, cached_calibration
 from dpmine_server.settings import MIN_FAIL_CLOSED_BASE_MS, Settings
@@ -156,15 +158,6 @@ def _topk_work(method: Method) -> Work:
 _CELL_PAIR = 4e-7
 
 
-def _proposal_seconds(metadata: DatasetMetadata) -> float:
-    """Seconds per rejection proposal of a continuous family (§7 at c ≤ 8): a base-measure draw,
-    one comparison pass over the column's rows (≤ n_max) packed into a bitset, two popcounts and
-    Q. Measured 34–38 µs + 0.73 ns a row (one proposal timed in-process on 2,221 to 10⁶ rows
-    of all-distinct values, pairs and extensions, negated or not; bench/bench_budgets.py sees
-    40–54 µs a proposal at 5,000 rows under load), budgeted at about three times that."""
-    return 1e-4 + 2.5e-9 * metadata.n_max
-
-
 #: Seconds per unit of grid-mode pair counting (left literal × row × grid cell, one float32
 #: multiply-add of a one-thread matrix product, plus the pairs it yields): mammals' first call
 #: (1.2·10⁹ units, caches cold) took 0.35–0.46 s in all, so with the other terms the budget
@@ -189,9 +182,8 @@ def _pairs_draw_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> f
 
 
 def _pairs_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
-    body = InitialPairsRequest.model_validate(request)
-    proposals = pairs_proposals(body, metadata)
-    return _pairs_draw_work(request, metadata) + proposals * _proposal_seconds(metadata)
+    plan = pairs_rejection_plan(InitialPairsRequest.model_validate(request), metadata)
+    return _pairs_draw_work(request, metadata) + (plan.seconds() if plan else 0.0)
 
 
 #: Seconds per candidate of a cached (warm) candidate set in an extension draw: its share of
@@ -270,9 +262,8 @@ def _extend_draw_work(
 
 
 def _extend_work(request: Mapping[str, Any], metadata: DatasetMetadata, warm: int = 0) -> float:
-    body = ExtendOneRequest.model_validate(request)
-    proposals = extend_proposals(body, metadata)
-    return _extend_draw_work(request, metadata, warm) + proposals * _proposal_seconds(metadata)
+    plan = extend_rejection_plan(ExtendOneRequest.model_validate(request), metadata)
+    return _extend_draw_work(request, metadata, warm) + (plan.seconds() if plan else 0.0)
 
 
 #: The work of the operations whose rejection proposals a batch may price jointly, without
@@ -701,7 +692,12 @@ class TimingPolicy:
                 work = operation_work(operation, request, metadata)
             total += BATCH_PART_SECONDS + self.scale * self.calibrated_work(operation, work)
         if shared is not None:
-            proposals = shared.cap * _proposal_seconds(metadata)
+            plans = [
+                plan
+                for position in sorted(shared.parts)
+                if (plan := rejection_plan(*bodies[position], metadata)) is not None
+            ]
+            proposals = joint_rejection_seconds(plans, shared.cap)
             operations = {bodies[position][0] for position in shared.parts}
             total += self.scale * max(self.calibrated_work(op, proposals) for op in operations)
         return total
