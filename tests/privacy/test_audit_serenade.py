@@ -67,7 +67,7 @@ from dpmine_server.data.columns import ColumnStore
 from dpmine_server.data.loaders import load_store
 from dpmine_server.dp.budget import Epsilon
 from dpmine_server.dp.rng import seeded_generator
-from dpmine_server.operations import CATALOG, redescriptions
+from dpmine_server.operations import CATALOG, redescriptions, serenade
 from dpmine_server.operations.base import no_progress
 from dpmine_server.operations.serenade import ExtensionRules, QualityParams, ThresholdMode
 from dpmine_server.operations.serenade_quality import one_sided
@@ -431,8 +431,14 @@ def test_extend_one_with_understated_sensitivity_is_flagged(tmp_path: Path) -> N
     assert_audit_flags(result, EPSILON)
 
 
-def test_extend_one_continuous_pass(tmp_path: Path) -> None:
-    """NoSens, continuous thresholds on x: D = ([l2], x = 6); D' adds ([l1], x = 9)."""
+@pytest.mark.parametrize("prepared", [True, False], ids=["prepared", "scanned"])
+def test_extend_one_continuous_pass(
+    tmp_path: Path, prepared: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NoSens, continuous thresholds on x: D = ([l2], x = 6); D' adds ([l1], x = 9). The
+    rejection proposals weighed either way (``RejectionPlan``: prefix sums prepared per family,
+    or a scan of the rows each; the plan picks by public cost)."""
+    monkeypatch.setattr(serenade.RejectionPlan, "prepared", property(lambda _plan: prepared))
     request = extend_request([START], NOSENS, "continuous")
     pair, categories, loss = extend_setup(
         tmp_path, ["0,1,0,6.0"], "1,0,0,9.0", request, NOSENS_PARAMS
