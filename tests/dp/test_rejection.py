@@ -81,6 +81,7 @@ def draw(
     bound: float,
     samples: int,
     seed: int,
+    batches: bool = True,
 ) -> tuple[Counter[Hashable], int]:
     """``samples`` draws; also returns how many proposals they made in all (envelope picks
     up to each acceptance)."""
@@ -92,6 +93,7 @@ def draw(
             np.asarray(explicit, dtype=np.float64),
             np.asarray(log_masses, dtype=np.float64),
             log_weight_bound=bound,
+            batches=batches,
         )
         choice, made = sampler.draw(proposer(families), rng, limit=NO_CAP)
         assert choice is not None
@@ -116,7 +118,7 @@ def proposer(families: Sequence[Family]) -> Proposer[tuple[int, str]]:
     ) -> tuple[npt.NDArray[np.float64], Callable[[int], tuple[int, str]]]:
         weights = np.empty(picks.size, dtype=np.float64)
         chosen = np.empty(picks.size, dtype=np.int64)
-        for f in np.unique(picks).tolist():
+        for f in set(picks.tolist()):
             at = np.flatnonzero(picks == f)
             chosen[at] = families[f].propose(at.size, rng)
             weights[at] = np.asarray(families[f].log_weights)[chosen[at]]
@@ -190,14 +192,20 @@ def assert_matches(counts: Counter[Hashable], law: dict[Hashable, float]) -> Non
 
 
 @pytest.mark.parametrize(
-    ("bound", "seed"),
-    [(2.0, 11), (4.0, 12)],
-    ids=["tight-bound", "loose-bound"],
+    ("bound", "seed", "batches"),
+    [(2.0, 11, True), (4.0, 12, True), (2.0, 11, False)],
+    ids=["tight-bound", "loose-bound", "tight-bound-one-at-a-time"],
 )
-def test_mixture_matches_the_exact_law(bound: float, seed: int) -> None:
+def test_mixture_matches_the_exact_law(bound: float, seed: int, batches: bool) -> None:
     law = exact_law(EXPLICIT, FAMILIES, FAMILY_LOG_MASSES)
     counts, proposals = draw(
-        EXPLICIT, FAMILIES, FAMILY_LOG_MASSES, bound=bound, samples=SAMPLES, seed=seed
+        EXPLICIT,
+        FAMILIES,
+        FAMILY_LOG_MASSES,
+        bound=bound,
+        samples=SAMPLES,
+        seed=seed + 10 * batches,
+        batches=batches,
     )
     assert counts[("explicit", 1)] == 0  # weight −inf: never chosen
     assert_matches(counts, law)
@@ -300,12 +308,13 @@ def test_a_draw_stops_at_its_limit_and_counts_its_proposals() -> None:
         calls += 1
         return "never", -60.0
 
-    sampler = RejectionSampler(np.zeros(0), np.zeros(1), log_weight_bound=0.0)
-    rng = seeded_generator(20)
-    for limit in (0, 1, 255, 256, 257, 1000):
-        calls = 0
-        assert sampler.draw(batched(propose), rng, limit=limit) == (None, limit)
-        assert calls == limit
+    for batches in (True, False):
+        sampler = RejectionSampler(np.zeros(0), np.zeros(1), log_weight_bound=0.0, batches=batches)
+        rng = seeded_generator(20)
+        for limit in (0, 1, 255, 256, 257, 1000):
+            calls = 0
+            assert sampler.draw(batched(propose), rng, limit=limit) == (None, limit)
+            assert calls == limit
 
 
 def test_proposals_made_are_the_picks_up_to_acceptance() -> None:
@@ -314,16 +323,17 @@ def test_proposals_made_are_the_picks_up_to_acceptance() -> None:
     success ½ (the batch's picks after the acceptance are not counted)."""
 
     never = Family(("never",), (1.0,), (-60.0,))
-    sampler = RejectionSampler(np.zeros(1), np.zeros(1), log_weight_bound=0.0)
-    rng = seeded_generator(21)
-    made: Counter[int] = Counter()
-    for _ in range(SAMPLES):
-        choice, count = sampler.draw(proposer([never]), rng, limit=NO_CAP)
-        assert choice == ("explicit", 0)
-        made[count] += 1
     law: dict[Hashable, float] = {k: 0.5**k for k in range(1, 40)}
     law[40] = 0.5**39  # the tail beyond 39
-    assert_matches(Counter({min(k, 40): v for k, v in made.items()}), law)
+    for batches in (True, False):
+        sampler = RejectionSampler(np.zeros(1), np.zeros(1), log_weight_bound=0.0, batches=batches)
+        rng = seeded_generator(21 + batches)
+        made: Counter[int] = Counter()
+        for _ in range(SAMPLES):
+            choice, count = sampler.draw(proposer([never]), rng, limit=NO_CAP)
+            assert choice == ("explicit", 0)
+            made[count] += 1
+        assert_matches(Counter({min(k, 40): v for k, v in made.items()}), law)
 
 
 def test_a_batch_builds_only_the_accepted_proposal() -> None:
@@ -346,26 +356,34 @@ def test_a_batch_builds_only_the_accepted_proposal() -> None:
     assert built == [0]
 
 
-@pytest.mark.parametrize("limit", [1, 2])
-def test_a_choice_within_a_small_limit_has_the_exact_law(limit: int) -> None:
+#: Accepted draws kept in the small-limit test (each takes 8–14 draws at these limits).
+SMALL_LIMIT_SAMPLES = 10_000
+
+
+@pytest.mark.parametrize(
+    ("limit", "batches"), [(1, False), (2, True)], ids=["1-one-at-a-time", "2-batched"]
+)
+def test_a_choice_within_a_small_limit_has_the_exact_law(limit: int, batches: bool) -> None:
     """Accepted draws have the EM law whatever the number of proposals they took: keeping only
-    the draws accepted within 1 or 2 proposals (7 % and 13 % of them here) changes nothing."""
+    the draws accepted within 1 or 2 proposals (7 % and 13 % of them here) changes nothing,
+    proposals made one at a time or in a batch cut at the limit."""
     law = exact_law(EXPLICIT, FAMILIES, FAMILY_LOG_MASSES)
     sampler = RejectionSampler(
         np.asarray(EXPLICIT, dtype=np.float64),
         np.asarray(FAMILY_LOG_MASSES, dtype=np.float64),
         log_weight_bound=4.0,
+        batches=batches,
     )
 
     rng = seeded_generator(22 + limit)
     counts: Counter[Hashable] = Counter()
     stopped = 0
-    while sum(counts.values()) < SAMPLES:
+    while sum(counts.values()) < SMALL_LIMIT_SAMPLES:
         choice, made = sampler.draw(proposer(FAMILIES), rng, limit=limit)
         if choice is None:
             assert made == limit
             stopped += 1
         else:
             counts[choice] += 1
-    assert stopped > SAMPLES // 4  # the limit was reached often
+    assert stopped > SMALL_LIMIT_SAMPLES // 4  # the limit was reached often
     assert_matches(counts, law)

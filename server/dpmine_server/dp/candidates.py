@@ -390,10 +390,6 @@ def shared_pool() -> ProposalPool | None:
     return _SHARED_POOL.get()
 
 
-def _bound(value: float) -> float | None:
-    return None if math.isnan(value) else value
-
-
 class CandidateSampler(Generic[T]):
     """The exact EM over explicit candidates and threshold families (module docstring),
     prepared once for any number of independent draws.
@@ -490,6 +486,8 @@ class CandidateSampler(Generic[T]):
         """One proposal from each listed family's base measure, independently: their c·q,
         from the family's prepared weights (O(log rows) each, no pass over the rows), and a
         builder of the k-th proposal's (family, lower, upper)."""
+        if not self._prepared_weights:
+            return self._scanned_proposal(int(families[0]), rng)
         log_weights = np.empty(families.size, dtype=np.float64)
         lows = np.empty(families.size, dtype=np.int64)
         highs = np.empty(families.size, dtype=np.int64)
@@ -500,13 +498,7 @@ class CandidateSampler(Generic[T]):
             points = family.lattice.points
             lower = np.where(low == UNBOUNDED, np.nan, points[low])
             upper = np.where(high == UNBOUNDED, np.nan, points[high])
-            if self._prepared_weights:
-                log_weights[at] = self._threshold_weights(index)(lower, upper)
-            else:  # scanned: batches of one
-                log_weights[at] = [
-                    family.log_weight(_bound(x), _bound(y))
-                    for x, y in zip(lower.tolist(), upper.tolist(), strict=True)
-                ]
+            log_weights[at] = self._threshold_weights(index)(lower, upper)
             lows[at], highs[at] = low, high
 
         def build(k: int) -> tuple[int, float | None, float | None]:
@@ -520,3 +512,13 @@ class CandidateSampler(Generic[T]):
             )
 
         return log_weights, build
+
+    def _scanned_proposal(
+        self, index: int, rng: np.random.Generator
+    ) -> tuple[FloatArray, Callable[[int], tuple[int, float | None, float | None]]]:
+        """One proposal of family ``index``, weighed alone (the sampler asks for one at a time
+        when not ``prepared``)."""
+        family = self._families[index]
+        lower, upper = draw_base_thresholds(family.bounds, family.lattice, rng)
+        weight = np.asarray([family.log_weight(lower, upper)], dtype=np.float64)
+        return weight, lambda _k: (index, lower, upper)

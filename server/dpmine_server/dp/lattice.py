@@ -110,7 +110,7 @@ UNBOUNDED = -1
 
 def draw_threshold(lattice: PublicLattice, rng: np.random.Generator) -> float:
     """A draw from §3.1's base measure of one threshold ``A ≤ t``: a uniform lattice point."""
-    return lattice.point(int(draw_threshold_indices(lattice, 1, rng)[0]))
+    return lattice.point(_uniform_index(0, lattice.size, rng))
 
 
 def draw_threshold_indices(
@@ -124,22 +124,31 @@ def draw_threshold_pair(
     lattice: PublicLattice, rng: np.random.Generator
 ) -> tuple[float | None, float | None]:
     """A draw from §1.4's base measure on the lattice: each bound unbounded w.p. ½, else a
-    uniform lattice point; conditioned on a ≤ b and not both unbounded
-    (:func:`draw_threshold_pair_indices`)."""
-    low, high = draw_threshold_pair_indices(lattice, 1, rng)
-    return _point_or_none(lattice, int(low[0])), _point_or_none(lattice, int(high[0]))
+    uniform lattice point; conditioned on a ≤ b and not both unbounded.
+
+    One exact integer draw in Python integers (:func:`draw_threshold_pair_indices` draws many
+    at once by the same map): in units of ¼/L² (L points) the atoms (unbounded, b) and
+    (a, unbounded) weigh L each and every bounded pair a ≤ b weighs 1, so a uniform
+    u < 2L² + L(L+1)/2 picks (unbounded, u // L), then (u // L − L, unbounded), then the
+    (u − 2L²)-th ordered pair by the triangular-number inverse."""
+    size = lattice.size
+    pick = _uniform_index(0, 2 * size * size + size * (size + 1) // 2, rng)
+    if pick < 2 * size * size:
+        index, one_sided = divmod(pick, size * size)
+        point = lattice.point(one_sided // size)
+        return (None, point) if index == 0 else (point, None)
+    pair = pick - 2 * size * size
+    high = (math.isqrt(8 * pair + 1) - 1) // 2
+    low = pair - high * (high + 1) // 2
+    return lattice.point(low), lattice.point(high)
 
 
 def draw_threshold_pair_indices(
     lattice: PublicLattice, count: int, rng: np.random.Generator
 ) -> tuple[IntArray, IntArray]:
     """``count`` independent draws of :func:`draw_threshold_pair` as lattice indices (lower,
-    upper), :data:`UNBOUNDED` for an unbounded side.
-
-    One exact integer draw each, a bounded amount of work: in units of ¼/L² (L points) the atoms
-    (unbounded, b) and (a, unbounded) weigh L each and every bounded pair a ≤ b weighs 1, so a
-    uniform u < 2L² + L(L+1)/2 picks (unbounded, u // L), then (u // L − L, unbounded), then the
-    (u − 2L²)-th ordered pair by the triangular-number inverse. Exact in int64: L ≤ 2²⁴ + 1
+    upper), :data:`UNBOUNDED` for an unbounded side, by its map of one exact integer draw
+    each. Exact in int64: L ≤ 2²⁴ + 1
     (NumericAttribute.lattice_bits ≤ 24) keeps u below 7.1·10¹⁴ and 8(u − 2L²) + 1 below 2⁵³, so
     the float square root is within one of the integer one, which the two corrections settle."""
     size = lattice.size
@@ -167,10 +176,6 @@ def _integer_sqrt(values: IntArray) -> IntArray:
     root = np.floor(np.sqrt(values.astype(np.float64))).astype(np.int64)
     root = np.where(root * root > values, root - 1, root)
     return np.where((root + 1) * (root + 1) <= values, root + 1, root)
-
-
-def _point_or_none(lattice: PublicLattice, index: int) -> float | None:
-    return None if index == UNBOUNDED else lattice.point(index)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

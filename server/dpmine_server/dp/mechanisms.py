@@ -77,6 +77,8 @@ Choice = tuple[Literal["explicit"], int] | tuple[Literal["family"], T]
 #: accepted early pays one small batch; one that spends a large cap pays few batches.
 FIRST_PICK_BATCH = 64
 MAX_PICK_BATCH = 8192
+#: Envelope picks drawn at once when proposals are made one at a time (fewer near the limit).
+_SEQUENTIAL_PICKS = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -444,10 +446,7 @@ class RejectionSampler:
     ) -> None:
         self._explicit_size = int(np.asarray(explicit_log_weights).size)
         self._bound = log_weight_bound
-        # One proposal at a time (batches of one) when each is costly to weigh.
-        self._first_batch, self._max_batch = (
-            (FIRST_PICK_BATCH, MAX_PICK_BATCH) if batches else (1, 1)
-        )
+        self._batches = batches
         families = np.asarray(family_log_masses, dtype=np.float64) + log_weight_bound
         self._envelope = LogWeightSampler(
             np.concatenate([np.asarray(explicit_log_weights, dtype=np.float64), families])
@@ -464,24 +463,34 @@ class RejectionSampler:
         (None, ``limit``) when all ``limit`` were rejected. Given that it returns a choice, the
         choice has exactly the EM law (class docstring).
 
-        Proposals are made in batches (:data:`FIRST_PICK_BATCH`, doubling up to
-        :data:`MAX_PICK_BATCH`, never past ``limit``; one at a time without ``batches``):
-        ``propose(families, rng)`` draws one x from each listed family's base measure,
-        independently, and returns their log-weights and a builder of the k-th x. The batch's
-        envelope picks, proposals and acceptance uniforms are independent across positions, so
-        its first accepted position is the sequential sampler's first acceptance, in law and
-        in proposal count; the rest of the batch is discarded unread."""
-        made, batch = 0, self._first_batch
+        With ``batches``, proposals are made in batches (:data:`FIRST_PICK_BATCH`, doubling up
+        to :data:`MAX_PICK_BATCH`, never past ``limit``): ``propose(families, rng)`` draws one
+        x from each listed family's base measure, independently, and returns their log-weights
+        and a builder of the k-th x. The batch's envelope picks, proposals and acceptance
+        uniforms are independent across positions, so its first accepted position is the
+        sequential sampler's first acceptance, in law and in proposal count; the rest of the
+        batch is discarded unread. Without, ``propose`` is asked for one family at a time and
+        nothing is proposed past the acceptance (for proposals costly to weigh)."""
+        if self._batches:
+            return self._draw_batched(propose, rng, limit)
+        return self._draw_sequential(propose, rng, limit)
+
+    def _draw_batched(
+        self,
+        propose: Callable[[IntArray, np.random.Generator], tuple[FloatArray, Callable[[int], T]]],
+        rng: np.random.Generator,
+        limit: int,
+    ) -> tuple[Choice[T] | None, int]:
+        made, batch = 0, FIRST_PICK_BATCH
         while made < limit:
             picks = self._envelope.draws(min(batch, limit - made), rng)
-            batch = min(2 * batch, self._max_batch)
+            batch = min(2 * batch, MAX_PICK_BATCH)
             family_at = np.flatnonzero(picks >= self._explicit_size)
             log_weights = np.full(picks.size, self._bound, dtype=np.float64)
             build: Callable[[int], T] | None = None
             if family_at.size:
                 proposed, build = propose(picks[family_at] - self._explicit_size, rng)
-                if np.any(proposed > self._bound + 1e-9):
-                    raise ValueError("a proposal's log-weight exceeds log_weight_bound")
+                self._check(proposed)
                 log_weights[family_at] = proposed
             # An explicit pick is accepted (log(1 − u) ≤ 0); a proposal w.p. exp(ℓ − bound).
             uniforms = rng.random(picks.size)
@@ -497,3 +506,26 @@ class RejectionSampler:
             assert build is not None
             return ("family", build(int(np.searchsorted(family_at, first)))), made
         return None, made
+
+    def _draw_sequential(
+        self,
+        propose: Callable[[IntArray, np.random.Generator], tuple[FloatArray, Callable[[int], T]]],
+        rng: np.random.Generator,
+        limit: int,
+    ) -> tuple[Choice[T] | None, int]:
+        made = 0
+        while made < limit:
+            for pick in self._envelope.draws(min(_SEQUENTIAL_PICKS, limit - made), rng):
+                made += 1
+                index = int(pick)
+                if index < self._explicit_size:
+                    return ("explicit", index), made
+                proposed, build = propose(np.asarray([index - self._explicit_size]), rng)
+                self._check(proposed)
+                if math.log(1.0 - rng.random()) <= float(proposed[0]) - self._bound:
+                    return ("family", build(0)), made
+        return None, made
+
+    def _check(self, proposed: FloatArray) -> None:
+        if np.any(proposed > self._bound + 1e-9):
+            raise ValueError("a proposal's log-weight exceeds log_weight_bound")
