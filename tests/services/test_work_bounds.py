@@ -29,7 +29,7 @@ from dpmine.wire import (
 )
 from dpmine_server.data.columns import BooleanColumn, ColumnStore, NumericColumn
 from dpmine_server.dp.lattice import public_lattice
-from dpmine_server.dp.mechanisms import MAX_PICK_BATCH, batch_work
+from dpmine_server.dp.mechanisms import batch_work
 from dpmine_server.dp.rng import seeded_generator
 from dpmine_server.operations import CATALOG, serenade
 from dpmine_server.operations.base import no_progress
@@ -47,11 +47,11 @@ from dpmine_server.operations.tree_kernels import Labels, SplitFamily, _attribut
 from dpmine_server.services.timing import GRID_PRODUCT_SECONDS, operation_work
 
 ROWS = 400
-#: A scanned proposal measured at 34–38 µs + 0.73 ns a row; a prepared family at ≤ 0.3 ms +
-#: 34 ns a row, a prepared proposal at ≤ 1 µs and a family's share of a batch at ≤ 0.1 ms
+#: A scanned proposal measured at 80 µs + 0.45 ns a row; a prepared family at ≤ 0.2 ms + 25 ns
+#: a row, a prepared proposal at ≤ 0.45 µs and a family present in a batch at ≤ 135 µs
 #: (operations/serenade.py, ``RejectionPlan``): the budget must pay at least twice that.
-MEASURED_SCANNED = (38e-6, 0.73e-9)
-MEASURED_PREPARED = (0.3e-3, 34e-9, 1e-6, 1e-4)
+MEASURED_SCANNED = (80e-6, 0.45e-9)
+MEASURED_PREPARED = (0.2e-3, 25e-9, 0.45e-6, 135e-6)
 
 
 def measured_seconds(plan: RejectionPlan, *, prepared: bool | None = None) -> float:
@@ -65,7 +65,7 @@ def measured_seconds(plan: RejectionPlan, *, prepared: bool | None = None) -> fl
     return (
         plan.families * (family + per_row * plan.n_max)
         + work.proposals * proposal
-        + work.batches * min(plan.families, MAX_PICK_BATCH) * batch_family
+        + min(plan.families * work.batches, work.proposals) * batch_family
     )
 
 

@@ -68,7 +68,7 @@ from dpmine_server.dp.candidates import (
     shared_pool,
 )
 from dpmine_server.dp.lattice import PublicLattice
-from dpmine_server.dp.mechanisms import MAX_PICK_BATCH, OneSided, batch_work, em_coefficient
+from dpmine_server.dp.mechanisms import OneSided, batch_work, em_coefficient
 from dpmine_server.operations.serenade_quality import covered_quality, jaccard, quality
 from dpmine_server.operations.serenade_thresholds import (
     grid_intervals,
@@ -556,18 +556,19 @@ def rejection_proposals(c: float, draws: int) -> int:
 
 
 #: The public work model of rejection proposals (seconds; services/timing.py prices with it,
-#: times a calibration's factor). *Scanned*: each proposal weighed alone, one comparison pass
-#: over the column's rows (≤ n_max) into a bitset, two popcounts and Q: measured 34–38 µs
-#: + 0.73 ns a row (2,221 to 10⁶ rows), budgeted at about three times that. *Prepared*: each
-#: family's two row masks summed along the column's value order once (measured 10–30 ns a row
-#: under load, ≤ 0.3 ms fixed), then proposals weighed a batch at a time by binary searches
-#: (measured 0.5–1 µs a proposal and ≤ 0.1 ms a family per batch, 2,000 to 10⁵ rows and 1 to
-#: 30 families, /tmp-free: bench/bench_budgets.py checks them), each about three times that.
-SCANNED_PROPOSAL_SECONDS = 1e-4
+#: times a calibration's factor), each term at least twice what was measured on the
+#: development machine, quiet (2,000 to 10⁵ rows, 1 to 960 families, /tmp/mb-style loops over
+#: the real kernels; bench/bench_budgets.py checks the resulting budgets). *Scanned*: each
+#: proposal weighed alone, a comparison pass over the column's rows into a bitset, two
+#: popcounts and Q: 70–80 µs + 0.45 ns a row. *Prepared*: each family's two row masks summed
+#: along the column's value order once (0.1–0.2 ms + 10–25 ns a row), then proposals weighed
+#: a batch at a time by binary searches (≤ 0.45 µs a proposal, and ≤ 135 µs per family
+#: present in a batch).
+SCANNED_PROPOSAL_SECONDS = 1.6e-4
 SCANNED_PROPOSAL_ROW_SECONDS = 2.5e-9
-PREPARED_FAMILY_SECONDS = 1e-3
-PREPARED_FAMILY_ROW_SECONDS = 1e-7
-PREPARED_PROPOSAL_SECONDS = 3e-6
+PREPARED_FAMILY_SECONDS = 5e-4
+PREPARED_FAMILY_ROW_SECONDS = 6e-8
+PREPARED_PROPOSAL_SECONDS = 1e-6
 PREPARED_BATCH_FAMILY_SECONDS = 3e-4
 
 
@@ -593,12 +594,14 @@ class RejectionPlan:
 
     def prepared_seconds(self) -> float:
         """Public bound on the prepared way: every family's passes, the proposals weighed in
-        batches (at most 2·cap + 64·draws of them) and each batch's per-family cost."""
+        batches (at most 2·cap + 64·draws of them) and the cost of each family present in a
+        batch (a batch of s proposals holds at most min(families, s) of them, so all batches
+        hold at most min(families × batches, proposals weighed))."""
         if self.cap <= 0 or self.families <= 0:
             return 0.0
         work = batch_work(self.draws, self.cap)
         per_family = PREPARED_FAMILY_SECONDS + PREPARED_FAMILY_ROW_SECONDS * self.n_max
-        batch_families = work.batches * min(self.families, MAX_PICK_BATCH)
+        batch_families = min(self.families * work.batches, work.proposals)
         return (
             self.families * per_family
             + work.proposals * PREPARED_PROPOSAL_SECONDS
