@@ -28,6 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import pytest
 from scipy.stats import chisquare
 
@@ -51,7 +52,8 @@ from dpmine.wire import (
 )
 from dpmine.wire.queries import And, Or
 from dpmine.wire.query_tree import attributes as attributes_of
-from dpmine_server.data.columns import ColumnStore
+from dpmine_server.data.bitsets import Bitset
+from dpmine_server.data.columns import ColumnStore, NumericColumn
 from dpmine_server.data.loaders import load_store
 from dpmine_server.dp import candidates
 from dpmine_server.dp.candidates import (
@@ -432,24 +434,12 @@ def test_proposals_weighed_either_way_match_the_exact_law(
     views: tuple[ColumnStore, Data], prepared: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Rejection proposals weighed by prefix sums along the value order (prepared) or by a
-    pass over the rows each (scanned) give the same exact law, for extensions and pairs (the
-    public plan picks one by cost only)."""
+    pass over the rows each (scanned) give the same exact law (the public plan picks one by
+    cost only; both count the same rows: tests/dp/test_candidates.py)."""
     monkeypatch.setattr(serenade.RejectionPlan, "prepared", property(lambda _plan: prepared))
     store, data = views
     counts = check_extension(store, data, [red(A, B)], mode="continuous", seed=46 + prepared)
     assert any(key[0] == "num" for key in counts)
-    c, samples = 1.5, 6_000
-    pairs = initial_pairs(
-        store,
-        count=samples,
-        epsilon=c * 2 * PARAMS.delta * samples,
-        params=PARAMS,
-        rules=ExtensionRules(),
-        mode="continuous",
-        rng=seeded_generator(48 + prepared),
-    )
-    pair_counts = Counter(pair_key(data, "continuous", pair) for pair in pairs)
-    assert_law(pair_counts, pairs_law(data, negations=False, mode="continuous", params=PARAMS, c=c))
 
 
 def test_the_kernels_cap_is_public_and_enumeration_has_none() -> None:
@@ -1091,3 +1081,36 @@ def test_bad_columns_are_refused_by_validation(
         del body["count"]
     with pytest.raises(ValueError, match=re.escape(message)):
         spec.validate(spec.request_model.model_validate(body), metadata)
+
+
+@pytest.mark.parametrize("negated", [False, True])
+@pytest.mark.parametrize("maker", ["pair", "and", "or"])
+def test_a_prepared_family_weighs_thresholds_as_the_scan_does(maker: str, negated: bool) -> None:
+    """The prepared weights (prefix sums along the value order) of a pair family and of an
+    extension by ∧ and by ∨ equal the scanned ones (a pass over the rows) for every threshold
+    pair, on a column with missing values and ties, with and without the coverage term."""
+    generator = np.random.default_rng(5)
+    n = 300
+    values = generator.choice(np.linspace(0.0, 10.0, 41), size=n)
+    values[generator.random(n) < 0.15] = np.nan
+    attribute = NumericAttribute(name="x", view="right", lo=0.0, hi=10.0, lattice_bits=5)
+    column = NumericColumn.from_values("x", values, lo=0.0, hi=10.0)
+    support, other = (Bitset.from_bool_array(generator.random(n) < p) for p in (0.4, 0.5))
+    make: serenade._ExtendMaker | serenade._PairMaker
+    if maker == "pair":
+        make = serenade._PairMaker(left=BoolLiteral(attribute="l"), support=support)
+    else:
+        base = Redescription(left=BoolLiteral(attribute="l"), right=BoolLiteral(attribute="r"))
+        make = serenade._ExtendMaker(
+            base, "right", "and" if maker == "and" else "or", support, other
+        )
+    family = serenade._Family(column, attribute, negated, make)
+    for params in (PARAMS, QualityParams(s=0.2, x0=30.0, delta=0.05, y0=40.0, s2=0.1)):
+        weighted = serenade._WeightedFamily(0, family, params, n, 1.7)
+        prepared = weighted.threshold_weights()
+        lattice = weighted.lattice
+        for _ in range(300):
+            lower, upper = candidates.draw_base_thresholds("pair", lattice, generator)
+            as_array = np.asarray([np.nan if lower is None else lower])
+            got = prepared(as_array, np.asarray([np.nan if upper is None else upper]))
+            assert float(got[0]) == pytest.approx(weighted.log_weight(lower, upper), rel=1e-12)
