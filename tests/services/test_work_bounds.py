@@ -37,14 +37,18 @@ from dpmine_server.operations.redescriptions import (
     extend_proposals,
     extend_rejection_plan,
     pairs_enumeration,
-    pairs_grid_products,
+    pairs_grid_work,
     pairs_proposals,
     pairs_rejection_plan,
     quality_parameters,
 )
 from dpmine_server.operations.serenade import RejectionPlan
 from dpmine_server.operations.tree_kernels import Labels, SplitFamily, _attribute_candidates
-from dpmine_server.services.timing import GRID_PRODUCT_SECONDS, operation_work
+from dpmine_server.services.timing import (
+    GRID_CANDIDATE_SECONDS,
+    GRID_PRODUCT_SECONDS,
+    operation_work,
+)
 
 ROWS = 400
 #: A scanned proposal measured at 80 µs + 0.45 ns a row; a prepared family at ≤ 0.2 ms + 25 ns
@@ -187,7 +191,10 @@ def test_the_budget_pays_every_capped_proposal(n_max: int, count: int) -> None:
     assert plan is not None
     assert plan.cap == pairs_proposals(continuous, metadata) > 0
     assert pairs_proposals(grid, metadata) == 0
-    grid_counting = GRID_PRODUCT_SECONDS * pairs_grid_products(grid, metadata)
+    counting = pairs_grid_work(grid, metadata)
+    grid_counting = (
+        GRID_PRODUCT_SECONDS * counting.products + GRID_CANDIDATE_SECONDS * counting.candidates
+    )
     assert grid_counting > 0
     extra = operation_work("serenade.initial_pairs", continuous, metadata) - (
         operation_work("serenade.initial_pairs", grid, metadata) - grid_counting
@@ -331,9 +338,11 @@ def test_a_tree_target_pays_a_pass_per_leaf() -> None:
     assert operation_work("tree.expmech", request, metadata) >= 2 * 2.3e-9 * 10**6 * leaves
 
 
-def test_grid_pairs_price_every_left_literal_row_and_cell() -> None:
+def test_grid_pairs_price_every_left_literal_row_cell_and_candidate() -> None:
     """Two Boolean left literals and one right numeric attribute with a three-point owner grid:
-    7 cells (3 points, 4 gaps) counted over n_max rows per literal, and 12 grid intervals."""
+    7 cells (3 points, 4 gaps) counted over n_max rows per literal, and 12 grid intervals, each
+    a candidate with every left literal; the price pays at least twice the measured 50 ps a
+    product unit and 190 ns a candidate."""
     metadata = DatasetMetadata(
         kind="views",
         n_max=1_000,
@@ -344,5 +353,9 @@ def test_grid_pairs_price_every_left_literal_row_and_cell() -> None:
         ],
     )
     grid = _pairs(1.0, mode="grid")
-    assert pairs_grid_products(grid, metadata) == 2 * (1_000 * 7 + 12)
-    assert pairs_grid_products(_pairs(1.0, mode="continuous"), metadata) == 0
+    work = pairs_grid_work(grid, metadata)
+    assert (work.products, work.candidates) == (2 * 1_000 * 7, 2 * 12)
+    continuous = pairs_grid_work(_pairs(1.0, mode="continuous"), metadata)
+    assert (continuous.products, continuous.candidates) == (0, 0)
+    assert GRID_PRODUCT_SECONDS >= 2 * 50e-12
+    assert GRID_CANDIDATE_SECONDS >= 2 * 190e-9

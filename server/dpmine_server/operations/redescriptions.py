@@ -38,6 +38,7 @@ from dpmine_server.operations.base import OperationSpec, Progress
 from dpmine_server.operations.serenade import (
     REJECTION_MAX_EXPONENT,
     ExtensionRules,
+    GridPairWork,
     QualityParams,
     RejectionPlan,
     ThresholdMode,
@@ -50,7 +51,7 @@ from dpmine_server.operations.serenade import (
     extension_key_text,
     extension_public_candidates,
     extension_public_size,
-    grid_pair_products,
+    grid_pair_work,
     initial_pairs,
     pair_families,
     parse_side,
@@ -77,6 +78,7 @@ __all__ = [
     "extension_priced_keys",
     "noisy_quality",
     "pairs_enumeration",
+    "pairs_grid_work",
     "pairs_proposals",
     "pairs_rejection_plan",
     "quality_parameters",
@@ -376,12 +378,12 @@ def pairs_proposals(request: InitialPairsRequest, metadata: DatasetMetadata) -> 
     return rejection_proposals(_pairs_coefficient(request, metadata), request.count)
 
 
-def pairs_grid_products(request: InitialPairsRequest, metadata: DatasetMetadata) -> int:
-    """Public bound on the grid counting of a ``serenade.initial_pairs`` call in grid mode
-    (:func:`~.serenade.grid_pair_products`), else 0."""
+def pairs_grid_work(request: InitialPairsRequest, metadata: DatasetMetadata) -> GridPairWork:
+    """Public bounds on the grid counting of a ``serenade.initial_pairs`` call in grid mode
+    (:func:`~.serenade.grid_pair_work`), else none."""
     if _pairs_mode(request, metadata) != "grid":
-        return 0
-    return grid_pair_products(metadata, _rules(request.options))
+        return GridPairWork(products=0, candidates=0)
+    return grid_pair_work(metadata, _rules(request.options))
 
 
 def extend_proposals(request: ExtendOneRequest, metadata: DatasetMetadata) -> int:

@@ -1018,15 +1018,24 @@ def pair_families(metadata: DatasetMetadata, rules: ExtensionRules) -> int:
     return families
 
 
-def grid_pair_products(metadata: DatasetMetadata, rules: ExtensionRules) -> int:
-    """Public bound on the work of grid-mode initial pairs (:func:`_add_grid_pairs`): for each
-    right numeric attribute, every kept left literal is counted over every row into the grid's
-    cells by one matrix product, n_max · (left literals) · (cells) multiply-adds, and its
-    (left literal, interval) pairs become candidates. Public: the metadata and the options."""
+@dataclass(frozen=True, slots=True)
+class GridPairWork:
+    """Public bounds on the work of grid-mode initial pairs (:func:`_add_grid_pairs`):
+    ``products``, the multiply-adds of the per-cell counts (n_max · kept left literals · cells
+    per right numeric attribute, one matrix product each), and ``candidates``, the (left
+    literal, grid interval) pairs they yield, each with its Q and base mass."""
+
+    products: int
+    candidates: int
+
+
+def grid_pair_work(metadata: DatasetMetadata, rules: ExtensionRules) -> GridPairWork:
+    """:class:`GridPairWork` of grid-mode initial pairs. Public: the metadata and the
+    options."""
     polarities = 2 if rules.negations else 1
     left_attributes = _pair_left_attributes(metadata, rules)
     same_table = metadata.kind != "views"
-    products = 0
+    products = candidates = 0
     for name in _numeric_names(metadata, _view_attributes(metadata, "right", rules.columns)):
         attribute = metadata.attribute(name)
         assert isinstance(attribute, NumericAttribute)
@@ -1034,8 +1043,9 @@ def grid_pair_products(metadata: DatasetMetadata, rules: ExtensionRules) -> int:
         cells = 2 * len(points) + 1
         intervals = len(grid_intervals(points)) * polarities
         kept = sum(1 for left in left_attributes if not (same_table and left == name))
-        products += kept * (metadata.n_max * cells + intervals)
-    return products
+        products += kept * metadata.n_max * cells
+        candidates += kept * intervals
+    return GridPairWork(products=products, candidates=candidates)
 
 
 def _pair_candidates(

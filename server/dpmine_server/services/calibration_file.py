@@ -49,7 +49,7 @@ __all__ = [
 #: version 2 timed them filled, 10–16 ms short on small Serenade and tree calls. 4: Serenade's
 #: rejection proposals are priced by their public plan (operations/serenade.py
 #: ``RejectionPlan``), up to 50 times lower than the per-proposal scan that version 3's factors
-#: were measured against.
+#: were measured against, and grid-mode pairs by their products and candidates apart.
 CALIBRATION_VERSION = 4
 
 #: Public safety margin over the measured worst case, written into every new file. Three

@@ -60,7 +60,7 @@ from dpmine_server.operations.redescriptions import (
     extend_rejection_plan,
     extension_candidate_count,
     pairs_enumeration,
-    pairs_grid_products,
+    pairs_grid_work,
     pairs_rejection_plan,
     rejection_plan,
 )
@@ -72,6 +72,7 @@ from dpmine_server.settings import MIN_FAIL_CLOSED_BASE_MS, Settings
 
 __all__ = [
     "BATCH_PART_SECONDS",
+    "GRID_CANDIDATE_SECONDS",
     "GRID_PRODUCT_SECONDS",
     "PRICED_OPERATIONS",
     "TAIL_CAPPED",
@@ -158,11 +159,15 @@ def _topk_work(method: Method) -> Work:
 _CELL_PAIR = 4e-7
 
 
-#: Seconds per unit of grid-mode pair counting (left literal × row × grid cell, one float32
-#: multiply-add of a one-thread matrix product, plus the pairs it yields): mammals' first call
-#: (1.2·10⁹ units, caches cold) took 0.35–0.46 s in all, so with the other terms the budget
-#: (1.2 s) is about 2.6× that; a busy multi-threaded BLAS had overrun the old 0.44 s.
-GRID_PRODUCT_SECONDS = 6e-10
+#: Seconds per unit of grid-mode pair counting (left literal × row × grid cell: one float32
+#: multiply-add of a one-thread matrix product; measured 40–50 ps from 60 × 2,221 to 2,541 ×
+#: 10⁵ rows by 41 cells, about three times that) and per (left literal, grid interval)
+#: candidate it yields (its Q, base mass and share of the draws: 190 ns measured on 11·10⁶ to
+#: 26·10⁶ candidates, about three times that). One price per unit for both (6e-10) had put a
+#: teeth-sized call (11 left and 19 right numeric attributes, n_max 10⁵) at 129 s for 4–6 s of
+#: work, and a call of many candidates at less than three times its time.
+GRID_PRODUCT_SECONDS = 1.5e-10
+GRID_CANDIDATE_SECONDS = 6e-7
 
 
 def _pairs_draw_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
@@ -173,11 +178,13 @@ def _pairs_draw_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> f
     draws = int(request.get("count", 20))
     body = InitialPairsRequest.model_validate(request)
     cells = pairs_enumeration(body, metadata)
+    grid = pairs_grid_work(body, metadata)
     return (
         _quality_setup_work(request)
         + 2e-8 * metadata.n_max * _literals(metadata) * draws
         + _CELL_PAIR * cells
-        + GRID_PRODUCT_SECONDS * pairs_grid_products(body, metadata)
+        + GRID_PRODUCT_SECONDS * grid.products
+        + GRID_CANDIDATE_SECONDS * grid.candidates
     )
 
 
