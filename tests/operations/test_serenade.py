@@ -53,7 +53,12 @@ from dpmine.wire import (
 from dpmine.wire.queries import And, Or
 from dpmine.wire.query_tree import attributes as attributes_of
 from dpmine_server.data.bitsets import Bitset
-from dpmine_server.data.columns import ColumnStore, NumericColumn
+from dpmine_server.data.columns import (
+    BooleanColumn,
+    CategoricalColumn,
+    ColumnStore,
+    NumericColumn,
+)
 from dpmine_server.data.loaders import load_store
 from dpmine_server.dp import candidates
 from dpmine_server.dp.candidates import (
@@ -85,6 +90,7 @@ from dpmine_server.operations.serenade_quality import (
     sensitivities,
     sensitivity,
 )
+from dpmine_server.operations.serenade_thresholds import threshold_grid
 from support.serenade_reference import (
     Data,
     Key,
@@ -1114,3 +1120,55 @@ def test_a_prepared_family_weighs_thresholds_as_the_scan_does(maker: str, negate
             as_array = np.asarray([np.nan if lower is None else lower])
             got = prepared(as_array, np.asarray([np.nan if upper is None else upper]))
             assert float(got[0]) == pytest.approx(weighted.log_weight(lower, upper), rel=1e-12)
+
+
+@pytest.mark.parametrize("negations", [False, True])
+@pytest.mark.parametrize("kind", ["views", "table"])
+def test_grid_pairs_count_every_left_literal_per_right_cell_exactly(
+    negations: bool, kind: str
+) -> None:
+    """The per-cell counts of grid-mode initial pairs (a matrix product for the discrete left
+    literals, joint histograms for the left numeric attributes' grid intervals) equal the
+    popcounts of each left literal's row set with each right cell's rows, and the sizes the
+    row sets' sizes, with missing values on both sides, negated intervals, and a single
+    table's own attribute left out."""
+    generator = np.random.default_rng(9)
+    n = 257
+    attributes: list[AnyAttribute] = [
+        BooleanAttribute(name="b", view="left"),
+        CategoricalAttribute(name="k", view="left", categories=["p", "q", "r"]),
+        NumericAttribute(name="y", view="left", lo=0.0, hi=1.0, grid=[0.2, 0.5, 0.8]),
+        NumericAttribute(name="z", view="left", lo=0.0, hi=1.0),
+        NumericAttribute(name="x", view="right", lo=0.0, hi=1.0, grid=[0.25, 0.5]),
+    ]
+    if kind == "table":
+        attributes = [a.model_copy(update={"view": None}) for a in attributes]
+
+    def numeric(name: str) -> NumericColumn:
+        values = generator.choice([0.2, 0.25, 0.5, 0.8, *generator.random(4)], size=n)
+        values[generator.random(n) < 0.15] = np.nan  # missing
+        return NumericColumn.from_values(name, values, lo=0.0, hi=1.0)
+
+    codes = generator.integers(-1, 3, size=n).astype(np.int32)  # -1: missing
+    columns: dict[str, BooleanColumn | CategoricalColumn | NumericColumn] = {
+        "b": BooleanColumn.from_arrays("b", generator.random(n) < 0.4, generator.random(n) < 0.9),
+        "k": CategoricalColumn("k", ("p", "q", "r"), codes),
+        **{name: numeric(name) for name in ("y", "z", "x")},
+    }
+    metadata = DatasetMetadata(kind=kind, n_max=1_000, attributes=attributes)
+    store = ColumnStore(metadata, n_rows=n, columns=columns)
+    rules = ExtensionRules(negations=negations)
+    lefts = serenade._left_pair_literals(store, rules)
+    discrete_rows = [r.to_bool_array() for r in lefts.rows[: lefts.discrete]]
+    matrix = np.stack(discrete_rows).astype(np.float32)
+    attribute, column = serenade._numeric(store, "x")
+    right = threshold_grid(column, attribute)
+    skip = "x" if kind == "table" else None
+    per_cell, sizes = serenade._left_cell_counts(lefts, matrix, right, skip=skip)
+    for k, (literal, literal_rows) in enumerate(zip(lefts.literals, lefts.rows, strict=True)):
+        if literal.attribute == skip:
+            continue
+        mask = literal_rows.to_bool_array()
+        assert sizes[k] == mask.sum(), literal
+        for cell in range(right.n_cells):
+            assert per_cell[k, cell] == (mask & (right.cells == cell)).sum(), (literal, cell)

@@ -46,6 +46,7 @@ from dpmine_server.operations.serenade import RejectionPlan
 from dpmine_server.operations.tree_kernels import Labels, SplitFamily, _attribute_candidates
 from dpmine_server.services.timing import (
     GRID_CANDIDATE_SECONDS,
+    GRID_HISTOGRAM_ROW_SECONDS,
     GRID_PRODUCT_SECONDS,
     operation_work,
 )
@@ -193,7 +194,9 @@ def test_the_budget_pays_every_capped_proposal(n_max: int, count: int) -> None:
     assert pairs_proposals(grid, metadata) == 0
     counting = pairs_grid_work(grid, metadata)
     grid_counting = (
-        GRID_PRODUCT_SECONDS * counting.products + GRID_CANDIDATE_SECONDS * counting.candidates
+        GRID_PRODUCT_SECONDS * counting.products
+        + GRID_HISTOGRAM_ROW_SECONDS * counting.histogram_rows
+        + GRID_CANDIDATE_SECONDS * counting.candidates
     )
     assert grid_counting > 0
     extra = operation_work("serenade.initial_pairs", continuous, metadata) - (
@@ -354,8 +357,20 @@ def test_grid_pairs_price_every_left_literal_row_cell_and_candidate() -> None:
     )
     grid = _pairs(1.0, mode="grid")
     work = pairs_grid_work(grid, metadata)
-    assert (work.products, work.candidates) == (2 * 1_000 * 7, 2 * 12)
+    assert (work.products, work.histogram_rows, work.candidates) == (2 * 1_000 * 7, 0, 2 * 12)
     continuous = pairs_grid_work(_pairs(1.0, mode="continuous"), metadata)
-    assert (continuous.products, continuous.candidates) == (0, 0)
+    assert (continuous.products, continuous.histogram_rows, continuous.candidates) == (0, 0, 0)
+    # A left numeric attribute with a two-point grid (7 intervals) instead: one joint histogram
+    # of n_max rows against the right attribute, and its 7 interval literals × 12 candidates.
+    numeric_left = metadata.model_copy(
+        update={
+            "attributes": [
+                NumericAttribute(name="y", view="left", lo=0.0, hi=1.0, grid=[0.3, 0.6]),
+                metadata.attributes[2],
+            ]
+        }
+    )
+    work = pairs_grid_work(grid, numeric_left)
+    assert (work.products, work.histogram_rows, work.candidates) == (0, 1_000, 7 * 12)
     assert GRID_PRODUCT_SECONDS >= 2 * 50e-12
     assert GRID_CANDIDATE_SECONDS >= 2 * 190e-9

@@ -382,7 +382,7 @@ def pairs_grid_work(request: InitialPairsRequest, metadata: DatasetMetadata) -> 
     """Public bounds on the grid counting of a ``serenade.initial_pairs`` call in grid mode
     (:func:`~.serenade.grid_pair_work`), else none."""
     if _pairs_mode(request, metadata) != "grid":
-        return GridPairWork(products=0, candidates=0)
+        return GridPairWork(products=0, histogram_rows=0, candidates=0)
     return grid_pair_work(metadata, _rules(request.options))
 
 

@@ -71,6 +71,7 @@ from dpmine_server.dp.lattice import PublicLattice
 from dpmine_server.dp.mechanisms import OneSided, batch_work, em_coefficient
 from dpmine_server.operations.serenade_quality import covered_quality, jaccard, quality
 from dpmine_server.operations.serenade_thresholds import (
+    Grid,
     grid_intervals,
     grid_points,
     interval_counts,
@@ -892,9 +893,29 @@ class _LazyOutcomes:
 # -- initial pairs (§2.3) ---------------------------------------------------------------------
 
 
-def _left_pair_literals(
-    store: ColumnStore, rules: ExtensionRules
-) -> tuple[list[AnyLiteral], npt.NDArray[np.float64], list[Bitset]]:
+@dataclass(frozen=True, slots=True)
+class _LeftGridBlock:
+    """The left literals ``start`` … ``start`` + (intervals) − 1 of initial pairs: the grid
+    intervals of one left numeric attribute at one polarity, in the grid's order."""
+
+    start: int
+    attribute: str
+    negated: bool
+    grid: Grid
+
+
+@dataclass(frozen=True, slots=True)
+class _LeftLiterals:
+    """Left literals of initial pairs: the discrete ones first, then the grid blocks."""
+
+    literals: list[AnyLiteral]
+    masses: npt.NDArray[np.float64]
+    rows: list[Bitset]
+    discrete: int
+    blocks: list[_LeftGridBlock]
+
+
+def _left_pair_literals(store: ColumnStore, rules: ExtensionRules) -> _LeftLiterals:
     """Left literals of initial pairs, their log base masses and supports: discrete literals of
     the left view (one unit each) and, if the left view has numeric attributes, their public-grid
     intervals (one unit per attribute) — §2.3 [REC] for two numeric views. Only the attributes
@@ -906,16 +927,19 @@ def _left_pair_literals(
     literals: list[AnyLiteral] = list(bank.literals)
     masses = [0.0] * len(literals)
     rows = [store.literal_bitset(literal) for literal in literals]
+    discrete = len(literals)
+    blocks: list[_LeftGridBlock] = []
     polarities = (False, True) if negations else (False,)
     for name in _numeric_names(metadata, names):
         attribute, column = _numeric(store, name)
         grid = threshold_grid(column, attribute)
         for negated in polarities:
+            blocks.append(_LeftGridBlock(len(literals), name, negated, grid))
             for literal in grid.literals[negated]:
                 literals.append(literal)
                 masses.append(-math.log(len(grid.intervals)))
                 rows.append(numeric_rows(column, literal.lower, literal.upper, negated))
-    return literals, np.asarray(masses, dtype=np.float64), rows
+    return _LeftLiterals(literals, np.asarray(masses, dtype=np.float64), rows, discrete, blocks)
 
 
 def check_pair_space(metadata: DatasetMetadata, columns: frozenset[str] | None = None) -> None:
@@ -1021,11 +1045,15 @@ def pair_families(metadata: DatasetMetadata, rules: ExtensionRules) -> int:
 @dataclass(frozen=True, slots=True)
 class GridPairWork:
     """Public bounds on the work of grid-mode initial pairs (:func:`_add_grid_pairs`):
-    ``products``, the multiply-adds of the per-cell counts (n_max · kept left literals · cells
-    per right numeric attribute, one matrix product each), and ``candidates``, the (left
-    literal, grid interval) pairs they yield, each with its Q and base mass."""
+    ``products``, the multiply-adds of the discrete left literals' per-cell counts (n_max ·
+    literals · cells per right numeric attribute, one matrix product each); ``histogram_rows``,
+    the rows of the joint histograms of the left numeric attributes' grids (n_max per left
+    attribute, polarity and right attribute); and ``candidates``, the (left literal, grid
+    interval) pairs, each with its Q and base mass (a histogram's interval sums, intervals ×
+    cells, are fewer than its candidates)."""
 
     products: int
+    histogram_rows: int
     candidates: int
 
 
@@ -1033,19 +1061,35 @@ def grid_pair_work(metadata: DatasetMetadata, rules: ExtensionRules) -> GridPair
     """:class:`GridPairWork` of grid-mode initial pairs. Public: the metadata and the
     options."""
     polarities = 2 if rules.negations else 1
-    left_attributes = _pair_left_attributes(metadata, rules)
+    lefts = _view_attributes(metadata, "left", rules.columns)
+    discrete = [
+        literal.attribute
+        for literal in _discrete_literals(
+            metadata, _discrete_names(metadata, lefts), negations=rules.negations
+        )
+    ]
+    numeric = [
+        (name, len(grid_intervals(grid_points(_numeric_attribute(metadata, name)))))
+        for name in _numeric_names(metadata, lefts)
+    ]
     same_table = metadata.kind != "views"
-    products = candidates = 0
+    products = histogram_rows = candidates = 0
     for name in _numeric_names(metadata, _view_attributes(metadata, "right", rules.columns)):
-        attribute = metadata.attribute(name)
-        assert isinstance(attribute, NumericAttribute)
-        points = grid_points(attribute)
+        points = grid_points(_numeric_attribute(metadata, name))
         cells = 2 * len(points) + 1
         intervals = len(grid_intervals(points)) * polarities
-        kept = sum(1 for left in left_attributes if not (same_table and left == name))
-        products += kept * metadata.n_max * cells
-        candidates += kept * intervals
-    return GridPairWork(products=products, candidates=candidates)
+        kept_discrete = sum(1 for left in discrete if not (same_table and left == name))
+        kept_numeric = [count for left, count in numeric if not (same_table and left == name)]
+        products += kept_discrete * metadata.n_max * cells
+        histogram_rows += len(kept_numeric) * polarities * metadata.n_max
+        candidates += (kept_discrete + sum(kept_numeric) * polarities) * intervals
+    return GridPairWork(products, histogram_rows, candidates)
+
+
+def _numeric_attribute(metadata: DatasetMetadata, name: str) -> NumericAttribute:
+    attribute = metadata.attribute(name)
+    assert isinstance(attribute, NumericAttribute)
+    return attribute
 
 
 def _pair_candidates(
@@ -1054,7 +1098,8 @@ def _pair_candidates(
     """Every (left literal, right literal) pair of §2.3; numeric right literals as families."""
     metadata = store.metadata
     candidates = _Candidates(params, store.all_rows().count())
-    left_literals, left_masses, left_rows = _left_pair_literals(store, rules)
+    lefts = _left_pair_literals(store, rules)
+    left_literals, left_masses, left_rows = lefts.literals, lefts.masses, lefts.rows
     if not left_literals:
         raise ValueError("the left view has no attribute that can start an initial pair")
     right_names = _view_attributes(metadata, "right", rules.columns)
@@ -1065,18 +1110,23 @@ def _pair_candidates(
     for j, literal in enumerate(bank.literals):
         allowed = ~(same_table & (left_attributes == literal.attribute))
         i, u = _pair_stats(left_words[allowed], bank.words[j])
-        lefts = [left for left, ok in zip(left_literals, allowed, strict=True) if ok]
-        candidates.add(left_masses[allowed], i, u, _PairOutcomes(lefts, literal))
+        kept = [left for left, ok in zip(left_literals, allowed, strict=True) if ok]
+        candidates.add(left_masses[allowed], i, u, _PairOutcomes(kept, literal))
     polarities = (False, True) if rules.negations else (False,)
     left_matrix: npt.NDArray[np.float32] | None = None
     for name in _numeric_names(metadata, right_names):
         attribute, column = _numeric(store, name)
         if mode == "grid":
             if left_matrix is None:
-                left_matrix = np.stack([r.to_bool_array() for r in left_rows]).astype(np.float32)
+                discrete_rows = [r.to_bool_array() for r in left_rows[: lefts.discrete]]
+                left_matrix = (
+                    np.stack(discrete_rows).astype(np.float32)
+                    if discrete_rows
+                    else np.zeros((0, store.n_rows), dtype=np.float32)
+                )
             _add_grid_pairs(
                 candidates,
-                (left_literals, left_masses, left_matrix),
+                (lefts, left_matrix),
                 (attribute, column),
                 negations=rules.negations,
                 same_table=same_table,
@@ -1095,15 +1145,16 @@ def _pair_candidates(
 
 def _add_grid_pairs(
     candidates: _Candidates,
-    lefts: tuple[list[AnyLiteral], npt.NDArray[np.float64], npt.NDArray[np.float32]],
+    lefts: tuple[_LeftLiterals, npt.NDArray[np.float32]],
     numeric: tuple[NumericAttribute, NumericColumn],
     *,
     negations: bool,
     same_table: bool,
 ) -> None:
-    """Every (left literal, grid interval of one right numeric attribute) pair, counted for all
-    left literals at once: per-cell counts by one matrix product, intervals by prefix sums."""
-    literals, masses, left_rows = lefts
+    """Every (left literal, grid interval of one right numeric attribute) pair, from each left
+    literal's rows per grid cell (:func:`_left_cell_counts`), intervals by prefix sums."""
+    left, left_matrix = lefts
+    literals, masses = left.literals, left.masses
     attribute, column = numeric
     keep = [
         k for k, lit in enumerate(literals) if not (same_table and lit.attribute == attribute.name)
@@ -1112,16 +1163,15 @@ def _add_grid_pairs(
         return
     grid = threshold_grid(column, attribute)
     present = grid.cells >= 0
-    onehot = np.zeros((grid.cells.size, grid.n_cells), dtype=np.float32)
-    onehot[np.flatnonzero(present), grid.cells[present]] = 1.0
-    per_cell = np.rint(left_rows[keep] @ onehot).astype(np.int64)  # [n_left, n_cells]
+    skip = attribute.name if same_table else None
+    per_cell_all, sizes_all = _left_cell_counts(left, left_matrix, grid, skip=skip)
+    per_cell, sizes = per_cell_all[keep], sizes_all[keep][:, None]  # [n_left, n_cells], [n_left, 1]
     prefix = np.concatenate([np.zeros((len(keep), 1), dtype=np.int64), np.cumsum(per_cell, 1)], 1)
     inside = prefix[:, grid.high_cells + 1] - prefix[:, grid.low_cells]  # [n_left, n_intervals]
     all_prefix = np.concatenate(
         [[0], np.cumsum(np.bincount(grid.cells[present], minlength=grid.n_cells))]
     )
     all_inside = all_prefix[grid.high_cells + 1] - all_prefix[grid.low_cells]
-    sizes = prefix[:, -1:] + np.rint(left_rows[keep] @ ~present).astype(np.int64)[:, None]
     for negated in (False, True) if negations else (False,):
         i = prefix[:, -1:] - inside if negated else inside
         support = all_prefix[-1] - all_inside if negated else all_inside
@@ -1130,6 +1180,56 @@ def _add_grid_pairs(
         log_mass = masses[keep][:, None] - math.log(len(right))
         outcomes = _GridPairOutcomes([literals[k] for k in keep], right)
         candidates.add(np.broadcast_to(log_mass, i.shape).ravel(), i.ravel(), u.ravel(), outcomes)
+
+
+def _left_cell_counts(
+    left: _LeftLiterals,
+    left_matrix: npt.NDArray[np.float32],
+    right: Grid,
+    *,
+    skip: str | None,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """For every left literal: its rows in each cell of the right grid, [n_left, cells], and
+    its size |rows|, [n_left] (rows of a block on attribute ``skip`` are left at 0: a single
+    table never pairs an attribute with itself).
+
+    Discrete literals by one matrix product of their rows with the cells' indicator matrix
+    (n_max · literals · cells multiply-adds). A left numeric attribute's grid intervals share
+    one joint histogram of (left cell, right cell) over the rows, O(rows): an interval's
+    rows in a right cell are the sum of its left cells' counts (a prefix sum over left
+    cells), and a negated interval holds the attribute's present rows outside it, so the
+    counts are exactly those of the literals' row sets (tests/operations/test_serenade.py
+    checks them against the product)."""
+    n_cells = right.n_cells
+    present = right.cells >= 0
+    per_cell = np.zeros((len(left.literals), n_cells), dtype=np.int64)
+    sizes = np.zeros(len(left.literals), dtype=np.int64)
+    if left.discrete:
+        onehot = np.zeros((right.cells.size, n_cells), dtype=np.float32)
+        onehot[np.flatnonzero(present), right.cells[present]] = 1.0
+        per_cell[: left.discrete] = np.rint(left_matrix @ onehot).astype(np.int64)
+        missing = np.rint(left_matrix @ ~present).astype(np.int64)
+        sizes[: left.discrete] = per_cell[: left.discrete].sum(axis=1) + missing
+    for block in left.blocks:
+        if block.attribute == skip:
+            continue
+        cells = block.grid.cells
+        both = (cells >= 0) & present
+        joint = np.bincount(
+            cells[both] * n_cells + right.cells[both], minlength=block.grid.n_cells * n_cells
+        ).reshape(block.grid.n_cells, n_cells)
+        joint_prefix = np.concatenate([np.zeros((1, n_cells), dtype=np.int64), np.cumsum(joint, 0)])
+        inside = joint_prefix[block.grid.high_cells + 1] - joint_prefix[block.grid.low_cells]
+        alone = np.bincount(cells[(cells >= 0) & ~present], minlength=block.grid.n_cells)
+        alone_prefix = np.concatenate([[0], np.cumsum(alone)])
+        alone_inside = alone_prefix[block.grid.high_cells + 1] - alone_prefix[block.grid.low_cells]
+        if block.negated:
+            inside = joint_prefix[-1][None, :] - inside
+            alone_inside = alone_prefix[-1] - alone_inside
+        rows = slice(block.start, block.start + inside.shape[0])
+        per_cell[rows] = inside
+        sizes[rows] = inside.sum(axis=1) + alone_inside
+    return per_cell, sizes
 
 
 class _GridPairOutcomes:
