@@ -130,9 +130,8 @@ class Result:
     first: float
     times: list[float]
     proposals: list[int] = field(default_factory=list)
-    cap: int = 0
     n_max: int = 0
-    #: How the case's rejection proposals are weighed and priced (None: it makes none).
+    #: How the case's rejection proposals are capped, weighed and priced (None: it makes none).
     plan: RejectionPlan | None = None
     #: Longest stretch of one call without a Python-level event, and where (:func:`unstoppable`).
     unstoppable: float = 0.0
@@ -240,7 +239,6 @@ def measure(
     spec.validate(request, store.metadata)
     cost = spec.cost(request)
     budget = policy.budget(case.operation, request, store.metadata)
-    cap = _proposal_cap(case.operation, request, store.metadata)
     result = Result(
         case.operation,
         case.dataset,
@@ -248,7 +246,6 @@ def measure(
         budget,
         0.0,
         [],
-        cap=cap,
         plan=_rejection_plan(case.operation, request, store.metadata),
         n_max=store.metadata.n_max,
     )
@@ -326,7 +323,6 @@ def measure_es_round(case: Case, store: ColumnStore, policy: TimingPolicy, repea
         budget,
         0.0,
         [],
-        cap=_proposal_cap(case.operation, request, store.metadata),
         plan=_rejection_plan(case.operation, request, store.metadata),
         n_max=store.metadata.n_max,
     )
@@ -348,11 +344,6 @@ def measure_es_round(case: Case, store: ColumnStore, policy: TimingPolicy, repea
             result.times.append(elapsed)
             result.proposals.append(made[0])
     return result
-
-
-def _proposal_cap(operation: str, request: Any, metadata: DatasetMetadata) -> int:
-    plan = _rejection_plan(operation, request, metadata)
-    return plan.cap if plan else 0
 
 
 def _rejection_plan(
@@ -399,7 +390,7 @@ def proposal_table(results: Sequence[Result]) -> str:
         way = "prepared" if result.plan.prepared else "scanned"
         lines.append(
             f"| {result.operation} | {dataset} | {mean:,.0f} / {max(result.proposals):,} | "
-            f"{result.cap:,} | {way} | {per * 1e6:.1f} | {result.plan.seconds():.3f} |"
+            f"{result.plan.cap:,} | {way} | {per * 1e6:.1f} | {result.plan.seconds():.3f} |"
         )
     return "\n".join(lines)
 

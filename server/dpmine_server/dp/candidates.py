@@ -173,8 +173,13 @@ class SortedValues:
 
     @classmethod
     def of(cls, column: NumericColumn) -> SortedValues:
-        """The column's present values in order (one gather)."""
-        return cls(order=column.sorted_order, values=column.values[column.sorted_order])
+        """The column's present values in order (one gather, cached on the column: the
+        families of one column share it)."""
+        return column.derived.get_or_build(
+            ("sorted_values",),
+            lambda: cls(order=column.sorted_order, values=column.values[column.sorted_order]),
+            nbytes=lambda ordered: int(ordered.values.nbytes),
+        )
 
     def prefix(self, rows: Bitset) -> IntArray:
         """P[k] = rows of the mask among the first k values in order (k = 0 … present)."""
@@ -491,8 +496,9 @@ class CandidateSampler(Generic[T]):
         log_weights = np.empty(families.size, dtype=np.float64)
         lows = np.empty(families.size, dtype=np.int64)
         highs = np.empty(families.size, dtype=np.int64)
-        for index in np.unique(families).tolist():
-            at = np.flatnonzero(families == index)
+        order = np.argsort(families, kind="stable")  # each family's positions, in order
+        present, starts = np.unique(families[order], return_index=True)
+        for index, at in zip(present.tolist(), np.split(order, starts[1:]), strict=True):
             family = self._families[index]
             low, high = draw_base_indices(family.bounds, family.lattice, at.size, rng)
             points = family.lattice.points

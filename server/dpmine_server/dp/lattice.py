@@ -148,9 +148,9 @@ def draw_threshold_pair_indices(
 ) -> tuple[IntArray, IntArray]:
     """``count`` independent draws of :func:`draw_threshold_pair` as lattice indices (lower,
     upper), :data:`UNBOUNDED` for an unbounded side, by its map of one exact integer draw
-    each. Exact in int64: L ≤ 2²⁴ + 1
-    (NumericAttribute.lattice_bits ≤ 24) keeps u below 7.1·10¹⁴ and 8(u − 2L²) + 1 below 2⁵³, so
-    the float square root is within one of the integer one, which the two corrections settle."""
+    each. Exact in int64: L ≤ 2²⁴ + 1 (NumericAttribute.lattice_bits ≤ 24) keeps u below
+    7.1·10¹⁴ and 8(u − 2L²) + 1 below 2⁵³, so the float square root is within one of the integer
+    one, which the two corrections settle."""
     size = lattice.size
     square = size * size
     picks = np.asarray(

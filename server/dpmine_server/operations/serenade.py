@@ -600,12 +600,18 @@ class RejectionPlan:
         hold at most min(families × batches, proposals weighed))."""
         if self.cap <= 0 or self.families <= 0:
             return 0.0
+        return self._preparation_seconds() + self._batch_seconds()
+
+    def _preparation_seconds(self) -> float:
+        """Every family's passes over the rows."""
+        return self.families * (PREPARED_FAMILY_SECONDS + PREPARED_FAMILY_ROW_SECONDS * self.n_max)
+
+    def _batch_seconds(self) -> float:
+        """The proposals weighed in batches and each family's share of every batch."""
         work = batch_work(self.draws, self.cap)
-        per_family = PREPARED_FAMILY_SECONDS + PREPARED_FAMILY_ROW_SECONDS * self.n_max
         batch_families = min(self.families * work.batches, work.proposals)
         return (
-            self.families * per_family
-            + work.proposals * PREPARED_PROPOSAL_SECONDS
+            work.proposals * PREPARED_PROPOSAL_SECONDS
             + batch_families * PREPARED_BATCH_FAMILY_SECONDS
         )
 
@@ -627,16 +633,15 @@ def joint_rejection_seconds(plans: Sequence[RejectionPlan], cap: int) -> float:
     proposals counted in all are at most ``cap``, whoever makes them)."""
     prepared = [plan for plan in plans if plan.prepared]
     seconds = 0.0
-    if prepared:
-        shared = RejectionPlan(
-            families=max(plan.families for plan in prepared),
+    if prepared and cap > 0:
+        batches = RejectionPlan(
+            families=max(plan.families for plan in prepared),  # a batch is one part's
             cap=cap,
             draws=sum(plan.draws for plan in prepared),
             n_max=prepared[0].n_max,
         )
-        extra_families = sum(plan.families for plan in prepared) - shared.families
-        per_family = PREPARED_FAMILY_SECONDS + PREPARED_FAMILY_ROW_SECONDS * shared.n_max
-        seconds += shared.prepared_seconds() + extra_families * per_family
+        seconds += sum(plan._preparation_seconds() for plan in prepared)
+        seconds += batches._batch_seconds()
     if len(prepared) < len(plans):
         seconds += replace(plans[0], cap=cap).scanned_seconds()
     return seconds
