@@ -25,6 +25,7 @@ __all__ = [
     "compiled_counted_free",
     "inlined",
     "inlined_counted_free",
+    "kernel_input",
     "stop_flag",
 ]
 
@@ -74,3 +75,12 @@ def inlined_counted_free(function: Function) -> Function:
     jit: Callable[..., Callable[[Function], Function]] = numba.njit
     kernel: Function = jit(inline="always", nogil=True, _nrt=False)(function)
     return kernel
+
+
+def kernel_input(array: npt.ArrayLike, dtype: type[np.generic]) -> npt.NDArray[Any]:
+    """``array`` as a writeable, C-contiguous array of ``dtype`` (a copy only when it is not
+    one already): numba compiles a kernel once per argument type, and a read-only or strided
+    array is another type, which the warm-up would not have loaded (a compilation of seconds
+    inside a padded call)."""
+    converted = np.ascontiguousarray(array, dtype=dtype)
+    return converted if converted.flags.writeable else converted.copy()

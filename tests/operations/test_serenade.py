@@ -1122,6 +1122,22 @@ def test_a_prepared_family_weighs_thresholds_as_the_scan_does(maker: str, negate
             assert float(got[0]) == pytest.approx(weighted.log_weight(lower, upper), rel=1e-12)
 
 
+@pytest.mark.parametrize("op", ["and", "or"])
+def test_an_extensions_class_terms_name_the_masks_of_its_terms(op: str) -> None:
+    """Grid extensions read |I| and |U| from row classes of (X, Y) (``class_terms``): each
+    named class is, row for row, the mask of :meth:`terms`, with the same constants."""
+    generator = np.random.default_rng(11)
+    n = 197
+    support, other = (Bitset.from_bool_array(generator.random(n) < p) for p in (0.4, 0.5))
+    base = Redescription(left=BoolLiteral(attribute="l"), right=BoolLiteral(attribute="r"))
+    maker = serenade._ExtendMaker(base, "left", "and" if op == "and" else "or", support, other)
+    classes = [~(support | other), other - support, support - other, support & other]
+    terms, named = maker.terms(), maker.class_terms()
+    assert (named.i_constant, named.u_constant) == (terms.i_constant, terms.u_constant)
+    assert classes[named.i_class] == terms.i_rows
+    assert classes[named.u_class] == terms.u_rows
+
+
 @pytest.mark.parametrize("negations", [False, True])
 @pytest.mark.parametrize("kind", ["views", "table"])
 def test_grid_pairs_count_every_left_literal_per_right_cell_exactly(

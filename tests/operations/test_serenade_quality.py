@@ -439,3 +439,34 @@ def test_a_narrow_window_still_bounds_every_row_it_skips(
         s2, y0 = float(rng.uniform(0.05, 3.0)), float(rng.uniform(-3.0, n_max + 3.0))
         _up, _down, e00_up = brute_force_one_sided(s, x0, n_max, s2, y0)
         assert coverage_increase(s, x0, s2, y0, n_max) >= e00_up - 1e-15, (s, x0, s2, y0)
+
+
+@pytest.mark.parametrize("mode", ["jaccard", "quality", "covered"])
+def test_counts_quality_is_the_vectorised_quality_of_the_same_counts(mode: str) -> None:
+    """The compiled pass over integer counts gives the vectorised functions' values (to the
+    last bits of exp), with |U| = 0, sigmoids saturated both ways and every E00; other dtypes
+    take the vectorised functions themselves."""
+    generator = np.random.default_rng(9)
+    n_rows = 5_000
+    u = generator.integers(0, n_rows + 1, size=20_000, dtype=np.int64)
+    i = (u * generator.random(u.size)).astype(np.int64)
+    u[:50], i[:50] = 0, 0
+    s, x0, s2, y0 = 0.05, 400.0, 0.2, 1_000.0
+    if mode == "jaccard":
+        expected = serenade_quality.jaccard(i, u)
+        got = serenade_quality.counts_quality(i, u, n_rows)
+    elif mode == "quality":
+        expected = serenade_quality.quality(i, u, s=s, x0=x0)
+        got = serenade_quality.counts_quality(i, u, n_rows, s=s, x0=x0)
+    else:
+        expected = serenade_quality.covered_quality(i, u, n_rows, s=s, x0=x0, s2=s2, y0=y0)
+        got = serenade_quality.counts_quality(i, u, n_rows, s=s, x0=x0, s2=s2, y0=y0)
+    np.testing.assert_allclose(got, expected, rtol=1e-13, atol=0.0)
+    assert np.array_equal(got == 0.0, expected == 0.0)
+    as_float = serenade_quality.counts_quality(
+        i.astype(np.float64), u.astype(np.float64), n_rows, s=s, x0=x0, s2=s2, y0=y0
+    )
+    reference = serenade_quality.covered_quality(i, u, n_rows, s=s, x0=x0, s2=s2, y0=y0)
+    np.testing.assert_array_equal(as_float, reference)
+    grid = serenade_quality.counts_quality(i.reshape(100, 200), u.reshape(100, 200), n_rows)
+    assert grid.shape == (100, 200)

@@ -137,6 +137,12 @@ ENTRY_KERNELS = (
     "dpmine_server.operations.tree_native:last_level_weights",
     "dpmine_server.operations.tree_native:mcmc_steps",
     "dpmine_server.operations.tree_native:pair_steps",
+    "dpmine_server.operations.serenade_thresholds:_grid_cells",
+    "dpmine_server.operations.serenade_thresholds:_uniform_grid_cells",
+    "dpmine_server.operations.serenade_thresholds:_class_cell_counts",
+    "dpmine_server.operations.serenade_quality:_counts_quality",
+    "dpmine_server.operations.serenade_thresholds:_pair_interval_quality",
+    "dpmine_server.dp.mechanisms:_normalised_cumulative",
 )
 
 _KERNEL_PROBE = """

@@ -409,6 +409,10 @@ class CandidateSampler(Generic[T]):
     :class:`ProposalPool` instead of a number is a cap shared with the samplers run before and
     after this one (:func:`joint_proposal_cap`): the same rule, over all their draws.
 
+    ``owned``: the caller hands ``explicit_log_weights`` over, and without families their
+    memory holds the enumeration's cumulative weights (:class:`~dpmine_server.dp.mechanisms.
+    LogWeightSampler` ``consume``); only their number is read afterwards.
+
     ``prepared`` (a public choice, e.g. Serenade's ``RejectionPlan``) weighs proposals a batch
     at a time from each family's :meth:`~ThresholdFamily.threshold_weights`, prepared on the
     family's first proposal; otherwise one at a time by :meth:`~ThresholdFamily.log_weight`.
@@ -432,8 +436,10 @@ class CandidateSampler(Generic[T]):
         log_weight_bound: float,
         proposal_cap: int | ProposalPool,
         prepared: bool = True,
+        owned: bool = False,
     ) -> None:
         explicit = np.asarray(explicit_log_weights, dtype=np.float64)
+        self._owned = owned
         self._explicit = explicit
         self._families = list(families)
         self._masses = np.asarray([family.log_mass for family in self._families], dtype=np.float64)
@@ -472,6 +478,8 @@ class CandidateSampler(Generic[T]):
 
     def _enumeration(self) -> LogWeightSampler:
         """Explicit weights and every family's exact total (O(V²) per pair family)."""
+        if not self._families:  # no copy of a large explicit set (overwritten when owned)
+            return LogWeightSampler(self._explicit, consume=self._owned)
         totals = [family_log_total(family, family.cells()) for family in self._families]
         masses = np.asarray(totals, dtype=np.float64) + self._masses
         return LogWeightSampler(np.concatenate([self._explicit, masses]))

@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 import opendp.prelude as dp
 
+from dpmine_server.compiled import compiled_counted_free, kernel_input
 from dpmine_server.public_cache import public_cache
 
 __all__ = [
@@ -385,6 +386,32 @@ def noisy_top_k(
     return np.asarray(top[np.argsort(-keys[top], kind="stable")], dtype=np.int64)
 
 
+_NOT_FINITE_OR_MINUS_INF, _NO_CANDIDATE = 1, 2
+
+
+@compiled_counted_free
+def _normalised_cumulative(weights: FloatArray, out: FloatArray) -> int:
+    """``out`` = cumsum(exp(w − max w)) / its last term, by three passes over the weights
+    (the vectorised form took eight, with as many temporary arrays; ``out`` may be
+    ``weights`` itself: term k is read before it is written); 0, or
+    :data:`_NOT_FINITE_OR_MINUS_INF` when a weight is NaN or +∞, :data:`_NO_CANDIDATE` when
+    every weight is −∞ (``out`` then unspecified)."""
+    top = -np.inf
+    for weight in weights:
+        if np.isnan(weight) or weight == np.inf:
+            return _NOT_FINITE_OR_MINUS_INF
+        top = max(top, weight)
+    if top == -np.inf:
+        return _NO_CANDIDATE
+    total = 0.0
+    for k in range(weights.size):
+        total += np.exp(weights[k] - top)
+        out[k] = total
+    for k in range(weights.size):
+        out[k] /= total
+    return 0
+
+
 class LogWeightSampler:
     """Independent draws ∝ exp(log_weights) by inversion of the normalised cumulative weights.
 
@@ -392,14 +419,22 @@ class LogWeightSampler:
     exponential-mechanism draws over the same candidates (§2.3's I initial pairs). Like the
     Gumbel transforms it only chooses among candidates; nothing numeric is released from it."""
 
-    def __init__(self, log_weights: npt.ArrayLike) -> None:
-        weights = np.asarray(log_weights, dtype=np.float64)
-        if weights.ndim != 1 or weights.size == 0 or not np.any(np.isfinite(weights)):
+    def __init__(self, log_weights: npt.ArrayLike, *, consume: bool = False) -> None:
+        """``consume``: the caller hands ``log_weights`` over (a writeable float64 array it
+        never reads again), and its memory holds the cumulative weights: one array of the
+        candidates' size fewer to allocate (on a first call, fresh memory costs more than the
+        arithmetic)."""
+        weights = kernel_input(log_weights, np.float64)
+        if weights.ndim != 1 or weights.size == 0:
             raise ValueError("the exponential mechanism needs at least one candidate")
-        if np.any(np.isnan(weights)) or np.any(weights == np.inf):
+        in_place = consume and weights is log_weights
+        cumulative = weights if in_place else np.empty(weights.size, dtype=np.float64)
+        status = _normalised_cumulative(weights, cumulative)
+        if status == _NOT_FINITE_OR_MINUS_INF:
             raise ValueError("log-weights must be finite or -inf")
-        cumulative = np.cumsum(np.exp(weights - np.max(weights)))
-        self._cumulative = cumulative / cumulative[-1]
+        if status == _NO_CANDIDATE:
+            raise ValueError("the exponential mechanism needs at least one candidate")
+        self._cumulative = cumulative
 
     @property
     def size(self) -> int:

@@ -69,13 +69,18 @@ from dpmine_server.dp.candidates import (
 )
 from dpmine_server.dp.lattice import PublicLattice
 from dpmine_server.dp.mechanisms import OneSided, batch_work, em_coefficient
-from dpmine_server.operations.serenade_quality import covered_quality, jaccard, quality
+from dpmine_server.operations.serenade_quality import (
+    KernelQuality,
+    counts_quality,
+    kernel_quality,
+)
 from dpmine_server.operations.serenade_thresholds import (
     Grid,
+    class_interval_counts,
     grid_intervals,
     grid_points,
-    interval_counts,
     numeric_rows,
+    pair_interval_quality,
     threshold_grid,
 )
 from dpmine_server.services.extension_model import active_ticket, canonical_text
@@ -145,13 +150,21 @@ class QualityParams:
         return em_coefficient(epsilon, self.delta)
 
     def evaluate(self, i: npt.ArrayLike, u: npt.ArrayLike, n_rows: int) -> npt.NDArray[np.float64]:
-        """Q for statistics (|I|, |U|) on n rows (E00 = n − |U|), vectorised."""
+        """Q for statistics (|I|, |U|) on n rows (E00 = n − |U|), vectorised (integer counts
+        by one compiled pass: :func:`~dpmine_server.operations.serenade_quality.
+        counts_quality`)."""
+        i_counts, u_counts = np.asarray(i), np.asarray(u)
         if self.function == "jaccard":
-            return jaccard(i, u)
-        if self.y0 is None:
-            return quality(i, u, s=self.s, x0=self.x0)
-        s2 = self.s if self.s2 is None else self.s2
-        return covered_quality(i, u, n_rows, s=self.s, x0=self.x0, s2=s2, y0=self.y0)
+            return counts_quality(i_counts, u_counts, n_rows)
+        return counts_quality(
+            i_counts, u_counts, n_rows, s=self.s, x0=self.x0, s2=self.s2, y0=self.y0
+        )
+
+    def kernel_quality(self, n_rows: int) -> KernelQuality:
+        """How a compiled kernel evaluates :meth:`evaluate` on ``n_rows`` rows."""
+        if self.function == "jaccard":
+            return kernel_quality(n_rows)
+        return kernel_quality(n_rows, s=self.s, x0=self.x0, s2=self.s2, y0=self.y0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,6 +361,18 @@ class _Terms:
 
 
 @dataclass(frozen=True, slots=True)
+class _ClassTerms:
+    """:class:`_Terms` whose two masks are row classes of (X, Y) (:meth:`_ExtendMaker.
+    class_terms`): |I| = i_constant + |class i_class ∩ ℓ|, |U| = u_constant + |class u_class ∩
+    ℓ|."""
+
+    i_constant: int
+    i_class: int
+    u_constant: int
+    u_class: int
+
+
+@dataclass(frozen=True, slots=True)
 class _ExtendMaker:
     """Extends side ``side`` of ``base`` by ``op`` and a literal with support ``rows``."""
 
@@ -367,6 +392,17 @@ class _ExtendMaker:
         if self.op == "and":  # new = X ∩ ℓ
             return _Terms(0, x & y, y.count(), x - y)
         return _Terms((x & y).count(), y - x, (x | y).count(), ~(x | y))  # new = X or ℓ
+
+    def class_terms(self) -> _ClassTerms:
+        """:meth:`terms` with each mask named as its row class of (X, Y) = (``support``,
+        ``other``), k = 2·[row ∈ X] + [row ∈ Y] (:func:`~dpmine_server.operations.
+        serenade_thresholds.class_interval_counts`): X ∩ Y is class 3, X − Y class 2, Y − X
+        class 1 and the rows in neither class 0 (tests/operations/test_serenade.py checks
+        them against :meth:`terms`)."""
+        x, y = self.support, self.other
+        if self.op == "and":
+            return _ClassTerms(0, 3, y.count(), 2)
+        return _ClassTerms((x & y).count(), 1, (x | y).count(), 0)
 
     def statistics(self, rows: Bitset) -> tuple[int, int]:
         """(|I|, |U|) of the extension by a literal with support ``rows``."""
@@ -443,9 +479,16 @@ class _Candidates:
         self, log_mass: npt.ArrayLike, i: npt.ArrayLike, u: npt.ArrayLike, outcomes: _Outcomes
     ) -> None:
         """Explicit candidates with base masses exp(log_mass) and statistics (|I|, |U|)."""
-        q = self.params.evaluate(i, u, self.n_rows)
+        self.add_evaluated(log_mass, self.params.evaluate(i, u, self.n_rows), outcomes)
+
+    def add_evaluated(
+        self, log_mass: npt.ArrayLike, quality: npt.NDArray[np.float64], outcomes: _Outcomes
+    ) -> None:
+        """Explicit candidates with base masses exp(log_mass) and qualities Q, in the row-major
+        order of ``outcomes`` (``log_mass`` broadcast to Q's shape, never copied)."""
+        q = np.atleast_1d(quality)
         mass = np.broadcast_to(np.asarray(log_mass, dtype=np.float64), q.shape)
-        self.blocks.append(_Block(np.atleast_1d(mass), np.atleast_1d(q), outcomes))
+        self.blocks.append(_Block(mass, q, outcomes))
 
 
 @dataclass(frozen=True, slots=True)
@@ -674,11 +717,13 @@ class _Draws:
             for position, group in groups
             for family in group.families
         ]
-        explicit = (
-            np.concatenate([block.log_mass + c * block.quality for _p, block in self._blocks])
-            if self._blocks
-            else np.zeros(0)
-        )
+        explicit = np.empty(sum(block.quality.size for _p, block in self._blocks))
+        start = 0
+        for _position, block in self._blocks:  # log μ + c·Q, written in place block by block
+            part = explicit[start : start + block.quality.size].reshape(block.quality.shape)
+            np.multiply(block.quality, c, out=part)
+            part += block.log_mass
+            start += block.quality.size
         cap = rejection_proposals(c, draws)
         # len(families) is the public extension_families / pair_families count (tests/
         # operations/test_serenade.py), so the plan is the one the budget prices.
@@ -689,6 +734,7 @@ class _Draws:
             log_weight_bound=c,
             proposal_cap=_proposal_cap(cap),
             prepared=plan.prepared,
+            owned=True,  # written here block by block, read by no one else
         )
 
     def draw(self, rng: np.random.Generator) -> Outcome:
@@ -738,6 +784,8 @@ def _extension_candidates(
     candidates.add(0.0, both.count(), either.count(), [red])
     polarities = (False, True) if rules.negations else (False,)
     pairs: tuple[tuple[Side, Side], ...] = (("left", "right"), ("right", "left"))
+    # Row classes' interval counts per attribute, shared by both operators and polarities.
+    classes: dict[str, npt.NDArray[np.int64]] = {}
     for side, other_side in pairs:
         mine, other = sides[side], sides[other_side]
         if len(mine.literals) >= rules.max_literals:
@@ -750,6 +798,7 @@ def _extension_candidates(
             if op == "or" and rules.single_side_or and other.has_or:
                 continue
             maker = _ExtendMaker(red, side, op, rows[side], rows[other_side])
+            terms = maker.class_terms()
             _add_discrete_extensions(candidates, maker, bank, keep)
             for name in _numeric_names(metadata, [n for n in view if n not in used]):
                 attribute, column = _numeric(store, name)
@@ -757,7 +806,15 @@ def _extension_candidates(
                     if mode == "continuous":
                         candidates.families.append(_Family(column, attribute, negated, maker))
                     else:
-                        _add_grid_extensions(candidates, maker, (attribute, column, negated))
+                        counts = classes.get(name)
+                        if counts is None:
+                            grid = threshold_grid(column, attribute)
+                            counts = classes[name] = class_interval_counts(
+                                grid, rows[side], rows[other_side]
+                            )
+                        family = (attribute, column, negated)
+                        by_class = counts[int(negated)]
+                        _add_grid_extensions(candidates, (maker, terms), family, by_class)
     return candidates
 
 
@@ -868,14 +925,19 @@ def _add_discrete_extensions(
 
 def _add_grid_extensions(
     candidates: _Candidates,
-    maker: _ExtendMaker,
+    extension: tuple[_ExtendMaker, _ClassTerms],
     family: tuple[NumericAttribute, NumericColumn, bool],
+    classes: npt.NDArray[np.int64],
 ) -> None:
+    """The extensions of a maker by every grid interval of one numeric attribute at one
+    polarity, from the maker's :meth:`_ExtendMaker.class_terms` and the intervals' counts per
+    row class of (X, Y) (``classes``, [4, intervals]: :func:`~dpmine_server.operations.
+    serenade_thresholds.class_interval_counts`)."""
+    maker, terms = extension
     attribute, column, negated = family
     grid = threshold_grid(column, attribute)
-    terms = maker.terms()
-    i = terms.i_constant + interval_counts(grid, terms.i_rows, negated=negated)
-    u = terms.u_constant + interval_counts(grid, terms.u_rows, negated=negated)
+    i = terms.i_constant + classes[terms.i_class]
+    u = terms.u_constant + classes[terms.u_class]
     literals = grid.literals[negated]
     candidates.add(-math.log(len(literals)), i, u, _LazyOutcomes(maker, literals))
 
@@ -1167,24 +1229,17 @@ def _add_grid_pairs(
     if not keep:
         return
     grid = threshold_grid(column, attribute)
-    present = grid.cells >= 0
     skip = attribute.name if same_table else None
     per_cell_all, sizes_all = _left_cell_counts(left, left_matrix, grid, skip=skip)
-    per_cell, sizes = per_cell_all[keep], sizes_all[keep][:, None]  # [n_left, n_cells], [n_left, 1]
+    per_cell, sizes = per_cell_all[keep], sizes_all[keep]  # [n_left, n_cells], [n_left]
     prefix = np.concatenate([np.zeros((len(keep), 1), dtype=np.int64), np.cumsum(per_cell, 1)], 1)
-    inside = prefix[:, grid.high_cells + 1] - prefix[:, grid.low_cells]  # [n_left, n_intervals]
-    all_prefix = np.concatenate(
-        [[0], np.cumsum(np.bincount(grid.cells[present], minlength=grid.n_cells))]
-    )
-    all_inside = all_prefix[grid.high_cells + 1] - all_prefix[grid.low_cells]
+    kernel = candidates.params.kernel_quality(candidates.n_rows)
     for negated in (False, True) if negations else (False,):
-        i = prefix[:, -1:] - inside if negated else inside
-        support = all_prefix[-1] - all_inside if negated else all_inside
-        u = sizes + support[None, :] - i
+        q = pair_interval_quality(grid, prefix, sizes, negated=negated, quality=kernel)
         right = grid.literals[negated]
         log_mass = masses[keep][:, None] - math.log(len(right))
         outcomes = _GridPairOutcomes([literals[k] for k in keep], right)
-        candidates.add(np.broadcast_to(log_mass, i.shape).ravel(), i.ravel(), u.ravel(), outcomes)
+        candidates.add_evaluated(np.broadcast_to(log_mass, q.shape), q, outcomes)
 
 
 def _left_cell_counts(

@@ -49,8 +49,11 @@ __all__ = [
 #: version 2 timed them filled, 10–16 ms short on small Serenade and tree calls. 4: Serenade's
 #: rejection proposals are priced by their public plan (operations/serenade.py
 #: ``RejectionPlan``), up to 50 times lower than the per-proposal scan that version 3's factors
-#: were measured against, and grid-mode pairs by their products and candidates apart.
-CALIBRATION_VERSION = 4
+#: were measured against, and grid-mode pairs by their products and candidates apart. 5: a
+#: built ``serenade.extend_one`` position is priced by its discrete literals, numeric
+#: attributes and query literals apart (services/timing.py), up to 200 times lower per
+#: discrete literal, and a call's grids and discrete supports by their rows.
+CALIBRATION_VERSION = 5
 
 #: Public safety margin over the measured worst case, written into every new file. Three
 #: covers a machine about three times slower than during the calibration (other processes,

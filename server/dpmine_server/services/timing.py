@@ -53,6 +53,7 @@ from dpmine.wire import (
     exact_rule_list_count,
     exact_rule_list_work,
 )
+from dpmine_server.data.validation import iter_literals
 from dpmine_server.operations.itemsets import Method, request_plan
 from dpmine_server.operations.redescriptions import (
     batch_shared_proposals,
@@ -119,8 +120,14 @@ def _noise_work(cells: int) -> float:
 #: ``s`` to the server (measured 10–31 ms cold at n_max 2,000 to 10⁷, with the coverage
 #: factor; its scans stop 40/s rows from x0 and y0, so it does not grow with n_max), else one
 #: steepness's sensitivities (measured 0.2–4 ms, the flattest steepness the slowest).
-_LINE_SEARCH_SECONDS = 0.04
-_SENSITIVITY_SECONDS = 0.01
+#: The quality parameters of a Serenade call, computed in its window (public values, cached
+#: per process): the line search over the 40 steepnesses of §2.1 measured 10–27 ms, and one
+#: given steepness's sensitivities 0.2–5.8 ms, from n_max 1,250 to 10⁷ with and without the
+#: coverage factor (the most at 10⁵–10⁶ with coverage); each priced at about three times
+#: that. At 0.04 and 0.01 s they were the tightest terms of an extension's price, so the
+#: calibration's factor, the largest measured/priced ratio of its cases, was set by them.
+_LINE_SEARCH_SECONDS = 0.09
+_SENSITIVITY_SECONDS = 0.018
 
 
 def _quality_setup_work(request: Mapping[str, Any]) -> float:
@@ -163,12 +170,15 @@ _CELL_PAIR = 4e-7
 #: Seconds per unit of grid-mode pair counting (left literal × row × grid cell: one float32
 #: multiply-add of a one-thread matrix product; measured 40–50 ps from 60 × 2,221 to 2,541 ×
 #: 10⁵ rows by 41 cells, about three times that) and per (left literal, grid interval)
-#: candidate it yields (its Q, base mass and share of the draws: 190 ns measured on 11·10⁶ to
-#: 26·10⁶ candidates, about three times that). One price per unit for both (6e-10) had put a
-#: teeth-sized call (11 left and 19 right numeric attributes, n_max 10⁵) at 129 s for 4–6 s of
-#: work, and a call of many candidates at less than three times its time.
+#: candidate it yields: its Q written by one compiled pass from prefix sums (operations/
+#: serenade_thresholds.py ``pair_interval_quality``), c·Q plus its base mass in place, and the
+#: cumulative weights over its own memory. 13.06·10⁶ candidates (teeth's shape at n_max 10⁵)
+#: took 1.28 s as a process's first call, 98 ns a candidate, most of it the first touch of
+#: fresh memory (0.52–0.68 s once the memory is the process's), against 190 ns before the
+#: compiled passes. One price per unit for both (6e-10) had put a teeth-sized call at 129 s
+#: for 4–6 s of work.
 GRID_PRODUCT_SECONDS = 1.5e-10
-GRID_CANDIDATE_SECONDS = 6e-7
+GRID_CANDIDATE_SECONDS = 3e-7
 #: Seconds per row of a joint histogram of a left numeric attribute's grid against a right
 #: one's (two masks, a multiply-add and a bincount over the rows), about three times the
 #: measured cost.
@@ -200,9 +210,11 @@ def _pairs_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
 
 
 #: Seconds per candidate of a cached (warm) candidate set in an extension draw: its share of
-#: the exponential mechanism over the union (c·Q plus its base mass, the log-sum and the
-#: choice, a few vectorised passes), plus a fixed cost per set (its blocks and families).
-_WARM_CANDIDATE_SECONDS = 2e-7
+#: the exponential mechanism over the union (c·Q plus its base mass written in place, the
+#: compiled cumulative weights and the choice), plus a fixed cost per set (its blocks and
+#: families). Measured 21–26 ns a candidate (an ES round of 19 held sets of 22,000–30,000
+#: candidates each, at 1,250 and 10⁵ rows), about a third of the price.
+_WARM_CANDIDATE_SECONDS = 8e-8
 _WARM_SET_SECONDS = 5e-4
 #: Positions a call with held candidate sets is priced for building, at least. It was three
 #: while concurrent kernels shared a process: one position alone was measured up to 38 ms on
@@ -213,16 +225,39 @@ _WARM_SET_SECONDS = 5e-4
 MIN_BUILT_POSITIONS = 1
 
 
-#: Seconds per numeric attribute, whatever the rows, of a ``serenade.extend_one`` call that
-#: builds candidate sets: each built position pays its grid families (the intervals' counts
-#: and the candidates' bookkeeping, :data:`_GRID_FAMILY_SECONDS`), and the call pays each grid
-#: once (:data:`_GRID_BUILD_SECONDS`: its intervals and each row's cell; cached on the column
-#: for the later positions). Profiled on a first call over 47 numeric attributes at 2,000 rows:
-#: 0.32 ms an attribute for the families, 0.36 ms for the grid. The row term alone (5e-8 s a
-#: row and literal, one literal per numeric attribute) priced such a call at a third of its
-#: time, and the calibration's factor then had to cover that 3 times over on every table.
-_GRID_FAMILY_SECONDS = 3.5e-4
-_GRID_BUILD_SECONDS = 4e-4
+#: The parts of a ``serenade.extend_one`` position built from the rows (§2.2), each priced at
+#: about three times what it measured on the development machine, quiet, with negations on
+#: (their worst case), at 1,250 and 10⁵ rows (bench/README.md, "Extension positions priced by
+#: their parts"):
+#:
+#: * a declared discrete literal, both operators and polarities: its support combined with
+#:   the side's and popcounts against the other side's (packed words): 5 µs at 1,250 rows,
+#:   27 µs at 10⁵ (120 Boolean attributes a side);
+#: * a numeric attribute: one compiled pass over the rows counts its grid cells per row
+#:   class of the two sides (operations/serenade_thresholds.py ``class_interval_counts``),
+#:   then each operator and polarity's intervals from prefix sums: 0.15–0.21 ms at 1,250
+#:   rows, 0.34–0.45 ms at 10⁵ (47 numeric attributes);
+#: * a literal of the position's own queries, evaluated over the rows (a numeric range a
+#:   compiled pass, about 1 ns a row).
+#:
+#: Once a call (cached on the store for later positions and calls): each numeric attribute's
+#: grid (0.18 ms whatever the rows: its intervals, literals and cell bounds), every row's
+#: cell by one compiled pass (on the default equal-width grid a guess and
+#: at most a step or two, 4.9 ns a row; on an owner's grid a binary search, 11–17 ns a row
+#: for 20 to 1,000 points), and the discrete literals' supports (6·10⁻¹⁰ s a row and
+#: literal; 1.7·10⁻¹⁰ measured with negations). The old price, 5·10⁻⁸ s a row and declared literal
+#: for every position, was 200× a discrete literal's time at 10⁵ rows and below a first
+#: call's grids there.
+DISCRETE_LITERAL_SECONDS = 1.5e-5
+DISCRETE_LITERAL_ROW_SECONDS = 1e-9
+NUMERIC_ATTRIBUTE_SECONDS = 6e-4
+NUMERIC_ATTRIBUTE_ROW_SECONDS = 7.5e-9
+QUERY_LITERAL_SECONDS = 5e-5
+QUERY_LITERAL_ROW_SECONDS = 1e-8
+GRID_BUILD_SECONDS = 6e-4
+GRID_BUILD_ROW_SECONDS = 5e-8
+DEFAULT_GRID_BUILD_ROW_SECONDS = 1.5e-8
+DISCRETE_BANK_ROW_SECONDS = 1e-9
 
 
 def _numeric_attributes(metadata: DatasetMetadata) -> int:
@@ -230,13 +265,44 @@ def _numeric_attributes(metadata: DatasetMetadata) -> int:
     return sum(1 for attribute in metadata.attributes if attribute.type == "numeric")
 
 
-def _built_position_work(metadata: DatasetMetadata) -> float:
+def _built_position_work(metadata: DatasetMetadata, query_literals: int = 0) -> float:
     """Public bound on one ``serenade.extend_one`` position whose candidate set is built from
-    the rows: a pass over the rows per declared literal (an upper bound under
-    options.columns) and the fixed cost of each numeric attribute's grid families (the grids
-    themselves are priced once per call, :func:`_extend_draw_work`)."""
-    return 5e-8 * metadata.n_max * _literals(metadata) + _GRID_FAMILY_SECONDS * (
-        _numeric_attributes(metadata)
+    the rows, ``query_literals`` the literals of its two queries: every declared discrete
+    literal and numeric attribute (an upper bound under options.columns) and the queries'
+    evaluation (the grids and discrete supports are priced once per call,
+    :func:`_extend_call_work`)."""
+    numeric = _numeric_attributes(metadata)
+    discrete = _literals(metadata) - numeric
+    n_max = metadata.n_max
+    return (
+        discrete * (DISCRETE_LITERAL_SECONDS + DISCRETE_LITERAL_ROW_SECONDS * n_max)
+        + numeric * (NUMERIC_ATTRIBUTE_SECONDS + NUMERIC_ATTRIBUTE_ROW_SECONDS * n_max)
+        + query_literals * (QUERY_LITERAL_SECONDS + QUERY_LITERAL_ROW_SECONDS * n_max)
+    )
+
+
+def _extend_call_work(metadata: DatasetMetadata) -> float:
+    """Public bound on what an ``serenade.extend_one`` call that builds positions pays once:
+    every numeric attribute's grid and every declared discrete literal's support."""
+    n_max = metadata.n_max
+    grids = 0.0
+    for attribute in metadata.attributes:
+        if isinstance(attribute, NumericAttribute):
+            row = GRID_BUILD_ROW_SECONDS if attribute.grid else DEFAULT_GRID_BUILD_ROW_SECONDS
+            grids += GRID_BUILD_SECONDS + row * n_max
+    discrete = _literals(metadata) - _numeric_attributes(metadata)
+    return grids + discrete * DISCRETE_BANK_ROW_SECONDS * n_max
+
+
+def _most_query_literals(body: ExtendOneRequest) -> int:
+    """The most literals of one position's two queries in the collection (public: the
+    request)."""
+    return max(
+        (
+            sum(1 for _ in iter_literals(red.left)) + sum(1 for _ in iter_literals(red.right))
+            for red in body.collection
+        ),
+        default=0,
     )
 
 
@@ -259,9 +325,10 @@ def _extend_draw_work(
     collection = request.get("collection") or [None]
     body = ExtendOneRequest.model_validate(request)
     cells = extend_enumeration(body, metadata)
-    built = _built_position_work(metadata)
-    # Once a call: the grids (built at most once) and the quality parameters.
-    per_call = _GRID_BUILD_SECONDS * _numeric_attributes(metadata) + _quality_setup_work(request)
+    built = _built_position_work(metadata, _most_query_literals(body))
+    # Once a call: the grids and discrete supports (built at most once) and the quality
+    # parameters.
+    per_call = _extend_call_work(metadata) + _quality_setup_work(request)
     positions = len(collection)
     cold = max(positions - warm, 0)
     if cold == positions:

@@ -41,14 +41,21 @@ from dpmine.wire import (
     TreePairMCMCRequest,
 )
 from dpmine_server.data.cell_scan import TokenBytes, scan_numbers
-from dpmine_server.data.columns import ColumnStore
+from dpmine_server.data.columns import ColumnStore, NumericColumn
 from dpmine_server.data.itemset_miner import select_dense
 from dpmine_server.data.itemsets import transaction_index
 from dpmine_server.data.loaders import load_store
 from dpmine_server.dp.budget import Epsilon
+from dpmine_server.dp.mechanisms import LogWeightSampler
 from dpmine_server.dp.rng import secure_generator
 from dpmine_server.operations import CATALOG
 from dpmine_server.operations.base import no_progress
+from dpmine_server.operations.serenade_quality import counts_quality, kernel_quality
+from dpmine_server.operations.serenade_thresholds import (
+    class_interval_counts,
+    grid_for,
+    pair_interval_quality,
+)
 from dpmine_server.services.datasets import DatasetService
 
 __all__ = [
@@ -98,6 +105,28 @@ def _warm_itemset_miner(store: ColumnStore) -> None:
     select_dense(counts, {int(counts.max()): [0]})
 
 
+def _warm_serenade_grids(store: ColumnStore) -> None:
+    """Serenade's compiled kernels: a numeric column's grid cells and the row classes'
+    interval counts of an extension and the qualities of grid pairs
+    (operations/serenade_thresholds.py), the quality of integer counts
+    (operations/serenade_quality.py) and the exponential mechanism's
+    cumulative weights (dp/mechanisms.py ``LogWeightSampler``)."""
+    attribute = _METADATA.attribute("x")
+    column = store.column("x")
+    assert isinstance(attribute, NumericAttribute)
+    assert isinstance(column, NumericColumn)
+    rows = column.present
+    grid_for(column, "x", attribute.lo, attribute.hi, (0.5,))  # an owner's grid
+    grid = grid_for(column, "x", attribute.lo, attribute.hi, None)  # the default grid
+    class_interval_counts(grid, rows, rows)
+    counts = np.arange(4, dtype=np.int64)
+    counts_quality(counts, counts, 4, s=0.1, x0=1.0, y0=1.0)
+    prefix = np.zeros((1, grid.n_cells + 1), dtype=np.int64)
+    quality = kernel_quality(4, s=0.1, x0=1.0)
+    pair_interval_quality(grid, prefix, counts[:1], negated=False, quality=quality)
+    LogWeightSampler(np.zeros(4))
+
+
 def warm_compiled_kernels() -> None:
     """Run the compiled kernels once on a synthetic table (no dataset, no ledger: nothing is
     released): ``tree.mcmc`` (its chain and its exact sampler), ``tree.pair_mcmc`` and the
@@ -116,6 +145,7 @@ def warm_compiled_kernels() -> None:
         # column that is not integral takes the compiled scan (data/cell_scan.py).
         scan_numbers(pa.array([" 0.5", "?", "x"], pa.string()), TokenBytes.of(["?"]))
         _warm_itemset_miner(store)
+        _warm_serenade_grids(store)
         epsilon = Epsilon.charge(1.0)
         single = TreeMCMCRequest(
             view="left", target={"kind": "attribute", "attribute": "y"}, depth=2, epsilon=1.0
