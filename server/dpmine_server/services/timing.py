@@ -227,8 +227,8 @@ MIN_BUILT_POSITIONS = 1
 
 #: The parts of a ``serenade.extend_one`` position built from the rows (§2.2), each priced at
 #: about three times what it measured on the development machine, quiet, with negations on
-#: (their worst case), at 1,250 and 10⁵ rows (bench/README.md, "Extension positions priced by
-#: their parts"):
+#: (their worst case), at 1,250 and 10⁵ rows (bench/README.md, "Compiled Serenade passes and
+#: extension positions priced by their parts"):
 #:
 #: * a declared discrete literal, both operators and polarities: its support combined with
 #:   the side's and popcounts against the other side's (packed words): 5 µs at 1,250 rows,
@@ -238,16 +238,15 @@ MIN_BUILT_POSITIONS = 1
 #:   then each operator and polarity's intervals from prefix sums: 0.15–0.21 ms at 1,250
 #:   rows, 0.34–0.45 ms at 10⁵ (47 numeric attributes);
 #: * a literal of the position's own queries, evaluated over the rows (a numeric range a
-#:   compiled pass, about 1 ns a row).
+#:   compiled pass, about 1 ns a row; priced at ten times that, a position has few).
 #:
 #: Once a call (cached on the store for later positions and calls): each numeric attribute's
-#: grid (0.18 ms whatever the rows: its intervals, literals and cell bounds), every row's
-#: cell by one compiled pass (on the default equal-width grid a guess and
-#: at most a step or two, 4.9 ns a row; on an owner's grid a binary search, 11–17 ns a row
-#: for 20 to 1,000 points), and the discrete literals' supports (6·10⁻¹⁰ s a row and
-#: literal; 1.7·10⁻¹⁰ measured with negations). The old price, 5·10⁻⁸ s a row and declared literal
-#: for every position, was 200× a discrete literal's time at 10⁵ rows and below a first
-#: call's grids there.
+#: grid (0.18 ms whatever the rows: its intervals, literals and cell bounds), every row's cell
+#: by one compiled pass (on the default equal-width grid a guess and at most a step or two,
+#: 4.9 ns a row; on an owner's grid a binary search, 11–17 ns a row for 20 to 1,000 points),
+#: and the discrete literals' supports (1.7·10⁻¹⁰ s a row and literal, with negations). The
+#: old price, 5·10⁻⁸ s a row and declared literal for every position, was 200× a discrete
+#: literal's time at 10⁵ rows, and priced the grids below a first call's time there.
 DISCRETE_LITERAL_SECONDS = 1.5e-5
 DISCRETE_LITERAL_ROW_SECONDS = 1e-9
 NUMERIC_ATTRIBUTE_SECONDS = 6e-4
