@@ -1174,7 +1174,7 @@ def test_grid_pairs_count_every_left_literal_per_right_cell_exactly(
     metadata = DatasetMetadata(kind=kind, n_max=1_000, attributes=attributes)
     store = ColumnStore(metadata, n_rows=n, columns=columns)
     rules = ExtensionRules(negations=negations)
-    lefts = serenade._left_pair_literals(store, rules)
+    lefts = serenade._left_pair_literals(store, rules, with_numeric_rows=True)
     discrete_rows = [r.to_bool_array() for r in lefts.rows[: lefts.discrete]]
     matrix = np.stack(discrete_rows).astype(np.float32)
     attribute, column = serenade._numeric(store, "x")

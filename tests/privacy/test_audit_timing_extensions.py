@@ -1,14 +1,16 @@
 """Serial timing audit of SerenadeES's extension rounds priced against the public cache model
 (services/extension_model.py; DESIGN.md contract item 7; issue #23).
 
-A padded live server (100 ms grid, 150 ms base, overruns fail closed) holds the Mushroom data
-and the same rows minus one (8,124 and 8,123 rows). The same public sequence of
+A padded live server (100 ms grid, 150 ms base, scale 10, overruns fail closed) holds the
+Mushroom data and the same rows minus one (8,124 and 8,123 rows). The same public sequence of
 ``serenade.extend_one`` calls, an ES run's rounds that each replace one redescription of the
 collection (or none), is sent through the real client to both, one call at a time, alternating
 between the two datasets. Each answer comes at its padded deadline, a whole number of grid
 ticks after its arrival; the number of ticks (its latency floored to the grid) must be the
 same on both neighbours, round by round, exactly. The model is in use: the first round (every
-position built from the rows) is priced above the later ones (one position built at most).
+position built from the rows) is priced above the later ones (one position built at most); the
+scale of 10 keeps that difference above a tick now that a position on these 117 discrete
+literals is priced about 3 ms (services/timing.py).
 No call overran (an overrun fails the call, which would stop the sequence). The default run is
 short; the ``slow`` one replays a whole ES run's 80 rounds.
 
@@ -50,7 +52,7 @@ PADDED_ENV = {
     "DPMINE_TIMING_PADDING": "true",
     "DPMINE_TIMING_GRID_MS": str(GRID_MS),
     "DPMINE_TIMING_BASE_MS": "150",
-    "DPMINE_TIMING_SCALE": "1",
+    "DPMINE_TIMING_SCALE": "10",
     "DPMINE_TIMING_OVERRUN": "fail",
     "DPMINE_TIMING_WARM_EXTENSIONS": "true",
 }

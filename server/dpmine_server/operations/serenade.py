@@ -982,11 +982,15 @@ class _LeftLiterals:
     blocks: list[_LeftGridBlock]
 
 
-def _left_pair_literals(store: ColumnStore, rules: ExtensionRules) -> _LeftLiterals:
+def _left_pair_literals(
+    store: ColumnStore, rules: ExtensionRules, *, with_numeric_rows: bool
+) -> _LeftLiterals:
     """Left literals of initial pairs, their log base masses and supports: discrete literals of
     the left view (one unit each) and, if the left view has numeric attributes, their public-grid
     intervals (one unit per attribute) — §2.3 [REC] for two numeric views. Only the attributes
-    of ``rules.columns`` when given."""
+    of ``rules.columns`` when given. The grid intervals' supports (a pass over the rows each)
+    only ``with_numeric_rows`` (:func:`_left_numeric_rows_needed`); otherwise ``rows`` holds
+    the discrete literals' alone."""
     metadata = store.metadata
     negations = rules.negations
     names = _view_attributes(metadata, "left", rules.columns)
@@ -1005,7 +1009,8 @@ def _left_pair_literals(store: ColumnStore, rules: ExtensionRules) -> _LeftLiter
             for literal in grid.literals[negated]:
                 literals.append(literal)
                 masses.append(-math.log(len(grid.intervals)))
-                rows.append(numeric_rows(column, literal.lower, literal.upper, negated))
+                if with_numeric_rows:
+                    rows.append(numeric_rows(column, literal.lower, literal.upper, negated))
     return _LeftLiterals(literals, np.asarray(masses, dtype=np.float64), rows, discrete, blocks)
 
 
@@ -1109,6 +1114,13 @@ def pair_families(metadata: DatasetMetadata, rules: ExtensionRules) -> int:
     return families
 
 
+def _left_numeric_rows_needed(right_discrete: bool, mode: ThresholdMode) -> bool:
+    """Whether initial pairs need the left grid intervals' supports: to pair them with right
+    discrete literals (popcounts), or as continuous families' left literals. Grid mode with
+    numeric right attributes alone counts them from the grids (:func:`_left_cell_counts`)."""
+    return right_discrete or mode != "grid"
+
+
 @dataclass(frozen=True, slots=True)
 class GridPairWork:
     """Public bounds on the work of grid-mode initial pairs (:func:`_add_grid_pairs`):
@@ -1165,16 +1177,18 @@ def _pair_candidates(
     """Every (left literal, right literal) pair of §2.3; numeric right literals as families."""
     metadata = store.metadata
     candidates = _Candidates(params, store.all_rows().count())
-    lefts = _left_pair_literals(store, rules)
+    right_names = _view_attributes(metadata, "right", rules.columns)
+    bank = _bank(store, tuple(_discrete_names(metadata, right_names)), rules.negations)
+    with_numeric_rows = _left_numeric_rows_needed(bool(bank.literals), mode)
+    lefts = _left_pair_literals(store, rules, with_numeric_rows=with_numeric_rows)
     left_literals, left_masses, left_rows = lefts.literals, lefts.masses, lefts.rows
     if not left_literals:
         raise ValueError("the left view has no attribute that can start an initial pair")
-    right_names = _view_attributes(metadata, "right", rules.columns)
-    bank = _bank(store, tuple(_discrete_names(metadata, right_names)), rules.negations)
-    left_words = np.stack([rows.words for rows in left_rows])
     same_table = metadata.kind != "views"
     left_attributes = np.asarray([literal.attribute for literal in left_literals])
+    left_words = np.stack([rows.words for rows in left_rows]) if bank.literals else None
     for j, literal in enumerate(bank.literals):
+        assert left_words is not None
         allowed = ~(same_table & (left_attributes == literal.attribute))
         i, u = _pair_stats(left_words[allowed], bank.words[j])
         kept = [left for left, ok in zip(left_literals, allowed, strict=True) if ok]
