@@ -454,19 +454,27 @@ def test_counts_quality_is_the_vectorised_quality_of_the_same_counts(mode: str) 
     s, x0, s2, y0 = 0.05, 400.0, 0.2, 1_000.0
     if mode == "jaccard":
         expected = serenade_quality.jaccard(i, u)
-        got = serenade_quality.counts_quality(i, u, n_rows)
+        got = serenade_quality.counts_quality(i, u, serenade_quality.kernel_quality(n_rows))
     elif mode == "quality":
         expected = serenade_quality.quality(i, u, s=s, x0=x0)
-        got = serenade_quality.counts_quality(i, u, n_rows, s=s, x0=x0)
+        got = serenade_quality.counts_quality(
+            i, u, serenade_quality.kernel_quality(n_rows, s=s, x0=x0)
+        )
     else:
         expected = serenade_quality.covered_quality(i, u, n_rows, s=s, x0=x0, s2=s2, y0=y0)
-        got = serenade_quality.counts_quality(i, u, n_rows, s=s, x0=x0, s2=s2, y0=y0)
+        got = serenade_quality.counts_quality(
+            i, u, serenade_quality.kernel_quality(n_rows, s=s, x0=x0, s2=s2, y0=y0)
+        )
     np.testing.assert_allclose(got, expected, rtol=1e-13, atol=0.0)
     assert np.array_equal(got == 0.0, expected == 0.0)
     as_float = serenade_quality.counts_quality(
-        i.astype(np.float64), u.astype(np.float64), n_rows, s=s, x0=x0, s2=s2, y0=y0
+        i.astype(np.float64),
+        u.astype(np.float64),
+        serenade_quality.kernel_quality(n_rows, s=s, x0=x0, s2=s2, y0=y0),
     )
     reference = serenade_quality.covered_quality(i, u, n_rows, s=s, x0=x0, s2=s2, y0=y0)
     np.testing.assert_array_equal(as_float, reference)
-    grid = serenade_quality.counts_quality(i.reshape(100, 200), u.reshape(100, 200), n_rows)
+    grid = serenade_quality.counts_quality(
+        i.reshape(100, 200), u.reshape(100, 200), serenade_quality.kernel_quality(n_rows)
+    )
     assert grid.shape == (100, 200)

@@ -151,8 +151,7 @@ def test_pair_interval_quality_is_the_quality_of_each_pairs_exact_counts(seed: i
         i = np.asarray([[left.count_and(r) for r in literal_rows] for left in lefts])
         u = np.asarray([[(left | r).count() for r in literal_rows] for left in lefts])
         for setting in settings:
-            got = pair_interval_quality(
-                grid, prefix, sizes, negated=negated, quality=kernel_quality(rows, **setting)
-            )
-            expected = counts_quality(i.astype(np.int64), u.astype(np.int64), rows, **setting)
+            kernel = kernel_quality(rows, **setting)
+            got = pair_interval_quality(grid, prefix, sizes, negated=negated, quality=kernel)
+            expected = counts_quality(i.astype(np.int64), u.astype(np.int64), kernel)
             np.testing.assert_array_equal(got, expected)

@@ -78,6 +78,9 @@ Choice = tuple[Literal["explicit"], int] | tuple[Literal["family"], T]
 #: accepted early pays one small batch; one that spends a large cap pays few batches.
 FIRST_PICK_BATCH = 64
 MAX_PICK_BATCH = 8192
+#: ``propose(families, rng)`` of :meth:`RejectionSampler.draw`: one proposal from each listed
+#: family, their log-weights and a builder of the k-th.
+Proposer = Callable[[IntArray, np.random.Generator], tuple[FloatArray, Callable[[int], T]]]
 #: Envelope picks drawn at once when proposals are made one at a time (fewer near the limit).
 _SEQUENTIAL_PICKS = 256
 
@@ -489,7 +492,7 @@ class RejectionSampler:
 
     def draw(
         self,
-        propose: Callable[[IntArray, np.random.Generator], tuple[FloatArray, Callable[[int], T]]],
+        propose: Proposer[T],
         rng: np.random.Generator,
         *,
         limit: int,
@@ -512,7 +515,7 @@ class RejectionSampler:
 
     def _draw_batched(
         self,
-        propose: Callable[[IntArray, np.random.Generator], tuple[FloatArray, Callable[[int], T]]],
+        propose: Proposer[T],
         rng: np.random.Generator,
         limit: int,
     ) -> tuple[Choice[T] | None, int]:
@@ -544,7 +547,7 @@ class RejectionSampler:
 
     def _draw_sequential(
         self,
-        propose: Callable[[IntArray, np.random.Generator], tuple[FloatArray, Callable[[int], T]]],
+        propose: Proposer[T],
         rng: np.random.Generator,
         limit: int,
     ) -> tuple[Choice[T] | None, int]:

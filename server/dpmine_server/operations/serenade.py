@@ -153,12 +153,7 @@ class QualityParams:
         """Q for statistics (|I|, |U|) on n rows (E00 = n − |U|), vectorised (integer counts
         by one compiled pass: :func:`~dpmine_server.operations.serenade_quality.
         counts_quality`)."""
-        i_counts, u_counts = np.asarray(i), np.asarray(u)
-        if self.function == "jaccard":
-            return counts_quality(i_counts, u_counts, n_rows)
-        return counts_quality(
-            i_counts, u_counts, n_rows, s=self.s, x0=self.x0, s2=self.s2, y0=self.y0
-        )
+        return counts_quality(np.asarray(i), np.asarray(u), self.kernel_quality(n_rows))
 
     def kernel_quality(self, n_rows: int) -> KernelQuality:
         """How a compiled kernel evaluates :meth:`evaluate` on ``n_rows`` rows."""

@@ -112,28 +112,23 @@ def kernel_quality(
 
 
 def counts_quality(
-    intersection: npt.NDArray[np.int64],
-    union: npt.NDArray[np.int64],
-    n_rows: int,
-    *,
-    s: float | None = None,
-    x0: float = 0.0,
-    s2: float | None = None,
-    y0: float | None = None,
+    intersection: npt.NDArray[np.int64], union: npt.NDArray[np.int64], kernel: KernelQuality
 ) -> FloatArray:
-    """:func:`jaccard` (``s`` None), :func:`quality` (``y0`` None) or :func:`covered_quality`
-    of integer counts, by one compiled pass (:func:`_counts_quality`) instead of a dozen
-    vectorised ones: the same arithmetic in the same order (:func:`quality_of`), so equal to
-    those functions up to the last bit of ``exp`` (tests/operations/test_serenade_quality.py).
-    Counts of another dtype take the vectorised functions."""
+    """Q of integer counts as ``kernel`` says (:func:`kernel_quality`: J, :func:`quality` or
+    :func:`covered_quality`), by one compiled pass (:func:`_counts_quality`) instead of a
+    dozen vectorised ones: the same arithmetic in the same order (:func:`quality_of`), so
+    equal to those functions up to the last bit of ``exp``
+    (tests/operations/test_serenade_quality.py). Counts of another dtype take the vectorised
+    functions."""
     i, u = np.asarray(intersection), np.asarray(union)
+    mode, constants = kernel
     if i.dtype != np.int64 or u.dtype != np.int64 or i.shape != u.shape:
-        if s is None:
+        n_rows, s, x0, s2, y0 = constants
+        if mode == 0:
             return jaccard(i, u)
-        if y0 is None:
+        if mode == 1:
             return quality(i, u, s=s, x0=x0)
-        return covered_quality(i, u, n_rows, s=s, x0=x0, s2=s if s2 is None else s2, y0=y0)
-    mode, constants = kernel_quality(n_rows, s=s, x0=x0, s2=s2, y0=y0)
+        return covered_quality(i, u, int(n_rows), s=s, x0=x0, s2=s2, y0=y0)
     out = np.empty(i.shape, dtype=np.float64)
     _counts_quality(
         kernel_input(i.ravel(), np.int64),

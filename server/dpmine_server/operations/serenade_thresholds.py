@@ -114,10 +114,14 @@ class Grid:
     high_cells: npt.NDArray[np.int64]
     cells: npt.NDArray[np.int64]
     n_cells: int
+    #: Present rows in the first k cells, k = 0 … n_cells (an interval's support by one
+    #: difference).
+    present_prefix: npt.NDArray[np.int64]
 
     def nbytes(self) -> int:
         """Estimated memory (the arrays; intervals and literals are public)."""
-        return int(self.low_cells.nbytes + self.high_cells.nbytes + self.cells.nbytes)
+        arrays = (self.low_cells, self.high_cells, self.cells, self.present_prefix)
+        return int(sum(array.nbytes for array in arrays))
 
 
 def threshold_grid(column: NumericColumn, attribute: NumericAttribute) -> Grid:
@@ -148,13 +152,16 @@ def grid_for(
     else:
         _grid_cells(values, column.present.words, points, cells)
     literals = {negated: GridLiterals(name, intervals, negated) for negated in (False, True)}
+    n_cells = 2 * len(points) + 1
+    per_cell = np.bincount(cells[cells >= 0], minlength=n_cells)
     return Grid(
         intervals=intervals,
         literals=literals,
         low_cells=np.asarray(lows, dtype=np.int64),
         high_cells=np.asarray(highs, dtype=np.int64),
         cells=cells,
-        n_cells=2 * len(points) + 1,
+        n_cells=n_cells,
+        present_prefix=np.concatenate([[0], np.cumsum(per_cell)]).astype(np.int64),
     )
 
 
@@ -283,12 +290,10 @@ def pair_interval_quality(
     pass (:func:`_pair_interval_quality`) writes Q without the counts' arrays; the counts are
     those of the literals' row sets (tests/operations/test_serenade.py), and Q is
     :func:`~dpmine_server.operations.serenade_quality.quality_of` of them."""
-    present = grid.cells[grid.cells >= 0]
-    all_prefix = np.concatenate([[0], np.cumsum(np.bincount(present, minlength=grid.n_cells))])
     out = np.empty((left_prefix.shape[0], grid.low_cells.size), dtype=np.float64)
     _pair_interval_quality(
         (kernel_input(left_prefix, np.int64), kernel_input(left_sizes, np.int64)),
-        (grid.low_cells, grid.high_cells, kernel_input(all_prefix, np.int64)),
+        (grid.low_cells, grid.high_cells, grid.present_prefix),
         negated,
         quality,
         out,

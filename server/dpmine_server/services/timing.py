@@ -266,18 +266,24 @@ def _numeric_attributes(metadata: DatasetMetadata) -> int:
     return sum(1 for attribute in metadata.attributes if attribute.type == "numeric")
 
 
+def _discrete_literals(metadata: DatasetMetadata) -> int:
+    """Number of declared discrete literals (a categorical attribute's categories, a Boolean
+    one)."""
+    return _literals(metadata) - _numeric_attributes(metadata)
+
+
 def _built_position_work(metadata: DatasetMetadata, query_literals: int = 0) -> float:
     """Public bound on one ``serenade.extend_one`` position whose candidate set is built from
     the rows, ``query_literals`` the literals of its two queries: every declared discrete
     literal and numeric attribute (an upper bound under options.columns) and the queries'
     evaluation (the grids and discrete supports are priced once per call,
     :func:`_extend_call_work`)."""
-    numeric = _numeric_attributes(metadata)
-    discrete = _literals(metadata) - numeric
     n_max = metadata.n_max
     return (
-        discrete * (DISCRETE_LITERAL_SECONDS + DISCRETE_LITERAL_ROW_SECONDS * n_max)
-        + numeric * (NUMERIC_ATTRIBUTE_SECONDS + NUMERIC_ATTRIBUTE_ROW_SECONDS * n_max)
+        _discrete_literals(metadata)
+        * (DISCRETE_LITERAL_SECONDS + DISCRETE_LITERAL_ROW_SECONDS * n_max)
+        + _numeric_attributes(metadata)
+        * (NUMERIC_ATTRIBUTE_SECONDS + NUMERIC_ATTRIBUTE_ROW_SECONDS * n_max)
         + query_literals * (QUERY_LITERAL_SECONDS + QUERY_LITERAL_ROW_SECONDS * n_max)
     )
 
@@ -291,8 +297,7 @@ def _extend_call_work(metadata: DatasetMetadata) -> float:
         if isinstance(attribute, NumericAttribute):
             row = GRID_BUILD_ROW_SECONDS if attribute.grid else DEFAULT_GRID_BUILD_ROW_SECONDS
             grids += GRID_BUILD_SECONDS + row * n_max
-    discrete = _literals(metadata) - _numeric_attributes(metadata)
-    return grids + discrete * DISCRETE_BANK_ROW_SECONDS * n_max
+    return grids + _discrete_literals(metadata) * DISCRETE_BANK_ROW_SECONDS * n_max
 
 
 def _most_query_literals(body: ExtendOneRequest) -> int:

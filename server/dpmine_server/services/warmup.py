@@ -120,7 +120,7 @@ def _warm_serenade_grids(store: ColumnStore) -> None:
     grid = grid_for(column, "x", attribute.lo, attribute.hi, None)  # the default grid
     class_interval_counts(grid, rows, rows)
     counts = np.arange(4, dtype=np.int64)
-    counts_quality(counts, counts, 4, s=0.1, x0=1.0, y0=1.0)
+    counts_quality(counts, counts, kernel_quality(4, s=0.1, x0=1.0, y0=1.0))
     prefix = np.zeros((1, grid.n_cells + 1), dtype=np.int64)
     quality = kernel_quality(4, s=0.1, x0=1.0)
     pair_interval_quality(grid, prefix, counts[:1], negated=False, quality=quality)
