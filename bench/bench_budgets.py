@@ -85,7 +85,7 @@ from dpmine_server.dp import mechanisms
 from dpmine_server.dp.rng import secure_generator
 from dpmine_server.operations import CATALOG
 from dpmine_server.operations.base import no_progress
-from dpmine_server.operations.redescriptions import extension_priced_keys, rejection_plan
+from dpmine_server.operations.redescriptions import rejection_plan
 from dpmine_server.operations.serenade import RejectionPlan
 from dpmine_server.public_cache import clear_public_caches
 from dpmine_server.services.calibration import (
@@ -96,6 +96,7 @@ from dpmine_server.services.calibration import (
     cases_for,
 )
 from dpmine_server.services.extension_model import ExtensionCacheModel, Ticket, running
+from dpmine_server.services.extension_pricing import ExtensionCallKeys
 from dpmine_server.services.timing import PRICED_OPERATIONS, TimingPolicy
 from dpmine_server.services.warmup import freeze_heap, warm_compiled_kernels
 from dpmine_server.settings import Settings
@@ -305,21 +306,23 @@ def es_round(case: Case, metadata: DatasetMetadata) -> Case | None:
 
 def measure_es_round(case: Case, store: ColumnStore, policy: TimingPolicy, repeats: int) -> Result:
     """An ES round whose candidate sets the public cache model holds for every position but
-    the last (services/extension_model.py), against its warm budget
-    (``TimingPolicy.extend_budget``): each timed call gets the other positions' sets pinned, as
-    a call priced warm does, and builds the last one from the rows (on a fresh copy of the
-    store, so that it and its columns' grids are really built)."""
+    the last, and the call's banks and grids too (services/extension_model.py, as in every
+    round of a run after its first), against its warm budget (``TimingPolicy.extend_budget``):
+    each timed call gets the other positions' sets and the resources pinned, as a call priced
+    warm does, and builds the last position from the rows (on a fresh copy of the store)."""
     spec = CATALOG[case.operation]
     request = spec.request_model.model_validate(case.request)
     spec.validate(request, store.metadata)
     cost = spec.cost(request)
-    keys = extension_priced_keys(request, store.metadata)
-    held = len(keys) - 1
-    budget = policy.extend_budget(request, store.metadata, held)
+    call_keys = ExtensionCallKeys.of(request, store.metadata)
+    held_keys = (*call_keys.positions[:-1], call_keys.resources)
+    keys = call_keys.all
+    held = len(call_keys.positions) - 1
+    budget = policy.extend_budget(request, store.metadata, held, resources_held=True)
     result = Result(
         case.operation,
         case.dataset,
-        f"{case.note}, {held} of {len(keys)} held",
+        f"{case.note}, {held} of {len(call_keys.positions)} held and the resources",
         budget,
         0.0,
         [],
@@ -331,8 +334,8 @@ def measure_es_round(case: Case, store: ColumnStore, policy: TimingPolicy, repea
     for repetition in range(repeats + 1):
         fresh = store.fresh_copy()
         clear_public_caches()
-        pinned = {k.key: sets[k.key] for k in keys[:held] if k.key in sets}
-        ticket = Ticket(model, fresh, math.inf, tuple(keys), frozenset(), pinned)
+        pinned = {k.key: sets[k.key] for k in held_keys if k.key in sets}
+        ticket = Ticket(model, fresh, math.inf, keys, frozenset(), pinned)
         with counting_proposals() as made, running(ticket):
             start = time.perf_counter()
             spec.run(fresh, request, cost, secure_generator(), no_progress)

@@ -77,6 +77,7 @@ from dpmine_server.operations.serenade import (
     Op,
     QualityParams,
     ThresholdMode,
+    build_extension_resources,
     choose_threshold_mode,
     extend_one,
     extension_families,
@@ -951,7 +952,12 @@ def test_family_counts_are_the_kernels_families(
             kernel = sum(
                 len(
                     serenade._extension_candidates(
-                        store, redescription, rules=rules, mode="continuous", params=PARAMS
+                        store,
+                        redescription,
+                        rules=rules,
+                        mode="continuous",
+                        params=PARAMS,
+                        resources=build_extension_resources(store, rules, "continuous"),
                     ).families
                 )
                 for redescription in collection
@@ -1052,7 +1058,12 @@ def test_restricted_family_counts_are_the_kernels_families(
         assert pair_families(metadata, rules) == len(built.families)
         start = red(D, B) if "d" in columns else red(A, B)
         kernel = serenade._extension_candidates(
-            store, start, rules=rules, mode="continuous", params=PARAMS
+            store,
+            start,
+            rules=rules,
+            mode="continuous",
+            params=PARAMS,
+            resources=build_extension_resources(store, rules, "continuous"),
         )
         assert extension_families(metadata, [start], rules) == len(kernel.families)
     assert pair_families(metadata, ExtensionRules(columns=frozenset({"a", "b"}))) == 0

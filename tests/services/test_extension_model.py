@@ -28,11 +28,13 @@ from dpmine.wire import (
     CsvSource,
     DatasetMetadata,
     ExtendOneRequest,
+    NumericAttribute,
     Redescription,
 )
 from dpmine_server.data.columns import ColumnStore
 from dpmine_server.data.loaders import load_store
-from dpmine_server.operations.redescriptions import OPERATIONS, extension_priced_keys
+from dpmine_server.operations import serenade
+from dpmine_server.operations.redescriptions import OPERATIONS
 from dpmine_server.services.extension_model import (
     ExtensionCacheModel,
     PricedKey,
@@ -41,7 +43,8 @@ from dpmine_server.services.extension_model import (
     present_keys,
     running,
 )
-from dpmine_server.services.timing import TimingPolicy
+from dpmine_server.services.extension_pricing import ExtensionCallKeys
+from dpmine_server.services.timing import TimingPolicy, _extend_call_work
 
 METADATA = DatasetMetadata(
     kind="views",
@@ -126,12 +129,17 @@ Round = tuple[float, int | None, Redescription | None]
 
 
 def _pricer(
-    request: ExtendOneRequest, arrival: float, priced: list[float]
+    request: ExtendOneRequest,
+    arrival: float,
+    priced: list[float],
+    metadata: DatasetMetadata = METADATA,
 ) -> Callable[[frozenset[str]], float]:
-    """The deadline of a round from its warm keys, recording its budget in ``priced``."""
+    """The deadline of a round from its warm keys (as services/extension_pricing.py prices a
+    call), recording its budget in ``priced``."""
+    keys = ExtensionCallKeys.of(request, metadata)
 
     def deadline_of(warm: frozenset[str]) -> float:
-        budget = POLICY.extend_budget(request, METADATA, len(warm))
+        budget = keys.budget(POLICY, request, metadata, warm)
         priced.append(budget)
         return arrival + POLICY.deadline_offset(budget)
 
@@ -156,10 +164,11 @@ def replay(
         if position is not None and red is not None:
             collection[position] = red
         request = _request(collection)
-        keys = extension_priced_keys(request, METADATA)
+        keys = ExtensionCallKeys.of(request, store.metadata).all
         priced: list[float] = []
         clock.now = arrival
-        ticket = model.price(store, keys, arrival, _pricer(request, arrival, priced))
+        pricer = _pricer(request, arrival, priced, store.metadata)
+        ticket = model.price(store, keys, arrival, pricer)
         with running(ticket):
             EXTEND.run(
                 store, request, EXTEND.cost(request), np.random.default_rng(1), lambda *_: None
@@ -236,7 +245,7 @@ def test_warm_positions_are_served_from_the_pins(
     _budgets_, tickets = replay(ExtensionCacheModel(clock=clock), neighbours[0], clock)
     del _budgets_
     assert tickets[0].warm == frozenset()
-    assert len(tickets[1].warm) == len(BASE)
+    assert len(tickets[1].warm) == len(BASE) + 1  # and the call's resources
     assert tickets[1].pinned
     assert all(t.shown for t in tickets)
     # Round 3 changed position 0 (cold there); round 4 arrived before round 3's deadline, so
@@ -285,3 +294,112 @@ def test_present_keys_is_an_lru_over_public_deadlines() -> None:
     assert present_keys(events, 9.0, max_entries=3, max_bytes=100) == {"d", "a", "c"}
     # The newest key always fits, whatever its size.
     assert present_keys([ShownEvent(1.0, (key("z", 10**9),))], 1.0, max_entries=1, max_bytes=0)
+
+
+NUMERIC_METADATA = DatasetMetadata(
+    kind="views",
+    n_max=100_000,
+    attributes=[
+        BooleanAttribute(name="a", view="left"),
+        NumericAttribute(name="x", view="left", lo=0.0, hi=1.0),
+        BooleanAttribute(name="e", view="right"),
+        NumericAttribute(name="y", view="right", lo=0.0, hi=1.0),
+    ],
+)
+GRID_REQUEST = ExtendOneRequest.model_validate(
+    {
+        "mode": "es",
+        "collection": [
+            {
+                "left": {"kind": "bool", "attribute": "a"},
+                "right": {"kind": "bool", "attribute": "e"},
+            },
+            {
+                "left": {"kind": "num", "attribute": "x", "lower": 0.5},
+                "right": {"kind": "bool", "attribute": "e"},
+            },
+        ],
+        "epsilon": 0.5,
+        "quality": {"x0": 30.0},
+        "options": {"threshold_mode": "grid"},
+    }
+)
+
+
+def _numeric_store(folder: Path) -> ColumnStore:
+    lines = ["a,x,e,y"]
+    generator = np.random.default_rng(3)
+    for row in range(400):
+        x, y = generator.random(2)
+        missing = row % 11 == 0
+        lines.append(f"{row % 2},{x:.4f},{int(row % 3 == 0)},{'' if missing else f'{y:.4f}'}")
+    (folder / "numeric.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    store, _report = load_store(NUMERIC_METADATA, CsvSource(path="numeric.csv"), base_dir=folder)
+    return store
+
+
+def _grid_round(
+    model: ExtensionCacheModel | None, store: ColumnStore, arrival: float, clock: Clock
+) -> tuple[float | None, Ticket | None, Any]:
+    """:data:`GRID_REQUEST` run on ``store`` (priced against ``model`` and settled shown,
+    when given); its budget, its ticket and the drawn outcome."""
+    request = GRID_REQUEST
+
+    def run() -> Any:
+        generator = np.random.default_rng(7)
+        return EXTEND.run(store, request, EXTEND.cost(request), generator, lambda *_: None)
+
+    if model is None:
+        return None, None, run()
+    priced: list[float] = []
+    clock.now = arrival
+    keys = ExtensionCallKeys.of(request, NUMERIC_METADATA).all
+    pricer = _pricer(request, arrival, priced, NUMERIC_METADATA)
+    ticket = model.price(store, keys, arrival, pricer)
+    with running(ticket):
+        outcome = run()
+        ticket.settle(True)
+    return priced[-1], ticket, outcome
+
+
+def test_held_resources_price_a_call_without_its_grids_and_are_not_rebuilt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shown call leaves its banks and grids (operations/serenade.py ExtensionResources) in
+    the model; the next call is priced without exactly the per-call work that builds them,
+    reads the pinned copy instead of building them again, and draws what a call without the
+    model draws."""
+    store = _numeric_store(tmp_path)
+    _none, _no_ticket, unpriced_outcome = _grid_round(None, store, 0.0, Clock())
+    builds: list[Any] = []
+    real_build = serenade.build_extension_resources
+
+    def counted(*args: Any) -> Any:
+        built = real_build(*args)
+        builds.append(built)
+        return built
+
+    monkeypatch.setattr(serenade, "build_extension_resources", counted)
+    clock = Clock()
+    model = ExtensionCacheModel(clock=clock)
+    first_budget, first, first_outcome = _grid_round(model, store, 100.0, clock)
+    second_budget, second, second_outcome = _grid_round(model, store, 200.0, clock)
+    assert first is not None
+    assert second is not None
+    assert first.warm == frozenset()
+    resources = first.keys[-1]
+    assert resources.key == serenade.extension_resources_key(serenade.ExtensionRules(), "grid")
+    assert set(builds[0].grids) == {"x", "y"}
+    assert set(builds[0].banks) == {"left", "right"}
+    # The second call holds every key, reads the pinned resources and builds nothing.
+    assert second.warm == frozenset(key.text for key in second.keys)
+    assert second.pinned[resources.key] is builds[0]
+    assert len(builds) == 1
+    # Its budget is the warm positions' and no per-call work; without the held resources it
+    # would be that work more.
+    held = POLICY.extend_budget(GRID_REQUEST, NUMERIC_METADATA, 2, resources_held=True)
+    not_held = POLICY.extend_budget(GRID_REQUEST, NUMERIC_METADATA, 2)
+    assert second_budget == held
+    assert not_held - held == pytest.approx(_extend_call_work(NUMERIC_METADATA))
+    assert first_budget == POLICY.extend_budget(GRID_REQUEST, NUMERIC_METADATA, 0)
+    assert first_outcome == second_outcome == unpriced_outcome

@@ -51,6 +51,9 @@ from dpmine_server.operations.serenade import (
     extension_key_text,
     extension_public_candidates,
     extension_public_size,
+    extension_resources_key,
+    extension_resources_key_text,
+    extension_resources_public_size,
     grid_pair_work,
     initial_pairs,
     pair_families,
@@ -76,6 +79,7 @@ __all__ = [
     "extend_rejection_plan",
     "extension_candidate_count",
     "extension_priced_keys",
+    "extension_resources_priced_key",
     "noisy_quality",
     "pairs_enumeration",
     "pairs_grid_work",
@@ -357,6 +361,22 @@ def extension_priced_keys(request: ExtendOneRequest, metadata: DatasetMetadata) 
             )
         )
     return keys
+
+
+def extension_resources_priced_key(
+    request: ExtendOneRequest, metadata: DatasetMetadata
+) -> PricedKey:
+    """The public cache key of a ``serenade.extend_one`` call's banks and grids (the kernel's
+    :func:`~.serenade.extension_resources_key`), with its canonical text and public size:
+    held by the model, they price the call without its per-call work
+    (services/extension_pricing.py)."""
+    rules = _rules(request.options)
+    mode = _extend_mode(request, metadata)
+    return PricedKey(
+        key=extension_resources_key(rules, mode),
+        text=extension_resources_key_text(rules, mode),
+        size=extension_resources_public_size(metadata, rules, mode),
+    )
 
 
 def extension_candidate_count(request: ExtendOneRequest, metadata: DatasetMetadata) -> int:

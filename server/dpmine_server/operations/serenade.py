@@ -87,12 +87,14 @@ from dpmine_server.services.extension_model import active_ticket, canonical_text
 
 __all__ = [
     "REJECTION_MAX_EXPONENT",
+    "ExtensionResources",
     "ExtensionRules",
     "Op",
     "QualityParams",
     "RejectionPlan",
     "SideQuery",
     "ThresholdMode",
+    "build_extension_resources",
     "check_pair_space",
     "choose_threshold_mode",
     "enumerated_cells",
@@ -102,6 +104,9 @@ __all__ = [
     "extension_key_text",
     "extension_public_candidates",
     "extension_public_size",
+    "extension_resources_key",
+    "extension_resources_key_text",
+    "extension_resources_public_size",
     "initial_pairs",
     "joint_rejection_seconds",
     "pair_families",
@@ -267,6 +272,116 @@ def _bank(store: ColumnStore, names: tuple[str, ...], negations: bool) -> _Discr
         lambda: _build_bank(store, names, negations),
         nbytes=_DiscreteBank.nbytes,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ExtensionResources:
+    """What every position that one ``serenade.extend_one`` call builds reads besides its own
+    queries' rows (§2.2): each side's discrete bank and, in grid mode, the grid of every
+    numeric attribute a side may use. Built whole (:func:`build_extension_resources`), never
+    in part, so that a copy held by the public cache model (services/extension_model.py)
+    spares a later call exactly the per-call work that services/timing.py
+    ``_extend_call_work`` prices."""
+
+    banks: dict[Side, _DiscreteBank]
+    grids: dict[str, Grid]
+
+    def nbytes(self) -> int:
+        """Estimated memory (the banks' words and the grids' arrays)."""
+        banks = sum(bank.nbytes() for bank in self.banks.values())
+        return banks + sum(grid.nbytes() for grid in self.grids.values())
+
+
+def build_extension_resources(
+    store: ColumnStore, rules: ExtensionRules, mode: ThresholdMode
+) -> ExtensionResources:
+    """:class:`ExtensionResources` of the attributes ``rules`` allows, each bank and grid
+    taken from (or put in) the store's own caches."""
+    metadata = store.metadata
+    banks: dict[Side, _DiscreteBank] = {}
+    grids: dict[str, Grid] = {}
+    sides: tuple[Side, Side] = ("left", "right")
+    for side in sides:
+        view = _view_attributes(metadata, side, rules.columns)
+        banks[side] = _bank(store, tuple(_discrete_names(metadata, view)), rules.negations)
+        if mode != "grid":
+            continue
+        for name in _numeric_names(metadata, view):
+            if name not in grids:
+                attribute, column = _numeric(store, name)
+                grids[name] = threshold_grid(column, attribute)
+    return ExtensionResources(banks=banks, grids=grids)
+
+
+def extension_resources_key(
+    rules: ExtensionRules, mode: ThresholdMode
+) -> tuple[str, frozenset[str] | None, bool, ThresholdMode]:
+    """The cache key of a call's :class:`ExtensionResources`: public values only (the store
+    it is held for stands for the dataset version)."""
+    return ("serenade.extension_resources", rules.columns, rules.negations, mode)
+
+
+def extension_resources_key_text(rules: ExtensionRules, mode: ThresholdMode) -> str:
+    """A canonical text of :func:`extension_resources_key`."""
+    return canonical_text(
+        {
+            "resources": "serenade.extension_resources",
+            "columns": None if rules.columns is None else sorted(rules.columns),
+            "negations": rules.negations,
+            "mode": mode,
+        }
+    )
+
+
+def extension_resources_public_size(
+    metadata: DatasetMetadata, rules: ExtensionRules, mode: ThresholdMode
+) -> int:
+    """Public size estimate (bytes) of :class:`ExtensionResources`: a bitset of ``n_max`` bits
+    per bank literal, and in grid mode a cell (8 bytes) per ``n_max`` row and a few KiB per
+    numeric attribute. Public: metadata and options only."""
+    bitset = 8 * (metadata.n_max // 64 + 1)
+    size = 4096
+    numeric: set[str] = set()
+    sides: tuple[Side, Side] = ("left", "right")
+    for side in sides:
+        view = _view_attributes(metadata, side, rules.columns)
+        names = _discrete_names(metadata, view)
+        size += bitset * len(_discrete_literals(metadata, names, negations=rules.negations))
+        numeric.update(_numeric_names(metadata, view))
+    if mode == "grid":
+        size += len(numeric) * (8 * metadata.n_max + 4096)
+    return size
+
+
+def _extension_resources(
+    store: ColumnStore, rules: ExtensionRules, mode: ThresholdMode
+) -> ExtensionResources:
+    """The call's resources: those the active ticket pinned when its model holds them, else
+    built (and delivered to the ticket, so that a shown call enters them in the model)."""
+
+    def build() -> ExtensionResources:
+        return build_extension_resources(store, rules, mode)
+
+    ticket = active_ticket(store)
+    if ticket is None:
+        return build()
+    value = ticket.value(extension_resources_key(rules, mode), build)
+    assert isinstance(value, ExtensionResources)
+    return value
+
+
+class _LazyResources:
+    """A call's :class:`ExtensionResources`, fetched (:func:`_extension_resources`) once, on
+    first use."""
+
+    def __init__(self, store: ColumnStore, rules: ExtensionRules, mode: ThresholdMode) -> None:
+        self._args = (store, rules, mode)
+        self._value: ExtensionResources | None = None
+
+    def __call__(self) -> ExtensionResources:
+        if self._value is None:
+            self._value = _extension_resources(*self._args)
+        return self._value
 
 
 def _build_bank(store: ColumnStore, names: tuple[str, ...], negations: bool) -> _DiscreteBank:
@@ -766,8 +881,10 @@ def _extension_candidates(
     rules: ExtensionRules,
     mode: ThresholdMode,
     params: QualityParams,
+    resources: ExtensionResources,
 ) -> _Candidates:
-    """C(q_L, q_R) of §2.2: the redescription itself and every allowed one-literal extension."""
+    """C(q_L, q_R) of §2.2: the redescription itself and every allowed one-literal extension
+    (the sides' banks and grids from the call's ``resources``)."""
     metadata = store.metadata
     sides = {
         "left": parse_side(red.left, side="left"),
@@ -787,7 +904,7 @@ def _extension_candidates(
             continue
         used = mine.attributes | (other.attributes if metadata.kind != "views" else frozenset())
         view = _view_attributes(metadata, side, rules.columns)
-        bank = _bank(store, tuple(_discrete_names(metadata, view)), rules.negations)
+        bank = resources.banks[side]
         keep = np.fromiter((a not in used for a in bank.attributes), dtype=bool)
         for op in sorted(rules.operators):
             if op == "or" and rules.single_side_or and other.has_or:
@@ -803,7 +920,7 @@ def _extension_candidates(
                     else:
                         counts = classes.get(name)
                         if counts is None:
-                            grid = threshold_grid(column, attribute)
+                            grid = resources.grids[name]
                             counts = classes[name] = class_interval_counts(
                                 grid, rows[side], rows[other_side]
                             )
@@ -819,15 +936,20 @@ def _cached_extension_candidates(
     rules: ExtensionRules,
     mode: ThresholdMode,
     params: QualityParams,
+    *,
+    resources: Callable[[], ExtensionResources],
 ) -> _Candidates:
     """The candidate set of a redescription, cached on the store (a round of SerenadeES
-    rebuilds only the changed position's)."""
+    rebuilds only the changed position's); ``resources()`` gives the call's banks and grids
+    when it must be built."""
 
     key = extension_cache_key(red_json, rules, mode, params)
 
     def build() -> _Candidates:
         red = Redescription.model_validate_json(red_json)
-        return _extension_candidates(store, red, rules=rules, mode=mode, params=params)
+        return _extension_candidates(
+            store, red, rules=rules, mode=mode, params=params, resources=resources()
+        )
 
     def cached() -> _Candidates:
         return store.derived.get_or_build(key, build, nbytes=_Candidates.nbytes)
@@ -1374,10 +1496,18 @@ def extend_one(
     it, the data version and public options), so a round costs only the changed position.
     """
     c = params.coefficient(epsilon)
+    # Priced against the public cache model, the call always asks for its resources, so that
+    # a shown call leaves them in the model whether or not it built a position; otherwise
+    # they are built only for a position that needs them.
+    resources = _LazyResources(store, rules, mode)
+    if active_ticket(store) is not None:
+        resources()
     groups = [
         (
             position,
-            _cached_extension_candidates(store, red.model_dump_json(), rules, mode, params),
+            _cached_extension_candidates(
+                store, red.model_dump_json(), rules, mode, params, resources=resources
+            ),
         )
         for position, red in enumerate(collection)
     ]

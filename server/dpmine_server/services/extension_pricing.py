@@ -6,19 +6,60 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from dpmine.wire import ExtendOneRequest
-from dpmine_server.operations.redescriptions import extension_priced_keys
+from dpmine.wire import DatasetMetadata, ExtendOneRequest
+from dpmine_server.operations.redescriptions import (
+    extension_priced_keys,
+    extension_resources_priced_key,
+)
 from dpmine_server.services.container import Services
-from dpmine_server.services.extension_model import ExtensionCacheModel, Ticket
+from dpmine_server.services.extension_model import ExtensionCacheModel, PricedKey, Ticket
 from dpmine_server.services.timing import TimingPolicy
 
-__all__ = ["MODEL_NAME", "price_extension"]
+__all__ = ["MODEL_NAME", "ExtensionCallKeys", "price_extension"]
 
 logger = logging.getLogger(__name__)
 
 #: The name of the model on its store (:meth:`ColumnStore.attachment`).
 MODEL_NAME = "serenade.extension_model"
+
+
+@dataclass(frozen=True, slots=True)
+class ExtensionCallKeys:
+    """The model's keys of one ``serenade.extend_one`` call: one per position (its candidate
+    set) and one for the call's banks and grids (operations/serenade.py
+    ``ExtensionResources``)."""
+
+    positions: tuple[PricedKey, ...]
+    resources: PricedKey
+
+    @classmethod
+    def of(cls, request: ExtendOneRequest, metadata: DatasetMetadata) -> ExtensionCallKeys:
+        """The keys of ``request`` (public: the request and the metadata)."""
+        return cls(
+            positions=tuple(extension_priced_keys(request, metadata)),
+            resources=extension_resources_priced_key(request, metadata),
+        )
+
+    @property
+    def all(self) -> tuple[PricedKey, ...]:
+        """Every key, as the model registers them."""
+        return (*self.positions, self.resources)
+
+    def budget(
+        self,
+        policy: TimingPolicy,
+        request: ExtendOneRequest,
+        metadata: DatasetMetadata,
+        warm: frozenset[str],
+    ) -> float:
+        """The call's padding budget with the keys of ``warm`` held: its warm positions priced
+        by their draw only, and its per-call work left out when its resources are held
+        (:meth:`TimingPolicy.extend_budget`)."""
+        positions = sum(1 for key in self.positions if key.text in warm)
+        held = self.resources.text in warm
+        return policy.extend_budget(request, metadata, positions, resources_held=held)
 
 
 def price_extension(
@@ -53,7 +94,7 @@ def price_extension(
         store = datasets.resident_store(dataset_id, version)
         if store is None:
             return None
-        keys = extension_priced_keys(request, metadata)
+        keys = ExtensionCallKeys.of(request, metadata)
     except Exception:  # refused before the charge by the executor, which says why
         logger.debug("extension call not priced against the cache model", exc_info=True)
         return None
@@ -61,10 +102,9 @@ def price_extension(
     budgets: list[float] = []
 
     def deadline_of(warm: frozenset[str]) -> float:
-        warm_positions = sum(1 for key in keys if key.text in warm)
-        budget = policy.extend_budget(request, metadata, warm_positions)
+        budget = keys.budget(policy, request, metadata, warm)
         budgets.append(budget)
         return arrival + policy.deadline_offset(budget + reserve(budget))
 
-    ticket = model.price(store, keys, arrival, deadline_of)
+    ticket = model.price(store, keys.all, arrival, deadline_of)
     return budgets[-1], ticket

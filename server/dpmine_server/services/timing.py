@@ -322,19 +322,25 @@ def _warm_position_work(body: ExtendOneRequest, metadata: DatasetMetadata) -> fl
 
 
 def _extend_draw_work(
-    request: Mapping[str, Any], metadata: DatasetMetadata, warm: int = 0
+    request: Mapping[str, Any],
+    metadata: DatasetMetadata,
+    warm: int = 0,
+    resources_held: bool = False,
 ) -> float:
     """``serenade.extend_one`` without its rejection proposals (:func:`_extend_work`), with
     ``warm`` of its positions' candidate sets held by the public cache model (priced by
-    :func:`_warm_position_work`; the others are built from the rows)."""
+    :func:`_warm_position_work`; the others are built from the rows) and, when
+    ``resources_held``, the call's banks and grids held too (operations/serenade.py
+    ``ExtensionResources``: :func:`_extend_call_work` is then not paid)."""
     # As _pairs_work: every declared literal (an upper bound under options.columns).
     collection = request.get("collection") or [None]
     body = ExtendOneRequest.model_validate(request)
     cells = extend_enumeration(body, metadata)
     built = _built_position_work(metadata, _most_query_literals(body))
-    # Once a call: the grids and discrete supports (built at most once) and the quality
-    # parameters.
-    per_call = _extend_call_work(metadata) + _quality_setup_work(request)
+    # Once a call: the grids and discrete supports (built at most once, unless held) and the
+    # quality parameters.
+    resources = 0.0 if resources_held else _extend_call_work(metadata)
+    per_call = resources + _quality_setup_work(request)
     positions = len(collection)
     cold = max(positions - warm, 0)
     if cold == positions:
@@ -347,9 +353,15 @@ def _extend_draw_work(
     return per_call + priced + _CELL_PAIR * cells
 
 
-def _extend_work(request: Mapping[str, Any], metadata: DatasetMetadata, warm: int = 0) -> float:
+def _extend_work(
+    request: Mapping[str, Any],
+    metadata: DatasetMetadata,
+    warm: int = 0,
+    resources_held: bool = False,
+) -> float:
     plan = extend_rejection_plan(ExtendOneRequest.model_validate(request), metadata)
-    return _extend_draw_work(request, metadata, warm) + (plan.seconds() if plan else 0.0)
+    draw = _extend_draw_work(request, metadata, warm, resources_held)
+    return draw + (plan.seconds() if plan else 0.0)
 
 
 #: The work of the operations whose rejection proposals a batch may price jointly, without
@@ -789,18 +801,24 @@ class TimingPolicy:
         return total
 
     def extend_budget(
-        self, request: BaseModel | Mapping[str, Any], metadata: DatasetMetadata, warm: int
+        self,
+        request: BaseModel | Mapping[str, Any],
+        metadata: DatasetMetadata,
+        warm: int,
+        *,
+        resources_held: bool = False,
     ) -> float:
         """Seconds granted to a ``serenade.extend_one`` call of which ``warm`` positions'
-        candidate sets the public cache model holds (services/extension_model.py): as
-        :meth:`budget`, the warm positions priced by their draw only. ``warm`` is a function
-        of public events (that module's proof), so this is a public value; ``warm = 0`` is
-        :meth:`budget`."""
+        candidate sets, and its banks and grids when ``resources_held``, the public cache
+        model holds (services/extension_model.py): as :meth:`budget`, the warm positions
+        priced by their draw only and held resources not at all. Both are functions of
+        public events (that module's proof), so this is a public value; ``warm = 0`` without
+        resources is :meth:`budget`."""
         if not self.enabled:
             return 0.0
         body = request.model_dump(mode="json") if isinstance(request, BaseModel) else request
         operation = "serenade.extend_one"
-        work = max(float(_extend_work(body, metadata, warm)), 0.0)
+        work = max(float(_extend_work(body, metadata, warm, resources_held)), 0.0)
         return self.base + self.scale * self.calibrated_work(operation, work)
 
     def calibrated_work(self, operation: str, work: float, variant: str | None = None) -> float:
