@@ -44,7 +44,7 @@ from dpmine_server.services.extension_model import (
     running,
 )
 from dpmine_server.services.extension_pricing import ExtensionCallKeys
-from dpmine_server.services.timing import TimingPolicy, _extend_call_work
+from dpmine_server.services.timing import TimingPolicy, _grids_and_banks_work
 
 METADATA = DatasetMetadata(
     kind="views",
@@ -400,6 +400,6 @@ def test_held_resources_price_a_call_without_its_grids_and_are_not_rebuilt(
     held = POLICY.extend_budget(GRID_REQUEST, NUMERIC_METADATA, 2, resources_held=True)
     not_held = POLICY.extend_budget(GRID_REQUEST, NUMERIC_METADATA, 2)
     assert second_budget == held
-    assert not_held - held == pytest.approx(_extend_call_work(NUMERIC_METADATA))
+    assert not_held - held == pytest.approx(_grids_and_banks_work(NUMERIC_METADATA))
     assert first_budget == POLICY.extend_budget(GRID_REQUEST, NUMERIC_METADATA, 0)
     assert first_outcome == second_outcome == unpriced_outcome

@@ -85,6 +85,7 @@ __all__ = [
     "pairs_grid_work",
     "pairs_proposals",
     "pairs_rejection_plan",
+    "pairs_threshold_mode",
     "quality_parameters",
     "rejection_plan",
     "support_cells",
@@ -308,6 +309,12 @@ def _extend_coefficient(request: ExtendOneRequest, metadata: DatasetMetadata) ->
     """c of the extension draw, as the kernel computes it from the charged ε."""
     params = quality_parameters(request.quality, metadata.n_max)
     return params.coefficient(_cost(request).for_mechanism())
+
+
+def pairs_threshold_mode(request: InitialPairsRequest, metadata: DatasetMetadata) -> ThresholdMode:
+    """The threshold mode a ``serenade.initial_pairs`` call runs in (public: the request and
+    the metadata)."""
+    return _pairs_mode(request, metadata)
 
 
 def _pairs_mode(request: InitialPairsRequest, metadata: DatasetMetadata) -> ThresholdMode:

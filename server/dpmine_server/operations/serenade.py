@@ -281,7 +281,7 @@ class ExtensionResources:
     numeric attribute a side may use. Built whole (:func:`build_extension_resources`), never
     in part, so that a copy held by the public cache model (services/extension_model.py)
     spares a later call exactly the per-call work that services/timing.py
-    ``_extend_call_work`` prices."""
+    ``_grids_and_banks_work`` prices."""
 
     banks: dict[Side, _DiscreteBank]
     grids: dict[str, Grid]
@@ -1246,11 +1246,21 @@ class GridPairWork:
     the rows of the joint histograms of the left numeric attributes' grids (n_max per left
     attribute, polarity and right attribute); and ``candidates``, the (left literal, grid
     interval) pairs, each with its Q and base mass (a histogram's interval sums, intervals ×
-    cells, are fewer than its candidates)."""
+    cells, are fewer than its candidates). What the pairs with right discrete literals and
+    the set-up add (:func:`_pair_candidates`): ``matrix_rows``, the discrete left literals'
+    rows turned into the products' float matrix (n_max per literal, once); ``interval_rows``,
+    the left grid intervals' supports, a pass over the rows each, built only to pair them with
+    right discrete literals; ``pair_words``, the 64-bit words of the left supports that each
+    right discrete literal copies, intersects, joins and counts; ``discrete_pairs``, those
+    (left literal, right discrete literal) candidates."""
 
     products: int
     histogram_rows: int
     candidates: int
+    matrix_rows: int = 0
+    interval_rows: int = 0
+    pair_words: int = 0
+    discrete_pairs: int = 0
 
 
 def grid_pair_work(metadata: DatasetMetadata, rules: ExtensionRules) -> GridPairWork:
@@ -1279,7 +1289,23 @@ def grid_pair_work(metadata: DatasetMetadata, rules: ExtensionRules) -> GridPair
         products += kept_discrete * metadata.n_max * cells
         histogram_rows += len(kept_numeric) * polarities * metadata.n_max
         candidates += (kept_discrete + sum(kept_numeric) * polarities) * intervals
-    return GridPairWork(products, histogram_rows, candidates)
+    rights = _view_attributes(metadata, "right", rules.columns)
+    right_discrete = len(
+        _discrete_literals(metadata, _discrete_names(metadata, rights), negations=rules.negations)
+    )
+    right_numeric = bool(_numeric_names(metadata, rights))
+    intervals = sum(count for _name, count in numeric) * polarities
+    interval_rows = intervals * metadata.n_max if right_discrete else 0
+    paired = len(discrete) + (intervals if right_discrete else 0)
+    return GridPairWork(
+        products,
+        histogram_rows,
+        candidates,
+        matrix_rows=len(discrete) * metadata.n_max if right_numeric else 0,
+        interval_rows=interval_rows,
+        pair_words=paired * right_discrete * (metadata.n_max // 64 + 1),
+        discrete_pairs=paired * right_discrete,
+    )
 
 
 def _numeric_attribute(metadata: DatasetMetadata, name: str) -> NumericAttribute:

@@ -52,8 +52,11 @@ __all__ = [
 #: were measured against, and grid-mode pairs by their products and candidates apart. 5: a
 #: built ``serenade.extend_one`` position is priced by its discrete literals, numeric
 #: attributes and query literals apart (services/timing.py), up to 200 times lower per
-#: discrete literal, and a call's grids and discrete supports by their rows.
-CALIBRATION_VERSION = 5
+#: discrete literal, and a call's grids and discrete supports by their rows. 6: grid-mode
+#: initial pairs are priced by their set-up and discrete pairs' parts (services/timing.py
+#: ``_pairs_setup_work``) instead of a term per row, literal and draw up to 20 times higher,
+#: and the calibration times a grid-mode initial pairs call of its own.
+CALIBRATION_VERSION = 6
 
 #: Public safety margin over the measured worst case, written into every new file. Three
 #: covers a machine about three times slower than during the calibration (other processes,

@@ -63,10 +63,11 @@ from dpmine_server.operations.redescriptions import (
     pairs_enumeration,
     pairs_grid_work,
     pairs_rejection_plan,
+    pairs_threshold_mode,
     rejection_plan,
 )
 from dpmine_server.operations.rule_lists import antecedents_plan
-from dpmine_server.operations.serenade import joint_rejection_seconds
+from dpmine_server.operations.serenade import GridPairWork, joint_rejection_seconds
 from dpmine_server.operations.trees import exact_seconds, mcmc_sampler
 from dpmine_server.services.calibration_file import TimingCalibration, cached_calibration
 from dpmine_server.settings import MIN_FAIL_CLOSED_BASE_MS, Settings
@@ -187,22 +188,65 @@ GRID_CANDIDATE_SECONDS = 3e-7
 GRID_HISTOGRAM_ROW_SECONDS = 3e-8
 
 
+#: Grid-mode initial pairs' set-up and discrete pairs (operations/serenade.py
+#: ``GridPairWork``), each about three times what the whole kernel allows it on the tables of
+#: bench/README.md ("Grid-mode initial pairs priced by their parts"): a discrete left
+#: literal's row in the products' float matrix, a left grid interval's row in its support, a
+#: 64-bit word of a left support against a right discrete literal (copied, intersected,
+#: joined and counted: mushroom's 1.2·10⁶ took at most 10 ns each, the whole kernel
+#: included), and a draw's own bookkeeping.
+PAIR_MATRIX_ROW_SECONDS = 1e-8
+PAIR_INTERVAL_ROW_SECONDS = 1e-8
+PAIR_WORD_SECONDS = 3e-8
+PAIR_DRAW_SECONDS = 1e-4
+#: Seconds per row, declared literal and draw of continuous-mode initial pairs' set-up (the
+#: continuous families' left supports and lattices, the discrete pairs): the hand-set term
+#: kept for that mode, where the parts have not been priced one by one.
+CONTINUOUS_PAIR_LITERAL_ROW_SECONDS = 2e-8
+
+
+def _pairs_setup_work(
+    request: Mapping[str, Any], metadata: DatasetMetadata, grid: GridPairWork | None
+) -> float:
+    """Initial pairs' work outside the enumerated cells and the grid pairs: in grid mode
+    (``grid``) the grids and banks (:func:`_grids_and_banks_work`), the products' matrix, the
+    left intervals' supports, the discrete pairs and the draws, by their public counts; in
+    continuous mode the hand-set term per row, declared literal and draw."""
+    draws = int(request.get("count", 20))
+    if grid is None:
+        return CONTINUOUS_PAIR_LITERAL_ROW_SECONDS * metadata.n_max * _literals(metadata) * draws
+    return (
+        _grids_and_banks_work(metadata)
+        + PAIR_MATRIX_ROW_SECONDS * grid.matrix_rows
+        + PAIR_INTERVAL_ROW_SECONDS * grid.interval_rows
+        + PAIR_WORD_SECONDS * grid.pair_words
+        + GRID_CANDIDATE_SECONDS * grid.discrete_pairs
+        + PAIR_DRAW_SECONDS * draws
+    )
+
+
 def _pairs_draw_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
     """``serenade.initial_pairs`` without its rejection proposals (:func:`_pairs_work`)."""
-    # The literal term counts every declared attribute's literals, an upper bound when
-    # options.columns restricts them; the families and grid products are counted over the
+    # The continuous set-up counts every declared attribute's literals, an upper bound when
+    # options.columns restricts them; the families and grid work are counted over the
     # allowed columns, as the kernel builds them (operations/redescriptions.py).
-    draws = int(request.get("count", 20))
     body = InitialPairsRequest.model_validate(request)
     cells = pairs_enumeration(body, metadata)
-    grid = pairs_grid_work(body, metadata)
-    return (
-        _quality_setup_work(request)
-        + 2e-8 * metadata.n_max * _literals(metadata) * draws
-        + _CELL_PAIR * cells
-        + GRID_PRODUCT_SECONDS * grid.products
+    grid = (
+        pairs_grid_work(body, metadata) if pairs_threshold_mode(body, metadata) == "grid" else None
+    )
+    grid_terms = (
+        GRID_PRODUCT_SECONDS * grid.products
         + GRID_HISTOGRAM_ROW_SECONDS * grid.histogram_rows
         + GRID_CANDIDATE_SECONDS * grid.candidates
+        if grid is not None
+        else 0.0
+    )
+    return (
+        _quality_setup_work(request)
+        + _pairs_setup_work(request, metadata, grid)
+        + _CELL_PAIR * cells
+        + grid_terms
     )
 
 
@@ -277,7 +321,7 @@ def _built_position_work(metadata: DatasetMetadata, query_literals: int = 0) -> 
     the rows, ``query_literals`` the literals of its two queries: every declared discrete
     literal and numeric attribute (an upper bound under options.columns) and the queries'
     evaluation (the grids and discrete supports are priced once per call,
-    :func:`_extend_call_work`)."""
+    :func:`_grids_and_banks_work`)."""
     n_max = metadata.n_max
     return (
         _discrete_literals(metadata)
@@ -288,9 +332,10 @@ def _built_position_work(metadata: DatasetMetadata, query_literals: int = 0) -> 
     )
 
 
-def _extend_call_work(metadata: DatasetMetadata) -> float:
-    """Public bound on what an ``serenade.extend_one`` call that builds positions pays once:
-    every numeric attribute's grid and every declared discrete literal's support."""
+def _grids_and_banks_work(metadata: DatasetMetadata) -> float:
+    """Public bound on every numeric attribute's grid and every declared discrete literal's
+    support: what a ``serenade.extend_one`` call that builds positions without held resources
+    pays once, and what grid-mode initial pairs build."""
     n_max = metadata.n_max
     grids = 0.0
     for attribute in metadata.attributes:
@@ -331,7 +376,7 @@ def _extend_draw_work(
     ``warm`` of its positions' candidate sets held by the public cache model (priced by
     :func:`_warm_position_work`; the others are built from the rows) and, when
     ``resources_held``, the call's banks and grids held too (operations/serenade.py
-    ``ExtensionResources``: :func:`_extend_call_work` is then not paid)."""
+    ``ExtensionResources``: :func:`_grids_and_banks_work` is then not paid)."""
     # As _pairs_work: every declared literal (an upper bound under options.columns).
     collection = request.get("collection") or [None]
     body = ExtendOneRequest.model_validate(request)
@@ -339,7 +384,7 @@ def _extend_draw_work(
     built = _built_position_work(metadata, _most_query_literals(body))
     # Once a call: the grids and discrete supports (built at most once, unless held) and the
     # quality parameters.
-    resources = 0.0 if resources_held else _extend_call_work(metadata)
+    resources = 0.0 if resources_held else _grids_and_banks_work(metadata)
     per_call = resources + _quality_setup_work(request)
     positions = len(collection)
     cold = max(positions - warm, 0)
