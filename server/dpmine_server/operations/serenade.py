@@ -76,6 +76,7 @@ from dpmine_server.operations.serenade_quality import (
 )
 from dpmine_server.operations.serenade_thresholds import (
     Grid,
+    GridLiterals,
     class_interval_counts,
     grid_intervals,
     grid_points,
@@ -918,15 +919,15 @@ def _extension_candidates(
                     if mode == "continuous":
                         candidates.families.append(_Family(column, attribute, negated, maker))
                     else:
+                        grid = resources.grids[name]
                         counts = classes.get(name)
                         if counts is None:
-                            grid = resources.grids[name]
                             counts = classes[name] = class_interval_counts(
                                 grid, rows[side], rows[other_side]
                             )
-                        family = (attribute, column, negated)
+                        literals = grid.literals[negated]
                         by_class = counts[int(negated)]
-                        _add_grid_extensions(candidates, (maker, terms), family, by_class)
+                        _add_grid_extensions(candidates, (maker, terms), literals, by_class)
     return candidates
 
 
@@ -1043,19 +1044,16 @@ def _add_discrete_extensions(
 def _add_grid_extensions(
     candidates: _Candidates,
     extension: tuple[_ExtendMaker, _ClassTerms],
-    family: tuple[NumericAttribute, NumericColumn, bool],
+    literals: GridLiterals,
     classes: npt.NDArray[np.int64],
 ) -> None:
-    """The extensions of a maker by every grid interval of one numeric attribute at one
-    polarity, from the maker's :meth:`_ExtendMaker.class_terms` and the intervals' counts per
-    row class of (X, Y) (``classes``, [4, intervals]: :func:`~dpmine_server.operations.
-    serenade_thresholds.class_interval_counts`)."""
+    """The extensions of a maker by every grid interval (``literals``) of one numeric
+    attribute at one polarity, from the maker's :meth:`_ExtendMaker.class_terms` and the
+    intervals' counts per row class of (X, Y) (``classes``, [4, intervals]:
+    :func:`~dpmine_server.operations.serenade_thresholds.class_interval_counts`)."""
     maker, terms = extension
-    attribute, column, negated = family
-    grid = threshold_grid(column, attribute)
     i = terms.i_constant + classes[terms.i_class]
     u = terms.u_constant + classes[terms.u_class]
-    literals = grid.literals[negated]
     candidates.add(-math.log(len(literals)), i, u, _LazyOutcomes(maker, literals))
 
 
