@@ -43,8 +43,11 @@ from dpmine_server.operations.redescriptions import (
     quality_parameters,
 )
 from dpmine_server.operations.serenade import RejectionPlan
+from dpmine_server.operations.serenade_quality import sensitivity_scan_length
 from dpmine_server.operations.tree_kernels import Labels, SplitFamily, _attribute_candidates
 from dpmine_server.services.timing import (
+    _SENSITIVITY_SECONDS,
+    _SENSITIVITY_VALUE_SECONDS,
     GRID_CANDIDATE_SECONDS,
     GRID_HISTOGRAM_ROW_SECONDS,
     GRID_PRODUCT_SECONDS,
@@ -52,6 +55,7 @@ from dpmine_server.services.timing import (
     PAIR_MATRIX_ROW_SECONDS,
     PAIR_WORD_SECONDS,
     _pairs_setup_work,
+    _quality_setup_work,
     operation_work,
 )
 
@@ -423,3 +427,30 @@ def test_grid_pairs_price_their_set_up_and_discrete_pairs_as_the_kernel_builds_t
     assert PAIR_WORD_SECONDS >= 2 * 10e-9
     assert PAIR_INTERVAL_ROW_SECONDS >= 2 * 1e-9
     assert PAIR_MATRIX_ROW_SECONDS >= 2 * 2e-9
+
+
+def test_a_given_steepness_is_priced_by_the_values_its_sensitivities_scan() -> None:
+    """One steepness's sensitivities scan the i within 40/s of x0 (and, with the coverage
+    factor, the d within 40/s₂ of y0): at s = 0.0025 and x0 = 100 that is i = 1 … 16,100, with
+    y0 = 500,000 also d = 483,999 … 516,000; at s = 0.1, i = 1 … 500. The price is 1 ms plus
+    3·10⁻⁷ s a value, at least twice the measured 0.2 ms and 100 ns a value; a request that
+    leaves s to the server pays the line search, and plain Jaccard nothing."""
+    assert sensitivity_scan_length(0.0025, 100.0, 1_000_000) == 16_100
+    assert sensitivity_scan_length(0.0025, 100.0, 1_000_000, y0=500_000.0) == 16_100 + 32_002
+    assert sensitivity_scan_length(0.1, 100.0, 1_000_000) == 500
+    assert sensitivity_scan_length(0.1, 100.0, 300) == 299  # i < n_max
+    metadata = DatasetMetadata(
+        kind="views",
+        n_max=1_000_000,
+        attributes=[
+            BooleanAttribute(name="a", view="left"),
+            BooleanAttribute(name="b", view="right"),
+        ],
+    )
+    given = {"quality": {"x0": 100.0, "s": 0.0025, "y0": 500_000.0}}
+    assert _quality_setup_work(given, metadata) == pytest.approx(1e-3 + 3e-7 * 48_102)
+    assert _quality_setup_work({"quality": {"x0": 100.0}}, metadata) == 0.09
+    jaccard = {"quality": {"x0": 100.0, "function": "jaccard"}}
+    assert _quality_setup_work(jaccard, metadata) == 0.0
+    assert _SENSITIVITY_SECONDS >= 2 * 0.2e-3
+    assert _SENSITIVITY_VALUE_SECONDS >= 2 * 100e-9

@@ -41,6 +41,7 @@ __all__ = [
     "quality_of",
     "sensitivities",
     "sensitivity",
+    "sensitivity_scan_length",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -296,6 +297,24 @@ def _window(centre: float, steepness: float, first: int, last: int) -> tuple[int
     low = math.floor(max(float(first), centre - reach))
     top = math.ceil(min(float(last), centre + reach))
     return low, top
+
+
+def sensitivity_scan_length(
+    s: float, x0: float, n_max: int, *, y0: float | None = None, s2: float | None = None
+) -> int:
+    """How many values :func:`sensitivities` scans for these public parameters: the i of
+    :func:`one_sided`'s window and, with the coverage factor, the d of
+    :func:`coverage_increase`'s (the same windows as theirs). Its time is a fixed cost plus a
+    cost per scanned value (services/timing.py prices it so), a public function of the
+    request's quality options and n_max."""
+    low, top = _window(x0, s, 1, min(n_max - 1, _EXACT_SCAN))
+    length = max(top - low + 1, 0)
+    if y0 is not None:
+        steep = s if s2 is None else s2
+        low = _window(y0 - 1.0, steep, 0, n_max - 1)[0]
+        top = _window(y0, steep, 0, n_max - 1)[1]
+        length += max(top - low + 1, 0)
+    return length
 
 
 @public_cache(maxsize=4096)

@@ -68,6 +68,7 @@ from dpmine_server.operations.redescriptions import (
 )
 from dpmine_server.operations.rule_lists import antecedents_plan
 from dpmine_server.operations.serenade import GridPairWork, joint_rejection_seconds
+from dpmine_server.operations.serenade_quality import sensitivity_scan_length
 from dpmine_server.operations.trees import exact_seconds, mcmc_sampler
 from dpmine_server.services.calibration_file import TimingCalibration, cached_calibration
 from dpmine_server.settings import MIN_FAIL_CLOSED_BASE_MS, Settings
@@ -116,27 +117,36 @@ def _noise_work(cells: int) -> float:
     return NOISE_BUILD_SECONDS + NOISE_CELL_SECONDS * cells if cells else 0.0
 
 
-#: Seconds for Serenade's quality parameters (§2.1) that the process has not computed yet (a
-#: public cache): the steepness line search over its 40 grid values when the request leaves
-#: ``s`` to the server (measured 10–31 ms cold at n_max 2,000 to 10⁷, with the coverage
-#: factor; its scans stop 40/s rows from x0 and y0, so it does not grow with n_max), else one
-#: steepness's sensitivities (measured 0.2–4 ms, the flattest steepness the slowest).
-#: The quality parameters of a Serenade call, computed in its window (public values, cached
-#: per process): the line search over the 40 steepnesses of §2.1 measured 10–27 ms, and one
-#: given steepness's sensitivities 0.2–5.8 ms, from n_max 1,250 to 10⁷ with and without the
-#: coverage factor (the most at 10⁵–10⁶ with coverage); each priced at about three times
-#: that. At 0.04 and 0.01 s they were the tightest terms of an extension's price, so the
-#: calibration's factor, the largest measured/priced ratio of its cases, was set by them.
+#: Seconds for Serenade's quality parameters (§2.1), computed in the call's window (public
+#: values, cached per process, but a budget cannot know whether an earlier request filled
+#: that cache): the line search over the 40 steepnesses of §2.1 measured 10–27 ms from n_max
+#: 1,250 to 10⁷ with and without the coverage factor, priced at about three times that. One
+#: given steepness's sensitivities scan the values within 40/s of x0 (and of y0 with the
+#: coverage factor; operations/serenade_quality.py ``sensitivity_scan_length``): measured
+#: 0.07–0.2 ms plus 40–100 ns a scanned value (0.8–5.8 ms for 32,000 values at s = 0.0025,
+#: the grid's flattest), priced 1 ms plus 3·10⁻⁷ s a value. A single price of 0.018 s for
+#: every steepness was 8 times a mammals-sized call's time and set a tick of its rounds.
 _LINE_SEARCH_SECONDS = 0.09
-_SENSITIVITY_SECONDS = 0.018
+_SENSITIVITY_SECONDS = 1e-3
+_SENSITIVITY_VALUE_SECONDS = 3e-7
 
 
-def _quality_setup_work(request: Mapping[str, Any]) -> float:
-    """The quality parameters' share of a Serenade call, from the request alone."""
+def _quality_setup_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
+    """The quality parameters' share of a Serenade call, from the request and ``n_max``."""
     quality = request.get("quality") or {}
     if quality.get("function") == "jaccard":
         return 0.0
-    return _LINE_SEARCH_SECONDS if quality.get("s") is None else _SENSITIVITY_SECONDS
+    s = quality.get("s")
+    if s is None:
+        return _LINE_SEARCH_SECONDS
+    scanned = sensitivity_scan_length(
+        float(s),
+        float(quality["x0"]),
+        metadata.n_max,
+        y0=quality.get("y0"),
+        s2=quality.get("s2"),
+    )
+    return _SENSITIVITY_SECONDS + _SENSITIVITY_VALUE_SECONDS * scanned
 
 
 def _count_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
@@ -243,7 +253,7 @@ def _pairs_draw_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> f
         else 0.0
     )
     return (
-        _quality_setup_work(request)
+        _quality_setup_work(request, metadata)
         + _pairs_setup_work(request, metadata, grid)
         + _CELL_PAIR * cells
         + grid_terms
@@ -385,7 +395,7 @@ def _extend_draw_work(
     # Once a call: the grids and discrete supports (built at most once, unless held) and the
     # quality parameters.
     resources = 0.0 if resources_held else _grids_and_banks_work(metadata)
-    per_call = resources + _quality_setup_work(request)
+    per_call = resources + _quality_setup_work(request, metadata)
     positions = len(collection)
     cold = max(positions - warm, 0)
     if cold == positions:
