@@ -38,7 +38,7 @@ budgets keep small.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from dpmine_server.errors import Overloaded
@@ -58,6 +58,9 @@ class AdmissionGate:
         self._limit = limit
         self._in_flight = 0
         self._lock = threading.Lock()
+        #: Told how many requests remain each time one leaves (services/collector.py): the
+        #: in-flight count changes only at public moments, so what it starts does too.
+        self.on_leave: Callable[[int], None] | None = None
 
     @property
     def limit(self) -> int:
@@ -84,6 +87,9 @@ class AdmissionGate:
             if self._in_flight <= 0:
                 raise RuntimeError("AdmissionGate.leave without a matching try_enter")
             self._in_flight -= 1
+            remaining = self._in_flight
+        if self.on_leave is not None:
+            self.on_leave(remaining)
 
     @contextmanager
     def admitted(self) -> Iterator[None]:

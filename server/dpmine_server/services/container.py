@@ -13,6 +13,7 @@ from dpmine_server.db.migrate import upgrade_to_head
 from dpmine_server.db.models import Principal
 from dpmine_server.services import audit
 from dpmine_server.services.admission import AdmissionGate
+from dpmine_server.services.collector import IdleCollector, defer_full_collections
 from dpmine_server.services.datasets import DatasetService
 from dpmine_server.services.executor import Executor
 from dpmine_server.services.first_start import ensure_first_start_calibration
@@ -155,6 +156,10 @@ def _warm(services: Services) -> None:
     pads = policy.enabled and (policy.base > 0 or policy.scale > 0)
     if pads:
         warm_process(services.datasets)  # inline kernels run in this process
+        # Full collections only when no request is in flight (services/collector.py).
+        defer_full_collections()
+        collector = IdleCollector(lambda: services.admission.in_flight)
+        services.admission.on_leave = collector.request_left
     else:
         services.datasets.preload()
     if pads and isinstance(queue, LocalPoolQueue):

@@ -1,0 +1,123 @@
+"""When the garbage collector may pause an API process (DESIGN.md contract item 7, "time is an
+output"; issue #23).
+
+CPython's automatic *full* collections traverse every object the process tracks, so their
+pause grows with what it holds: in an API process that had run the Serenade benchmarks a few
+times (37,000–99,000 tracked objects, most of them the extension cache model's pinned
+candidate sets), full collections paused it 8–45 ms each, and one that fell inside a padded
+kernel's window made a mammals SerenadeES round of 10–20 ms of work overrun its 0.068 s budget
+in two runs of eight (bench/README.md, "Full collections outside the requests"). Young
+collections traverse only the objects allocated since the last ones (at most about
+``threshold0 · threshold1`` of them) and stay cheap.
+
+The policy. After its warm-up (services/warmup.py ``freeze_heap``), an API process keeps the
+automatic young collections and never starts a full one by itself
+(:func:`defer_full_collections`). :class:`IdleCollector` runs the full collections instead, on
+the event loop, when the process holds no admitted request: :data:`IDLE_DELAY_SECONDS` after
+its in-flight count (services/admission.py) fell to zero, if it is still zero then and the last
+full collection is at least :data:`MIN_INTERVAL_SECONDS` old. A process that is never idle
+collects anyway once :data:`FORCE_AFTER_SECONDS` have passed since the last one, when a request
+leaves (so that cyclic garbage cannot grow without bound): the residual pause, logged.
+
+Why this adds no channel. Whether and when a collection starts is a function of the in-flight
+count and the clock: the count changes at arrivals (public) and at answers, which are shown at
+padded deadlines computed from public values (services/admission.py's proof), so the
+collection times are functions of public events, never of when a kernel finished
+(tests/privacy/test_audit_collector.py replays one schedule on neighbouring tables and flags a
+collector that starts at a kernel's end). A collection runs on the event loop between its
+callbacks, so no request being handled there is cut in two; a request that arrives while it
+runs is read when it ends, and its deadline counts from then. Residual, documented: the pause
+itself depends on how many objects the process holds, which an analyst who sends a request
+into an idle process may see as a delay before its arrival; and the forced collection of a
+process that is never idle can fall inside a padded window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import time
+from collections.abc import Callable
+
+__all__ = [
+    "FORCE_AFTER_SECONDS",
+    "FULL_COLLECTION_OFF",
+    "IDLE_DELAY_SECONDS",
+    "MIN_INTERVAL_SECONDS",
+    "IdleCollector",
+    "defer_full_collections",
+]
+
+logger = logging.getLogger(__name__)
+
+#: A generation-2 threshold that the process never reaches (it counts young collections).
+FULL_COLLECTION_OFF = 10**9
+#: Seconds after the in-flight count fell to zero before a full collection may start (the
+#: answer that emptied the process is sent first).
+IDLE_DELAY_SECONDS = 0.05
+#: Least seconds between two idle full collections.
+MIN_INTERVAL_SECONDS = 5.0
+#: Seconds without a full collection after which one runs when a request leaves, idle or not.
+FORCE_AFTER_SECONDS = 900.0
+
+
+def defer_full_collections() -> None:
+    """Keep the automatic young collections and stop the automatic full ones (this process's
+    :class:`IdleCollector` runs them)."""
+    young, middle, _full = gc.get_threshold()
+    gc.set_threshold(young, middle, FULL_COLLECTION_OFF)
+
+
+class IdleCollector:
+    """Full collections of one API process at public moments (the module docstring).
+
+    ``in_flight`` reads the process's admitted requests (``AdmissionGate.in_flight``);
+    ``collect`` is the collection (``gc.collect``; tests pass a recorder); ``clock`` is
+    monotonic seconds."""
+
+    def __init__(
+        self,
+        in_flight: Callable[[], int],
+        *,
+        collect: Callable[[], object] = gc.collect,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._in_flight = in_flight
+        self._collect = collect
+        self._clock = clock
+        self._last = clock()
+
+    def request_left(self, in_flight: int) -> None:
+        """A request was answered and ``in_flight`` remain (called on the event loop): with
+        none left, check again :data:`IDLE_DELAY_SECONDS` later; past
+        :data:`FORCE_AFTER_SECONDS` without a collection, collect now."""
+        if self._clock() - self._last >= FORCE_AFTER_SECONDS:
+            logger.warning(
+                "a full garbage collection runs with %d requests in flight: the process has "
+                "not been idle for %.0f s",
+                in_flight,
+                FORCE_AFTER_SECONDS,
+            )
+            self._run()
+            return
+        if in_flight == 0:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # not on an event loop (a synchronous caller): no idle check
+                return
+            loop.call_later(IDLE_DELAY_SECONDS, self.idle_check)
+
+    def idle_check(self) -> bool:
+        """Collect if the process is still idle and the last collection is old enough;
+        whether it collected."""
+        if self._in_flight() != 0 or self._clock() - self._last < MIN_INTERVAL_SECONDS:
+            return False
+        self._run()
+        return True
+
+    def _run(self) -> None:
+        # The interval counts from the collection's start, a public moment, not its end,
+        # which its pause (the heap's size) would move.
+        self._last = self._clock()
+        self._collect()
