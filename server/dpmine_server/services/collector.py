@@ -74,7 +74,8 @@ class IdleCollector:
 
     ``in_flight`` reads the process's admitted requests (``AdmissionGate.in_flight``);
     ``collect`` is the collection (``gc.collect``; tests pass a recorder); ``clock`` is
-    monotonic seconds."""
+    monotonic seconds; ``later(delay, callback)`` schedules the idle check (default: the
+    running event loop's ``call_later``)."""
 
     def __init__(
         self,
@@ -82,10 +83,12 @@ class IdleCollector:
         *,
         collect: Callable[[], object] = gc.collect,
         clock: Callable[[], float] = time.monotonic,
+        later: Callable[[float, Callable[[], object]], object] | None = None,
     ) -> None:
         self._in_flight = in_flight
         self._collect = collect
         self._clock = clock
+        self._later = later
         self._last = clock()
 
     def request_left(self, in_flight: int) -> None:
@@ -101,12 +104,16 @@ class IdleCollector:
             )
             self._run()
             return
-        if in_flight == 0:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:  # not on an event loop (a synchronous caller): no idle check
-                return
-            loop.call_later(IDLE_DELAY_SECONDS, self.idle_check)
+        if in_flight != 0:
+            return
+        if self._later is not None:
+            self._later(IDLE_DELAY_SECONDS, self.idle_check)
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on an event loop (a synchronous caller): no idle check
+            return
+        loop.call_later(IDLE_DELAY_SECONDS, self.idle_check)
 
     def idle_check(self) -> bool:
         """Collect if the process is still idle and the last collection is old enough;
