@@ -16,8 +16,9 @@ automatic young collections and never starts a full one by itself
 the event loop, when the process holds no admitted request: :data:`IDLE_DELAY_SECONDS` after
 its in-flight count (services/admission.py) fell to zero, if it is still zero then and the last
 full collection is at least :data:`MIN_INTERVAL_SECONDS` old. A process that is never idle
-collects anyway once :data:`FORCE_AFTER_SECONDS` have passed since the last one, when a request
-leaves (so that cyclic garbage cannot grow without bound): the residual pause, logged.
+collects anyway once :data:`FORCE_AFTER_SECONDS` have passed since the last one,
+:data:`IDLE_DELAY_SECONDS` after a request leaves (so that cyclic garbage cannot grow without
+bound): the residual pause, logged.
 
 Why this adds no channel. Whether and when a collection starts is a function of the in-flight
 count and the clock: the count changes at arrivals (public) and at answers, which are shown at
@@ -93,18 +94,9 @@ class IdleCollector:
 
     def request_left(self, in_flight: int) -> None:
         """A request was answered and ``in_flight`` remain (called on the event loop): with
-        none left, check again :data:`IDLE_DELAY_SECONDS` later; past
-        :data:`FORCE_AFTER_SECONDS` without a collection, collect now."""
-        if self._clock() - self._last >= FORCE_AFTER_SECONDS:
-            logger.warning(
-                "a full garbage collection runs with %d requests in flight: the process has "
-                "not been idle for %.0f s",
-                in_flight,
-                FORCE_AFTER_SECONDS,
-            )
-            self._run()
-            return
-        if in_flight != 0:
+        none left, or past :data:`FORCE_AFTER_SECONDS` without a collection, check again
+        :data:`IDLE_DELAY_SECONDS` later (after the answer has gone out)."""
+        if in_flight != 0 and self._clock() - self._last < FORCE_AFTER_SECONDS:
             return
         if self._later is not None:
             self._later(IDLE_DELAY_SECONDS, self.idle_check)
@@ -116,9 +108,17 @@ class IdleCollector:
         loop.call_later(IDLE_DELAY_SECONDS, self.idle_check)
 
     def idle_check(self) -> bool:
-        """Collect if the process is still idle and the last collection is old enough;
-        whether it collected."""
-        if self._in_flight() != 0 or self._clock() - self._last < MIN_INTERVAL_SECONDS:
+        """Collect if the process is still idle and the last collection is old enough, or
+        if none ran for :data:`FORCE_AFTER_SECONDS` (logged); whether it collected."""
+        since = self._clock() - self._last
+        if since >= FORCE_AFTER_SECONDS and self._in_flight() != 0:
+            logger.warning(
+                "a full garbage collection runs with %d requests in flight: the process has "
+                "not been idle for %.0f s",
+                self._in_flight(),
+                since,
+            )
+        elif self._in_flight() != 0 or since < MIN_INTERVAL_SECONDS:
             return False
         self._run()
         return True
