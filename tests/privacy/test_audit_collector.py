@@ -72,11 +72,11 @@ class _Loop:
             event.action()
 
 
-def replay(kernel_share: float, *, leave_at_kernel_end: bool) -> list[float]:
-    """The collection start times of :data:`SCHEDULE` when each kernel takes
-    ``kernel_share`` of its budget (at least 10 ms)."""
+def _wired(limit: int) -> tuple[_Loop, AdmissionGate, list[float]]:
+    """A simulated loop, a gate of ``limit`` places and its idle collector, wired as an API
+    process wires them (services/container.py), recording the collections' start times."""
     loop = _Loop()
-    gate = AdmissionGate(16)
+    gate = AdmissionGate(limit)
     collections: list[float] = []
     collector = IdleCollector(
         lambda: gate.in_flight,
@@ -85,6 +85,13 @@ def replay(kernel_share: float, *, leave_at_kernel_end: bool) -> list[float]:
         later=loop.later,
     )
     gate.on_leave = collector.request_left
+    return loop, gate, collections
+
+
+def replay(kernel_share: float, *, leave_at_kernel_end: bool) -> list[float]:
+    """The collection start times of :data:`SCHEDULE` when each kernel takes
+    ``kernel_share`` of its budget (at least 10 ms)."""
+    loop, gate, collections = _wired(16)
     for arrival, budget in SCHEDULE:
         kernel = max(0.01, kernel_share * budget)
         leaves = arrival + (kernel if leave_at_kernel_end else budget)
@@ -118,16 +125,7 @@ def test_a_collector_that_follows_the_kernels_is_flagged() -> None:
 
 
 def test_a_process_that_is_never_idle_collects_when_a_request_leaves() -> None:
-    loop = _Loop()
-    gate = AdmissionGate(4)
-    collections: list[float] = []
-    collector = IdleCollector(
-        lambda: gate.in_flight,
-        collect=lambda: collections.append(loop.now),
-        clock=lambda: loop.now,
-        later=loop.later,
-    )
-    gate.on_leave = collector.request_left
+    loop, gate, collections = _wired(4)
     # Overlapping requests for longer than the forced interval: never idle.
     for k in range(int(FORCE_AFTER_SECONDS) + 20):
         loop.at(float(k), gate.try_enter)
@@ -139,16 +137,7 @@ def test_a_process_that_is_never_idle_collects_when_a_request_leaves() -> None:
 
 
 def test_an_idle_check_waits_for_the_answer_to_go_out() -> None:
-    loop = _Loop()
-    gate = AdmissionGate(4)
-    collections: list[float] = []
-    collector = IdleCollector(
-        lambda: gate.in_flight,
-        collect=lambda: collections.append(loop.now),
-        clock=lambda: loop.now,
-        later=loop.later,
-    )
-    gate.on_leave = collector.request_left
+    loop, gate, collections = _wired(4)
     loop.at(10.0, gate.try_enter)
     loop.at(10.2, gate.leave)
     loop.at(10.2 + IDLE_DELAY_SECONDS / 2, gate.try_enter)  # back before the check: no collection
