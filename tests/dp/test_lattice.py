@@ -126,3 +126,46 @@ def test_lattice_is_strictly_increasing_and_spans_the_range(
 def test_bad_lattices_are_refused(lo: float, hi: float, bits: int) -> None:
     with pytest.raises(ValueError, match="lattice"):
         public_lattice(lo, hi, bits)
+
+
+def _sorted_lattice(lo: float, hi: float, bits: int) -> np.ndarray:
+    """The points as the lattice was first defined: every rounded point, sorted and
+    deduplicated by ``np.unique``."""
+    steps = np.arange(2**bits + 1, dtype=np.float64) / 2.0**bits
+    with np.errstate(over="ignore"):
+        points = lo + ((hi / 2.0 - lo / 2.0) * steps) * 2.0
+    points = np.unique(np.clip(points, lo, hi))
+    points[0], points[-1] = lo, hi
+    return points
+
+
+def test_one_pass_deduplication_equals_the_sorted_lattice() -> None:
+    """The lattice's points drop equal neighbours in one pass, relying on the rounded points
+    being in order already: the same array as ``np.unique``'s sort, on ranges where rounding
+    merges points (tiny and huge widths, subnormal ends, ends near the float maximum) and on
+    random ones."""
+    generator = np.random.default_rng(5)
+    big = np.finfo(np.float64).max
+    ranges = [
+        (0.0, 1.0),
+        (-1.0, 1.0),
+        (1.0, 1.0 + 2**-40),
+        (1e300, 1e300 * (1 + 2**-30)),
+        (-big, big),
+        (-big, -big / 2),
+        (0.0, 5e-324 * 64),
+        (-3e-310, 2e-310),
+        (123456.789, 123456.789 + 1e-9),
+    ]
+    ranges += [
+        tuple(sorted(generator.normal(0.0, 10.0 ** generator.integers(-5, 6), 2)))
+        for _ in range(40)
+    ]
+    for lo, hi in ranges:
+        if not lo < hi:
+            continue
+        for bits in (1, 5, 12, 16, 20):
+            expected = _sorted_lattice(lo, hi, bits)
+            got = public_lattice.__wrapped__(lo, hi, bits).points
+            assert np.array_equal(got, expected), (lo, hi, bits)
+            assert np.all(np.diff(got) > 0)

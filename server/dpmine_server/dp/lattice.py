@@ -82,7 +82,11 @@ def public_lattice(lo: float, hi: float, bits: int) -> PublicLattice:
     """lo + (hi − lo)·k/2^bits for k = 0 … 2^bits, rounded monotonically, deduplicated.
 
     Computed from public values only (cached per (lo, hi, bits), which holds no private data).
-    The half-width form cannot overflow; the clip keeps the rounded points inside [lo, hi]."""
+    The half-width form cannot overflow; the clip keeps the rounded points inside [lo, hi].
+    The points are already in order: each step (a positive scale, an exact doubling, adding
+    lo, the clip) is monotone under round-to-nearest, so equal neighbours are the only
+    duplicates and one pass removes them (what ``np.unique``'s sort gave, in O(2^bits);
+    tests/dp/test_lattice.py compares the two)."""
     if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
         raise ValueError(f"a public lattice needs finite lo < hi, got [{lo}, {hi}]")
     if not 1 <= bits <= 24:
@@ -91,7 +95,8 @@ def public_lattice(lo: float, hi: float, bits: int) -> PublicLattice:
     half_width = hi / 2.0 - lo / 2.0
     with np.errstate(over="ignore"):
         points = lo + (half_width * steps) * 2.0
-    points = np.unique(np.clip(points, lo, hi))
+    points = np.clip(points, lo, hi)
+    points = points[np.concatenate(([True], points[1:] != points[:-1]))]
     points[0], points[-1] = lo, hi
     points.setflags(write=False)
     return PublicLattice(lo=lo, hi=hi, points=points)
