@@ -988,7 +988,9 @@ class TestStartUp:
         )
         for _ in range(2):  # a restart neither fails nor adds a second owner
             with TestClient(create_app(settings), raise_server_exceptions=False) as fresh:
-                assert fresh.get("/v1/health").status_code == 200
+                health = fresh.get("/v1/health")
+                assert health.status_code == 200
+                assert health.json()["full_collections"] == "automatic"  # test mode: unpadded
                 listed = fresh.get("/v1/admin/principals", headers=bearer(settings_key(settings)))
                 assert [p["name"] for p in listed.json()] == ["admin"]
                 events = fresh.get("/v1/admin/audit", headers=bearer(settings_key(settings)))

@@ -83,6 +83,7 @@ class TestHealth:
             "max_in_flight": 1000,  # test mode's default DPMINE_MAX_IN_FLIGHT
             "timing_base_ms": 0.0,  # test mode's padding: no base
             "timing_job_base_ms": 0.0,  # nor for jobs (no calibration measured the job path)
+            "full_collections": "automatic",  # zero budgets: no idle collector
         }
 
 

@@ -30,6 +30,9 @@ class Health(WireModel):
     #: The fixed part of a background job's padding budget, in ms: the base, or more when the
     #: calibration measured the job path (hand-over to a worker and the final write).
     timing_job_base_ms: float | None = None
+    #: When this process runs Python's full garbage collections: "when idle" (a padded
+    #: process: only while it holds no request, services/collector.py) or "automatic".
+    full_collections: str = "automatic"
 
 
 @router.get("/health", response_model=Health)
@@ -46,4 +49,5 @@ def health(services: ServicesDep) -> Health:
         max_in_flight=services.admission.limit,
         timing_base_ms=round(policy.base * 1000.0, 3) if policy.enabled else None,
         timing_job_base_ms=round(policy.for_jobs().base * 1000.0, 3) if policy.enabled else None,
+        full_collections="when idle" if services.admission.on_leave is not None else "automatic",
     )
