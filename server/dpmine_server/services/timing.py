@@ -141,7 +141,7 @@ def _quality_setup_work(request: Mapping[str, Any], metadata: DatasetMetadata) -
         return _LINE_SEARCH_SECONDS
     scanned = sensitivity_scan_length(
         float(s),
-        float(quality["x0"]),
+        float(quality.get("x0") or 1.0),  # validated before any pricing that matters
         metadata.n_max,
         y0=quality.get("y0"),
         s2=quality.get("s2"),
@@ -200,11 +200,11 @@ GRID_HISTOGRAM_ROW_SECONDS = 3e-8
 
 #: Grid-mode initial pairs' set-up and discrete pairs (operations/serenade.py
 #: ``GridPairWork``), each about three times what the whole kernel allows it on the tables of
-#: bench/README.md ("Grid-mode initial pairs priced by their parts"): a discrete left
-#: literal's row in the products' float matrix, a left grid interval's row in its support, a
-#: 64-bit word of a left support against a right discrete literal (copied, intersected,
-#: joined and counted: mushroom's 1.2·10⁶ took at most 10 ns each, the whole kernel
-#: included), and a draw's own bookkeeping.
+#: bench/README.md ("Held grids and supports, grid-mode pairs priced by their parts"): a
+#: discrete left literal's row in the products' float matrix, a left grid interval's row in
+#: its support, a 64-bit word of a left support against a right discrete literal (copied,
+#: intersected, joined and counted: mushroom's 1.2·10⁶ took at most 10 ns each, the whole
+#: kernel included), and a draw's own bookkeeping.
 PAIR_MATRIX_ROW_SECONDS = 1e-8
 PAIR_INTERVAL_ROW_SECONDS = 1e-8
 PAIR_WORD_SECONDS = 3e-8
