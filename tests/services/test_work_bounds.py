@@ -48,12 +48,18 @@ from dpmine_server.operations.tree_kernels import Labels, SplitFamily, _attribut
 from dpmine_server.services.timing import (
     _SENSITIVITY_SECONDS,
     _SENSITIVITY_VALUE_SECONDS,
+    CONTINUOUS_ATTRIBUTE_SECONDS,
+    DISCRETE_BANK_ROW_SECONDS,
     GRID_CANDIDATE_SECONDS,
     GRID_HISTOGRAM_ROW_SECONDS,
     GRID_PRODUCT_SECONDS,
+    NUMERIC_ATTRIBUTE_ROW_SECONDS,
+    NUMERIC_ATTRIBUTE_SECONDS,
     PAIR_INTERVAL_ROW_SECONDS,
     PAIR_MATRIX_ROW_SECONDS,
     PAIR_WORD_SECONDS,
+    _built_position_work,
+    _grids_and_banks_work,
     _pairs_setup_work,
     _quality_setup_work,
     operation_work,
@@ -454,3 +460,29 @@ def test_a_given_steepness_is_priced_by_the_values_its_sensitivities_scan() -> N
     assert _quality_setup_work(jaccard, metadata) == 0.0
     assert _SENSITIVITY_SECONDS >= 2 * 0.2e-3
     assert _SENSITIVITY_VALUE_SECONDS >= 2 * 100e-9
+
+
+def test_a_continuous_position_prices_its_numeric_attributes_as_families() -> None:
+    """In continuous mode a numeric attribute adds threshold families (their proposals priced
+    by the rejection plan), no grid: a built position pays a small constant per numeric
+    attribute (at least twice the measured 10 µs), not the grid mode's pass over the rows,
+    and a call's resources hold the discrete supports only (the kernel builds no grid)."""
+    store = _store(100_000)
+    metadata = store.metadata
+    numeric, discrete = 2, 4  # x0, x1; b0–b2 and r
+    row = NUMERIC_ATTRIBUTE_SECONDS + NUMERIC_ATTRIBUTE_ROW_SECONDS * 100_000
+    grid_price = _built_position_work(metadata, 2, "grid")
+    continuous_price = _built_position_work(metadata, 2, "continuous")
+    assert grid_price - continuous_price == pytest.approx(
+        numeric * (row - CONTINUOUS_ATTRIBUTE_SECONDS)
+    )
+    banks = discrete * DISCRETE_BANK_ROW_SECONDS * 100_000
+    assert _grids_and_banks_work(metadata, "continuous") == pytest.approx(banks)
+    assert _grids_and_banks_work(metadata, "grid") > banks
+    assert (
+        serenade.build_extension_resources(store, serenade.ExtensionRules(), "continuous").grids
+        == {}
+    )
+    built = serenade.build_extension_resources(store, serenade.ExtensionRules(), "grid")
+    assert set(built.grids) == {"x0", "x1"}
+    assert CONTINUOUS_ATTRIBUTE_SECONDS >= 2 * 10e-6

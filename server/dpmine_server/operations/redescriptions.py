@@ -77,6 +77,7 @@ __all__ = [
     "extend_enumeration",
     "extend_proposals",
     "extend_rejection_plan",
+    "extend_threshold_mode",
     "extension_candidate_count",
     "extension_priced_keys",
     "extension_resources_priced_key",
@@ -321,6 +322,12 @@ def _pairs_mode(request: InitialPairsRequest, metadata: DatasetMetadata) -> Thre
     return choose_threshold_mode(
         _pairs_coefficient(request, metadata), request.options.threshold_mode
     )
+
+
+def extend_threshold_mode(request: ExtendOneRequest, metadata: DatasetMetadata) -> ThresholdMode:
+    """The threshold mode a ``serenade.extend_one`` call runs in (public: the request and the
+    metadata)."""
+    return _extend_mode(request, metadata)
 
 
 def _extend_mode(request: ExtendOneRequest, metadata: DatasetMetadata) -> ThresholdMode:

@@ -59,6 +59,7 @@ from dpmine_server.operations.redescriptions import (
     batch_shared_proposals,
     extend_enumeration,
     extend_rejection_plan,
+    extend_threshold_mode,
     extension_candidate_count,
     pairs_enumeration,
     pairs_grid_work,
@@ -67,7 +68,7 @@ from dpmine_server.operations.redescriptions import (
     rejection_plan,
 )
 from dpmine_server.operations.rule_lists import antecedents_plan
-from dpmine_server.operations.serenade import GridPairWork, joint_rejection_seconds
+from dpmine_server.operations.serenade import GridPairWork, ThresholdMode, joint_rejection_seconds
 from dpmine_server.operations.serenade_quality import sensitivity_scan_length
 from dpmine_server.operations.trees import exact_seconds, mcmc_sampler
 from dpmine_server.services.calibration_file import TimingCalibration, cached_calibration
@@ -303,8 +304,16 @@ MIN_BUILT_POSITIONS = 1
 #: and the discrete literals' supports (1.7·10⁻¹⁰ s a row and literal, with negations). The
 #: old price, 5·10⁻⁸ s a row and declared literal for every position, was 200× a discrete
 #: literal's time at 10⁵ rows, and priced the grids below a first call's time there.
+#:
+#: In continuous mode a numeric attribute adds only its threshold families (a few objects per
+#: operator and polarity; their proposals are priced by the rejection plan, or their cells when
+#: enumerated): a whole continuous position measured 0.3–1.0 ms with 5–48 numeric attributes
+#: (teeth's 30 and no discrete literal: 0.32 ms, so at most 10 µs an attribute), priced 5·10⁻⁵
+#: s an attribute. The grid mode's 6·10⁻⁴ s + 7.5·10⁻⁹ s a row had priced every continuous
+#: position on mammals at 0.034 s for its 1 ms.
 DISCRETE_LITERAL_SECONDS = 1.5e-5
 DISCRETE_LITERAL_ROW_SECONDS = 1e-9
+CONTINUOUS_ATTRIBUTE_SECONDS = 5e-5
 NUMERIC_ATTRIBUTE_SECONDS = 6e-4
 NUMERIC_ATTRIBUTE_ROW_SECONDS = 7.5e-9
 QUERY_LITERAL_SECONDS = 5e-5
@@ -326,30 +335,37 @@ def _discrete_literals(metadata: DatasetMetadata) -> int:
     return _literals(metadata) - _numeric_attributes(metadata)
 
 
-def _built_position_work(metadata: DatasetMetadata, query_literals: int = 0) -> float:
+def _built_position_work(
+    metadata: DatasetMetadata, query_literals: int = 0, mode: ThresholdMode = "grid"
+) -> float:
     """Public bound on one ``serenade.extend_one`` position whose candidate set is built from
-    the rows, ``query_literals`` the literals of its two queries: every declared discrete
-    literal and numeric attribute (an upper bound under options.columns) and the queries'
-    evaluation (the grids and discrete supports are priced once per call,
+    the rows in threshold ``mode``, ``query_literals`` the literals of its two queries: every
+    declared discrete literal and numeric attribute (an upper bound under options.columns) and
+    the queries' evaluation (the grids and discrete supports are priced once per call,
     :func:`_grids_and_banks_work`)."""
     n_max = metadata.n_max
+    numeric = (
+        NUMERIC_ATTRIBUTE_SECONDS + NUMERIC_ATTRIBUTE_ROW_SECONDS * n_max
+        if mode == "grid"
+        else CONTINUOUS_ATTRIBUTE_SECONDS
+    )
     return (
         _discrete_literals(metadata)
         * (DISCRETE_LITERAL_SECONDS + DISCRETE_LITERAL_ROW_SECONDS * n_max)
-        + _numeric_attributes(metadata)
-        * (NUMERIC_ATTRIBUTE_SECONDS + NUMERIC_ATTRIBUTE_ROW_SECONDS * n_max)
+        + _numeric_attributes(metadata) * numeric
         + query_literals * (QUERY_LITERAL_SECONDS + QUERY_LITERAL_ROW_SECONDS * n_max)
     )
 
 
-def _grids_and_banks_work(metadata: DatasetMetadata) -> float:
-    """Public bound on every numeric attribute's grid and every declared discrete literal's
-    support: what a ``serenade.extend_one`` call that builds positions without held resources
-    pays once, and what grid-mode initial pairs build."""
+def _grids_and_banks_work(metadata: DatasetMetadata, mode: ThresholdMode = "grid") -> float:
+    """Public bound on every declared discrete literal's support and, in grid ``mode``, every
+    numeric attribute's grid (operations/serenade.py ``build_extension_resources`` builds no
+    grid in continuous mode): what a ``serenade.extend_one`` call that builds positions
+    without held resources pays once, and what grid-mode initial pairs build."""
     n_max = metadata.n_max
     grids = 0.0
     for attribute in metadata.attributes:
-        if isinstance(attribute, NumericAttribute):
+        if isinstance(attribute, NumericAttribute) and mode == "grid":
             row = GRID_BUILD_ROW_SECONDS if attribute.grid else DEFAULT_GRID_BUILD_ROW_SECONDS
             grids += GRID_BUILD_SECONDS + row * n_max
     return grids + _discrete_literals(metadata) * DISCRETE_BANK_ROW_SECONDS * n_max
@@ -391,10 +407,11 @@ def _extend_draw_work(
     collection = request.get("collection") or [None]
     body = ExtendOneRequest.model_validate(request)
     cells = extend_enumeration(body, metadata)
-    built = _built_position_work(metadata, _most_query_literals(body))
+    mode = extend_threshold_mode(body, metadata)
+    built = _built_position_work(metadata, _most_query_literals(body), mode)
     # Once a call: the grids and discrete supports (built at most once, unless held) and the
     # quality parameters.
-    resources = 0.0 if resources_held else _grids_and_banks_work(metadata)
+    resources = 0.0 if resources_held else _grids_and_banks_work(metadata, mode)
     per_call = resources + _quality_setup_work(request, metadata)
     positions = len(collection)
     cold = max(positions - warm, 0)
