@@ -56,7 +56,8 @@ __all__ = [
 #: initial pairs are priced by their set-up and discrete pairs' parts (services/timing.py
 #: ``_pairs_setup_work``) instead of a term per row, literal and draw up to 20 times higher,
 #: and the calibration times a grid-mode initial pairs call of its own; a given steepness's
-#: sensitivities are priced by the values they scan, up to 18 times lower than before.
+#: sensitivities are priced by the values they scan, up to 18 times lower than before, and a
+#: continuous-mode extension position by its families, up to 8 times lower.
 CALIBRATION_VERSION = 6
 
 #: Public safety margin over the measured worst case, written into every new file. Three
