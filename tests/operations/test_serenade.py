@@ -936,6 +936,16 @@ FAMILY_COLLECTIONS = [
 ]
 
 
+def _continuous_extensions(
+    store: ColumnStore, red: Redescription, rules: ExtensionRules
+) -> serenade._Candidates:
+    """The candidate set §2.2 builds for ``red`` in continuous mode (the kernel's own)."""
+    resources = build_extension_resources(store, rules, "continuous")
+    return serenade._extension_candidates(
+        store, red, rules=rules, mode="continuous", params=PARAMS, resources=resources
+    )
+
+
 @pytest.mark.parametrize("kind", ["views", "table"])
 @pytest.mark.parametrize("numeric_left", [False, True])
 def test_family_counts_are_the_kernels_families(
@@ -950,16 +960,7 @@ def test_family_counts_are_the_kernels_families(
         assert pair_families(metadata, rules) == len(built.families)
         for collection in FAMILY_COLLECTIONS:
             kernel = sum(
-                len(
-                    serenade._extension_candidates(
-                        store,
-                        redescription,
-                        rules=rules,
-                        mode="continuous",
-                        params=PARAMS,
-                        resources=build_extension_resources(store, rules, "continuous"),
-                    ).families
-                )
+                len(_continuous_extensions(store, redescription, rules).families)
                 for redescription in collection
             )
             assert extension_families(metadata, collection, rules) == kernel
@@ -1057,14 +1058,7 @@ def test_restricted_family_counts_are_the_kernels_families(
         built = serenade._pair_candidates(store, rules=rules, mode="continuous", params=PARAMS)
         assert pair_families(metadata, rules) == len(built.families)
         start = red(D, B) if "d" in columns else red(A, B)
-        kernel = serenade._extension_candidates(
-            store,
-            start,
-            rules=rules,
-            mode="continuous",
-            params=PARAMS,
-            resources=build_extension_resources(store, rules, "continuous"),
-        )
+        kernel = _continuous_extensions(store, start, rules)
         assert extension_families(metadata, [start], rules) == len(kernel.families)
     assert pair_families(metadata, ExtensionRules(columns=frozenset({"a", "b"}))) == 0
 

@@ -315,10 +315,6 @@ def _extend_coefficient(request: ExtendOneRequest, metadata: DatasetMetadata) ->
 def pairs_threshold_mode(request: InitialPairsRequest, metadata: DatasetMetadata) -> ThresholdMode:
     """The threshold mode a ``serenade.initial_pairs`` call runs in (public: the request and
     the metadata)."""
-    return _pairs_mode(request, metadata)
-
-
-def _pairs_mode(request: InitialPairsRequest, metadata: DatasetMetadata) -> ThresholdMode:
     return choose_threshold_mode(
         _pairs_coefficient(request, metadata), request.options.threshold_mode
     )
@@ -327,10 +323,6 @@ def _pairs_mode(request: InitialPairsRequest, metadata: DatasetMetadata) -> Thre
 def extend_threshold_mode(request: ExtendOneRequest, metadata: DatasetMetadata) -> ThresholdMode:
     """The threshold mode a ``serenade.extend_one`` call runs in (public: the request and the
     metadata)."""
-    return _extend_mode(request, metadata)
-
-
-def _extend_mode(request: ExtendOneRequest, metadata: DatasetMetadata) -> ThresholdMode:
     return choose_threshold_mode(
         _extend_coefficient(request, metadata), request.options.threshold_mode
     )
@@ -340,7 +332,7 @@ def pairs_enumeration(request: InitialPairsRequest, metadata: DatasetMetadata) -
     """Public bound on the cell pairs a ``serenade.initial_pairs`` call enumerates: 0 unless
     its continuous families are enumerated (c > 8, :func:`~.serenade.enumerated_cells`)."""
     c = _pairs_coefficient(request, metadata)
-    if _pairs_mode(request, metadata) != "continuous" or c <= REJECTION_MAX_EXPONENT:
+    if pairs_threshold_mode(request, metadata) != "continuous" or c <= REJECTION_MAX_EXPONENT:
         return 0
     families = pair_families(metadata, _rules(request.options))
     return enumerated_cells(families, request.count, metadata.n_max) if families else 0
@@ -350,7 +342,7 @@ def extend_enumeration(request: ExtendOneRequest, metadata: DatasetMetadata) -> 
     """Public bound on the cell pairs a ``serenade.extend_one`` call enumerates (as
     :func:`pairs_enumeration`, one draw)."""
     c = _extend_coefficient(request, metadata)
-    if _extend_mode(request, metadata) != "continuous" or c <= REJECTION_MAX_EXPONENT:
+    if extend_threshold_mode(request, metadata) != "continuous" or c <= REJECTION_MAX_EXPONENT:
         return 0
     families = extension_families(metadata, request.collection, _rules(request.options))
     return enumerated_cells(families, 1, metadata.n_max) if families else 0
@@ -361,7 +353,7 @@ def extension_priced_keys(request: ExtendOneRequest, metadata: DatasetMetadata) 
     builds them (:func:`~.serenade.extension_cache_key`), with its canonical text and public
     size (services/extension_model.py prices the call against them)."""
     rules = _rules(request.options)
-    mode = _extend_mode(request, metadata)
+    mode = extend_threshold_mode(request, metadata)
     params = quality_parameters(request.quality, metadata.n_max)
     size = extension_public_size(metadata, rules, mode)
     keys = []
@@ -385,7 +377,7 @@ def extension_resources_priced_key(
     held by the model, they price the call without its per-call work
     (services/extension_pricing.py)."""
     rules = _rules(request.options)
-    mode = _extend_mode(request, metadata)
+    mode = extend_threshold_mode(request, metadata)
     return PricedKey(
         key=extension_resources_key(rules, mode),
         text=extension_resources_key_text(rules, mode),
@@ -397,7 +389,7 @@ def extension_candidate_count(request: ExtendOneRequest, metadata: DatasetMetada
     """Public bound on the candidates of one position's set in a ``serenade.extend_one`` call
     (:func:`~.serenade.extension_public_candidates`)."""
     return extension_public_candidates(
-        metadata, _rules(request.options), _extend_mode(request, metadata)
+        metadata, _rules(request.options), extend_threshold_mode(request, metadata)
     )
 
 
@@ -405,7 +397,7 @@ def pairs_proposals(request: InitialPairsRequest, metadata: DatasetMetadata) -> 
     """Public bound on the rejection proposals of a ``serenade.initial_pairs`` call: the
     kernel's cap (:func:`~.serenade.rejection_proposals`, exceeded with probability ≤ 10⁻⁹)
     when it has continuous families sampled by rejection (c ≤ 8), else 0."""
-    if _pairs_mode(request, metadata) != "continuous":
+    if pairs_threshold_mode(request, metadata) != "continuous":
         return 0
     if not pair_families(metadata, _rules(request.options)):
         return 0
@@ -415,7 +407,7 @@ def pairs_proposals(request: InitialPairsRequest, metadata: DatasetMetadata) -> 
 def pairs_grid_work(request: InitialPairsRequest, metadata: DatasetMetadata) -> GridPairWork:
     """Public bounds on the grid counting of a ``serenade.initial_pairs`` call in grid mode
     (:func:`~.serenade.grid_pair_work`), else none."""
-    if _pairs_mode(request, metadata) != "grid":
+    if pairs_threshold_mode(request, metadata) != "grid":
         return GridPairWork(products=0, histogram_rows=0, candidates=0)
     return grid_pair_work(metadata, _rules(request.options))
 
@@ -423,7 +415,7 @@ def pairs_grid_work(request: InitialPairsRequest, metadata: DatasetMetadata) -> 
 def extend_proposals(request: ExtendOneRequest, metadata: DatasetMetadata) -> int:
     """Public bound on the rejection proposals of a ``serenade.extend_one`` call (as
     :func:`pairs_proposals`, one draw)."""
-    if _extend_mode(request, metadata) != "continuous":
+    if extend_threshold_mode(request, metadata) != "continuous":
         return 0
     if not extension_families(metadata, request.collection, _rules(request.options)):
         return 0
@@ -540,7 +532,7 @@ def _run_pairs(
     """Kernel of ``serenade.initial_pairs`` (§2.3): pure ε-DP, ε/count per draw."""
     metadata = columns.metadata
     params = quality_parameters(request.quality, metadata.n_max)
-    mode = _pairs_mode(request, metadata)
+    mode = pairs_threshold_mode(request, metadata)
     pairs = initial_pairs(
         columns,
         count=request.count,
@@ -590,7 +582,7 @@ def _run_extend(
     draw per call (no state is kept between calls)."""
     metadata = columns.metadata
     params = quality_parameters(request.quality, metadata.n_max)
-    mode = _extend_mode(request, metadata)
+    mode = extend_threshold_mode(request, metadata)
     position, red = extend_one(
         columns,
         request.collection,

@@ -111,14 +111,15 @@ class IdleCollector:
         """Collect if the process is still idle and the last collection is old enough, or
         if none ran for :data:`FORCE_AFTER_SECONDS` (logged); whether it collected."""
         since = self._clock() - self._last
-        if since >= FORCE_AFTER_SECONDS and self._in_flight() != 0:
+        in_flight = self._in_flight()
+        if since >= FORCE_AFTER_SECONDS and in_flight != 0:
             logger.warning(
                 "a full garbage collection runs with %d requests in flight: the process has "
                 "not been idle for %.0f s",
-                self._in_flight(),
+                in_flight,
                 since,
             )
-        elif self._in_flight() != 0 or since < MIN_INTERVAL_SECONDS:
+        elif in_flight != 0 or since < MIN_INTERVAL_SECONDS:
             return False
         self._run()
         return True

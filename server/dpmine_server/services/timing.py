@@ -363,12 +363,15 @@ def _grids_and_banks_work(metadata: DatasetMetadata, mode: ThresholdMode = "grid
     grid in continuous mode): what a ``serenade.extend_one`` call that builds positions
     without held resources pays once, and what grid-mode initial pairs build."""
     n_max = metadata.n_max
+    banks = _discrete_literals(metadata) * DISCRETE_BANK_ROW_SECONDS * n_max
+    if mode != "grid":
+        return banks
     grids = 0.0
     for attribute in metadata.attributes:
-        if isinstance(attribute, NumericAttribute) and mode == "grid":
+        if isinstance(attribute, NumericAttribute):
             row = GRID_BUILD_ROW_SECONDS if attribute.grid else DEFAULT_GRID_BUILD_ROW_SECONDS
             grids += GRID_BUILD_SECONDS + row * n_max
-    return grids + _discrete_literals(metadata) * DISCRETE_BANK_ROW_SECONDS * n_max
+    return grids + banks
 
 
 def _most_query_literals(body: ExtendOneRequest) -> int:
