@@ -11,6 +11,7 @@ import anyio.to_thread
 from fastapi import FastAPI
 
 from dpmine_server import __version__
+from dpmine_server.api.collection_hold import CollectionHold
 from dpmine_server.api.common import operation_id, operation_router
 from dpmine_server.api.console import router as console_router
 from dpmine_server.api.deps import flush_failed_logins
@@ -107,11 +108,13 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         app.include_router(operation_router(TEST_OPERATIONS), prefix="/v1", include_in_schema=False)
     app.include_router(api_router)
     app.include_router(console_router)  # the owner console's pages under /console
-    # Outermost: refuses oversized bodies before routing, authentication and parsing.
+    # Refuses oversized bodies before routing, authentication and parsing.
     upload_limit = resolved.max_upload_bytes + UPLOAD_FORM_ALLOWANCE
     app.add_middleware(
         BodySizeLimit,
         default_limit=resolved.max_json_bytes,
         limits=dict.fromkeys(UPLOAD_PATHS, upload_limit),
     )
+    # Outermost of all: nothing is read or answered inside a garbage collection's window.
+    app.add_middleware(CollectionHold)
     return app

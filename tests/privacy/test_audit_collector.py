@@ -10,6 +10,13 @@ honest gate gives places back at the padded deadlines, so the idle checks, and t
 they start, fall at the same times on both tables (compared exactly). A gate given back when
 the kernel ends (the broken variant) makes the process idle at data-dependent times, and the
 collections differ.
+
+The pause of a collection is not public (it grows with the heap), so the replay also sends
+probes into the collections, padded requests and unpadded ones (health, a job's state), with a
+pause of 10 ms on D and 200 ms on D': with the collector's public windows
+(``IdleCollector.shown_at``, as api/collection_hold.py and api/deps.py apply it) every probe's
+answer is shown at the same moment on both; shown when the pause ends (no window, the broken
+variant) they differ.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import pytest
 
 from dpmine_server.services.admission import AdmissionGate
 from dpmine_server.services.collector import (
+    COLLECTION_WINDOW_SECONDS,
     FORCE_AFTER_SECONDS,
     IDLE_DELAY_SECONDS,
     MIN_INTERVAL_SECONDS,
@@ -68,24 +76,34 @@ class _Loop:
     def run(self) -> None:
         while self._events:
             event = heapq.heappop(self._events)
-            self.now = event.at
+            self.now = max(self.now, event.at)  # a callback that blocked the loop delays the rest
             event.action()
 
 
-def _wired(limit: int) -> tuple[_Loop, AdmissionGate, list[float]]:
+def _wired(limit: int, pause: float = 0.0) -> tuple[_Loop, AdmissionGate, list[float]]:
     """A simulated loop, a gate of ``limit`` places and its idle collector, wired as an API
-    process wires them (services/container.py), recording the collections' start times."""
+    process wires them (services/container.py), recording the collections' start times; each
+    collection blocks the loop for ``pause`` seconds."""
+    loop, gate, collections, _collector = _wired_collector(limit, pause)
+    return loop, gate, collections
+
+
+def _wired_collector(
+    limit: int, pause: float
+) -> tuple[_Loop, AdmissionGate, list[float], IdleCollector]:
     loop = _Loop()
     gate = AdmissionGate(limit)
     collections: list[float] = []
+
+    def collect() -> None:
+        collections.append(loop.now)
+        loop.now += pause
+
     collector = IdleCollector(
-        lambda: gate.in_flight,
-        collect=lambda: collections.append(loop.now),
-        clock=lambda: loop.now,
-        later=loop.later,
+        lambda: gate.in_flight, collect=collect, clock=lambda: loop.now, later=loop.later
     )
     gate.on_leave = collector.request_left
-    return loop, gate, collections
+    return loop, gate, collections, collector
 
 
 def replay(kernel_share: float, *, leave_at_kernel_end: bool) -> list[float]:
@@ -144,3 +162,55 @@ def test_an_idle_check_waits_for_the_answer_to_go_out() -> None:
     loop.at(11.0, gate.leave)
     loop.run()
     assert collections == [pytest.approx(11.0 + IDLE_DELAY_SECONDS)]
+
+
+#: Probes sent after a collection's start, seconds: (offset, public budget; 0 = unpadded).
+PROBES = [(0.0, 0.0), (0.005, 0.0), (0.05, 0.15), (0.12, 0.0), (0.19, 0.2), (0.3, 0.0)]
+
+
+def probe_answers(pause: float, *, windowed: bool) -> list[float]:
+    """When each probe's answer is shown, for :data:`PROBES` sent into every collection of
+    :data:`SCHEDULE` whose pause is ``pause``: a probe is read when the loop is free, its
+    arrival is the collection window's end if it falls in one (``windowed``) and its answer
+    shows at its padded deadline, held by the window the same way."""
+    starts = replay(0.0, leave_at_kernel_end=False)
+    loop, gate, _collections, collector = _wired_collector(16, pause)
+    shown = collector.shown_at if windowed else (lambda now: now)
+    answers: list[float] = []
+    for arrival, budget in SCHEDULE:
+        loop.at(arrival, gate.try_enter)
+        loop.at(arrival + budget, gate.leave)
+    for start in starts:
+        for offset, budget in PROBES:
+
+            def probe(budget: float = budget) -> None:
+                arrived = shown(loop.now)  # api/deps.py: the arrival after the hold
+                if budget > 0:  # a padded probe holds a place until its deadline
+                    assert gate.try_enter()
+
+                def answer() -> None:
+                    answers.append(shown(loop.now))
+                    if budget > 0:
+                        gate.leave()
+
+                loop.at(arrived + budget, answer)
+
+            loop.at(start + offset, probe)
+    loop.run()
+    return answers
+
+
+def test_probes_sent_into_collections_are_answered_alike_whatever_the_pause() -> None:
+    on_d = probe_answers(0.01, windowed=True)
+    on_d_prime = probe_answers(0.2, windowed=True)
+    assert on_d == on_d_prime
+    assert len(on_d) == len(PROBES) * len(replay(0.0, leave_at_kernel_end=False))
+    # The probes did fall into the windows: those sent during one are answered at its end.
+    starts = replay(0.0, leave_at_kernel_end=False)
+    assert on_d[0] == pytest.approx(starts[0] + COLLECTION_WINDOW_SECONDS)
+
+
+def test_probes_answered_when_the_pause_ends_are_flagged() -> None:
+    on_d = probe_answers(0.01, windowed=False)
+    on_d_prime = probe_answers(0.2, windowed=False)
+    assert on_d != on_d_prime

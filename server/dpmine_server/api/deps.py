@@ -226,8 +226,11 @@ async def request_arrival(request: Request) -> AsyncIterator[Arrival]:
     """The request's :class:`Arrival` (resolved first, on the event loop, so lane places are
     numbered in arrival order); its place is left at the end unless a call thread holds it
     (a request refused by authentication or validation never reached its route)."""
+    services = _services(request)
+    if services.collector is not None:  # a body read during a collection: its window's end
+        await services.collector.hold()
     now = time.monotonic()
-    place = _services(request).kernel_lane.register(now)
+    place = services.kernel_lane.register(now)
     try:
         yield Arrival(now, place)
     finally:

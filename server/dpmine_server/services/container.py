@@ -45,11 +45,15 @@ class Services:
     timing: TimingPolicy = field(init=False)
     #: The public order in which this process's inline kernels run (services/kernel_lane.py).
     kernel_lane: KernelLane = field(init=False)
+    #: When this process runs its full garbage collections, and their public windows
+    #: (services/collector.py); None when padding is off (Python's automatic collections).
+    collector: IdleCollector | None = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "admission", AdmissionGate(self.settings.max_in_flight))
         object.__setattr__(self, "timing", TimingPolicy.from_settings(self.settings))
         object.__setattr__(self, "kernel_lane", KernelLane())
+        object.__setattr__(self, "collector", None)
 
     @property
     def engine(self) -> Engine:
@@ -160,6 +164,7 @@ def _warm(services: Services) -> None:
         defer_full_collections()
         collector = IdleCollector(lambda: services.admission.in_flight)
         services.admission.on_leave = collector.request_left
+        object.__setattr__(services, "collector", collector)
     else:
         services.datasets.preload()
     if pads and isinstance(queue, LocalPoolQueue):

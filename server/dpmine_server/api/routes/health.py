@@ -49,5 +49,5 @@ def health(services: ServicesDep) -> Health:
         max_in_flight=services.admission.limit,
         timing_base_ms=round(policy.base * 1000.0, 3) if policy.enabled else None,
         timing_job_base_ms=round(policy.for_jobs().base * 1000.0, 3) if policy.enabled else None,
-        full_collections="when idle" if services.admission.on_leave is not None else "automatic",
+        full_collections="when idle" if services.collector is not None else "automatic",
     )
