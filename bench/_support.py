@@ -754,9 +754,9 @@ def wait_if_asked(seconds: float, *, indent: str = "") -> None:
 
 
 def add_server_timing_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--calibration``, ``--max-in-flight`` and ``--cold-extensions``: the timing calibration,
-    admission limit and extension pricing of the server a benchmark starts (read back by
-    :func:`server_timing_settings`)."""
+    """``--calibration``, ``--max-in-flight``, ``--grid-ms`` and ``--cold-extensions``: the
+    timing calibration, admission limit, padding grid and extension pricing of the server a
+    benchmark starts (read back by :func:`server_timing_settings`)."""
     parser.add_argument(
         "--calibration",
         type=Path,
@@ -764,6 +764,9 @@ def add_server_timing_arguments(parser: argparse.ArgumentParser) -> None:
         "and kernel factors)",
     )
     parser.add_argument("--max-in-flight", type=int, help="DPMINE_MAX_IN_FLIGHT of the server")
+    parser.add_argument(
+        "--grid-ms", type=float, help="DPMINE_TIMING_GRID_MS of the server (the padding's grid)"
+    )
     parser.add_argument(
         "--cold-extensions",
         action="store_true",
@@ -779,6 +782,8 @@ def server_timing_settings(args: argparse.Namespace) -> dict[str, str]:
         settings["DPMINE_TIMING_CALIBRATION"] = str(args.calibration.resolve())
     if args.max_in_flight is not None:
         settings["DPMINE_MAX_IN_FLIGHT"] = str(args.max_in_flight)
+    if args.grid_ms is not None:
+        settings["DPMINE_TIMING_GRID_MS"] = f"{args.grid_ms:g}"
     if args.cold_extensions:
         settings["DPMINE_TIMING_WARM_EXTENSIONS"] = "false"
     return settings
