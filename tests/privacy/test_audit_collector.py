@@ -13,7 +13,7 @@ collections differ.
 
 The pause of a collection is not public (it grows with the heap), so the replay also sends
 probes into the collections, padded requests and unpadded ones (health, a job's state), with a
-pause of 10 ms on D and 200 ms on D': with the collector's public windows
+pause of 10 ms on D and 90 % of the window on D': with the collector's public windows
 (``IdleCollector.shown_at``, as api/collection_hold.py and api/deps.py apply it) every probe's
 answer is shown at the same moment on both; shown when the pause ends (no window, the broken
 variant) they differ.
@@ -200,9 +200,13 @@ def probe_answers(pause: float, *, windowed: bool) -> list[float]:
     return answers
 
 
+#: A collection's pause on D and on D' (any two pauses within the window).
+PAUSES = (0.01, 0.9 * COLLECTION_WINDOW_SECONDS)
+
+
 def test_probes_sent_into_collections_are_answered_alike_whatever_the_pause() -> None:
-    on_d = probe_answers(0.01, windowed=True)
-    on_d_prime = probe_answers(0.2, windowed=True)
+    on_d = probe_answers(PAUSES[0], windowed=True)
+    on_d_prime = probe_answers(PAUSES[1], windowed=True)
     assert on_d == on_d_prime
     assert len(on_d) == len(PROBES) * len(replay(0.0, leave_at_kernel_end=False))
     # The probes did fall into the windows: those sent during one are answered at its end.
@@ -211,6 +215,6 @@ def test_probes_sent_into_collections_are_answered_alike_whatever_the_pause() ->
 
 
 def test_probes_answered_when_the_pause_ends_are_flagged() -> None:
-    on_d = probe_answers(0.01, windowed=False)
-    on_d_prime = probe_answers(0.2, windowed=False)
+    on_d = probe_answers(PAUSES[0], windowed=False)
+    on_d_prime = probe_answers(PAUSES[1], windowed=False)
     assert on_d != on_d_prime
