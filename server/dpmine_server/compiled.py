@@ -26,6 +26,7 @@ __all__ = [
     "inlined",
     "inlined_counted_free",
     "kernel_input",
+    "popcount",
     "stop_flag",
 ]
 
@@ -84,3 +85,23 @@ def kernel_input(array: npt.ArrayLike, dtype: type[np.generic]) -> npt.NDArray[A
     inside a padded call)."""
     converted = np.ascontiguousarray(array, dtype=dtype)
     return converted if converted.flags.writeable else converted.copy()
+
+
+_ONE = np.uint64(1)
+_M1 = np.uint64(0x5555555555555555)
+_M2 = np.uint64(0x3333333333333333)
+_M4 = np.uint64(0x0F0F0F0F0F0F0F0F)
+_H01 = np.uint64(0x0101010101010101)
+_S2 = np.uint64(2)
+_S4 = np.uint64(4)
+_S56 = np.uint64(56)
+
+
+@compiled
+def popcount(word: np.uint64) -> np.int64:
+    """Set bits of one word (SWAR; LLVM emits the popcount instruction for it), for the
+    compiled kernels that count packed rows."""
+    word = word - ((word >> _ONE) & _M1)
+    word = (word & _M2) + ((word >> _S2) & _M2)
+    word = (word + (word >> _S4)) & _M4
+    return np.int64((word * _H01) >> _S56)

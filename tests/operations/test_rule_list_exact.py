@@ -38,6 +38,7 @@ from dpmine_server.operations.rule_list_exact import (
     draw_rule_list,
     sample_rule_list_exact,
     score_rule_lists,
+    uncaptured_counts,
 )
 from dpmine_server.operations.rule_list_mcmc import PriorTables
 from dpmine_server.operations.rule_lists import antecedent_words
@@ -203,6 +204,22 @@ def test_every_list_is_scored_like_the_definition(longest: int) -> None:
     for index, rules in enumerate(lists):
         assert scored.log_likelihood[index] == pytest.approx(_likelihood(rules), abs=1e-9)
         assert scored.log_prior[index] == pytest.approx(_prior(rules), abs=1e-9)
+
+
+@pytest.mark.parametrize("words", [1, 3, 130])
+def test_the_compiled_count_is_the_popcount_of_every_extension(words: int) -> None:
+    """:func:`uncaptured_counts` against numpy's popcount of the (E, 2, W) intersections, on
+    random words (every bit pattern, the top bit included), for all, some and no extensions."""
+    rng = np.random.default_rng(words)
+    top = np.iinfo(np.uint64).max
+    remaining = rng.integers(0, top, size=(2, words), dtype=np.uint64, endpoint=True)
+    outside = rng.integers(0, top, size=(9, words), dtype=np.uint64, endpoint=True)
+    for extensions in (np.arange(9), np.asarray([8, 0, 3]), np.arange(0)):
+        chosen = extensions.astype(np.int64)
+        expected = np.bitwise_count(remaining[np.newaxis] & outside[chosen][:, np.newaxis])
+        counts = uncaptured_counts(remaining, outside, chosen)
+        assert counts.shape == (len(chosen), 2)
+        assert np.array_equal(counts, expected.sum(axis=-1, dtype=np.int64))
 
 
 def _draws(

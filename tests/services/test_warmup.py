@@ -137,6 +137,7 @@ ENTRY_KERNELS = (
     "dpmine_server.operations.tree_native:last_level_weights",
     "dpmine_server.operations.tree_native:mcmc_steps",
     "dpmine_server.operations.tree_native:pair_steps",
+    "dpmine_server.operations.rule_list_exact:uncaptured_counts",
     "dpmine_server.operations.serenade_thresholds:_grid_cells",
     "dpmine_server.operations.serenade_thresholds:_uniform_grid_cells",
     "dpmine_server.operations.serenade_thresholds:_class_cell_counts",

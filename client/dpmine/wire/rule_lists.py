@@ -90,11 +90,13 @@ MAX_RULE_LIST_ITERATIONS = 200_000
 MIN_RULE_LIST_ITERATIONS = 1000
 #: Public cap on ``brl.sample_rule_list_exact``'s list length m (§5.3, exact sampler).
 MAX_EXACT_RULES = 4
-#: Public cap on the exact sampler's work, :func:`exact_rule_list_work`: a few seconds of
-#: enumeration on one core (bench/bench_budgets.py).
-MAX_EXACT_RULE_LIST_WORK = 150_000_000
-#: Per-list bookkeeping of the exact sampler, in 64-row words (about 2 µs a list).
-EXACT_LIST_OVERHEAD_WORDS = 64
+#: Public cap on the exact sampler's work, :func:`exact_rule_list_work`: about a second of
+#: enumeration on one core at 0.5 ns a word (bench/README.md, "Exact rule lists by a compiled
+#: count"), and 1.95 million lists at most (31 MB of scores).
+MAX_EXACT_RULE_LIST_WORK = 2_000_000_000
+#: Per-list bookkeeping of the exact sampler, in 64-row words: its prefix's share of the
+#: interpreted work (about 0.5 µs a list), at the compiled count's 0.5 ns a word.
+EXACT_LIST_OVERHEAD_WORDS = 1024
 
 
 def exact_rule_list_count(antecedents: int, max_rules: int) -> int:

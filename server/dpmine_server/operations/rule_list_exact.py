@@ -17,10 +17,12 @@ measure and such a quality is ε-DP (§0.3, §0.8); the same sensitivity as the 
 
 Enumeration (work a public function of M, L and N_max): depth first over the prefixes of fewer
 than L rules. At a prefix p the rows it leaves uncaptured, ``remaining`` (both classes, (2, W)
-words), are combined with the complements of every unused antecedent at once, ((M − |p|), 2, W)
-words; popcounts give every extension's capture counts, hence ℓ of every list p + (a,) by the
-same :func:`~dpmine_server.operations.rule_list_mcmc.rule_log_likelihoods` as the chain. The
-prior is :func:`~dpmine_server.operations.rule_list_mcmc.log_prior`, which depends on the last
+words), are intersected with the complement of every unused antecedent by one compiled pass
+(:func:`uncaptured_counts`: popcounts, no temporary arrays), which gives every extension's
+capture counts, hence ℓ of every list p + (a,) by the same
+:func:`~dpmine_server.operations.rule_list_mcmc.rule_log_likelihoods` as the chain; a prefix
+that is extended further builds its own remaining words once. The prior is
+:func:`~dpmine_server.operations.rule_list_mcmc.log_prior`, which depends on the last
 antecedent only through its cardinality: one call per cardinality and prefix.
 """
 
@@ -33,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpmine.wire import RuleListTarget
+from dpmine_server.compiled import compiled, popcount
 from dpmine_server.dp.mechanisms import exponential_mechanism
 from dpmine_server.operations.base import Progress
 from dpmine_server.operations.rule_list_mcmc import (
@@ -49,6 +52,7 @@ __all__ = [
     "draw_rule_list",
     "sample_rule_list_exact",
     "score_rule_lists",
+    "uncaptured_counts",
 ]
 
 WordArray = npt.NDArray[np.uint64]
@@ -62,11 +66,11 @@ class ListBlock:
     order; the block of the empty list has no prefix and the extension −1 (no rule)."""
 
     prefix: tuple[int, ...]
-    extensions: tuple[int, ...]
+    extensions: IntArray
 
     def lists(self) -> Iterator[tuple[int, ...]]:
         """The block's lists, in order."""
-        for antecedent in self.extensions:
+        for antecedent in self.extensions.tolist():
             yield self.prefix if antecedent < 0 else (*self.prefix, antecedent)
 
 
@@ -93,17 +97,45 @@ def _class_counts(rows: WordArray) -> IntArray:
     return np.asarray(np.bitwise_count(rows).sum(axis=-1, dtype=np.int64), dtype=np.int64)
 
 
+@compiled
+def uncaptured_counts(remaining: WordArray, outside: WordArray, extensions: IntArray) -> IntArray:
+    """(negatives, positives) that a prefix's ``remaining`` rows ((2, W) words) keep after each
+    antecedent a of ``extensions``, whose complement is ``outside[a]``: an (E, 2) array of the
+    popcounts of ``remaining[c] & outside[a]``, the same counts as the vectorised
+    ``bitwise_count(remaining & outside[extensions]).sum(-1)`` without its (E, 2, W) array."""
+    counts = np.zeros((extensions.shape[0], 2), dtype=np.int64)
+    words = remaining.shape[1]
+    for position in range(extensions.shape[0]):
+        complement = outside[extensions[position]]
+        for label in range(2):
+            total = np.int64(0)
+            for word in range(words):
+                total += popcount(remaining[label, word] & complement[word])
+            counts[position, label] = total
+    return counts
+
+
 def _extension_priors(
-    prefix: tuple[int, ...], extensions: IntArray, tables: PriorTables
+    prefix: tuple[int, ...],
+    extensions: IntArray,
+    tables: PriorTables,
+    cardinality_of: IntArray,
+    known: dict[tuple[int, ...], float],
 ) -> FloatArray:
-    """ln p(prefix + (a,)) for every a: :func:`log_prior` depends on a only through |a|."""
-    cardinalities = np.asarray([tables.cardinalities[a] for a in extensions], dtype=np.int64)
-    priors = np.empty(len(extensions), dtype=np.float64)
-    for cardinality in np.unique(cardinalities):
-        chosen = cardinalities == cardinality
-        representative = int(extensions[np.argmax(chosen)])
-        priors[chosen] = log_prior((*prefix, representative), tables)
-    return priors
+    """ln p(prefix + (a,)) for every a. :func:`log_prior` depends on a list only through its
+    sequence of cardinalities (``cardinality_of``), so it is called once per new sequence and
+    kept in ``known``."""
+    cardinalities = cardinality_of[extensions]
+    shape = tuple(int(cardinality_of[rule]) for rule in prefix)
+    by_cardinality = np.zeros(len(tables.available), dtype=np.float64)
+    present = np.bincount(cardinalities, minlength=len(tables.available))
+    for cardinality in np.flatnonzero(present).tolist():
+        key = (*shape, cardinality)
+        if key not in known:
+            first = int(np.argmax(cardinalities == cardinality))
+            known[key] = log_prior((*prefix, int(extensions[first])), tables)
+        by_cardinality[cardinality] = known[key]
+    return by_cardinality[cardinalities]
 
 
 def score_rule_lists(
@@ -118,25 +150,34 @@ def score_rule_lists(
     docstring): depth first, one vectorised pass over the unused antecedents per prefix."""
     size = len(tables.cardinalities)
     depth = min(max_rules, size)
-    blocks = [ListBlock((), (-1,))]
+    blocks = [ListBlock((), np.asarray([-1], dtype=np.int64))]
     left = _class_counts(words.classes)
     likelihoods = [rule_log_likelihoods(left, alpha)]
     priors = [np.asarray([log_prior((), tables)], dtype=np.float64)]
+    cardinality_of = np.asarray(tables.cardinalities, dtype=np.int64)
+    outside = np.ascontiguousarray(words.outside, dtype=np.uint64)
+    known: dict[tuple[int, ...], float] = {}
 
-    def visit(prefix: tuple[int, ...], remaining: WordArray, left: IntArray, rules: float) -> None:
-        used = set(prefix)
-        extensions = np.asarray([a for a in range(size) if a not in used], dtype=np.int64)
-        rows = remaining[np.newaxis, :, :] & words.outside[extensions][:, np.newaxis, :]
-        after = _class_counts(rows)
-        captured = rule_log_likelihoods(left[np.newaxis, :] - after, alpha)
-        likelihoods.append(rules + captured + rule_log_likelihoods(after, alpha))
-        priors.append(_extension_priors(prefix, extensions, tables))
-        blocks.append(ListBlock(prefix, tuple(int(a) for a in extensions)))
+    def visit(
+        prefix: tuple[int, ...],
+        extensions: IntArray,
+        remaining: WordArray,
+        left: IntArray,
+        rules: float,
+    ) -> None:
+        after = uncaptured_counts(remaining, outside, extensions)
+        # ℓ of the captured rows and of the rows left to the default rule, in one call.
+        terms = rule_log_likelihoods(np.concatenate([left[np.newaxis, :] - after, after]), alpha)
+        captured, default = terms[: len(extensions)], terms[len(extensions) :]
+        likelihoods.append(rules + captured + default)
+        priors.append(_extension_priors(prefix, extensions, tables, cardinality_of, known))
+        blocks.append(ListBlock(prefix, extensions))
         if len(prefix) + 1 < depth:
-            for position, antecedent in enumerate(extensions):
+            for position, antecedent in enumerate(extensions.tolist()):
                 visit(
-                    (*prefix, int(antecedent)),
-                    rows[position],
+                    (*prefix, antecedent),
+                    np.concatenate((extensions[:position], extensions[position + 1 :])),
+                    remaining & outside[antecedent],
                     after[position],
                     rules + float(captured[position]),
                 )
@@ -144,7 +185,8 @@ def score_rule_lists(
             progress((prefix[0] + 1) / size)
 
     if depth > 0:
-        visit((), words.classes, left, 0.0)
+        every = np.arange(size, dtype=np.int64)
+        visit((), every, np.ascontiguousarray(words.classes, dtype=np.uint64), left, 0.0)
     return ScoredLists(blocks, np.concatenate(likelihoods), np.concatenate(priors))
 
 

@@ -36,7 +36,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from dpmine_server.compiled import compiled
+from dpmine_server.compiled import compiled, popcount
 
 __all__ = [
     "Chain",
@@ -55,15 +55,6 @@ IntArray = npt.NDArray[np.int64]
 CodeArray = npt.NDArray[np.int32]
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
-
-_ONE = np.uint64(1)
-_M1 = np.uint64(0x5555555555555555)
-_M2 = np.uint64(0x3333333333333333)
-_M4 = np.uint64(0x0F0F0F0F0F0F0F0F)
-_H01 = np.uint64(0x0101010101010101)
-_S2 = np.uint64(2)
-_S4 = np.uint64(4)
-_S56 = np.uint64(56)
 
 
 class Chain(NamedTuple):
@@ -124,15 +115,6 @@ class Draws(NamedTuple):
 
 #: Candidate splits (families, values) from the base measure and the first unused one.
 Pool = tuple[IntArray, IntArray, int]
-
-
-@compiled
-def _popcount(word: np.uint64) -> np.int64:
-    """Set bits of one word (SWAR; LLVM emits the popcount instruction for it)."""
-    word = word - ((word >> _ONE) & _M1)
-    word = (word & _M2) + ((word >> _S2) & _M2)
-    word = (word + (word >> _S4)) & _M4
-    return np.int64((word * _H01) >> _S56)
 
 
 @compiled
@@ -236,7 +218,7 @@ def _count(rows: WordArray, classes: WordArray, out: IntArray) -> None:
         for k in range(classes.shape[0]):
             total = np.int64(0)
             for word in range(classes.shape[1]):
-                total += _popcount(rows[i, word] & classes[k, word])
+                total += popcount(rows[i, word] & classes[k, word])
             out[i, k] = total
 
 
@@ -273,7 +255,7 @@ def last_level_weights(
         for k in range(n_classes):
             total = np.int64(0)
             for word in range(classes.shape[1]):
-                total += _popcount(rows[b, word] & classes[k, word])
+                total += popcount(rows[b, word] & classes[k, word])
             node[k] = total
         for s in range(left.shape[0]):
             for k in range(n_classes):
@@ -281,8 +263,8 @@ def last_level_weights(
                 to_right = np.int64(0)
                 for word in range(classes.shape[1]):
                     labelled = rows[b, word] & classes[k, word]
-                    to_left += _popcount(labelled & left[s, word])
-                    to_right += _popcount(labelled & right[s, word])
+                    to_left += popcount(labelled & left[s, word])
+                    to_right += popcount(labelled & right[s, word])
                 going_left[k] = to_left
                 going_right[k] = to_right
             cells = _weighted_gini(going_left) + _weighted_gini(going_right)

@@ -50,6 +50,7 @@ from dpmine_server.dp.mechanisms import LogWeightSampler
 from dpmine_server.dp.rng import secure_generator
 from dpmine_server.operations import CATALOG
 from dpmine_server.operations.base import no_progress
+from dpmine_server.operations.rule_list_exact import uncaptured_counts
 from dpmine_server.operations.serenade_quality import counts_quality, kernel_quality
 from dpmine_server.operations.serenade_thresholds import (
     class_interval_counts,
@@ -129,11 +130,11 @@ def _warm_serenade_grids(store: ColumnStore) -> None:
 
 def warm_compiled_kernels() -> None:
     """Run the compiled kernels once on a synthetic table (no dataset, no ledger: nothing is
-    released): ``tree.mcmc`` (its chain and its exact sampler), ``tree.pair_mcmc`` and the
-    itemset miner, and the CSV load's decimal scan, numeric cell scan and numeric sort (the
-    synthetic table's load), so that numba's compiled code is loaded before a request, a job
-    or a dataset's load needs it (a first call would otherwise pay seconds inside its padded
-    budget and overrun).
+    released): ``tree.mcmc`` (its chain and its exact sampler), ``tree.pair_mcmc``, the
+    itemset miner, the exact rule-list sampler's count, and the CSV load's decimal scan,
+    numeric cell scan and numeric sort (the synthetic table's load), so that numba's compiled
+    code is loaded before a request, a job or a dataset's load needs it (a first call would
+    otherwise pay seconds inside its padded budget and overrun).
     A failure is logged and left to the first real call. The modules that data/ imports on
     first use are imported first (:func:`import_load_modules`)."""
     import_load_modules()
@@ -146,6 +147,8 @@ def warm_compiled_kernels() -> None:
         scan_numbers(pa.array([" 0.5", "?", "x"], pa.string()), TokenBytes.of(["?"]))
         _warm_itemset_miner(store)
         _warm_serenade_grids(store)
+        words = np.zeros((2, 1), dtype=np.uint64)
+        uncaptured_counts(words, words, np.zeros(1, dtype=np.int64))
         epsilon = Epsilon.charge(1.0)
         single = TreeMCMCRequest(
             view="left", target={"kind": "attribute", "attribute": "y"}, depth=2, epsilon=1.0
