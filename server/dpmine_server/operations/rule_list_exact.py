@@ -22,8 +22,9 @@ words), are intersected with the complement of every unused antecedent by one co
 capture counts, hence ℓ of every list p + (a,) by the same
 :func:`~dpmine_server.operations.rule_list_mcmc.rule_log_likelihoods` as the chain; a prefix
 that is extended further builds its own remaining words once. The prior is
-:func:`~dpmine_server.operations.rule_list_mcmc.log_prior`, which depends on the last
-antecedent only through its cardinality: one call per cardinality and prefix.
+:func:`~dpmine_server.operations.rule_list_mcmc.log_prior`, which depends on a list only
+through the sequence of its antecedents' cardinalities (it reads nothing else of them): one call
+per sequence, kept for the run.
 """
 
 from __future__ import annotations
@@ -147,7 +148,7 @@ def score_rule_lists(
     progress: Progress,
 ) -> ScoredLists:
     """ℓ and ln p of every list of at most ``max_rules`` distinct antecedents (module
-    docstring): depth first, one vectorised pass over the unused antecedents per prefix."""
+    docstring): depth first, one compiled pass over the unused antecedents per prefix."""
     size = len(tables.cardinalities)
     depth = min(max_rules, size)
     blocks = [ListBlock((), np.asarray([-1], dtype=np.int64))]
