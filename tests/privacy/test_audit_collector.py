@@ -159,9 +159,10 @@ def test_an_idle_check_waits_for_the_answer_to_go_out() -> None:
     loop.at(10.0, gate.try_enter)
     loop.at(10.2, gate.leave)
     loop.at(10.2 + IDLE_DELAY_SECONDS / 2, gate.try_enter)  # back before the check: no collection
-    loop.at(11.0, gate.leave)
+    second_leaves = 10.2 + IDLE_DELAY_SECONDS + 0.3  # still in flight at the first check
+    loop.at(second_leaves, gate.leave)
     loop.run()
-    assert collections == [pytest.approx(11.0 + IDLE_DELAY_SECONDS)]
+    assert collections == [pytest.approx(second_leaves + IDLE_DELAY_SECONDS)]
 
 
 #: Probes sent after a collection's start, seconds: (offset, public budget; 0 = unpadded).
