@@ -159,35 +159,48 @@ def _at_most(limit: int, observation: Observation) -> bool:
     return bool(observation[-1] <= limit)
 
 
-def _candidate_events(observed: set[Observation]) -> list[Callable[[Observation], bool]]:
-    """Events over (status…, latency bucket) outcomes: each latency threshold {bucket ≤ b},
-    then each outcome and each status part, in a fixed order. The order breaks ties of the
-    split audit's choice: a threshold first, since it keeps together the neighbouring buckets
-    that jitter spreads one side's answers over (an exact outcome chosen on a tie, such as
-    bucket 5 where the other third of the samples holds 4s and 5s, tested too few of them to
-    flag a total separation in CI)."""
-    events: list[Callable[[Observation], bool]] = [
-        functools.partial(_at_most, limit) for limit in sorted({o[-1] for o in observed})
+def _candidate_events(observed: set[Observation]) -> list[list[Callable[[Observation], bool]]]:
+    """Events over (status…, latency bucket) outcomes, in three kinds, coarsest first: each
+    latency threshold {bucket ≤ b} for every b from the least observed bucket to the largest,
+    each status part, each whole outcome. :func:`split_audit` breaks ties of its choice by this
+    order (a coarser event keeps together the neighbouring buckets, or the buckets of one
+    status, that jitter spreads one side's answers over: an exact outcome chosen on a tie, such
+    as bucket 5 where the rest of the samples holds 4s and 5s, tested too few of them to flag a
+    total separation in CI)."""
+    buckets = sorted({o[-1] for o in observed})
+    thresholds: list[Callable[[Observation], bool]] = [
+        functools.partial(_at_most, limit) for limit in range(buckets[0], buckets[-1] + 1)
     ]
-    for outcome in sorted(observed, key=repr):
-        events.append(functools.partial(_same_outcome, outcome))
-        events.append(functools.partial(_same_status, outcome[:-1]))
-    return events
+    statuses = sorted({o[:-1] for o in observed}, key=repr)
+    outcomes = sorted(observed, key=repr)
+    return [
+        thresholds,
+        [functools.partial(_same_status, status) for status in statuses],
+        [functools.partial(_same_outcome, outcome) for outcome in outcomes],
+    ]
 
 
 def split_audit(samples_0: list[Observation], samples_1: list[Observation]) -> float:
     """ε lower bound of the best event: chosen on the first third of each side's samples (the
     largest difference in frequency), bounded with Clopper–Pearson on the rest, so the
-    choice costs no Bonferroni factor."""
+    choice costs no Bonferroni factor. Ties go to the coarsest kind of event
+    (:func:`_candidate_events`) and, among tied latency thresholds, to the middle one: the
+    threshold farthest from both sides' buckets, which one bucket of jitter on either side in
+    the rest of the samples does not cross."""
     select = max(len(samples_0) // 3, 1)
     pick_0, test_0 = samples_0[:select], samples_0[select:]
     pick_1, test_1 = samples_1[:select], samples_1[select:]
-    events = _candidate_events(set(pick_0) | set(pick_1))
 
     def gap(event: Callable[[Observation], bool]) -> float:
         return abs(sum(map(event, pick_0)) / len(pick_0) - sum(map(event, pick_1)) / len(pick_1))
 
-    best = max(events, key=gap)
+    thresholds, *others = _candidate_events(set(pick_0) | set(pick_1))
+    widest = max(gap(event) for events in (thresholds, *others) for event in events)
+    tied = [event for event in thresholds if gap(event) == widest]
+    if tied:
+        best = tied[len(tied) // 2]
+    else:
+        best = next(event for events in others for event in events if gap(event) == widest)
     hits_0, hits_1 = sum(map(best, test_0)), sum(map(best, test_1))
     return _loss(hits_0, hits_1, len(test_0), len(test_1))
 
