@@ -619,8 +619,9 @@ def _rule_list_sample_work(request: Mapping[str, Any], metadata: DatasetMetadata
 def _rule_list_exact_work(request: Mapping[str, Any], metadata: DatasetMetadata) -> float:
     # Every list of D_L scored by one compiled pass over its prefix's remaining words plus
     # per-list bookkeeping (exact_rule_list_work), and a fixed cost per prefix (the
-    # likelihoods, the prior and the interpreter). Measured ≈ 0.5 ns a word and 40-50 µs a
-    # prefix (M = 40 and 80, L = 3, 10³-2·10⁵ rows); budgeted at 3× each.
+    # likelihoods, the prior and the interpreter). Measured 0.4-0.5 ns a word and 25-50 µs a
+    # prefix, quiet to loaded (M = 40 and 80, L = 3, 10³-2·10⁵ rows; bench/README.md "Exact
+    # rule lists by a compiled count"); budgeted at 3× the loaded figures.
     antecedents = len(request.get("antecedents") or ())
     max_rules = int(request.get("max_rules") or 3)
     prefixes = exact_rule_list_count(antecedents, max_rules - 1)
