@@ -18,6 +18,7 @@ import io
 import json
 import math
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -57,12 +58,14 @@ from dpmine.intervals import (
 from dpmine.miners import (
     AltExpM,
     AltMCMC,
+    BaseMiner,
     DPLayeredTrees,
     ItemsetPlan,
     MCMCTreePair,
     MinedItemset,
     Plan,
     Preset,
+    RunStoppedWarning,
     SerenadeCS,
     SerenadeES,
     SerenadePlan,
@@ -313,9 +316,19 @@ def _spent(receipts: list[Receipt]) -> str:
     return f"{unit} spent = {amount}"
 
 
+def _miner_spent(miner: BaseMiner) -> str:
+    """As :func:`_spent` for a miner's last run, a failed call's charge included
+    (``spent_exact``)."""
+    unit, amount = miner.spent_exact()
+    return f"{unit} spent = {amount if unit == 'ρ' else epsilon_text(amount)}"
+
+
 def _run(options: _Options, action: Any) -> Any:
+    """Run ``action`` on a connection; a miner's :class:`RunStoppedWarning` is not printed as
+    a Python warning, since every mining command shows where a run stopped in its output."""
     try:
-        with _connect(options) as connection:
+        with _connect(options) as connection, warnings.catch_warnings():
+            warnings.simplefilter("ignore", RunStoppedWarning)
             return action(connection)
     except DPMineError as error:
         raise _fail(str(error), exit_code_of(error)) from error
@@ -962,7 +975,7 @@ def _run_serenade(
     allowed = miner.columns_
     table.caption = (
         f"{verdict.summary.describe()}; {len(miner.receipts_)} charged calls, "
-        f"{_spent(miner.receipts_)}; x0 = {miner.x0_:g}; thresholds: "
+        f"{_miner_spent(miner)}; x0 = {miner.x0_:g}; thresholds: "
         f"{', '.join(sorted(set(miner.threshold_modes_)))}"
         + ("" if show_all else "; --all shows every result")
         + ("" if allowed is None else f"\nqueries drawn from the columns {', '.join(allowed)}")
@@ -974,6 +987,7 @@ def _run_serenade(
         "significance": verdict.summary.as_dict(),
         "message": message,
         "stop_reason": miner.stop_reason_,
+        "stopped": None if miner.stopped_ is None else miner.stopped_.describe(),
         "columns": allowed,
         "budget_spent": miner.budget_spent_,
     }
@@ -1393,12 +1407,14 @@ def _run_tree_miner(
     kept += [f"s.e. of noisy J ≤ {max_error:g}"] if max_error is not None else []
     shown = f"; {len(found)} shown with {' and '.join(kept)}" if kept else ""
     message = miner.nothing_passed()
+    stopped = miner.stopped_
     samplers = _tree_samplers(miner.receipts_)
     table.caption = (
         f"{verdict.summary.describe()}{shown}; from {len(miner.trees_)} tree pairs; "
-        f"{len(miner.receipts_)} charged calls, {_spent(miner.receipts_)}"
+        f"{len(miner.receipts_)} charged calls, {_miner_spent(miner)}"
         + ("" if show_all else "; --all shows every result")
         + ("" if message is None else f"\n{message}")
+        + ("" if message is not None or stopped is None else f"\n{stopped.describe()}")
         + ("" if samplers is None else f"\n{_describe_samplers(samplers)}")
     )
     payload = {
@@ -1407,6 +1423,7 @@ def _run_tree_miner(
         "redescriptions": [tree_record(r, significant=id(r) in passed) for r in found],
         "significance": verdict.summary.as_dict(),
         "message": message,
+        "stopped": None if stopped is None else stopped.describe(),
         "budget_spent": miner.budget_spent_,
         "receipts": [receipt.model_dump(mode="json") for receipt in miner.receipts_],
     }

@@ -19,6 +19,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from dpmine_server.services.failpoints import parse_fail_calls
+
 __all__ = [
     "DEFAULT_CONFIG_FILE",
     "DEVELOPMENT_SECRET",
@@ -77,6 +79,12 @@ class Settings(BaseSettings):
     )
     test_seed: int | None = Field(
         default=None, description="Seed for reproducible noise. Only allowed in test mode."
+    )
+    test_fail_calls: str | None = Field(
+        default=None,
+        description="Test mode only: calls that fail after their charge, as OPERATION@N "
+        "separated by commas (the N-th call of OPERATION in each process; "
+        "services/failpoints.py).",
     )
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
@@ -253,7 +261,14 @@ class Settings(BaseSettings):
             return self.data_dir / AUTO_CALIBRATION_FILE
         return self.timing_calibration
 
-    @field_validator("bootstrap_owner_key", "timing_calibration", mode="before")
+    @field_validator("test_fail_calls")
+    @classmethod
+    def _fail_calls_parse(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_fail_calls(value)
+        return value
+
+    @field_validator("bootstrap_owner_key", "timing_calibration", "test_fail_calls", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value
@@ -264,6 +279,11 @@ class Settings(BaseSettings):
             raise UnsafeSettingsError(
                 "DPMINE_TEST_SEED makes the noise reproducible and is allowed only with "
                 "DPMINE_ENVIRONMENT=test; unset it"
+            )
+        if self.test_fail_calls is not None and self.environment != "test":
+            raise UnsafeSettingsError(
+                "DPMINE_TEST_FAIL_CALLS makes charged calls fail on purpose and is allowed only "
+                "with DPMINE_ENVIRONMENT=test; unset it"
             )
         if self.job_workers == 0 and self.database_url.startswith("sqlite"):
             raise UnsafeSettingsError(

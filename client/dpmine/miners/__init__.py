@@ -1,6 +1,6 @@
 """Client-side miners: orchestration only (no data, no mechanisms), one module per family."""
 
-from dpmine.miners._base import BaseMiner, NotMinedError, Plan
+from dpmine.miners._base import BaseMiner, NotMinedError, Plan, RunStopped, RunStoppedWarning
 from dpmine.miners.greedy import (
     MinedRedescription,
     NoSens,
@@ -42,6 +42,8 @@ __all__ = [
     "NotMinedError",
     "Plan",
     "Preset",
+    "RunStopped",
+    "RunStoppedWarning",
     "SerenadeCS",
     "SerenadeES",
     "SerenadeParameters",

@@ -13,26 +13,54 @@ from __future__ import annotations
 
 import inspect
 import reprlib
+import threading
+import warnings
 from abc import ABCMeta, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Generic, Literal
 
 from rich.progress import Progress
 
 from dpmine.amounts import epsilon_text
 from dpmine.connection import DatasetHandle
-from dpmine.errors import BudgetExhaustedError, DPMineError, checked_parameters
+from dpmine.errors import (
+    BudgetExhaustedError,
+    ChargeKeptNoResultError,
+    DPMineError,
+    OperationFailedError,
+    checked_parameters,
+)
 from dpmine.frames import data_frame
-from dpmine.miners._rho import rho_lines, spent_in_unit, spent_text, zcdp_delta
+from dpmine.miners._rho import rho_lines, spent_in_unit, zcdp_delta
 from dpmine.significance import ResultT, Significance, Verdict, nothing_passed, significance_test
-from dpmine.wire import EstimateResponse, PlannedCall, Receipt
+from dpmine.wire import EstimateResponse, OperationRequest, PlannedCall, Receipt, operation_for
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["BaseMiner", "NotMinedError", "Plan", "SignificantMiner"]
+__all__ = [
+    "STOPPING_ERRORS",
+    "BaseMiner",
+    "NotMinedError",
+    "Plan",
+    "RunStopped",
+    "RunStoppedWarning",
+    "SignificantMiner",
+]
+
+#: Errors after which a run keeps what it already released instead of losing it: a charged
+#: call that released nothing (an overrun of its padded deadline, a kernel error, a lost
+#: worker; the charge stands) and a call refused because the budget ran out meanwhile (nothing
+#: charged). Any other error (a refused parameter, a lost connection) still ends ``mine()``.
+STOPPING_ERRORS = (OperationFailedError, ChargeKeptNoResultError, BudgetExhaustedError)
+
+
+class RunStoppedWarning(UserWarning):
+    """``mine()`` returned early: a call failed and the run kept what it had released
+    (``stopped_`` says which call and why)."""
 
 
 class NotMinedError(DPMineError):
@@ -82,9 +110,49 @@ class Plan:
         return "\n".join([str(self), *self.rho_lines()])
 
 
+@dataclass(frozen=True)
+class RunStopped:
+    """Where a run stopped before the end of its plan, and what that call cost.
+
+    ``call`` is what the miner was doing (an operation and its place in the run), ``error``
+    the server's message, ``unit`` and ``charged`` the exact charge of the failed request in
+    the dataset's unit (``charged`` "0" when the server charged nothing, None when the price
+    could not be read back; the ledger has it either way). Privacy: the failure is an answer
+    the analyst sees anyway, and every later step of the run is post-processing of what was
+    released and of that answer."""
+
+    call: str
+    error: str
+    unit: Literal["ε", "ρ"] = "ε"
+    charged: str | None = None
+
+    def describe(self) -> str:
+        """One paragraph: which call failed, what it cost, and that the rest was kept."""
+        if self.charged == "0":
+            cost = "Nothing was charged for it."
+        elif self.charged is None:
+            cost = "Its charge stands (the dataset's ledger lists it)."
+        else:
+            cost = f"Charged for it: {self.unit} = {self.charged}, with nothing released."
+        return (
+            f"The run stopped early at {self.call}; the server answered: "
+            f"{self.error.rstrip('.')}. {cost} The results released before it are kept, and "
+            "the test counts only what the run examined."
+        )
+
+
 @dataclass
 class _Spent:
     receipts: list[Receipt] = field(default_factory=list)
+    #: Calls that failed (the first is where the run stopped; concurrent iterations of a tree
+    #: miner can fail together).
+    failures: list[RunStopped] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class _Stopped(Exception):
+    """Internal: a call of the run failed and was recorded (:meth:`BaseMiner._stopping`); the
+    miner ends the phase it is in and keeps what was released."""
 
 
 class _CheckedOnConstruction(ABCMeta):
@@ -197,10 +265,78 @@ class BaseMiner(metaclass=_CheckedOnConstruction):
 
     @property
     def budget_spent_(self) -> float:
-        """Total charged by the last ``mine()`` in the dataset's unit (exact sum of its
-        receipts, as a float): ε on a pure dataset, ρ on a zCDP one (issue #24), where ρ adds
-        up and the receipts' ε figures (each call's implied ε at δ) do not."""
-        return float(spent_in_unit(self.receipts_)[1])
+        """Total charged by the last ``mine()`` in the dataset's unit (the exact sum of its
+        receipts and of a failed call's charge, ``stopped_``, as a float): ε on a pure dataset,
+        ρ on a zCDP one (issue #24), where ρ adds up and the receipts' ε figures (each call's
+        implied ε at δ) do not."""
+        return float(self.spent_exact()[1])
+
+    def spent_exact(self) -> tuple[Literal["ε", "ρ"], Decimal]:
+        """(unit, exact total) charged by the last ``mine()``: its receipts and, when the run
+        stopped at a failed call, that call's charge."""
+        unit, amount = spent_in_unit(self.receipts_)
+        spent: _Spent | None = getattr(self, "_spent", None)
+        for failure in [] if spent is None else spent.failures:
+            if failure.charged is not None:
+                unit, amount = failure.unit, amount + Decimal(failure.charged)
+        return unit, amount
+
+    @property
+    def stopped_(self) -> RunStopped | None:
+        """Where the last ``mine()`` stopped before the end of its plan (None if it ran
+        through): a call that failed after its charge or was refused, with what it cost."""
+        spent: _Spent | None = getattr(self, "_spent", None)
+        if spent is None:
+            raise NotMinedError(f"{type(self).__name__} has not mined yet; call mine() first")
+        return spent.failures[0] if spent.failures else None
+
+    @contextmanager
+    def _stopping(
+        self,
+        spent: _Spent,
+        dataset: DatasetHandle,
+        call: str,
+        requests: Sequence[OperationRequest[Any]],
+    ) -> Iterator[None]:
+        """Run the block that sends ``requests`` (at the run's step ``call``); one of
+        :data:`STOPPING_ERRORS` is recorded (:meth:`_record_stop`) and raised as the internal
+        ``_Stopped``, which the miner catches to end its current phase."""
+        try:
+            yield
+        except STOPPING_ERRORS as error:
+            self._record_stop(spent, dataset, error, call, requests)
+            raise _Stopped(call) from error
+
+    def _record_stop(
+        self,
+        spent: _Spent,
+        dataset: DatasetHandle,
+        error: DPMineError,
+        call: str,
+        requests: Sequence[OperationRequest[Any]],
+    ) -> RunStopped:
+        """Record that ``requests`` (one call, or the parts of one batch) failed with ``error``
+        (one of :data:`STOPPING_ERRORS`) at ``call``, price them (a free estimate: the charge
+        of a failed call is its price) and warn with :class:`RunStoppedWarning`."""
+        unit: Literal["ε", "ρ"] = "ε"
+        charged: str | None = "0"
+        if not isinstance(error, BudgetExhaustedError):
+            try:
+                estimate = dataset.estimate([operation_for(r).plan(r) for r in requests])
+            except DPMineError:
+                charged = None
+            else:
+                zcdp = estimate.accounting == "zcdp"
+                unit = "ρ" if zcdp else "ε"
+                charged = estimate.total_rho_exact if zcdp else estimate.total_epsilon_exact
+        server_message = getattr(error, "detail", None) or str(error)
+        stopped = RunStopped(call=call, error=str(server_message), unit=unit, charged=charged)
+        with spent.lock:
+            first = not spent.failures
+            spent.failures.append(stopped)
+        if first:
+            warnings.warn(stopped.describe(), RunStoppedWarning, stacklevel=4)
+        return stopped
 
     @property
     def receipts_(self) -> list[Receipt]:
@@ -228,7 +364,8 @@ class SignificantMiner(BaseMiner, Generic[ResultT]):
 
     def _found(self) -> str:
         verdict = self.significance()
-        return f"{len(verdict.passed)} of {len(verdict.ranked)} results pass"
+        early = "" if self.stopped_ is None else " (stopped early)"
+        return f"{len(verdict.passed)} of {len(verdict.ranked)} results pass{early}"
 
     @abstractmethod
     def _table(self, min_jaccard: float | None = None) -> tuple[list[str], list[list[object]]]:
@@ -276,5 +413,14 @@ class SignificantMiner(BaseMiner, Generic[ResultT]):
         verdict = self.significance(min_jaccard)
         if verdict.passed:
             return None
-        unit, spent = spent_text(self.receipts_)
-        return nothing_passed(verdict.summary, spent=spent, unit=unit, hints=self._hints())
+        unit, amount = self.spent_exact()
+        spent = str(amount) if unit == "ρ" else epsilon_text(amount)
+        message = nothing_passed(verdict.summary, spent=spent, unit=unit, hints=self._hints())
+        ending = self._ending()
+        return message if ending is None else f"{message} {ending}"
+
+    def _ending(self) -> str | None:
+        """What ``nothing_passed`` adds about how the run ended: where it stopped early, if it
+        did (:attr:`stopped_`)."""
+        stopped = self.stopped_
+        return None if stopped is None else stopped.describe()

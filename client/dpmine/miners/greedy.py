@@ -64,6 +64,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property
@@ -85,7 +86,14 @@ from dpmine.intervals import (
     intervals_from_paper,
     noise_law,
 )
-from dpmine.miners._base import GENERAL_HINTS, NotMinedError, Plan, SignificantMiner, _Spent
+from dpmine.miners._base import (
+    GENERAL_HINTS,
+    NotMinedError,
+    Plan,
+    SignificantMiner,
+    _Spent,
+    _Stopped,
+)
 from dpmine.miners._rho import (
     EM_RHO,
     GENERIC_RHO,
@@ -1119,9 +1127,12 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
             quality=quality,
             options=self._options(dataset.schema),
         )
-        response = dataset.run(request)
+        self.threshold_modes_ = []
+        call = "serenade.initial_pairs (the run's first draw)"
+        with self._stopping(spent, dataset, call, [request]):
+            response = dataset.run(request)
         spent.receipts.append(response.receipt)
-        self.threshold_modes_ = [response.threshold_mode]
+        self.threshold_modes_.append(response.threshold_mode)
         return list(response.pairs)
 
     def _extend(
@@ -1133,6 +1144,7 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
         epsilon: float,
         quality: QualityParameters,
         spent: _Spent,
+        step: str,
     ) -> ExtendOneResponse:
         request = ExtendOneRequest(
             mode=mode,
@@ -1141,7 +1153,9 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
             quality=quality,
             options=self._options(dataset.schema),
         )
-        response = dataset.run(request)
+        call = f"serenade.extend_one ({step})"
+        with self._stopping(spent, dataset, call, [request]):
+            response = dataset.run(request)
         spent.receipts.append(response.receipt)
         self.threshold_modes_.append(response.threshold_mode)
         return response
@@ -1156,7 +1170,9 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
     ) -> MinedRedescription:
         """One quality check; its joint box misses with probability ``joint_miss`` (α/M)."""
         request = ComputeQualityRequest(redescription=red, epsilon=epsilon, mode=self.quality_mode)
-        response = dataset.run(request)
+        call = f"red.compute_quality (quality check {self._checks + 1})"
+        with self._stopping(spent, dataset, call, [request]):
+            response = dataset.run(request)
         spent.receipts.append(response.receipt)
         self._checks += 1
         return MinedRedescription(
@@ -1175,20 +1191,31 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
         checks: Sequence[tuple[Redescription, float]],
         spent: _Spent,
         joint_miss: float,
+        results: list[MinedRedescription] | None = None,
     ) -> list[MinedRedescription]:
         """Independent quality checks of (redescription, ε), in order: in batches of at most
         ``MAX_BATCH_PARTS`` when ``batched`` (one request each, padded once), else one by one.
-        Each check is its own call either way (own mechanism, noise, receipt)."""
+        Each check is its own call either way (own mechanism, noise, receipt). Appended to
+        ``results`` (a new list if None) as they arrive, so a run that stops at a failed call
+        keeps the checks before it."""
+        results = [] if results is None else results
         if not self.batched or len(checks) <= 1:
-            return [self._measure(dataset, red, eps, spent, joint_miss) for red, eps in checks]
-        results: list[MinedRedescription] = []
+            for red, eps in checks:
+                results.append(self._measure(dataset, red, eps, spent, joint_miss))
+            return results
         for start in range(0, len(checks), MAX_BATCH_PARTS):
             chunk = checks[start : start + MAX_BATCH_PARTS]
             requests = [
                 ComputeQualityRequest(redescription=red, epsilon=eps, mode=self.quality_mode)
                 for red, eps in chunk
             ]
-            for (red, eps), response in zip(chunk, dataset.run_batch(requests), strict=True):
+            call = (
+                f"a batch of {len(requests)} red.compute_quality calls (quality checks "
+                f"{self._checks + 1}–{self._checks + len(requests)})"
+            )
+            with self._stopping(spent, dataset, call, requests):
+                answers = dataset.run_batch(requests)
+            for (red, eps), response in zip(chunk, answers, strict=True):
                 spent.receipts.append(response.receipt)
                 self._checks += 1
                 results.append(
@@ -1212,13 +1239,20 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
         epsilon: float,
         quality: QualityParameters,
         spent: _Spent,
+        step: str,
     ) -> list[ExtendOneResponse]:
         """One CS extension draw per redescription (independent chains), in order: batched as
         :meth:`_measure_many`."""
         if not self.batched or len(starts) <= 1:
             return [
                 self._extend(
-                    dataset, [red], mode="cs", epsilon=epsilon, quality=quality, spent=spent
+                    dataset,
+                    [red],
+                    mode="cs",
+                    epsilon=epsilon,
+                    quality=quality,
+                    spent=spent,
+                    step=step,
                 )
                 for red in starts
             ]
@@ -1231,7 +1265,10 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
                 )
                 for red in starts[first : first + MAX_BATCH_PARTS]
             ]
-            for response in dataset.run_batch(requests):
+            call = f"a batch of {len(requests)} serenade.extend_one calls ({step})"
+            with self._stopping(spent, dataset, call, requests):
+                answers = dataset.run_batch(requests)
+            for response in answers:
                 spent.receipts.append(response.receipt)
                 self.threshold_modes_.append(response.threshold_mode)
                 responses.append(response)
@@ -1257,14 +1294,11 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
             weak.insert(0, "quality_mode='cells' (the 'paper' mode releases no p-value)")
         return weak + list(GENERAL_HINTS)
 
-    def nothing_passed(self, min_jaccard: float | None = None) -> str | None:
-        """As :meth:`SignificantMiner.nothing_passed`, followed by how the run ended
-        (``stop_reason_``: the chains that stopped early and why)."""
-        message = super().nothing_passed(min_jaccard)
+    def _ending(self) -> str | None:
+        """How the run ended (``stop_reason_``: the chains that stopped early and why, and
+        where a failed call stopped the run)."""
         reason: str | None = getattr(self, "stop_reason_", None)
-        if message is None or reason is None:
-            return message
-        return f"{message} How the run ended: {reason}"
+        return None if reason is None else f"How the run ended: {reason}"
 
     def displayed(
         self, min_jaccard: float = 0.3, *, by: Literal["noisy", "lower"] = "noisy"
@@ -1415,7 +1449,8 @@ class ChainStop:
     def describe(self, min_jaccard: float) -> str:
         """``chain 3: initial pair at noisy J 0.12 < 0.3`` and the like."""
         if not self.below:
-            return f"chain {self.chain}: all {self.tau} steps"
+            taken = "all" if self.steps == self.tau else f"{self.steps} of"
+            return f"chain {self.chain}: {taken} {self.tau} steps"
         where = "initial pair" if self.steps == 0 else f"step {self.steps} of {self.tau}"
         return f"chain {self.chain}: {where} at noisy J {self.noisy_jaccard:.3g} < {min_jaccard:g}"
 
@@ -1440,8 +1475,16 @@ def chain_stop_reason(stops: Sequence[ChainStop], min_jaccard: float, unchanged:
             f"their noisy Jaccard fell below min_jaccard = {min_jaccard:g} ({named}{more}), so "
             "their remaining draws and checks were never made."
         )
-    else:
-        text = f"Every chain ran all τ = {tau} steps."
+    # A chain above J_min that took fewer than τ steps was cut short by a failed call.
+    cut = [stop for stop in stops if not stop.below and stop.steps < stop.tau]
+    if not early:
+        text = "" if cut else f"Every chain ran all τ = {tau} steps."
+    if cut:
+        steps = ", ".join(str(stop.steps) for stop in cut)
+        text += (
+            f" {len(cut)} chain(s) ended when the run stopped, after {steps} of their "
+            f"τ = {tau} steps."
+        )
     last = [stop for stop in stops if not stop.early and stop.below]
     if last:
         text += (
@@ -1453,7 +1496,7 @@ def chain_stop_reason(stops: Sequence[ChainStop], min_jaccard: float, unchanged:
             f" {unchanged} extension draw(s) kept their redescription unchanged (no new quality "
             "check)."
         )
-    return text
+    return text.strip()
 
 
 def _placeholder(schema: DatasetMetadata, columns: Sequence[str] | None = None) -> Redescription:
@@ -1567,32 +1610,51 @@ class SerenadeES(_SerenadeBase):
     def mine(self, dataset: DatasetHandle) -> SerenadeES:
         """Run the plan (refused up front when the budget cannot cover it)."""
         settings, quality, spent = self._start(dataset)
+        self._spent = spent
         e_ext = settings.shares[1]
         rounds = settings.steps
-        collection = self._initial_pairs(dataset, settings, quality, spent)
-        unchanged = 0
-        with self._progress(rounds + len(collection), "Serenade ES") as advance:
-            for _ in range(rounds):
-                step = self._extend(
-                    dataset,
-                    collection,
-                    mode="es",
-                    epsilon=settings.call_epsilon(e_ext / rounds),
-                    quality=quality,
-                    spent=spent,
-                )
-                collection[step.position] = step.redescription
-                unchanged += not step.changed
-                advance()
-            results = self._measure_all(dataset, collection, settings, spent, advance)
-        # SerenadeES has no early stop: say so, so that an empty result is not read as one.
-        self.stop_reason_ = (
-            f"SerenadeES ran its whole plan: {len(collection)} initial pairs, all K = {rounds} "
-            f"extension rounds ({unchanged} left the collection unchanged) and "
-            f"{len(results)} quality checks."
-        )
+        collection: list[Redescription] = []
+        results: list[MinedRedescription] = []
+        done = unchanged = 0
+        with self._progress(rounds + settings.n_initial, "Serenade ES") as advance:
+            try:  # a failed call ends the rounds; the collection drawn so far is measured
+                collection = self._initial_pairs(dataset, settings, quality, spent)
+                for done in range(rounds):
+                    step = self._extend(
+                        dataset,
+                        collection,
+                        mode="es",
+                        epsilon=settings.call_epsilon(e_ext / rounds),
+                        quality=quality,
+                        spent=spent,
+                        step=f"extension round {done + 1} of {rounds}",
+                    )
+                    collection[step.position] = step.redescription
+                    unchanged += not step.changed
+                    advance()
+                done = rounds
+            except _Stopped:
+                pass
+            if not spent.failures or collection:
+                with suppress(_Stopped):  # a failed check keeps the checks before it
+                    self._measure_all(
+                        dataset, collection, settings, spent, advance, results=results
+                    )
         self.redescriptions_ = results
-        self._spent = spent
+        stopped = self.stopped_
+        if stopped is None:
+            # SerenadeES has no early stop: say so, so that an empty result is not read as one.
+            self.stop_reason_ = (
+                f"SerenadeES ran its whole plan: {len(collection)} initial pairs, all K = "
+                f"{rounds} extension rounds ({unchanged} left the collection unchanged) and "
+                f"{len(results)} quality checks."
+            )
+        else:
+            self.stop_reason_ = (
+                f"{stopped.describe()} SerenadeES made {done} of its K = {rounds} extension "
+                f"rounds and {len(results)} quality checks of the {len(collection)} "
+                "redescriptions it held."
+            )
         return self
 
     def _measure_all(
@@ -1602,13 +1664,16 @@ class SerenadeES(_SerenadeBase):
         settings: SerenadeSettings,
         spent: _Spent,
         advance: Callable[[], None],
-    ) -> list[MinedRedescription]:
-        """One quality check per distinct redescription, in the order of first positions, at
-        m·ε_qual/I for m positions holding it (√m·ε_qual/I under zCDP: the same ρ): a repeat is
-        measured once and printed once, and its share of ε_qual buys a more precise check
-        instead (post-processing of the released collection decides the split; the total stays
-        ε_qual, or its ρ). Each box misses with probability
-        α/M, M the distinct redescriptions (:mod:`dpmine.significance`)."""
+        *,
+        results: list[MinedRedescription],
+    ) -> None:
+        """Into ``results``, one quality check per distinct redescription, in the order of first
+        positions, at m·ε_qual/I for m positions holding it (√m·ε_qual/I under zCDP: the same
+        ρ): a repeat is measured once and printed once, and its share of ε_qual buys a more
+        precise check instead (post-processing of the released collection decides the split;
+        the total stays ε_qual, or its ρ). Each box misses with probability α/M, M the distinct
+        redescriptions (:mod:`dpmine.significance`); a run that stopped early measures the
+        collection it holds, and M is its distinct redescriptions, fixed before any check."""
         e_qual = settings.shares[2]
         copies: dict[tuple[str, str], list[Redescription]] = {}
         for red in collection:
@@ -1618,10 +1683,9 @@ class SerenadeES(_SerenadeBase):
             (same[0], settings.merged(e_qual / len(collection), len(same)))
             for same in copies.values()
         ]
-        results = self._measure_many(dataset, checks, spent, joint_miss)
+        self._measure_many(dataset, checks, spent, joint_miss, results)
         for _ in collection:
             advance()
-        return results
 
 
 class SerenadeCS(_SerenadeBase):
@@ -1722,21 +1786,27 @@ class SerenadeCS(_SerenadeBase):
         e_x, e_q = self._budgets(settings)
         # M = every check the chains can make, (τ + 1)·I, fixed before the first one.
         joint_miss = ALPHA / (settings.n_initial * (settings.steps + 1))
-        pairs = self._initial_pairs(dataset, settings, quality, spent)
+        self._spent = spent
         self.chain_stops_: list[ChainStop] = []
         self._unchanged = 0
-        with self._progress(len(pairs), "Serenade CS") as advance:
-            ends = self._chains(
-                dataset,
-                pairs,
-                steps=settings.steps,
-                quality=quality,
-                e_x=e_x,
-                e_q=e_q,
-                spent=spent,
-                joint_miss=joint_miss,
-            )
-            for _ in pairs:
+        ends: list[MinedRedescription | None] = []
+        with self._progress(settings.n_initial, "Serenade CS") as advance:
+            try:  # a failed call ends every chain at its last release
+                pairs = self._initial_pairs(dataset, settings, quality, spent)
+            except _Stopped:
+                pairs = []
+            if pairs:
+                ends = self._chains(
+                    dataset,
+                    pairs,
+                    steps=settings.steps,
+                    quality=quality,
+                    e_x=e_x,
+                    e_q=e_q,
+                    spent=spent,
+                    joint_miss=joint_miss,
+                )
+            for _ in range(settings.n_initial):
                 advance()
         # Chains that end on the same canonical redescription give one result: the first
         # chain's (keeping the copy with the best noisy figures would favour the one whose noise
@@ -1750,8 +1820,10 @@ class SerenadeCS(_SerenadeBase):
         self.stop_reason_ = chain_stop_reason(self.chain_stops_, self.min_jaccard, self._unchanged)
         if self._planned_total is not None and any(stop.early for stop in self.chain_stops_):
             self.stop_reason_ += " " + spent_of_planned(spent.receipts, self._planned_total)
+        stopped = self.stopped_
+        if stopped is not None:
+            self.stop_reason_ = f"{stopped.describe()} {self.stop_reason_}"
         self.redescriptions_ = results
-        self._spent = spent
         return self
 
     def _chains(
@@ -1771,21 +1843,30 @@ class SerenadeCS(_SerenadeBase):
         chain still running is sent together (:meth:`_extend_many`, then
         :meth:`_measure_many` for the chains that changed). Each chain makes exactly the calls,
         with the same inputs and charges, that it makes when run alone, so the releases and
-        the total ε are those of the chain-by-chain run; only the order of the calls differs."""
-        measured = self._measure_many(dataset, [(red, e_q) for red in starts], spent, joint_miss)
+        the total ε are those of the chain-by-chain run; only the order of the calls differs.
+        A failed call (:meth:`_stopping`) ends every chain at its last measured release: the
+        chains whose first check was released keep it, and a step's checks released before
+        the failure count."""
+        measured: list[MinedRedescription] = []
+        with suppress(_Stopped):
+            self._measure_many(dataset, [(red, e_q) for red in starts], spent, joint_miss, measured)
         last_good = [m if m.noisy_jaccard >= self.min_jaccard else None for m in measured]
-        taken = [0] * len(starts)
-        for _ in range(steps):
+        taken = [0] * len(measured)
+        for t in range(steps if len(measured) == len(starts) else 0):
             running = [i for i, m in enumerate(measured) if m.noisy_jaccard >= self.min_jaccard]
             if not running:
                 break
-            drawn = self._extend_many(
-                dataset,
-                [measured[i].redescription for i in running],
-                epsilon=e_x,
-                quality=quality,
-                spent=spent,
-            )
+            try:
+                drawn = self._extend_many(
+                    dataset,
+                    [measured[i].redescription for i in running],
+                    epsilon=e_x,
+                    quality=quality,
+                    spent=spent,
+                    step=f"step {t + 1} of τ = {steps}",
+                )
+            except _Stopped:
+                break
             changed: list[tuple[int, Redescription]] = []
             for chain, step in zip(running, drawn, strict=True):
                 taken[chain] += 1
@@ -1794,22 +1875,27 @@ class SerenadeCS(_SerenadeBase):
                 else:
                     self._unchanged += 1
             checks = [(red, e_q) for _chain, red in changed]
-            rechecked = self._measure_many(dataset, checks, spent, joint_miss)
-            for (chain, _red), check in zip(changed, rechecked, strict=True):
+            rechecked: list[MinedRedescription] = []
+            with suppress(_Stopped):
+                self._measure_many(dataset, checks, spent, joint_miss, rechecked)
+            # After a failed check, only the checks released before it (a prefix) are read.
+            for (chain, _red), check in zip(changed, rechecked, strict=False):
                 measured[chain] = check
             for chain in running:
                 if measured[chain].noisy_jaccard >= self.min_jaccard:
                     last_good[chain] = measured[chain]
-        for chain, check in enumerate(measured):
-            self.chain_stops_.append(
-                ChainStop(
-                    chain=chain + 1,
-                    steps=taken[chain],
-                    tau=steps,
-                    noisy_jaccard=check.noisy_jaccard,
-                    below=check.noisy_jaccard < self.min_jaccard,
-                )
+            if spent.failures:
+                break
+        self.chain_stops_.extend(
+            ChainStop(
+                chain=chain + 1,
+                steps=taken[chain],
+                tau=steps,
+                noisy_jaccard=check.noisy_jaccard,
+                below=check.noisy_jaccard < self.min_jaccard,
             )
+            for chain, check in enumerate(measured)
+        )
         return last_good
 
 

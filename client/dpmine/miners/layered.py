@@ -544,7 +544,7 @@ class DPLayeredTrees(_Alternation):
             def run_layers(indexed: tuple[int, DecisionTree | str], iteration: _Iteration) -> None:
                 index, seed = indexed
                 if isinstance(seed, str):
-                    drawn = dataset.run(self._seed_request(schema, seed))
+                    drawn = self._charged(dataset, self._seed_request(schema, seed), iteration)
                     iteration.receipts.append(drawn.receipt)
                     seed = drawn.tree
                     advance()
@@ -567,7 +567,7 @@ class DPLayeredTrees(_Alternation):
                 if layout.pair_final:
                     pair = self._final_pair(last, schema)
                     if pair is not None:
-                        response = dataset.run(self._pair_request(pair))
+                        response = self._charged(dataset, self._pair_request(pair), iteration)
                         iteration.receipts.append(response.receipt)
                         pairs[index] = (pair, response)
                     advance()

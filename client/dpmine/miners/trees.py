@@ -62,7 +62,14 @@ from dpmine.connection import DatasetHandle
 from dpmine.errors import ParameterError
 from dpmine.frames import PathLike, as_path, write_csv
 from dpmine.intervals import CellBox, StatisticIntervals, box_intervals, excess_of, sum_box
-from dpmine.miners._base import GENERAL_HINTS, NotMinedError, Plan, SignificantMiner, _Spent
+from dpmine.miners._base import (
+    GENERAL_HINTS,
+    NotMinedError,
+    Plan,
+    SignificantMiner,
+    _Spent,
+    _Stopped,
+)
 from dpmine.miners._rho import (
     GENERIC_RHO,
     PURE,
@@ -123,6 +130,7 @@ from dpmine.wire import (
     NoisyCountRequest,
     NumericAttribute,
     NumLiteral,
+    OperationRequest,
     PlannedCall,
     Receipt,
     Redescription,
@@ -137,6 +145,8 @@ from dpmine.wire import (
     TreeTarget,
     TreeTargetSpec,
     View,
+    WireModel,
+    operation_for,
 )
 from dpmine.wire.items import usable_columns
 from dpmine.wire.operations import (
@@ -181,6 +191,7 @@ TreePreset = Literal["auto", "paper"]
 _NANO = 10**9
 #: What starts one iteration: a drawn attribute, or the layered miner's seed.
 SeedT = TypeVar("SeedT")
+AnswerT = TypeVar("AnswerT", bound=WireModel)
 
 
 @dataclass(frozen=True)
@@ -300,8 +311,10 @@ class _ReleasedPair:
 
 @dataclass
 class _Iteration:
-    """What one iteration (one drawn attribute) released, in call order."""
+    """What one iteration (one drawn attribute) released, in call order; ``number`` counts
+    the run's iterations from 1."""
 
+    number: int = 1
     receipts: list[Receipt] = field(default_factory=list)
     pairs: list[_ReleasedPair] = field(default_factory=list)
 
@@ -909,7 +922,7 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
     ) -> None:
         """Release the pair's noisy leaf counts (one charged call)."""
         left, right = sorted(trees, key=lambda tree: tree.view != "left")
-        response = dataset.run(self._counts_request(left, right, epsilon))
+        response = self._charged(dataset, self._counts_request(left, right, epsilon), iteration)
         iteration.receipts.append(response.receipt)
         iteration.pairs.append(_ReleasedPair(left, right, response, epsilon))
 
@@ -966,9 +979,11 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
     ) -> None:
         """Run one iteration per drawn attribute, up to ``concurrent_iterations`` at a time,
         then read their releases in the order of the draws. After a failed call no further
-        iteration starts; the receipts of every charged call are kept, and the first error is
+        iteration starts and the receipts of every charged call are kept. A call that failed
+        after its charge or was refused for budget (:meth:`_charged`) ends its iteration and
+        the run keeps every release made before (``stopped_`` says where); any other error is
         raised once the running iterations have ended."""
-        iterations = [_Iteration() for _ in attributes]
+        iterations = [_Iteration(number) for number in range(1, len(attributes) + 1)]
         failed = threading.Event()
 
         def guarded(attribute: SeedT, iteration: _Iteration) -> None:
@@ -976,6 +991,8 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
                 return  # no iteration starts after a failed call
             try:
                 run_one(attribute, iteration)
+            except _Stopped:
+                failed.set()  # recorded by _charged; the releases so far are kept
             except BaseException:
                 failed.set()
                 raise
@@ -995,6 +1012,18 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
             error = future.exception()
             if error is not None:
                 raise error
+
+    def _charged(
+        self,
+        dataset: DatasetHandle,
+        request: OperationRequest[AnswerT],
+        iteration: _Iteration,
+    ) -> AnswerT:
+        """Send one charged call of ``iteration``; a failure after its charge (or a budget
+        refusal) is recorded as where the run stopped (:meth:`BaseMiner._stopping`)."""
+        call = f"{operation_for(request).name} in iteration {iteration.number}"
+        with self._stopping(self._spent, dataset, call, [request]):
+            return dataset.run(request)
 
     def _result_of(
         self,
@@ -1280,9 +1309,9 @@ class _Alternation(_TreeMinerBase):
         request = self._tree_request(view, target)
         response: TreeExpMechResponse | TreeMCMCResponse
         if isinstance(request, TreeExpMechRequest):
-            response = dataset.run(request)
+            response = self._charged(dataset, request, iteration)
         else:
-            response = dataset.run(request)
+            response = self._charged(dataset, request, iteration)
         iteration.receipts.append(response.receipt)
         return response.tree
 
@@ -1485,7 +1514,7 @@ class MCMCTreePair(_TreeMinerBase):
         with self._progress(2 * settings.rounds, "MCMCTreePair") as advance:
 
             def sample(attribute: str, iteration: _Iteration) -> None:
-                pair = dataset.run(self._pair_request(attribute))
+                pair = self._charged(dataset, self._pair_request(attribute), iteration)
                 iteration.receipts.append(pair.receipt)
                 advance()
                 trees = (pair.left_tree, pair.right_tree)

@@ -57,6 +57,7 @@ from dpmine_server.services.accounting import (
     rho_amounts,
 )
 from dpmine_server.services.datasets import DatasetService
+from dpmine_server.services.failpoints import FailPoints
 from dpmine_server.services.ledger import (
     Ledger,
     PartCharge,
@@ -175,12 +176,15 @@ class Executor:
         datasets: DatasetService,
         rng_factory: Callable[[int], np.random.Generator],
         extra_operations: dict[str, OperationSpec[Any, Any]] | None = None,
+        fail_points: FailPoints | None = None,
     ) -> None:
         self._sessions = sessions
         self._ledger = ledger
         self._datasets = datasets
         self._rng_factory = rng_factory
         self._catalog = {**CATALOG, **(extra_operations or {})}
+        #: Test mode only: calls that fail after their charge (services/failpoints.py).
+        self._fail_points = fail_points
 
     def spec(self, operation: str) -> OperationSpec[Any, Any]:
         """The operation called ``operation``."""
@@ -555,6 +559,8 @@ class Executor:
             "discrete_gaussian" if _unit_of(reservation.cost) == "zcdp" else "laplace"
         )
         with count_noise(kind), guard.stoppable() if guard is not None else nullcontext():
+            if self._fail_points is not None:
+                self._fail_points.check(priced.spec.name)
             fields = priced.spec.run(
                 columns,
                 priced.request,

@@ -40,6 +40,7 @@ from dpmine_server.errors import JobCancelled, ServerError
 from dpmine_server.operations.testing import TEST_OPERATIONS
 from dpmine_server.services.datasets import DatasetService
 from dpmine_server.services.executor import Executor
+from dpmine_server.services.failpoints import FailPoints, parse_fail_calls
 from dpmine_server.services.ledger import Ledger
 from dpmine_server.services.release_guard import OVERRAN, ReleaseGuard
 from dpmine_server.services.timing import TimingPolicy
@@ -136,6 +137,11 @@ def build_runtime(settings: Settings, *, instance_id: str | None = None) -> Work
         datasets=datasets,
         rng_factory=rng_factory(settings),
         extra_operations=test_operations,
+        fail_points=(
+            None
+            if settings.test_fail_calls is None
+            else FailPoints(parse_fail_calls(settings.test_fail_calls))
+        ),
     )
     return WorkerRuntime(
         settings=settings,
