@@ -273,13 +273,16 @@ def test_the_channel_audit_flags_what_the_channels_showed_before_the_fix() -> No
 def test_one_bucket_of_jitter_after_the_choice_does_not_hide_a_separation() -> None:
     """Two serial runs missed a total separation because one side's answers fell one bucket
     off after the event was chosen (a late release: D in buckets 2 and 3, D' always in 5; a
-    batch padded to one part: D 200 in buckets 7 and 8, D' 500 in 7). The audit now chooses
-    the middle of the tied latency thresholds, and a status before an exact outcome, so both
-    are still flagged; two samples of one jittered law still pass."""
+    batch padded to one part: D 200 in buckets 7 and 8, D' 500 in 7), and a third one D's
+    answer two buckets late (D {2: 19, 4: 1}, D' {5: 20}). The audit chooses the middle of the
+    tied latency thresholds, a status before an exact outcome, and holds out four fifths of
+    the samples, so all three are flagged; two samples of one jittered law still pass."""
     late = [(2,)] * 7 + [(3,), (3,)] + [(2,)] * (TRIALS - 9)
     assert_audit_flags(split_audit(late, [(5,)] * TRIALS), EPSILON)
     early = [(5,)] * 7 + [(4,)] + [(5,)] * (TRIALS - 8)  # the other side's jitter, downwards
     assert_audit_flags(split_audit([(2,)] * TRIALS, early), EPSILON)
+    far = [(2,)] * 7 + [(4,)] + [(2,)] * (TRIALS - 8)  # one answer two buckets late
+    assert_audit_flags(split_audit(far, [(5,)] * TRIALS), EPSILON)
     batch = [(200, 7)] * 7 + [(200, 8)] + [(200, 7)] * (TRIALS - 8)
     assert_audit_flags(split_audit(batch, [(500, 7)] * TRIALS), EPSILON)
     jittered = [(2,), (2,), (3,)] * (TRIALS // 3) + [(2,)] * (TRIALS % 3)
