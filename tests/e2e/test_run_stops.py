@@ -18,6 +18,7 @@ of a failed batch) whose exact charge is the one the miner reports.
 from __future__ import annotations
 
 import json
+import pickle
 import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -132,6 +133,9 @@ def test_es_measures_the_collection_it_held_when_a_round_failed(
         assert miner.significance_.examined == len(checks)
         assert "SerenadeES made 2 of its K = 6 extension rounds" in miner.stop_reason_
         assert "stopped early" in repr(miner)
+        restored = pickle.loads(pickle.dumps(miner))  # a mined miner can be kept as it is
+        assert restored.stopped_ == stopped
+        assert restored.budget_spent_ == miner.budget_spent_
         _assert_charges(owner, dataset, analyst, miner, failed_parts=1)
 
 

@@ -147,7 +147,11 @@ class _Spent:
     #: Calls that failed (the first is where the run stopped; concurrent iterations of a tree
     #: miner can fail together).
     failures: list[RunStopped] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+#: Guards ``_Spent.failures`` against a tree miner's concurrent iterations (module level, so
+#: that a mined miner still pickles).
+_FAILURES_LOCK = threading.Lock()
 
 
 class _Stopped(Exception):
@@ -331,7 +335,7 @@ class BaseMiner(metaclass=_CheckedOnConstruction):
                 charged = estimate.total_rho_exact if zcdp else estimate.total_epsilon_exact
         server_message = getattr(error, "detail", None) or str(error)
         stopped = RunStopped(call=call, error=str(server_message), unit=unit, charged=charged)
-        with spent.lock:
+        with _FAILURES_LOCK:
             first = not spent.failures
             spent.failures.append(stopped)
         if first:
