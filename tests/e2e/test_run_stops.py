@@ -62,8 +62,9 @@ def _failing_server(
 
 @pytest.fixture(scope="module")
 def es_and_trees(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """The 3rd ``serenade.extend_one`` and the 2nd ``tree.leaf_counts`` call fail."""
-    calls = "serenade.extend_one@3,tree.leaf_counts@2"
+    """The 3rd ``serenade.extend_one``, the 2nd ``serenade.initial_pairs`` and the 2nd
+    ``tree.leaf_counts`` call fail."""
+    calls = "serenade.extend_one@3,serenade.initial_pairs@2,tree.leaf_counts@2"
     with _failing_server(tmp_path_factory, "stops-a", calls) as live:
         yield live
 
@@ -137,6 +138,19 @@ def test_es_measures_the_collection_it_held_when_a_round_failed(
         assert restored.stopped_ == stopped
         assert restored.budget_spent_ == miner.budget_spent_
         _assert_charges(owner, dataset, analyst, miner, failed_parts=1)
+
+        # A run whose first draw fails has nothing to measure: it says so and what it cost.
+        other = granted(owner, analyst, register_mushroom(owner, epsilon_cap=5.0).id, 2.0)
+        empty = SerenadeES(preset="paper", epsilon=1.0, n_initial=4, rounds=6, x0=MUSHROOM_X0)
+        with pytest.warns(RunStoppedWarning, match="serenade.initial_pairs"):
+            empty.mine(other)
+        assert empty.receipts_ == []
+        assert empty.all_results_ == []
+        assert "made 0 of its K = 6 extension rounds and 0 quality checks" in empty.stop_reason_
+        message = empty.nothing_passed()
+        assert message is not None
+        assert "stopped early at serenade.initial_pairs (the run's first draw)" in message
+        _assert_charges(owner, other, analyst, empty, failed_parts=1)
 
 
 def test_a_tree_miner_keeps_the_releases_before_the_failed_one(es_and_trees: LiveServer) -> None:
