@@ -28,17 +28,19 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import httpx
 import numpy as np
 import psycopg
 
 import dpmine
+from dpmine.miners import RunStopped, RunStoppedWarning
 from dpmine.wire import (
     CreateDatasetRequest,
     CsvPairSource,
@@ -317,6 +319,34 @@ def postgres_cluster(
         if process is not None:
             _stop_process(process, signal.SIGINT)  # SIGINT = PostgreSQL's "fast" shutdown
         shutil.rmtree(base, ignore_errors=True)
+
+
+# -- whole runs -----------------------------------------------------------------------------------
+
+
+class StoppedRun(RuntimeError):
+    """A miner's run stopped early at a failed call (``stopped_``: an overrun of its padded
+    budget, say). A benchmark does not score it as a whole run; it records the failure."""
+
+
+class Minable(Protocol):
+    """A client miner: ``mine()`` and where its last run stopped."""
+
+    def mine(self, dataset: dpmine.DatasetHandle, /) -> object: ...
+
+    @property
+    def stopped_(self) -> RunStopped | None: ...
+
+
+def mine_whole(miner: Minable, handle: dpmine.DatasetHandle) -> None:
+    """``miner.mine(handle)``; a run that stopped early raises :class:`StoppedRun` (a miner
+    keeps what such a run released and returns, which a benchmark must not take for a whole
+    run's figures)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RunStoppedWarning)
+        miner.mine(handle)
+    if miner.stopped_ is not None:
+        raise StoppedRun(miner.stopped_.describe())
 
 
 # -- the dpmine server ---------------------------------------------------------------------------

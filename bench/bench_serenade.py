@@ -72,10 +72,12 @@ from _support import (
     REPO_ROOT,
     KeptOpen,
     ServerHandle,
+    StoppedRun,
     add_server_timing_arguments,
     load_average,
     machine_info,
     median,
+    mine_whole,
     owner_confirmed,
     percentile,
     register_files,
@@ -85,7 +87,6 @@ from _support import (
     wait_if_asked,
     write_bundled_pair,
 )
-from dpmine.errors import OperationFailedError
 from dpmine.miners import SerenadeCS, SerenadeES
 from dpmine.miners.greedy import MinedRedescription, Preset
 from dpmine.wire import (
@@ -585,7 +586,7 @@ def run_once(
     miner = make_miner(method, epsilon, data.x0)
     load = load_average()
     start = time.perf_counter()
-    miner.mine(handle)
+    mine_whole(miner, handle)
     wall = time.perf_counter() - start
     records: list[RedRecord] = []
     for found in miner.redescriptions_:
@@ -1556,7 +1557,7 @@ def utility_once(
     miner = make_utility_miner(method, preset, epsilon, data.x0)
     warnings_ = miner.plan(handle).warnings
     start = time.perf_counter()
-    miner.mine(handle)
+    mine_whole(miner, handle)
     wall = time.perf_counter() - start
     settings = miner.settings_
     return UtilityRun(
@@ -1894,15 +1895,16 @@ def run_batching_stage(
 def _timed_mine(
     miner: SerenadeES | SerenadeCS, handle: dpmine.DatasetHandle, dataset: str, label: str
 ) -> BatchingRun:
-    """One whole mine(), timed; a call that overran its padded budget ends the run (recorded
-    as such, its wall time left out of the medians)."""
+    """One whole mine(), timed; a call that overran its padded budget ends the run (the miner
+    keeps what it released, :class:`StoppedRun`; recorded as such, its wall time left out of
+    the medians)."""
     start = time.perf_counter()
     overran = False
     try:
-        miner.mine(handle)
-    except OperationFailedError:
+        mine_whole(miner, handle)
+    except StoppedRun:
         overran = True
-    mined = not overran  # receipts exist only after a whole mine()
+    mined = not overran
     return BatchingRun(
         dataset=dataset,
         miner=label,

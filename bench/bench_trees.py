@@ -56,6 +56,7 @@ from _support import (
     load_average,
     machine_info,
     median,
+    mine_whole,
     percentile,
     server_for_backend,
     server_timing_settings,
@@ -337,7 +338,7 @@ def run_dp_once(
     threshold = prune_threshold(data)
     load = load_average()
     start = time.perf_counter()
-    miner.mine(handle)
+    mine_whole(miner, handle)
     wall = time.perf_counter() - start
     kept_ids = {id(found) for found in miner.reliable(MAX_JACCARD_ERROR)}
     by_support = {id(found) for found in miner.pruned(threshold)}

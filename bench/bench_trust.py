@@ -84,6 +84,7 @@ from _support import (
     load_average,
     machine_info,
     median,
+    mine_whole,
     owner_confirmed,
     server_for_backend,
     unwind_on_sigterm,
@@ -536,7 +537,7 @@ def run_redescriptions(
     )
     load = load_average()
     start = time.perf_counter()
-    miner.mine(handle)
+    mine_whole(miner, handle)
     wall = time.perf_counter() - start
     shown = {id(r) for r in miner.results_}
     everything: Sequence[MinedRedescription | MinedTreeRedescription] = miner.all_results_
@@ -642,7 +643,7 @@ def run_itemsets(
     miner = TopKItemsets(epsilon=epsilon)
     load = load_average()
     start = time.perf_counter()
-    miner.mine(handle)
+    mine_whole(miner, handle)
     wall = time.perf_counter() - start
     schema = truth.data.metadata
     catalog = request_catalog(miner.request_, schema)
