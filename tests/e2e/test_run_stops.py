@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import pickle
 import shlex
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from decimal import Decimal
@@ -71,8 +72,8 @@ def es_and_trees(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServe
 
 @pytest.fixture(scope="module")
 def chains(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """The 2nd and 5th ``serenade.extend_one`` calls fail (inside a batch of three each)."""
-    calls = "serenade.extend_one@2,serenade.extend_one@5"
+    """The 2nd, 5th and 8th ``serenade.extend_one`` calls fail (inside a batch of three each)."""
+    calls = "serenade.extend_one@2,serenade.extend_one@5,serenade.extend_one@8"
     with _failing_server(tmp_path_factory, "stops-b", calls) as live:
         yield live
 
@@ -142,7 +143,7 @@ def test_es_measures_the_collection_it_held_when_a_round_failed(
         # A run whose first draw fails has nothing to measure: it says so and what it cost.
         other = granted(owner, analyst, register_mushroom(owner, epsilon_cap=5.0).id, 2.0)
         empty = SerenadeES(preset="paper", epsilon=1.0, n_initial=4, rounds=6, x0=MUSHROOM_X0)
-        with pytest.warns(RunStoppedWarning, match="serenade.initial_pairs"):
+        with pytest.warns(RunStoppedWarning, match=r"serenade\.initial_pairs"):
             empty.mine(other)
         assert empty.receipts_ == []
         assert empty.all_results_ == []
@@ -160,7 +161,7 @@ def test_a_tree_miner_keeps_the_releases_before_the_failed_one(es_and_trees: Liv
     ):
         dataset = granted(owner, analyst, register_mushroom(owner, epsilon_cap=5.0).id, 2.0)
         miner = AltExpM(epsilon=1.0, in_trees=2, rm_iterations=2, concurrent_iterations=1, seed=7)
-        with pytest.warns(RunStoppedWarning, match="tree.leaf_counts in iteration 1"):
+        with pytest.warns(RunStoppedWarning, match=r"tree\.leaf_counts in iteration 1"):
             miner.mine(dataset)
         operations = [r.operation for r in miner.receipts_]
         # Iteration 1: a tree, then per round a tree and a leaf-count release; the second
@@ -182,7 +183,7 @@ def test_cs_chains_end_at_their_last_check_when_a_batch_fails(chains: LiveServer
         miner = SerenadeCS(
             preset="paper", epsilon=1.0, n_initial=3, tau=2, x0=MUSHROOM_X0, min_jaccard=0.0
         )
-        with pytest.warns(RunStoppedWarning, match="a batch of 3 serenade.extend_one calls"):
+        with pytest.warns(RunStoppedWarning, match=r"a batch of 3 serenade\.extend_one calls"):
             miner.mine(dataset)
         operations = [r.operation for r in miner.receipts_]
         assert operations == ["serenade.initial_pairs"] + ["red.compute_quality"] * 3
@@ -212,3 +213,13 @@ def test_cs_chains_end_at_their_last_check_when_a_batch_fails(chains: LiveServer
         released, failed = _ledger(owner, analyst.connection.dataset(info.id), analyst)
         assert len(failed) == 3
         assert payload["budget_spent"] == float(exact_total(released) + exact_total(failed))
+
+        # An analyst who wants a stopped run to be an error turns the warning into one.
+        strict = SerenadeCS(
+            preset="paper", epsilon=1.0, n_initial=3, tau=2, x0=MUSHROOM_X0, min_jaccard=0.0
+        )
+        third = granted(owner, analyst, register_mushroom(owner, epsilon_cap=5.0).id, 2.0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RunStoppedWarning)
+            with pytest.raises(RunStoppedWarning, match=r"a batch of 3 serenade\.extend_one"):
+                strict.mine(third)
