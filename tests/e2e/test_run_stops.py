@@ -12,7 +12,8 @@ The failures are real server failures at chosen calls: each live server runs in 
 call of an operation raise in its kernel after its charge, as a kernel error does. Data: the
 bundled UCI Mushroom file (``support.datasets.register_mushroom``). Checked against the
 server's ledger: the analyst's entries are the receipts plus one failed entry (one per part
-of a failed batch) whose exact charge is the one the miner reports.
+of a failed batch) whose exact charge is the one the miner reports, in ε or, on a zCDP
+dataset, in ρ.
 """
 
 from __future__ import annotations
@@ -32,7 +33,14 @@ import dpmine
 from dpmine.cli import app as analyst_app
 from dpmine.miners import AltExpM, RunStoppedWarning, SerenadeCS, SerenadeES
 from dpmine.wire import LedgerEntryInfo
-from support.accounts import analyst_account, exact_total, granted, mine_entries, owner_connection
+from support.accounts import (
+    analyst_account,
+    exact_total,
+    granted,
+    mine_entries,
+    owner_connection,
+    rho_spent,
+)
 from support.datasets import register_mushroom
 from support.servers import Account, LiveServer
 
@@ -63,9 +71,11 @@ def _failing_server(
 
 @pytest.fixture(scope="module")
 def es_and_trees(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """The 3rd ``serenade.extend_one``, the 2nd ``serenade.initial_pairs`` and the 2nd
+    """The 3rd and 6th ``serenade.extend_one``, the 2nd ``serenade.initial_pairs`` and the 2nd
     ``tree.leaf_counts`` call fail."""
-    calls = "serenade.extend_one@3,serenade.initial_pairs@2,tree.leaf_counts@2"
+    calls = (
+        "serenade.extend_one@3,serenade.extend_one@6,serenade.initial_pairs@2,tree.leaf_counts@2"
+    )
     with _failing_server(tmp_path_factory, "stops-a", calls) as live:
         yield live
 
@@ -152,6 +162,25 @@ def test_es_measures_the_collection_it_held_when_a_round_failed(
         assert message is not None
         assert "stopped early at serenade.initial_pairs (the run's first draw)" in message
         _assert_charges(owner, other, analyst, empty, failed_parts=1)
+
+        # On a zCDP dataset the failed call's charge is in ρ, and budget_spent_ adds it up.
+        info = register_mushroom(owner, cap_rho=1.0)
+        owner.admin.grant(info.id, analyst.name, rho=0.5)
+        zcdp = analyst.connection.dataset(info.id)
+        in_rho = SerenadeES(preset="paper", rho=0.05, n_initial=4, rounds=6, x0=MUSHROOM_X0)
+        with pytest.warns(RunStoppedWarning, match="extension round 3 of 6"):
+            in_rho.mine(zcdp)  # its third round is the server's 6th extend_one call
+        stopped = in_rho.stopped_
+        assert stopped is not None
+        assert stopped.unit == "ρ"
+        assert stopped.charged is not None
+        released, failed = _ledger(owner, zcdp, analyst)
+        assert len(failed) == 1
+        assert failed[0].rho_exact is not None
+        assert Decimal(stopped.charged) == Decimal(failed[0].rho_exact) > 0
+        charged = sum(Decimal(entry.rho_exact or "0") for entry in released + failed)
+        assert Decimal(repr(in_rho.budget_spent_)) == charged
+        assert rho_spent(zcdp) == charged
 
 
 def test_a_tree_miner_keeps_the_releases_before_the_failed_one(es_and_trees: LiveServer) -> None:
