@@ -65,14 +65,16 @@ cold, as before.
 
 from __future__ import annotations
 
+import bisect
 import contextvars
+import heapq
 import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from dpmine_server.services.kernel_lane import LanePlace
@@ -100,6 +102,8 @@ MAX_PUBLIC_BYTES = 256 * 2**20
 SETTLE_WAIT_SECONDS = 2.0
 #: How far back in time a pricing may look and still find every value it is priced on.
 HISTORY_SECONDS = 60.0
+#: How far the horizon moves between two passes that drop what it left behind (memory only).
+FORGET_EVERY_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +180,10 @@ class Ticket:
         self.model.settle(self, shown)
 
 
+def _deadline(entry: tuple[float, int]) -> float:
+    return entry[0]
+
+
 class ExtensionCacheModel:
     """The public cache model of one loaded store (see the module docstring)."""
 
@@ -189,10 +197,16 @@ class ExtensionCacheModel:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self._clock = clock
-        self._events: list[ShownEvent] = []
+        #: Per key text, the (deadline, public size) of every shown event that holds it, in
+        #: deadline order: the same information as the list of :class:`ShownEvent`, indexed so
+        #: that :meth:`present` costs one pass over the live keys instead of one over every
+        #: key of every event of the last ``HISTORY_SECONDS`` (:func:`present_keys`).
+        self._deadlines: dict[str, list[tuple[float, int]]] = {}
         self._values: dict[str, tuple[Hashable, Any]] = {}
         self._pending: list[Ticket] = []
         self._settled = threading.Condition()
+        #: The horizon of the last :meth:`_forget` pass.
+        self._forgotten_until = float("-inf")
 
     # -- the public state ------------------------------------------------------------------
 
@@ -208,10 +222,27 @@ class ExtensionCacheModel:
         return priced.size
 
     def present(self, at: float) -> frozenset[str]:
-        """Texts of the keys present at ``at`` (the caller holds the lock)."""
-        return present_keys(
-            self._events, at, max_entries=self.max_entries, max_bytes=self.max_bytes
-        )
+        """Texts of the keys present at ``at`` (the caller holds the lock): exactly
+        :func:`present_keys` over the shown events (tests/services/test_extension_model.py
+        compares them), each key at its latest deadline ≤ ``at``, newest first, ties by text."""
+        order: list[tuple[float, str, int]] = []
+        for text, deadlines in self._deadlines.items():
+            if deadlines[-1][0] <= at:
+                deadline, size = deadlines[-1]
+            else:  # refreshed after ``at``: its latest deadline up to ``at``, if any
+                index = bisect.bisect_right(deadlines, at, key=_deadline) - 1
+                if index < 0:
+                    continue
+                deadline, size = deadlines[index]
+            order.append((-deadline, text, size))
+        kept: list[str] = []
+        total = 0
+        for _minus_deadline, text, size in heapq.nsmallest(self.max_entries, order):
+            if kept and total + size > self.max_bytes:
+                break
+            kept.append(text)
+            total += size
+        return frozenset(kept)
 
     # -- pricing ---------------------------------------------------------------------------
 
@@ -288,33 +319,41 @@ class ExtensionCacheModel:
             self._pending.remove(ticket)
         delivered = ticket.delivered
         if shown and all(k.key in delivered for k in ticket.keys):
-            keys = tuple(replace(k, size=self.entry_size(k, delivered[k.key])) for k in ticket.keys)
-            self._events.append(ShownEvent(self.event_time(ticket), keys))
+            at = self.event_time(ticket)
             for priced in ticket.keys:
+                size = self.entry_size(priced, delivered[priced.key])
+                deadlines = self._deadlines.setdefault(priced.text, [])
+                index = bisect.bisect_right(deadlines, at, key=_deadline)
+                if index == 0 or deadlines[index - 1][0] != at:  # one entry per deadline
+                    deadlines.insert(index, (at, size))
                 self._values[priced.text] = (priced.key, delivered[priced.key])
         ticket.delivered = {}
         self._settled.notify_all()
 
     def _forget(self, arrival: float) -> None:
-        """Drop the events and values no pricing from ``now − HISTORY_SECONDS`` on can use
-        (lock held): keys absent then, with no later deadline."""
+        """Drop the deadlines and values no pricing from ``now − HISTORY_SECONDS`` on can use
+        (lock held), at most once per :data:`FORGET_EVERY_SECONDS` of the horizon: a key
+        present at the horizon keeps its latest deadline up to it and the later ones; any other
+        key keeps only its deadlines after the horizon (none: the key and its value go).
+
+        Exact for every ``at`` from the horizon on (tests/services/test_extension_model.py
+        checks it against :func:`present_keys` over every shown event): a key absent at the
+        horizon lies behind the cut of the prefix there, and until a later deadline refreshes
+        it, every key ahead of it stays ahead (deadlines only grow), so it stays behind the
+        cut; the keys ahead of the cut are kept as they were. Memory only, then: pricing reads
+        the same present keys."""
         horizon = min(self._clock(), arrival) - HISTORY_SECONDS
-        if not self._events or self._events[0].deadline > horizon:
+        if horizon < self._forgotten_until + FORGET_EVERY_SECONDS:
             return
+        self._forgotten_until = horizon
         kept_then = self.present(horizon)
-        recent = {
-            priced.text
-            for event in self._events
-            if event.deadline > horizon
-            for priced in event.keys
-        }
-        live = kept_then | recent
-        self._events = [
-            ShownEvent(e.deadline, tuple(k for k in e.keys if k.text in live))
-            for e in self._events
-            if any(k.text in live for k in e.keys)
-        ]
-        for text in [text for text in self._values if text not in live]:
+        for text in list(self._deadlines):
+            deadlines = self._deadlines[text]
+            up_to = bisect.bisect_right(deadlines, horizon, key=_deadline)
+            del deadlines[: up_to - 1 if text in kept_then else up_to]
+            if not deadlines:
+                del self._deadlines[text]
+        for text in [text for text in self._values if text not in self._deadlines]:
             del self._values[text]
 
     def pinned_count(self) -> int:
