@@ -71,7 +71,7 @@ from dpmine.miners import (
     SerenadePlan,
     TopKItemsets,
 )
-from dpmine.miners._rho import spent_text
+from dpmine.miners._rho import amount_text, spent_text
 from dpmine.miners.layered import FinalRelease, QueryRule, SeedRule
 from dpmine.miners.trees import (
     TreeMinerParameters,
@@ -320,7 +320,7 @@ def _miner_spent(miner: BaseMiner) -> str:
     """As :func:`_spent` for a miner's last run, a failed call's charge included
     (``spent_exact``)."""
     unit, amount = miner.spent_exact()
-    return f"{unit} spent = {amount if unit == 'ρ' else epsilon_text(amount)}"
+    return f"{unit} spent = {amount_text(unit, amount)}"
 
 
 def _run(options: _Options, action: Any) -> Any:

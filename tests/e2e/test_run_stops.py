@@ -40,6 +40,7 @@ from support.accounts import (
     mine_entries,
     owner_connection,
     rho_spent,
+    seeded_server,
 )
 from support.datasets import register_mushroom
 from support.servers import Account, LiveServer
@@ -55,18 +56,9 @@ def _failing_server(
 ) -> Iterator[LiveServer]:
     """A live test-mode server on a fresh SQLite file whose ``fail_calls`` fail after their
     charge (``DPMINE_TEST_FAIL_CALLS``)."""
-    workdir = factory.mktemp(name)
-    live = LiveServer(
-        database_url=f"sqlite:///{workdir / 'dpmine.sqlite3'}",
-        workdir=workdir,
-        name=name,
-        extra_env={"DPMINE_TEST_SEED": "20261129", "DPMINE_TEST_FAIL_CALLS": fail_calls},
-    )
-    live.start()
-    try:
+    extra = {"DPMINE_TEST_FAIL_CALLS": fail_calls}
+    with seeded_server(factory.mktemp(name), name=name, seed="20261129", extra_env=extra) as live:
         yield live
-    finally:
-        live.stop()
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ so that pytest finds them without plugins and each module keeps its own server n
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
@@ -19,13 +19,16 @@ from support.servers import Account, LiveServer, add_analyst
 
 
 @contextmanager
-def seeded_server(workdir: Path, *, name: str, seed: str) -> Iterator[LiveServer]:
-    """A live server on a fresh SQLite file in ``workdir``, in test mode with ``seed``."""
+def seeded_server(
+    workdir: Path, *, name: str, seed: str, extra_env: Mapping[str, str] | None = None
+) -> Iterator[LiveServer]:
+    """A live server on a fresh SQLite file in ``workdir``, in test mode with ``seed`` (and
+    ``extra_env``'s further settings)."""
     live = LiveServer(
         database_url=f"sqlite:///{workdir / 'dpmine.sqlite3'}",
         workdir=workdir,
         name=name,
-        extra_env={"DPMINE_TEST_SEED": seed},
+        extra_env={"DPMINE_TEST_SEED": seed, **(extra_env or {})},
     )
     live.start()
     try:

@@ -34,7 +34,7 @@ from dpmine.errors import (
     checked_parameters,
 )
 from dpmine.frames import data_frame
-from dpmine.miners._rho import rho_lines, spent_in_unit, zcdp_delta
+from dpmine.miners._rho import amount_text, rho_lines, spent_in_unit, zcdp_delta
 from dpmine.significance import ResultT, Significance, Verdict, nothing_passed, significance_test
 from dpmine.wire import EstimateResponse, OperationRequest, PlannedCall, Receipt, operation_for
 
@@ -418,7 +418,7 @@ class SignificantMiner(BaseMiner, Generic[ResultT]):
         if verdict.passed:
             return None
         unit, amount = self.spent_exact()
-        spent = str(amount) if unit == "ρ" else epsilon_text(amount)
+        spent = amount_text(unit, amount)
         message = nothing_passed(verdict.summary, spent=spent, unit=unit, hints=self._hints())
         ending = self._ending()
         return message if ending is None else f"{message} {ending}"

@@ -171,11 +171,16 @@ def spent_in_unit(receipts: Sequence[Receipt]) -> tuple[Literal["ε", "ρ"], Dec
     return "ε", epsilon_sum(receipt.epsilon_exact for receipt in receipts)
 
 
-def spent_text(receipts: Sequence[Receipt]) -> tuple[Literal["ε", "ρ"], str]:
-    """:func:`spent_in_unit` for display: ρ exactly, ε as :func:`~dpmine.amounts.epsilon_text`
+def amount_text(unit: Literal["ε", "ρ"], amount: Decimal) -> str:
+    """An exact amount for display: ρ exactly, ε as :func:`~dpmine.amounts.epsilon_text`
     shows it."""
+    return str(amount) if unit == "ρ" else epsilon_text(amount)
+
+
+def spent_text(receipts: Sequence[Receipt]) -> tuple[Literal["ε", "ρ"], str]:
+    """:func:`spent_in_unit` for display (:func:`amount_text`)."""
     unit, amount = spent_in_unit(receipts)
-    return unit, str(amount) if unit == "ρ" else epsilon_text(amount)
+    return unit, amount_text(unit, amount)
 
 
 def spent_of_planned(receipts: Sequence[Receipt], planned_exact: str) -> str:
