@@ -437,11 +437,16 @@ def pairs_rejection_plan(
 def extend_rejection_plan(
     request: ExtendOneRequest, metadata: DatasetMetadata
 ) -> RejectionPlan | None:
-    """As :func:`pairs_rejection_plan`, for a ``serenade.extend_one`` call (one draw)."""
-    cap = extend_proposals(request, metadata)
-    if cap == 0:
+    """As :func:`pairs_rejection_plan`, for a ``serenade.extend_one`` call (one draw): the
+    cap of :func:`extend_proposals`, its families counted once."""
+    if extend_threshold_mode(request, metadata) != "continuous":
         return None
     families = extension_families(metadata, request.collection, _rules(request.options))
+    if not families:
+        return None
+    cap = rejection_proposals(_extend_coefficient(request, metadata), 1)
+    if cap == 0:
+        return None
     return RejectionPlan(families=families, cap=cap, draws=1, n_max=metadata.n_max)
 
 

@@ -1176,6 +1176,11 @@ def extension_families(
     polarity): public, from the metadata and the public queries."""
     polarities = 2 if rules.negations else 1
     pairs: tuple[tuple[Side, Side], ...] = (("left", "right"), ("right", "left"))
+    # Each side's numeric attributes, found once: a position then only removes its own.
+    numeric_of: dict[Side, frozenset[str]] = {
+        side: frozenset(_numeric_names(metadata, _view_attributes(metadata, side, rules.columns)))
+        for side in ("left", "right")
+    }
     families = 0
     for red in collection:
         sides = {
@@ -1187,8 +1192,7 @@ def extension_families(
             if len(mine.literals) >= rules.max_literals:
                 continue
             used = mine.attributes | (other.attributes if metadata.kind != "views" else frozenset())
-            view = [n for n in _view_attributes(metadata, side, rules.columns) if n not in used]
-            numeric = len(_numeric_names(metadata, view))
+            numeric = len(numeric_of[side] - used)
             for op in rules.operators:
                 if op == "or" and rules.single_side_or and other.has_or:
                     continue

@@ -406,9 +406,19 @@ def _extend_draw_work(
     :func:`_warm_position_work`; the others are built from the rows) and, when
     ``resources_held``, the call's banks and grids held too (operations/serenade.py
     ``ExtensionResources``: :func:`_grids_and_banks_work` is then not paid)."""
-    # As _pairs_work: every declared literal (an upper bound under options.columns).
-    collection = request.get("collection") or [None]
     body = ExtendOneRequest.model_validate(request)
+    return _extend_draw_seconds(body, request, metadata, warm, resources_held)
+
+
+def _extend_draw_seconds(
+    body: ExtendOneRequest,
+    request: Mapping[str, Any],
+    metadata: DatasetMetadata,
+    warm: int,
+    resources_held: bool,
+) -> float:
+    """:func:`_extend_draw_work` of the validated ``body`` of ``request`` (its JSON form)."""
+    # As _pairs_work: every declared literal (an upper bound under options.columns).
     cells = extend_enumeration(body, metadata)
     mode = extend_threshold_mode(body, metadata)
     built = _built_position_work(metadata, _most_query_literals(body), mode)
@@ -416,7 +426,7 @@ def _extend_draw_work(
     # quality parameters.
     resources = 0.0 if resources_held else _grids_and_banks_work(metadata, mode)
     per_call = resources + _quality_setup_work(request, metadata)
-    positions = len(collection)
+    positions = len(body.collection)
     cold = max(positions - warm, 0)
     if cold == positions:
         return per_call + built * positions + _CELL_PAIR * cells
@@ -434,8 +444,22 @@ def _extend_work(
     warm: int = 0,
     resources_held: bool = False,
 ) -> float:
-    plan = extend_rejection_plan(ExtendOneRequest.model_validate(request), metadata)
-    draw = _extend_draw_work(request, metadata, warm, resources_held)
+    return _extend_seconds(
+        ExtendOneRequest.model_validate(request), request, metadata, warm, resources_held
+    )
+
+
+def _extend_seconds(
+    body: ExtendOneRequest,
+    request: Mapping[str, Any],
+    metadata: DatasetMetadata,
+    warm: int = 0,
+    resources_held: bool = False,
+) -> float:
+    """:func:`_extend_work` of the validated ``body`` of ``request`` (its JSON form): the
+    request is validated once however many of its public bounds the price reads."""
+    plan = extend_rejection_plan(body, metadata)
+    draw = _extend_draw_seconds(body, request, metadata, warm, resources_held)
     return draw + (plan.seconds() if plan else 0.0)
 
 
@@ -893,9 +917,14 @@ class TimingPolicy:
         resources is :meth:`budget`."""
         if not self.enabled:
             return 0.0
-        body = request.model_dump(mode="json") if isinstance(request, BaseModel) else request
+        body: Mapping[str, Any]
+        if isinstance(request, ExtendOneRequest):
+            model, body = request, request.model_dump(mode="json")
+        else:
+            body = request.model_dump(mode="json") if isinstance(request, BaseModel) else request
+            model = ExtendOneRequest.model_validate(body)
         operation = "serenade.extend_one"
-        work = max(float(_extend_work(body, metadata, warm, resources_held)), 0.0)
+        work = max(float(_extend_seconds(model, body, metadata, warm, resources_held)), 0.0)
         return self.base + self.scale * self.calibrated_work(operation, work)
 
     def calibrated_work(self, operation: str, work: float, variant: str | None = None) -> float:
