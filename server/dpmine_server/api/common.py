@@ -266,15 +266,24 @@ async def _padded_operation(
     policy = services.timing
     place = arrival.place
     inline = services.executor.spec(operation).mode != "job"
+    settings = services.settings
+    modelled = (
+        inline
+        and policy.fails_closed
+        and settings.timing_warm_extensions
+        and settings.timing_kernel_lane
+        and isinstance(request, ExtendOneRequest)
+    )
+    priced_cold = functools.partial(policy.budget, operation, request)
+    # A call the cache model prices needs its cold price only when the model cannot price it.
     budget, cold = await _arrival_budgets(
-        services, dataset_id, functools.partial(policy.budget, operation, request)
+        services, dataset_id, _no_work if modelled else priced_cold
     )
     guard: ReleaseGuard | None = None
     ticket: Ticket | None = None
     if inline and policy.fails_closed:
-        settings = services.settings
-        warm = settings.timing_warm_extensions and settings.timing_kernel_lane
-        if warm and cold == 0.0 and isinstance(request, ExtendOneRequest):
+        if modelled and cold == 0.0:
+            assert isinstance(request, ExtendOneRequest)
             # Priced against the public cache model of its store (services/extension_model.py).
             priced = await anyio.to_thread.run_sync(
                 functools.partial(
@@ -290,6 +299,8 @@ async def _padded_operation(
             if priced is not None:
                 budget, ticket = priced
                 guard = ModelGuard(ticket, place)
+        if modelled and ticket is None:
+            budget, cold = await _arrival_budgets(services, dataset_id, priced_cold)
         if guard is None:
             guard = await _lane_guard(services, place, budget, cold)
     else:
@@ -318,6 +329,11 @@ async def _padded_operation(
         cold,
         job=not inline,
     )
+
+
+def _no_work(_metadata: DatasetMetadata) -> float:
+    """The work of a request whose price is computed later (:func:`_padded_operation`)."""
+    return 0.0
 
 
 def _with_ticket(ticket: Ticket, call: Callable[[], dict[str, Any]]) -> dict[str, Any]:

@@ -1,0 +1,101 @@
+"""A padded ``serenade.extend_one`` call that the public cache model cannot price pays its whole
+public price (services/timing.py, api/common.py ``_padded_operation``; issue #23).
+
+The route prices an extension call against its store's cache model only when its dataset is
+resident; it then skips the cold price, which costs a few milliseconds of each padded round.
+A call on a dataset that is not resident (here evicted by a count on another one, with one
+dataset kept loaded) must still be held to its cold price plus the public load budget: the
+answer can be late on a loaded machine, never early, so the lower bound is exact under any
+load. The next call, on the now resident store, is priced warm and answered below that bound:
+both branches of the route ran."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import dpmine
+from dpmine.wire import ExtendOneRequest
+from dpmine_server.services.timing import TimingPolicy
+from dpmine_server.settings import Settings
+from privacy.test_audit_timing_extensions import POSITIONS, _redescriptions
+from support.datasets import mushroom_metadata, register_mushroom, register_table
+from support.servers import Account, LiveServer, add_analyst
+
+PADDED_ENV = {
+    "DPMINE_TIMING_PADDING": "true",
+    "DPMINE_TIMING_GRID_MS": "100",
+    "DPMINE_TIMING_BASE_MS": "150",
+    "DPMINE_TIMING_SCALE": "10",
+    "DPMINE_TIMING_OVERRUN": "fail",
+    "DPMINE_TIMING_WARM_EXTENSIONS": "true",
+    "DPMINE_MAX_CACHED_DATASETS": "1",
+}
+
+
+@pytest.fixture(scope="module")
+def one_resident(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[LiveServer, Account, str, str]]:
+    workdir = tmp_path_factory.mktemp("cold-extension")
+    server = LiveServer(
+        database_url=f"sqlite:///{workdir / 'cold.sqlite3'}",
+        workdir=workdir,
+        name="cold-extension",
+        extra_env=PADDED_ENV,
+    )
+    server.start()
+    try:
+        with dpmine.connect(server.url, server.owner_key, retries=0) as owner:
+            mushroom = register_mushroom(owner, epsilon_cap=100.0).id
+            evictor = register_table(owner, workdir, epsilon_cap=100.0).id
+            analyst = add_analyst(server, owner)
+            for dataset_id in (mushroom, evictor):
+                owner.admin.grant(dataset_id, analyst.name, 50.0)
+            with analyst.connection:
+                yield server, analyst, mushroom, evictor
+    finally:
+        server.stop()
+
+
+def _policy() -> TimingPolicy:
+    """The server's padding policy, from the same public settings."""
+    settings = Settings(
+        environment="test",
+        secret_key="s" * 40,
+        timing_padding=True,
+        timing_grid_ms=100.0,
+        timing_base_ms=150.0,
+        timing_scale=10.0,
+        timing_overrun="fail",
+    )
+    return TimingPolicy.from_settings(settings)
+
+
+def test_an_extension_on_an_evicted_dataset_is_held_to_its_cold_price(
+    one_resident: tuple[LiveServer, Account, str, str],
+) -> None:
+    _server, analyst, mushroom, evictor = one_resident
+    request = ExtendOneRequest(
+        mode="es", collection=_redescriptions()[:POSITIONS], epsilon=0.01, quality={"x0": 812.0}
+    )
+    policy, metadata = _policy(), mushroom_metadata()
+    cold_price = policy.budget("serenade.extend_one", request, metadata)
+    load = policy.load_budget(metadata)
+    # Without the cold price the answer would come at the base plus the load: the bound below
+    # is several grid ticks above that.
+    assert cold_price - policy.base >= 5 * policy.grid
+
+    connection = analyst.connection
+    connection.dataset(evictor).count(epsilon=0.01)  # mushroom is no longer resident
+    sent = time.perf_counter()
+    connection.dataset(mushroom).run(request)
+    cold_latency = time.perf_counter() - sent
+    assert cold_latency >= cold_price + load
+
+    sent = time.perf_counter()
+    connection.dataset(mushroom).run(request)
+    warm_latency = time.perf_counter() - sent
+    assert warm_latency < cold_price + load  # resident now: no load, priced by the model
