@@ -87,7 +87,7 @@ from dpmine.rule_lists import (
     DPBayesianRuleList,
     RuleList,
 )
-from dpmine.significance import percent_at_least
+from dpmine.significance import percent_at_least, verdict_fields, verdict_text
 from dpmine.tables import print_table
 from dpmine.treereds import DEFAULT_MIN_JACCARD, DEFAULT_P_MAX
 from dpmine.wire import (
@@ -945,7 +945,6 @@ def _run_serenade(
         (miner.to_csv if output.suffix == ".csv" else miner.to_json)(output, min_jaccard)
     verdict = miner.significance(min_jaccard)
     found = verdict.ranked if show_all else verdict.passed
-    passed = {id(r) for r in verdict.passed}
     table = Table(
         "left",
         "right",
@@ -969,7 +968,7 @@ def _run_serenade(
             "-"
             if stats.p_value is None
             else format_with_interval(stats.p_value, joint.p_value, ".2g"),
-            *(["yes" if id(red) in passed else "no"] if show_all else []),
+            *([verdict_text(verdict.failed_checks(red))] if show_all else []),
         )
     message = miner.nothing_passed(min_jaccard)
     allowed = miner.columns_
@@ -983,7 +982,9 @@ def _run_serenade(
         + (f"\n{miner.stop_reason_}" if message is None else f"\n{message}")
     )
     payload = {
-        "redescriptions": [{**r.to_dict(), "significant": id(r) in passed} for r in found],
+        "redescriptions": [
+            {**r.to_dict(), **verdict_fields(verdict.failed_checks(r))} for r in found
+        ],
         "significance": verdict.summary.as_dict(),
         "message": message,
         "stop_reason": miner.stop_reason_,
@@ -1372,7 +1373,6 @@ def _run_tree_miner(
         except ImportError as error:
             raise _fail(str(error)) from error
     verdict = miner.significance()
-    passed = {id(r) for r in verdict.passed}
     found = verdict.ranked if show_all else verdict.passed
     if max_error is not None:
         found = [r for r in found if r.jaccard_error <= max_error]
@@ -1401,7 +1401,7 @@ def _run_tree_miner(
             f"{jaccard} [{joint.jaccard.low:.3f}, {joint.jaccard.high:.3f}]",
             format_with_interval(red.noisy_excess, joint.excess, ".3f"),
             format_with_interval(stats.p_value, joint.p_value, ".2g"),
-            *(["yes" if id(red) in passed else "no"] if show_all else []),
+            *([verdict_text(verdict.failed_checks(red))] if show_all else []),
         )
     kept = [f"noisy I ≥ {prune:g}"] if prune is not None else []
     kept += [f"s.e. of noisy J ≤ {max_error:g}"] if max_error is not None else []
@@ -1420,7 +1420,7 @@ def _run_tree_miner(
     payload = {
         "miner": type(miner).__name__,
         **({} if samplers is None else {"tree_samplers": samplers}),
-        "redescriptions": [tree_record(r, significant=id(r) in passed) for r in found],
+        "redescriptions": [tree_record(r, failed=verdict.failed_checks(r)) for r in found],
         "significance": verdict.summary.as_dict(),
         "message": message,
         "stopped": None if stopped is None else stopped.describe(),

@@ -31,29 +31,37 @@ p ≤ α/m, true excess > 0 and true J ≥ min_jaccard. Hence the probability th
 is false because of the noise is at most α.
 
 Miners show the passing results by default, sorted by J's lower end (:func:`rank`), and keep
-the rest one step away (``all_results_``, the CLI's ``--all``).
+the rest one step away (``all_results_``, the CLI's ``--all``), each with the checks it failed
+(:func:`failed_checks`); the summary counts the results that failed each check, which says
+what more signal would have to tighten.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import ROUND_FLOOR, Decimal
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Literal, Protocol, TypeVar
 
 from dpmine.intervals import StatisticIntervals
 
 __all__ = [
     "ALPHA",
+    "CHECKS",
+    "CHECK_LABELS",
+    "Check",
     "HasJointIntervals",
     "ResultT",
     "Significance",
     "Verdict",
     "counted",
+    "failed_checks",
     "nothing_passed",
     "passes",
     "rank",
     "significance_test",
+    "verdict_fields",
+    "verdict_text",
 ]
 
 #: Probability that any claim a run shows is false because of the noise (issue #21).
@@ -70,14 +78,52 @@ class HasJointIntervals(Protocol):
 ResultT = TypeVar("ResultT", bound=HasJointIntervals)
 
 
-def passes(intervals: StatisticIntervals, *, threshold: float, min_jaccard: float) -> bool:
-    """The test of one result: the p-value's upper end ≤ ``threshold`` (α/m), the excess's
-    lower end > 0 and J's lower end ≥ ``min_jaccard``. A result without a p-value or an
-    excess (the "paper" quality mode releases no supports) cannot pass: nothing bounds them."""
+#: The checks of the test, as JSON, CSV and :meth:`Verdict.failed_checks` name them: the
+#: p-value's upper end ≤ α/m, the excess's lower end > 0, J's lower end ≥ ``min_jaccard``.
+Check = Literal["p_value", "excess", "jaccard"]
+CHECKS: tuple[Check, ...] = ("p_value", "excess", "jaccard")
+
+
+def failed_checks(
+    intervals: StatisticIntervals, *, threshold: float, min_jaccard: float
+) -> tuple[Check, ...]:
+    """The checks of :data:`CHECKS` that one result fails, in that order: ``p_value`` unless
+    the p-value's upper end is ≤ ``threshold`` (α/m), ``excess`` unless the excess's lower end
+    is > 0, ``jaccard`` unless J's lower end is ≥ ``min_jaccard``. A result without a p-value
+    or an excess (the "paper" quality mode releases no supports) fails those checks: nothing
+    bounds them. An end that is NaN fails its check."""
     p, excess = intervals.p_value, intervals.excess
-    if p is None or excess is None:
-        return False
-    return p.high <= threshold and excess.low > 0 and intervals.jaccard.low >= min_jaccard
+    failed: list[Check] = []
+    if p is None or not p.high <= threshold:
+        failed.append("p_value")
+    if excess is None or not excess.low > 0:
+        failed.append("excess")
+    if not intervals.jaccard.low >= min_jaccard:
+        failed.append("jaccard")
+    return tuple(failed)
+
+
+#: Short names of the checks in tables (the ``passes`` column of ``--all``).
+CHECK_LABELS: dict[Check, str] = {"p_value": "p", "excess": "excess", "jaccard": "J"}
+
+
+def verdict_text(failed: Sequence[Check]) -> str:
+    """A result's verdict in a table: ``yes``, or ``no`` with the checks it failed
+    (``no: excess, p``)."""
+    if not failed:
+        return "yes"
+    return "no: " + ", ".join(CHECK_LABELS[check] for check in failed)
+
+
+def verdict_fields(failed: Sequence[Check]) -> dict[str, object]:
+    """A result's verdict in JSON: ``significant`` and ``failed_checks`` (:data:`CHECKS`
+    names)."""
+    return {"significant": not failed, "failed_checks": list(failed)}
+
+
+def passes(intervals: StatisticIntervals, *, threshold: float, min_jaccard: float) -> bool:
+    """The test of one result: it fails none of :func:`failed_checks`."""
+    return not failed_checks(intervals, threshold=threshold, min_jaccard=min_jaccard)
 
 
 def rank(results: Iterable[ResultT]) -> list[ResultT]:
@@ -97,6 +143,8 @@ class Significance:
     min_jaccard: float
     total: int
     passed: int
+    #: How many results failed each check (:data:`CHECKS` order; a result can fail several).
+    failed: tuple[tuple[Check, int], ...] = ()
 
     @property
     def threshold(self) -> float:
@@ -116,11 +164,42 @@ class Significance:
             f"together with probability ≥ {100 * self.level:g} %"
         )
 
-    def describe(self) -> str:
-        """``3 of 12 results pass the noise-aware test: p ≤ α/m = …``."""
-        return f"{self.passed} of {self.total} results pass the noise-aware test: {self.rule()}"
+    def check_text(self, check: Check) -> str:
+        """One check in words, with its number (``p ≤ α/m = 0.00025``)."""
+        if check == "p_value":
+            return f"p ≤ α/m = {self.threshold:.2g}"
+        if check == "excess":
+            return "J − J_ind > 0"
+        return f"J ≥ {self.min_jaccard:g}"
 
-    def as_dict(self) -> dict[str, float | int]:
+    def failures(self) -> str | None:
+        """Which checks the results that did not pass failed, most often first (``of the 9
+        others, 9 fail J − J_ind > 0 and 1 fails p ≤ α/m = 0.00025``); None when all passed."""
+        others = self.total - self.passed
+        counts = sorted(
+            ((count, check) for check, count in self.failed if count),
+            key=lambda pair: -pair[0],
+        )
+        if not others or not counts:
+            return None
+        if others == 1:
+            checks = _listed([self.check_text(check) for _count, check in counts])
+            return f"{'the one result' if self.passed == 0 else 'the other one'} fails {checks}"
+        parts = [
+            f"{count} {'fails' if count == 1 else 'fail'} {self.check_text(check)}"
+            for count, check in counts
+        ]
+        whom = f"the {others} results" if self.passed == 0 else f"the {others} others"
+        return f"of {whom}, {_listed(parts)}"
+
+    def describe(self) -> str:
+        """``3 of 12 results pass the noise-aware test: p ≤ α/m = …; of the 9 others, …``."""
+        failures = self.failures()
+        return f"{self.passed} of {self.total} results pass the noise-aware test: {self.rule()}" + (
+            "" if failures is None else f"; {failures}"
+        )
+
+    def as_dict(self) -> dict[str, float | int | dict[str, int]]:
         """The summary for JSON."""
         return {
             "alpha": self.alpha,
@@ -130,6 +209,7 @@ class Significance:
             "level": self.level,
             "total": self.total,
             "passed": self.passed,
+            "failed_checks": dict(self.failed),
         }
 
 
@@ -140,6 +220,12 @@ class Verdict(Generic[ResultT]):
     passed: list[ResultT]
     ranked: list[ResultT]
     summary: Significance
+    #: The checks each result failed, by the result's ``id`` (the results are held in ``ranked``).
+    failures: dict[int, tuple[Check, ...]] = field(default_factory=dict)
+
+    def failed_checks(self, result: ResultT) -> tuple[Check, ...]:
+        """The checks ``result`` (one of ``ranked``) failed; empty when it passed."""
+        return self.failures[id(result)]
 
 
 def significance_test(
@@ -157,17 +243,22 @@ def significance_test(
         raise ValueError(f"{len(results)} results cannot come from {examined} examined")
     threshold = alpha / max(examined, 1)
     ranked = rank(results)
-    passed = [
-        r for r in ranked if passes(r.joint_intervals, threshold=threshold, min_jaccard=min_jaccard)
-    ]
+    failures = {
+        id(r): failed_checks(r.joint_intervals, threshold=threshold, min_jaccard=min_jaccard)
+        for r in ranked
+    }
+    passed = [r for r in ranked if not failures[id(r)]]
     summary = Significance(
         alpha=alpha,
         examined=examined,
         min_jaccard=min_jaccard,
         total=len(results),
         passed=len(passed),
+        failed=tuple(
+            (check, sum(check in failed for failed in failures.values())) for check in CHECKS
+        ),
     )
-    return Verdict(passed=passed, ranked=ranked, summary=summary)
+    return Verdict(passed=passed, ranked=ranked, summary=summary, failures=failures)
 
 
 def nothing_passed(
@@ -177,16 +268,23 @@ def nothing_passed(
     ``unit``: "ρ" on a zCDP dataset), and how to get more signal (``hints``: the plan's weak
     draws first, then the general remedies)."""
     remedies = "; ".join(hints) if hints else "a larger ε"
+    failures = summary.failures()
+    why = "" if failures is None else f" {failures[0].upper()}{failures[1:]}."
     listed = (
         f" all_results_ (CLI: --all) lists the {counted(summary.total, 'result')} that did "
-        "not pass."
+        "not pass, each with the checks it failed."
         if summary.total
         else ""
     )
     return (
-        f"No result passes the noise-aware test ({summary.rule()}). {unit} spent: {spent}. "
-        f"For more signal: {remedies}.{listed}"
+        f"No result passes the noise-aware test ({summary.rule()}).{why} {unit} spent: "
+        f"{spent}. For more signal: {remedies}.{listed}"
     )
+
+
+def _listed(parts: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
 
 
 def percent_at_least(probability: float) -> str:

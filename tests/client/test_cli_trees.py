@@ -26,6 +26,7 @@ from typer.testing import CliRunner, Result
 
 import dpmine
 from dpmine.cli import app as analyst_app
+from dpmine.significance import CHECKS
 from dpmine.wire import BudgetStatus, DatasetInfo, EstimateResponse
 from support.datasets import register_mushroom
 from support.servers import Account, LiveServer, add_analyst
@@ -382,14 +383,15 @@ def test_max_jaccard_error_keeps_exactly_the_precise_results(
 # The noise-aware significance test (issue #21): the default output, --all, the files
 
 
-def _passes(record: dict[str, Any], examined: int, min_jaccard: float) -> bool:
-    """The test, recomputed from the interval ends a file carries."""
+def _failed(record: dict[str, Any], examined: int, min_jaccard: float) -> list[str]:
+    """The checks a result fails, recomputed from the interval ends a file carries."""
     joint = record["joint_intervals"]
-    return bool(
-        joint["p_value"][1] <= 0.01 / examined
-        and joint["excess"][0] > 0
-        and joint["jaccard"][0] >= min_jaccard
-    )
+    checks = {
+        "p_value": joint["p_value"][1] <= 0.01 / examined,
+        "excess": joint["excess"][0] > 0,
+        "jaccard": joint["jaccard"][0] >= min_jaccard,
+    }
+    return [name for name, holds in checks.items() if not holds]
 
 
 def test_default_output_is_what_passes_and_all_shows_every_result(
@@ -418,7 +420,9 @@ def test_default_output_is_what_passes_and_all_shows_every_result(
     lows = [r["joint_intervals"]["jaccard"][0] for r in everything]
     assert lows == sorted(lows, reverse=True)
     for red in everything:
-        assert red["significant"] == _passes(red, summary["examined"], 0.1)
+        failed = _failed(red, summary["examined"], 0.1)
+        assert red["failed_checks"] == failed
+        assert red["significant"] == (not failed)
         low, high = red["joint_intervals"]["jaccard"]
         assert low <= red["noisy_jaccard"] <= high or red["noisy_union"] == 0
     passing = [(r["left"], r["right"]) for r in everything if r["significant"]]
@@ -427,12 +431,17 @@ def test_default_output_is_what_passes_and_all_shows_every_result(
     assert shown["significance"] == summary
     with csv_file.open(newline="", encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
-    assert [(r["left"], r["right"], r["significant"]) for r in rows] == [
-        (r["left"], r["right"], str(r["significant"])) for r in everything
+    assert [(r["left"], r["right"], r["significant"], r["failed_checks"]) for r in rows] == [
+        (r["left"], r["right"], str(r["significant"]), ";".join(r["failed_checks"]))
+        for r in everything
     ]
+    failing = [r for r in everything if not r["significant"]]
+    assert failing, "at --p-max 1 and k 2 some results fail the test"
+    counts = {c: sum(c in r["failed_checks"] for r in everything) for c in CHECKS}
+    assert summary["failed_checks"] == counts
     assert {"joint_p_value_high", "joint_excess_low", "joint_jaccard_low"} <= set(rows[0])
 
-    # --all on another run: every result is printed, marked yes or no.
+    # --all on another run: every result is printed, marked yes or no with what it failed.
     every_file = tmp_path / "all.json"
     printed = _ok(
         dpmine_cli(
@@ -445,8 +454,12 @@ def test_default_output_is_what_passes_and_all_shows_every_result(
     table = _flat(printed)
     again = json.loads(every_file.read_text(encoding="utf-8"))
     # Piped, the table is one line per result: its last column says whether it passes.
-    marks = re.findall(r"\s{2,}(yes|no)$", printed, re.M)
-    assert marks == ["yes" if r["significant"] else "no" for r in again["redescriptions"]]
+    marks = re.findall(r"\s{2,}(yes|no: [a-zA-Z, ]+)$", printed, re.M)
+    labels = {"p_value": "p", "excess": "excess", "jaccard": "J"}
+    assert marks == [
+        "no: " + ", ".join(labels[c] for c in r["failed_checks"]) if r["failed_checks"] else "yes"
+        for r in again["redescriptions"]
+    ]
     assert "passes" in table
     assert f"{again['significance']['passed']} of {len(marks)} results pass" in table
 

@@ -521,6 +521,8 @@ def test_displayed_and_exports(people: dpmine.DatasetHandle, tmp_path: Path) -> 
         assert Redescription.model_validate(item["query"]) == mined.redescription
         assert item["noisy_statistics"] == mined.statistics.model_dump(mode="json")
         assert item["significant"] == any(mined is r for r in passed)
+        assert item["failed_checks"] == list(miner.significance().failed_checks(mined))
+        assert item["significant"] == (not item["failed_checks"])
         joint_p = mined.joint_intervals.p_value
         assert joint_p is not None
         assert item["joint_intervals"]["p_value"] == joint_p.as_list()
@@ -542,7 +544,7 @@ def test_displayed_and_exports(people: dpmine.DatasetHandle, tmp_path: Path) -> 
         "noisy_excess",
         "p_value",
     ]
-    assert rows[0][-1] == "significant"
+    assert rows[0][-2:] == ["significant", "failed_checks"]
     assert len(rows) == len(found) + 1
     for row, mined in zip(rows[1:], ranked, strict=True):
         assert row[:2] == [mined.left, mined.right]
@@ -551,7 +553,8 @@ def test_displayed_and_exports(people: dpmine.DatasetHandle, tmp_path: Path) -> 
         assert float(row[4]) == pytest.approx(mined.noisy_jaccard, rel=1e-5)
         assert mined.statistics.p_value is not None
         assert float(row[6]) == pytest.approx(mined.statistics.p_value, rel=1e-5)
-        assert row[-1] == ("true" if any(mined is r for r in passed) else "false")
+        assert row[-2] == ("true" if any(mined is r for r in passed) else "false")
+        assert row[-1] == ";".join(miner.significance().failed_checks(mined))
 
 
 def test_exports_before_mining_are_refused(tmp_path: Path) -> None:

@@ -33,11 +33,14 @@ from dpmine.miners.trees import release_miss, result_table
 from dpmine.significance import (
     ALPHA,
     Significance,
+    failed_checks,
     nothing_passed,
     passes,
     percent_at_least,
     rank,
     significance_test,
+    verdict_fields,
+    verdict_text,
 )
 from dpmine.treereds import examine_partition
 from dpmine.wire.statistics import jaccard, p_value, statistics_from_cells
@@ -77,6 +80,24 @@ def test_a_result_passes_only_at_the_unfavourable_end_of_every_interval() -> Non
     assert not passes(_intervals((0.5, 0.8), p_range=None), threshold=1, min_jaccard=0)
 
 
+def test_a_failing_result_names_every_check_it_fails() -> None:
+    good = _intervals((0.5, 0.8))
+    assert failed_checks(good, threshold=1e-6, min_jaccard=0.5) == ()
+    assert failed_checks(good, threshold=0.9e-6, min_jaccard=0.5) == ("p_value",)
+    assert failed_checks(good, threshold=1e-6, min_jaccard=0.51) == ("jaccard",)
+    flat = _intervals((0.2, 0.8), excess=(0.0, 0.3))
+    assert failed_checks(flat, threshold=1e-6, min_jaccard=0.3) == ("excess", "jaccard")
+    unbounded = _intervals((0.5, 0.8), p_range=None, excess=None)
+    assert failed_checks(unbounded, threshold=1, min_jaccard=0) == ("p_value", "excess")
+    nan = math.nan
+    lost = _intervals((nan, 0.8), p_range=(1e-9, nan), excess=(nan, 0.3))
+    assert failed_checks(lost, threshold=1, min_jaccard=0) == ("p_value", "excess", "jaccard")
+    assert verdict_text(()) == "yes"
+    assert verdict_text(("p_value", "excess")) == "no: p, excess"
+    assert verdict_fields(("jaccard",)) == {"significant": False, "failed_checks": ["jaccard"]}
+    assert verdict_fields(()) == {"significant": True, "failed_checks": []}
+
+
 def test_results_are_ranked_by_the_lower_end_of_j_and_counted() -> None:
     results = [
         _Result("noisy 1.0", _intervals((0.0, 1.0), excess=(-0.5, 1.0))),
@@ -89,15 +110,26 @@ def test_results_are_ranked_by_the_lower_end_of_j_and_counted() -> None:
     assert [r.name for r in verdict.passed] == ["b", "d"]
     assert [r.name for r in verdict.ranked] == ["b", "d", "c", "noisy 1.0"]
     assert verdict.summary == Significance(
-        alpha=0.01, examined=10, min_jaccard=0.3, total=4, passed=2
+        alpha=0.01,
+        examined=10,
+        min_jaccard=0.3,
+        total=4,
+        passed=2,
+        failed=(("p_value", 1), ("excess", 1), ("jaccard", 1)),
     )
+    by_name = {r.name: verdict.failed_checks(r) for r in results}
+    assert by_name == {"b": (), "d": (), "c": ("p_value",), "noisy 1.0": ("excess", "jaccard")}
     assert verdict.summary.threshold == pytest.approx(0.001)
     assert verdict.summary.level == pytest.approx(0.99)
     assert verdict.summary.describe().startswith(
         "2 of 4 results pass the noise-aware test: p ≤ α/m = 0.01/10 = 0.001, J − J_ind > 0 and "
         "J ≥ 0.3 at the unfavourable ends of intervals that hold together with probability ≥ 99 %"
     )
+    assert verdict.summary.describe().endswith(
+        "; of the 2 others, 1 fails p ≤ α/m = 0.001, 1 fails J − J_ind > 0 and 1 fails J ≥ 0.3"
+    )
     assert verdict.summary.as_dict()["p_threshold"] == pytest.approx(0.001)
+    assert verdict.summary.as_dict()["failed_checks"] == {"p_value": 1, "excess": 1, "jaccard": 1}
     with pytest.raises(ValueError, match="cannot come from 3 examined"):
         significance_test(results, examined=3, min_jaccard=0.3)
     with pytest.raises(ValueError, match="alpha"):
@@ -121,15 +153,40 @@ def test_a_printed_probability_never_rounds_up() -> None:
 
 
 def test_when_nothing_passes_the_message_says_what_was_spent_and_what_to_change() -> None:
-    summary = Significance(alpha=0.01, examined=40, min_jaccard=0.3, total=7, passed=0)
+    summary = Significance(
+        alpha=0.01,
+        examined=40,
+        min_jaccard=0.3,
+        total=7,
+        passed=0,
+        failed=(("p_value", 4), ("excess", 7), ("jaccard", 0)),
+    )
     text = nothing_passed(summary, spent="0.5", hints=["draws are uniform-like", "a larger ε"])
     assert text.startswith("No result passes the noise-aware test (p ≤ α/m = 0.01/40 = 0.00025")
+    # Which checks failed, most often first: what more signal would have to tighten.
+    assert "). Of the 7 results, 7 fail J − J_ind > 0 and 4 fail p ≤ α/m = 0.00025. ε spent" in text
     assert "ε spent: 0.5. For more signal: draws are uniform-like; a larger ε." in text
-    assert text.endswith("all_results_ (CLI: --all) lists the 7 results that did not pass.")
-    one = Significance(alpha=0.01, examined=1, min_jaccard=0.3, total=1, passed=0)
-    assert nothing_passed(one, spent="1", hints=[]).endswith(
-        "all_results_ (CLI: --all) lists the 1 result that did not pass."
+    assert text.endswith(
+        "all_results_ (CLI: --all) lists the 7 results that did not pass, each with the checks "
+        "it failed."
     )
+    one = Significance(
+        alpha=0.01, examined=1, min_jaccard=0.3, total=1, passed=0, failed=(("jaccard", 1),)
+    )
+    assert "). The one result fails J ≥ 0.3. ε spent" in nothing_passed(one, spent="1", hints=[])
+    assert nothing_passed(one, spent="1", hints=[]).endswith(
+        "all_results_ (CLI: --all) lists the 1 result that did not pass, each with the checks it "
+        "failed."
+    )
+    other = Significance(
+        alpha=0.01,
+        examined=1,
+        min_jaccard=0.3,
+        total=2,
+        passed=1,
+        failed=(("p_value", 1), ("excess", 1), ("jaccard", 0)),
+    )
+    assert other.describe().endswith("; the other one fails p ≤ α/m = 0.01 and J − J_ind > 0")
     empty = Significance(alpha=0.01, examined=0, min_jaccard=0.3, total=0, passed=0)
     assert "lists" not in nothing_passed(empty, spent="1", hints=[])
 

@@ -105,7 +105,7 @@ from dpmine.miners._rho import (
     spent_of_planned,
 )
 from dpmine.queries import format_query
-from dpmine.significance import ALPHA
+from dpmine.significance import ALPHA, Check, verdict_fields
 from dpmine.wire import (
     COUNT_NOISY,
     MAX_BATCH_PARTS,
@@ -1318,10 +1318,9 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
         and joint intervals, the noise scale, whether it passes the significance test with
         ``min_jaccard``, default the run's), the test's summary and the receipts."""
         verdict = self.significance(min_jaccard)
-        passed = {id(r) for r in verdict.passed}
         payload = {
             "redescriptions": [
-                {**r.to_dict(), "significant": id(r) in passed} for r in verdict.ranked
+                {**r.to_dict(), **verdict_fields(verdict.failed_checks(r))} for r in verdict.ranked
             ],
             "significance": verdict.summary.as_dict(),
             "stop_reason": getattr(self, "stop_reason_", None),
@@ -1337,9 +1336,8 @@ class _SerenadeBase(SignificantMiner[MinedRedescription]):
 
     def _table(self, min_jaccard: float | None = None) -> tuple[list[str], list[list[object]]]:
         verdict = self.significance(min_jaccard)
-        passed = {id(r) for r in verdict.passed}
         rows: list[list[object]] = [
-            list(_csv_row(r, significant=id(r) in passed)) for r in verdict.ranked
+            list(_csv_row(r, failed=verdict.failed_checks(r))) for r in verdict.ranked
         ]
         return list(CSV_COLUMNS), rows
 
@@ -1374,6 +1372,7 @@ CSV_COLUMNS = (
     "joint_p_value_low",
     "joint_p_value_high",
     "significant",
+    "failed_checks",
 )
 
 
@@ -1385,7 +1384,7 @@ def _ends(interval: Interval | None) -> list[str]:
     return ["", ""] if interval is None else [_g(interval.low), _g(interval.high)]
 
 
-def _csv_row(r: MinedRedescription, *, significant: bool) -> list[str | int]:
+def _csv_row(r: MinedRedescription, *, failed: tuple[Check, ...]) -> list[str | int]:
     stats, iv, joint = r.statistics, r.intervals, r.joint_intervals
     return [
         r.left,
@@ -1406,7 +1405,8 @@ def _csv_row(r: MinedRedescription, *, significant: bool) -> list[str | int]:
         *_ends(joint.jaccard),
         *_ends(joint.excess),
         *_ends(joint.p_value),
-        "true" if significant else "false",
+        "false" if failed else "true",
+        ";".join(failed),
     ]
 
 

@@ -91,7 +91,7 @@ from dpmine.miners.tree_auto import (
 )
 from dpmine.miners.tree_auto import count_epsilon as auto_count_epsilon
 from dpmine.queries import format_query
-from dpmine.significance import ALPHA
+from dpmine.significance import ALPHA, Check, verdict_fields
 from dpmine.treereds import (
     DEFAULT_MAX_CLAUSES,
     DEFAULT_MAX_JACCARD_ERROR,
@@ -1133,8 +1133,7 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
         """One record per result, by J's lower end, with its noisy statistics, joint intervals
         and whether it passes the significance test."""
         verdict = self.significance(min_jaccard)
-        passed = {id(r) for r in verdict.passed}
-        return [tree_record(r, significant=id(r) in passed) for r in verdict.ranked]
+        return [tree_record(r, failed=verdict.failed_checks(r)) for r in verdict.ranked]
 
     def to_json(self, path: PathLike) -> None:
         """Write every redescription by J's lower end (queries, noisy statistics, joint
@@ -1158,7 +1157,8 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
 
     def to_csv(self, path: PathLike, min_jaccard: float | None = None) -> None:
         """Write one row per redescription (by J's lower end) with its noisy statistics, noise
-        scale, joint interval ends (``joint_*_low``/``_high``) and ``significant``."""
+        scale, joint interval ends (``joint_*_low``/``_high``), ``significant`` and the
+        checks it failed (``failed_checks``, ``;``-separated)."""
         write_csv(path, *self._table(min_jaccard))
 
     def _table(self, min_jaccard: float | None = None) -> tuple[list[str], list[list[object]]]:
@@ -1167,9 +1167,10 @@ class _TreeMinerBase(SignificantMiner[MinedTreeRedescription]):
         return columns, [[row[column] for column in columns] for row in rows]
 
 
-def tree_record(r: MinedTreeRedescription, *, significant: bool) -> dict[str, object]:
+def tree_record(r: MinedTreeRedescription, *, failed: tuple[Check, ...]) -> dict[str, object]:
     """The JSON record of a tree result: queries, round, noise, noisy statistics, the joint
-    intervals of the significance test (``joint_intervals``) and its verdict."""
+    intervals of the significance test (``joint_intervals``) and its verdict (``failed``: the
+    checks it failed, :func:`dpmine.significance.failed_checks`)."""
     stats = r.statistics
     return {
         "left": r.left,
@@ -1187,7 +1188,7 @@ def tree_record(r: MinedTreeRedescription, *, significant: bool) -> dict[str, ob
         "noisy_p_value": stats.p_value,
         "noisy_rows": stats.n_rows,
         "joint_intervals": r.joint_intervals.as_dict(),
-        "significant": significant,
+        **verdict_fields(failed),
     }
 
 
@@ -1198,12 +1199,15 @@ def _flat_row(record: dict[str, object]) -> dict[str, object]:
     assert isinstance(joint, dict)
     flat = {key: value for key, value in record.items() if key != "joint_intervals"}
     significant = flat.pop("significant")
+    failed = flat.pop("failed_checks")
+    assert isinstance(failed, list)
     flat["joint_level"] = joint["level"]
     for name in ("support", "jaccard", "excess", "p_value"):
         low, high = joint[name]
         flat[f"joint_{name}_low"] = low
         flat[f"joint_{name}_high"] = high
     flat["significant"] = significant
+    flat["failed_checks"] = ";".join(failed)
     return flat
 
 
