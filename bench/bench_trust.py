@@ -123,7 +123,7 @@ from dpmine.miners import (
 )
 from dpmine.miners.greedy import MinedRedescription
 from dpmine.queries import parse_query
-from dpmine.significance import passes
+from dpmine.significance import CHECKS, failed_checks, passes
 from dpmine.stats import p_value
 from dpmine.treereds import TreeRedescription, active_cells
 from dpmine.wire import And, CreateDatasetRequest, DecisionTree, Not, Or, Redescription
@@ -332,6 +332,8 @@ class Checked:
     #: Whether it passes the test as it read the same release before 2026-11-28
     #: (:func:`intervals_before`).
     shown_whole_box: bool = False
+    #: The checks of the noise-aware test it failed (``dpmine.significance.CHECKS`` names).
+    failed_checks: tuple[str, ...] = ()
 
     @property
     def covered(self) -> bool:
@@ -349,6 +351,7 @@ def check_pair(
     noisy_jaccard: float,
     shown: bool,
     shown_whole_box: bool = False,
+    failed_checks: tuple[str, ...] = (),
 ) -> Checked:
     """Evaluate the printed text, compare with the measured rows, score on the exact data."""
     left, right = truth.printed_rows(left_text), truth.printed_rows(right_text)
@@ -371,6 +374,7 @@ def check_pair(
         differing_rows=differ,
         rows_key=rows_key(left, right),
         shown_whole_box=shown_whole_box,
+        failed_checks=failed_checks,
     )
 
 
@@ -539,9 +543,10 @@ def run_redescriptions(
     start = time.perf_counter()
     mine_whole(miner, handle)
     wall = time.perf_counter() - start
-    shown = {id(r) for r in miner.results_}
-    everything: Sequence[MinedRedescription | MinedTreeRedescription] = miner.all_results_
-    summary = miner.significance_
+    verdict = miner.significance()
+    shown = {id(r) for r in verdict.passed}
+    everything: Sequence[MinedRedescription | MinedTreeRedescription] = verdict.ranked
+    summary = verdict.summary
     checked: list[Checked] = []
     for result in everything:
         before = intervals_before(result)
@@ -567,6 +572,11 @@ def run_redescriptions(
                 noisy_jaccard=noisy_j,
                 shown=id(result) in shown,
                 shown_whole_box=shown_whole_box,
+                failed_checks=failed_checks(
+                    result.joint_intervals,
+                    threshold=summary.threshold,
+                    min_jaccard=summary.min_jaccard,
+                ),
             )
         )
     return RunRecord(
@@ -1209,6 +1219,10 @@ class CellSummary:
     #: per run, and truly significant among them per run.
     shown_whole_box_per_run: float | None = None
     significant_whole_box_per_run: float | None = None
+    #: Hidden results that are truly there (exact p ≤ 0.01 and exact excess ≥ 0.05), per run,
+    #: and among them, per run, those that failed each check of the test.
+    hidden_true_per_run: float | None = None
+    hidden_true_failed_per_run: dict[str, float] | None = None
 
 
 def summarise(records: Sequence[RunRecord]) -> list[CellSummary]:
@@ -1239,6 +1253,8 @@ def _summary(key: tuple[str, str, float, str], runs: list[RunRecord]) -> CellSum
         significant = _share([i["true_count"] >= 1 for i in shown_items])
         excess = None
         significant_run = distinct_run = whole_run = whole_significant_run = None
+        hidden_run = None
+        hidden_failed: dict[str, float] | None = None
     else:
         coverage = _share([c.covered for c in shown])
         printed_shown = _share([c.printed_is_measured for c in shown])
@@ -1255,6 +1271,14 @@ def _summary(key: tuple[str, str, float, str], runs: list[RunRecord]) -> CellSum
         whole = [c for c in every if c.shown_whole_box]
         whole_run = len(whole) / len(ok) if ok else None
         whole_significant_run = sum(c.exact["p"] <= P_GOOD for c in whole) / len(ok) if ok else None
+        hidden_true = [c for c in every if not c.shown and _truly_there(c)]
+        hidden_run = hidden_failed = None
+        if ok:
+            hidden_run = len(hidden_true) / len(ok)
+            hidden_failed = {
+                check: sum(check in c.failed_checks for c in hidden_true) / len(ok)
+                for check in CHECKS
+            }
     return CellSummary(
         table=key[0],
         miner=key[1],
@@ -1281,7 +1305,14 @@ def _summary(key: tuple[str, str, float, str], runs: list[RunRecord]) -> CellSum
         distinct_significant_per_run=distinct_run,
         shown_whole_box_per_run=whole_run,
         significant_whole_box_per_run=whole_significant_run,
+        hidden_true_per_run=hidden_run,
+        hidden_true_failed_per_run=hidden_failed,
     )
+
+
+def _truly_there(result: Checked) -> bool:
+    """Exact p ≤ 0.01 and exact excess ≥ 0.05: what a shown result must be."""
+    return result.exact["p"] <= P_GOOD and result.exact["excess"] >= EXCESS_GOOD
 
 
 def _pct(value: float | None) -> str:
@@ -1517,6 +1548,31 @@ def _whole_box_lines(summaries: Sequence[CellSummary]) -> list[str]:
     return lines
 
 
+def hidden_report(summaries: Sequence[CellSummary]) -> list[str]:
+    """Which check of the test hid the results that are truly there (exact p ≤ 0.01, exact
+    excess ≥ 0.05): per run, how many such results each check failed (a result can fail
+    several)."""
+    cells = [s for s in summaries if s.hidden_true_failed_per_run is not None]
+    if not cells:
+        return []
+    lines = [
+        "",
+        "### Hidden results that are truly there, by the check that hid them (per run)",
+        "",
+        "| table | miner | ε | hidden, truly there | fail p ≤ α/m | fail excess > 0 "
+        "| fail J ≥ min_jaccard |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for s in cells:
+        failed = s.hidden_true_failed_per_run or {}
+        lines.append(
+            f"| {s.table} | {s.miner} | {_budget(s)} | {_per_run(s.hidden_true_per_run)} | "
+            + " | ".join(_per_run(failed.get(check)) for check in CHECKS)
+            + " |"
+        )
+    return lines
+
+
 def _fmt_j(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
@@ -1604,6 +1660,7 @@ def markdown(
                 f"{_pct(s.significant_share)} | {_pct(s.in_top_k_prime_share)} |"
             )
     lines += _whole_box_lines(summaries)
+    lines += hidden_report(summaries)
     lines += _versus_baseline(summaries, baseline)
     if zcdp_delta is not None:
         lines += _zcdp_lines(summaries, zcdp_delta)
