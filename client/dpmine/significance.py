@@ -39,7 +39,7 @@ what more signal would have to tighten.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import ROUND_FLOOR, Decimal
 from typing import Generic, Literal, Protocol, TypeVar
 
@@ -221,7 +221,7 @@ class Verdict(Generic[ResultT]):
     ranked: list[ResultT]
     summary: Significance
     #: The checks each result failed, by the result's ``id`` (the results are held in ``ranked``).
-    failures: dict[int, tuple[Check, ...]] = field(default_factory=dict)
+    failures: dict[int, tuple[Check, ...]]
 
     def failed_checks(self, result: ResultT) -> tuple[Check, ...]:
         """The checks ``result`` (one of ``ranked``) failed; empty when it passed."""
