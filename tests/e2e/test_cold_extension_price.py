@@ -20,19 +20,12 @@ import dpmine
 from dpmine.wire import ExtendOneRequest
 from dpmine_server.services.timing import TimingPolicy
 from dpmine_server.settings import Settings
-from privacy.test_audit_timing_extensions import POSITIONS, _redescriptions
+from privacy.test_audit_timing_extensions import PADDED_ENV, POSITIONS, _redescriptions
 from support.datasets import mushroom_metadata, register_mushroom, register_table
 from support.servers import Account, LiveServer, add_analyst
 
-PADDED_ENV = {
-    "DPMINE_TIMING_PADDING": "true",
-    "DPMINE_TIMING_GRID_MS": "100",
-    "DPMINE_TIMING_BASE_MS": "150",
-    "DPMINE_TIMING_SCALE": "10",
-    "DPMINE_TIMING_OVERRUN": "fail",
-    "DPMINE_TIMING_WARM_EXTENSIONS": "true",
-    "DPMINE_MAX_CACHED_DATASETS": "1",
-}
+#: The extension timing audit's padded server, keeping one dataset loaded.
+ONE_RESIDENT_ENV = {**PADDED_ENV, "DPMINE_MAX_CACHED_DATASETS": "1"}
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +37,7 @@ def one_resident(
         database_url=f"sqlite:///{workdir / 'cold.sqlite3'}",
         workdir=workdir,
         name="cold-extension",
-        extra_env=PADDED_ENV,
+        extra_env=ONE_RESIDENT_ENV,
     )
     server.start()
     try:
@@ -66,9 +59,9 @@ def _policy() -> TimingPolicy:
         environment="test",
         secret_key="s" * 40,
         timing_padding=True,
-        timing_grid_ms=100.0,
-        timing_base_ms=150.0,
-        timing_scale=10.0,
+        timing_grid_ms=float(PADDED_ENV["DPMINE_TIMING_GRID_MS"]),
+        timing_base_ms=float(PADDED_ENV["DPMINE_TIMING_BASE_MS"]),
+        timing_scale=float(PADDED_ENV["DPMINE_TIMING_SCALE"]),
         timing_overrun="fail",
     )
     return TimingPolicy.from_settings(settings)
