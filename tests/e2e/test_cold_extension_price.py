@@ -16,41 +16,33 @@ from collections.abc import Iterator
 
 import pytest
 
-import dpmine
 from dpmine.wire import ExtendOneRequest
 from dpmine_server.services.timing import TimingPolicy
 from dpmine_server.settings import Settings
 from privacy.test_audit_timing_extensions import PADDED_ENV, POSITIONS, _redescriptions
+from support.accounts import analyst_account, owner_connection, seeded_server
 from support.datasets import mushroom_metadata, register_mushroom, register_table
-from support.servers import Account, LiveServer, add_analyst
+from support.servers import Account
 
 #: The extension timing audit's padded server, keeping one dataset loaded.
 ONE_RESIDENT_ENV = {**PADDED_ENV, "DPMINE_MAX_CACHED_DATASETS": "1"}
 
 
 @pytest.fixture(scope="module")
-def one_resident(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[LiveServer, Account, str, str]]:
+def one_resident(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Account, str, str]]:
     workdir = tmp_path_factory.mktemp("cold-extension")
-    server = LiveServer(
-        database_url=f"sqlite:///{workdir / 'cold.sqlite3'}",
-        workdir=workdir,
-        name="cold-extension",
-        extra_env=ONE_RESIDENT_ENV,
-    )
-    server.start()
-    try:
-        with dpmine.connect(server.url, server.owner_key, retries=0) as owner:
-            mushroom = register_mushroom(owner, epsilon_cap=100.0).id
-            evictor = register_table(owner, workdir, epsilon_cap=100.0).id
-            analyst = add_analyst(server, owner)
-            for dataset_id in (mushroom, evictor):
-                owner.admin.grant(dataset_id, analyst.name, 50.0)
-            with analyst.connection:
-                yield server, analyst, mushroom, evictor
-    finally:
-        server.stop()
+    with (
+        seeded_server(
+            workdir, name="cold-extension", seed="5", extra_env=ONE_RESIDENT_ENV
+        ) as server,
+        owner_connection(server) as owner,
+        analyst_account(server, owner) as analyst,
+    ):
+        mushroom = register_mushroom(owner, epsilon_cap=100.0).id
+        evictor = register_table(owner, workdir, epsilon_cap=100.0).id
+        for dataset_id in (mushroom, evictor):
+            owner.admin.grant(dataset_id, analyst.name, 50.0)
+        yield analyst, mushroom, evictor
 
 
 def _policy() -> TimingPolicy:
@@ -68,9 +60,9 @@ def _policy() -> TimingPolicy:
 
 
 def test_an_extension_on_an_evicted_dataset_is_held_to_its_cold_price(
-    one_resident: tuple[LiveServer, Account, str, str],
+    one_resident: tuple[Account, str, str],
 ) -> None:
-    _server, analyst, mushroom, evictor = one_resident
+    analyst, mushroom, evictor = one_resident
     request = ExtendOneRequest(
         mode="es", collection=_redescriptions()[:POSITIONS], epsilon=0.01, quality={"x0": 812.0}
     )

@@ -146,7 +146,12 @@ def cold_load_budget(services: Services, policy: TimingPolicy, *, dataset_id: st
     :meth:`DatasetService._load_version`), or 0 when the current version is resident.
     Decided at arrival, before anything is loaded; residency follows the requests and
     registrations the server has seen, never the data."""
-    return arrival_budgets(services, policy, dataset_id=dataset_id, work=lambda _: 0.0)[1]
+    return arrival_budgets(services, policy, dataset_id=dataset_id, work=_no_work)[1]
+
+
+def _no_work(_metadata: DatasetMetadata) -> float:
+    """The work of a request priced apart (:func:`cold_load_budget`, :func:`_padded_operation`)."""
+    return 0.0
 
 
 def arrival_budgets(
@@ -329,11 +334,6 @@ async def _padded_operation(
         cold,
         job=not inline,
     )
-
-
-def _no_work(_metadata: DatasetMetadata) -> float:
-    """The work of a request whose price is computed later (:func:`_padded_operation`)."""
-    return 0.0
 
 
 def _with_ticket(ticket: Ticket, call: Callable[[], dict[str, Any]]) -> dict[str, Any]:

@@ -414,12 +414,10 @@ def pairs_grid_work(request: InitialPairsRequest, metadata: DatasetMetadata) -> 
 
 def extend_proposals(request: ExtendOneRequest, metadata: DatasetMetadata) -> int:
     """Public bound on the rejection proposals of a ``serenade.extend_one`` call (as
-    :func:`pairs_proposals`, one draw)."""
-    if extend_threshold_mode(request, metadata) != "continuous":
-        return 0
-    if not extension_families(metadata, request.collection, _rules(request.options)):
-        return 0
-    return rejection_proposals(_extend_coefficient(request, metadata), 1)
+    :func:`pairs_proposals`, one draw): the cap of its :func:`extend_rejection_plan`, 0
+    without one."""
+    plan = extend_rejection_plan(request, metadata)
+    return 0 if plan is None else plan.cap
 
 
 def pairs_rejection_plan(
@@ -438,7 +436,8 @@ def extend_rejection_plan(
     request: ExtendOneRequest, metadata: DatasetMetadata
 ) -> RejectionPlan | None:
     """As :func:`pairs_rejection_plan`, for a ``serenade.extend_one`` call (one draw): the
-    cap of :func:`extend_proposals`, its families counted once."""
+    kernel's cap when it has continuous families sampled by rejection (c ≤ 8), its families
+    counted once."""
     if extend_threshold_mode(request, metadata) != "continuous":
         return None
     families = extension_families(metadata, request.collection, _rules(request.options))

@@ -453,8 +453,8 @@ def _extend_seconds(
     body: ExtendOneRequest,
     request: Mapping[str, Any],
     metadata: DatasetMetadata,
-    warm: int = 0,
-    resources_held: bool = False,
+    warm: int,
+    resources_held: bool,
 ) -> float:
     """:func:`_extend_work` of the validated ``body`` of ``request`` (its JSON form): the
     request is validated once however many of its public bounds the price reads."""
