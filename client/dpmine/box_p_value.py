@@ -20,8 +20,10 @@ the sub-box, T ≤ P[Poi(μ_hi) ≥ a0] (Anderson & Samuels 1967; the proof of
 ``dpmine.intervals._poisson_p_upper``). The sub-box's bound is the smaller of the two.
 
 Proof of the search. The sub-boxes always partition the box's integer tables (a range
-[lo, hi] splits into [lo, m] and [m + 1, hi]); a sub-box whose E10 + E01 cannot meet the
-box's range of D holds no table of the event and is dropped. The p-value of an actual table
+[lo, hi] splits into [lo, m] and [m + 1, hi]); when the box has ranges of sums of cells
+(D = E10 + E01, E11 − D, E11 + E00 − D: :class:`dpmine.intervals.CellBox`), each sub-box is
+narrowed to the tables of its own whose sums are in range, and dropped when it holds none
+(:func:`dpmine.cell_region.narrow`: no table of the event is lost). The p-value of an actual table
 of the box (``best``) is at most the maximum, so a sub-box whose bound is ≤ ``best`` cannot
 raise the answer and is dropped too. The answer, the largest of ``best`` and the kept
 sub-boxes' bounds, is therefore at least every table's p-value, whenever the search stops.
@@ -30,16 +32,20 @@ sub-boxes' bounds, is therefore at least every table's p-value, whenever the sea
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
+from dpmine.cell_region import NARROW_ROUNDS, CellSum, narrow
+
 if TYPE_CHECKING:
     from dpmine.intervals import CellBox
 
 __all__ = [
+    "P_VALUE_CANDIDATES",
     "P_VALUE_DIGITS",
     "P_VALUE_FLOOR",
     "P_VALUE_ROUNDS",
@@ -55,7 +61,9 @@ FloatArray = npt.NDArray[np.float64]
 #: Rounds of splitting at most; each splits the sub-boxes with the largest bounds.
 P_VALUE_ROUNDS = 60
 #: Sub-boxes split per round (each in two).
-P_VALUE_SPLIT = 64
+P_VALUE_SPLIT = 256
+#: Children per round whose tables are tried for a larger p-value (those of largest bound).
+P_VALUE_CANDIDATES = 32
 #: The search stops once the largest bound is at most 2·p^0.95 for p a table's p-value:
 #: within a factor 2 near the test's thresholds, and within 5 % of the digits far in the tail
 #: (a factor 2 at p = 10⁻¹⁰⁰ would need sub-boxes of single counts).
@@ -84,10 +92,11 @@ def p_value_upper(box: CellBox, *, known: float = 1.0) -> float:
     lows = np.array([[math.ceil(cell.low - 1e-9) for cell in cells]], dtype=np.int64)
     highs = np.array([[math.floor(cell.high + 1e-9) for cell in cells]], dtype=np.int64)
     d_low, d_high = box.difference_low - 1e-9, box.difference_high + 1e-9
-    lows, highs = _feasible(lows, highs, d_low, d_high)
+    sums = box.sums
+    lows, highs = _in_region(lows, highs, sums)
     if len(lows) == 0:
-        return known  # no integer table in the box: nothing to add
-    best = _best_table(lows, highs, d_low, d_high)
+        return known  # no integer table in the box's region: nothing to add
+    best = _best_table(lows, highs, box)
     if known <= _close_to(best):
         return known
     bounds = corner_bounds(lows, highs, d_low, d_high)
@@ -100,15 +109,15 @@ def p_value_upper(box: CellBox, *, known: float = 1.0) -> float:
         chosen, rest = order[:P_VALUE_SPLIT], order[P_VALUE_SPLIT:]
         if bool(np.all(lows[chosen] == highs[chosen])):
             break  # the largest bounds are single tables: nothing left to split
-        children_low, children_high = _feasible(
-            *_halves(lows[chosen], highs[chosen]), d_low, d_high
+        children_low, children_high = _in_region(
+            *_halves(lows[chosen], highs[chosen]), sums, rounds=1
         )
-        best = max(best, _best_table(children_low, children_high, d_low, d_high))
+        children_bounds = corner_bounds(children_low, children_high, d_low, d_high)
+        likely = np.argsort(-children_bounds)[:P_VALUE_CANDIDATES]
+        best = max(best, _best_table(children_low[likely], children_high[likely], box))
         lows = np.concatenate([lows[rest], children_low])
         highs = np.concatenate([highs[rest], children_high])
-        bounds = np.concatenate(
-            [bounds[rest], corner_bounds(children_low, children_high, d_low, d_high)]
-        )
+        bounds = np.concatenate([bounds[rest], children_bounds])
     return min(known, max(best, float(bounds.max(initial=0.0))) * (1.0 + TAIL_SLACK))
 
 
@@ -118,16 +127,24 @@ def _close_to(best: float) -> float:
     return max(P_VALUE_TOLERANCE * best**P_VALUE_DIGITS if best > 0 else 0.0, P_VALUE_FLOOR)
 
 
-def _feasible(
-    lows: npt.NDArray[np.int64], highs: npt.NDArray[np.int64], d_low: float, d_high: float
+def _in_region(
+    lows: npt.NDArray[np.int64],
+    highs: npt.NDArray[np.int64],
+    sums: Sequence[CellSum],
+    *,
+    rounds: int = NARROW_ROUNDS,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """The sub-boxes that hold an integer table whose E10 + E01 can be in D's range."""
-    keep = (
-        np.all(lows <= highs, axis=1)
-        & (lows[:, 1] + lows[:, 2] <= d_high)
-        & (highs[:, 1] + highs[:, 2] >= d_low)
+    """The sub-boxes that hold an integer table of the region, each narrowed to those tables
+    in ``rounds`` passes (:func:`dpmine.cell_region.narrow`: every such table stays in its
+    narrowed sub-box; a child of a narrowed box needs few)."""
+    if not sums:
+        keep = np.all(lows <= highs, axis=1)
+        return lows[keep], highs[keep]
+    narrowed_lows, narrowed_highs, feasible = narrow(lows, highs, sums, integer=True, rounds=rounds)
+    return (
+        narrowed_lows[feasible].astype(np.int64),
+        narrowed_highs[feasible].astype(np.int64),
     )
-    return lows[keep], highs[keep]
 
 
 def corner_bounds(
@@ -168,21 +185,29 @@ def table_p_values(tables: npt.NDArray[np.int64]) -> FloatArray:
     return np.asarray(np.where(probability > 0, values, 1.0), dtype=np.float64)
 
 
-def _best_table(
-    lows: npt.NDArray[np.int64], highs: npt.NDArray[np.int64], d_low: float, d_high: float
-) -> float:
-    """The largest p-value among two tables of each sub-box that meet the range of D: the
-    corner (E11 low, E10 and E01 high, E00 low) with E01 then E10 lowered into D's range,
-    and the centre. Each is an actual table of the box, so its p-value is at most the max."""
-    corner = np.stack([lows[:, 0], highs[:, 1], highs[:, 2], lows[:, 3]], axis=1)
-    excess = np.maximum(corner[:, 1] + corner[:, 2] - math.floor(d_high), 0)
-    lowered = np.minimum(excess, corner[:, 2] - lows[:, 2])
-    corner[:, 2] -= lowered
-    corner[:, 1] -= np.minimum(excess - lowered, corner[:, 1] - lows[:, 1])
-    centre = (lows + highs) // 2
-    tables = np.concatenate([corner, centre])
-    difference = tables[:, 1] + tables[:, 2]
-    tables = tables[(difference >= d_low) & (difference <= d_high)]
+def _best_table(lows: npt.NDArray[np.int64], highs: npt.NDArray[np.int64], box: CellBox) -> float:
+    """The largest p-value among a few tables of each sub-box that lie in the box's region:
+    E00 low, E11 at its low end, middle and high end, and D = E10 + E01 as large as the region
+    allows there (E01 filled first, then E10, and the other way round); and the centre. Each is
+    an actual table of the region (the others are dropped), so its p-value is at most the
+    maximum."""
+    candidates = [(lows + highs) // 2]
+    d = lows[:, 3]
+    for a in (lows[:, 0], (lows[:, 0] + highs[:, 0]) // 2, highs[:, 0]):
+        d_high = np.minimum(highs[:, 1] + highs[:, 2], math.floor(box.difference_high + 1e-9))
+        if box.balance is not None:  # E11 − D ≥ its range's low end
+            d_high = np.minimum(d_high, a - math.ceil(box.balance.low - 1e-9))
+        if box.agreement is not None:  # E11 + E00 − D ≥ its range's low end
+            d_high = np.minimum(d_high, a + d - math.ceil(box.agreement.low - 1e-9))
+        c_first = np.minimum(highs[:, 2], d_high - lows[:, 1])
+        b_first = np.minimum(highs[:, 1], d_high - lows[:, 2])
+        candidates.append(np.stack([a, d_high - c_first, c_first, d], axis=1))
+        candidates.append(np.stack([a, b_first, d_high - b_first, d], axis=1))
+    tables = np.concatenate(candidates)
+    inside = np.all((tables >= lows.min(axis=0)) & (tables <= highs.max(axis=0)), axis=1)
+    for cell_sum in box.sums:
+        inside &= cell_sum.holds(tables)
+    tables = tables[inside]
     if len(tables) == 0:
         return 0.0
     return float(table_p_values(tables).max())

@@ -40,6 +40,15 @@ import numpy as np
 import numpy.typing as npt
 
 from dpmine.box_p_value import p_value_upper
+from dpmine.cell_region import (
+    AGREEMENT,
+    BALANCE,
+    DIFFERENCE,
+    CellSum,
+    interval_vertices,
+    narrow,
+    narrow_box,
+)
 from dpmine.wire import (
     ComputeQualityResponse,
     CountNoise,
@@ -74,6 +83,7 @@ __all__ = [
     "noise_scale",
     "p_value_range",
     "quality_intervals",
+    "signed_interval",
     "sum_box",
     "sum_half_width",
     "sum_interval",
@@ -397,15 +407,39 @@ class CellBox:
     for every table of the box holds for the true table whenever the four true cells are in
     their ranges together: the functions below bound statistics over the box.
 
-    ``difference``, when given, is a range of D = E10 + E01 that holds on the same event (a
-    sum of released cells with its own, narrower noise range than the two cells' ranges added:
-    the noises of a sum partly cancel). J and |U| then use the tighter of the two."""
+    ``difference``, ``balance`` and ``agreement``, when given, are ranges of D = E10 + E01,
+    E11 − E10 − E01 and E11 + E00 − E10 − E01 that hold on the same event: each a sum of
+    released cells with its own noise range, narrower than its cells' ranges added (the noises
+    of a sum partly cancel). The statistics are then bounded over the *region*, the tables of
+    the box whose sums are in those ranges (:mod:`dpmine.cell_region`): the box's corners that
+    put E11 low and E10, E01 high at once, where the p-value and the excess are worst, are cut
+    off by the balance and agreement ranges."""
 
     e11: Interval
     e10: Interval
     e01: Interval
     e00: Interval
     difference: Interval | None = None
+    balance: Interval | None = None
+    agreement: Interval | None = None
+
+    @property
+    def sums(self) -> tuple[CellSum, ...]:
+        """The box's ranges of sums of cells (none for a plain box of four ranges)."""
+        ranges = (
+            (DIFFERENCE, self.difference),
+            (BALANCE, self.balance),
+            (AGREEMENT, self.agreement),
+        )
+        return tuple(CellSum(c, r.low, r.high) for c, r in ranges if r is not None)
+
+    def narrowed(self) -> CellBox:
+        """The box with its four cell ranges narrowed to the region
+        (:func:`dpmine.cell_region.narrow`, integer ends); itself when it has no sum range.
+        When the region holds no table, no true table is in it on the event and any bound
+        will do: the plain box of the four cell ranges then stands in for it, so that every
+        interval stays an interval."""
+        return _narrowed(self) if self.sums else self
 
     @property
     def difference_high(self) -> float:
@@ -419,6 +453,30 @@ class CellBox:
         low = self.e10.low + self.e01.low
         return low if self.difference is None else max(low, self.difference.low)
 
+    def balance_range(self) -> Interval:
+        """A range of E11 − D over the region: E11's and D's ends, the ``balance`` range, and
+        the ``agreement`` range less E00's (E11 − D = agreement − E00)."""
+        low = self.e11.low - self.difference_high
+        high = self.e11.high - self.difference_low
+        if self.balance is not None:
+            low, high = max(low, self.balance.low), min(high, self.balance.high)
+        if self.agreement is not None:
+            low = max(low, self.agreement.low - self.e00.high)
+            high = min(high, self.agreement.high - self.e00.low)
+        return Interval(low, high)
+
+
+@lru_cache(maxsize=4096)
+def _narrowed(box: CellBox) -> CellBox:
+    """:meth:`CellBox.narrowed` (cached: every statistic of a box reads it)."""
+    cells = (box.e11, box.e10, box.e01, box.e00)
+    ends = narrow_box([c.low for c in cells], [c.high for c in cells], box.sums, integer=True)
+    if ends is None:
+        return CellBox(*cells)
+    lows, highs = ends
+    e11, e10, e01, e00 = (Interval(int(lo), int(hi)) for lo, hi in zip(lows, highs, strict=True))
+    return CellBox(e11, e10, e01, e00, box.difference, box.balance, box.agreement)
+
 
 def cell_box(
     noisy: tuple[int, int, int, int],
@@ -427,6 +485,7 @@ def cell_box(
     miss: float,
     kind: CountNoiseKind = "laplace",
     difference: bool = False,
+    association: bool = False,
 ) -> CellBox:
     """The box of four independently noised cells (one ``red.compute_quality`` release) that
     holds the true cells together with probability ≥ 1 − ``miss``: each cell gets
@@ -435,20 +494,43 @@ def cell_box(
 
     With ``difference``, also a range of D = E10 + E01: the noisy E10 + E01 is the true D plus
     the sum of two independent noises, so [y − t₂, y' + t₂] (:func:`sum_interval`, t₂ from the
-    law of the sum, :func:`sum_half_width`) holds D but for probability ≤ ``miss``/5. The five
-    ranges are not independent (D shares E10's and E01's noise), so each gets the miss
-    ``miss``/5 and a union bound gives P(some range misses) ≤ ``miss``. D's range is about 40 %
-    narrower than E10's and E01's added (the two noises rarely both reach their ends), and J,
-    |U|, the excess and the p-value read it (:class:`CellBox`)."""
+    law of the sum, :func:`sum_half_width`) holds D but for probability ≤ ``miss``/r. With
+    ``association``, also ranges of the balance E11 − E10 − E01 and the agreement
+    E11 + E00 − E10 − E01: the noisy sum less the true one is a signed sum of three (four)
+    independent noises, whose law is that of their plain sum (each law is symmetric), so
+    [y − t, y + t] holds it but for probability ≤ ``miss``/r. The r ranges (four cells and
+    those sums) are not independent, so each gets the miss ``miss``/r and a union bound gives
+    P(some range misses) ≤ ``miss``. D's range is about 40 % narrower than E10's and E01's
+    added, and the two others cut off the box's corners where E11 is low and E10, E01 high
+    (:class:`CellBox`)."""
     if not 0 < miss < 1:
         raise ValueError(f"miss must be in (0, 1), got {miss!r}")
-    each_miss = miss / 5.0 if difference else -math.expm1(math.log1p(-miss) / 4.0)
+    ranges = 4 + difference + 2 * association
+    each_miss = miss / ranges if ranges > 4 else -math.expm1(math.log1p(-miss) / 4.0)
     t = half_width(scale, each_miss, kind)
     e11, e10, e01, e00 = (Interval(*cell_interval(y, t)) for y in noisy)
-    if not difference:
-        return CellBox(e11, e10, e01, e00)
-    t_sum = sum_half_width(scale, 2, each_miss, kind)
-    return CellBox(e11, e10, e01, e00, difference=Interval(*sum_interval(noisy[1:3], t_sum)))
+    both = None
+    if difference:
+        t_sum = sum_half_width(scale, 2, each_miss, kind)
+        both = Interval(*sum_interval(noisy[1:3], t_sum))
+    if not association:
+        return CellBox(e11, e10, e01, e00, difference=both)
+    y11, y10, y01, y00 = noisy
+    return CellBox(
+        e11,
+        e10,
+        e01,
+        e00,
+        difference=both,
+        balance=signed_interval(y11 - y10 - y01, sum_half_width(scale, 3, each_miss, kind)),
+        agreement=signed_interval(y11 + y00 - y10 - y01, sum_half_width(scale, 4, each_miss, kind)),
+    )
+
+
+def signed_interval(observed: int, t: int) -> Interval:
+    """[y − t, y + t], not clamped: where a signed sum of true counts (which may be negative)
+    lies when the noise of its noisy value y is at most t."""
+    return Interval(observed - t, observed + t)
 
 
 def sum_box(
@@ -459,14 +541,18 @@ def sum_box(
     miss: float,
     kind: CountNoiseKind = "laplace",
     difference: bool = False,
+    association: bool = False,
 ) -> CellBox:
     """The box of four true cells that are each a sum of ``terms`` released cells (noisy sums
     ``sums``, discrete Laplace noise of ``scale`` per released cell): a cell of k ≥ 1 terms
     gets [y − t, y + t] ∩ [0, ∞) with P(|noise of the sum| > t) ≤ ``miss``
     (:func:`sum_half_width`), a cell of no term is 0 exactly. With ``difference``, the range of
-    D = E10 + E01 too, the sum of their disjoint released cells, the same way. Each range misses
-    with probability ≤ ``miss``; the caller's union bound says what holds together (four or
-    five ranges)."""
+    D = E10 + E01 too, the sum of their disjoint released cells, the same way. With
+    ``association``, the ranges of the balance E11 − E10 − E01 and the agreement
+    E11 + E00 − E10 − E01: signed sums of disjoint released cells, whose noise (a signed sum of
+    independent symmetric noises) has the law of the plain sum of as many noises. Each range
+    misses with probability ≤ ``miss``; the caller's union bound says what holds together (four
+    to seven ranges)."""
 
     def ranged(value: int, count: int) -> Interval:
         if count < 0:
@@ -474,9 +560,24 @@ def sum_box(
         t = sum_half_width(scale, count, miss, kind) if count else 0
         return Interval(*cell_interval(value, t))
 
+    def signed(value: int, count: int) -> Interval:
+        return signed_interval(value, sum_half_width(scale, count, miss, kind) if count else 0)
+
     e11, e10, e01, e00 = (ranged(v, c) for v, c in zip(sums, terms, strict=True))
     both = ranged(sums[1] + sums[2], terms[1] + terms[2]) if difference else None
-    return CellBox(e11, e10, e01, e00, difference=both)
+    if not association:
+        return CellBox(e11, e10, e01, e00, difference=both)
+    y11, y10, y01, y00 = sums
+    k11, k10, k01, k00 = terms
+    return CellBox(
+        e11,
+        e10,
+        e01,
+        e00,
+        difference=both,
+        balance=signed(y11 - y10 - y01, k11 + k10 + k01),
+        agreement=signed(y11 + y00 - y10 - y01, k11 + k10 + k01 + k00),
+    )
 
 
 def _ratio(numerator: float, denominator: float) -> float:
@@ -484,16 +585,27 @@ def _ratio(numerator: float, denominator: float) -> float:
 
 
 def jaccard_range(box: CellBox) -> Interval:
-    """Range of J = E11/(E11 + E10 + E01) over the box (0 when the union is empty).
+    """Range of J = E11/(E11 + E10 + E01) over the box's region (0 when the union is empty).
 
     Proof: with U = E11 + E10 + E01 > 0, ∂J/∂E11 = (E10 + E01)/U² ≥ 0 and
     ∂J/∂E10 = ∂J/∂E01 = −E11/U² ≤ 0; an empty union has E11 = 0 and J = 0, which no ratio
-    undercuts. So the least J is at (E11 low, E10 high, E01 high) and the largest at the other
-    corner; J depends on E10 and E01 through D = E10 + E01 only, so D's ends
-    (:attr:`CellBox.difference_high`, ``difference_low``) give them."""
-    a = box.e11
-    low = jaccard(a.low, a.low + box.difference_high)
-    return Interval(low, jaccard(a.high, a.high + box.difference_low))
+    undercuts. J depends on E10 and E01 through D = E10 + E01 only, and J = E11/(E11 + D) is
+    linear-fractional in (E11, D), so its extremes over a convex polygon are at its vertices.
+    The region's (E11, D) lie in the polygon of E11's range on the narrowed box
+    (:meth:`CellBox.narrowed`), D's (:attr:`CellBox.difference_low`, ``difference_high``) and
+    E11 − D's (:meth:`CellBox.balance_range`); the least and largest J over its vertices
+    (:func:`dpmine.cell_region.interval_vertices`) bound J over the region. Without sum
+    ranges the polygon is the rectangle of E11 and D, whose extreme vertices are
+    (E11 low, D high) and (E11 high, D low)."""
+    region = box.narrowed()
+    a = region.e11
+    d_low, d_high = region.difference_low, region.difference_high
+    balance = region.balance_range()
+    vertices = interval_vertices((a.low, a.high), (d_low, d_high), (balance.low, balance.high))
+    if not vertices:  # the polygon holds no real point: the rectangle's corners will do
+        vertices = [(a.low, d_high), (a.high, d_low)]
+    values = [jaccard(x, x + y) for x, y in vertices]
+    return Interval(min(values), max(values))
 
 
 def margin_ranges(box: CellBox) -> tuple[Interval, Interval]:
@@ -535,41 +647,61 @@ def excess_of(
 
 
 #: Parts each of E11's, E10's and E01's ranges is cut into by :func:`excess_range`.
-EXCESS_SPLITS = 24
+EXCESS_SPLITS = 16
 
 
 def excess_range(box: CellBox, *, splits: int = EXCESS_SPLITS) -> Interval:
-    """An interval holding J − J_ind for every table of the box (issue #21).
+    """An interval holding J − J_ind for every table of the box's region (issue #21).
 
-    Proof, on one box: over it J ∈ :func:`jaccard_range` = [J_lo, J_hi] and x ∈ [x_lo, x_hi],
-    y ∈ [y_lo, y_hi] (:func:`margin_ranges`); J_ind is nondecreasing in x and y
-    (:func:`independence_jaccard`), so J_ind(x_lo, y_lo) ≤ J_ind ≤ J_ind(x_hi, y_hi) and
+    Proof, on one box: over it J ∈ [J_lo, J_hi] and x ∈ [x_lo, x_hi], y ∈ [y_lo, y_hi]
+    (:func:`margin_ranges`); J_ind is nondecreasing in x and y (:func:`independence_jaccard`),
+    so J_ind(x_lo, y_lo) ≤ J_ind ≤ J_ind(x_hi, y_hi) and
     J − J_ind ∈ [J_lo − J_ind(x_hi, y_hi), J_hi − J_ind(x_lo, y_lo)]. These "corner" ends bound
     J and J_ind at corners that need not coincide (J_lo has E11 low, J_ind's upper end E11
-    high), so they are loose on a wide box. Refinement: the ranges of E11, E10 and E01 are each
-    cut into ``splits`` equal parts and the corner ends are taken on each of the ``splits``³
-    sub-boxes, E00's range kept whole (J does not depend on E00; the corners above already put
-    it at the end that is worst for each side). The sub-boxes cover the box, so the least lower
-    end and the largest upper end over them bound J − J_ind on the whole box; and each
-    sub-box's ends lie inside the box's (its J range and margin ranges do), so the result is
-    never wider than the corner ends of the whole box (``splits=1``). The ranges are real
-    intervals that hold the integer cells: bounding the relaxation bounds the integers. When
-    the box has a range of D = E10 + E01, each sub-box's J ends take D's ends too, since the
-    true D is in that range on the same event."""
+    high), so they are loose on a wide box. Refinement: the ranges of E11, E10 and E01 of the
+    narrowed box (:meth:`CellBox.narrowed`) are each cut into ``splits`` equal parts, E00's
+    range kept whole (J does not depend on E00; the corners above already put it at the end
+    that is worst for each side), and each of the ``splits``³ sub-boxes is narrowed to the
+    region in turn (:func:`dpmine.cell_region.narrow`); those that hold no table of the region
+    are dropped. The rest hold every table of the region, so the least lower end and the
+    largest upper end of the corner ends over them bound J − J_ind on it; each sub-box lies in
+    the box, so the result is never wider than the corner ends of the whole box
+    (``splits=1`` and no sum range). On a sub-box, J_lo = a0/(a0 + D_hi) and
+    J_hi = a1/(a1 + D_lo) (J rises with E11 and falls with D = E10 + E01), where D's ends are
+    the tightest of its cells' sums, D's range and E11's range less E11 − D's
+    (:meth:`CellBox.balance_range` on the sub-box). The ranges are real intervals that hold the
+    integer cells: bounding the relaxation bounds the integers."""
     if splits < 1:
         raise ValueError(f"splits must be at least 1, got {splits}")
-    a0, a1 = _parts(box.e11, splits, axis=0)
-    b0, b1 = _parts(box.e10, splits, axis=1)
-    c0, c1 = _parts(box.e01, splits, axis=2)
-    d0, d1 = box.e00.low, box.e00.high
-    # Lower end: J at (E11 low, E10 high, E01 high) minus J_ind at the margins' upper ends;
-    # D = E10 + E01 at most its range's upper end when the box has one (it holds with them).
-    j_low = _ratios(a0, a0 + np.minimum(b1 + c1, box.difference_high))
+    region = box.narrowed()
+    a0, a1 = _parts(region.e11, splits, axis=0)
+    b0, b1 = _parts(region.e10, splits, axis=1)
+    c0, c1 = _parts(region.e01, splits, axis=2)
+    lows = np.stack(np.broadcast_arrays(a0, b0, c0, region.e00.low), axis=-1).reshape(-1, 4)
+    highs = np.stack(np.broadcast_arrays(a1, b1, c1, region.e00.high), axis=-1).reshape(-1, 4)
+    sums = region.sums
+    if sums:
+        narrowed_lows, narrowed_highs, feasible = narrow(lows, highs, sums, rounds=1)
+        if bool(feasible.any()):  # else no real table meets the ranges: any bound will do
+            lows, highs = narrowed_lows[feasible], narrowed_highs[feasible]
+    a0, b0, c0, d0 = lows.T
+    a1, b1, c1, d1 = highs.T
+    g_low, g_high = a0 - (b1 + c1), a1 - (b0 + c0)
+    if region.balance is not None:
+        g_low = np.maximum(g_low, region.balance.low)
+        g_high = np.minimum(g_high, region.balance.high)
+    if region.agreement is not None:
+        g_low = np.maximum(g_low, region.agreement.low - d1)
+        g_high = np.minimum(g_high, region.agreement.high - d0)
+    d_high = np.minimum(np.minimum(b1 + c1, region.difference_high), a1 - g_low)
+    d_low = np.maximum(np.maximum(b0 + c0, region.difference_low), a0 - g_high)
+    # Lower end: J at (E11 low, D high) minus J_ind at the margins' upper ends.
+    j_low = _ratios(a0, a0 + np.maximum(d_high, 0.0))
     x_high = _ratios(a1 + b1, a1 + b1 + c0 + d0)
     y_high = _ratios(a1 + c1, a1 + c1 + b0 + d0)
     low = float(np.min(j_low - _independence(x_high, y_high)))
-    # Upper end: J at (E11 high, E10 low, E01 low) minus J_ind at the margins' lower ends.
-    j_high = _ratios(a1, a1 + np.maximum(b0 + c0, box.difference_low))
+    # Upper end: J at (E11 high, D low) minus J_ind at the margins' lower ends.
+    j_high = _ratios(a1, a1 + np.maximum(d_low, 0.0))
     x_low = _ratios(a0 + b0, a0 + b0 + c1 + d1)
     y_low = _ratios(a0 + c0, a0 + c0 + b1 + d1)
     high = float(np.max(j_high - _independence(x_low, y_low)))
@@ -601,7 +733,9 @@ def _independence(x: FloatArray, y: FloatArray) -> FloatArray:
 
 
 def p_value_range(box: CellBox, *, refine: bool = True) -> Interval:
-    """An interval holding the §1.3 p-value for every table of the box.
+    """An interval holding the §1.3 p-value for every table of the box's region (the
+    corner bounds below on its narrowed box, :meth:`CellBox.narrowed`; the refinement on the
+    region itself).
 
     Proof: for consistent cells the p-value is T(N, μ/N, k) = P[Bin(N, μ/N) ≥ k] with k = E11
     and mean μ = s_L·s_R/N (also when a support is 0: then k = 0 and both are 1). T is
@@ -616,15 +750,16 @@ def p_value_range(box: CellBox, *, refine: bool = True) -> Interval:
     within a factor 2 of a p-value that a table of the box has. The upper end is the least of
     the three, each an upper end of every table's p-value. (The p-value is not monotone in
     every cell: one more row in E10 can lower it, so no single corner bounds it.)"""
-    cells = (box.e11, box.e10, box.e01, box.e00)
-    x, y = margin_ranges(box)
+    region = box.narrowed()
+    cells = (region.e11, region.e10, region.e01, region.e00)
+    x, y = margin_ranges(region)
     n_low = round(sum(cell.low for cell in cells))
     n_high = round(sum(cell.high for cell in cells))
-    separate = binomial_upper_tail(n_high, min(1.0, x.high * y.high), round(box.e11.low))
-    upper = min(separate, _poisson_p_upper(box))
+    separate = binomial_upper_tail(n_high, min(1.0, x.high * y.high), round(region.e11.low))
+    upper = min(separate, _poisson_p_upper(region))
     if refine and upper > 0.0:
-        upper = p_value_upper(box, known=upper)
-    return Interval(binomial_upper_tail(n_low, x.low * y.low, round(box.e11.high)), upper)
+        upper = p_value_upper(region, known=upper)
+    return Interval(binomial_upper_tail(n_low, x.low * y.low, round(region.e11.high)), upper)
 
 
 def _poisson_p_upper(box: CellBox) -> float:
@@ -662,12 +797,13 @@ def box_intervals(
     :func:`p_value_range`; |I|, |U| and the supports are sums of cells, nondecreasing in each):
     they hold together whenever the true cells are in the box, i.e. with the box's probability
     ``level``."""
-    a, b, c = box.e11, box.e10, box.e01
+    region = box.narrowed()
+    a, b, c = region.e11, region.e10, region.e01
     return StatisticIntervals(
         level=level,
         scale=scale,
         support=a,
-        union=Interval(a.low + box.difference_low, a.high + box.difference_high),
+        union=Interval(a.low + region.difference_low, a.high + region.difference_high),
         jaccard=jaccard_range(box),
         support_left=Interval(a.low + b.low, a.high + b.high),
         support_right=Interval(a.low + c.low, a.high + c.high),

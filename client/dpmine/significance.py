@@ -10,11 +10,13 @@ sets its boxes so that **all of them hold the truth together with probability �
 * Serenade gives the box of each quality check the miss α/M, M the quality checks the run can
   make, fixed before the first one; each check draws fresh noise on a redescription chosen
   before it, so the union bound gives P(some box misses) ≤ M·α/M = α
-  (:mod:`dpmine.miners.greedy`). A box is five ranges, each missing with probability ≤ α/(5M):
-  the four cells and their sum E10 + E01, whose noise range is narrower than theirs added.
+  (:mod:`dpmine.miners.greedy`). A box is seven ranges, each missing with probability
+  ≤ α/(7M): the four cells and three signed sums of them, D = E10 + E01, E11 − D and
+  E11 + E00 − D, whose noise ranges are narrower than their cells' added and which cut off
+  the box's corners (E11 low with E10 and E01 high) where the p-value and the excess are worst.
 * The tree miners give each of their R leaf-count releases the miss α/R, split by a union
-  bound over every rectangle of released cells that a query's four cells can sum and every
-  sum E10 + E01 of a pair of queries, so the boxes hold for every query the extraction could
+  bound over every rectangle of released cells that a query's four cells can sum and the three
+  signed sums of each pair of queries, so the boxes hold for every query the extraction could
   pick from that release (:mod:`dpmine.miners.trees`).
 
 A result **passes** when, at its intervals' unfavourable ends (:func:`passes`):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
@@ -272,6 +273,110 @@ def test_a_box_with_a_range_of_e10_plus_e01_holds_every_table_it_allows() -> Non
             assert got.excess.contains(excess), (box, a, b, c, d)
 
 
+def _association_box(rng: np.random.Generator) -> tuple[CellBox, list[int], list[int]]:
+    """A random small box with ranges of D, E11 − D and E11 + E00 − D that some of its
+    tables meet."""
+    lows = [int(rng.choice([0, 1, 5, 30, 100])) + int(rng.integers(0, 6)) for _ in "abcd"]
+    widths = [int(rng.integers(0, 7)) for _ in "abcd"]
+    pick = [low + int(rng.integers(0, width + 1)) for low, width in zip(lows, widths, strict=True)]
+    a, b, c, d = pick
+    ranges = []
+    for value in (b + c, a - b - c, a + d - b - c):
+        ranges.append(Interval(value - int(rng.integers(0, 4)), value + int(rng.integers(0, 4))))
+    e11, e10, e01, e00 = (
+        Interval(low, low + width) for low, width in zip(lows, widths, strict=True)
+    )
+    box = CellBox(e11, e10, e01, e00, difference=ranges[0], balance=ranges[1], agreement=ranges[2])
+    return box, lows, widths
+
+
+def test_a_box_with_association_ranges_holds_every_table_of_its_region() -> None:
+    """With ranges of D = E10 + E01, E11 − D and E11 + E00 − D, |I|, |U|, the supports, J, the
+    excess and the p-value hold every integer table of the box whose three sums are in range
+    (brute force over 300 random small boxes), and J's interval is never wider than the plain
+    box's."""
+    rng = np.random.default_rng(3011)
+    for _ in range(300):
+        box, lows, widths = _association_box(rng)
+        got = box_intervals(box, level=0.9, scale=1.0)
+        plain = box_intervals(CellBox(box.e11, box.e10, box.e01, box.e00), level=0.9, scale=1.0)
+        assert got.excess is not None
+        assert got.p_value is not None
+        assert got.support_left is not None
+        assert got.support_right is not None
+        assert plain.jaccard.low <= got.jaccard.low <= got.jaccard.high <= plain.jaccard.high
+        ranges = [range(low, low + width + 1) for low, width in zip(lows, widths, strict=True)]
+        for a, b, c, d in itertools.product(*ranges):
+            if not (
+                box.difference.contains(b + c)  # type: ignore[union-attr]
+                and box.balance.contains(a - b - c)  # type: ignore[union-attr]
+                and box.agreement.contains(a + d - b - c)  # type: ignore[union-attr]
+            ):
+                continue
+            true_j = jaccard(a, a + b + c)
+            assert got.jaccard.contains(true_j), (box, a, b, c, d)
+            assert got.support.contains(a), (box, a, b, c, d)
+            assert got.union.contains(a + b + c), (box, a, b, c, d)
+            assert got.support_left.contains(a + b), (box, a, b, c, d)
+            assert got.support_right.contains(a + c), (box, a, b, c, d)
+            excess = excess_of(true_j, a + b, a + c, a + b + c + d)
+            assert got.excess.contains(excess), (box, a, b, c, d)
+            truth = p_value(a + b + c + d, a + b, a + c, a)
+            assert got.p_value.low <= truth * (1 + 1e-9), (box, a, b, c, d)
+            assert truth <= got.p_value.high * (1 + 1e-9), (box, a, b, c, d)
+
+
+def test_a_cell_box_ranges_the_balance_and_the_agreement_under_a_union_bound() -> None:
+    """With ``difference`` and ``association`` each of the seven ranges misses with probability
+    ≤ miss/7: the cells' half-width is the single-cell quantile at miss/7, E11 − D's that of a
+    sum of three noises and E11 + E00 − D's of four, not clamped at 0."""
+    box = cell_box((300, 120, 80, 2000), scale=10.0, miss=1e-3, difference=True, association=True)
+    each = 1e-3 / 7
+    t = half_width(10.0, each)
+    assert box.e10 == Interval(120 - t, 120 + t)
+    assert box.difference == Interval(
+        200 - sum_half_width(10.0, 2, each), 200 + sum_half_width(10.0, 2, each)
+    )
+    t3, t4 = sum_half_width(10.0, 3, each), sum_half_width(10.0, 4, each)
+    assert box.balance == Interval(100 - t3, 100 + t3)
+    assert box.agreement == Interval(2100 - t4, 2100 + t4)
+    below = cell_box((10, 120, 80, 20), scale=10.0, miss=1e-3, association=True)
+    assert below.balance is not None
+    assert below.balance.high < 0  # a signed sum keeps its sign
+
+
+#: A mammals tree result's released sums (E11, E10, E01, E00), how many partition cells each
+#: sums, the noise scale (ε/9 per release at ε = 1) and the miss of one sum at R = 3
+#: releases of 9 × 9 cells: its true p-value is below 10⁻³⁰.
+MAMMALS_SUMS = ((465, 164, 86, 1538), (9, 18, 18, 36), 9.0, 0.01 / 3 / 138**2)
+
+
+def test_the_association_ranges_confirm_a_result_that_the_box_cannot() -> None:
+    """On a mammals tree result the plain box (five ranges at the miss m/5 each) puts the
+    p-value's upper end above α/m = 0.01/3200 and the excess's lower end near 0; the seven
+    ranges at m/7 each put the p-value far below α/m, the excess above 0.1 and J higher."""
+    sums, terms, scale, miss = MAMMALS_SUMS
+    old = box_intervals(
+        sum_box(sums, terms, scale=scale, miss=miss / 5, difference=True),
+        level=0.99,
+        scale=scale,
+    )
+    new = box_intervals(
+        sum_box(sums, terms, scale=scale, miss=miss / 7, difference=True, association=True),
+        level=0.99,
+        scale=scale,
+    )
+    assert old.p_value is not None
+    assert new.p_value is not None
+    assert old.excess is not None
+    assert new.excess is not None
+    assert old.p_value.high > 0.01 / 3200
+    assert new.p_value.high < 1e-6 * 0.01 / 3200
+    assert old.excess.low < 0.07
+    assert new.excess.low > 0.1
+    assert new.jaccard.low > old.jaccard.low + 0.05
+
+
 def test_sum_box_ranges_e10_plus_e01_as_one_sum() -> None:
     """D's range is that of one sum of the two cells' released cells, narrower than the two
     ranges added."""
@@ -346,17 +451,31 @@ JOINT_TABLES = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("scale", "difference"), [(1.0, False), (5.0, False), (20.0, False), (5.0, True)]
-)
-@pytest.mark.parametrize("table", JOINT_TABLES, ids=[str(t) for t in JOINT_TABLES])
+#: (scale, ranges, table) of the joint coverage test. The clamped (50, 0, 0, 100) with the
+#: association ranges takes the p-value's search the longest (15 s): it runs with ``make audit``.
+JOINT_CASES = [
+    pytest.param(
+        scale,
+        difference,
+        table,
+        id=f"{table}-{scale}-{difference}",
+        marks=[pytest.mark.slow] if (table, difference) == ((50, 0, 0, 100), "association") else [],
+    )
+    for scale, difference in [(1.0, False), (5.0, False), (20.0, False), (5.0, "association")]
+    for table in JOINT_TABLES
+]
+
+
+@pytest.mark.parametrize(("scale", "difference", "table"), JOINT_CASES)
 def test_joint_intervals_cover_the_truth_together(
-    scale: float, difference: bool, table: tuple[int, int, int, int]
+    scale: float, difference: bool | str, table: tuple[int, int, int, int]
 ) -> None:
-    """A box at miss 0.1 (:func:`cell_box`, with and without a range of E10 + E01) holds |I|,
-    J, the excess and the p-value of the true table all at once in ≥ 90 % of 1000 noise draws
-    (checked ≥ 85 %: a count below that has probability < 1e-7 at 90 %)."""
-    rng = np.random.default_rng(int(scale * 1000) + sum(table) + difference)
+    """A box at miss 0.1 (:func:`cell_box`: the four cells alone, and with the ranges of
+    E10 + E01, E11 − D and E11 + E00 − D that the miners' boxes take) holds |I|, J, the excess
+    and the p-value of the true table all at once in ≥ 90 % of 1000 noise draws (checked
+    ≥ 85 %: a count below that has probability < 1e-7 at 90 %)."""
+    association = difference == "association"
+    rng = np.random.default_rng(int(scale * 1000) + sum(table) + bool(difference) + association)
     e11, e10, e01, _e00 = table
     n = sum(table)
     truth_j = jaccard(e11, e11 + e10 + e01)
@@ -366,7 +485,13 @@ def test_joint_intervals_cover_the_truth_together(
     held = 0
     for row in noise:
         a, b, c, d = (int(v) + t for v, t in zip(row, table, strict=True))
-        box = cell_box((a, b, c, d), scale=scale, miss=0.1, difference=difference)
+        box = cell_box(
+            (a, b, c, d),
+            scale=scale,
+            miss=0.1,
+            difference=bool(difference),
+            association=association,
+        )
         got = box_intervals(box, level=0.9, scale=scale)
         assert got.p_value is not None
         assert got.excess is not None
@@ -448,3 +573,62 @@ def test_a_sum_tail_far_below_the_smallest_float_keeps_its_value(scale: float, t
     log_q = -1.0 / scale
     exact = (t + 1) * log_q - math.log1p(math.exp(log_q))
     assert _SumTails(scale, 1).log_tail(t) == pytest.approx(exact, rel=1e-9, abs=1e-9)
+
+
+def _range_misses(
+    build: Callable[[tuple[int, int, int, int]], CellBox],
+    true_sums: tuple[int, int, int, int],
+    noise: npt.NDArray[np.int64],
+) -> list[int]:
+    """How often each of a box's seven ranges (the four cells, D, E11 − D, E11 + E00 − D)
+    misses its true value, over rows of ``noise`` added to ``true_sums``."""
+    a, b, c, d = true_sums
+    truths = (a, b, c, d, b + c, a - b - c, a + d - b - c)
+    misses = [0] * 7
+    for row in noise:
+        box = build((int(row[0]) + a, int(row[1]) + b, int(row[2]) + c, int(row[3]) + d))
+        ranges = (box.e11, box.e10, box.e01, box.e00, box.difference, box.balance, box.agreement)
+        for i, (interval, truth) in enumerate(zip(ranges, truths, strict=True)):
+            assert interval is not None
+            misses[i] += not interval.contains(truth)
+    return misses
+
+
+def test_each_range_of_a_box_misses_at_most_its_share() -> None:
+    """Each of the seven ranges misses its true value with probability ≤ its share: for a
+    quality check's box at miss 0.1 (each range 0.1/7, 2,000 draws: about 29 expected misses,
+    checked ≤ 55), and for a tree query's box whose cells sum 9, 18, 18 and 36 released cells
+    at the miss 0.01 per range (about 20 expected, checked ≤ 40). A balance range as wide as one
+    cell's noise range (the broken variant) misses far more often than its share."""
+    rng = np.random.default_rng(30112026)
+    table = (200, 40, 60, 2000)
+    noise = _laplace(rng, 5.0, 4 * 2000).reshape(-1, 4)
+    misses = _range_misses(
+        lambda y: cell_box(y, scale=5.0, miss=0.1, difference=True, association=True),
+        table,
+        noise,
+    )
+    assert max(misses) <= 55, misses
+
+    def broken(y: tuple[int, int, int, int]) -> CellBox:
+        box = cell_box(y, scale=5.0, miss=0.1, difference=True, association=True)
+        t = half_width(5.0, 0.1 / 7)
+        narrow_balance = Interval(y[0] - y[1] - y[2] - t, y[0] - y[1] - y[2] + t)
+        return CellBox(
+            box.e11, box.e10, box.e01, box.e00, box.difference, narrow_balance, box.agreement
+        )
+
+    assert _range_misses(broken, table, noise)[5] > 100
+    terms = (9, 18, 18, 36)
+    tree_sums = (600, 300, 250, 1200)
+    cells = _laplace(rng, 2.0, 2000 * sum(terms)).reshape(2000, -1)
+    bounds = np.cumsum((0, *terms))
+    tree_noise = np.stack(
+        [cells[:, bounds[i] : bounds[i + 1]].sum(axis=1) for i in range(4)], axis=1
+    )
+    misses = _range_misses(
+        lambda y: sum_box(y, terms, scale=2.0, miss=0.01, difference=True, association=True),
+        tree_sums,
+        tree_noise,
+    )
+    assert max(misses) <= 40, misses

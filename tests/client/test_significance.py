@@ -247,7 +247,11 @@ def test_serenade_checks_make_no_false_claims() -> None:
             truth = _pair_cells(rng, rows)
             noisy = tuple(int(v) for v in np.asarray(truth) + _laplace(rng, scale, 4))
             box = cell_box(
-                (noisy[0], noisy[1], noisy[2], noisy[3]), scale=scale, miss=ALPHA / checks
+                (noisy[0], noisy[1], noisy[2], noisy[3]),
+                scale=scale,
+                miss=ALPHA / checks,
+                difference=True,
+                association=True,
             )
             joint = box_intervals(box, level=1 - ALPHA / checks, scale=scale)
             is_false = _false(truth, ALPHA / checks, min_jaccard)
@@ -301,7 +305,7 @@ def test_tree_extractions_make_no_false_claims() -> None:
             truth, same_terms = result_table(red, true.tolist(), (leaves, leaves), partition=True)
             assert same_terms == terms
             joint = box_intervals(
-                sum_box(sums, terms, scale=scale, miss=sum_miss, difference=True),
+                sum_box(sums, terms, scale=scale, miss=sum_miss, difference=True, association=True),
                 level=level,
                 scale=scale,
             )

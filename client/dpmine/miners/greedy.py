@@ -250,9 +250,10 @@ class MinedRedescription:
 
     @cached_property
     def joint_box(self) -> CellBox | None:
-        """The box of the four true cells and of E10 + E01 behind ``joint_intervals`` (five
-        ranges, each at the miss ``joint_miss``/5, :func:`dpmine.intervals.cell_box` with
-        ``difference``); None in "paper" mode, which releases no cells."""
+        """The box of the four true cells and of D = E10 + E01, E11 − D and E11 + E00 − D
+        behind ``joint_intervals`` (seven ranges, each at the miss ``joint_miss``/7,
+        :func:`dpmine.intervals.cell_box` with ``difference`` and ``association``); None in
+        "paper" mode, which releases no cells."""
         if self.mode != "cells":
             return None
         kind, scale = noise_law(self.epsilon, self.mode, self.noise)
@@ -266,6 +267,7 @@ class MinedRedescription:
             miss=self.joint_miss,
             kind=kind,
             difference=True,
+            association=True,
         )
 
     @property

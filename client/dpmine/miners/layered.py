@@ -604,10 +604,11 @@ class DPLayeredTrees(_Alternation):
         cells are the partition [[E11, E10], [E01, E00]] of the two queries, so the statistics,
         the table and the standard error are those of a partition release of two one-leaf
         trees; the final filters of §3.6 on the clamped statistics (no tautology: each query
-        was printed). Its box: each cell one noise term, and D = E10 + E01 two, at the miss
-        α/(5·R), R = the seeds, so the five ranges of all R pair releases hold together with
-        probability ≥ 1 − α (union bound over 5·R sums). ``round_``: the index in ``trees_`` of
-        the seed's last steering release (seed i's layers are releases i·L … i·L + L − 1).
+        was printed). Its box: each cell one noise term, D = E10 + E01 two, E11 − D three and
+        E11 + E00 − D four, at the miss α/(7·R), R = the seeds, so the seven ranges of all R
+        pair releases hold together with probability ≥ 1 − α (union bound over 7·R sums).
+        ``round_``: the index in ``trees_`` of the seed's last steering release (seed i's
+        layers are releases i·L … i·L + L − 1).
         Post-processing of the release."""
         cells = response.cells
         values = (cells.e11, cells.e10, cells.e01, cells.e00)

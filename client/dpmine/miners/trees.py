@@ -29,8 +29,9 @@ Noise-aware significance (issue #21, :mod:`dpmine.significance`). The four cells
 are sums of released cells over a rectangle of (left cells) × (right cells)
 (:func:`dpmine.treereds.table_sums`). Each of the run's R leaf-count releases gets the miss
 α/R, split by a union bound over every rectangle the cells of a query can sum, at most
-4·L_left·L_right with L the active cell sets a query can have, and over the L_left·L_right sums
-D = E10 + E01 that tighten J
+4·L_left·L_right with L the active cell sets a query can have, and over the three signed sums
+of each of the L_left·L_right pairs of queries that cut the box's corners (D = E10 + E01,
+E11 − D and E11 + E00 − D, :class:`dpmine.intervals.CellBox`)
 (:func:`dpmine.treereds.query_cell_sets`): all those sums are in their ranges together with
 probability ≥ 1 − α/R, so the boxes of every query the extraction could pick from that release
 hold, and those of the whole run with probability ≥ 1 − α. m counts the candidates whose
@@ -271,8 +272,9 @@ class MinedTreeRedescription:
 
     @cached_property
     def joint_box(self) -> CellBox:
-        """The box of the four true cells and of E10 + E01 behind ``joint_intervals``: each a
-        sum of released cells at the miss ``sum_miss`` (:func:`dpmine.intervals.sum_box`)."""
+        """The box of the four true cells and of D = E10 + E01, E11 − D and E11 + E00 − D
+        behind ``joint_intervals``: each a signed sum of released cells at the miss
+        ``sum_miss`` (:func:`dpmine.intervals.sum_box`)."""
         return sum_box(
             self.noisy_cells,
             self.cell_terms,
@@ -280,6 +282,7 @@ class MinedTreeRedescription:
             miss=self.sum_miss,
             kind=self.noise,
             difference=True,
+            association=True,
         )
 
     @property
@@ -617,9 +620,9 @@ def released_noise(response: LeafCountsResponse, epsilon: float) -> tuple[CountN
     return noise.kind, noise.scale
 
 
-#: Ranges a pair of queries' box takes from one release: its four cells' rectangles and
-#: D = E10 + E01 (:func:`release_miss`).
-SUMS_PER_QUERY_PAIR = 5
+#: Ranges a pair of queries' box takes from one release: its four cells' rectangles, D =
+#: E10 + E01, E11 − D and E11 + E00 − D (:func:`release_miss`).
+SUMS_PER_QUERY_PAIR = 7
 
 
 def release_miss(
@@ -631,10 +634,11 @@ def release_miss(
     Proof: the release gets the miss α/R. A query's four cells sum the released cells of a
     rectangle (side of the left query or its complement) × (the same on the right); a side is
     one of at most 2·L sets, L = :func:`~dpmine.treereds.query_cell_sets`, so at most
-    4·L_left·L_right rectangles exist. Each pair of queries also has D = E10 + E01, the sum of
-    two of its rectangles (:func:`~dpmine.intervals.sum_box` with ``difference``): at most
-    L_left·L_right more sums. Giving each of the 5·L_left·L_right sums the miss
-    α/(R·5·L_left·L_right), all are in their ranges together with probability ≥ 1 − α/R (union
+    4·L_left·L_right rectangles exist. Each pair of queries also has three signed sums of its
+    rectangles, D = E10 + E01, E11 − D and E11 + E00 − D (:func:`~dpmine.intervals.sum_box`
+    with ``difference`` and ``association``): at most 3·L_left·L_right more sums. Giving each
+    of the 7·L_left·L_right sums the miss α/(R·7·L_left·L_right), all are in their ranges
+    together with probability ≥ 1 − α/R (union
     bound), and the R releases' with probability ≥ 1 − α."""
     pairs = query_cell_sets(shape[0], max_clauses) * query_cell_sets(shape[1], max_clauses)
     share = alpha / releases
