@@ -118,7 +118,7 @@ def test_the_pair_final_release_measures_each_seeds_last_queries(
     assert len(miner.redescriptions_) <= 2
     for red in miner.redescriptions_:
         assert red.cell_terms == (1, 1, 1, 1)
-        assert red.sum_miss == 0.01 / 2 / 5  # E11, E10, E01, E00 and E10 + E01
+        assert red.sum_miss == 0.01 / 2 / 7  # the four cells, D, E11 − D and E11 + E00 − D
         assert red.joint_level == 1.0 - 0.01 / 2
         assert red.noise_scale == 1.0 / miner.settings_.leaf_epsilon
         # Its round is its seed's last steering release, whose new tree holds one query.
