@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "P_VALUE_CANDIDATES",
+    "P_VALUE_DECISION_ROUNDS",
     "P_VALUE_DIGITS",
     "P_VALUE_FLOOR",
     "P_VALUE_ROUNDS",
@@ -64,6 +65,9 @@ P_VALUE_ROUNDS = 60
 P_VALUE_SPLIT = 256
 #: Children per round whose tables are tried for a larger p-value (those of largest bound).
 P_VALUE_CANDIDATES = 32
+#: Rounds at most while a threshold given as ``target`` lies between a table's p-value and the
+#: upper end (the test's verdict is still open).
+P_VALUE_DECISION_ROUNDS = 400
 #: The search stops once the largest bound is at most 2·p^0.95 for p a table's p-value:
 #: within a factor 2 near the test's thresholds, and within 5 % of the digits far in the tail
 #: (a factor 2 at p = 10⁻¹⁰⁰ would need sub-boxes of single counts).
@@ -80,12 +84,17 @@ TAIL_SLACK = 1e-9
 
 
 @lru_cache(maxsize=4096)
-def p_value_upper(box: CellBox, *, known: float = 1.0) -> float:
+def p_value_upper(box: CellBox, *, known: float = 1.0, target: float | None = None) -> float:
     """An upper end of the p-value of every integer table of ``box`` (module docstring: the
     bound and its proof), at most ``known`` (an upper end already proved: the search stops as
     soon as it is close to a table's p-value, :func:`_close_to`); ``known`` when the box holds no
-    integer table. Cached: a box's answer depends on the box alone (boxes repeat, e.g. a
-    result's intervals read again, or draws of little noise)."""
+    integer table. Cached: a box's answer depends on the box and ``target`` alone (boxes repeat,
+    e.g. a result's intervals read again, or draws of little noise).
+
+    ``target``: a threshold the answer will be compared with (the test's α/m). While the
+    search cannot yet tell on which side of it the maximum lies (a table's p-value at or below
+    it, the largest bound above it), it goes on past closeness, for up to
+    :data:`P_VALUE_DECISION_ROUNDS` rounds. Every stopping point gives a valid upper end."""
     if known <= P_VALUE_FLOOR:
         return known
     cells = (box.e11, box.e10, box.e01, box.e00)
@@ -97,14 +106,20 @@ def p_value_upper(box: CellBox, *, known: float = 1.0) -> float:
     if len(lows) == 0:
         return known  # no integer table in the box's region: nothing to add
     best = _best_table(lows, highs, box)
-    if known <= _close_to(best):
+    if known <= _close_to(best) and not _undecided(best, known, target):
         return known
     bounds = corner_bounds(lows, highs, d_low, d_high)
-    for _ in range(P_VALUE_ROUNDS):
+    rounds = P_VALUE_ROUNDS if target is None else P_VALUE_DECISION_ROUNDS
+    for round_ in range(rounds):
         alive = bounds > best
         lows, highs, bounds = lows[alive], highs[alive], bounds[alive]
-        if len(bounds) == 0 or min(known, float(bounds.max())) <= _close_to(best):
+        if len(bounds) == 0:
             break
+        upper = min(known, float(bounds.max()))
+        if not _undecided(best, upper, target) and (
+            upper <= _close_to(best) or round_ >= P_VALUE_ROUNDS
+        ):
+            break  # close to a table's p-value, or out of rounds with the verdict known
         order = np.argsort(-bounds)
         chosen, rest = order[:P_VALUE_SPLIT], order[P_VALUE_SPLIT:]
         if bool(np.all(lows[chosen] == highs[chosen])):
@@ -119,6 +134,12 @@ def p_value_upper(box: CellBox, *, known: float = 1.0) -> float:
         highs = np.concatenate([highs[rest], children_high])
         bounds = np.concatenate([bounds[rest], children_bounds])
     return min(known, max(best, float(bounds.max(initial=0.0))) * (1.0 + TAIL_SLACK))
+
+
+def _undecided(best: float, upper: float, target: float | None) -> bool:
+    """Whether a table's p-value ``best`` and an upper end ``upper`` leave ``target`` between
+    them (best ≤ target < upper): the test's verdict is not known yet."""
+    return target is not None and best <= target < upper
 
 
 def _close_to(best: float) -> float:

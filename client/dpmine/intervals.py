@@ -33,6 +33,9 @@ by monotone functions of the ends, so its intervals hold together with the box's
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -81,6 +84,7 @@ __all__ = [
     "margin_ranges",
     "noise_law",
     "noise_scale",
+    "p_value_decision",
     "p_value_range",
     "quality_intervals",
     "signed_interval",
@@ -732,6 +736,25 @@ def _independence(x: FloatArray, y: FloatArray) -> FloatArray:
     return np.divide(x * y, denominator, out=np.zeros(x.shape), where=denominator > 0)
 
 
+#: The threshold the p-value's upper ends are about to be compared with (the significance
+#: test's α/m), while :func:`p_value_decision` is in force; None otherwise.
+_DECISION: ContextVar[float | None] = ContextVar("p_value_decision", default=None)
+
+
+@contextmanager
+def p_value_decision(threshold: float) -> Iterator[None]:
+    """Within this context, the p-value's upper ends computed by :func:`p_value_range` aim at
+    ``threshold``: the search goes on while the maximum may lie on either side of it
+    (:func:`dpmine.box_p_value.p_value_upper` with ``target``), so that a result whose upper
+    end the default search leaves just above α/m is decided. The significance test reads a
+    run's joint intervals inside it. Any stopping point gives a valid upper end."""
+    token = _DECISION.set(threshold)
+    try:
+        yield
+    finally:
+        _DECISION.reset(token)
+
+
 def p_value_range(box: CellBox, *, refine: bool = True) -> Interval:
     """An interval holding the §1.3 p-value for every table of the box's region (the
     corner bounds below on its narrowed box, :meth:`CellBox.narrowed`; the refinement on the
@@ -758,7 +781,7 @@ def p_value_range(box: CellBox, *, refine: bool = True) -> Interval:
     separate = binomial_upper_tail(n_high, min(1.0, x.high * y.high), round(region.e11.low))
     upper = min(separate, _poisson_p_upper(region))
     if refine and upper > 0.0:
-        upper = p_value_upper(region, known=upper)
+        upper = p_value_upper(region, known=upper, target=_DECISION.get())
     return Interval(binomial_upper_tail(n_low, x.low * y.low, round(region.e11.high)), upper)
 
 

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from decimal import ROUND_FLOOR, Decimal
 from typing import Generic, Literal, Protocol, TypeVar
 
-from dpmine.intervals import StatisticIntervals
+from dpmine.intervals import StatisticIntervals, p_value_decision
 
 __all__ = [
     "ALPHA",
@@ -244,11 +244,12 @@ def significance_test(
     if examined < len(results):
         raise ValueError(f"{len(results)} results cannot come from {examined} examined")
     threshold = alpha / max(examined, 1)
-    ranked = rank(results)
-    failures = {
-        id(r): failed_checks(r.joint_intervals, threshold=threshold, min_jaccard=min_jaccard)
-        for r in ranked
-    }
+    with p_value_decision(threshold):  # intervals read here aim their p-value search at α/m
+        ranked = rank(results)
+        failures = {
+            id(r): failed_checks(r.joint_intervals, threshold=threshold, min_jaccard=min_jaccard)
+            for r in ranked
+        }
     passed = [r for r in ranked if not failures[id(r)]]
     summary = Significance(
         alpha=alpha,

@@ -26,7 +26,7 @@ from dpmine.box_p_value import (
     p_value_upper,
     table_p_values,
 )
-from dpmine.intervals import CellBox, Interval, p_value_range
+from dpmine.intervals import CellBox, Interval, p_value_decision, p_value_range, sum_box
 from dpmine.wire.statistics import binomial_upper_tail, p_value
 
 
@@ -169,3 +169,33 @@ def test_corner_bounds_bound_the_tables_of_their_sub_box() -> None:
             dtype=np.int64,
         )
         assert float(table_p_values(tables).max()) <= bound * (1 + 1e-9)
+
+
+def test_a_target_decides_a_box_that_the_default_search_leaves_open() -> None:
+    """A mammals tree result (AltMCMC at ε = 1, true p below 10⁻³⁰): the default search stops
+    after its rounds with an upper end of 7.6·10⁻⁶, above the run's α/m = 0.01/3200; aimed at
+    that threshold (:func:`dpmine.intervals.p_value_decision`, as the significance test reads
+    a run's intervals) it goes on and decides it below. Both ends are at least the largest
+    p-value on a grid of the region's tables."""
+    box = sum_box(
+        (1147, 287, 136, 563),
+        (64, 8, 8, 1),
+        scale=9.0,
+        miss=5e-8 * 5 / 7,
+        difference=True,
+        association=True,
+    )
+    threshold = 0.01 / 3200
+    default = p_value_range(box).high
+    with p_value_decision(threshold):
+        decided = p_value_range(box).high
+    assert decided <= threshold < default
+    grids = [
+        np.linspace(cell.low, cell.high, 30).round().astype(np.int64)
+        for cell in (box.e11, box.e10, box.e01, box.e00)
+    ]
+    tables = np.stack([axis.reshape(-1) for axis in np.meshgrid(*grids, indexing="ij")], axis=1)
+    for cell_sum in box.sums:
+        tables = tables[cell_sum.holds(tables)]
+    assert len(tables) > 1000
+    assert float(table_p_values(tables).max()) <= decided

@@ -42,6 +42,7 @@ from dpmine.intervals import (
     intervals_from_paper,
     jaccard_range,
     noise_scale,
+    p_value_decision,
     sum_box,
     sum_half_width,
     sum_interval,
@@ -293,12 +294,17 @@ def _association_box(rng: np.random.Generator) -> tuple[CellBox, list[int], list
 def test_a_box_with_association_ranges_holds_every_table_of_its_region() -> None:
     """With ranges of D = E10 + E01, E11 − D and E11 + E00 − D, |I|, |U|, the supports, J, the
     excess and the p-value hold every integer table of the box whose three sums are in range
-    (brute force over 300 random small boxes), and J's interval is never wider than the plain
-    box's."""
+    (brute force over 300 random small boxes, half of them read with the p-value's search aimed
+    at a threshold, as the significance test reads them), and J's interval is never wider than
+    the plain box's."""
     rng = np.random.default_rng(3011)
-    for _ in range(300):
+    for case in range(300):
         box, lows, widths = _association_box(rng)
-        got = box_intervals(box, level=0.9, scale=1.0)
+        if case % 2:  # half of them as the significance test reads them, aimed at an α/m
+            with p_value_decision(float(10 ** rng.uniform(-12, -1))):
+                got = box_intervals(box, level=0.9, scale=1.0)
+        else:
+            got = box_intervals(box, level=0.9, scale=1.0)
         plain = box_intervals(CellBox(box.e11, box.e10, box.e01, box.e00), level=0.9, scale=1.0)
         assert got.excess is not None
         assert got.p_value is not None
