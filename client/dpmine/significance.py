@@ -27,6 +27,11 @@ A result **passes** when, at its intervals' unfavourable ends (:func:`passes`):
 * J − J_ind > 0: the lower end of the excess over independence is positive;
 * J ≥ min_jaccard: J's lower end is at least the run's ``min_jaccard``.
 
+The p-value's upper ends are computed as the test reads them, inside
+:func:`dpmine.intervals.p_value_decision` at α/m: the search over a box goes on until it is
+clear on which side of α/m its largest p-value lies (or its rounds run out); every stopping
+point is an upper end, so the guarantee below does not depend on it.
+
 Proof of the guarantee: on the event that every box of the run holds the true cells
 (probability ≥ 1 − α), every interval holds its statistic, so every passing result has true
 p ≤ α/m, true excess > 0 and true J ≥ min_jaccard. Hence the probability that any shown claim
