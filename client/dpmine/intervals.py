@@ -33,10 +33,10 @@ by monotone functions of the ends, so its intervals hold together with the box's
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -517,17 +517,29 @@ def cell_box(
     if difference:
         t_sum = sum_half_width(scale, 2, each_miss, kind)
         both = Interval(*sum_interval(noisy[1:3], t_sum))
+    box = CellBox(e11, e10, e01, e00, difference=both)
     if not association:
-        return CellBox(e11, e10, e01, e00, difference=both)
-    y11, y10, y01, y00 = noisy
-    return CellBox(
-        e11,
-        e10,
-        e01,
-        e00,
-        difference=both,
-        balance=signed_interval(y11 - y10 - y01, sum_half_width(scale, 3, each_miss, kind)),
-        agreement=signed_interval(y11 + y00 - y10 - y01, sum_half_width(scale, 4, each_miss, kind)),
+        return box
+    return _with_association(
+        box, noisy, (1, 1, 1, 1), lambda terms: sum_half_width(scale, terms, each_miss, kind)
+    )
+
+
+def _with_association(
+    box: CellBox,
+    sums: tuple[int, int, int, int],
+    terms: tuple[int, int, int, int],
+    width: Callable[[int], int],
+) -> CellBox:
+    """``box`` with the ranges of the balance E11 − E10 − E01 and the agreement
+    E11 + E00 − E10 − E01 of the noisy ``sums`` (each cell a sum of ``terms`` released cells),
+    each ± ``width`` of its number of released cells."""
+    y11, y10, y01, y00 = sums
+    k11, k10, k01, k00 = terms
+    return replace(
+        box,
+        balance=signed_interval(y11 - y10 - y01, width(k11 + k10 + k01)),
+        agreement=signed_interval(y11 + y00 - y10 - y01, width(k11 + k10 + k01 + k00)),
     )
 
 
@@ -564,23 +576,13 @@ def sum_box(
         t = sum_half_width(scale, count, miss, kind) if count else 0
         return Interval(*cell_interval(value, t))
 
-    def signed(value: int, count: int) -> Interval:
-        return signed_interval(value, sum_half_width(scale, count, miss, kind) if count else 0)
-
     e11, e10, e01, e00 = (ranged(v, c) for v, c in zip(sums, terms, strict=True))
     both = ranged(sums[1] + sums[2], terms[1] + terms[2]) if difference else None
+    box = CellBox(e11, e10, e01, e00, difference=both)
     if not association:
-        return CellBox(e11, e10, e01, e00, difference=both)
-    y11, y10, y01, y00 = sums
-    k11, k10, k01, k00 = terms
-    return CellBox(
-        e11,
-        e10,
-        e01,
-        e00,
-        difference=both,
-        balance=signed(y11 - y10 - y01, k11 + k10 + k01),
-        agreement=signed(y11 + y00 - y10 - y01, k11 + k10 + k01 + k00),
+        return box
+    return _with_association(
+        box, sums, terms, lambda count: sum_half_width(scale, count, miss, kind) if count else 0
     )
 
 
