@@ -214,8 +214,9 @@ def _best_table(lows: npt.NDArray[np.int64], highs: npt.NDArray[np.int64], box: 
     maximum."""
     candidates = [(lows + highs) // 2]
     d = lows[:, 3]
+    cells_high = np.minimum(highs[:, 1] + highs[:, 2], math.floor(box.difference_high + 1e-9))
     for a in (lows[:, 0], (lows[:, 0] + highs[:, 0]) // 2, highs[:, 0]):
-        d_high = np.minimum(highs[:, 1] + highs[:, 2], math.floor(box.difference_high + 1e-9))
+        d_high = cells_high
         if box.balance is not None:  # E11 − D ≥ its range's low end
             d_high = np.minimum(d_high, a - math.ceil(box.balance.low - 1e-9))
         if box.agreement is not None:  # E11 + E00 − D ≥ its range's low end

@@ -36,7 +36,6 @@ __all__ = [
     "CellSum",
     "interval_vertices",
     "narrow",
-    "narrow_box",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -133,45 +132,6 @@ def _narrow_once(
         new_least, new_largest = (lows[i], highs[i]) if c > 0 else (-highs[i], -lows[i])
         least = least + (new_least - own_least)
         largest = largest + (new_largest - own_largest)
-
-
-def narrow_box(
-    lows: Sequence[float], highs: Sequence[float], sums: Sequence[CellSum], *, integer: bool
-) -> tuple[list[float], list[float]] | None:
-    """:func:`narrow` of one box in plain Python (much faster than arrays of one row): its
-    narrowed ends, or None when it holds no table of the region. The same steps and proof."""
-    low, high = [float(v) for v in lows], [float(v) for v in highs]
-    if integer:
-        low, high = [math.ceil(v - _SLACK) for v in low], [math.floor(v + _SLACK) for v in high]
-    for _ in range(NARROW_ROUNDS):
-        for cell_sum in sums:
-            for i, c in enumerate(cell_sum.coefficients):
-                if c == 0:
-                    continue
-                least = sum(
-                    min(cj * low[j], cj * high[j])
-                    for j, cj in enumerate(cell_sum.coefficients)
-                    if j != i
-                )
-                largest = sum(
-                    max(cj * low[j], cj * high[j])
-                    for j, cj in enumerate(cell_sum.coefficients)
-                    if j != i
-                )
-                floor, ceiling = cell_sum.low - largest, cell_sum.high - least
-                bottom, top = (floor, ceiling) if c > 0 else (-ceiling, -floor)
-                if integer:
-                    bottom, top = math.ceil(bottom - _SLACK), math.floor(top + _SLACK)
-                low[i], high[i] = max(low[i], bottom), min(high[i], top)
-    if any(lo > hi + _SLACK for lo, hi in zip(low, high, strict=True)):
-        return None
-    for cell_sum in sums:
-        pairs = list(zip(cell_sum.coefficients, low, high, strict=True))
-        least = sum(min(c * lo, c * hi) for c, lo, hi in pairs)
-        largest = sum(max(c * lo, c * hi) for c, lo, hi in pairs)
-        if least > cell_sum.high + _SLACK or largest < cell_sum.low - _SLACK:
-            return None
-    return low, high
 
 
 def interval_vertices(

@@ -50,7 +50,6 @@ from dpmine.cell_region import (
     CellSum,
     interval_vertices,
     narrow,
-    narrow_box,
 )
 from dpmine.wire import (
     ComputeQualityResponse,
@@ -458,27 +457,47 @@ class CellBox:
         return low if self.difference is None else max(low, self.difference.low)
 
     def balance_range(self) -> Interval:
-        """A range of E11 − D over the region: E11's and D's ends, the ``balance`` range, and
-        the ``agreement`` range less E00's (E11 − D = agreement − E00)."""
-        low = self.e11.low - self.difference_high
-        high = self.e11.high - self.difference_low
-        if self.balance is not None:
-            low, high = max(low, self.balance.low), min(high, self.balance.high)
-        if self.agreement is not None:
-            low = max(low, self.agreement.low - self.e00.high)
-            high = min(high, self.agreement.high - self.e00.low)
-        return Interval(low, high)
+        """A range of E11 − D over the region (:func:`_balance_ends` of the box's own ends)."""
+        low, high = _balance_ends(
+            self,
+            (self.e11.low, self.e11.high),
+            (self.difference_low, self.difference_high),
+            (self.e00.low, self.e00.high),
+        )
+        return Interval(float(low), float(high))
+
+
+def _balance_ends(
+    box: CellBox,
+    e11: tuple[FloatArray | float, FloatArray | float],
+    difference: tuple[FloatArray | float, FloatArray | float],
+    e00: tuple[FloatArray | float, FloatArray | float],
+) -> tuple[FloatArray | float, FloatArray | float]:
+    """The ends of E11 − D on (sub-)boxes with those ends of E11, D and E00 (numbers or arrays
+    of sub-boxes): E11's ends less D's, cut by ``box``'s ``balance`` range and by its
+    ``agreement`` range less E00's ends (E11 − D = agreement − E00)."""
+    low, high = e11[0] - difference[1], e11[1] - difference[0]
+    if box.balance is not None:
+        low, high = np.maximum(low, box.balance.low), np.minimum(high, box.balance.high)
+    if box.agreement is not None:
+        low = np.maximum(low, box.agreement.low - e00[1])
+        high = np.minimum(high, box.agreement.high - e00[0])
+    return low, high
 
 
 @lru_cache(maxsize=4096)
 def _narrowed(box: CellBox) -> CellBox:
     """:meth:`CellBox.narrowed` (cached: every statistic of a box reads it)."""
     cells = (box.e11, box.e10, box.e01, box.e00)
-    ends = narrow_box([c.low for c in cells], [c.high for c in cells], box.sums, integer=True)
-    if ends is None:
+    lows, highs, feasible = narrow(
+        np.array([[c.low for c in cells]]),
+        np.array([[c.high for c in cells]]),
+        box.sums,
+        integer=True,
+    )
+    if not bool(feasible[0]):
         return CellBox(*cells)
-    lows, highs = ends
-    e11, e10, e01, e00 = (Interval(int(lo), int(hi)) for lo, hi in zip(lows, highs, strict=True))
+    e11, e10, e01, e00 = (Interval(int(lows[0, i]), int(highs[0, i])) for i in range(4))
     return CellBox(e11, e10, e01, e00, box.difference, box.balance, box.agreement)
 
 
@@ -692,13 +711,7 @@ def excess_range(box: CellBox, *, splits: int = EXCESS_SPLITS) -> Interval:
             lows, highs = narrowed_lows[feasible], narrowed_highs[feasible]
     a0, b0, c0, d0 = lows.T
     a1, b1, c1, d1 = highs.T
-    g_low, g_high = a0 - (b1 + c1), a1 - (b0 + c0)
-    if region.balance is not None:
-        g_low = np.maximum(g_low, region.balance.low)
-        g_high = np.minimum(g_high, region.balance.high)
-    if region.agreement is not None:
-        g_low = np.maximum(g_low, region.agreement.low - d1)
-        g_high = np.minimum(g_high, region.agreement.high - d0)
+    g_low, g_high = _balance_ends(region, (a0, a1), (b0 + c0, b1 + c1), (d0, d1))
     d_high = np.minimum(np.minimum(b1 + c1, region.difference_high), a1 - g_low)
     d_low = np.maximum(np.maximum(b0 + c0, region.difference_low), a0 - g_high)
     # Lower end: J at (E11 low, D high) minus J_ind at the margins' upper ends.
